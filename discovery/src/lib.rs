@@ -1,0 +1,1 @@
+//! shoal-discovery (being built).

@@ -1,0 +1,4 @@
+//! shoal-mesh (being built).
+
+pub mod id;
+pub use id::{MsgId, PeerId};
