@@ -1,1 +1,249 @@
-fn main() {}
+//! Discovery benches: endpoint insertion at 1k/10k/100k endpoints on one
+//! topic and spread over 10k topics, building and matching a whole
+//! 100k-endpoint graph, removing a 1k-endpoint participant, and partition
+//! matching.
+//!
+//! Run: `cargo bench -p shoal-bench --bench discovery`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_main, BatchSize, BenchmarkId, Criterion};
+use shoal_discovery::graph::{Capacities, DiscoveryGraph, GraphConfig, MatchScope};
+use shoal_discovery::partition::partitions_match;
+use shoal_discovery::types::*;
+
+const LOCAL: u8 = 1;
+
+fn prefix(p: u32) -> GuidPrefix {
+    let mut b = [0u8; 12];
+    b[..4].copy_from_slice(&p.to_be_bytes());
+    GuidPrefix(b)
+}
+
+fn ep(p: u32, e: u32, kind: EndpointKind, topic: u32, partition: Option<&str>) -> EndpointInfo {
+    let mut i = EndpointInfo::new(
+        Guid::new(prefix(p), EntityId(e.to_be_bytes())),
+        kind,
+        TopicName::new(format!("topic/{topic}")).unwrap(),
+        TypeName::new("bench::Sample").unwrap(),
+        TypeHash([0x5a; 16]),
+    );
+    if let Some(name) = partition {
+        i.partitions = Partitions::new([name]).unwrap();
+    }
+    i
+}
+
+fn big_config(scope: MatchScope) -> GraphConfig {
+    GraphConfig {
+        capacities: Capacities {
+            local_participants: 4,
+            remote_participants: 4096,
+            local_endpoints: 1 << 20,
+            remote_writers: 1 << 20,
+            remote_readers: 1 << 20,
+            matches: 1 << 22,
+        },
+        scope,
+    }
+}
+
+/// A graph with one local participant (prefix 1) and remote participant 2.
+fn base(scope: MatchScope) -> DiscoveryGraph {
+    let mut g = DiscoveryGraph::new(big_config(scope));
+    g.add_local_participant(ParticipantInfo::new(prefix(u32::from(LOCAL)), "local"))
+        .unwrap();
+    g.admit_participant(ParticipantInfo::new(prefix(2), "remote"), Time(0))
+        .unwrap();
+    g
+}
+
+/// `n` endpoints over `topics` topics, round-robin: even ones local writers,
+/// odd ones remote readers, so every topic has writers and readers that
+/// match.
+fn spread(n: u32, topics: u32) -> Vec<EndpointInfo> {
+    (0..n)
+        .map(|i| {
+            let topic = (i / 2) % topics;
+            if i % 2 == 0 {
+                ep(u32::from(LOCAL), i, EndpointKind::Writer, topic, None)
+            } else {
+                ep(2, i, EndpointKind::Reader, topic, None)
+            }
+        })
+        .collect()
+}
+
+fn admit(g: &mut DiscoveryGraph, info: EndpointInfo) {
+    if info.guid.prefix == prefix(u32::from(LOCAL)) {
+        g.add_local_endpoint(info).unwrap();
+    } else {
+        g.admit_endpoint(info).unwrap();
+    }
+}
+
+/// Times only the insertion; the removal that restores the graph is not
+/// counted.
+fn time_inserts(
+    g: &mut DiscoveryGraph,
+    iters: u64,
+    mut make: impl FnMut(u64) -> EndpointInfo,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    for i in 0..iters {
+        let info = make(i);
+        let guid = info.guid;
+        let t = Instant::now();
+        let a = g.add_local_endpoint(info).unwrap();
+        total += t.elapsed();
+        black_box(a);
+        g.remove_endpoint(&guid).unwrap();
+    }
+    total
+}
+
+fn insert(c: &mut Criterion) {
+    let mut group = c.benchmark_group("discovery/insert");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(2));
+    for n in [1_000u32, 10_000, 100_000] {
+        // One topic: n remote readers, each in its own partition (so building
+        // stays linear); the inserted writer is compared with all n and
+        // matches none — the pure scan cost of a crowded topic.
+        let mut g = base(MatchScope::LocalOnly);
+        for i in 0..n {
+            let part = format!("p{i}");
+            g.admit_endpoint(ep(2, i, EndpointKind::Reader, 0, Some(&part)))
+                .unwrap();
+        }
+        group.bench_function(BenchmarkId::new("one_topic", n), |b| {
+            b.iter_custom(|iters| {
+                time_inserts(&mut g, iters, |_| {
+                    ep(
+                        u32::from(LOCAL),
+                        1 << 30,
+                        EndpointKind::Writer,
+                        0,
+                        Some("x"),
+                    )
+                })
+            })
+        });
+        // 10k topics: the inserted writer meets only its topic's readers and
+        // matches them (n/20k of them, at least the topic's own).
+        let mut g = base(MatchScope::LocalOnly);
+        for info in spread(n, 10_000) {
+            admit(&mut g, info);
+        }
+        group.bench_function(BenchmarkId::new("10k_topics", n), |b| {
+            b.iter_custom(|iters| {
+                time_inserts(&mut g, iters, |i| {
+                    let topic = (i * 7919 % u64::from((n / 2).min(10_000))) as u32;
+                    ep(u32::from(LOCAL), 1 << 30, EndpointKind::Writer, topic, None)
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+fn build(c: &mut Criterion) {
+    let mut group = c.benchmark_group("discovery/build");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(4));
+    // 100k endpoints, 10k topics, 10 per topic (5 writers, 5 readers); the
+    // global view matches every compatible pair: 25 per topic, 250k in all.
+    let infos = spread(100_000, 10_000);
+    group.bench_function("100k_endpoints_10k_topics_global", |b| {
+        b.iter_batched(
+            || infos.clone(),
+            |infos| {
+                let mut g = base(MatchScope::All);
+                for info in infos {
+                    admit(&mut g, info);
+                }
+                assert_eq!(g.match_count(), 250_000);
+                g
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+fn remove_participant(c: &mut Criterion) {
+    let mut group = c.benchmark_group("discovery/remove_participant");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(2));
+    // Inside a 100k-endpoint graph, a remote participant with 1k readers,
+    // each matched with the 5 local writers of its topic (5k matches).
+    let mut g = base(MatchScope::LocalOnly);
+    for info in spread(100_000, 10_000) {
+        admit(&mut g, info);
+    }
+    let victim = prefix(3);
+    group.bench_function("1k_endpoints_in_100k_graph", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                g.admit_participant(ParticipantInfo::new(victim, "victim"), Time(0))
+                    .unwrap();
+                for e in 0..1_000u32 {
+                    g.admit_endpoint(ep(3, e, EndpointKind::Reader, e * 10, None))
+                        .unwrap();
+                }
+                let t = Instant::now();
+                let removal = g.remove_participant(&victim).unwrap();
+                total += t.elapsed();
+                assert_eq!(removal.matches, 5_000);
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+fn partitions(c: &mut Criterion) {
+    let mut group = c.benchmark_group("discovery/partitions");
+    let writer = Partitions::new(["robot/*", "diagnostics"]).unwrap();
+    let readers = [
+        Partitions::new(["robot/arm"]).unwrap(),
+        Partitions::new(["telemetry", "diagnostics"]).unwrap(),
+        Partitions::new(["robot"]).unwrap(),
+        Partitions::default_partition(),
+    ];
+    group.bench_function("seed_table_4_readers", |b| {
+        b.iter(|| {
+            readers
+                .iter()
+                .filter(|r| partitions_match(black_box(&writer), r))
+                .count()
+        })
+    });
+    // 8 × 8 names of ~40 bytes, patterns on one side, no overlap: the
+    // worst case within the matching scan.
+    let pats =
+        Partitions::new((0..8).map(|i| format!("fleet/{i}/robot/*/sensors/??/raw"))).unwrap();
+    let names =
+        Partitions::new((0..8).map(|i| format!("fleet/{i}/robot/arm-{i}/sensors/00/cooked")))
+            .unwrap();
+    group.bench_function("8x8_patterns_no_overlap", |b| {
+        b.iter(|| partitions_match(black_box(&pats), black_box(&names)))
+    });
+    group.finish();
+}
+
+/// Every discovery bench, in one group.
+fn benches() {
+    let mut c = Criterion::default().configure_from_args();
+    insert(&mut c);
+    build(&mut c);
+    remove_participant(&mut c);
+    partitions(&mut c);
+}
+
+criterion_main!(benches);

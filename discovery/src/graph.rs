@@ -1,0 +1,1158 @@
+//! The discovery graph: participants, endpoints, matches, admission, expiry.
+//!
+//! Storage follows the seed (an array of endpoints with hash indexes beside
+//! it, a set of matched pairs, readers-of-writer and writers-of-reader) with
+//! two changes that remove its O(E) costs:
+//!
+//! * Endpoints live in stable slots (a slab), so removing one invalidates no
+//!   other position and no index needs rebuilding.
+//! * Endpoints are also listed per topic, writers and readers apart, so
+//!   inserting one compares it only with the opposite kind on its own topic.
+//!
+//! Every list that can shrink (per-topic, per-participant, match lists)
+//! removes by swap with the last element, and each element records where it
+//! sits, so removal is O(1) per element. A match is stored once in each
+//! endpoint's list, each half pointing at the other's position, so unlinking
+//! a match touches two lists and no scan. Costs:
+//!
+//! * insert: O(endpoints of the opposite kind on its topic + its matches);
+//! * remove an endpoint: O(1 + its matches);
+//! * expire or remove a participant: O(its endpoints + their matches).
+//!
+//! Determinism: no output depends on hash iteration order. Endpoint ids are an
+//! insertion sequence ([`EndpointId`]); [`DiscoveryGraph::endpoints`] returns
+//! them in insertion order; match lists are in the order matches were made,
+//! and a removal moves the last entry into the gap, the same way on every
+//! machine for the same sequence of operations.
+
+use ahash::{AHashMap, AHashSet};
+use slab::Slab;
+use tracing::{debug, info};
+
+use crate::matching::{self, Incompatibility};
+use crate::qos::QosError;
+use crate::types::{
+    EndpointInfo, EndpointKind, Guid, GuidPrefix, ParticipantInfo, Time, TypesError,
+};
+
+/// An admitted endpoint's identity in one graph: its insertion sequence
+/// number. Handed out only after admission is certain, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EndpointId(pub u64);
+
+/// A capacity-limited table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Table {
+    /// Participants created locally.
+    LocalParticipants,
+    /// Participants heard from the network.
+    RemoteParticipants,
+    /// Writers and readers created locally.
+    LocalEndpoints,
+    /// Writers heard from the network.
+    RemoteWriters,
+    /// Readers heard from the network.
+    RemoteReaders,
+}
+
+impl Table {
+    /// Every table, in counter order.
+    pub const ALL: [Table; 5] = [
+        Self::LocalParticipants,
+        Self::RemoteParticipants,
+        Self::LocalEndpoints,
+        Self::RemoteWriters,
+        Self::RemoteReaders,
+    ];
+}
+
+/// Why an insertion was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RejectCause {
+    /// The table is at capacity and the key is new.
+    TableFull,
+    /// The matches the record would create exceed the match capacity.
+    MatchCapacity,
+    /// A field is out of range.
+    Invalid,
+    /// The endpoint's policies contradict each other.
+    Inconsistent,
+    /// The endpoint's participant is not known.
+    UnknownParticipant,
+    /// A remote record names a local participant, or a local endpoint a
+    /// remote one.
+    WrongLocality,
+    /// A known GUID re-announced as the other endpoint kind.
+    KindChanged,
+}
+
+impl RejectCause {
+    /// Every cause, in counter order.
+    pub const ALL: [RejectCause; 7] = [
+        Self::TableFull,
+        Self::MatchCapacity,
+        Self::Invalid,
+        Self::Inconsistent,
+        Self::UnknownParticipant,
+        Self::WrongLocality,
+        Self::KindChanged,
+    ];
+}
+
+/// A refused insertion. Nothing in the graph changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitError {
+    /// The table is full and the key is new.
+    #[error("{table:?} full ({capacity})")]
+    TableFull {
+        /// Table.
+        table: Table,
+        /// Its capacity.
+        capacity: usize,
+    },
+    /// Admitting would exceed the match capacity.
+    #[error("{table:?} record would bring matches to {would_be}, capacity {capacity}")]
+    MatchCapacity {
+        /// Table of the record.
+        table: Table,
+        /// Matches after admission.
+        would_be: usize,
+        /// Match capacity.
+        capacity: usize,
+    },
+    /// A field out of range.
+    #[error("{table:?} record invalid: {source}")]
+    Invalid {
+        /// Table.
+        table: Table,
+        /// Which field.
+        source: TypesError,
+    },
+    /// Self-contradicting policies.
+    #[error("{table:?} record inconsistent: {source}")]
+    Inconsistent {
+        /// Table.
+        table: Table,
+        /// Which rule.
+        source: QosError,
+    },
+    /// Endpoint of a participant not (yet) known.
+    #[error("{table:?} record of unknown participant {prefix:?}")]
+    UnknownParticipant {
+        /// Table.
+        table: Table,
+        /// The unknown prefix.
+        prefix: GuidPrefix,
+    },
+    /// Locality mismatch between record and participant.
+    #[error("{table:?} record conflicts with participant locality")]
+    WrongLocality {
+        /// Table.
+        table: Table,
+    },
+    /// Known GUID re-announced as the other kind.
+    #[error("{table:?} record changes endpoint kind of {guid:?}")]
+    KindChanged {
+        /// Table.
+        table: Table,
+        /// The GUID.
+        guid: Guid,
+    },
+}
+
+impl AdmitError {
+    /// The table the record was for.
+    pub fn table(&self) -> Table {
+        match *self {
+            Self::TableFull { table, .. }
+            | Self::MatchCapacity { table, .. }
+            | Self::Invalid { table, .. }
+            | Self::Inconsistent { table, .. }
+            | Self::UnknownParticipant { table, .. }
+            | Self::WrongLocality { table }
+            | Self::KindChanged { table, .. } => table,
+        }
+    }
+    /// The cause, for counting.
+    pub fn cause(&self) -> RejectCause {
+        match self {
+            Self::TableFull { .. } => RejectCause::TableFull,
+            Self::MatchCapacity { .. } => RejectCause::MatchCapacity,
+            Self::Invalid { .. } => RejectCause::Invalid,
+            Self::Inconsistent { .. } => RejectCause::Inconsistent,
+            Self::UnknownParticipant { .. } => RejectCause::UnknownParticipant,
+            Self::WrongLocality { .. } => RejectCause::WrongLocality,
+            Self::KindChanged { .. } => RejectCause::KindChanged,
+        }
+    }
+}
+
+/// Rejection counters by table and cause.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RejectionCounters {
+    counts: [[u64; RejectCause::ALL.len()]; Table::ALL.len()],
+}
+
+impl RejectionCounters {
+    /// Rejections of `table` records for `cause`.
+    pub fn get(&self, table: Table, cause: RejectCause) -> u64 {
+        self.counts[table as usize][cause as usize]
+    }
+    /// All rejections of `table` records.
+    pub fn table_total(&self, table: Table) -> u64 {
+        self.counts[table as usize].iter().sum()
+    }
+    /// All rejections.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().flatten().sum()
+    }
+    fn record(&mut self, e: &AdmitError) {
+        let c = &mut self.counts[e.table() as usize][e.cause() as usize];
+        *c = c.saturating_add(1);
+    }
+}
+
+/// Capacity of every table. Occupancy never exceeds these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacities {
+    /// Local participants.
+    pub local_participants: usize,
+    /// Remote participants.
+    pub remote_participants: usize,
+    /// Local writers and readers together.
+    pub local_endpoints: usize,
+    /// Remote writers.
+    pub remote_writers: usize,
+    /// Remote readers.
+    pub remote_readers: usize,
+    /// Stored matches (the seed's "local matches": with
+    /// [`MatchScope::LocalOnly`] every match has a local side).
+    pub matches: usize,
+}
+
+impl Default for Capacities {
+    fn default() -> Self {
+        Self {
+            local_participants: 16,
+            remote_participants: 1024,
+            local_endpoints: 4096,
+            remote_writers: 65_536,
+            remote_readers: 65_536,
+            matches: 262_144,
+        }
+    }
+}
+
+/// Which pairs the graph matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MatchScope {
+    /// Only pairs with at least one local endpoint: what a participant needs.
+    #[default]
+    LocalOnly,
+    /// Every compatible pair, remote-remote included: a global view, for
+    /// monitoring tools.
+    All,
+}
+
+/// Graph configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GraphConfig {
+    /// Table capacities.
+    pub capacities: Capacities,
+    /// Which pairs are matched.
+    pub scope: MatchScope,
+}
+
+/// Result of admitting a participant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParticipantAdmission {
+    /// A new participant.
+    Inserted,
+    /// A known participant's record replaced and its lease renewed.
+    Refreshed,
+}
+
+/// Result of admitting an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointAdmission {
+    /// The endpoint's id in this graph.
+    pub id: EndpointId,
+    /// True if the GUID was already known and its record replaced in place.
+    pub replaced: bool,
+    /// Peers newly matched with it, in match order.
+    pub matched: Vec<EndpointId>,
+    /// Peers no longer matched because the replacement changed policies.
+    pub unmatched: Vec<EndpointId>,
+}
+
+/// What a removal or expiry took out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Removal {
+    /// Participants removed, in prefix order.
+    pub participants: Vec<GuidPrefix>,
+    /// Endpoints removed, in removal order.
+    pub endpoints: Vec<(EndpointId, Guid)>,
+    /// Matches removed.
+    pub matches: usize,
+}
+
+/// One half of a match: the peer's slot and where the other half sits in the
+/// peer's list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MatchRef {
+    peer: u32,
+    peer_pos: u32,
+}
+
+#[derive(Debug)]
+struct ParticipantEntry {
+    info: ParticipantInfo,
+    local: bool,
+    /// When the lease runs out; `Time(u64::MAX)` for infinite or local.
+    expires_at: Time,
+    /// Slots of its endpoints.
+    endpoints: Vec<u32>,
+}
+
+#[derive(Debug)]
+struct EndpointEntry {
+    id: EndpointId,
+    info: EndpointInfo,
+    local: bool,
+    participant: u32,
+    pos_in_participant: u32,
+    topic: u32,
+    pos_in_topic: u32,
+    matches: Vec<MatchRef>,
+}
+
+#[derive(Debug)]
+struct TopicEntry {
+    name: crate::types::TopicName,
+    writers: Vec<u32>,
+    readers: Vec<u32>,
+}
+
+impl TopicEntry {
+    fn list_mut(&mut self, kind: EndpointKind) -> &mut Vec<u32> {
+        match kind {
+            EndpointKind::Writer => &mut self.writers,
+            EndpointKind::Reader => &mut self.readers,
+        }
+    }
+    fn list(&self, kind: EndpointKind) -> &[u32] {
+        match kind {
+            EndpointKind::Writer => &self.writers,
+            EndpointKind::Reader => &self.readers,
+        }
+    }
+}
+
+fn opposite(kind: EndpointKind) -> EndpointKind {
+    match kind {
+        EndpointKind::Writer => EndpointKind::Reader,
+        EndpointKind::Reader => EndpointKind::Writer,
+    }
+}
+
+/// The fields whose change can change matches.
+fn same_matching_fields(a: &EndpointInfo, b: &EndpointInfo) -> bool {
+    a.topic == b.topic
+        && a.type_name == b.type_name
+        && a.type_hash == b.type_hash
+        && a.partitions == b.partitions
+        && a.qos == b.qos
+}
+
+/// Slab keys fit u32 because every table's capacity is far below 2^32.
+fn slot(k: usize) -> u32 {
+    u32::try_from(k).expect("slab key beyond u32: capacities are configured far below")
+}
+
+/// The discovery graph of one process: its own participants and endpoints and
+/// everything heard about others, with the matches between them.
+#[derive(Debug)]
+pub struct DiscoveryGraph {
+    config: GraphConfig,
+    participants: Slab<ParticipantEntry>,
+    by_prefix: AHashMap<GuidPrefix, u32>,
+    endpoints: Slab<EndpointEntry>,
+    by_id: AHashMap<EndpointId, u32>,
+    by_guid: AHashMap<Guid, u32>,
+    topics: Slab<TopicEntry>,
+    by_topic: AHashMap<crate::types::TopicName, u32>,
+    /// (writer, reader) pairs: the seed's guard against matching twice.
+    matched: AHashSet<(EndpointId, EndpointId)>,
+    occupancy: [usize; Table::ALL.len()],
+    next_id: u64,
+    rejections: RejectionCounters,
+    /// Reused buffer for the candidate scan, so admission allocates only
+    /// what it stores.
+    scratch: Vec<u32>,
+}
+
+impl DiscoveryGraph {
+    /// An empty graph.
+    pub fn new(config: GraphConfig) -> Self {
+        Self {
+            config,
+            participants: Slab::new(),
+            by_prefix: AHashMap::default(),
+            endpoints: Slab::new(),
+            by_id: AHashMap::default(),
+            by_guid: AHashMap::default(),
+            topics: Slab::new(),
+            by_topic: AHashMap::default(),
+            matched: AHashSet::default(),
+            occupancy: [0; Table::ALL.len()],
+            next_id: 0,
+            rejections: RejectionCounters::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GraphConfig {
+        &self.config
+    }
+
+    fn capacity(&self, table: Table) -> usize {
+        let c = &self.config.capacities;
+        match table {
+            Table::LocalParticipants => c.local_participants,
+            Table::RemoteParticipants => c.remote_participants,
+            Table::LocalEndpoints => c.local_endpoints,
+            Table::RemoteWriters => c.remote_writers,
+            Table::RemoteReaders => c.remote_readers,
+        }
+    }
+
+    /// Current occupancy of a table.
+    pub fn occupancy(&self, table: Table) -> usize {
+        self.occupancy[table as usize]
+    }
+
+    /// Number of stored matches.
+    pub fn match_count(&self) -> usize {
+        self.matched.len()
+    }
+
+    /// Rejection counters by table and cause.
+    pub fn rejections(&self) -> &RejectionCounters {
+        &self.rejections
+    }
+
+    fn reject<T>(&mut self, e: AdmitError) -> Result<T, AdmitError> {
+        debug!(error = %e, "discovery record rejected");
+        self.rejections.record(&e);
+        Err(e)
+    }
+
+    // ---------------------------------------------------------------- participants
+
+    /// Registers one of this process's own participants. Local participants
+    /// never expire.
+    pub fn add_local_participant(
+        &mut self,
+        info: ParticipantInfo,
+    ) -> Result<ParticipantAdmission, AdmitError> {
+        self.admit_participant_inner(info, true, Time(u64::MAX))
+    }
+
+    /// Admit-Record for a participant announcement heard at `now`: a known
+    /// prefix is replaced in place and its lease renewed even when the table
+    /// is full; a new one needs room.
+    pub fn admit_participant(
+        &mut self,
+        info: ParticipantInfo,
+        now: Time,
+    ) -> Result<ParticipantAdmission, AdmitError> {
+        let expires_at = now.saturating_add(info.lease_duration);
+        self.admit_participant_inner(info, false, expires_at)
+    }
+
+    fn admit_participant_inner(
+        &mut self,
+        info: ParticipantInfo,
+        local: bool,
+        expires_at: Time,
+    ) -> Result<ParticipantAdmission, AdmitError> {
+        let table = if local {
+            Table::LocalParticipants
+        } else {
+            Table::RemoteParticipants
+        };
+        if let Err(source) = info.validate() {
+            return self.reject(AdmitError::Invalid { table, source });
+        }
+        if let Some(&ps) = self.by_prefix.get(&info.prefix) {
+            let entry = &mut self.participants[ps as usize];
+            if entry.local != local {
+                return self.reject(AdmitError::WrongLocality { table });
+            }
+            entry.info = info;
+            entry.expires_at = expires_at;
+            return Ok(ParticipantAdmission::Refreshed);
+        }
+        let capacity = self.capacity(table);
+        if self.occupancy[table as usize] >= capacity {
+            return self.reject(AdmitError::TableFull { table, capacity });
+        }
+        let prefix = info.prefix;
+        let ps = slot(self.participants.insert(ParticipantEntry {
+            info,
+            local,
+            expires_at,
+            endpoints: Vec::new(),
+        }));
+        self.by_prefix.insert(prefix, ps);
+        self.occupancy[table as usize] += 1;
+        debug!(?prefix, local, "participant admitted");
+        Ok(ParticipantAdmission::Inserted)
+    }
+
+    /// The participant with this prefix, if known.
+    pub fn participant(&self, prefix: &GuidPrefix) -> Option<&ParticipantInfo> {
+        self.by_prefix
+            .get(prefix)
+            .map(|&ps| &self.participants[ps as usize].info)
+    }
+
+    /// True if the prefix belongs to a known participant.
+    pub fn knows_participant(&self, prefix: &GuidPrefix) -> bool {
+        self.by_prefix.contains_key(prefix)
+    }
+
+    /// True if the prefix belongs to a local participant.
+    pub fn is_local_participant(&self, prefix: &GuidPrefix) -> bool {
+        self.by_prefix
+            .get(prefix)
+            .is_some_and(|&ps| self.participants[ps as usize].local)
+    }
+
+    /// Known participant prefixes, sorted.
+    pub fn participant_prefixes(&self) -> Vec<GuidPrefix> {
+        let mut v: Vec<GuidPrefix> = self
+            .participants
+            .iter()
+            .map(|(_, p)| p.info.prefix)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Removes a participant with all its endpoints and their matches:
+    /// O(its endpoints + their matches). `None` if unknown.
+    pub fn remove_participant(&mut self, prefix: &GuidPrefix) -> Option<Removal> {
+        let mut removal = Removal::default();
+        self.remove_participant_into(prefix, &mut removal)
+            .then_some(removal)
+    }
+
+    fn remove_participant_into(&mut self, prefix: &GuidPrefix, out: &mut Removal) -> bool {
+        let Some(ps) = self.by_prefix.remove(prefix) else {
+            return false;
+        };
+        // Popping from the end means no swap inside the participant's list.
+        while let Some(&es) = self.participants[ps as usize].endpoints.last() {
+            let (id, guid, n) = self.remove_endpoint_slot(es);
+            out.endpoints.push((id, guid));
+            out.matches += n;
+        }
+        let entry = self.participants.remove(ps as usize);
+        let table = if entry.local {
+            Table::LocalParticipants
+        } else {
+            Table::RemoteParticipants
+        };
+        self.occupancy[table as usize] -= 1;
+        out.participants.push(*prefix);
+        true
+    }
+
+    /// Removes every remote participant whose lease ended before `now`, with
+    /// all their endpoints and matches, in one call. Local participants and
+    /// infinite leases never expire.
+    pub fn expire(&mut self, now: Time) -> Removal {
+        let mut expired: Vec<GuidPrefix> = self
+            .participants
+            .iter()
+            .filter(|(_, p)| !p.local && p.expires_at < now)
+            .map(|(_, p)| p.info.prefix)
+            .collect();
+        expired.sort_unstable();
+        let mut removal = Removal::default();
+        for prefix in &expired {
+            self.remove_participant_into(prefix, &mut removal);
+        }
+        if !expired.is_empty() {
+            info!(
+                participants = removal.participants.len(),
+                endpoints = removal.endpoints.len(),
+                matches = removal.matches,
+                "participants expired"
+            );
+        }
+        removal
+    }
+
+    // ---------------------------------------------------------------- endpoints
+
+    /// Adds one of this process's own endpoints (its participant must have
+    /// been added with [`DiscoveryGraph::add_local_participant`]).
+    pub fn add_local_endpoint(
+        &mut self,
+        info: EndpointInfo,
+    ) -> Result<EndpointAdmission, AdmitError> {
+        self.admit_endpoint_inner(info, true)
+    }
+
+    /// Admit-Record for an endpoint announcement from the network. Its
+    /// participant must be known first: knowing an endpoint implies having
+    /// known its participant.
+    pub fn admit_endpoint(&mut self, info: EndpointInfo) -> Result<EndpointAdmission, AdmitError> {
+        self.admit_endpoint_inner(info, false)
+    }
+
+    fn admit_endpoint_inner(
+        &mut self,
+        info: EndpointInfo,
+        local: bool,
+    ) -> Result<EndpointAdmission, AdmitError> {
+        let table = match (local, info.kind) {
+            (true, _) => Table::LocalEndpoints,
+            (false, EndpointKind::Writer) => Table::RemoteWriters,
+            (false, EndpointKind::Reader) => Table::RemoteReaders,
+        };
+        let prefix = info.guid.prefix;
+        let Some(&ps) = self.by_prefix.get(&prefix) else {
+            return self.reject(AdmitError::UnknownParticipant { table, prefix });
+        };
+        if self.participants[ps as usize].local != local {
+            return self.reject(AdmitError::WrongLocality { table });
+        }
+        if let Err(source) = info.validate() {
+            return self.reject(AdmitError::Invalid { table, source });
+        }
+        // The seed's Consistent: rejected before it enters any scan.
+        if let Err(source) = info.qos.consistent() {
+            return self.reject(AdmitError::Inconsistent { table, source });
+        }
+        if let Some(&es) = self.by_guid.get(&info.guid) {
+            return self.replace_endpoint(es, info, table);
+        }
+        let capacity = self.capacity(table);
+        if self.occupancy[table as usize] >= capacity {
+            return self.reject(AdmitError::TableFull { table, capacity });
+        }
+        // Count-New-Matches before anything is written.
+        let mut cands = std::mem::take(&mut self.scratch);
+        self.candidates(&info, local, None, &mut cands);
+        let would_be = self.matched.len() + cands.len();
+        if would_be > self.config.capacities.matches {
+            cands.clear();
+            self.scratch = cands;
+            let capacity = self.config.capacities.matches;
+            return self.reject(AdmitError::MatchCapacity {
+                table,
+                would_be,
+                capacity,
+            });
+        }
+        // Fresh-Id: spent only now that admission is certain.
+        let id = EndpointId(self.next_id);
+        self.next_id += 1;
+        let guid = info.guid;
+        let kind = info.kind;
+        let ts = self.topic_slot(&info.topic);
+        let es = slot(self.endpoints.vacant_key());
+        let pos_in_topic = slot(self.topics[ts as usize].list(kind).len());
+        self.topics[ts as usize].list_mut(kind).push(es);
+        let pos_in_participant = slot(self.participants[ps as usize].endpoints.len());
+        self.participants[ps as usize].endpoints.push(es);
+        let inserted = self.endpoints.insert(EndpointEntry {
+            id,
+            info,
+            local,
+            participant: ps,
+            pos_in_participant,
+            topic: ts,
+            pos_in_topic,
+            matches: Vec::with_capacity(cands.len()),
+        });
+        debug_assert_eq!(slot(inserted), es);
+        self.by_id.insert(id, es);
+        self.by_guid.insert(guid, es);
+        self.occupancy[table as usize] += 1;
+        let mut matched = Vec::with_capacity(cands.len());
+        for &peer in &cands {
+            self.link(es, peer);
+            matched.push(self.endpoints[peer as usize].id);
+        }
+        cands.clear();
+        self.scratch = cands;
+        Ok(EndpointAdmission {
+            id,
+            replaced: false,
+            matched,
+            unmatched: Vec::new(),
+        })
+    }
+
+    /// Compatible peers for `info` on its topic, in topic-list order.
+    /// `exclude` skips the endpoint's own slot when it is being replaced.
+    fn candidates(
+        &self,
+        info: &EndpointInfo,
+        local: bool,
+        exclude: Option<u32>,
+        out: &mut Vec<u32>,
+    ) {
+        out.clear();
+        let Some(&ts) = self.by_topic.get(&info.topic) else {
+            return;
+        };
+        let need_local = self.config.scope == MatchScope::LocalOnly && !local;
+        for &ps in self.topics[ts as usize].list(opposite(info.kind)) {
+            if Some(ps) == exclude {
+                continue;
+            }
+            let peer = &self.endpoints[ps as usize];
+            if need_local && !peer.local {
+                continue;
+            }
+            let ok = match info.kind {
+                EndpointKind::Writer => matching::compatible_on_topic(info, &peer.info),
+                EndpointKind::Reader => matching::compatible_on_topic(&peer.info, info),
+            };
+            if ok {
+                out.push(ps);
+            }
+        }
+    }
+
+    fn topic_slot(&mut self, name: &crate::types::TopicName) -> u32 {
+        if let Some(&ts) = self.by_topic.get(name) {
+            return ts;
+        }
+        let ts = slot(self.topics.insert(TopicEntry {
+            name: name.clone(),
+            writers: Vec::new(),
+            readers: Vec::new(),
+        }));
+        self.by_topic.insert(name.clone(), ts);
+        ts
+    }
+
+    fn pair_ids(&self, a: u32, b: u32) -> (EndpointId, EndpointId) {
+        let (ea, eb) = (&self.endpoints[a as usize], &self.endpoints[b as usize]);
+        match ea.info.kind {
+            EndpointKind::Writer => (ea.id, eb.id),
+            EndpointKind::Reader => (eb.id, ea.id),
+        }
+    }
+
+    /// Records a match in both directions and in the matched set.
+    fn link(&mut self, a: u32, b: u32) {
+        let pair = self.pair_ids(a, b);
+        if !self.matched.insert(pair) {
+            return;
+        }
+        let pos_a = slot(self.endpoints[a as usize].matches.len());
+        let pos_b = slot(self.endpoints[b as usize].matches.len());
+        self.endpoints[a as usize].matches.push(MatchRef {
+            peer: b,
+            peer_pos: pos_b,
+        });
+        self.endpoints[b as usize].matches.push(MatchRef {
+            peer: a,
+            peer_pos: pos_a,
+        });
+    }
+
+    /// Removes the match at position `i` of slot `s`'s list from both lists
+    /// and the matched set, fixing the back-pointers of entries moved by the
+    /// swap-removals. O(1).
+    fn unlink(&mut self, s: u32, i: usize) {
+        let m = self.endpoints[s as usize].matches.swap_remove(i);
+        if let Some(&moved) = self.endpoints[s as usize].matches.get(i) {
+            self.endpoints[moved.peer as usize].matches[moved.peer_pos as usize].peer_pos = slot(i);
+        }
+        let pp = m.peer_pos as usize;
+        self.endpoints[m.peer as usize].matches.swap_remove(pp);
+        if let Some(&moved) = self.endpoints[m.peer as usize].matches.get(pp) {
+            self.endpoints[moved.peer as usize].matches[moved.peer_pos as usize].peer_pos =
+                slot(pp);
+        }
+        let pair = self.pair_ids(s, m.peer);
+        self.matched.remove(&pair);
+    }
+
+    fn replace_endpoint(
+        &mut self,
+        es: u32,
+        info: EndpointInfo,
+        table: Table,
+    ) -> Result<EndpointAdmission, AdmitError> {
+        let entry = &self.endpoints[es as usize];
+        let id = entry.id;
+        if entry.info.kind != info.kind {
+            let guid = info.guid;
+            return self.reject(AdmitError::KindChanged { table, guid });
+        }
+        if same_matching_fields(&entry.info, &info) {
+            // A refresh: only addresses may differ. Matches stand.
+            self.endpoints[es as usize].info = info;
+            return Ok(EndpointAdmission {
+                id,
+                replaced: true,
+                matched: Vec::new(),
+                unmatched: Vec::new(),
+            });
+        }
+        let local = entry.local;
+        let mut cands = std::mem::take(&mut self.scratch);
+        self.candidates(&info, local, Some(es), &mut cands);
+        let new_set: AHashSet<u32> = cands.iter().copied().collect();
+        let old: Vec<u32> = self.endpoints[es as usize]
+            .matches
+            .iter()
+            .map(|m| m.peer)
+            .collect();
+        let old_set: AHashSet<u32> = old.iter().copied().collect();
+        let removed = old.iter().filter(|p| !new_set.contains(p)).count();
+        let added = cands.iter().filter(|p| !old_set.contains(p)).count();
+        let would_be = self.matched.len() - removed + added;
+        if added > removed && would_be > self.config.capacities.matches {
+            cands.clear();
+            self.scratch = cands;
+            let capacity = self.config.capacities.matches;
+            return self.reject(AdmitError::MatchCapacity {
+                table,
+                would_be,
+                capacity,
+            });
+        }
+        // Unmatch first, walking from the end so positions stay valid.
+        let mut unmatched = Vec::with_capacity(removed);
+        let mut i = self.endpoints[es as usize].matches.len();
+        while i > 0 {
+            i -= 1;
+            let peer = self.endpoints[es as usize].matches[i].peer;
+            if !new_set.contains(&peer) {
+                unmatched.push(self.endpoints[peer as usize].id);
+                self.unlink(es, i);
+            }
+        }
+        unmatched.reverse();
+        if self.endpoints[es as usize].info.topic != info.topic {
+            self.detach_from_topic(es);
+            let ts = self.topic_slot(&info.topic);
+            let kind = info.kind;
+            let pos = slot(self.topics[ts as usize].list(kind).len());
+            self.topics[ts as usize].list_mut(kind).push(es);
+            let e = &mut self.endpoints[es as usize];
+            e.topic = ts;
+            e.pos_in_topic = pos;
+        }
+        self.endpoints[es as usize].info = info;
+        let mut matched = Vec::with_capacity(added);
+        for &peer in &cands {
+            if !old_set.contains(&peer) {
+                self.link(es, peer);
+                matched.push(self.endpoints[peer as usize].id);
+            }
+        }
+        cands.clear();
+        self.scratch = cands;
+        Ok(EndpointAdmission {
+            id,
+            replaced: true,
+            matched,
+            unmatched,
+        })
+    }
+
+    fn detach_from_topic(&mut self, es: u32) {
+        let e = &self.endpoints[es as usize];
+        let (ts, pos, kind) = (e.topic, e.pos_in_topic as usize, e.info.kind);
+        let topic = &mut self.topics[ts as usize];
+        let list = topic.list_mut(kind);
+        list.swap_remove(pos);
+        if let Some(&moved) = list.get(pos) {
+            self.endpoints[moved as usize].pos_in_topic = slot(pos);
+        }
+        let topic = &self.topics[ts as usize];
+        if topic.writers.is_empty() && topic.readers.is_empty() {
+            let t = self.topics.remove(ts as usize);
+            self.by_topic.remove(&t.name);
+        }
+    }
+
+    /// Removes the endpoint in slot `es` with its matches; returns its id,
+    /// GUID and the number of matches removed.
+    fn remove_endpoint_slot(&mut self, es: u32) -> (EndpointId, Guid, usize) {
+        let n = self.endpoints[es as usize].matches.len();
+        // Unlinking the last entry moves nothing within this endpoint's list.
+        for i in (0..n).rev() {
+            self.unlink(es, i);
+        }
+        self.detach_from_topic(es);
+        let e = self.endpoints.remove(es as usize);
+        let plist = &mut self.participants[e.participant as usize].endpoints;
+        let pos = e.pos_in_participant as usize;
+        plist.swap_remove(pos);
+        if let Some(&moved) = plist.get(pos) {
+            self.endpoints[moved as usize].pos_in_participant = slot(pos);
+        }
+        self.by_id.remove(&e.id);
+        self.by_guid.remove(&e.info.guid);
+        let table = match (e.local, e.info.kind) {
+            (true, _) => Table::LocalEndpoints,
+            (false, EndpointKind::Writer) => Table::RemoteWriters,
+            (false, EndpointKind::Reader) => Table::RemoteReaders,
+        };
+        self.occupancy[table as usize] -= 1;
+        (e.id, e.info.guid, n)
+    }
+
+    /// Removes one endpoint (a local deletion or a peer's dispose
+    /// announcement): O(1 + its matches). Returns the number of matches
+    /// removed, or `None` if unknown.
+    pub fn remove_endpoint(&mut self, guid: &Guid) -> Option<usize> {
+        let es = *self.by_guid.get(guid)?;
+        Some(self.remove_endpoint_slot(es).2)
+    }
+
+    // ---------------------------------------------------------------- queries
+
+    /// The id of the endpoint with this GUID.
+    pub fn endpoint_id(&self, guid: &Guid) -> Option<EndpointId> {
+        self.by_guid
+            .get(guid)
+            .map(|&es| self.endpoints[es as usize].id)
+    }
+
+    /// The record of an endpoint.
+    pub fn endpoint(&self, id: EndpointId) -> Option<&EndpointInfo> {
+        self.by_id
+            .get(&id)
+            .map(|&es| &self.endpoints[es as usize].info)
+    }
+
+    /// True if the endpoint belongs to a local participant.
+    pub fn is_local(&self, id: EndpointId) -> Option<bool> {
+        self.by_id
+            .get(&id)
+            .map(|&es| self.endpoints[es as usize].local)
+    }
+
+    /// Number of endpoints stored.
+    pub fn endpoint_count(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// Every endpoint id in insertion order. O(E log E).
+    pub fn endpoints(&self) -> Vec<EndpointId> {
+        let mut v: Vec<EndpointId> = self.endpoints.iter().map(|(_, e)| e.id).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Ids of a participant's endpoints, in insertion order.
+    pub fn endpoints_of(&self, prefix: &GuidPrefix) -> Vec<EndpointId> {
+        let Some(&ps) = self.by_prefix.get(prefix) else {
+            return Vec::new();
+        };
+        let mut v: Vec<EndpointId> = self.participants[ps as usize]
+            .endpoints
+            .iter()
+            .map(|&es| self.endpoints[es as usize].id)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn peers(&self, id: EndpointId, kind: EndpointKind) -> impl Iterator<Item = EndpointId> + '_ {
+        self.by_id
+            .get(&id)
+            .filter(|&&es| self.endpoints[es as usize].info.kind == kind)
+            .into_iter()
+            .flat_map(move |&es| self.endpoints[es as usize].matches.iter())
+            .map(move |m| self.endpoints[m.peer as usize].id)
+    }
+
+    /// The readers matched with a writer: a single lookup, no search.
+    pub fn readers_of(&self, writer: EndpointId) -> impl Iterator<Item = EndpointId> + '_ {
+        self.peers(writer, EndpointKind::Writer)
+    }
+
+    /// The writers matched with a reader.
+    pub fn writers_of(&self, reader: EndpointId) -> impl Iterator<Item = EndpointId> + '_ {
+        self.peers(reader, EndpointKind::Reader)
+    }
+
+    /// True if the writer and reader are matched.
+    pub fn is_matched(&self, writer: EndpointId, reader: EndpointId) -> bool {
+        self.matched.contains(&(writer, reader))
+    }
+
+    /// Every matched (writer, reader) pair, sorted.
+    pub fn matches(&self) -> Vec<(EndpointId, EndpointId)> {
+        let mut v: Vec<_> = self.matched.iter().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Why two endpoints of this graph are not matched (in either order);
+    /// `Ok(())` if they are compatible — and then they are matched.
+    pub fn explain(&self, a: EndpointId, b: EndpointId) -> Result<(), Vec<Incompatibility>> {
+        let (Some(&sa), Some(&sb)) = (self.by_id.get(&a), self.by_id.get(&b)) else {
+            return Err(vec![Incompatibility::UnknownEndpoint]);
+        };
+        let (ea, eb) = (&self.endpoints[sa as usize], &self.endpoints[sb as usize]);
+        let (w, r) = match (ea.info.kind, eb.info.kind) {
+            (EndpointKind::Reader, EndpointKind::Writer) => (eb, ea),
+            _ => (ea, eb),
+        };
+        let mut why = match matching::explain(&w.info, &r.info) {
+            Ok(()) => Vec::new(),
+            Err(v) => v,
+        };
+        if self.config.scope == MatchScope::LocalOnly && !w.local && !r.local {
+            why.push(Incompatibility::NoLocalSide);
+        }
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(why)
+        }
+    }
+
+    /// [`DiscoveryGraph::explain`] by GUID: "why don't these match?".
+    pub fn why_not_matched(&self, a: &Guid, b: &Guid) -> Result<(), Vec<Incompatibility>> {
+        match (self.endpoint_id(a), self.endpoint_id(b)) {
+            (Some(a), Some(b)) => self.explain(a, b),
+            _ => Err(vec![Incompatibility::UnknownEndpoint]),
+        }
+    }
+
+    /// Checks every internal invariant: indexes agree with storage, every
+    /// endpoint's participant is known, matches are symmetric, within scope
+    /// and compatible, occupancy within capacity. O(E + M). For tests and
+    /// debugging; returns the first violation found.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut occ = [0usize; Table::ALL.len()];
+        for (_, p) in &self.participants {
+            let t = if p.local {
+                Table::LocalParticipants
+            } else {
+                Table::RemoteParticipants
+            };
+            occ[t as usize] += 1;
+            if self.by_prefix.get(&p.info.prefix).is_none() {
+                return Err(format!("participant {:?} not indexed", p.info.prefix));
+            }
+        }
+        let mut half_matches = 0usize;
+        for (k, e) in &self.endpoints {
+            let es = slot(k);
+            let t = match (e.local, e.info.kind) {
+                (true, _) => Table::LocalEndpoints,
+                (false, EndpointKind::Writer) => Table::RemoteWriters,
+                (false, EndpointKind::Reader) => Table::RemoteReaders,
+            };
+            occ[t as usize] += 1;
+            if self.by_id.get(&e.id) != Some(&es) || self.by_guid.get(&e.info.guid) != Some(&es) {
+                return Err(format!("endpoint {:?} index mismatch", e.id));
+            }
+            let Some(p) = self.participants.get(e.participant as usize) else {
+                return Err(format!("endpoint {:?} before its participant", e.id));
+            };
+            if p.info.prefix != e.info.guid.prefix
+                || p.endpoints.get(e.pos_in_participant as usize) != Some(&es)
+                || self.by_prefix.get(&e.info.guid.prefix) != Some(&e.participant)
+            {
+                return Err(format!("endpoint {:?} participant link broken", e.id));
+            }
+            let topic = &self.topics[e.topic as usize];
+            if topic.name != e.info.topic
+                || topic.list(e.info.kind).get(e.pos_in_topic as usize) != Some(&es)
+            {
+                return Err(format!("endpoint {:?} topic link broken", e.id));
+            }
+            for (i, m) in e.matches.iter().enumerate() {
+                half_matches += 1;
+                let Some(peer) = self.endpoints.get(m.peer as usize) else {
+                    return Err(format!("endpoint {:?} matched with a vacant slot", e.id));
+                };
+                let back = peer.matches.get(m.peer_pos as usize);
+                if back
+                    != Some(&MatchRef {
+                        peer: es,
+                        peer_pos: slot(i),
+                    })
+                {
+                    return Err(format!("match {:?}-{:?} not symmetric", e.id, peer.id));
+                }
+                let (w, r) = match e.info.kind {
+                    EndpointKind::Writer => (e, peer),
+                    EndpointKind::Reader => (peer, e),
+                };
+                if !self.matched.contains(&(w.id, r.id)) || !matching::compatible(&w.info, &r.info)
+                {
+                    return Err(format!(
+                        "match {:?}-{:?} not recorded or incompatible",
+                        w.id, r.id
+                    ));
+                }
+                if self.config.scope == MatchScope::LocalOnly && !w.local && !r.local {
+                    return Err(format!("match {:?}-{:?} has no local side", w.id, r.id));
+                }
+            }
+        }
+        if half_matches != 2 * self.matched.len() {
+            return Err(format!(
+                "{} match halves for {} matches",
+                half_matches,
+                self.matched.len()
+            ));
+        }
+        if occ != self.occupancy {
+            return Err(format!(
+                "occupancy {:?} != counted {:?}",
+                self.occupancy, occ
+            ));
+        }
+        for t in Table::ALL {
+            if occ[t as usize] > self.capacity(t) {
+                return Err(format!("{t:?} over capacity"));
+            }
+        }
+        if self.matched.len() > self.config.capacities.matches {
+            return Err("matches over capacity".into());
+        }
+        for (_, t) in &self.topics {
+            if t.writers.is_empty() && t.readers.is_empty() {
+                return Err(format!("empty topic {:?} kept", t.name));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod footprint {
+    use std::mem::size_of;
+
+    /// The crate docs state these sizes; growing a struct must update them.
+    #[test]
+    fn sizes_match_crate_docs() {
+        assert!(size_of::<super::EndpointEntry>() <= 296);
+        assert_eq!(size_of::<super::MatchRef>(), 8);
+        assert_eq!(size_of::<(super::EndpointId, super::EndpointId)>(), 16);
+        assert_eq!(size_of::<(super::EndpointId, u32)>(), 16);
+        assert_eq!(size_of::<(crate::types::Guid, u32)>(), 20);
+        assert!(size_of::<super::TopicEntry>() <= 72);
+    }
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Writes the fuzz seed corpus for frame_decode from shared/protocol/vectors.txt.
+
+Every plaintext frame in the vectors file (handshake frames and the decrypted frames of the
+secured captures) becomes one seed, plus each V4 direction as one stream of frames in a row.
+Usage: python3 mesh/fuzz/seed_corpus.py [path/to/vectors.txt]
+"""
+import os
+import re
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+default = os.environ.get("SHOAL_SHARED_DIR", os.path.join(here, "..", "..", "..", "shared"))
+path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(default, "protocol", "vectors.txt")
+out_dir = os.path.join(here, "corpus", "frame_decode")
+os.makedirs(out_dir, exist_ok=True)
+
+lines = open(path).read().splitlines()
+header = re.compile(r"^\[(\w->\w) (#\d+|rec \d+)\] (?:.* -> )?(\w+) \(")
+hexline = re.compile(r"^    [0-9a-f]+$")
+section, i, streams, count = "", 0, {}, 0
+while i < len(lines):
+    line = lines[i]
+    if re.match(r"^V\d ", line):
+        section = line.split()[0]
+    m = header.match(line)
+    if not m:
+        i += 1
+        continue
+    i += 1
+    if "rec" in m.group(2):
+        while not lines[i].strip().startswith("decrypted frame hex:"):
+            i += 1
+        i += 1
+    blob = ""
+    while i < len(lines) and hexline.match(lines[i]):
+        blob += lines[i].strip()
+        i += 1
+    data = bytes.fromhex(blob)
+    name = f"{section}-{m.group(1).replace('->', '')}-{m.group(2).replace('#', '').replace(' ', '')}-{m.group(3)}"
+    with open(os.path.join(out_dir, name), "wb") as f:
+        f.write(data)
+    count += 1
+    if section == "V4":
+        streams.setdefault(m.group(1), b"")
+        streams[m.group(1)] += data
+for direction, data in streams.items():
+    with open(os.path.join(out_dir, f"V4-stream-{direction.replace('->', '')}"), "wb") as f:
+        f.write(data)
+# A Hello carrying Shoal's extension block (magic, version 1, features 0, empty tail), so the
+# fuzzer starts from the extension decoder too.
+hello = open(os.path.join(out_dir, "V4-AB-0-Hello"), "rb").read()
+ext = b"SHOL" + bytes([1]) + (0).to_bytes(8, "big") + (0).to_bytes(2, "big")
+body = hello[4:] + ext
+with open(os.path.join(out_dir, "shoal-ext-Hello"), "wb") as f:
+    f.write(len(body).to_bytes(4, "big") + body)
+count += 1
+print(f"wrote {count + len(streams)} seeds to {out_dir}")

@@ -1,0 +1,450 @@
+//! Mesh settings: every knob of `mesh-v1.md` with the C++ library's defaults, plus the few
+//! ceilings Shoal adds so that every table stays bounded.
+//!
+//! Loadable from TOML (`#[serde(default)]`, so a file names only what it changes; durations are
+//! written in milliseconds with an `_ms` suffix), buildable with [`MeshConfigBuilder`], and
+//! checked by [`MeshConfig::validate`].
+//!
+//! Settings the C++ library does not document and Shoal had to pick:
+//! - `membership_interval_ms = 2000`: a node re-floods its adjacency record this often even when
+//!   nothing changed, so records lost to a cut link are repaired within one interval.
+//! - `membership_timeout_ms = 6000`: three intervals (the same 3x margin as heartbeats), so one
+//!   late flood does not make a member flap; a vanished node leaves the member set after at most
+//!   this long.
+//! - `max_peers = 1024`, `max_membership_records = 4096`: ceilings for the peer table and the
+//!   membership store (the C++ library is tuned for tens of nodes).
+
+use serde::Deserialize;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+/// Why a configuration was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The TOML text did not parse or had a field of the wrong type.
+    #[error("invalid TOML: {0}")]
+    Toml(String),
+    /// A duration that must be positive is zero.
+    #[error("{0} must be greater than zero")]
+    ZeroDuration(&'static str),
+    /// A count or size that must be positive is zero.
+    #[error("{0} must be greater than zero")]
+    Zero(&'static str),
+    /// The group name does not fit a wire `str` (255 bytes).
+    #[error("group_name is {0} bytes, at most 255 fit on the wire")]
+    GroupNameTooLong(usize),
+    /// `heartbeat_timeout` must exceed `heartbeat_interval`, or every idle link would die.
+    #[error("heartbeat_timeout ({timeout:?}) must exceed heartbeat_interval ({interval:?})")]
+    HeartbeatTimeoutTooShort {
+        /// Configured interval.
+        interval: Duration,
+        /// Configured timeout.
+        timeout: Duration,
+    },
+    /// `membership_timeout` must exceed `membership_interval`, or live records would expire.
+    #[error("membership_timeout ({timeout:?}) must exceed membership_interval ({interval:?})")]
+    MembershipTimeoutTooShort {
+        /// Configured interval.
+        interval: Duration,
+        /// Configured timeout.
+        timeout: Duration,
+    },
+    /// `reconnect_base` is above `reconnect_max`.
+    #[error("reconnect_base ({base:?}) exceeds reconnect_max ({max:?})")]
+    ReconnectBaseAboveMax {
+        /// Configured base.
+        base: Duration,
+        /// Configured maximum.
+        max: Duration,
+    },
+    /// `max_message_bytes` cannot even hold a Data header.
+    #[error("max_message_bytes {0} is below the 58-byte Data frame header")]
+    MaxMessageTooSmall(u32),
+    /// A static or seed endpoint is not `host:port`.
+    #[error("endpoint {0:?} is not host:port")]
+    BadEndpoint(String),
+}
+
+/// All settings of one mesh node. See the module docs for the values Shoal picked itself.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MeshConfig {
+    /// Mesh group name; nodes of different groups ignore each other. Default `"default"`.
+    pub group_name: String,
+    /// Pre-shared key; empty (the default) means a plaintext mesh, anything else a secured one.
+    pub psk: String,
+    /// TCP listen port; 0 (default) lets the OS pick one, which is then announced.
+    pub listen_port: u16,
+    /// Whether multicast discovery runs at all. Default true.
+    pub discovery: bool,
+    /// Discovery multicast group. Default 239.255.42.99.
+    pub multicast_group: Ipv4Addr,
+    /// Discovery UDP port. Default 45454.
+    pub multicast_port: u16,
+    /// IP TTL of announces. Default 1 (stay on the local link).
+    pub multicast_ttl: u32,
+    /// Interface address used to join and send multicast; `None` lets the kernel choose
+    /// (name 127.0.0.1 explicitly for loopback-only meshes).
+    pub multicast_interface: Option<Ipv4Addr>,
+    /// Mean period between announces (each is jittered by ±20%). Default 1000 ms.
+    #[serde(rename = "announce_interval_ms", with = "millis")]
+    pub announce_interval: Duration,
+    /// A discovered peer with no announce for this long is Lost. Default 5000 ms.
+    #[serde(rename = "peer_lost_timeout_ms", with = "millis")]
+    pub peer_lost_timeout: Duration,
+    /// A link with nothing sent for this long sends a Heartbeat. Default 1000 ms.
+    #[serde(rename = "heartbeat_interval_ms", with = "millis")]
+    pub heartbeat_interval: Duration,
+    /// A link with nothing received for this long is dead. Default 3000 ms.
+    #[serde(rename = "heartbeat_timeout_ms", with = "millis")]
+    pub heartbeat_timeout: Duration,
+    /// A connection not through its handshake after this long is dropped. Default 2000 ms.
+    #[serde(rename = "handshake_timeout_ms", with = "millis")]
+    pub handshake_timeout: Duration,
+    /// First reconnect delay; doubled per failed attempt. Default 500 ms.
+    #[serde(rename = "reconnect_base_ms", with = "millis")]
+    pub reconnect_base: Duration,
+    /// Ceiling of the reconnect delay (before jitter). Default 30000 ms.
+    #[serde(rename = "reconnect_max_ms", with = "millis")]
+    pub reconnect_max: Duration,
+    /// TTL of originated messages. Default 8.
+    pub initial_ttl: u8,
+    /// How long a message id is remembered for deduplication. Default 30000 ms.
+    #[serde(rename = "dedup_ttl_ms", with = "millis")]
+    pub dedup_ttl: Duration,
+    /// Ceiling of the dedup cache (per node; split across shards). Default 100000.
+    pub max_dedup_entries: usize,
+    /// Ceiling of one link's outbound queue. Default 8 MiB.
+    pub max_outbound_queue_bytes: usize,
+    /// Largest accepted frame `length`. Default 16 MiB.
+    pub max_message_bytes: u32,
+    /// Period of the unconditional re-flood of the own adjacency record. Default 2000 ms.
+    #[serde(rename = "membership_interval_ms", with = "millis")]
+    pub membership_interval: Duration,
+    /// An adjacency record not refreshed for this long expires. Default 6000 ms.
+    #[serde(rename = "membership_timeout_ms", with = "millis")]
+    pub membership_timeout: Duration,
+    /// Ceiling of the peer table (discovered, connected and static peers). Default 1024.
+    pub max_peers: usize,
+    /// Ceiling of the membership record store. Default 4096.
+    pub max_membership_records: usize,
+    /// `host:port` endpoints kept connected forever (re-resolved on every attempt).
+    pub static_peers: Vec<String>,
+    /// `host:port` bootstrap endpoints, dialed at start and while the node is isolated.
+    pub seed_peers: Vec<String>,
+}
+
+impl Default for MeshConfig {
+    fn default() -> Self {
+        MeshConfig {
+            group_name: "default".to_owned(),
+            psk: String::new(),
+            listen_port: 0,
+            discovery: true,
+            multicast_group: Ipv4Addr::new(239, 255, 42, 99),
+            multicast_port: 45454,
+            multicast_ttl: 1,
+            multicast_interface: None,
+            announce_interval: Duration::from_millis(1000),
+            peer_lost_timeout: Duration::from_millis(5000),
+            heartbeat_interval: Duration::from_millis(1000),
+            heartbeat_timeout: Duration::from_millis(3000),
+            handshake_timeout: Duration::from_millis(2000),
+            reconnect_base: Duration::from_millis(500),
+            reconnect_max: Duration::from_millis(30000),
+            initial_ttl: 8,
+            dedup_ttl: Duration::from_millis(30000),
+            max_dedup_entries: 100_000,
+            max_outbound_queue_bytes: 8 * 1024 * 1024,
+            max_message_bytes: 16 * 1024 * 1024,
+            membership_interval: Duration::from_millis(2000),
+            membership_timeout: Duration::from_millis(6000),
+            max_peers: 1024,
+            max_membership_records: 4096,
+            static_peers: Vec::new(),
+            seed_peers: Vec::new(),
+        }
+    }
+}
+
+// The PSK must never reach a log line.
+impl fmt::Debug for MeshConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MeshConfig")
+            .field("group_name", &self.group_name)
+            .field("secured", &self.secured())
+            .field("listen_port", &self.listen_port)
+            .field("discovery", &self.discovery)
+            .field("multicast_group", &self.multicast_group)
+            .field("multicast_port", &self.multicast_port)
+            .field("announce_interval", &self.announce_interval)
+            .field("peer_lost_timeout", &self.peer_lost_timeout)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("heartbeat_timeout", &self.heartbeat_timeout)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("reconnect_base", &self.reconnect_base)
+            .field("reconnect_max", &self.reconnect_max)
+            .field("initial_ttl", &self.initial_ttl)
+            .field("dedup_ttl", &self.dedup_ttl)
+            .field("max_dedup_entries", &self.max_dedup_entries)
+            .field("membership_interval", &self.membership_interval)
+            .field("membership_timeout", &self.membership_timeout)
+            .field("static_peers", &self.static_peers)
+            .field("seed_peers", &self.seed_peers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MeshConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> MeshConfigBuilder {
+        MeshConfigBuilder(MeshConfig::default())
+    }
+
+    /// Parses TOML text (missing keys keep their defaults) and validates the result.
+    pub fn from_toml_str(text: &str) -> Result<MeshConfig, ConfigError> {
+        let cfg: MeshConfig = toml::from_str(text).map_err(|e| ConfigError::Toml(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// True when a PSK is set (secured mesh).
+    pub fn secured(&self) -> bool {
+        !self.psk.is_empty()
+    }
+
+    /// Checks the relations between settings that the types alone cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.group_name.len() > 255 {
+            return Err(ConfigError::GroupNameTooLong(self.group_name.len()));
+        }
+        for (name, d) in [
+            ("announce_interval", self.announce_interval),
+            ("peer_lost_timeout", self.peer_lost_timeout),
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("handshake_timeout", self.handshake_timeout),
+            ("reconnect_base", self.reconnect_base),
+            ("dedup_ttl", self.dedup_ttl),
+            ("membership_interval", self.membership_interval),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::ZeroDuration(name));
+            }
+        }
+        for (name, n) in [
+            ("initial_ttl", self.initial_ttl as usize),
+            ("max_dedup_entries", self.max_dedup_entries),
+            ("max_outbound_queue_bytes", self.max_outbound_queue_bytes),
+            ("max_peers", self.max_peers),
+            ("max_membership_records", self.max_membership_records),
+        ] {
+            if n == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        if self.heartbeat_timeout <= self.heartbeat_interval {
+            return Err(ConfigError::HeartbeatTimeoutTooShort {
+                interval: self.heartbeat_interval,
+                timeout: self.heartbeat_timeout,
+            });
+        }
+        if self.membership_timeout <= self.membership_interval {
+            return Err(ConfigError::MembershipTimeoutTooShort {
+                interval: self.membership_interval,
+                timeout: self.membership_timeout,
+            });
+        }
+        if self.reconnect_base > self.reconnect_max {
+            return Err(ConfigError::ReconnectBaseAboveMax {
+                base: self.reconnect_base,
+                max: self.reconnect_max,
+            });
+        }
+        if self.max_message_bytes < 58 {
+            return Err(ConfigError::MaxMessageTooSmall(self.max_message_bytes));
+        }
+        for ep in self.static_peers.iter().chain(&self.seed_peers) {
+            if !is_host_port(ep) {
+                return Err(ConfigError::BadEndpoint(ep.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `host:port` with a non-empty host and a non-zero numeric port (`[v6]:port` included).
+fn is_host_port(ep: &str) -> bool {
+    match ep.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0)
+        }
+        None => false,
+    }
+}
+
+/// Builds a [`MeshConfig`] from the defaults; [`build`](Self::build) validates.
+#[derive(Debug, Clone)]
+pub struct MeshConfigBuilder(MeshConfig);
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, v: impl Into<$ty>) -> Self {
+                self.0.$name = v.into();
+                self
+            }
+        )*
+    };
+}
+
+impl MeshConfigBuilder {
+    setters! {
+        /// Sets `group_name`.
+        group_name: String,
+        /// Sets `psk` (non-empty = secured mesh).
+        psk: String,
+        /// Sets `listen_port`.
+        listen_port: u16,
+        /// Enables or disables multicast discovery.
+        discovery: bool,
+        /// Sets `multicast_group`.
+        multicast_group: Ipv4Addr,
+        /// Sets `multicast_port`.
+        multicast_port: u16,
+        /// Sets `multicast_ttl`.
+        multicast_ttl: u32,
+        /// Sets `multicast_interface`.
+        multicast_interface: Option<Ipv4Addr>,
+        /// Sets `announce_interval`.
+        announce_interval: Duration,
+        /// Sets `peer_lost_timeout`.
+        peer_lost_timeout: Duration,
+        /// Sets `heartbeat_interval`.
+        heartbeat_interval: Duration,
+        /// Sets `heartbeat_timeout`.
+        heartbeat_timeout: Duration,
+        /// Sets `handshake_timeout`.
+        handshake_timeout: Duration,
+        /// Sets `reconnect_base`.
+        reconnect_base: Duration,
+        /// Sets `reconnect_max`.
+        reconnect_max: Duration,
+        /// Sets `initial_ttl`.
+        initial_ttl: u8,
+        /// Sets `dedup_ttl`.
+        dedup_ttl: Duration,
+        /// Sets `max_dedup_entries`.
+        max_dedup_entries: usize,
+        /// Sets `max_outbound_queue_bytes`.
+        max_outbound_queue_bytes: usize,
+        /// Sets `max_message_bytes`.
+        max_message_bytes: u32,
+        /// Sets `membership_interval`.
+        membership_interval: Duration,
+        /// Sets `membership_timeout`.
+        membership_timeout: Duration,
+        /// Sets `max_peers`.
+        max_peers: usize,
+        /// Sets `max_membership_records`.
+        max_membership_records: usize,
+        /// Sets `static_peers`.
+        static_peers: Vec<String>,
+        /// Sets `seed_peers`.
+        seed_peers: Vec<String>,
+    }
+
+    /// Validates and returns the configuration.
+    pub fn build(self) -> Result<MeshConfig, ConfigError> {
+        self.0.validate()?;
+        Ok(self.0)
+    }
+}
+
+/// Durations as integer milliseconds in TOML.
+mod millis {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_mesh_v1_table_and_validate() {
+        let c = MeshConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.group_name, "default");
+        assert_eq!(c.multicast_group, Ipv4Addr::new(239, 255, 42, 99));
+        assert_eq!((c.multicast_port, c.multicast_ttl), (45454, 1));
+        assert_eq!(c.announce_interval, Duration::from_millis(1000));
+        assert_eq!(c.peer_lost_timeout, Duration::from_millis(5000));
+        assert_eq!(c.heartbeat_interval, Duration::from_millis(1000));
+        assert_eq!(c.heartbeat_timeout, Duration::from_millis(3000));
+        assert_eq!(c.handshake_timeout, Duration::from_millis(2000));
+        assert_eq!(c.reconnect_base, Duration::from_millis(500));
+        assert_eq!(c.reconnect_max, Duration::from_millis(30000));
+        assert_eq!(c.initial_ttl, 8);
+        assert_eq!(c.dedup_ttl, Duration::from_millis(30000));
+        assert_eq!(c.max_dedup_entries, 100_000);
+        assert_eq!(c.max_outbound_queue_bytes, 8 << 20);
+        assert_eq!(c.max_message_bytes, 16 << 20);
+        assert!(!c.secured());
+    }
+
+    #[test]
+    fn toml_overrides_only_named_keys() {
+        let c = MeshConfig::from_toml_str(
+            "group_name = \"lab\"\nheartbeat_interval_ms = 200\nheartbeat_timeout_ms = 700\n\
+             static_peers = [\"example.org:7000\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.group_name, "lab");
+        assert_eq!(c.heartbeat_interval, Duration::from_millis(200));
+        assert_eq!(c.heartbeat_timeout, Duration::from_millis(700));
+        assert_eq!(c.handshake_timeout, Duration::from_millis(2000));
+        assert_eq!(c.static_peers, vec!["example.org:7000".to_owned()]);
+    }
+
+    #[test]
+    fn toml_rejects_unknown_keys_and_bad_relations() {
+        assert!(matches!(
+            MeshConfig::from_toml_str("heartbeat_intervall_ms = 5"),
+            Err(ConfigError::Toml(_))
+        ));
+        assert!(matches!(
+            MeshConfig::from_toml_str("heartbeat_timeout_ms = 1000"),
+            Err(ConfigError::HeartbeatTimeoutTooShort { .. })
+        ));
+    }
+
+    #[test]
+    fn builder_validates() {
+        let err = MeshConfig::builder()
+            .reconnect_base(Duration::from_secs(60))
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::ReconnectBaseAboveMax { .. }));
+        assert_eq!(
+            MeshConfig::builder().seed_peers(vec!["nohost".to_owned()]).build(),
+            Err(ConfigError::BadEndpoint("nohost".to_owned()))
+        );
+        assert_eq!(
+            MeshConfig::builder().initial_ttl(0).build(),
+            Err(ConfigError::Zero("initial_ttl"))
+        );
+        assert_eq!(
+            MeshConfig::builder().group_name("x".repeat(256)).build(),
+            Err(ConfigError::GroupNameTooLong(256))
+        );
+        let ok = MeshConfig::builder().group_name("g").psk("k").build().unwrap();
+        assert!(ok.secured());
+        assert!(!format!("{ok:?}").contains("\"k\""));
+    }
+}

@@ -1,0 +1,36 @@
+//! Cryptography of the secured mesh, byte-exact with the C++ library (see
+//! `shared/protocol/crypto.md`), as pure I/O-free code:
+//!
+//! - [`psk`]: K and Kd from the PSK; the discovery announce MAC and the receive-side checks.
+//! - [`handshake`]: ephemeral X25519, master/directional keys, AuthConfirm tags, transcript
+//!   signatures, as a sans-I/O state machine.
+//! - [`record`]: ChaCha20-Poly1305 records with counter nonces, sealed and opened in place.
+//! - [`identity`]: Ed25519 identity, seed file, trust policy; [`idrecord`]: signed identity
+//!   records.
+//!
+//! All secret keys are zeroized on drop; tags are compared in constant time.
+
+pub mod handshake;
+pub mod identity;
+pub mod idrecord;
+mod kdf;
+pub mod psk;
+pub mod record;
+
+pub use handshake::{
+    Established, Handshake, HandshakeError, SecureConfigError, SecureContext, SessionKeys,
+    DEFAULT_MAX_MESSAGE_BYTES,
+};
+pub use identity::{
+    verify_transcript, Identity, IdentityError, IdentityPolicy, IdentityReject, VerifiedPeer,
+};
+pub use idrecord::{
+    sign_identity_record, verify_identity_record, IdentityBook, KnownIdentity, RecordDrop,
+    RecordVersions,
+};
+pub use kdf::node_id_from_key;
+pub use psk::{AnnounceDrop, AnnounceMacError, DiscoveryGuard, PskError, PskKeys};
+pub use record::{
+    OpenError, Opened, RecordBuf, RecordBuilder, RecordOpener, RecordReader, RecordSealer,
+    SealError,
+};

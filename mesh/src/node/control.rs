@@ -1,0 +1,732 @@
+//! The control plane: listener, dialing and handshakes, the peer table, membership and
+//! discovery. It tells the shards everything they need (links to serve, routing tables,
+//! frames to send) and is never asked anything on the message path.
+//!
+//! Connections are accepted or dialed here and run their Hello exchange here; an established
+//! connection is then detached from this executor and handed, with the bytes read after the
+//! peer's Hello, to the shard that owns the peer (`link_shard`). Every message to the shards
+//! goes through one ordered outbox, so a shard sees a link's `AddLink` before its `Install`
+//! and `Close`.
+
+use super::budget::LinkBudget;
+use super::event::{ErrorKind, Event};
+use super::msg::{Msg, NewLink};
+use super::shard::decode_error_kind;
+use super::shared::{Channels, NodeShared, Snapshot};
+use super::stats::inc;
+use crate::proto::{
+    accept_announce, link_shard, AnnounceSchedule, DialTarget, Link, LinkEvent, LinkId, LinkTimers,
+    Membership, MembershipEvent, PeerAction, PeerEvent, PeerManager, Role,
+};
+use crate::proto::membership::Dest;
+use crate::wire::{take_frame, Announce, AnnounceFilter, Frame, Hello, ShoalExtension, PROTOCOL_VERSION};
+use crate::PeerId;
+use ahash::AHashMap;
+use bytes::{Bytes, BytesMut};
+use event_listener::{Event as Signal, Listener};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use shoal_runtime::channel::{IngressReceiver, MeshEndpoint, MeshReceiver};
+use shoal_runtime::net::{TcpListener, TcpStream, UdpOptions, UdpSocket};
+use shoal_runtime::spawn_local;
+use shoal_runtime::time::{sleep, sleep_until, timeout};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Ceiling of the control plane's ordered outbox; only Membership frames may be dropped when
+/// it is reached (the next periodic flood repairs them), never link or routing changes.
+const OUTBOX_CAP: usize = 65_536;
+/// Longest the control plane's timer sleeps between checks.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Requests from the application handle.
+#[derive(Debug)]
+pub(crate) enum Cmd {
+    /// Say Goodbye to every peer, close every link, then answer.
+    Stop(mpsc::Sender<()>),
+}
+
+/// What the control-plane task starts with.
+pub(crate) struct ControlInit {
+    pub(crate) ns: Arc<NodeShared>,
+    pub(crate) endpoint: MeshEndpoint<Msg>,
+    pub(crate) cmds: IngressReceiver<Cmd>,
+    pub(crate) listen: SocketAddr,
+    pub(crate) ready: mpsc::Sender<std::io::Result<u16>>,
+    pub(crate) seed: u64,
+}
+
+struct Ready {
+    stream: TcpStream,
+    leftover: BytesMut,
+    state: Link,
+    peer: PeerId,
+}
+
+enum Pending {
+    /// Dialing or handshaking.
+    Connecting,
+    /// Handshake done, waiting for the peer table's verdict (Install or Close).
+    Ready(Box<Ready>),
+    /// Closed by the peer table while connecting: drop it when the handshake ends.
+    Cancelled,
+}
+
+struct State {
+    peers: PeerManager<StdRng>,
+    membership: Membership,
+    pending: AHashMap<LinkId, Pending>,
+    /// Links living on a shard: peer and owning shard.
+    placed: AHashMap<LinkId, (PeerId, usize)>,
+    budgets: AHashMap<LinkId, Arc<LinkBudget>>,
+    outbox: VecDeque<(usize, Msg)>,
+    listen_port: u16,
+    stop_reply: Option<mpsc::Sender<()>>,
+    stopped_shards: usize,
+    rng: StdRng,
+}
+
+struct Ctl {
+    ns: Arc<NodeShared>,
+    ch: Channels,
+    st: RefCell<State>,
+    outbox_ready: Signal,
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The control plane's main task.
+pub(crate) async fn run(init: ControlInit) {
+    let ControlInit {
+        ns,
+        endpoint,
+        mut cmds,
+        listen,
+        ready,
+        seed,
+    } = init;
+    let listener = match TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let port = match listener.local_addr() {
+        Ok(a) => a.port(),
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(port));
+    let (senders, rx) = endpoint.split();
+    let now = Instant::now();
+    let cfg = &ns.cfg;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let peers = PeerManager::new(ns.me, cfg, StdRng::seed_from_u64(rng.gen()), now);
+    let membership = Membership::new(
+        ns.me,
+        cfg.membership_interval,
+        cfg.membership_timeout,
+        cfg.max_membership_records,
+        wall_ms(),
+        now,
+    );
+    let ctl = Rc::new(Ctl {
+        ch: Channels::new(senders, ns.shards),
+        st: RefCell::new(State {
+            peers,
+            membership,
+            pending: AHashMap::new(),
+            placed: AHashMap::new(),
+            budgets: AHashMap::new(),
+            outbox: VecDeque::new(),
+            listen_port: port,
+            stop_reply: None,
+            stopped_shards: 0,
+            rng,
+        }),
+        outbox_ready: Signal::new(),
+        ns,
+    });
+    tracing::info!(id = %ctl.ns.me, port, "mesh node listening");
+    spawn_local(pump(ctl.clone())).detach();
+    spawn_local(inbox(ctl.clone(), rx)).detach();
+    spawn_local(accept_loop(ctl.clone(), listener)).detach();
+    spawn_local(tick(ctl.clone())).detach();
+    if ctl.ns.cfg.discovery {
+        spawn_local(discovery(ctl.clone())).detach();
+    }
+    ctl.st.borrow_mut().peers.start(Instant::now());
+    run_actions(&ctl);
+    while let Ok(cmd) = cmds.recv().await {
+        match cmd {
+            Cmd::Stop(reply) => begin_stop(&ctl, reply),
+        }
+    }
+}
+
+fn post(ctl: &Ctl, st: &mut State, to: usize, m: Msg) {
+    if st.outbox.len() >= OUTBOX_CAP && matches!(m, Msg::SendRaw { .. }) {
+        inc(&ctl.ns.control_counters().dropped_queue_full);
+        return;
+    }
+    st.outbox.push_back((to, m));
+    ctl.outbox_ready.notify(1);
+}
+
+async fn pump(ctl: Rc<Ctl>) {
+    loop {
+        let next = ctl.st.borrow_mut().outbox.pop_front();
+        match next {
+            Some((to, m)) => {
+                ctl.ch.send(to, m).await;
+            }
+            None => {
+                let l = ctl.outbox_ready.listen();
+                if ctl.st.borrow().outbox.is_empty() {
+                    l.await;
+                }
+            }
+        }
+    }
+}
+
+async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<Msg>) {
+    let mut batch = Vec::with_capacity(64);
+    while rx.recv_batch(&mut batch, 64).await.is_ok() {
+        {
+            let mut st = ctl.st.borrow_mut();
+            let now = Instant::now();
+            for (_, m) in batch.drain(..) {
+                match m {
+                    Msg::LinkClosed { link } => {
+                        st.placed.remove(&link);
+                        st.budgets.remove(&link);
+                        st.peers.on_closed(link, now);
+                    }
+                    Msg::MembershipIn { link, record } => {
+                        st.membership.on_record(link, &record, wall_ms(), now);
+                    }
+                    Msg::Stopped(_) => {
+                        st.stopped_shards += 1;
+                        if st.stopped_shards >= ctl.ns.shards {
+                            if let Some(r) = st.stop_reply.take() {
+                                let _ = r.send(());
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        run_actions(&ctl);
+    }
+}
+
+async fn tick(ctl: Rc<Ctl>) {
+    loop {
+        let next = {
+            let st = ctl.st.borrow();
+            let mut t = Instant::now() + TICK;
+            if let Some(p) = st.peers.poll_timeout() {
+                t = t.min(p);
+            }
+            t.min(st.membership.poll_timeout())
+        };
+        sleep_until(next).await;
+        {
+            let mut st = ctl.st.borrow_mut();
+            let now = Instant::now();
+            st.peers.handle_timeout(now);
+            st.membership.handle_timeout(wall_ms(), now);
+        }
+        run_actions(&ctl);
+    }
+}
+
+async fn accept_loop(ctl: Rc<Ctl>, listener: TcpListener) {
+    loop {
+        let (s, addr) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        if ctl.ns.stopping.load(Ordering::Acquire) {
+            continue;
+        }
+        let link = ctl.st.borrow_mut().peers.on_accepted(Instant::now());
+        match link {
+            None => tracing::warn!(%addr, "connection table full, connection refused"),
+            Some(link) => {
+                ctl.st.borrow_mut().pending.insert(link, Pending::Connecting);
+                spawn_local(handshake(ctl.clone(), link, s, Role::Acceptor)).detach();
+            }
+        }
+    }
+}
+
+async fn dial(ctl: Rc<Ctl>, link: LinkId, target: DialTarget) {
+    let addrs: Vec<SocketAddr> = match &target {
+        DialTarget::Addr(a) => vec![*a],
+        // Re-resolved on every attempt (static peers behind changing addresses).
+        DialTarget::Endpoint(ep) => ep.to_socket_addrs().map(|i| i.collect()).unwrap_or_default(),
+    };
+    let t = ctl.ns.cfg.handshake_timeout;
+    let mut stream = None;
+    for a in addrs {
+        if let Ok(Ok(s)) = timeout(t, TcpStream::connect(a)).await {
+            stream = Some(s);
+            break;
+        }
+    }
+    match stream {
+        Some(s) => handshake(ctl, link, s, Role::Dialer).await,
+        None => {
+            tracing::debug!(?link, ?target, "dial failed");
+            connect_failed(&ctl, link);
+        }
+    }
+}
+
+fn connect_failed(ctl: &Rc<Ctl>, link: LinkId) {
+    {
+        let mut st = ctl.st.borrow_mut();
+        st.pending.remove(&link);
+        st.peers.on_closed(link, Instant::now());
+    }
+    run_actions(ctl);
+}
+
+fn local_hello(ctl: &Ctl) -> Hello {
+    let mut st = ctl.st.borrow_mut();
+    Hello {
+        node_id: ctl.ns.me,
+        protocol_version: PROTOCOL_VERSION,
+        tcp_listen_port: st.listen_port,
+        group_name: ctl.ns.cfg.group_name.clone(),
+        nonce: st.rng.gen(),
+        eph_pub_key: None,
+        identity: None,
+        shoal: Some(ShoalExtension::current()),
+    }
+}
+
+type HandshakeFailure = Option<(ErrorKind, String)>;
+
+/// Runs the Hello exchange on the control plane. Returns the peer, its listen port and the
+/// bytes read after its Hello.
+async fn exchange(
+    ctl: &Ctl,
+    s: &mut TcpStream,
+    state: &mut Link,
+) -> Result<(PeerId, u16, BytesMut), HandshakeFailure> {
+    let max = ctl.ns.cfg.max_message_bytes;
+    let deadline = Instant::now() + ctl.ns.cfg.handshake_timeout;
+    let mut buf = BytesMut::with_capacity(4096);
+    loop {
+        let mut out = BytesMut::new();
+        while let Some(f) = state.poll_transmit() {
+            let _ = f.encode(&mut out);
+        }
+        if !out.is_empty() && s.write_all(out.freeze()).await.is_err() {
+            return Err(None);
+        }
+        while let Some(ev) = state.poll_event() {
+            match ev {
+                LinkEvent::Established { peer, listen_port, .. } => {
+                    return Ok((peer, listen_port, std::mem::take(&mut buf)));
+                }
+                LinkEvent::Closed(reason) => {
+                    tracing::debug!(%reason, "handshake refused");
+                    return Err(None);
+                }
+                LinkEvent::AuthRequired { .. } => return Err(None),
+            }
+        }
+        match take_frame(&mut buf, max) {
+            Ok(Some(f)) => {
+                state.on_frame(&f, Instant::now());
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let kind = decode_error_kind(&e, ctl.ns.control_counters());
+                return Err(Some((kind, format!("during handshake: {e}"))));
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(None);
+        }
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(4096);
+        }
+        let buffered = buf.len();
+        match timeout(left, s.read(std::mem::take(&mut buf))).await {
+            Err(_) if buffered == 0 => return Err(None),
+            Err(_) => {
+                inc(&ctl.ns.control_counters().malformed_frames);
+                let msg = format!("handshake timed out inside an incomplete frame ({buffered} bytes)");
+                return Err(Some((ErrorKind::Malformed, msg)));
+            }
+            Ok((Ok(0), b)) => {
+                if b.is_empty() {
+                    return Err(None);
+                }
+                inc(&ctl.ns.control_counters().malformed_frames);
+                return Err(Some((ErrorKind::Malformed, "connection closed inside a frame during handshake".into())));
+            }
+            Ok((Ok(_), b)) => buf = b,
+            Ok((Err(_), _)) => return Err(None),
+        }
+    }
+}
+
+async fn handshake(ctl: Rc<Ctl>, link: LinkId, mut s: TcpStream, role: Role) {
+    let _ = s.set_nodelay(true);
+    let now = Instant::now();
+    let timers = LinkTimers::from_config(&ctl.ns.cfg);
+    let hello = local_hello(&ctl);
+    let mut state = match role {
+        Role::Dialer => {
+            let mut l = Link::dialer(link, hello, timers, now);
+            l.on_connected(now);
+            l
+        }
+        Role::Acceptor => Link::acceptor(link, hello, timers, now),
+    };
+    let remote_ip: Option<IpAddr> = s.peer_addr().ok().map(|a| a.ip());
+    match exchange(&ctl, &mut s, &mut state).await {
+        Ok((peer, port, leftover)) => {
+            let cancelled = {
+                let st = ctl.st.borrow();
+                matches!(st.pending.get(&link), Some(Pending::Cancelled) | None)
+                    || ctl.ns.stopping.load(Ordering::Acquire)
+            };
+            if cancelled {
+                spawn_local(goodbye_close(s)).detach();
+                connect_failed(&ctl, link);
+                return;
+            }
+            {
+                let mut st = ctl.st.borrow_mut();
+                st.pending.insert(
+                    link,
+                    Pending::Ready(Box::new(Ready {
+                        stream: s,
+                        leftover,
+                        state,
+                        peer,
+                    })),
+                );
+                st.peers.on_handshake(link, peer, remote_ip, port, Instant::now());
+            }
+            run_actions(&ctl);
+            // Neither installed nor closed (the table refused it silently): drop it.
+            let mut st = ctl.st.borrow_mut();
+            if matches!(st.pending.get(&link), Some(Pending::Ready(_))) {
+                st.pending.remove(&link);
+            }
+        }
+        Err(failure) => {
+            if let Some((kind, message)) = failure {
+                tracing::warn!(?link, ?kind, %message, "handshake failed on bad input");
+                ctl.ns.hub.emit_control(
+                    Event::Error {
+                        peer: None,
+                        kind,
+                        message,
+                    },
+                    ctl.ns.control_counters(),
+                );
+            }
+            connect_failed(&ctl, link);
+        }
+    }
+}
+
+async fn goodbye_close(mut s: TcpStream) {
+    let mut b = BytesMut::new();
+    let _ = Frame::Goodbye.encode(&mut b);
+    let _ = s.write_all(b.freeze()).await;
+    let _ = s.shutdown().await;
+}
+
+/// Executes the peer table's actions, then turns peer and membership output into events,
+/// frames and a fresh snapshot.
+fn run_actions(ctl: &Rc<Ctl>) {
+    let shards = ctl.ns.shards;
+    let mut events = Vec::new();
+    {
+        let mut guard = ctl.st.borrow_mut();
+        let st = &mut *guard;
+        let now = Instant::now();
+        while let Some(a) = st.peers.poll_action() {
+            match a {
+                PeerAction::Dial { link, target } => {
+                    st.pending.insert(link, Pending::Connecting);
+                    spawn_local(dial(ctl.clone(), link, target)).detach();
+                }
+                PeerAction::Install { peer, link } => install(ctl, st, peer, link),
+                PeerAction::Uninstall { peer, link } => {
+                    st.placed.remove(&link);
+                    st.budgets.remove(&link);
+                    for s in 0..shards {
+                        post(ctl, st, s, Msg::Uninstall { peer, link });
+                    }
+                }
+                PeerAction::Close { link, goodbye } => close(ctl, st, link, goodbye),
+            }
+        }
+        while let Some(e) = st.peers.poll_event() {
+            match e {
+                PeerEvent::PeerDiscovered { peer, addr } => events.push(Event::PeerDiscovered { peer, addr }),
+                PeerEvent::Connected { peer, link } => {
+                    events.push(Event::PeerConnected { peer });
+                    st.membership.neighbour_up(peer, link, wall_ms(), now);
+                }
+                PeerEvent::Disconnected { peer } => {
+                    events.push(Event::PeerDisconnected { peer });
+                    st.membership.neighbour_down(&peer, wall_ms(), now);
+                }
+                PeerEvent::Lost { peer } => events.push(Event::PeerLost { peer }),
+            }
+        }
+        while let Some(t) = st.membership.poll_transmit() {
+            let mut b = BytesMut::new();
+            if Frame::Membership(t.record).encode(&mut b).is_err() {
+                continue;
+            }
+            let frame: Bytes = b.freeze();
+            let targets: Vec<(LinkId, usize)> = match t.dest {
+                Dest::All => st.placed.iter().map(|(l, (_, o))| (*l, *o)).collect(),
+                Dest::AllExcept(x) => st.placed.iter().filter(|(l, _)| **l != x).map(|(l, (_, o))| (*l, *o)).collect(),
+                Dest::Link(x) => st.placed.get(&x).map(|(_, o)| (x, *o)).into_iter().collect(),
+            };
+            for (link, owner) in targets {
+                post(ctl, st, owner, Msg::SendRaw { link, frame: frame.clone() });
+            }
+        }
+        while let Some(e) = st.membership.poll_event() {
+            events.push(match e {
+                MembershipEvent::MemberJoined(peer) => Event::MemberJoined { peer },
+                MembershipEvent::MemberLeft(peer) => Event::MemberLeft { peer },
+            });
+        }
+        let snap = Snapshot {
+            connected: st.peers.connected_peers().copied().collect(),
+            known: st.peers.known_peers().copied().collect(),
+            members: st.membership.members().copied().collect(),
+            budgets: st.budgets.values().cloned().collect(),
+        };
+        ctl.ns.connected.store(snap.connected.len(), Ordering::Release);
+        if let Ok(mut s) = ctl.ns.snapshot.lock() {
+            *s = snap;
+        }
+    }
+    for e in events {
+        ctl.ns.hub.emit_control(e, ctl.ns.control_counters());
+    }
+}
+
+fn install(ctl: &Rc<Ctl>, st: &mut State, peer: PeerId, link: LinkId) {
+    let shards = ctl.ns.shards;
+    let owner = link_shard(&peer, shards);
+    let budget = match st.pending.remove(&link) {
+        Some(Pending::Ready(r)) => {
+            let Ready {
+                stream,
+                leftover,
+                state,
+                peer: _,
+            } = *r;
+            let budget = Arc::new(LinkBudget::new(ctl.ns.cfg.max_outbound_queue_bytes, ctl.ns.epoch));
+            match stream.into_std() {
+                Ok(stream) => post(
+                    ctl,
+                    st,
+                    owner,
+                    Msg::AddLink(Box::new(NewLink {
+                        link,
+                        peer,
+                        stream,
+                        leftover,
+                        state,
+                        budget: budget.clone(),
+                    })),
+                ),
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "could not detach connection for its shard");
+                    budget.close();
+                    // Report it as closed once the peer table is done with this round.
+                    let c2 = ctl.clone();
+                    spawn_local(async move { connect_failed(&c2, link) }).detach();
+                }
+            }
+            budget
+        }
+        Some(other) => {
+            st.pending.insert(link, other);
+            return;
+        }
+        None => match st.budgets.get(&link) {
+            Some(b) => b.clone(),
+            None => return,
+        },
+    };
+    st.placed.insert(link, (peer, owner));
+    st.budgets.insert(link, budget.clone());
+    for s in 0..shards {
+        post(
+            ctl,
+            st,
+            s,
+            Msg::Install {
+                peer,
+                link,
+                owner,
+                budget: budget.clone(),
+            },
+        );
+    }
+}
+
+fn close(ctl: &Rc<Ctl>, st: &mut State, link: LinkId, goodbye: bool) {
+    match st.pending.remove(&link) {
+        Some(Pending::Connecting) | Some(Pending::Cancelled) => {
+            st.pending.insert(link, Pending::Cancelled);
+        }
+        Some(Pending::Ready(r)) => {
+            if goodbye {
+                spawn_local(goodbye_close(r.stream)).detach();
+            }
+        }
+        None => {
+            if let Some((_, owner)) = st.placed.remove(&link) {
+                st.budgets.remove(&link);
+                post(ctl, st, owner, Msg::Close { link, goodbye });
+            }
+        }
+    }
+}
+
+fn begin_stop(ctl: &Rc<Ctl>, reply: mpsc::Sender<()>) {
+    ctl.ns.stopping.store(true, Ordering::Release);
+    {
+        let mut st = ctl.st.borrow_mut();
+        st.stop_reply = Some(reply);
+        st.peers.shutdown();
+    }
+    run_actions(ctl);
+    let mut st = ctl.st.borrow_mut();
+    for s in 0..ctl.ns.shards {
+        post(ctl, &mut st, s, Msg::Stop);
+    }
+}
+
+async fn discovery(ctl: Rc<Ctl>) {
+    let cfg = &ctl.ns.cfg;
+    let iface = cfg.multicast_interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    let setup = async {
+        let opts = UdpOptions {
+            reuse_addr: true,
+            reuse_port: true,
+        };
+        let sock = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, cfg.multicast_port)), opts).await?;
+        sock.join_multicast_v4(cfg.multicast_group, iface)?;
+        if cfg.multicast_interface.is_some() {
+            sock.set_multicast_if_v4(iface)?;
+        }
+        sock.set_multicast_ttl_v4(cfg.multicast_ttl)?;
+        sock.set_multicast_loop_v4(true)?;
+        std::io::Result::Ok(sock)
+    };
+    let sock = match setup.await {
+        Ok(s) => Rc::new(s),
+        Err(e) => {
+            discovery_error(&ctl, format!("multicast discovery unavailable: {e}"));
+            return;
+        }
+    };
+    spawn_local(announce_rx(ctl.clone(), sock.clone())).detach();
+    let dest = SocketAddr::from((cfg.multicast_group, cfg.multicast_port));
+    let mut sched = AnnounceSchedule::new(cfg.announce_interval, Instant::now());
+    let mut reported = false;
+    loop {
+        sleep_until(sched.poll_timeout()).await;
+        let due = {
+            let mut st = ctl.st.borrow_mut();
+            sched.handle_timeout(Instant::now(), &mut st.rng)
+        };
+        if !due || ctl.ns.stopping.load(Ordering::Acquire) {
+            continue;
+        }
+        let port = ctl.st.borrow().listen_port;
+        let mut b = BytesMut::new();
+        if Announce::new(ctl.ns.me, port, &cfg.group_name, false).encode_body(&mut b).is_err() {
+            continue;
+        }
+        if let Err(e) = sock.send_to(b.freeze(), dest).await {
+            if !reported {
+                reported = true;
+                discovery_error(&ctl, format!("sending announce failed: {e}"));
+            }
+        }
+    }
+}
+
+fn discovery_error(ctl: &Ctl, message: String) {
+    tracing::warn!(%message, "discovery");
+    ctl.ns.hub.emit_control(
+        Event::Error {
+            peer: None,
+            kind: ErrorKind::Discovery,
+            message,
+        },
+        ctl.ns.control_counters(),
+    );
+}
+
+async fn announce_rx(ctl: Rc<Ctl>, sock: Rc<UdpSocket>) {
+    let mut buf = BytesMut::with_capacity(2048);
+    loop {
+        let (res, b) = sock.recv_from(buf).await;
+        buf = b;
+        let (n, from) = match res {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::debug!(error = %e, "announce receive failed");
+                sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let filter = AnnounceFilter {
+            secured: false,
+            protocol_version: PROTOCOL_VERSION,
+            group_name: &ctl.ns.cfg.group_name,
+            own_id: ctl.ns.me,
+        };
+        match accept_announce(&buf[..n], from, &filter, |_, _| false) {
+            Ok(a) => {
+                ctl.st.borrow_mut().peers.on_announce(a.peer, a.dial_addr, Instant::now());
+                run_actions(&ctl);
+            }
+            Err(e) => tracing::trace!(%from, error = %e, "announce ignored"),
+        }
+    }
+}

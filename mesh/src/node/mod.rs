@@ -1,0 +1,621 @@
+//! The live mesh node: the protocol state machines of [`crate::proto`] driven on the
+//! thread-per-core runtime (`shoal-runtime`), behind the application API [`Mesh`].
+//!
+//! # Threading model
+//!
+//! A started [`Mesh`] owns one runtime: `shards` data-shard executors (1 by default, unpinned
+//! unless [`MeshBuilder::pin_to_cpus`]) and one control-plane executor, each a thread with
+//! its own io_uring.
+//!
+//! - **Control plane**: the TCP listener, dialing and reconnecting (the peer table), the Hello
+//!   exchange of every new connection, membership, multicast discovery, the query snapshots.
+//!   An established connection is detached and handed, with the bytes that followed the
+//!   peer's Hello, to its **data shard** `link_shard(peer, shards)`.
+//! - **Data shards**: each serves the links it owns (reads, batched vectored writes, heartbeat
+//!   and liveness) and owns the dedup state of the originators that hash to it (same hash). A
+//!   message that arrives straight from its originator is deduplicated and routed without
+//!   leaving its shard; only relayed traffic hops to the owning shard, over the runtime's
+//!   lock-free channels. The control plane pushes routing tables (neighbour → link → shard);
+//!   no shard asks it anything on the message path.
+//! - **Application threads** enter through a bounded ingress queue into the shard that owns
+//!   this node's own id, which originates every message (ids, dedup pre-seeding, fan-out).
+//!
+//! # Backpressure and loss
+//!
+//! Each link's outbound queue is bounded by `max_outbound_queue_bytes`; the bytes of a frame
+//! are reserved before it is queued, so the [`OverflowPolicy`] only ever acts on a whole new
+//! frame. Under `Block` (the default) [`Mesh::broadcast`] / [`Mesh::send`] (and their
+//! `_blocking` forms) wait for room; relayed traffic never waits (it would stall the shard)
+//! and is dropped and counted instead. `try_*` never wait and say why with [`PublishError`].
+//! Every message not delivered nor sent on is counted by cause in [`Mesh::stats`]. A reader
+//! that waits for event-queue room or for a hop is busy, not dead: its liveness is refreshed,
+//! and any received byte counts as liveness.
+//!
+//! # Events
+//!
+//! [`Mesh::events`] gives an [`EventReceiver`] (async `recv`, a `Stream`, blocking
+//! `recv_timeout`); see [`event`] for the bounded queue's policy (Message events apply
+//! backpressure to the reading shard; control events never block and are counted when lost).
+//! Callbacks registered with [`MeshBuilder::on_event`] run **on the executor thread that raised
+//! the event** — the control plane for peer/member/discovery events and handshake errors, a
+//! data shard for Message events and link errors — before the event is queued. A callback
+//! must return quickly and never block: it may call the `try_*` methods and the query methods,
+//! but not the waiting or blocking ones, nor [`Mesh::stop`] (which is handed to a helper
+//! thread when called from an executor, so it does not deadlock, but then returns at once).
+//!
+//! # Not wired yet
+//!
+//! Secured mode (PSK): [`MeshBuilder::build`] refuses a configuration with a PSK. The record
+//! layer will sit between the frames and the socket in the shard's reader and writer (see
+//! `shard.rs`) and in the control plane's Hello exchange.
+
+mod budget;
+mod control;
+pub mod event;
+mod msg;
+mod shard;
+mod shared;
+mod stats;
+
+pub use budget::OverflowPolicy;
+pub use event::{Callback, ErrorKind, Event, EventReceiver};
+pub use stats::{MeshStats, ShardStats};
+
+use crate::config::{ConfigError, MeshConfig};
+use crate::proto::link_shard;
+use crate::PeerId;
+use bytes::Bytes;
+use control::{Cmd, ControlInit};
+use event::EventHub;
+use shard::{Publish, ShardInit};
+use shared::{NodeShared, Snapshot};
+use shoal_runtime::channel::{channel_mesh, ingress, IngressSender};
+use shoal_runtime::{ExecutorId, Placement, Runtime, RuntimeError, SpawnError, TrySendError};
+use stats::Counters;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Capacity (messages) of each ring between two executors of a node.
+const CHANNEL_CAPACITY: usize = 1024;
+/// Data frame bytes besides the payload inside the `length` field (type byte + fixed fields).
+const DATA_FRAME_OVERHEAD: usize = 54;
+
+/// Why a node could not be built or started.
+#[derive(Debug, thiserror::Error)]
+pub enum MeshError {
+    /// The mesh settings are invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A node setting is invalid.
+    #[error("invalid node option: {0}")]
+    Option(&'static str),
+    /// A PSK was configured; the secured mesh is not wired into the node yet.
+    #[error("secured mode (psk) is not supported by the live node yet")]
+    SecuredNotSupported,
+    /// The runtime could not start.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// A task could not be started on the runtime.
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    /// The TCP listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// [`Mesh::start`] was called twice, or after [`Mesh::stop`].
+    #[error("the node was already started")]
+    AlreadyStarted,
+}
+
+/// Why a message was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    /// No room now: the ingress queue is full, or (Block policy) a link's outbound queue is at
+    /// its bound. Only the `try_*` methods return it; the others wait.
+    #[error("queue full")]
+    Full,
+    /// This node has no established link, so the message could reach no one.
+    #[error("no route: no peer connected")]
+    NoRoute,
+    /// The node is not started or has stopped.
+    #[error("the node is not running")]
+    Stopped,
+    /// The payload does not fit one frame of `max_message_bytes`.
+    #[error("payload of {len} bytes exceeds the {max} bytes a frame can carry")]
+    TooLarge {
+        /// Payload length.
+        len: usize,
+        /// Largest payload accepted.
+        max: usize,
+    },
+}
+
+/// Settings of the live node that are not protocol settings (those are in [`MeshConfig`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeOptions {
+    /// Number of data shards. Default 1.
+    pub shards: usize,
+    /// Pin shard `i` to `cpus[i % len]`; `None` (default) leaves threads unpinned.
+    pub pin_cpus: Option<Vec<usize>>,
+    /// Address the TCP listener binds (with `MeshConfig::listen_port`). Default `0.0.0.0`.
+    pub listen_addr: IpAddr,
+    /// What a full outbound queue does. Default [`OverflowPolicy::Block`].
+    pub overflow_policy: OverflowPolicy,
+    /// Ceiling of the event queue. Default 65536.
+    pub event_queue_capacity: usize,
+    /// Ceiling (messages) of the application's ingress queue. Default 4096.
+    pub publish_queue_capacity: usize,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            shards: 1,
+            pin_cpus: None,
+            listen_addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            overflow_policy: OverflowPolicy::Block,
+            event_queue_capacity: 65_536,
+            publish_queue_capacity: 4096,
+        }
+    }
+}
+
+/// Builds a [`Mesh`]: every protocol setting of `mesh-v1.md` (through [`MeshConfig`], also
+/// loadable with [`MeshConfig::from_toml_str`]) plus the node options.
+pub struct MeshBuilder {
+    cfg: MeshConfig,
+    opts: NodeOptions,
+    callbacks: Vec<Callback>,
+    id: Option<PeerId>,
+}
+
+impl std::fmt::Debug for MeshBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeshBuilder")
+            .field("cfg", &self.cfg)
+            .field("opts", &self.opts)
+            .field("callbacks", &self.callbacks.len())
+            .finish()
+    }
+}
+
+macro_rules! cfg_setters {
+    ($($name:ident: $ty:ty),* $(,)?) => {
+        $(
+            #[doc = concat!("Sets the mesh setting `", stringify!($name), "` (see [`MeshConfig`]).")]
+            pub fn $name(mut self, v: impl Into<$ty>) -> Self {
+                self.cfg.$name = v.into();
+                self
+            }
+        )*
+    };
+}
+
+impl MeshBuilder {
+    /// Replaces every mesh setting (e.g. from [`MeshConfig::from_toml_str`]).
+    pub fn config(mut self, cfg: MeshConfig) -> Self {
+        self.cfg = cfg;
+        self
+    }
+
+    /// Replaces the node options.
+    pub fn options(mut self, opts: NodeOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+
+    cfg_setters! {
+        group_name: String,
+        listen_port: u16,
+        discovery: bool,
+        multicast_group: Ipv4Addr,
+        multicast_port: u16,
+        multicast_ttl: u32,
+        announce_interval: Duration,
+        peer_lost_timeout: Duration,
+        heartbeat_interval: Duration,
+        heartbeat_timeout: Duration,
+        handshake_timeout: Duration,
+        reconnect_base: Duration,
+        reconnect_max: Duration,
+        initial_ttl: u8,
+        dedup_ttl: Duration,
+        max_dedup_entries: usize,
+        max_outbound_queue_bytes: usize,
+        max_message_bytes: u32,
+        membership_interval: Duration,
+        membership_timeout: Duration,
+        max_peers: usize,
+        max_membership_records: usize,
+    }
+
+    /// Sends and joins multicast through the interface owning `addr` (name 127.0.0.1 for a
+    /// loopback-only mesh).
+    pub fn multicast_interface(mut self, addr: Ipv4Addr) -> Self {
+        self.cfg.multicast_interface = Some(addr);
+        self
+    }
+
+    /// Adds a static peer (`host:port`, kept connected forever, never Lost).
+    pub fn static_peer(mut self, endpoint: impl Into<String>) -> Self {
+        self.cfg.static_peers.push(endpoint.into());
+        self
+    }
+
+    /// Adds a seed peer (`host:port`, dialed at start and while isolated).
+    pub fn seed_peer(mut self, endpoint: impl Into<String>) -> Self {
+        self.cfg.seed_peers.push(endpoint.into());
+        self
+    }
+
+    /// Number of data shards (default 1).
+    pub fn shards(mut self, n: usize) -> Self {
+        self.opts.shards = n;
+        self
+    }
+
+    /// Pins shard `i` to `cpus[i % cpus.len()]` (default: unpinned).
+    pub fn pin_to_cpus(mut self, cpus: Vec<usize>) -> Self {
+        self.opts.pin_cpus = Some(cpus);
+        self
+    }
+
+    /// Address the TCP listener binds (default `0.0.0.0`).
+    pub fn listen_addr(mut self, addr: IpAddr) -> Self {
+        self.opts.listen_addr = addr;
+        self
+    }
+
+    /// Full-queue policy (default [`OverflowPolicy::Block`]).
+    pub fn overflow_policy(mut self, p: OverflowPolicy) -> Self {
+        self.opts.overflow_policy = p;
+        self
+    }
+
+    /// Ceiling of the event queue (default 65536).
+    pub fn event_queue_capacity(mut self, n: usize) -> Self {
+        self.opts.event_queue_capacity = n;
+        self
+    }
+
+    /// Ceiling of the application's ingress queue, in messages (default 4096).
+    pub fn publish_queue_capacity(mut self, n: usize) -> Self {
+        self.opts.publish_queue_capacity = n;
+        self
+    }
+
+    /// Uses this node id instead of a random one.
+    pub fn node_id(mut self, id: PeerId) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// Registers an event callback; see the module docs for the thread it runs on and what it
+    /// may do.
+    pub fn on_event(mut self, f: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        self.callbacks.push(Arc::new(f));
+        self
+    }
+
+    /// Validates the settings and creates the (not yet started) node.
+    pub fn build(self) -> Result<Mesh, MeshError> {
+        self.cfg.validate()?;
+        if self.cfg.secured() {
+            return Err(MeshError::SecuredNotSupported);
+        }
+        if self.opts.shards == 0 {
+            return Err(MeshError::Option("shards must be at least 1"));
+        }
+        if self.opts.publish_queue_capacity == 0 {
+            return Err(MeshError::Option("publish_queue_capacity must be at least 1"));
+        }
+        let me = self.id.filter(|id| !id.is_zero()).unwrap_or_else(PeerId::random);
+        let shards = self.opts.shards;
+        let ns = Arc::new(NodeShared {
+            me,
+            policy: self.opts.overflow_policy,
+            shards,
+            counters: (0..=shards).map(|_| Counters::default()).collect(),
+            hub: Arc::new(EventHub::new(self.opts.event_queue_capacity, self.callbacks)),
+            snapshot: Mutex::new(Snapshot::default()),
+            connected: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+            epoch: Instant::now(),
+            cfg: self.cfg,
+        });
+        Ok(Mesh {
+            inner: Arc::new(Inner {
+                ns,
+                opts: self.opts,
+                publish: OnceLock::new(),
+                listen_port: AtomicU16::new(0),
+                state: Mutex::new(RunState::Built),
+            }),
+        })
+    }
+}
+
+enum RunState {
+    Built,
+    Running { rt: Runtime, cmd: IngressSender<Cmd> },
+    Stopped,
+}
+
+struct Inner {
+    ns: Arc<NodeShared>,
+    opts: NodeOptions,
+    publish: OnceLock<IngressSender<Publish>>,
+    listen_port: AtomicU16,
+    state: Mutex<RunState>,
+}
+
+/// A mesh node. Cheap to clone (all clones are the same node); `Send + Sync`, usable from any
+/// thread and from async code on any executor. Dropping the last clone stops the node.
+#[derive(Clone)]
+pub struct Mesh {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Mesh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mesh")
+            .field("id", &self.inner.ns.me)
+            .field("listen_port", &self.listen_port())
+            .finish()
+    }
+}
+
+impl Mesh {
+    /// A builder with the defaults of `mesh-v1.md` and [`NodeOptions::default`].
+    pub fn builder() -> MeshBuilder {
+        MeshBuilder {
+            cfg: MeshConfig::default(),
+            opts: NodeOptions::default(),
+            callbacks: Vec::new(),
+            id: None,
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> PeerId {
+        self.inner.ns.me
+    }
+
+    /// The mesh settings.
+    pub fn config(&self) -> &MeshConfig {
+        &self.inner.ns.cfg
+    }
+
+    /// The TCP port the node listens on (resolved when `listen_port` is 0); 0 before
+    /// [`start`](Self::start).
+    pub fn listen_port(&self) -> u16 {
+        self.inner.listen_port.load(Ordering::Acquire)
+    }
+
+    /// Starts the executors, binds the listener (the port is resolved before anything is
+    /// announced), dials static and seed peers and starts discovery. Returns once listening.
+    pub fn start(&self) -> Result<(), MeshError> {
+        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(*state, RunState::Built) {
+            return Err(MeshError::AlreadyStarted);
+        }
+        let ns = &self.inner.ns;
+        let opts = &self.inner.opts;
+        let shards = opts.shards;
+        let mut b = Runtime::builder().name("shoal-mesh").shards(shards);
+        if let Some(cpus) = &opts.pin_cpus {
+            b = b.placement(Placement::Pinned(cpus.clone()));
+        }
+        let rt = b.build()?;
+        let mut ids: Vec<ExecutorId> = (0..shards).map(ExecutorId::Shard).collect();
+        ids.push(ExecutorId::Control);
+        let mut endpoints = channel_mesh(&ids, CHANNEL_CAPACITY);
+        let control_ep = endpoints.pop().expect("control endpoint");
+        let (ptx, prx) = ingress::<Publish>(opts.publish_queue_capacity);
+        let (ctx_tx, ctx_rx) = ingress::<Cmd>(16);
+        let origin = link_shard(&ns.me, shards);
+        let mut prx = Some(prx);
+        let started = (|| -> Result<u16, MeshError> {
+            for (idx, endpoint) in endpoints.into_iter().enumerate() {
+                let init = ShardInit {
+                    idx,
+                    ns: ns.clone(),
+                    endpoint,
+                    publish: if idx == origin { prx.take() } else { None },
+                    seed: rand::random(),
+                };
+                let _ = rt.spawn_on(ExecutorId::Shard(idx), move || shard::run(init))?;
+            }
+            let (ready_tx, ready_rx) = mpsc::channel();
+            let listen = SocketAddr::new(opts.listen_addr, ns.cfg.listen_port);
+            let init = ControlInit {
+                ns: ns.clone(),
+                endpoint: control_ep,
+                cmds: ctx_rx,
+                listen,
+                ready: ready_tx,
+                seed: rand::random(),
+            };
+            let _ = rt.spawn_on(ExecutorId::Control, move || control::run(init))?;
+            match ready_rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(Ok(port)) => Ok(port),
+                Ok(Err(source)) => Err(MeshError::Listen { addr: listen, source }),
+                Err(_) => Err(MeshError::Listen {
+                    addr: listen,
+                    source: std::io::Error::new(std::io::ErrorKind::TimedOut, "control plane did not start"),
+                }),
+            }
+        })();
+        match started {
+            Ok(port) => {
+                self.inner.listen_port.store(port, Ordering::Release);
+                let _ = self.inner.publish.set(ptx);
+                *state = RunState::Running { rt, cmd: ctx_tx };
+                Ok(())
+            }
+            Err(e) => {
+                rt.shutdown();
+                let _ = rt.join();
+                *state = RunState::Stopped;
+                Err(e)
+            }
+        }
+    }
+
+    /// Says Goodbye to every peer, closes every link and stops the executors. Idempotent;
+    /// blocks up to a few seconds. From an executor thread (a callback) the work is handed to
+    /// a helper thread and this returns at once.
+    pub fn stop(&self) {
+        if shoal_runtime::current_executor().is_some() {
+            let inner = self.inner.clone();
+            let _ = std::thread::Builder::new()
+                .name("shoal-mesh-stop".into())
+                .spawn(move || inner.stop());
+            return;
+        }
+        self.inner.stop();
+    }
+
+    /// Broadcasts `payload` to every node, waiting for room (Block policy) asynchronously.
+    pub async fn broadcast(&self, payload: impl Into<Bytes>) -> Result<(), PublishError> {
+        self.publish_async(PeerId::ZERO, payload.into()).await
+    }
+
+    /// Sends `payload` to `peer` only (relayed through the mesh if it is not a neighbour),
+    /// waiting for room asynchronously.
+    pub async fn send(&self, peer: PeerId, payload: impl Into<Bytes>) -> Result<(), PublishError> {
+        self.publish_async(peer, payload.into()).await
+    }
+
+    /// [`broadcast`](Self::broadcast) from a plain thread: blocks while there is no room.
+    /// Never call it on an executor thread.
+    pub fn broadcast_blocking(&self, payload: impl Into<Bytes>) -> Result<(), PublishError> {
+        self.publish_blocking(PeerId::ZERO, payload.into())
+    }
+
+    /// [`send`](Self::send) from a plain thread: blocks while there is no room.
+    pub fn send_blocking(&self, peer: PeerId, payload: impl Into<Bytes>) -> Result<(), PublishError> {
+        self.publish_blocking(peer, payload.into())
+    }
+
+    /// Broadcasts without waiting; [`PublishError::Full`] when there is no room now.
+    pub fn try_broadcast(&self, payload: impl Into<Bytes>) -> Result<(), PublishError> {
+        self.publish_try(PeerId::ZERO, payload.into())
+    }
+
+    /// Sends to `peer` without waiting; [`PublishError::Full`] when there is no room now.
+    pub fn try_send(&self, peer: PeerId, payload: impl Into<Bytes>) -> Result<(), PublishError> {
+        self.publish_try(peer, payload.into())
+    }
+
+    /// A receiver of this node's events (see [`EventReceiver`]). Events are queued only while
+    /// a receiver exists; take one before [`start`](Self::start) to see every event.
+    pub fn events(&self) -> EventReceiver {
+        EventReceiver::new(self.inner.ns.hub.clone())
+    }
+
+    /// Peers with an established link.
+    pub fn connected_peers(&self) -> Vec<PeerId> {
+        self.snapshot(|s| s.connected.clone())
+    }
+
+    /// Every peer in the peer table (discovered, connected, static).
+    pub fn known_peers(&self) -> Vec<PeerId> {
+        self.snapshot(|s| s.known.clone())
+    }
+
+    /// Nodes reachable through the mesh (self excluded).
+    pub fn members(&self) -> Vec<PeerId> {
+        self.snapshot(|s| s.members.clone())
+    }
+
+    /// Counters per shard, of the control plane, and their sum.
+    pub fn stats(&self) -> MeshStats {
+        MeshStats::collect(&self.inner.ns.counters)
+    }
+
+    fn snapshot<T>(&self, f: impl FnOnce(&Snapshot) -> T) -> T {
+        let s = self.inner.ns.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+        f(&s)
+    }
+
+    fn admit(&self, dst: PeerId, len: usize) -> Result<&IngressSender<Publish>, PublishError> {
+        let ns = &self.inner.ns;
+        if ns.stopping.load(Ordering::Acquire) {
+            return Err(PublishError::Stopped);
+        }
+        let tx = self.inner.publish.get().ok_or(PublishError::Stopped)?;
+        let max = (ns.cfg.max_message_bytes as usize).saturating_sub(DATA_FRAME_OVERHEAD);
+        if len > max {
+            return Err(PublishError::TooLarge { len, max });
+        }
+        if dst != ns.me && ns.connected.load(Ordering::Acquire) == 0 {
+            return Err(PublishError::NoRoute);
+        }
+        Ok(tx)
+    }
+
+    async fn publish_async(&self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
+        let tx = self.admit(dst, payload.len())?;
+        tx.send(Publish { dst, payload }).await.map_err(|_| PublishError::Stopped)
+    }
+
+    fn publish_blocking(&self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
+        let tx = self.admit(dst, payload.len())?;
+        tx.send_blocking(Publish { dst, payload }).map_err(|_| PublishError::Stopped)
+    }
+
+    fn publish_try(&self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
+        let tx = self.admit(dst, payload.len())?;
+        let frame = crate::wire::DATA_HEADER_LEN + payload.len();
+        if self.inner.ns.policy == OverflowPolicy::Block
+            && self.snapshot(|s| s.budgets.iter().any(|b| b.is_full_for(frame)))
+        {
+            return Err(PublishError::Full);
+        }
+        match tx.try_send(Publish { dst, payload }) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(PublishError::Full),
+            Err(TrySendError::Closed(_)) => Err(PublishError::Stopped),
+        }
+    }
+}
+
+impl Inner {
+    fn stop(&self) {
+        let running = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::replace(&mut *state, RunState::Stopped)
+        };
+        self.ns.stopping.store(true, Ordering::Release);
+        if let RunState::Running { rt, cmd } = running {
+            let (tx, rx) = mpsc::channel();
+            if cmd.try_send(Cmd::Stop(tx)).is_ok() {
+                // Goodbyes flushed, or give up waiting: stopping must not hang on a dead peer.
+                let _ = rx.recv_timeout(Duration::from_secs(3));
+            }
+            self.ns.hub.close();
+            rt.shutdown();
+            if let Err(e) = rt.join() {
+                tracing::error!(error = %e, "mesh runtime stopped with an error");
+            }
+            tracing::info!(id = %self.ns.me, "mesh node stopped");
+        } else {
+            self.ns.hub.close();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if shoal_runtime::current_executor().is_none() {
+            self.stop();
+        }
+    }
+}

@@ -1,0 +1,754 @@
+//! A data shard: serves the links it owns and routes the Data frames whose dedup state it
+//! owns.
+//!
+//! Every link runs three tasks on its shard: a reader (parses every complete frame of each
+//! read; Data payloads are slices of the read buffer), a writer (drains the link's queue of
+//! whole frames into one vectored write per batch: a shared header arena plus the payload
+//! `Bytes`, never a payload copy) and a timer (heartbeat, liveness, slow-peer kill). One inbox
+//! task takes the messages of the control plane and of the other shards. A Data frame is
+//! routed on the shard that owns its originator's dedup state (`dedup_shard`): when that is
+//! the reading shard — always for a message straight from its originator — nothing leaves the
+//! shard; otherwise the frame hops once. Sending on a link of another shard is one more hop
+//! (`Transmit`) with the bytes already reserved in the link's [`LinkBudget`].
+//!
+//! Secured mode (later): a record sealer belongs in the writer, between the batch of whole
+//! frames and `write_all_vectored`, and an opener in the reader, between `read` and
+//! `take_frame`; nothing above the frame layer changes.
+
+use super::budget::{LinkBudget, OverflowPolicy};
+use super::event::{ErrorKind, Event};
+use super::msg::{Msg, NewLink};
+use super::shared::{Channels, NodeShared};
+use super::stats::{add, inc, Counters};
+use crate::proto::{
+    dedup_shard, CloseReason, DataMeta, DropReason, FrameAction, Link, LinkEvent, LinkId, MsgIdGen,
+    Route, Router, RoutingTable,
+};
+use crate::wire::{peek_frame_len, take_frame, Data, DataHeader, DecodeError, DecodeStatus, Frame, DATA_HEADER_LEN};
+use crate::{MsgId, PeerId};
+use ahash::AHashMap;
+use bytes::{Bytes, BytesMut};
+use event_listener::Listener;
+use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
+use shoal_runtime::net::{TcpReadHalf, TcpStream, TcpWriteHalf, MAX_IOVECS};
+use shoal_runtime::{spawn_local, LocalJoinHandle};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes reserved for a read when the buffer has less room.
+const READ_CHUNK: usize = 64 * 1024;
+/// Longest a link's timer sleeps, so a Disconnect-policy kill is acted on promptly even while
+/// the writer is stuck on a full socket.
+const TIMER_CAP: Duration = Duration::from_millis(200);
+
+/// A message from the application, entering through the origin shard's ingress queue.
+#[derive(Debug)]
+pub(crate) struct Publish {
+    /// Destination, [`PeerId::ZERO`] for a broadcast.
+    pub(crate) dst: PeerId,
+    pub(crate) payload: Bytes,
+}
+
+/// What a shard task starts with.
+pub(crate) struct ShardInit {
+    pub(crate) idx: usize,
+    pub(crate) ns: Arc<NodeShared>,
+    pub(crate) endpoint: MeshEndpoint<Msg>,
+    /// Only on the shard that owns this node's own id (it originates every message).
+    pub(crate) publish: Option<IngressReceiver<Publish>>,
+    pub(crate) seed: u64,
+}
+
+enum Out {
+    Data(DataHeader, Bytes),
+    Raw(Bytes),
+}
+
+struct LinkCtx {
+    id: LinkId,
+    peer: PeerId,
+    state: Link,
+    queue: VecDeque<Out>,
+    budget: Arc<LinkBudget>,
+    /// `Some(flush)` once closing: flush the queue first (then Goodbye) or discard it.
+    closing: Option<bool>,
+    /// The reader waits on something other than its socket (event room, a hop): it is busy,
+    /// not dead, so the timer refreshes its liveness.
+    stalled: bool,
+    finished: bool,
+    reader: Option<LocalJoinHandle<()>>,
+    writer: Option<LocalJoinHandle<()>>,
+}
+
+type LinkRc = Rc<RefCell<LinkCtx>>;
+
+struct Shard {
+    router: Router,
+    table: RoutingTable,
+    owners: AHashMap<LinkId, (usize, Arc<LinkBudget>)>,
+    links: AHashMap<LinkId, LinkRc>,
+    gen: MsgIdGen,
+    scratch: Vec<(LinkId, usize, Arc<LinkBudget>)>,
+}
+
+struct Ctx {
+    idx: usize,
+    ns: Arc<NodeShared>,
+    ch: Channels,
+    st: RefCell<Shard>,
+}
+
+impl Ctx {
+    fn counters(&self) -> &Counters {
+        &self.ns.counters[self.idx]
+    }
+
+    fn control(&self) -> usize {
+        self.ns.shards
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Reader,
+    Writer,
+    Other,
+}
+
+/// The shard's main task.
+pub(crate) async fn run(init: ShardInit) {
+    let ShardInit {
+        idx,
+        ns,
+        endpoint,
+        publish,
+        seed,
+    } = init;
+    let (senders, mut rx) = endpoint.split();
+    let now = Instant::now();
+    let cfg = &ns.cfg;
+    let per_shard_dedup = (cfg.max_dedup_entries / ns.shards).max(1);
+    let ctx = Rc::new(Ctx {
+        idx,
+        ch: Channels::new(senders, ns.shards),
+        st: RefCell::new(Shard {
+            router: Router::new(ns.me, cfg.initial_ttl, per_shard_dedup, cfg.dedup_ttl, now),
+            table: RoutingTable::new(),
+            owners: AHashMap::new(),
+            links: AHashMap::new(),
+            gen: MsgIdGen::new(ns.me, seed),
+            scratch: Vec::new(),
+        }),
+        ns,
+    });
+    if let Some(p) = publish {
+        spawn_local(publisher(ctx.clone(), p)).detach();
+    }
+    spawn_local(dedup_sweeper(ctx.clone())).detach();
+    let mut batch = Vec::with_capacity(64);
+    while rx.recv_batch(&mut batch, 64).await.is_ok() {
+        for (_, m) in batch.drain(..) {
+            handle(&ctx, m).await;
+        }
+    }
+}
+
+async fn dedup_sweeper(ctx: Rc<Ctx>) {
+    loop {
+        let at = ctx.st.borrow().router.poll_timeout();
+        shoal_runtime::time::sleep_until(at).await;
+        ctx.st.borrow_mut().router.handle_timeout(Instant::now());
+    }
+}
+
+async fn handle(ctx: &Rc<Ctx>, m: Msg) {
+    match m {
+        Msg::AddLink(nl) => add_link(ctx, *nl),
+        Msg::Install {
+            peer,
+            link,
+            owner,
+            budget,
+        } => {
+            let mut s = ctx.st.borrow_mut();
+            if let Some(old) = s.table.link_to(&peer).filter(|old| *old != link) {
+                s.owners.remove(&old);
+            }
+            s.table.insert(peer, link);
+            s.owners.insert(link, (owner, budget));
+        }
+        Msg::Uninstall { peer, link } => {
+            let mut s = ctx.st.borrow_mut();
+            s.table.remove(&peer, link);
+            s.owners.remove(&link);
+        }
+        Msg::Close { link, goodbye } => {
+            let l = ctx.st.borrow().links.get(&link).cloned();
+            if let Some(l) = l {
+                let mut c = l.borrow_mut();
+                c.state.close(goodbye, Instant::now());
+                c.closing = Some(true);
+                c.budget.wake.notify(usize::MAX);
+            }
+        }
+        Msg::SendRaw { link, frame } => {
+            let l = ctx.st.borrow().links.get(&link).cloned();
+            if let Some(l) = l {
+                let mut c = l.borrow_mut();
+                if c.closing.is_none() {
+                    c.queue.push_back(Out::Raw(frame));
+                    c.state.on_sent(Instant::now());
+                    c.budget.wake.notify(1);
+                }
+            }
+        }
+        Msg::Stop => {
+            spawn_local(stop(ctx.clone())).detach();
+        }
+        Msg::Relay { from, data } => route(ctx, from, data).await,
+        Msg::Transmit {
+            link,
+            header,
+            payload,
+        } => {
+            let n = DATA_HEADER_LEN + payload.len();
+            enqueue_reserved(ctx, link, Out::Data(header, payload), n, None);
+        }
+        Msg::LinkClosed { .. } | Msg::MembershipIn { .. } | Msg::Stopped(_) => {}
+    }
+}
+
+fn add_link(ctx: &Rc<Ctx>, nl: NewLink) {
+    let NewLink {
+        link,
+        peer,
+        stream,
+        leftover,
+        state,
+        budget,
+    } = nl;
+    let stream = match TcpStream::from_std(stream) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(?link, %peer, error = %e, "could not attach connection to its shard");
+            budget.close();
+            let c2 = ctx.clone();
+            spawn_local(async move {
+                let to = c2.control();
+                c2.ch.send(to, Msg::LinkClosed { link }).await;
+            })
+            .detach();
+            return;
+        }
+    };
+    let (rd, wr) = stream.into_split();
+    let lc = Rc::new(RefCell::new(LinkCtx {
+        id: link,
+        peer,
+        state,
+        queue: VecDeque::new(),
+        budget,
+        closing: None,
+        stalled: false,
+        finished: false,
+        reader: None,
+        writer: None,
+    }));
+    ctx.st.borrow_mut().links.insert(link, lc.clone());
+    inc(&ctx.counters().links_opened);
+    let r = spawn_local(reader(ctx.clone(), lc.clone(), rd, leftover));
+    let w = spawn_local(writer(ctx.clone(), lc.clone(), wr));
+    {
+        let mut c = lc.borrow_mut();
+        c.reader = Some(r);
+        c.writer = Some(w);
+    }
+    spawn_local(timer(ctx.clone(), lc)).detach();
+    tracing::debug!(shard = ctx.idx, ?link, %peer, "link attached");
+}
+
+/// Moves the link state machine's control frames into the queue; returns a close reason if
+/// the state machine closed the link.
+fn pull(c: &mut LinkCtx) -> Option<CloseReason> {
+    while let Some(f) = c.state.poll_transmit() {
+        let mut b = BytesMut::with_capacity(f.encoded_len());
+        if f.encode(&mut b).is_ok() {
+            c.queue.push_back(Out::Raw(b.freeze()));
+        }
+    }
+    let mut closed = None;
+    while let Some(ev) = c.state.poll_event() {
+        if let LinkEvent::Closed(r) = ev {
+            closed = Some(r);
+        }
+    }
+    if !c.queue.is_empty() {
+        c.budget.wake.notify(1);
+    }
+    closed
+}
+
+async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut) {
+    let max = ctx.ns.cfg.max_message_bytes;
+    loop {
+        loop {
+            match take_frame(&mut buf, max) {
+                Ok(Some(frame)) => {
+                    inc(&ctx.counters().frames_in);
+                    if !on_frame(&ctx, &l, frame).await {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let kind = decode_error_kind(&e, ctx.counters());
+                    teardown(&ctx, &l, Who::Reader, Some((kind, e.to_string())));
+                    return;
+                }
+            }
+        }
+        let needed = match peek_frame_len(&buf, max) {
+            Ok(DecodeStatus::NeedMore { needed }) => needed,
+            _ => 0,
+        };
+        let want = needed.saturating_sub(buf.len()).max(READ_CHUNK);
+        if buf.capacity() - buf.len() < want {
+            buf.reserve(want);
+        }
+        let (res, b) = rd.read(buf).await;
+        buf = b;
+        match res {
+            Ok(0) => {
+                let err = (!buf.is_empty()).then(|| {
+                    inc(&ctx.counters().malformed_frames);
+                    (
+                        ErrorKind::Malformed,
+                        format!("connection closed inside a frame ({} bytes of it received)", buf.len()),
+                    )
+                });
+                teardown(&ctx, &l, Who::Reader, err);
+                return;
+            }
+            Ok(n) => {
+                add(&ctx.counters().bytes_in, n as u64);
+                l.borrow_mut().state.on_bytes_received(Instant::now());
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "link read failed");
+                teardown(&ctx, &l, Who::Reader, None);
+                return;
+            }
+        }
+    }
+}
+
+/// Counts a decode failure and classifies it.
+pub(crate) fn decode_error_kind(e: &DecodeError, counters: &Counters) -> ErrorKind {
+    if matches!(e, DecodeError::TooLarge { .. }) {
+        inc(&counters.oversize_frames);
+        ErrorKind::Oversize
+    } else {
+        inc(&counters.malformed_frames);
+        ErrorKind::Malformed
+    }
+}
+
+/// Handles one frame; false when the link is closed and the reader must stop.
+async fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame) -> bool {
+    let (action, closed, link) = {
+        let mut c = l.borrow_mut();
+        if c.finished {
+            return false;
+        }
+        let a = c.state.on_frame(&frame, Instant::now());
+        let closed = pull(&mut c);
+        (a, closed, c.id)
+    };
+    match action {
+        FrameAction::Consumed => true,
+        FrameAction::Close => {
+            let err = match closed {
+                None | Some(CloseReason::Goodbye) | Some(CloseReason::Local) => None,
+                Some(r) => {
+                    inc(&ctx.counters().malformed_frames);
+                    Some((ErrorKind::Malformed, r.to_string()))
+                }
+            };
+            teardown(ctx, l, Who::Reader, err);
+            false
+        }
+        FrameAction::Process => {
+            l.borrow_mut().stalled = true;
+            match frame {
+                Frame::Data(d) => route_in(ctx, link, d).await,
+                Frame::Membership(record) => {
+                    let to = ctx.control();
+                    ctx.ch.send(to, Msg::MembershipIn { link, record }).await;
+                }
+                // Plaintext mesh: AuthConfirm cannot pass the link; identity records are
+                // for the identity mesh, not wired yet.
+                _ => {}
+            }
+            l.borrow_mut().stalled = false;
+            !l.borrow().finished
+        }
+    }
+}
+
+async fn route_in(ctx: &Rc<Ctx>, from: LinkId, d: Data) {
+    let owner = dedup_shard(&d.msg_id, ctx.ns.shards);
+    if owner != ctx.idx {
+        inc(&ctx.counters().hops_out);
+        ctx.ch.send(owner, Msg::Relay { from, data: d }).await;
+        return;
+    }
+    route(ctx, from, d).await;
+}
+
+async fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data) {
+    let meta = DataMeta {
+        src: d.src,
+        dst: d.dst,
+        msg_id: d.msg_id,
+        ttl: d.ttl,
+    };
+    let r = {
+        let mut s = ctx.st.borrow_mut();
+        let s = &mut *s;
+        s.router.on_data(&s.table, from, &meta, Instant::now())
+    };
+    let c = ctx.counters();
+    match r {
+        Route::Deliver => deliver(ctx, d).await,
+        Route::DeliverAndForward { except, ttl } => {
+            fan_out(ctx, &meta, &d.payload, Some(except), None, ttl, false).await;
+            deliver(ctx, d).await;
+        }
+        Route::Forward { except, ttl } => fan_out(ctx, &meta, &d.payload, except, None, ttl, false).await,
+        Route::Unicast { link, ttl } => fan_out(ctx, &meta, &d.payload, None, Some(link), ttl, false).await,
+        Route::Drop(DropReason::Duplicate) => inc(&c.dropped_duplicate),
+        Route::Drop(DropReason::TtlExpired) => inc(&c.dropped_ttl),
+        Route::Drop(DropReason::NoRoute) => inc(&c.dropped_no_route),
+    }
+}
+
+async fn deliver(ctx: &Rc<Ctx>, d: Data) {
+    inc(&ctx.counters().delivered);
+    let ev = Event::Message {
+        from: d.src,
+        broadcast: d.dst.is_zero(),
+        payload: d.payload,
+    };
+    ctx.ns.hub.emit_message(ev, ctx.counters(), |_| {}).await;
+}
+
+/// Sends one Data frame (with `ttl`) on `only`, or on every routed link except `except`.
+/// Reserves each link's bytes first; what does not fit is dropped and counted, except that
+/// an originated message under the Block policy waits for room.
+async fn fan_out(
+    ctx: &Rc<Ctx>,
+    meta: &DataMeta,
+    payload: &Bytes,
+    except: Option<LinkId>,
+    only: Option<LinkId>,
+    ttl: u8,
+    originated: bool,
+) {
+    let c = ctx.counters();
+    let Ok(header) = DataHeader::new(&meta.src, &meta.dst, &meta.msg_id, ttl, payload.len()) else {
+        inc(&c.oversize_frames);
+        return;
+    };
+    let n = DATA_HEADER_LEN + payload.len();
+    let mut targets = std::mem::take(&mut ctx.st.borrow_mut().scratch);
+    targets.clear();
+    {
+        let s = ctx.st.borrow();
+        let mut push = |l: &LinkId| {
+            if let Some((owner, b)) = s.owners.get(l) {
+                targets.push((*l, *owner, b.clone()));
+            }
+        };
+        match only {
+            Some(l) => push(&l),
+            None => s.table.links().iter().filter(|l| Some(**l) != except).for_each(push),
+        }
+    }
+    let policy = ctx.ns.policy;
+    for (link, owner, budget) in targets.drain(..) {
+        let reserved = if originated && policy == OverflowPolicy::Block {
+            budget.reserve(n).await
+        } else {
+            budget.try_reserve(n)
+        };
+        let Some(total) = reserved else {
+            if budget.is_closed() {
+                inc(&c.dropped_no_route);
+            } else {
+                inc(&c.dropped_queue_full);
+                if let OverflowPolicy::Disconnect { after } = policy {
+                    budget.note_full(after);
+                }
+            }
+            continue;
+        };
+        c.peak_queued_bytes.fetch_max(total as u64, Ordering::Relaxed);
+        inc(&c.frames_queued);
+        if owner == ctx.idx {
+            enqueue_reserved(ctx, link, Out::Data(header, payload.clone()), n, Some(&budget));
+        } else {
+            inc(&c.hops_out);
+            let m = Msg::Transmit {
+                link,
+                header,
+                payload: payload.clone(),
+            };
+            if !ctx.ch.send(owner, m).await {
+                budget.release(n);
+            }
+        }
+    }
+    ctx.st.borrow_mut().scratch = targets;
+}
+
+/// Queues a frame whose `n` bytes are already reserved on a link of this shard.
+fn enqueue_reserved(ctx: &Rc<Ctx>, link: LinkId, out: Out, n: usize, budget: Option<&Arc<LinkBudget>>) {
+    let l = ctx.st.borrow().links.get(&link).cloned();
+    if let Some(l) = l {
+        let mut c = l.borrow_mut();
+        if c.closing.is_none() && !c.finished {
+            c.queue.push_back(out);
+            c.state.on_sent(Instant::now());
+            c.budget.wake.notify(1);
+            return;
+        }
+        c.budget.release(n);
+    } else if let Some(b) = budget {
+        b.release(n);
+    } else if let Some((_, b)) = ctx.st.borrow().owners.get(&link) {
+        b.release(n);
+    }
+    inc(&ctx.counters().dropped_no_route);
+}
+
+async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf) {
+    let mut bufs: Vec<Bytes> = Vec::with_capacity(MAX_IOVECS);
+    loop {
+        let mut release = 0usize;
+        let idle = {
+            let mut c = l.borrow_mut();
+            if c.finished {
+                return;
+            }
+            if c.budget.kill_requested() {
+                drop(c);
+                slow_peer(&ctx, &l, Who::Writer);
+                return;
+            }
+            pull(&mut c);
+            if c.queue.is_empty() {
+                if c.closing.is_some() {
+                    break;
+                }
+                true
+            } else {
+                let mut arena = BytesMut::with_capacity(DATA_HEADER_LEN * c.queue.len().min(MAX_IOVECS / 2));
+                while bufs.len() + 2 <= MAX_IOVECS {
+                    match c.queue.pop_front() {
+                        Some(Out::Data(h, p)) => {
+                            arena.extend_from_slice(&h.0);
+                            bufs.push(arena.split().freeze());
+                            release += DATA_HEADER_LEN + p.len();
+                            if !p.is_empty() {
+                                bufs.push(p);
+                            }
+                        }
+                        Some(Out::Raw(b)) => bufs.push(b),
+                        None => break,
+                    }
+                }
+                false
+            }
+        };
+        if idle {
+            let listener = l.borrow().budget.wake.listen();
+            let c = l.borrow();
+            if !c.queue.is_empty() || c.closing.is_some() || c.finished || c.budget.kill_requested() {
+                continue;
+            }
+            drop(c);
+            listener.await;
+            continue;
+        }
+        let bytes: usize = bufs.iter().map(Bytes::len).sum();
+        let (res, v) = wr.write_all_vectored(std::mem::take(&mut bufs)).await;
+        bufs = v;
+        bufs.clear();
+        l.borrow().budget.release(release);
+        match res {
+            Ok(()) => add(&ctx.counters().bytes_out, bytes as u64),
+            Err(e) => {
+                tracing::debug!(error = %e, "link write failed");
+                teardown(&ctx, &l, Who::Writer, None);
+                return;
+            }
+        }
+    }
+    let _ = wr.shutdown().await;
+    teardown(&ctx, &l, Who::Writer, None);
+}
+
+async fn timer(ctx: Rc<Ctx>, l: LinkRc) {
+    loop {
+        let deadline = {
+            let c = l.borrow();
+            if c.finished {
+                return;
+            }
+            c.state.poll_timeout()
+        };
+        let Some(deadline) = deadline else { return };
+        shoal_runtime::time::sleep_until(deadline.min(Instant::now() + TIMER_CAP)).await;
+        let now = Instant::now();
+        let closed = {
+            let mut c = l.borrow_mut();
+            if c.finished {
+                return;
+            }
+            if c.budget.kill_requested() {
+                drop(c);
+                slow_peer(&ctx, &l, Who::Other);
+                return;
+            }
+            if c.stalled {
+                c.state.on_bytes_received(now);
+            }
+            c.state.handle_timeout(now);
+            pull(&mut c)
+        };
+        if let Some(reason) = closed {
+            if reason != CloseReason::Local {
+                tracing::info!(shard = ctx.idx, peer = %l.borrow().peer, %reason, "link closed");
+                teardown(&ctx, &l, Who::Other, None);
+                return;
+            }
+        }
+    }
+}
+
+fn slow_peer(ctx: &Rc<Ctx>, l: &LinkRc, who: Who) {
+    inc(&ctx.counters().slow_peer_disconnects);
+    let msg = "peer stayed blocked past the Disconnect policy's limit".to_owned();
+    teardown(ctx, l, who, Some((ErrorKind::SlowPeer, msg)));
+}
+
+/// The single exit of a link: stops its tasks (except the caller), discards what is still
+/// queued, releases the budget, reports the close to the control plane.
+fn teardown(ctx: &Rc<Ctx>, l: &LinkRc, who: Who, err: Option<(ErrorKind, String)>) {
+    let (link, peer, reader, writer) = {
+        let mut c = l.borrow_mut();
+        if c.finished {
+            return;
+        }
+        c.finished = true;
+        let mut rel = 0;
+        for o in c.queue.drain(..) {
+            if let Out::Data(_, p) = o {
+                rel += DATA_HEADER_LEN + p.len();
+            }
+        }
+        c.budget.release(rel);
+        c.budget.close();
+        c.state.close(false, Instant::now());
+        (c.id, c.peer, c.reader.take(), c.writer.take())
+    };
+    if who != Who::Reader {
+        if let Some(r) = reader {
+            r.abort();
+        }
+    }
+    if who != Who::Writer {
+        if let Some(w) = writer {
+            w.abort();
+        }
+    }
+    ctx.st.borrow_mut().links.remove(&link);
+    inc(&ctx.counters().links_closed);
+    if let Some((kind, message)) = err {
+        tracing::warn!(shard = ctx.idx, %peer, ?kind, %message, "link closed on error");
+        ctx.ns.hub.emit_control(
+            Event::Error {
+                peer: Some(peer),
+                kind,
+                message,
+            },
+            ctx.counters(),
+        );
+    }
+    let c2 = ctx.clone();
+    spawn_local(async move {
+        let to = c2.control();
+        c2.ch.send(to, Msg::LinkClosed { link }).await;
+    })
+    .detach();
+}
+
+async fn stop(ctx: Rc<Ctx>) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !ctx.st.borrow().links.is_empty() && Instant::now() < deadline {
+        shoal_runtime::time::sleep(Duration::from_millis(5)).await;
+    }
+    let rest: Vec<LinkRc> = ctx.st.borrow().links.values().cloned().collect();
+    for l in rest {
+        teardown(&ctx, &l, Who::Other, None);
+    }
+    let to = ctx.control();
+    ctx.ch.send(to, Msg::Stopped(ctx.idx)).await;
+}
+
+async fn publisher(ctx: Rc<Ctx>, mut rx: IngressReceiver<Publish>) {
+    let mut batch = Vec::with_capacity(64);
+    while rx.recv_batch(&mut batch, 64).await.is_ok() {
+        for p in batch.drain(..) {
+            originate(&ctx, p).await;
+        }
+    }
+}
+
+async fn originate(ctx: &Rc<Ctx>, p: Publish) {
+    let c = ctx.counters();
+    inc(&c.originated);
+    let me = ctx.ns.me;
+    let (msg_id, route): (MsgId, Route) = {
+        let mut s = ctx.st.borrow_mut();
+        let s = &mut *s;
+        let id = s.gen.next_id();
+        (id, s.router.originate(&s.table, id, p.dst, Instant::now()))
+    };
+    let meta = DataMeta {
+        src: me,
+        dst: p.dst,
+        msg_id,
+        ttl: 0,
+    };
+    match route {
+        Route::Deliver => {
+            let d = Data {
+                src: me,
+                dst: p.dst,
+                msg_id,
+                ttl: 0,
+                payload: p.payload,
+            };
+            deliver(ctx, d).await;
+        }
+        Route::Forward { except, ttl } => fan_out(ctx, &meta, &p.payload, except, None, ttl, true).await,
+        Route::Unicast { link, ttl } => fan_out(ctx, &meta, &p.payload, None, Some(link), ttl, true).await,
+        Route::DeliverAndForward { .. } => {}
+        Route::Drop(_) => inc(&c.dropped_no_route),
+    }
+}

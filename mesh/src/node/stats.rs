@@ -1,0 +1,116 @@
+//! Loss and traffic counters, one set per data shard plus one for the control plane.
+//!
+//! Each set is written only by the executor that owns it (relaxed atomic adds, no sharing of
+//! cache lines between shards on the message path) and read by [`crate::Mesh::stats`] from any
+//! thread. Every message that is neither delivered nor sent on is counted under exactly one
+//! `dropped_*` cause, per link it was meant for.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// A snapshot of one executor's counters (or their sum, see [`MeshStats::total`]).
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct ShardStats {
+            $($(#[$doc])* pub $name: u64,)*
+            /// Highest number of bytes ever reserved in one link's outbound queue by this
+            /// executor (the maximum, not the sum, in [`MeshStats::total`]). Never above
+            /// `max_outbound_queue_bytes` unless a single frame is larger than the bound.
+            pub peak_queued_bytes: u64,
+        }
+
+        /// The live counters behind a [`ShardStats`].
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $(pub(crate) $name: AtomicU64,)*
+            pub(crate) peak_queued_bytes: AtomicU64,
+        }
+
+        impl Counters {
+            pub(crate) fn snapshot(&self) -> ShardStats {
+                ShardStats {
+                    $($name: self.$name.load(Relaxed),)*
+                    peak_queued_bytes: self.peak_queued_bytes.load(Relaxed),
+                }
+            }
+        }
+
+        impl ShardStats {
+            fn accumulate(&mut self, o: &ShardStats) {
+                $(self.$name += o.$name;)*
+                self.peak_queued_bytes = self.peak_queued_bytes.max(o.peak_queued_bytes);
+            }
+        }
+    };
+}
+
+counters! {
+    /// Messages the application handed to this node (accepted by the origin shard).
+    originated,
+    /// Messages handed to the application as [`super::Event::Message`].
+    delivered,
+    /// Data frames queued on a link (originated or relayed), one per link.
+    frames_queued,
+    /// Frames read from links.
+    frames_in,
+    /// Bytes read from links.
+    bytes_in,
+    /// Bytes written to links.
+    bytes_out,
+    /// Messages handed to another shard (dedup owner or link owner).
+    hops_out,
+    /// Dropped: the message id was seen before.
+    dropped_duplicate,
+    /// Dropped: a targeted message for someone else arrived with no hop left.
+    dropped_ttl,
+    /// Dropped: no link to send it on (or the link went away meanwhile).
+    dropped_no_route,
+    /// Dropped: the link's outbound queue was at `max_outbound_queue_bytes`.
+    dropped_queue_full,
+    /// Links closed because a frame did not decode (random bytes, unknown type, bad field).
+    malformed_frames,
+    /// Links closed because a frame announced a length above `max_message_bytes`.
+    oversize_frames,
+    /// Control events (peer/member/error) lost because the event queue was full.
+    dropped_event_queue_full,
+    /// Times a Message event had to wait for room in the event queue (backpressure).
+    event_queue_waits,
+    /// Links closed because their peer stayed blocked past the Disconnect policy's limit.
+    slow_peer_disconnects,
+    /// Links attached to this shard.
+    links_opened,
+    /// Links closed for any reason.
+    links_closed,
+}
+
+pub(crate) fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+pub(crate) fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Relaxed);
+}
+
+/// Counters of a whole node: per data shard, the control plane, and their sum.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MeshStats {
+    /// Everything summed (peak queued bytes: the maximum).
+    pub total: ShardStats,
+    /// One entry per data shard, in shard order.
+    pub shards: Vec<ShardStats>,
+    /// The control plane's counters (handshake-time malformed input, control events).
+    pub control: ShardStats,
+}
+
+impl MeshStats {
+    pub(crate) fn collect(counters: &[Counters]) -> MeshStats {
+        let (shards, control) = counters.split_at(counters.len() - 1);
+        let shards: Vec<ShardStats> = shards.iter().map(Counters::snapshot).collect();
+        let control = control[0].snapshot();
+        let mut total = ShardStats::default();
+        for s in shards.iter().chain(std::iter::once(&control)) {
+            total.accumulate(s);
+        }
+        MeshStats { total, shards, control }
+    }
+}

@@ -1,0 +1,237 @@
+//! Discovery announces: when to send them and which received ones to believe.
+//!
+//! Sending: once at start, then every `announce_interval` with ±20% jitter so that nodes
+//! started together do not announce in lockstep ([`AnnounceSchedule`]).
+//!
+//! Receiving ([`accept_announce`]), in the order of `mesh-v1.md` / `crypto.md`: on a secured
+//! mesh the datagram must be longer than the 16-byte MAC and the MAC over everything before it
+//! must verify; then it must parse (magic included), its secured flag must equal our mode, its
+//! version and group must equal ours, and its node id must not be ours. The dial-back address
+//! is the datagram's source IP with the advertised TCP port. One rule beyond the C++ library:
+//! an advertised port of 0 is rejected, since it cannot be dialed.
+
+use crate::wire::{AnnounceFilter, AnnounceReject, ANNOUNCE_MAC_LEN};
+use crate::PeerId;
+use rand::Rng;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Announce timing: due at start, then every interval ±20%.
+#[derive(Debug, Clone)]
+pub struct AnnounceSchedule {
+    interval: Duration,
+    next: Instant,
+    sent: u64,
+}
+
+impl AnnounceSchedule {
+    /// A schedule whose first announce is due at `now`.
+    pub fn new(interval: Duration, now: Instant) -> AnnounceSchedule {
+        AnnounceSchedule {
+            interval,
+            next: now,
+            sent: 0,
+        }
+    }
+
+    /// When the next announce is due.
+    pub fn poll_timeout(&self) -> Instant {
+        self.next
+    }
+
+    /// Returns `true` when an announce is due now (send one) and schedules the next.
+    pub fn handle_timeout(&mut self, now: Instant, rng: &mut dyn rand::RngCore) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.sent += 1;
+        self.next = now + jittered(self.interval, rng);
+        true
+    }
+
+    /// Announces sent so far.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+}
+
+/// `interval` scaled by a uniform factor in `[0.8, 1.2]`.
+pub fn jittered(interval: Duration, rng: &mut dyn rand::RngCore) -> Duration {
+    interval.mul_f64(rng.gen_range(0.8..=1.2))
+}
+
+/// Why a received datagram was dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnnounceError {
+    /// Secured mesh: the datagram is not longer than the MAC.
+    #[error("datagram too short to carry a MAC")]
+    TooShortForMac,
+    /// Secured mesh: the MAC did not verify.
+    #[error("announce MAC does not verify")]
+    BadMac,
+    /// Parse failure, mode/version/group mismatch or own announce.
+    #[error(transparent)]
+    Rejected(#[from] AnnounceReject),
+    /// The advertised TCP port is 0: nothing to dial back.
+    #[error("announce advertises TCP port 0")]
+    ZeroPort,
+}
+
+/// An announce that passed every check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcceptedAnnounce {
+    /// The announcing node.
+    pub peer: PeerId,
+    /// Where to dial it: the datagram's source IP and the advertised TCP port.
+    pub dial_addr: SocketAddr,
+}
+
+/// Applies the acceptance rules to `datagram` received from `source`. On a secured mesh
+/// `verify_mac(body, mac)` checks the keyed MAC (the crypto layer's job) before anything is
+/// parsed; on a plaintext mesh it is not called.
+pub fn accept_announce(
+    datagram: &[u8],
+    source: SocketAddr,
+    filter: &AnnounceFilter<'_>,
+    verify_mac: impl FnOnce(&[u8], &[u8; ANNOUNCE_MAC_LEN]) -> bool,
+) -> Result<AcceptedAnnounce, AnnounceError> {
+    if filter.secured {
+        if datagram.len() <= ANNOUNCE_MAC_LEN {
+            return Err(AnnounceError::TooShortForMac);
+        }
+        let (body, mac) = datagram.split_at(datagram.len() - ANNOUNCE_MAC_LEN);
+        let mac: &[u8; ANNOUNCE_MAC_LEN] = mac.try_into().expect("split at len - 16");
+        if !verify_mac(body, mac) {
+            return Err(AnnounceError::BadMac);
+        }
+    }
+    let decoded = filter.accept(datagram)?;
+    let a = decoded.announce;
+    if a.tcp_listen_port == 0 {
+        return Err(AnnounceError::ZeroPort);
+    }
+    Ok(AcceptedAnnounce {
+        peer: a.node_id,
+        dial_addr: SocketAddr::new(source.ip(), a.tcp_listen_port),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Announce, DecodeError, PROTOCOL_VERSION};
+    use rand::SeedableRng;
+
+    fn me() -> PeerId {
+        PeerId([1; 16])
+    }
+
+    fn filter(secured: bool) -> AnnounceFilter<'static> {
+        AnnounceFilter {
+            secured,
+            protocol_version: PROTOCOL_VERSION,
+            group_name: "default",
+            own_id: me(),
+        }
+    }
+
+    fn datagram(id: PeerId, port: u16, group: &str, secured: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        Announce::new(id, port, group, secured).encode_body(&mut out).unwrap();
+        out
+    }
+
+    fn src() -> SocketAddr {
+        "10.0.0.7:45454".parse().unwrap()
+    }
+
+    #[test]
+    fn schedule_fires_at_start_then_jittered() {
+        let t0 = Instant::now();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut s = AnnounceSchedule::new(Duration::from_millis(1000), t0);
+        assert!(s.handle_timeout(t0, &mut rng));
+        assert!(!s.handle_timeout(t0, &mut rng));
+        let mut distinct = std::collections::BTreeSet::new();
+        for _ in 0..50 {
+            let due = s.poll_timeout();
+            let prev = due;
+            assert!(s.handle_timeout(due, &mut rng));
+            let gap = s.poll_timeout() - prev;
+            assert!(gap >= Duration::from_millis(800) && gap <= Duration::from_millis(1200));
+            distinct.insert(gap.as_millis());
+        }
+        assert!(distinct.len() > 10, "jitter must actually vary");
+        assert_eq!(s.sent(), 51);
+    }
+
+    #[test]
+    fn accepts_and_builds_dial_back_address() {
+        let peer = PeerId([2; 16]);
+        let got = accept_announce(&datagram(peer, 7000, "default", false), src(), &filter(false), |_, _| {
+            panic!("no MAC on a plaintext mesh")
+        })
+        .unwrap();
+        assert_eq!(got.peer, peer);
+        assert_eq!(got.dial_addr, "10.0.0.7:7000".parse().unwrap());
+    }
+
+    #[test]
+    fn typed_rejections() {
+        let f = filter(false);
+        let none = |_: &[u8], _: &[u8; 16]| true;
+        let peer = PeerId([2; 16]);
+        assert_eq!(
+            accept_announce(&datagram(me(), 7000, "default", false), src(), &f, none),
+            Err(AnnounceError::Rejected(AnnounceReject::OwnAnnounce))
+        );
+        assert!(matches!(
+            accept_announce(&datagram(peer, 7000, "other", false), src(), &f, none),
+            Err(AnnounceError::Rejected(AnnounceReject::GroupMismatch { .. }))
+        ));
+        let mut secured = datagram(peer, 7000, "default", true);
+        secured.extend_from_slice(&[0; 16]);
+        assert!(matches!(
+            accept_announce(&secured, src(), &f, none),
+            Err(AnnounceError::Rejected(AnnounceReject::ModeMismatch { .. }))
+        ));
+        let mut bad = datagram(peer, 7000, "default", false);
+        bad[0] = b'X';
+        assert!(matches!(
+            accept_announce(&bad, src(), &f, none),
+            Err(AnnounceError::Rejected(AnnounceReject::Malformed(DecodeError::BadMagic(_))))
+        ));
+        let mut v2 = datagram(peer, 7000, "default", false);
+        v2[4] = 2;
+        assert!(matches!(
+            accept_announce(&v2, src(), &f, none),
+            Err(AnnounceError::Rejected(AnnounceReject::VersionMismatch { .. }))
+        ));
+        assert_eq!(
+            accept_announce(&datagram(peer, 0, "default", false), src(), &f, none),
+            Err(AnnounceError::ZeroPort)
+        );
+    }
+
+    #[test]
+    fn secured_mesh_checks_mac_first() {
+        let f = filter(true);
+        let peer = PeerId([2; 16]);
+        let mut d = datagram(peer, 7000, "default", true);
+        let body_len = d.len();
+        d.extend_from_slice(&[0xaa; 16]);
+        assert_eq!(
+            accept_announce(&d[..16], src(), &f, |_, _| true),
+            Err(AnnounceError::TooShortForMac)
+        );
+        assert_eq!(
+            accept_announce(&d, src(), &f, |_, mac| mac != &[0xaa; 16]),
+            Err(AnnounceError::BadMac)
+        );
+        let got = accept_announce(&d, src(), &f, |body, mac| body.len() == body_len && mac == &[0xaa; 16]).unwrap();
+        assert_eq!(got.peer, peer);
+        // A plaintext announce on a secured mesh fails on its (absent) MAC before parsing.
+        let plain = datagram(peer, 7000, "default", false);
+        assert_eq!(accept_announce(&plain, src(), &f, |_, _| false), Err(AnnounceError::BadMac));
+    }
+}

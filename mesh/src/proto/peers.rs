@@ -1,0 +1,695 @@
+//! The control plane's peer table: who to dial, when to redial, which of two connections to the
+//! same peer survives, and when a peer is Lost (mesh-v1.md, "Connection behaviour").
+//!
+//! Three sources of dial targets converge on one handshake and dial-race path:
+//! - **discovered** peers (validated announces): dialed at the announced address at once, and
+//!   redialed with backoff only while still announced; Lost (pruned) after `peer_lost_timeout`
+//!   without announce or link;
+//! - **static** endpoints: dialed by endpoint (the driver re-resolves DNS on every attempt),
+//!   maintained forever whatever id answers (a restarted peer with a new id is simply the next
+//!   id behind the endpoint), never Lost;
+//! - **seed** endpoints: dialed at start and redialed only while this node has no established
+//!   link.
+//!
+//! # Driving it
+//!
+//! Inputs: [`start`](PeerManager::start); [`on_announce`](PeerManager::on_announce) for every
+//! accepted announce; [`on_accepted`](PeerManager::on_accepted) for an accepted socket (it
+//! returns the new link's id, or `None` when the connection ceiling is reached: close the
+//! socket); [`on_handshake`](PeerManager::on_handshake) when a link's handshake completes
+//! ([`super::link::LinkEvent::Established`]); [`on_closed`](PeerManager::on_closed) whenever a
+//! link or a dial ends for any reason (connect error, handshake failure, heartbeat timeout,
+//! Goodbye, EOF); [`handle_timeout`](PeerManager::handle_timeout) at
+//! [`poll_timeout`](PeerManager::poll_timeout); [`shutdown`](PeerManager::shutdown).
+//!
+//! Outputs, drained with [`poll_action`](PeerManager::poll_action) in order:
+//! [`PeerAction::Dial`] (open a socket, create a dialer [`super::link::Link`] with that id),
+//! [`PeerAction::Install`] / [`PeerAction::Uninstall`] (update every shard's routing table),
+//! [`PeerAction::Close`] (send Goodbye if asked, then close). Execute them in order: an
+//! `Install` of a dial-race winner precedes the `Close` of the loser, so the close is not a
+//! disconnect. Events for the application and for [`super::Membership`] come from
+//! [`poll_event`](PeerManager::poll_event).
+
+use super::{backoff_with_jitter, LinkId};
+use crate::config::MeshConfig;
+use crate::PeerId;
+use ahash::AHashMap;
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// Where to dial.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DialTarget {
+    /// A known address (a discovered peer's dial-back address).
+    Addr(SocketAddr),
+    /// A `host:port` endpoint to resolve now (static and seed peers).
+    Endpoint(String),
+}
+
+/// Something the driver must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerAction {
+    /// Open a TCP connection to `target` and run a dialer link named `link` on it.
+    Dial {
+        /// The id of the new connection.
+        link: LinkId,
+        /// Where to connect.
+        target: DialTarget,
+    },
+    /// Route `peer` over `link` on every shard (replacing any previous link).
+    Install {
+        /// The neighbour.
+        peer: PeerId,
+        /// Its established link.
+        link: LinkId,
+    },
+    /// Stop routing `peer` over `link`.
+    Uninstall {
+        /// The neighbour.
+        peer: PeerId,
+        /// The link that went away.
+        link: LinkId,
+    },
+    /// Close `link`, sending Goodbye first when `goodbye` (dial-race loser, shutdown).
+    Close {
+        /// The link to close.
+        link: LinkId,
+        /// Whether to send Goodbye before closing.
+        goodbye: bool,
+    },
+}
+
+/// A change the application (and membership) cares about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerEvent {
+    /// A peer was announced for the first time (or again after being Lost).
+    PeerDiscovered {
+        /// The peer.
+        peer: PeerId,
+        /// Its dial-back address.
+        addr: SocketAddr,
+    },
+    /// The first link to the peer is established.
+    Connected {
+        /// The peer.
+        peer: PeerId,
+        /// The link now routing to it.
+        link: LinkId,
+    },
+    /// The peer's established link went away (a dial-race switch is not a disconnect).
+    Disconnected {
+        /// The peer.
+        peer: PeerId,
+    },
+    /// The peer has not been announced nor connected for `peer_lost_timeout`: forgotten.
+    Lost {
+        /// The peer.
+        peer: PeerId,
+    },
+}
+
+/// Lifecycle state of a peer record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerState {
+    /// Known from an announce, never connected yet.
+    Discovered,
+    /// A dial is in flight.
+    Connecting,
+    /// A link is established.
+    Connected,
+    /// The link dropped; a reconnect may be scheduled.
+    Disconnected,
+}
+
+/// Counters of a [`PeerManager`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// Dials issued.
+    pub dials: u64,
+    /// Dials or handshakes that ended before a link was established.
+    pub dial_failures: u64,
+    /// Dial races resolved (one of two links to a peer closed).
+    pub races_resolved: u64,
+    /// Handshakes that turned out to reach this node itself.
+    pub self_connections: u64,
+    /// Announces or handshakes refused because the peer table was full.
+    pub peer_table_full: u64,
+    /// Accepts or dials refused because the connection table was full.
+    pub conn_table_full: u64,
+    /// Peers declared Lost.
+    pub lost: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Discovered(PeerId),
+    Static(usize),
+    Seed(usize),
+    Inbound,
+}
+
+#[derive(Debug)]
+struct Conn {
+    origin: Origin,
+    established: bool,
+}
+
+impl Conn {
+    fn outbound(&self) -> bool {
+        self.origin != Origin::Inbound
+    }
+}
+
+#[derive(Debug)]
+struct Peer {
+    state: PeerState,
+    addr: Option<SocketAddr>,
+    last_announce: Option<Instant>,
+    last_seen: Instant,
+    link: Option<LinkId>,
+    dialing: Option<LinkId>,
+    attempt: u32,
+    reconnect_at: Option<Instant>,
+    is_static: bool,
+}
+
+#[derive(Debug)]
+struct Target {
+    endpoint: String,
+    peer: Option<PeerId>,
+    pending: Option<LinkId>,
+    attempt: u32,
+    next_dial: Instant,
+}
+
+/// The peer table and dial logic of one node.
+#[derive(Debug)]
+pub struct PeerManager<R> {
+    me: PeerId,
+    rng: R,
+    peer_lost_timeout: Duration,
+    reconnect_base: Duration,
+    reconnect_max: Duration,
+    max_peers: usize,
+    max_conns: usize,
+    next_link: u64,
+    peers: AHashMap<PeerId, Peer>,
+    conns: AHashMap<LinkId, Conn>,
+    statics: Vec<Target>,
+    seeds: Vec<Target>,
+    established: usize,
+    stopped: bool,
+    actions: VecDeque<PeerAction>,
+    events: VecDeque<PeerEvent>,
+    stats: PeerStats,
+}
+
+impl<R: rand::RngCore> PeerManager<R> {
+    /// A peer table for node `me` with the static and seed endpoints and limits of `cfg`.
+    /// `rng` supplies the reconnect jitter.
+    pub fn new(me: PeerId, cfg: &MeshConfig, rng: R, now: Instant) -> PeerManager<R> {
+        let target = |endpoint: &String| Target {
+            endpoint: endpoint.clone(),
+            peer: None,
+            pending: None,
+            attempt: 0,
+            next_dial: now,
+        };
+        PeerManager {
+            me,
+            rng,
+            peer_lost_timeout: cfg.peer_lost_timeout,
+            reconnect_base: cfg.reconnect_base,
+            reconnect_max: cfg.reconnect_max,
+            max_peers: cfg.max_peers.max(1),
+            max_conns: 2 * cfg.max_peers.max(1) + cfg.static_peers.len() + cfg.seed_peers.len(),
+            next_link: 1,
+            peers: AHashMap::new(),
+            conns: AHashMap::new(),
+            statics: cfg.static_peers.iter().map(target).collect(),
+            seeds: cfg.seed_peers.iter().map(target).collect(),
+            established: 0,
+            stopped: false,
+            actions: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: PeerStats::default(),
+        }
+    }
+
+    /// Dials every static and seed endpoint.
+    pub fn start(&mut self, now: Instant) {
+        self.maintain_endpoints(now);
+    }
+
+    /// Next action for the driver.
+    pub fn poll_action(&mut self) -> Option<PeerAction> {
+        self.actions.pop_front()
+    }
+
+    /// Next event.
+    pub fn poll_event(&mut self) -> Option<PeerEvent> {
+        self.events.pop_front()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PeerStats {
+        self.stats
+    }
+
+    /// The state of a known peer.
+    pub fn peer_state(&self, peer: &PeerId) -> Option<PeerState> {
+        self.peers.get(peer).map(|p| p.state)
+    }
+
+    /// The established link to `peer`.
+    pub fn link_of(&self, peer: &PeerId) -> Option<LinkId> {
+        self.peers.get(peer).and_then(|p| p.link)
+    }
+
+    /// Peers with an established link.
+    pub fn connected_peers(&self) -> impl Iterator<Item = &PeerId> {
+        self.peers.iter().filter(|(_, p)| p.link.is_some()).map(|(id, _)| id)
+    }
+
+    /// Every known peer.
+    pub fn known_peers(&self) -> impl Iterator<Item = &PeerId> {
+        self.peers.keys()
+    }
+
+    /// Number of established links.
+    pub fn established_count(&self) -> usize {
+        self.established
+    }
+
+    /// A validated announce from `peer`, to be dialed back at `addr`.
+    pub fn on_announce(&mut self, peer: PeerId, addr: SocketAddr, now: Instant) {
+        if self.stopped || peer == self.me || peer.is_zero() {
+            return;
+        }
+        if !self.peers.contains_key(&peer) {
+            if self.peers.len() >= self.max_peers {
+                self.stats.peer_table_full += 1;
+                tracing::warn!(%peer, max = self.max_peers, "peer table full, announce ignored");
+                return;
+            }
+            self.peers.insert(peer, Peer::new(PeerState::Discovered, now));
+            self.events.push_back(PeerEvent::PeerDiscovered { peer, addr });
+        }
+        let p = self.peers.get_mut(&peer).expect("inserted above");
+        p.addr = Some(addr);
+        p.last_announce = Some(now);
+        p.last_seen = now;
+        let due = p.reconnect_at.is_none_or(|t| t <= now);
+        if p.link.is_none() && p.dialing.is_none() && !p.is_static && due {
+            self.dial_peer(peer, now);
+        }
+    }
+
+    /// An accepted socket. Returns the id of its (acceptor) link, or `None` if the connection
+    /// table is full and the socket must be closed.
+    pub fn on_accepted(&mut self, _now: Instant) -> Option<LinkId> {
+        if self.stopped {
+            return None;
+        }
+        if self.conns.len() >= self.max_conns {
+            self.stats.conn_table_full += 1;
+            return None;
+        }
+        let link = self.alloc_link();
+        self.conns.insert(
+            link,
+            Conn {
+                origin: Origin::Inbound,
+                established: false,
+            },
+        );
+        Some(link)
+    }
+
+    /// The handshake of `link` completed: the peer is `peer`, listening on `listen_port` at
+    /// `remote_ip` (the socket's peer address; used to dial back an inbound-only peer).
+    pub fn on_handshake(
+        &mut self,
+        link: LinkId,
+        peer: PeerId,
+        remote_ip: Option<IpAddr>,
+        listen_port: u16,
+        now: Instant,
+    ) {
+        if self.stopped {
+            return;
+        }
+        let Some(origin) = self.conns.get(&link).map(|c| c.origin) else {
+            return; // closed meanwhile (e.g. a race loser)
+        };
+        if peer == self.me || peer.is_zero() {
+            self.stats.self_connections += 1;
+            tracing::debug!(?link, "connection reached this node itself, closing");
+            self.conns.remove(&link);
+            self.actions.push_back(PeerAction::Close { link, goodbye: false });
+            self.dial_failed(origin, now);
+            return;
+        }
+        if !self.peers.contains_key(&peer) {
+            if self.peers.len() >= self.max_peers {
+                self.stats.peer_table_full += 1;
+                self.conns.remove(&link);
+                self.actions.push_back(PeerAction::Close { link, goodbye: true });
+                self.dial_failed(origin, now);
+                return;
+            }
+            self.peers.insert(peer, Peer::new(PeerState::Connecting, now));
+        }
+        match origin {
+            Origin::Static(i) => {
+                let t = &mut self.statics[i];
+                t.pending = None;
+                t.attempt = 0;
+                if let Some(old) = t.peer.replace(peer).filter(|old| *old != peer) {
+                    tracing::info!(endpoint = %t.endpoint, %old, new = %peer, "static peer answered with a new id");
+                    if let Some(o) = self.peers.get_mut(&old) {
+                        o.is_static = false;
+                    }
+                }
+                self.peers.get_mut(&peer).expect("present").is_static = true;
+            }
+            Origin::Seed(i) => {
+                self.seeds[i].pending = None;
+                self.seeds[i].attempt = 0;
+            }
+            Origin::Discovered(_) | Origin::Inbound => {}
+        }
+        let p = self.peers.get_mut(&peer).expect("present");
+        if p.dialing == Some(link) {
+            p.dialing = None;
+        }
+        if p.addr.is_none() {
+            p.addr = remote_ip.map(|ip| SocketAddr::new(ip, listen_port));
+        }
+        p.attempt = 0;
+        p.reconnect_at = None;
+        p.last_seen = now;
+        self.conns.get_mut(&link).expect("present").established = true;
+        match p.link {
+            None => {
+                p.link = Some(link);
+                p.state = PeerState::Connected;
+                self.established += 1;
+                self.actions.push_back(PeerAction::Install { peer, link });
+                self.events.push_back(PeerEvent::Connected { peer, link });
+            }
+            Some(existing) => {
+                self.stats.races_resolved += 1;
+                let keep_new = self.prefer(peer, link, existing);
+                let p = self.peers.get_mut(&peer).expect("present");
+                let loser = if keep_new {
+                    p.link = Some(link);
+                    self.actions.push_back(PeerAction::Install { peer, link });
+                    existing
+                } else {
+                    link
+                };
+                tracing::debug!(%peer, winner = ?p.link, ?loser, "dial race resolved");
+                self.conns.remove(&loser);
+                self.actions.push_back(PeerAction::Close {
+                    link: loser,
+                    goodbye: true,
+                });
+            }
+        }
+    }
+
+    /// True if connection `a` should be kept over `b` (both to `peer`): the one initiated by
+    /// the byte-wise lower node id wins; same initiator, the older (lower id) wins.
+    fn prefer(&self, peer: PeerId, a: LinkId, b: LinkId) -> bool {
+        let initiator = |l: LinkId| {
+            if self.conns[&l].outbound() {
+                self.me
+            } else {
+                peer
+            }
+        };
+        let (ia, ib) = (initiator(a), initiator(b));
+        if ia != ib {
+            ia < ib
+        } else {
+            a < b
+        }
+    }
+
+    /// `link` ended, for whatever reason (also a failed connect). Unknown or already-closed
+    /// links (race losers) are ignored.
+    pub fn on_closed(&mut self, link: LinkId, now: Instant) {
+        let Some(conn) = self.conns.remove(&link) else {
+            return;
+        };
+        if self.stopped {
+            return;
+        }
+        if !conn.established {
+            self.dial_failed(conn.origin, now);
+            return;
+        }
+        let installed = self
+            .peers
+            .iter()
+            .find(|(_, p)| p.link == Some(link))
+            .map(|(id, _)| *id);
+        let Some(peer) = installed else {
+            return;
+        };
+        let attempt_delay = {
+            let p = &self.peers[&peer];
+            backoff_with_jitter(self.reconnect_base, self.reconnect_max, p.attempt, &mut self.rng)
+        };
+        let p = self.peers.get_mut(&peer).expect("found above");
+        p.link = None;
+        p.state = PeerState::Disconnected;
+        p.last_seen = now;
+        p.reconnect_at = Some(now + attempt_delay);
+        p.attempt = p.attempt.saturating_add(1);
+        let is_static = p.is_static;
+        self.established -= 1;
+        self.actions.push_back(PeerAction::Uninstall { peer, link });
+        self.events.push_back(PeerEvent::Disconnected { peer });
+        if is_static {
+            for i in 0..self.statics.len() {
+                if self.statics[i].peer == Some(peer) && self.statics[i].pending.is_none() {
+                    let t = &mut self.statics[i];
+                    let d = backoff_with_jitter(self.reconnect_base, self.reconnect_max, t.attempt, &mut self.rng);
+                    t.next_dial = now + d;
+                    t.attempt = t.attempt.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Closes every link (Goodbye on established ones) and stops all dialing.
+    pub fn shutdown(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        let mut links: Vec<(LinkId, bool)> = self.conns.iter().map(|(l, c)| (*l, c.established)).collect();
+        links.sort();
+        for (link, goodbye) in links {
+            self.actions.push_back(PeerAction::Close { link, goodbye });
+        }
+        self.conns.clear();
+    }
+
+    /// Earliest instant at which [`handle_timeout`](Self::handle_timeout) has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.stopped {
+            return None;
+        }
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
+        for p in self.peers.values() {
+            if p.link.is_some() || p.dialing.is_some() {
+                continue;
+            }
+            if let Some(t) = p.reconnect_at {
+                consider(t);
+            }
+            if !p.is_static {
+                consider(p.last_seen + self.peer_lost_timeout);
+            }
+        }
+        for t in &self.statics {
+            if t.pending.is_none() && !self.covered(t) {
+                consider(t.next_dial);
+            }
+        }
+        if self.established == 0 {
+            for t in &self.seeds {
+                if t.pending.is_none() {
+                    consider(t.next_dial);
+                }
+            }
+        }
+        next
+    }
+
+    /// Redials what is due, prunes Lost peers, maintains static and seed endpoints.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.stopped {
+            return;
+        }
+        let mut lost = Vec::new();
+        let mut redial = Vec::new();
+        for (id, p) in &mut self.peers {
+            if p.link.is_some() || p.dialing.is_some() {
+                continue;
+            }
+            if !p.is_static && now.saturating_duration_since(p.last_seen) >= self.peer_lost_timeout {
+                lost.push(*id);
+                continue;
+            }
+            if let Some(t) = p.reconnect_at.filter(|t| *t <= now) {
+                let announced = p
+                    .last_announce
+                    .is_some_and(|a| now.saturating_duration_since(a) < self.peer_lost_timeout);
+                if announced && !p.is_static && p.addr.is_some() {
+                    redial.push((t, *id));
+                } else {
+                    p.reconnect_at = None;
+                }
+            }
+        }
+        lost.sort();
+        for id in lost {
+            self.peers.remove(&id);
+            self.stats.lost += 1;
+            self.events.push_back(PeerEvent::Lost { peer: id });
+        }
+        redial.sort();
+        for (_, id) in redial {
+            self.dial_peer(id, now);
+        }
+        self.maintain_endpoints(now);
+    }
+
+    fn covered(&self, t: &Target) -> bool {
+        t.peer
+            .and_then(|p| self.peers.get(&p))
+            .is_some_and(|p| p.link.is_some())
+    }
+
+    fn maintain_endpoints(&mut self, now: Instant) {
+        if self.stopped {
+            return;
+        }
+        for i in 0..self.statics.len() {
+            let t = &self.statics[i];
+            if t.pending.is_none() && t.next_dial <= now && !self.covered(t) {
+                let target = DialTarget::Endpoint(t.endpoint.clone());
+                if let Some(link) = self.dial(Origin::Static(i), target) {
+                    self.statics[i].pending = Some(link);
+                }
+            }
+        }
+        if self.established > 0 {
+            return;
+        }
+        for i in 0..self.seeds.len() {
+            let t = &self.seeds[i];
+            if t.pending.is_none() && t.next_dial <= now {
+                let target = DialTarget::Endpoint(t.endpoint.clone());
+                if let Some(link) = self.dial(Origin::Seed(i), target) {
+                    self.seeds[i].pending = Some(link);
+                }
+            }
+        }
+    }
+
+    fn dial_peer(&mut self, peer: PeerId, _now: Instant) {
+        let Some(addr) = self.peers.get(&peer).and_then(|p| p.addr) else {
+            return;
+        };
+        if let Some(link) = self.dial(Origin::Discovered(peer), DialTarget::Addr(addr)) {
+            let p = self.peers.get_mut(&peer).expect("caller checked");
+            p.dialing = Some(link);
+            p.reconnect_at = None;
+            if p.link.is_none() {
+                p.state = PeerState::Connecting;
+            }
+        }
+    }
+
+    fn dial(&mut self, origin: Origin, target: DialTarget) -> Option<LinkId> {
+        if self.conns.len() >= self.max_conns {
+            self.stats.conn_table_full += 1;
+            return None;
+        }
+        let link = self.alloc_link();
+        self.conns.insert(
+            link,
+            Conn {
+                origin,
+                established: false,
+            },
+        );
+        self.stats.dials += 1;
+        self.actions.push_back(PeerAction::Dial { link, target });
+        Some(link)
+    }
+
+    fn dial_failed(&mut self, origin: Origin, now: Instant) {
+        self.stats.dial_failures += 1;
+        match origin {
+            Origin::Discovered(peer) => {
+                let Some(attempt) = self.peers.get(&peer).map(|p| p.attempt) else {
+                    return;
+                };
+                let d = backoff_with_jitter(self.reconnect_base, self.reconnect_max, attempt, &mut self.rng);
+                let p = self.peers.get_mut(&peer).expect("checked");
+                p.dialing = None;
+                p.attempt = p.attempt.saturating_add(1);
+                p.reconnect_at = Some(now + d);
+                if p.link.is_none() {
+                    p.state = PeerState::Disconnected;
+                }
+            }
+            Origin::Static(i) | Origin::Seed(i) => {
+                let attempt = self.target(origin, i).attempt;
+                let d = backoff_with_jitter(self.reconnect_base, self.reconnect_max, attempt, &mut self.rng);
+                let t = self.target(origin, i);
+                t.pending = None;
+                t.attempt = t.attempt.saturating_add(1);
+                t.next_dial = now + d;
+            }
+            Origin::Inbound => {}
+        }
+    }
+
+    fn target(&mut self, origin: Origin, i: usize) -> &mut Target {
+        match origin {
+            Origin::Static(_) => &mut self.statics[i],
+            _ => &mut self.seeds[i],
+        }
+    }
+
+    fn alloc_link(&mut self) -> LinkId {
+        let l = LinkId(self.next_link);
+        self.next_link += 1;
+        l
+    }
+}
+
+impl Peer {
+    fn new(state: PeerState, now: Instant) -> Peer {
+        Peer {
+            state,
+            addr: None,
+            last_announce: None,
+            last_seen: now,
+            link: None,
+            dialing: None,
+            attempt: 0,
+            reconnect_at: None,
+            is_static: false,
+        }
+    }
+}

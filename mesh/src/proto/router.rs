@@ -1,0 +1,510 @@
+//! The gossip routing decision for Data frames (mesh-v1.md, "Gossip routing").
+//!
+//! A [`Router`] lives on each data shard next to that shard's [`DedupCache`]. The driver calls
+//! [`Router::on_data`] on the shard that owns the message's originator
+//! ([`super::dedup_shard`]) and executes the returned [`Route`]; the decision itself reads only
+//! the shard's [`RoutingTable`] (pushed by the control plane) and allocates nothing.
+
+use super::dedup::{DedupCache, DedupStats};
+use super::LinkId;
+use crate::{MsgId, PeerId};
+use ahash::AHashMap;
+use std::time::{Duration, Instant};
+
+/// Which link reaches each direct neighbour, as pushed by the control plane to every shard.
+/// Bounded by the control plane's peer ceiling: it only installs established peers.
+#[derive(Debug, Clone, Default)]
+pub struct RoutingTable {
+    by_peer: AHashMap<PeerId, LinkId>,
+    links: Vec<LinkId>,
+}
+
+impl RoutingTable {
+    /// An empty table.
+    pub fn new() -> RoutingTable {
+        RoutingTable::default()
+    }
+
+    /// Routes `peer` over `link`, replacing a previous link (dial-race winner takes over).
+    pub fn insert(&mut self, peer: PeerId, link: LinkId) {
+        if let Some(old) = self.by_peer.insert(peer, link) {
+            self.links.retain(|l| *l != old);
+        }
+        self.links.push(link);
+    }
+
+    /// Forgets `peer`, but only if it is still routed over `link` (a late removal of a replaced
+    /// link must not remove its successor). Returns whether something was removed.
+    pub fn remove(&mut self, peer: &PeerId, link: LinkId) -> bool {
+        if self.by_peer.get(peer) == Some(&link) {
+            self.by_peer.remove(peer);
+            self.links.retain(|l| *l != link);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The link to a direct neighbour.
+    pub fn link_to(&self, peer: &PeerId) -> Option<LinkId> {
+        self.by_peer.get(peer).copied()
+    }
+
+    /// Every established link, one per neighbour.
+    pub fn links(&self) -> &[LinkId] {
+        &self.links
+    }
+
+    /// Number of direct neighbours.
+    pub fn len(&self) -> usize {
+        self.links.len()
+    }
+
+    /// True with no neighbour.
+    pub fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+
+    /// True if some link other than `except` exists, i.e. a flood would reach someone.
+    fn has_link_besides(&self, except: Option<LinkId>) -> bool {
+        match except {
+            None => !self.links.is_empty(),
+            Some(l) => self.links.iter().any(|x| *x != l),
+        }
+    }
+}
+
+/// The routing-relevant fields of a Data frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataMeta {
+    /// Originator.
+    pub src: PeerId,
+    /// Destination; [`PeerId::ZERO`] for a broadcast.
+    pub dst: PeerId,
+    /// Message id (originator prefix and counter).
+    pub msg_id: MsgId,
+    /// Remaining hops as received.
+    pub ttl: u8,
+}
+
+/// Why a Data frame was not delivered nor sent on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The id was seen before (the main loop protection).
+    Duplicate,
+    /// A targeted message for someone else arrived with `ttl <= 1`: no hop left to relay it.
+    TtlExpired,
+    /// Nowhere to send it: no link besides the one it came from.
+    NoRoute,
+}
+
+/// What to do with a Data frame. For every variant that sends, the frame goes out with
+/// `ttl` in place of the received one (payload and other fields unchanged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Hand the payload to the local application; send nothing.
+    Deliver,
+    /// Deliver locally and send to every link except `except`.
+    DeliverAndForward {
+        /// The inbound link (split horizon).
+        except: LinkId,
+        /// TTL to write into the forwarded frames.
+        ttl: u8,
+    },
+    /// Send to every link except `except` (all links when `None`: an originated flood).
+    Forward {
+        /// The inbound link, if any.
+        except: Option<LinkId>,
+        /// TTL to write into the forwarded frames.
+        ttl: u8,
+    },
+    /// Send on this single link (the destination is a direct neighbour).
+    Unicast {
+        /// The link to the destination.
+        link: LinkId,
+        /// TTL to write into the frame.
+        ttl: u8,
+    },
+    /// Do nothing; the reason is counted in [`RouterStats`].
+    Drop(DropReason),
+}
+
+/// Counters of a [`Router`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouterStats {
+    /// Messages handed to the local application.
+    pub delivered: u64,
+    /// Flood decisions (received or originated) that reached at least one link.
+    pub forwarded: u64,
+    /// Unicast decisions.
+    pub unicast: u64,
+    /// Own broadcasts that came back after leaving the dedup cache: not delivered (no echo).
+    pub self_echo_suppressed: u64,
+    /// New broadcasts delivered but not forwarded because `ttl <= 1`.
+    pub ttl_exhausted: u64,
+    /// Dropped as duplicates.
+    pub dropped_duplicate: u64,
+    /// Dropped for [`DropReason::TtlExpired`].
+    pub dropped_ttl: u64,
+    /// Dropped for [`DropReason::NoRoute`].
+    pub dropped_no_route: u64,
+}
+
+/// Hands out message ids: the originator prefix and a counter seeded randomly at start.
+/// Each shard that originates gets its own generator with `stride = shards` and a distinct
+/// `offset`, so ids never collide and no counter is shared between threads.
+#[derive(Debug, Clone)]
+pub struct MsgIdGen {
+    origin: PeerId,
+    counter: u64,
+    stride: u64,
+}
+
+impl MsgIdGen {
+    /// A generator for a single originating shard; `seed` should be random.
+    pub fn new(origin: PeerId, seed: u64) -> MsgIdGen {
+        MsgIdGen::strided(origin, seed, 0, 1)
+    }
+
+    /// Generator `offset` of `stride` disjoint generators over the same random `seed`.
+    pub fn strided(origin: PeerId, seed: u64, offset: u64, stride: u64) -> MsgIdGen {
+        let stride = stride.max(1);
+        MsgIdGen {
+            origin,
+            counter: seed.wrapping_mul(stride).wrapping_add(offset % stride),
+            stride,
+        }
+    }
+
+    /// The next id (the counter is incremented before use, as the C++ library does).
+    pub fn next_id(&mut self) -> MsgId {
+        self.counter = self.counter.wrapping_add(self.stride);
+        MsgId::new(&self.origin, self.counter)
+    }
+}
+
+/// Per-shard gossip router: dedup plus the routing rules.
+#[derive(Debug)]
+pub struct Router {
+    me: PeerId,
+    initial_ttl: u8,
+    dedup: DedupCache,
+    stats: RouterStats,
+}
+
+impl Router {
+    /// A router for node `me` with a dedup cache of `max_dedup_entries` for `dedup_ttl`.
+    pub fn new(
+        me: PeerId,
+        initial_ttl: u8,
+        max_dedup_entries: usize,
+        dedup_ttl: Duration,
+        now: Instant,
+    ) -> Router {
+        Router {
+            me,
+            initial_ttl: initial_ttl.max(1),
+            dedup: DedupCache::new(max_dedup_entries, dedup_ttl, now),
+            stats: RouterStats::default(),
+        }
+    }
+
+    /// Routing counters.
+    pub fn stats(&self) -> RouterStats {
+        self.stats
+    }
+
+    /// The dedup cache's counters.
+    pub fn dedup_stats(&self) -> DedupStats {
+        self.dedup.stats()
+    }
+
+    /// When the dedup sweep wants to run; call [`handle_timeout`](Self::handle_timeout) then.
+    pub fn poll_timeout(&self) -> Instant {
+        self.dedup.poll_timeout()
+    }
+
+    /// Runs the dedup age sweep if due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.dedup.handle_timeout(now);
+    }
+
+    /// Decides what to do with a Data frame received on `from`.
+    pub fn on_data(
+        &mut self,
+        table: &RoutingTable,
+        from: LinkId,
+        meta: &DataMeta,
+        now: Instant,
+    ) -> Route {
+        if !self.dedup.check_and_insert(meta.msg_id, now) {
+            return self.drop(DropReason::Duplicate);
+        }
+        if meta.dst.is_zero() {
+            let deliver = meta.src != self.me;
+            if !deliver {
+                self.stats.self_echo_suppressed += 1;
+            }
+            let forward = meta.ttl > 1 && table.has_link_besides(Some(from));
+            if meta.ttl <= 1 {
+                self.stats.ttl_exhausted += 1;
+            }
+            if forward {
+                self.stats.forwarded += 1;
+            }
+            if deliver {
+                self.stats.delivered += 1;
+            }
+            let ttl = meta.ttl.saturating_sub(1);
+            return match (deliver, forward) {
+                (true, true) => Route::DeliverAndForward { except: from, ttl },
+                (true, false) => Route::Deliver,
+                (false, true) => Route::Forward {
+                    except: Some(from),
+                    ttl,
+                },
+                (false, false) => self.drop(DropReason::NoRoute),
+            };
+        }
+        if meta.dst == self.me {
+            self.stats.delivered += 1;
+            return Route::Deliver;
+        }
+        if meta.ttl <= 1 {
+            return self.drop(DropReason::TtlExpired);
+        }
+        self.relay(table, Some(from), meta.dst, meta.ttl - 1)
+    }
+
+    /// Decides how to send a message this node originates (`dst` zero = broadcast) and
+    /// pre-seeds its id so it is never delivered back here. Call it on the shard that owns the
+    /// own id's dedup state (`dedup_shard(msg_id)`), like any other message from this origin.
+    pub fn originate(
+        &mut self,
+        table: &RoutingTable,
+        msg_id: MsgId,
+        dst: PeerId,
+        now: Instant,
+    ) -> Route {
+        self.dedup.check_and_insert(msg_id, now);
+        if dst == self.me {
+            self.stats.delivered += 1;
+            return Route::Deliver;
+        }
+        if dst.is_zero() {
+            if !table.has_link_besides(None) {
+                return self.drop(DropReason::NoRoute);
+            }
+            self.stats.forwarded += 1;
+            return Route::Forward {
+                except: None,
+                ttl: self.initial_ttl,
+            };
+        }
+        self.relay(table, None, dst, self.initial_ttl)
+    }
+
+    /// The TTL originated messages carry.
+    pub fn initial_ttl(&self) -> u8 {
+        self.initial_ttl
+    }
+
+    fn relay(&mut self, table: &RoutingTable, from: Option<LinkId>, dst: PeerId, ttl: u8) -> Route {
+        if let Some(link) = table.link_to(&dst) {
+            // Never bounce a frame back where it came from, even if that is the destination.
+            if Some(link) != from {
+                self.stats.unicast += 1;
+                return Route::Unicast { link, ttl };
+            }
+        }
+        if !table.has_link_besides(from) {
+            return self.drop(DropReason::NoRoute);
+        }
+        self.stats.forwarded += 1;
+        Route::Forward { except: from, ttl }
+    }
+
+    fn drop(&mut self, reason: DropReason) -> Route {
+        match reason {
+            DropReason::Duplicate => self.stats.dropped_duplicate += 1,
+            DropReason::TtlExpired => self.stats.dropped_ttl += 1,
+            DropReason::NoRoute => self.stats.dropped_no_route += 1,
+        }
+        Route::Drop(reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(n: u8) -> PeerId {
+        PeerId([n; 16])
+    }
+
+    fn setup() -> (Router, RoutingTable, Instant) {
+        let now = Instant::now();
+        let r = Router::new(p(1), 8, 1000, Duration::from_secs(30), now);
+        let mut t = RoutingTable::new();
+        t.insert(p(2), LinkId(2));
+        t.insert(p(3), LinkId(3));
+        (r, t, now)
+    }
+
+    fn meta(src: u8, dst: PeerId, n: u64, ttl: u8) -> DataMeta {
+        DataMeta {
+            src: p(src),
+            dst,
+            msg_id: MsgId::new(&p(src), n),
+            ttl,
+        }
+    }
+
+    #[test]
+    fn broadcast_is_delivered_once_and_forwarded_with_split_horizon() {
+        let (mut r, t, now) = setup();
+        let m = meta(2, PeerId::ZERO, 1, 8);
+        assert_eq!(
+            r.on_data(&t, LinkId(2), &m, now),
+            Route::DeliverAndForward {
+                except: LinkId(2),
+                ttl: 7
+            }
+        );
+        assert_eq!(
+            r.on_data(&t, LinkId(3), &m, now),
+            Route::Drop(DropReason::Duplicate)
+        );
+        assert_eq!(r.stats().delivered, 1);
+        assert_eq!(r.stats().dropped_duplicate, 1);
+    }
+
+    #[test]
+    fn broadcast_ttl_one_is_delivered_not_forwarded() {
+        let (mut r, t, now) = setup();
+        assert_eq!(
+            r.on_data(&t, LinkId(2), &meta(2, PeerId::ZERO, 1, 1), now),
+            Route::Deliver
+        );
+        assert_eq!(r.stats().ttl_exhausted, 1);
+    }
+
+    #[test]
+    fn targeted_rules() {
+        let (mut r, t, now) = setup();
+        assert_eq!(r.on_data(&t, LinkId(2), &meta(2, p(1), 1, 3), now), Route::Deliver);
+        assert_eq!(
+            r.on_data(&t, LinkId(2), &meta(2, p(3), 2, 3), now),
+            Route::Unicast {
+                link: LinkId(3),
+                ttl: 2
+            }
+        );
+        assert_eq!(
+            r.on_data(&t, LinkId(2), &meta(2, p(9), 3, 3), now),
+            Route::Forward {
+                except: Some(LinkId(2)),
+                ttl: 2
+            }
+        );
+        assert_eq!(
+            r.on_data(&t, LinkId(2), &meta(2, p(9), 4, 1), now),
+            Route::Drop(DropReason::TtlExpired)
+        );
+        assert_eq!(r.stats().dropped_ttl, 1);
+    }
+
+    #[test]
+    fn relay_with_no_other_link_is_no_route() {
+        let now = Instant::now();
+        let mut r = Router::new(p(1), 8, 10, Duration::from_secs(1), now);
+        let mut t = RoutingTable::new();
+        t.insert(p(2), LinkId(2));
+        assert_eq!(
+            r.on_data(&t, LinkId(2), &meta(2, p(9), 1, 5), now),
+            Route::Drop(DropReason::NoRoute)
+        );
+        assert_eq!(r.stats().dropped_no_route, 1);
+    }
+
+    #[test]
+    fn originated_message_is_preseeded_and_never_echoed() {
+        let (mut r, t, now) = setup();
+        let mut g = MsgIdGen::new(p(1), 41);
+        let id = g.next_id();
+        assert_eq!(id.counter(), 42);
+        assert_eq!(
+            r.originate(&t, id, PeerId::ZERO, now),
+            Route::Forward {
+                except: None,
+                ttl: 8
+            }
+        );
+        let back = DataMeta {
+            src: p(1),
+            dst: PeerId::ZERO,
+            msg_id: id,
+            ttl: 6,
+        };
+        assert_eq!(
+            r.on_data(&t, LinkId(3), &back, now),
+            Route::Drop(DropReason::Duplicate)
+        );
+        assert_eq!(
+            r.originate(&t, g.next_id(), p(2), now),
+            Route::Unicast {
+                link: LinkId(2),
+                ttl: 8
+            }
+        );
+        assert_eq!(
+            r.originate(&t, g.next_id(), p(7), now),
+            Route::Forward {
+                except: None,
+                ttl: 8
+            }
+        );
+    }
+
+    #[test]
+    fn own_broadcast_after_eviction_is_forwarded_but_not_delivered() {
+        let now = Instant::now();
+        let mut r = Router::new(p(1), 8, 1, Duration::from_secs(30), now);
+        let (_, t, _) = setup();
+        let mine = meta(1, PeerId::ZERO, 1, 5);
+        r.originate(&t, mine.msg_id, PeerId::ZERO, now);
+        r.on_data(&t, LinkId(2), &meta(2, PeerId::ZERO, 1, 5), now); // evicts own id
+        assert_eq!(
+            r.on_data(&t, LinkId(2), &mine, now),
+            Route::Forward {
+                except: Some(LinkId(2)),
+                ttl: 4
+            }
+        );
+        assert_eq!(r.stats().self_echo_suppressed, 1);
+    }
+
+    #[test]
+    fn strided_generators_never_collide() {
+        let o = p(5);
+        let mut seen = ahash::AHashSet::new();
+        for shard in 0..4 {
+            let mut g = MsgIdGen::strided(o, 1234, shard, 4);
+            for _ in 0..100 {
+                assert!(seen.insert(g.next_id()));
+            }
+        }
+    }
+
+    #[test]
+    fn table_replacement_and_stale_removal() {
+        let mut t = RoutingTable::new();
+        t.insert(p(2), LinkId(1));
+        t.insert(p(2), LinkId(5));
+        assert_eq!(t.links(), &[LinkId(5)]);
+        assert!(!t.remove(&p(2), LinkId(1)));
+        assert_eq!(t.link_to(&p(2)), Some(LinkId(5)));
+        assert!(t.remove(&p(2), LinkId(5)));
+        assert!(t.is_empty());
+    }
+}

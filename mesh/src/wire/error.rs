@@ -1,0 +1,91 @@
+//! Decode outcomes and the typed errors of the codec.
+
+/// Outcome of a decode that did not fail: either more input is needed, or a value was decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeStatus<T> {
+    /// The buffer does not yet hold a whole frame. `needed` is the total buffer length that would
+    /// let decoding progress (5 while the header is incomplete, then `4 + length`).
+    NeedMore {
+        /// Minimum total number of buffered bytes for the next attempt to make progress.
+        needed: usize,
+    },
+    /// A value was decoded from the first `len` bytes of the buffer.
+    Complete {
+        /// The decoded value.
+        frame: T,
+        /// How many bytes of the buffer it occupies; the caller consumes exactly these.
+        len: usize,
+    },
+}
+
+/// Why bytes could not be decoded. Every variant is fatal for a TCP connection (the C++ library
+/// drops it too); for a datagram it means "drop this datagram".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The frame `length` field is 0, so there is not even a type byte.
+    #[error("frame length is 0: a frame needs at least its type byte")]
+    EmptyFrame,
+    /// The frame `length` field exceeds the configured maximum (checked before allocating).
+    #[error("frame length {len} exceeds the maximum of {max} bytes")]
+    TooLarge {
+        /// The announced length.
+        len: u32,
+        /// The configured maximum.
+        max: u32,
+    },
+    /// The frame type byte is not one this node understands.
+    #[error("unknown frame type {0}")]
+    UnknownFrameType(u8),
+    /// A field runs past the end of the frame body or datagram.
+    #[error("{field} needs {needed} bytes but only {available} remain")]
+    Truncated {
+        /// Which field overran.
+        field: &'static str,
+        /// Bytes the field needs.
+        needed: usize,
+        /// Bytes that were left.
+        available: usize,
+    },
+    /// A `str` field is not valid UTF-8.
+    #[error("{field} is not valid UTF-8")]
+    InvalidUtf8 {
+        /// Which field.
+        field: &'static str,
+    },
+    /// A boolean flag byte is neither 0 nor 1.
+    #[error("{field} flag byte is {value}, expected 0 or 1")]
+    BadFlag {
+        /// Which field.
+        field: &'static str,
+        /// The byte found.
+        value: u8,
+    },
+    /// A discovery datagram does not start with `"MMCA"`.
+    #[error("bad announce magic {0:02x?}")]
+    BadMagic([u8; 4]),
+}
+
+/// Why a value could not be encoded. Nothing is written to the output when this is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// A `str` field is longer than 255 bytes.
+    #[error("{field} is {len} bytes, a wire str holds at most 255")]
+    StrTooLong {
+        /// Which field.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// A Membership frame lists more neighbours than its `u16` count can say.
+    #[error("{count} neighbours do not fit a u16 count")]
+    TooManyNeighbours {
+        /// The number of neighbours.
+        count: usize,
+    },
+    /// The frame body would not fit the `u32` length field.
+    #[error("frame of {len} bytes does not fit the u32 length field")]
+    FrameTooLarge {
+        /// The length the field would need to hold.
+        len: usize,
+    },
+}

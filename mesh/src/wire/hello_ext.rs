@@ -1,0 +1,119 @@
+//! Shoal's extension block at the end of Hello/HelloAck (layout in the [module docs](super)).
+
+use super::cursor::Cursor;
+use super::frame::FrameType;
+use bytes::BufMut;
+use std::fmt;
+
+/// Magic that opens the extension block.
+pub const SHOAL_EXT_MAGIC: [u8; 4] = *b"SHOL";
+/// Extension version this build writes.
+pub const SHOAL_EXT_VERSION: u8 = 1;
+/// Size of the fixed part of the block: magic, version, features, tailLen.
+pub const SHOAL_EXT_FIXED_LEN: usize = 4 + 1 + 8 + 2;
+
+/// Feature bits a Shoal node advertises in its Hello extension.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Features(pub u64);
+
+impl Features {
+    /// No features: what a plain multimaster peer is assumed to support.
+    pub const NONE: Features = Features(0);
+    /// Bit 0: the sender understands frame types above 8 ("extended frames"). Reserved: no
+    /// extended frame type is defined yet, so this build does not advertise it.
+    pub const EXTENDED_FRAMES: Features = Features(1 << 0);
+    /// The features this build implements and therefore advertises.
+    pub const SUPPORTED: Features = Features::NONE;
+
+    /// True when every bit of `other` is set in `self`.
+    pub fn contains(self, other: Features) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The features both sides share.
+    pub fn intersection(self, other: Features) -> Features {
+        Features(self.0 & other.0)
+    }
+
+    /// `self` with the bits of `other` added.
+    pub fn union(self, other: Features) -> Features {
+        Features(self.0 | other.0)
+    }
+}
+
+impl fmt::Debug for Features {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Features({:#x})", self.0)
+    }
+}
+
+/// The decoded Shoal extension block of a Hello/HelloAck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShoalExtension {
+    /// Extension version the sender wrote. Versions above [`SHOAL_EXT_VERSION`] are accepted:
+    /// their extra fields live in the tail, which this build skips.
+    pub version: u8,
+    /// Features the sender understands.
+    pub features: Features,
+}
+
+impl ShoalExtension {
+    /// The extension this build sends: current version, [`Features::SUPPORTED`].
+    pub fn current() -> ShoalExtension {
+        ShoalExtension {
+            version: SHOAL_EXT_VERSION,
+            features: Features::SUPPORTED,
+        }
+    }
+
+    /// Bytes [`encode`](Self::encode) writes.
+    pub fn encoded_len(&self) -> usize {
+        SHOAL_EXT_FIXED_LEN
+    }
+
+    /// Appends the block with an empty tail (this version defines no tail fields).
+    pub fn encode<B: BufMut>(&self, out: &mut B) {
+        out.put_slice(&SHOAL_EXT_MAGIC);
+        out.put_u8(self.version);
+        out.put_u64(self.features.0);
+        out.put_u16(0);
+    }
+
+    /// Reads the block from the bytes after a Hello's last v1 field. Anything that is not a
+    /// well-formed block means "plain multimaster peer", hence `None` rather than an error.
+    pub fn decode(trailing: &[u8]) -> Option<ShoalExtension> {
+        if trailing.is_empty() {
+            return None;
+        }
+        let mut c = Cursor::new(trailing);
+        let parsed = (|| {
+            let magic: [u8; 4] = c.array("shoal.magic").ok()?;
+            if magic != SHOAL_EXT_MAGIC {
+                return None;
+            }
+            let version = c.u8("shoal.version").ok()?;
+            let features = Features(c.u64("shoal.features").ok()?);
+            let tail_len = c.u16("shoal.tailLen").ok()? as usize;
+            c.take(tail_len, "shoal.tail").ok()?;
+            Some(ShoalExtension { version, features })
+        })();
+        if parsed.is_none() {
+            tracing::debug!(
+                len = trailing.len(),
+                "Hello carries trailing bytes that are not a Shoal extension; treating peer as plain multimaster"
+            );
+        }
+        parsed
+    }
+}
+
+/// Whether a frame of type `frame_type` may be sent to a peer whose Hello carried `peer_ext`.
+/// Types 1..=8 are understood by every v1 peer; anything above needs the peer to have advertised
+/// [`Features::EXTENDED_FRAMES`], because the C++ library drops the link on an unknown type.
+pub fn peer_accepts_frame_type(peer_ext: Option<&ShoalExtension>, frame_type: u8) -> bool {
+    match frame_type {
+        0 => false,
+        t if t <= FrameType::MAX_V1 => true,
+        _ => peer_ext.is_some_and(|e| e.features.contains(Features::EXTENDED_FRAMES)),
+    }
+}

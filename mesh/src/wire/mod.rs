@@ -1,0 +1,65 @@
+//! The multimaster v1 wire codec: discovery datagrams and TCP frames, byte for byte as the C++
+//! library writes them (`shared/protocol/mesh-v1.md`), plus Shoal's Hello extension block.
+//!
+//! Everything here is pure: no I/O, no clocks, no crypto. Decoders never consume input; they
+//! answer [`DecodeStatus::NeedMore`], a typed [`DecodeError`], or a value together with the
+//! number of bytes it occupies, so a reader can keep appending to one buffer and consume exactly
+//! what was decoded. Encoders append to a caller-owned [`bytes::BufMut`] (`BytesMut`, `Vec<u8>`)
+//! and therefore allocate nothing when the buffer already has the capacity.
+//!
+//! All integers are big-endian. A `str` is a `u8` length followed by that many bytes of UTF-8.
+//!
+//! # Discovery datagram
+//!
+//! `"MMCA" | protocolVersion u8 | flags u8 (bit0 = secured) | tcpListenPort u16 | nodeId 16 |
+//! groupName str | [MAC 16, secured only]` — see [`Announce`]. Bytes after the group name (after
+//! the MAC when secured) are ignored.
+//!
+//! # TCP frames
+//!
+//! `length u32 (bytes after this field) | frameType u8 | body` — see [`Frame`]. A Data frame is
+//! `58 + P` bytes on the wire; [`DataHeader`] produces the fixed 58-byte prefix so a writer can
+//! send header and payload as one vectored write without copying the payload.
+//!
+//! # Shoal Hello extension block
+//!
+//! The C++ decoder ignores bytes after the last known field of a frame body. Shoal uses that room
+//! in Hello and HelloAck (after `hasIdentity`, or after `nodeName` when `hasIdentity = 1`) to
+//! tell another Shoal node which extras it understands:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 4 | magic `53484f4c` (`"SHOL"`) |
+//! | 4 | 1 | extension version (currently [`SHOAL_EXT_VERSION`] = 1) |
+//! | 5 | 8 | feature bits, `u64` ([`Features`]) |
+//! | 13 | 2 | `tailLen u16` |
+//! | 15 | tailLen | tail: fields added by later extension versions |
+//!
+//! The first 15 bytes keep this layout in every version; a later version appends new fields in
+//! the tail, and an older decoder skips `tailLen` bytes without understanding them. Bytes after
+//! the tail are ignored too. An absent extension, a wrong magic, or a block cut short all decode
+//! as "no extension" (`Hello::shoal == None`), never as an error: such a peer is treated as a
+//! plain multimaster node.
+//!
+//! Feature bits are only a promise about what the sender understands. A Shoal node must never
+//! send a frame type above [`FrameType::MAX_V1`] (8) to a peer that has not advertised
+//! [`Features::EXTENDED_FRAMES`]: the C++ library drops the connection on an unknown type.
+//! [`peer_accepts_frame_type`] encodes that rule. No extended frame types exist yet.
+
+mod announce;
+mod cursor;
+mod data;
+mod defaults;
+mod error;
+mod frame;
+mod hello_ext;
+
+pub use announce::{Announce, AnnounceFilter, AnnounceReject, DecodedAnnounce};
+pub use data::{Data, DataHeader};
+pub use defaults::*;
+pub use error::{DecodeError, DecodeStatus, EncodeError};
+pub use frame::{
+    decode_frame, peek_frame_len, take_frame, AuthConfirm, Frame, FrameType, Hello,
+    HelloIdentity, IdentityRecord, Membership,
+};
+pub use hello_ext::{peer_accepts_frame_type, Features, ShoalExtension};

@@ -1,0 +1,99 @@
+//! Live nodes over 127.0.0.1: bounded outbound queues, the overflow policies and loss
+//! accounting when a receiver is slow (its event queue is small and not read for a while).
+
+mod node_support;
+
+use node_support::*;
+use shoal_mesh::{Event, EventReceiver, OverflowPolicy};
+use std::time::{Duration, Instant};
+
+const SIZE: usize = 1000;
+
+fn payload(seq: u64) -> Vec<u8> {
+    let mut p = vec![0xabu8; SIZE];
+    p[..8].copy_from_slice(&seq.to_be_bytes());
+    p
+}
+
+/// Reads Message events until `want` arrived (bounded wait); returns their sequence numbers.
+fn drain(rx: &mut EventReceiver, want: u64) -> Vec<u64> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seqs = Vec::new();
+    while (seqs.len() as u64) < want {
+        assert!(Instant::now() < deadline, "timed out: received {} of {want} messages", seqs.len());
+        if let Some(Event::Message { payload, .. }) = rx.recv_timeout(Duration::from_millis(100)) {
+            assert_eq!(payload.len(), SIZE, "payload length changed in transit");
+            assert!(payload[8..].iter().all(|b| *b == 0xab), "payload corrupted in transit");
+            seqs.push(u64::from_be_bytes(payload[..8].try_into().unwrap()));
+        }
+    }
+    seqs
+}
+
+fn pair(policy: OverflowPolicy, bound: usize) -> (Node, shoal_mesh::Mesh, EventReceiver) {
+    let r = fast().event_queue_capacity(64).build().unwrap();
+    let rx = r.events();
+    r.start().unwrap();
+    let s = Node::start(
+        fast()
+            .static_peer(ep(r.listen_port()))
+            .overflow_policy(policy)
+            .max_outbound_queue_bytes(bound),
+    );
+    wait_until(10, "sender connected to receiver", || s.mesh.connected_peers().contains(&r.id()));
+    (s, r, rx)
+}
+
+#[test]
+fn drop_newest_loses_exactly_what_the_counters_say() {
+    const N: u64 = 30_000;
+    let (s, r, mut rx) = pair(OverflowPolicy::DropNewest, 64 * 1024);
+    for seq in 0..N {
+        s.mesh.broadcast_blocking(payload(seq)).expect("accepted");
+    }
+    wait_until(20, "sender processed every message", || s.mesh.stats().total.originated == N);
+    let st = s.mesh.stats().total;
+    let dropped = st.dropped_queue_full;
+    assert!(dropped > 0, "30 MB into a stalled receiver must overflow a 64 KiB queue");
+    assert_eq!(st.dropped_no_route, 0);
+    assert!(st.peak_queued_bytes <= 64 * 1024);
+    let seqs = drain(&mut rx, N - dropped);
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "one link keeps order and never duplicates");
+    // Nothing beyond what the counters account for arrives.
+    s.mesh.broadcast_blocking(payload(u64::MAX)).unwrap();
+    let fence = drain(&mut rx, 1);
+    assert_eq!(fence, vec![u64::MAX]);
+    let rs = r.stats().total;
+    assert_eq!(rs.delivered, N - dropped + 1, "sent = delivered + counted drops");
+    assert_eq!(rs.malformed_frames + rs.oversize_frames, 0, "the stream stayed valid");
+    assert!(r.connected_peers().contains(&s.id()), "a busy receiver is not declared dead");
+}
+
+#[test]
+fn block_keeps_queued_bytes_under_the_bound_and_loses_nothing() {
+    const N: u64 = 20_000;
+    const BOUND: usize = 32 * 1024;
+    let (s, r, mut rx) = pair(OverflowPolicy::Block, BOUND);
+    let sender = s.mesh.clone();
+    let t = std::thread::spawn(move || {
+        for seq in 0..N {
+            sender.broadcast_blocking(payload(seq)).expect("accepted");
+        }
+    });
+    // The receiver reads nothing until the sender's queue has filled up.
+    wait_until(20, "sender's link queue fills", || {
+        s.mesh.stats().total.peak_queued_bytes as usize > BOUND - 2 * (SIZE + 58)
+    });
+    assert!(
+        matches!(s.mesh.try_broadcast(payload(0)), Err(shoal_mesh::PublishError::Full)),
+        "try_broadcast reports a full queue"
+    );
+    let seqs = drain(&mut rx, N);
+    t.join().unwrap();
+    assert_eq!(seqs, (0..N).collect::<Vec<_>>(), "every message, in order, once");
+    let st = s.mesh.stats().total;
+    assert!(st.peak_queued_bytes as usize <= BOUND, "peak {} above bound", st.peak_queued_bytes);
+    assert_eq!(st.dropped_queue_full, 0);
+    assert_eq!(r.stats().total.delivered, N);
+    assert!(r.connected_peers().contains(&s.id()));
+}

@@ -1,0 +1,72 @@
+//! Live nodes over 127.0.0.1: stop, disconnect, Lost, static peers and restarts.
+
+mod node_support;
+
+use node_support::*;
+use shoal_mesh::Event;
+use std::time::Duration;
+
+#[test]
+fn stop_is_seen_as_disconnected_then_lost_but_static_peers_are_never_lost() {
+    let s = Node::start(fast());
+    let a = Node::start(fast().static_peer(ep(s.port())));
+    let b = Node::start(fast().seed_peer(ep(a.port())));
+    let (b_id, s_id) = (b.id(), s.id());
+    wait_until(10, "A connected to B and S", || a.connected_to(&b) && a.connected_to(&s));
+
+    b.mesh.stop();
+    b.mesh.stop(); // idempotent
+    s.mesh.stop();
+    wait_until(10, "A sees B lost", || a.rec.has(|e| *e == Event::PeerLost { peer: b_id }));
+    let disc = a.rec.position(|e| *e == Event::PeerDisconnected { peer: b_id });
+    let lost = a.rec.position(|e| *e == Event::PeerLost { peer: b_id });
+    assert!(disc.is_some() && disc < lost, "disconnected must come before lost: {:?}", a.rec.events());
+    wait_until(10, "A sees S disconnected", || {
+        a.rec.has(|e| *e == Event::PeerDisconnected { peer: s_id })
+    });
+    // Twice the lost timeout after S went away, it is still known and not lost.
+    std::thread::sleep(2 * a.mesh.config().peer_lost_timeout);
+    assert!(!a.rec.has(|e| *e == Event::PeerLost { peer: s_id }), "a static peer is never lost");
+    assert!(a.mesh.known_peers().contains(&s_id));
+    assert!(!a.mesh.known_peers().contains(&b_id));
+    // The stopped side said Goodbye: A saw no malformed input.
+    let st = a.mesh.stats().total;
+    assert_eq!(st.malformed_frames + st.oversize_frames, 0);
+}
+
+#[test]
+fn static_peer_restarted_with_a_new_id_is_reconnected() {
+    let b = Node::start(fast());
+    let port = b.port();
+    let a = Node::start(fast().static_peer(ep(port)));
+    wait_until(10, "A connected to B", || a.connected_to(&b));
+    let old = b.id();
+    b.mesh.stop();
+    wait_until(10, "A sees B disconnected", || {
+        a.rec.has(|e| *e == Event::PeerDisconnected { peer: old })
+    });
+    let b2 = Node::start(fast().listen_port(port));
+    assert_ne!(b2.id(), old);
+    wait_until(15, "A reconnects to the restarted B", || a.connected_to(&b2) && b2.connected_to(&a));
+    a.mesh.broadcast_blocking("again").unwrap();
+    wait_until(10, "restarted B delivers", || b2.rec.messages().len() == 1);
+}
+
+#[test]
+fn publishing_without_peers_or_after_stop_says_why() {
+    let a = fast().build().unwrap();
+    assert_eq!(a.try_broadcast("x"), Err(shoal_mesh::PublishError::Stopped));
+    a.start().unwrap();
+    assert_ne!(a.listen_port(), 0);
+    assert_eq!(a.try_broadcast("x"), Err(shoal_mesh::PublishError::NoRoute));
+    let too_big = vec![0u8; a.config().max_message_bytes as usize];
+    assert!(matches!(
+        a.try_send(shoal_mesh::PeerId::random(), too_big),
+        Err(shoal_mesh::PublishError::TooLarge { .. })
+    ));
+    assert!(matches!(a.start(), Err(shoal_mesh::MeshError::AlreadyStarted)));
+    a.stop();
+    assert_eq!(a.broadcast_blocking("x"), Err(shoal_mesh::PublishError::Stopped));
+    let mut rx = a.events();
+    assert_eq!(rx.recv_timeout(Duration::from_millis(50)), None);
+}

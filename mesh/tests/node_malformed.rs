@@ -1,0 +1,133 @@
+//! Malformed input from a raw TCP client closes that link with an Error event; the node keeps
+//! running and keeps serving its other peers.
+
+mod node_support;
+
+use node_support::*;
+use rand::{RngCore, SeedableRng};
+use shoal_mesh::wire::{Frame, Hello, PROTOCOL_VERSION};
+use shoal_mesh::{ErrorKind, Event, PeerId};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+fn raw_client(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+fn hello_bytes() -> Vec<u8> {
+    let h = Hello {
+        node_id: PeerId::random(),
+        protocol_version: PROTOCOL_VERSION,
+        tcp_listen_port: 1,
+        group_name: "default".into(),
+        nonce: 7,
+        eph_pub_key: None,
+        identity: None,
+        shoal: None,
+    };
+    let mut out = Vec::new();
+    Frame::Hello(h).encode(&mut out).unwrap();
+    out
+}
+
+/// The node must close the connection: reading ends with EOF or a reset, never a timeout.
+fn assert_closed_by_node(mut s: TcpStream, what: &str) {
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => continue, // HelloAck / Goodbye
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
+            Err(e) => panic!("{what}: the node did not close the link ({e})"),
+        }
+    }
+}
+
+fn error_events(n: &Node) -> Vec<ErrorKind> {
+    n.rec
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Error { kind, .. } => Some(kind),
+            _ => None,
+        })
+        .collect()
+}
+
+fn still_serves(m: &Node, p: &Node, tag: &str) {
+    m.mesh.broadcast_blocking(format!("m-{tag}")).unwrap();
+    p.mesh.broadcast_blocking(format!("p-{tag}")).unwrap();
+    wait_until(10, &format!("both directions still work after {tag}"), || {
+        p.rec.messages().iter().any(|x| x.1 == format!("m-{tag}").as_bytes())
+            && m.rec.messages().iter().any(|x| x.1 == format!("p-{tag}").as_bytes())
+    });
+}
+
+#[test]
+fn malformed_input_closes_only_that_link() {
+    for shards in [1, 2] {
+        let m = Node::start(fast().shards(shards));
+        let p = Node::start(fast().static_peer(ep(m.port())));
+        wait_until(10, "peer connected", || m.connected_to(&p) && p.connected_to(&m));
+        let mut errors = 0;
+
+        // 1. Random bytes instead of a Hello.
+        let mut s = raw_client(m.port());
+        let mut junk = vec![0u8; 512];
+        rand::rngs::StdRng::seed_from_u64(42).fill_bytes(&mut junk);
+        s.write_all(&junk).unwrap();
+        assert_closed_by_node(s, "random bytes");
+        errors += 1;
+        wait_until(10, "error event for random bytes", || error_events(&m).len() == errors);
+        still_serves(&m, &p, "random");
+
+        // 2. An unknown frame type right after a valid Hello (handled on the link's shard).
+        let mut s = raw_client(m.port());
+        s.write_all(&hello_bytes()).unwrap();
+        s.write_all(&[0, 0, 0, 3, 0xee, 1, 2]).unwrap();
+        assert_closed_by_node(s, "unknown frame type");
+        errors += 1;
+        wait_until(10, "error event for unknown type", || error_events(&m).len() == errors);
+        assert_eq!(error_events(&m)[errors - 1], ErrorKind::Malformed);
+        still_serves(&m, &p, "unknown");
+
+        // 3. An oversized length after a valid Hello.
+        let mut s = raw_client(m.port());
+        s.write_all(&hello_bytes()).unwrap();
+        s.write_all(&[0xff, 0xff, 0xff, 0xf0, 4]).unwrap();
+        assert_closed_by_node(s, "oversized length");
+        errors += 1;
+        wait_until(10, "error event for oversize", || error_events(&m).len() == errors);
+        assert_eq!(error_events(&m)[errors - 1], ErrorKind::Oversize);
+        still_serves(&m, &p, "oversize");
+
+        // 4. A Data frame whose length is too short for its own fields.
+        let mut s = raw_client(m.port());
+        s.write_all(&hello_bytes()).unwrap();
+        let mut bad = vec![0, 0, 0, 10, 4];
+        bad.extend_from_slice(&[9u8; 9]);
+        s.write_all(&bad).unwrap();
+        assert_closed_by_node(s, "truncated Data body");
+        errors += 1;
+        wait_until(10, "error event for truncated body", || error_events(&m).len() == errors);
+        assert_eq!(error_events(&m)[errors - 1], ErrorKind::Malformed);
+        still_serves(&m, &p, "truncated-body");
+
+        // 5. Half a frame, then the client hangs up.
+        let mut s = raw_client(m.port());
+        s.write_all(&hello_bytes()).unwrap();
+        s.write_all(&[0, 0, 0, 100, 4, 1, 2, 3]).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_closed_by_node(s, "truncated frame at EOF");
+        errors += 1;
+        wait_until(10, "error event for truncated frame", || error_events(&m).len() == errors);
+        still_serves(&m, &p, "eof");
+
+        let st = m.mesh.stats().total;
+        assert_eq!(st.malformed_frames + st.oversize_frames, errors as u64, "every bad input counted once");
+        assert!(m.connected_to(&p) && p.connected_to(&m), "the good peer was never dropped");
+    }
+}

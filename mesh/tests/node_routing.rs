@@ -1,0 +1,165 @@
+//! Live nodes over 127.0.0.1: gossip broadcast and targeted routing, dial races, membership.
+
+mod node_support;
+
+use node_support::*;
+use shoal_mesh::{Event, PeerId};
+use std::collections::HashMap;
+
+/// Starts `n` nodes; node `i` keeps a static link to every node in `links[i]`.
+fn topology(n: usize, shards: usize, links: &[(usize, usize)]) -> Vec<Node> {
+    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+    (0..n)
+        .map(|i| {
+            let mut b = fast().listen_port(ports[i]).shards(shards);
+            for &(a, z) in links {
+                if a == i {
+                    b = b.static_peer(ep(ports[z]));
+                }
+            }
+            Node::start(b)
+        })
+        .collect()
+}
+
+/// Every node broadcasts one message; every other node must deliver each exactly once.
+fn broadcast_exactly_once(nodes: &[Node]) {
+    for (i, n) in nodes.iter().enumerate() {
+        n.mesh.broadcast_blocking(format!("hello from {i}")).expect("broadcast accepted");
+    }
+    let expected = nodes.len() - 1;
+    for (i, n) in nodes.iter().enumerate() {
+        wait_until(10, &format!("node {i} delivers {expected} broadcasts"), || {
+            n.rec.messages().len() >= expected
+        });
+    }
+    // Let any duplicate that is still travelling arrive before judging.
+    let ids: Vec<PeerId> = nodes.iter().map(Node::id).collect();
+    for n in nodes {
+        n.mesh.broadcast_blocking("fence").unwrap();
+    }
+    for (i, n) in nodes.iter().enumerate() {
+        wait_until(10, &format!("node {i} delivers the fences"), || {
+            n.rec.messages().iter().filter(|m| m.1 == b"fence").count() == expected
+        });
+        let mut seen: HashMap<(PeerId, Vec<u8>), usize> = HashMap::new();
+        for (from, payload, broadcast) in n.rec.messages() {
+            assert!(broadcast, "node {i}: a broadcast arrived flagged as targeted");
+            assert_ne!(from, ids[i], "node {i} delivered its own broadcast");
+            *seen.entry((from, payload)).or_default() += 1;
+        }
+        for (j, id) in ids.iter().enumerate().filter(|(j, _)| *j != i) {
+            let key = (*id, format!("hello from {j}").into_bytes());
+            assert_eq!(seen.get(&key), Some(&1), "node {i} must deliver node {j}'s broadcast exactly once");
+        }
+        assert!(seen.values().all(|c| *c == 1), "node {i} delivered a duplicate: {seen:?}");
+        let s = n.mesh.stats().total;
+        assert_eq!(s.malformed_frames + s.oversize_frames, 0);
+    }
+}
+
+#[test]
+fn broadcast_reaches_every_node_once_in_a_line() {
+    let line = [(1, 0), (2, 1), (3, 2)];
+    let nodes = topology(4, 1, &line);
+    wait_connected(&nodes, &line);
+    broadcast_exactly_once(&nodes);
+}
+
+#[test]
+fn broadcast_reaches_every_node_once_in_a_ring() {
+    let ring = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0)];
+    let nodes = topology(5, 1, &ring);
+    wait_connected(&nodes, &ring);
+    broadcast_exactly_once(&nodes);
+    let dups: u64 = nodes.iter().map(|n| n.mesh.stats().total.dropped_duplicate).sum();
+    assert!(dups > 0, "a ring must make some node see a message twice and drop it as a duplicate");
+}
+
+fn targeted_line(shards: usize) {
+    let line = [(1, 0), (2, 1), (3, 2)];
+    let nodes = topology(4, shards, &line);
+    wait_connected(&nodes, &line);
+    let d = nodes[3].id();
+    for k in 0..20 {
+        nodes[0].mesh.send_blocking(d, format!("for D #{k}")).expect("send accepted");
+    }
+    wait_until(10, "D delivers 20 targeted messages", || nodes[3].rec.messages().len() >= 20);
+    // A broadcast behind them proves the path drained before judging the bystanders.
+    nodes[0].mesh.broadcast_blocking("fence").unwrap();
+    for (i, n) in nodes.iter().enumerate().skip(1) {
+        wait_until(10, &format!("node {i} gets the fence"), || {
+            n.rec.messages().iter().any(|m| m.1 == b"fence")
+        });
+    }
+    let got: Vec<_> = nodes[3].rec.messages().into_iter().filter(|m| !m.2).collect();
+    assert_eq!(got.len(), 20, "D delivers each targeted message exactly once");
+    assert!(got.iter().all(|m| m.0 == nodes[0].id()));
+    let mut payloads: Vec<Vec<u8>> = got.into_iter().map(|m| m.1).collect();
+    payloads.sort();
+    let mut expect: Vec<Vec<u8>> = (0..20).map(|k| format!("for D #{k}").into_bytes()).collect();
+    expect.sort();
+    assert_eq!(payloads, expect);
+    for (i, n) in nodes.iter().enumerate().take(3) {
+        assert!(
+            n.rec.messages().iter().all(|m| m.2),
+            "node {i} delivered a message targeted at D"
+        );
+    }
+}
+
+#[test]
+fn targeted_reaches_only_its_destination_across_a_line() {
+    targeted_line(1);
+}
+
+#[test]
+fn targeted_and_broadcast_across_two_shards_per_node() {
+    targeted_line(2);
+    let line = [(1, 0), (2, 1), (3, 2)];
+    let nodes = topology(4, 2, &line);
+    wait_connected(&nodes, &line);
+    broadcast_exactly_once(&nodes);
+}
+
+#[test]
+fn simultaneous_dials_end_with_one_link_on_both_sides() {
+    let (pa, pb) = (free_port(), free_port());
+    let ba = fast().listen_port(pa).static_peer(ep(pb)).reconnect_base(std::time::Duration::from_millis(50));
+    let bb = fast().listen_port(pb).static_peer(ep(pa)).reconnect_base(std::time::Duration::from_millis(50));
+    let (ma, mb) = (ba.build().unwrap(), bb.build().unwrap());
+    let (ra, rb) = (Recorder::new(ma.events()), Recorder::new(mb.events()));
+    let (ma2, mb2) = (ma.clone(), mb.clone());
+    let ta = std::thread::spawn(move || ma2.start().unwrap());
+    let tb = std::thread::spawn(move || mb2.start().unwrap());
+    ta.join().unwrap();
+    tb.join().unwrap();
+    let nodes = [Node { mesh: ma, rec: ra }, Node { mesh: mb, rec: rb }];
+    wait_connected(&nodes, &[(0, 1)]);
+    wait_until(10, "one link per side", || nodes[0].open_links() == 1 && nodes[1].open_links() == 1);
+    nodes[0].mesh.broadcast_blocking("one").unwrap();
+    nodes[1].mesh.broadcast_blocking("two").unwrap();
+    wait_until(10, "both messages delivered", || {
+        nodes[0].rec.messages().len() == 1 && nodes[1].rec.messages().len() == 1
+    });
+    assert_eq!(nodes[0].mesh.connected_peers(), vec![nodes[1].id()]);
+    assert_eq!(nodes[1].mesh.connected_peers(), vec![nodes[0].id()]);
+    assert_eq!((nodes[0].open_links(), nodes[1].open_links()), (1, 1));
+}
+
+#[test]
+fn membership_crosses_a_bridge() {
+    // B - A - C: B and C only know A.
+    let a = Node::start(fast());
+    let b = Node::start(fast().seed_peer(ep(a.port())));
+    let c = Node::start(fast().seed_peer(ep(a.port())));
+    wait_until(10, "B sees C as a member", || b.mesh.members().contains(&c.id()));
+    wait_until(10, "C sees B as a member", || c.mesh.members().contains(&b.id()));
+    assert!(b.rec.has(|e| *e == Event::MemberJoined { peer: c.id() }));
+    assert!(!b.mesh.connected_peers().contains(&c.id()), "B and C are not neighbours");
+    let mut members = a.mesh.members();
+    members.sort();
+    let mut expect = vec![b.id(), c.id()];
+    expect.sort();
+    assert_eq!(members, expect);
+}

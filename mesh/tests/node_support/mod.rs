@@ -1,0 +1,155 @@
+//! Helpers shared by the live-node tests: fast timers, loopback nodes, event recorders and
+//! bounded waits with clear failure messages.
+#![allow(dead_code)]
+
+use shoal_mesh::{Event, EventReceiver, Mesh, MeshBuilder, PeerId};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// A builder with multicast off, loopback listener and short timers so tests stay fast.
+pub fn fast() -> MeshBuilder {
+    Mesh::builder()
+        .discovery(false)
+        .listen_addr(LOCALHOST)
+        .heartbeat_interval(Duration::from_millis(200))
+        .heartbeat_timeout(Duration::from_millis(1500))
+        .handshake_timeout(Duration::from_millis(1000))
+        .reconnect_base(Duration::from_millis(100))
+        .reconnect_max(Duration::from_millis(800))
+        .peer_lost_timeout(Duration::from_millis(1500))
+        .membership_interval(Duration::from_millis(300))
+        .membership_timeout(Duration::from_millis(1500))
+}
+
+/// A port that was free a moment ago (for topologies that need ports before start).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn ep(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// Polls `cond` every 10 ms until it holds; panics with `what` after `secs` seconds.
+pub fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Drains a node's events on a helper thread into a shared log.
+pub struct Recorder {
+    pub log: Arc<Mutex<Vec<Event>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Recorder {
+    pub fn new(mut rx: EventReceiver) -> Recorder {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (l, s) = (log.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Acquire) {
+                if let Some(ev) = rx.recv_timeout(Duration::from_millis(20)) {
+                    l.lock().unwrap().push(ev);
+                }
+            }
+        });
+        Recorder {
+            log,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn events(&self) -> Vec<Event> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Payloads of Message events, with their originator and broadcast flag.
+    pub fn messages(&self) -> Vec<(PeerId, Vec<u8>, bool)> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Message {
+                    from,
+                    payload,
+                    broadcast,
+                } => Some((from, payload.to_vec(), broadcast)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn has(&self, pred: impl Fn(&Event) -> bool) -> bool {
+        self.log.lock().unwrap().iter().any(pred)
+    }
+
+    /// Position of the first event matching `pred`.
+    pub fn position(&self, pred: impl Fn(&Event) -> bool) -> Option<usize> {
+        self.log.lock().unwrap().iter().position(pred)
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A started node with its event recorder.
+pub struct Node {
+    pub mesh: Mesh,
+    pub rec: Recorder,
+}
+
+impl Node {
+    pub fn start(b: MeshBuilder) -> Node {
+        let mesh = b.build().expect("valid config");
+        let rec = Recorder::new(mesh.events());
+        mesh.start().expect("node starts");
+        Node { mesh, rec }
+    }
+
+    pub fn id(&self) -> PeerId {
+        self.mesh.id()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.mesh.listen_port()
+    }
+
+    pub fn connected_to(&self, other: &Node) -> bool {
+        self.mesh.connected_peers().contains(&other.id())
+    }
+
+    /// Links currently attached to shards (opened minus closed).
+    pub fn open_links(&self) -> u64 {
+        let t = self.mesh.stats().total;
+        t.links_opened - t.links_closed
+    }
+}
+
+/// Waits until every pair listed is connected on both sides.
+pub fn wait_connected(nodes: &[Node], pairs: &[(usize, usize)]) {
+    for &(a, b) in pairs {
+        wait_until(10, &format!("node {a} and node {b} connected both ways"), || {
+            nodes[a].connected_to(&nodes[b]) && nodes[b].connected_to(&nodes[a])
+        });
+    }
+}

@@ -1,0 +1,101 @@
+//! Membership gossip over simulated meshes: learning members through a bridge, losing them
+//! after a cut once their records expire, and a restarted node outranking its old record.
+
+mod proto_sim;
+
+use proto_sim::*;
+use shoal_mesh::proto::MembershipEvent;
+use std::time::Duration;
+
+#[test]
+fn members_are_learned_through_a_bridge() {
+    // B(1) – A(0) – C(2): B and C are not neighbours but see each other as members.
+    let mut sim = topology(11, 3, &[(0, 1), (0, 2)]);
+    sim.run_for(Duration::from_millis(50));
+    let (a, b, c) = (sim.id(0), sim.id(1), sim.id(2));
+    assert!(!sim.connected(1).contains(&c));
+    let mut want_b = vec![a, c];
+    want_b.sort();
+    assert_eq!(sim.members(1), want_b);
+    let mut want_c = vec![a, b];
+    want_c.sort();
+    assert_eq!(sim.members(2), want_c);
+    assert!(sim.nodes[1].member_events.contains(&MembershipEvent::MemberJoined(c)));
+    // Stable: periodic floods and expiry keep the view unchanged.
+    sim.run_for(Duration::from_secs(20));
+    assert_eq!(sim.members(1), want_b);
+    assert_eq!(
+        sim.nodes[1]
+            .member_events
+            .iter()
+            .filter(|e| matches!(e, MembershipEvent::MemberLeft(_)))
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn member_leaves_after_a_cut_once_its_record_expires() {
+    // A(0) – B(1) – C(2); then the B–C link is cut and never comes back (C's static dial
+    // target is B, and B is cut off from C for good).
+    let mut sim = topology(12, 3, &[(0, 1), (1, 2)]);
+    let c = sim.id(2);
+    let a = sim.id(0);
+    assert!(sim.members(0).contains(&c));
+    sim.partition(1, 2);
+    sim.cut(1, 2);
+    let timeout = sim.nodes[0].cfg.membership_timeout;
+    // Union graph: C's own (now stale) record still lists B, so C stays a member until it
+    // expires; it must be gone one timeout (plus a flood's travel) later, and stay gone.
+    sim.run_for(timeout + Duration::from_millis(100));
+    assert!(!sim.members(0).contains(&c), "C must have left A's view");
+    assert!(sim.nodes[0].member_events.contains(&MembershipEvent::MemberLeft(c)));
+    assert!(!sim.members(2).contains(&a), "A must have left C's view");
+    sim.run_for(Duration::from_secs(10));
+    assert!(!sim.members(0).contains(&c));
+    assert_eq!(sim.members(0), vec![sim.id(1)]);
+}
+
+#[test]
+fn healed_cut_rejoins() {
+    let mut sim = topology(13, 3, &[(0, 1), (1, 2)]);
+    let c = sim.id(2);
+    sim.partition(1, 2);
+    sim.cut(1, 2);
+    sim.run_for(Duration::from_secs(8));
+    assert!(!sim.members(0).contains(&c));
+    sim.heal(1, 2);
+    // C's static target redials B with backoff (at most 30 s + jitter).
+    sim.run_for(Duration::from_secs(40));
+    assert!(sim.members(0).contains(&c));
+    let joins = sim.nodes[0]
+        .member_events
+        .iter()
+        .filter(|e| **e == MembershipEvent::MemberJoined(c))
+        .count();
+    assert_eq!(joins, 2);
+}
+
+#[test]
+fn restarted_node_with_same_id_outranks_its_old_record() {
+    // Versions come from the wall clock, so a node restarted with the same id (identity
+    // mesh) floods a record that beats everything its previous run flooded.
+    use shoal_mesh::proto::{LinkId, Membership, RecordOutcome};
+    use shoal_mesh::PeerId;
+    use std::time::Instant;
+    let now = Instant::now();
+    let (a, b, c) = (PeerId([1; 16]), PeerId([2; 16]), PeerId([3; 16]));
+    let d = Duration::from_secs(2);
+    let mut at_a = Membership::new(a, d, d * 3, 64, 1_000_000, now);
+    let mut b_run1 = Membership::new(b, d, d * 3, 64, 1_000_000, now);
+    for k in 0..50 {
+        b_run1.neighbour_up(PeerId([10 + k; 16]), LinkId(k as u64), 1_000_000, now);
+    }
+    b_run1.neighbour_up(c, LinkId(99), 1_000_000, now);
+    assert_eq!(at_a.on_record(LinkId(1), &b_run1.own_record(), 1_000_000, now), RecordOutcome::Stored);
+    // 5 s later B restarts: its first record must not be taken for an old one.
+    let mut b_run2 = Membership::new(b, d, d * 3, 64, 1_005_000, now);
+    b_run2.neighbour_up(a, LinkId(1), 1_005_000, now);
+    assert_eq!(at_a.on_record(LinkId(1), &b_run2.own_record(), 1_005_000, now), RecordOutcome::Stored);
+    assert!(!at_a.is_member(&c), "the restarted B no longer links to C");
+}

@@ -1,0 +1,226 @@
+//! Multi-producer ingress from plain (application) threads into one executor.
+//!
+//! Messages go through a lock-free bounded `crossbeam_queue::ArrayQueue`. The receiving
+//! executor is woken through the same fence-based [`Notify`] as the SPSC rings. Senders
+//! waiting for room park on an `event_listener::Event`, which costs one atomic load on
+//! the receive path while nobody waits; its internal list is touched only by senders
+//! that actually block (the slow path).
+
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use crossbeam_queue::ArrayQueue;
+use event_listener::{Event, Listener};
+
+use super::notify::Notify;
+use crate::error::{Closed, SendError, TryRecvError, TrySendError};
+
+struct Shared<T> {
+    queue: ArrayQueue<T>,
+    rx_notify: Notify,
+    /// In its own `Arc` so a panicking receiver can hand the final notify to a helper thread.
+    room: Arc<Event>,
+    senders: AtomicUsize,
+    rx_closed: AtomicBool,
+    full_events: AtomicU64,
+}
+
+/// Creates a bounded multi-producer channel of `capacity` messages into one consumer.
+pub fn ingress<T: Send>(capacity: usize) -> (IngressSender<T>, IngressReceiver<T>) {
+    let shared = Arc::new(Shared {
+        queue: ArrayQueue::new(capacity.max(1)),
+        rx_notify: Notify::default(),
+        room: Arc::new(Event::new()),
+        senders: AtomicUsize::new(1),
+        rx_closed: AtomicBool::new(false),
+        full_events: AtomicU64::new(0),
+    });
+    (IngressSender { shared: shared.clone() }, IngressReceiver { shared })
+}
+
+/// A `Send + Clone` handle for any thread to feed one executor.
+pub struct IngressSender<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> std::fmt::Debug for IngressSender<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IngressSender").field("capacity", &self.shared.queue.capacity()).finish()
+    }
+}
+
+impl<T> Clone for IngressSender<T> {
+    fn clone(&self) -> Self {
+        self.shared.senders.fetch_add(1, Ordering::Relaxed);
+        Self { shared: self.shared.clone() }
+    }
+}
+
+impl<T> Drop for IngressSender<T> {
+    fn drop(&mut self) {
+        if self.shared.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.rx_notify.notify_always();
+        }
+    }
+}
+
+impl<T> IngressSender<T> {
+    /// Queues `value` if there is room, without waiting; says why not otherwise.
+    pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        let s = &*self.shared;
+        if s.rx_closed.load(Ordering::Acquire) {
+            return Err(TrySendError::Closed(value));
+        }
+        match s.queue.push(value) {
+            Ok(()) => {
+                s.rx_notify.notify();
+                Ok(())
+            }
+            Err(value) => {
+                s.full_events.fetch_add(1, Ordering::Relaxed);
+                Err(TrySendError::Full(value))
+            }
+        }
+    }
+
+    /// Queues `value`, waiting asynchronously for room. Fails only when the receiver is gone.
+    pub async fn send(&self, value: T) -> Result<(), SendError<T>> {
+        let mut value = value;
+        loop {
+            value = match self.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Closed(v)) => return Err(SendError(v)),
+                Err(TrySendError::Full(v)) => v,
+            };
+            let listener = self.shared.room.listen();
+            value = match self.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Closed(v)) => return Err(SendError(v)),
+                Err(TrySendError::Full(v)) => v,
+            };
+            listener.await;
+        }
+    }
+
+    /// Queues `value`, blocking this thread while the queue is full. Never call this on an
+    /// executor thread: it would stall every task of that executor.
+    pub fn send_blocking(&self, value: T) -> Result<(), SendError<T>> {
+        let mut value = value;
+        loop {
+            value = match self.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Closed(v)) => return Err(SendError(v)),
+                Err(TrySendError::Full(v)) => v,
+            };
+            let listener = self.shared.room.listen();
+            value = match self.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Closed(v)) => return Err(SendError(v)),
+                Err(TrySendError::Full(v)) => v,
+            };
+            listener.wait();
+        }
+    }
+
+    /// True when the receiver has been dropped.
+    pub fn is_closed(&self) -> bool {
+        self.shared.rx_closed.load(Ordering::Acquire)
+    }
+
+    /// How many sends found the queue full, across all clones.
+    pub fn full_events(&self) -> u64 {
+        self.shared.full_events.load(Ordering::Relaxed)
+    }
+}
+
+/// The single consumer of an ingress queue, living on one executor.
+pub struct IngressReceiver<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> std::fmt::Debug for IngressReceiver<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IngressReceiver").field("len", &self.shared.queue.len()).finish()
+    }
+}
+
+impl<T> IngressReceiver<T> {
+    /// Takes one message without waiting.
+    pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
+        match self.shared.queue.pop() {
+            Some(v) => {
+                self.shared.room.notify_additional(1);
+                Ok(v)
+            }
+            None if self.senders_gone() => Err(TryRecvError::Closed),
+            None => Err(TryRecvError::Empty),
+        }
+    }
+
+    /// Waits for the next message; `Closed` once every sender is gone and the queue drained.
+    pub async fn recv(&mut self) -> Result<T, Closed> {
+        poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// Waits until something is queued, then moves up to `max` messages into `out`.
+    pub async fn recv_batch(&mut self, out: &mut Vec<T>, max: usize) -> Result<usize, Closed> {
+        let first = self.recv().await?;
+        out.push(first);
+        let mut n = 1;
+        while n < max {
+            match self.shared.queue.pop() {
+                Some(v) => {
+                    out.push(v);
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        if n > 1 {
+            self.shared.room.notify_additional(n - 1);
+        }
+        Ok(n)
+    }
+
+    fn senders_gone(&self) -> bool {
+        self.shared.senders.load(Ordering::Acquire) == 0 && self.shared.queue.is_empty()
+    }
+
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, Closed>> {
+        let s = &*self.shared;
+        if let Some(v) = s.queue.pop() {
+            s.room.notify_additional(1);
+            return Poll::Ready(Ok(v));
+        }
+        s.rx_notify.prepare_wait(cx.waker());
+        if let Some(v) = s.queue.pop() {
+            s.rx_notify.cancel_wait();
+            s.room.notify_additional(1);
+            return Poll::Ready(Ok(v));
+        }
+        if self.senders_gone() {
+            s.rx_notify.cancel_wait();
+            return Poll::Ready(Err(Closed));
+        }
+        Poll::Pending
+    }
+}
+
+impl<T> Drop for IngressReceiver<T> {
+    fn drop(&mut self) {
+        self.shared.rx_closed.store(true, Ordering::Release);
+        while self.shared.queue.pop().is_some() {}
+        if std::thread::panicking() {
+            // Waking a compio task while unwinding aborts the process (see
+            // `notify::wake_or_defer`); a helper thread is not unwinding.
+            let room = self.shared.room.clone();
+            let _ = std::thread::Builder::new()
+                .name("shoal-late-wake".into())
+                .spawn(move || room.notify(usize::MAX));
+        } else {
+            self.shared.room.notify(usize::MAX);
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! TCP and UDP sockets on the executor's io_uring, with owned buffers.
+//!
+//! io_uring needs the kernel to own a buffer while an operation is in flight, so reads
+//! take a buffer by value and give it back with the result: `(io::Result<_>, buffer)`.
+//! Writes take `bytes::Bytes` (cheap to clone, never copied). All types here are
+//! executor-local (`!Send`): create and use them on one executor.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+
+use bytes::{Bytes, BytesMut};
+use compio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+/// Bytes reserved by a read whose buffer has no spare capacity.
+pub const READ_RESERVE: usize = 16 * 1024;
+
+/// Most buffers one vectored write accepts (Linux `IOV_MAX`).
+pub const MAX_IOVECS: usize = 1024;
+
+/// A listening TCP socket.
+#[derive(Debug)]
+pub struct TcpListener {
+    inner: compio::net::TcpListener,
+}
+
+impl TcpListener {
+    /// Binds `addr` with `SO_REUSEADDR` and a backlog of 1024. Port 0 picks an ephemeral
+    /// port; [`TcpListener::local_addr`] tells which.
+    pub async fn bind(addr: SocketAddr) -> io::Result<Self> {
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        sock.set_reuse_address(true)?;
+        sock.bind(&addr.into())?;
+        sock.listen(1024)?;
+        let inner = compio::net::TcpListener::from_std(sock.into())?;
+        Ok(Self { inner })
+    }
+
+    /// The bound address, with the resolved port.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Waits for the next connection.
+    pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let (inner, peer) = self.inner.accept().await?;
+        Ok((TcpStream { inner }, peer))
+    }
+}
+
+/// A connected TCP stream.
+#[derive(Debug)]
+pub struct TcpStream {
+    inner: compio::net::TcpStream,
+}
+
+impl TcpStream {
+    /// Connects to `addr`. Wrap in [`timeout`](crate::time::timeout) to bound the wait.
+    pub async fn connect(addr: SocketAddr) -> io::Result<Self> {
+        Ok(Self { inner: compio::net::TcpStream::connect(addr).await? })
+    }
+
+    /// Enables or disables Nagle's algorithm (`TCP_NODELAY`).
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.inner.set_nodelay(nodelay)
+    }
+
+    /// The remote address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Reads what is available into the spare capacity of `buf` (after its current
+    /// contents; [`READ_RESERVE`] bytes are reserved if it has none). `Ok(0)` is EOF.
+    pub async fn read(&mut self, buf: BytesMut) -> (io::Result<usize>, BytesMut) {
+        read_into(&mut self.inner, buf).await
+    }
+
+    /// Writes all of `buf`.
+    pub async fn write_all(&mut self, buf: Bytes) -> io::Result<()> {
+        self.inner.write_all(buf).await.0
+    }
+
+    /// Writes all of `bufs` with vectored sends, without copying them together. Gives the
+    /// vector back so its allocation can be reused. At most [`MAX_IOVECS`] buffers.
+    pub async fn write_all_vectored(&mut self, bufs: Vec<Bytes>) -> (io::Result<()>, Vec<Bytes>) {
+        write_vectored_into(&mut self.inner, bufs).await
+    }
+
+    /// Shuts down the write direction (the peer reads EOF).
+    pub async fn shutdown(&mut self) -> io::Result<()> {
+        AsyncWrite::shutdown(&mut self.inner).await
+    }
+
+    /// Splits into halves that two tasks of the same executor can own and use at once.
+    pub fn into_split(self) -> (TcpReadHalf, TcpWriteHalf) {
+        let (r, w) = self.inner.into_split();
+        (TcpReadHalf { inner: r }, TcpWriteHalf { inner: w })
+    }
+
+    /// Detaches the connection from this executor as a blocking-mode-agnostic
+    /// `std::net::TcpStream` (which is `Send`), so it can be handed to another executor and
+    /// re-attached there with [`TcpStream::from_std`] — e.g. a handshake done on the control
+    /// plane, the connection then served by its data shard.
+    ///
+    /// The descriptor is duplicated and this executor's copy closed, which leaves the TCP
+    /// connection itself untouched. Call it only when no read or write on this stream is in
+    /// flight (i.e. not from inside a cancelled operation): bytes already read stay in the
+    /// caller's buffers.
+    pub fn into_std(self) -> io::Result<std::net::TcpStream> {
+        let dup = SockRef::from(&self.inner).try_clone()?;
+        drop(self);
+        Ok(dup.into())
+    }
+
+    /// Attaches an established `std::net::TcpStream` (e.g. from [`TcpStream::into_std`]) to
+    /// the calling executor.
+    pub fn from_std(stream: std::net::TcpStream) -> io::Result<Self> {
+        Ok(Self { inner: compio::net::TcpStream::from_std(stream)? })
+    }
+}
+
+/// The read half of a [`TcpStream`].
+#[derive(Debug)]
+pub struct TcpReadHalf {
+    inner: compio::net::TcpStream,
+}
+
+impl TcpReadHalf {
+    /// See [`TcpStream::read`].
+    pub async fn read(&mut self, buf: BytesMut) -> (io::Result<usize>, BytesMut) {
+        read_into(&mut self.inner, buf).await
+    }
+
+    /// The remote address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+}
+
+/// The write half of a [`TcpStream`].
+#[derive(Debug)]
+pub struct TcpWriteHalf {
+    inner: compio::net::TcpStream,
+}
+
+impl TcpWriteHalf {
+    /// See [`TcpStream::write_all`].
+    pub async fn write_all(&mut self, buf: Bytes) -> io::Result<()> {
+        self.inner.write_all(buf).await.0
+    }
+
+    /// See [`TcpStream::write_all_vectored`].
+    pub async fn write_all_vectored(&mut self, bufs: Vec<Bytes>) -> (io::Result<()>, Vec<Bytes>) {
+        write_vectored_into(&mut self.inner, bufs).await
+    }
+
+    /// See [`TcpStream::shutdown`].
+    pub async fn shutdown(&mut self) -> io::Result<()> {
+        AsyncWrite::shutdown(&mut self.inner).await
+    }
+}
+
+async fn read_into(s: &mut compio::net::TcpStream, mut buf: BytesMut) -> (io::Result<usize>, BytesMut) {
+    if buf.capacity() == buf.len() {
+        buf.reserve(READ_RESERVE);
+    }
+    let compio::BufResult(res, buf) = s.append(buf).await;
+    (res, buf)
+}
+
+async fn write_vectored_into(
+    s: &mut compio::net::TcpStream,
+    bufs: Vec<Bytes>,
+) -> (io::Result<()>, Vec<Bytes>) {
+    if bufs.len() > MAX_IOVECS {
+        let msg = format!("{} buffers exceed the vectored-write limit of {MAX_IOVECS}", bufs.len());
+        return (Err(io::Error::new(io::ErrorKind::InvalidInput, msg)), bufs);
+    }
+    if bufs.is_empty() {
+        return (Ok(()), bufs);
+    }
+    let compio::BufResult(res, bufs) = s.write_vectored_all(bufs).await;
+    (res, bufs)
+}
+
+/// Socket options applied before a UDP bind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpOptions {
+    /// `SO_REUSEADDR`.
+    pub reuse_addr: bool,
+    /// `SO_REUSEPORT` (several sockets, possibly in several processes, share the port).
+    pub reuse_port: bool,
+}
+
+/// A UDP socket.
+#[derive(Debug)]
+pub struct UdpSocket {
+    inner: compio::net::UdpSocket,
+}
+
+impl UdpSocket {
+    /// Binds `addr` with `opts`.
+    pub async fn bind(addr: SocketAddr, opts: UdpOptions) -> io::Result<Self> {
+        let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        if opts.reuse_addr {
+            sock.set_reuse_address(true)?;
+        }
+        if opts.reuse_port {
+            sock.set_reuse_port(true)?;
+        }
+        sock.bind(&addr.into())?;
+        let inner = compio::net::UdpSocket::from_std(sock.into())?;
+        Ok(Self { inner })
+    }
+
+    /// The bound address, with the resolved port.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Joins IPv4 multicast `group` on the interface that owns address `interface`.
+    /// Name the interface explicitly: `0.0.0.0` lets the kernel pick by route, and
+    /// loopback (no `MULTICAST` flag) is then never picked.
+    pub fn join_multicast_v4(&self, group: Ipv4Addr, interface: Ipv4Addr) -> io::Result<()> {
+        SockRef::from(&self.inner).join_multicast_v4(&group, &interface)
+    }
+
+    /// Leaves a group joined with [`UdpSocket::join_multicast_v4`].
+    pub fn leave_multicast_v4(&self, group: Ipv4Addr, interface: Ipv4Addr) -> io::Result<()> {
+        SockRef::from(&self.inner).leave_multicast_v4(&group, &interface)
+    }
+
+    /// Sends multicast through the interface that owns address `interface`.
+    pub fn set_multicast_if_v4(&self, interface: Ipv4Addr) -> io::Result<()> {
+        SockRef::from(&self.inner).set_multicast_if_v4(&interface)
+    }
+
+    /// Multicast TTL (hops); 1 keeps datagrams on the local link.
+    pub fn set_multicast_ttl_v4(&self, ttl: u32) -> io::Result<()> {
+        SockRef::from(&self.inner).set_multicast_ttl_v4(ttl)
+    }
+
+    /// Whether this host's own multicast sockets receive what it sends.
+    pub fn set_multicast_loop_v4(&self, on: bool) -> io::Result<()> {
+        SockRef::from(&self.inner).set_multicast_loop_v4(on)
+    }
+
+    /// Sends one datagram to `addr`; returns the bytes sent.
+    pub async fn send_to(&self, buf: Bytes, addr: SocketAddr) -> io::Result<usize> {
+        self.inner.send_to(buf, addr).await.0
+    }
+
+    /// Receives one datagram, replacing the contents of `buf` (reserving 64 KiB if it has
+    /// no capacity; longer datagrams are truncated to the capacity).
+    pub async fn recv_from(&self, mut buf: BytesMut) -> (io::Result<(usize, SocketAddr)>, BytesMut) {
+        buf.clear();
+        if buf.capacity() == 0 {
+            buf.reserve(64 * 1024);
+        }
+        let compio::BufResult(res, buf) = self.inner.recv_from(buf).await;
+        (res, buf)
+    }
+}

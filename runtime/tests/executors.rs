@@ -1,0 +1,178 @@
+//! Executors: spawning, placement, shutdown, panics.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use shoal_runtime::channel::channel;
+use shoal_runtime::{
+    current_executor, current_shard, spawn_local, ControlPlacement, ExecutorId, JoinError,
+    Placement, Runtime, RuntimeError, SpawnError,
+};
+
+#[test]
+fn spawn_on_every_executor_returns_results() {
+    let rt = Runtime::builder().shards(3).build().unwrap();
+    let mut handles = Vec::new();
+    for id in rt.executors() {
+        // The future holds an Rc: it is built on the target executor and never crosses threads.
+        handles.push((id, rt.spawn_on(id, move || {
+            let local = Rc::new(7u64);
+            async move {
+                let inner = spawn_local(async move { *local * 6 }).await.unwrap();
+                (current_executor(), current_shard(), inner)
+            }
+        }).unwrap()));
+    }
+    for (id, h) in handles {
+        let (exec, shard, v) = h.join_blocking().unwrap();
+        assert_eq!(exec, Some(id));
+        assert_eq!(shard, match id { ExecutorId::Shard(i) => Some(i), ExecutorId::Control => None });
+        assert_eq!(v, 42);
+    }
+    assert_eq!(current_executor(), None);
+    rt.join().unwrap();
+}
+
+#[test]
+fn spawn_errors_are_typed() {
+    let rt = Runtime::builder().shards(1).build().unwrap();
+    let err = rt.spawn_on(ExecutorId::Shard(5), || async {}).unwrap_err();
+    assert_eq!(err, SpawnError::NoSuchExecutor(ExecutorId::Shard(5)));
+    assert!(shoal_runtime::try_spawn_local(async {}).is_err());
+    let handle = rt.handle();
+    rt.join().unwrap();
+    assert_eq!(handle.spawn_on(ExecutorId::Control, || async {}).unwrap_err(), SpawnError::Stopped(ExecutorId::Control));
+}
+
+#[test]
+fn spawn_from_inside_an_executor_to_another() {
+    let rt = Runtime::builder().shards(2).build().unwrap();
+    let h = rt
+        .spawn_on(ExecutorId::Shard(0), || async {
+            let handle = shoal_runtime::current_handle().unwrap();
+            handle.spawn_on(ExecutorId::Shard(1), || async { current_shard() }).unwrap().await
+        })
+        .unwrap();
+    assert_eq!(h.join_blocking().unwrap(), Ok(Some(1)));
+    rt.join().unwrap();
+}
+
+#[test]
+fn pinned_placement_runs() {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let rt = Runtime::builder()
+        .shards(2)
+        .placement(Placement::Pinned((0..cpus).collect()))
+        .control_placement(ControlPlacement::Pinned(0))
+        .build()
+        .unwrap();
+    let h = rt.spawn_on(ExecutorId::Shard(1), || async { current_shard() }).unwrap();
+    assert_eq!(h.join_blocking().unwrap(), Some(1));
+    rt.join().unwrap();
+}
+
+#[test]
+fn bad_config_is_rejected() {
+    assert!(matches!(Runtime::builder().shards(0).build(), Err(RuntimeError::Config(_))));
+    assert!(matches!(Runtime::builder().ring_entries(100).build(), Err(RuntimeError::Config(_))));
+    assert!(matches!(
+        Runtime::builder().placement(Placement::Pinned(vec![100_000])).build(),
+        Err(RuntimeError::Pin { .. })
+    ));
+}
+
+#[test]
+fn executor_panic_is_reported_and_closes_its_channels() {
+    let rt = Runtime::builder().shards(2).build().unwrap();
+    let (mut tx, mut rx) = channel::<u64>(4);
+    let (ack_tx, mut ack_rx) = channel::<()>(1);
+    // Shard 0 owns the receiver, reads a few messages, then panics.
+    let victim = rt
+        .spawn_on(ExecutorId::Shard(0), move || async move {
+            for _ in 0..3 {
+                rx.recv().await.unwrap();
+            }
+            let mut ack_tx = ack_tx;
+            ack_tx.send(()).await.unwrap();
+            panic!("shard state corrupted");
+        })
+        .unwrap();
+    // Shard 1 keeps sending; once shard 0 is gone its send must fail instead of hanging.
+    let sender = rt
+        .spawn_on(ExecutorId::Shard(1), move || async move {
+            let mut sent = 0u64;
+            loop {
+                if tx.send(sent).await.is_err() {
+                    return sent;
+                }
+                sent += 1;
+            }
+        })
+        .unwrap();
+    let sent = sender.join_blocking().unwrap();
+    assert!(sent >= 3);
+    assert_eq!(victim.join_blocking(), Err(JoinError::Panicked("shard state corrupted".into())));
+    // The ack channel's sender died with shard 0.
+    let ack = futures_block(async move {
+        ack_rx.recv().await.unwrap();
+        ack_rx.recv().await
+    });
+    assert!(ack.is_err());
+    // Shard 1 still works.
+    let alive = rt.spawn_on(ExecutorId::Shard(1), || async { 1 }).unwrap();
+    assert_eq!(alive.join_blocking().unwrap(), 1);
+    match rt.join() {
+        Err(RuntimeError::ExecutorPanicked { executor, message }) => {
+            assert_eq!(executor, ExecutorId::Shard(0));
+            assert_eq!(message, "shard state corrupted");
+        }
+        other => panic!("expected a reported panic, got {other:?}"),
+    }
+}
+
+#[test]
+fn shutdown_drops_running_tasks_and_their_channels() {
+    let rt = Runtime::builder().shards(1).build().unwrap();
+    let (tx, mut rx) = channel::<u8>(1);
+    // A task that would wait forever holds the sender.
+    drop(rt.spawn_on(ExecutorId::Shard(0), move || async move {
+        let _tx = tx;
+        std::future::pending::<()>().await
+    }).unwrap());
+    std::thread::sleep(Duration::from_millis(20));
+    rt.join().unwrap();
+    assert!(futures_block(rx.recv()).is_err());
+}
+
+#[test]
+fn two_runtimes_in_one_process() {
+    let a = Runtime::builder().name("a").shards(2).build().unwrap();
+    let b = Runtime::builder().name("b").shards(2).build().unwrap();
+    let ha = a.spawn_on(ExecutorId::Shard(1), || async { std::thread::current().name().map(str::to_owned) }).unwrap();
+    let hb = b.spawn_on(ExecutorId::Control, || async { std::thread::current().name().map(str::to_owned) }).unwrap();
+    assert_eq!(ha.join_blocking().unwrap().as_deref(), Some("a-shard-1"));
+    assert_eq!(hb.join_blocking().unwrap().as_deref(), Some("b-control"));
+    a.join().unwrap();
+    b.join().unwrap();
+}
+
+/// Minimal block_on for a plain test thread (the runtime's channels accept any waker).
+fn futures_block<F: std::future::Future>(fut: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct T(std::thread::Thread);
+    impl Wake for T {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(T(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(50));
+    }
+}
