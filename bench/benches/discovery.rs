@@ -1,7 +1,7 @@
 //! Discovery benches: endpoint insertion at 1k/10k/100k endpoints on one
 //! topic and spread over 10k topics, building and matching a whole
-//! 100k-endpoint graph, removing a 1k-endpoint participant, and partition
-//! matching.
+//! 100k-endpoint graph, removing a 1k-endpoint participant, partition
+//! matching, and announcement record encode/decode.
 //!
 //! Run: `cargo bench -p shoal-bench --bench discovery`
 
@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_main, BatchSize, BenchmarkId, Criterion};
 use shoal_discovery::graph::{Capacities, DiscoveryGraph, GraphConfig, MatchScope};
 use shoal_discovery::partition::partitions_match;
+use shoal_discovery::qos::{DurabilityKind, History, Limit};
+use shoal_discovery::record;
 use shoal_discovery::types::*;
 
 const LOCAL: u8 = 1;
@@ -149,6 +151,21 @@ fn insert(c: &mut Criterion) {
     group.finish();
 }
 
+/// Thread CPU time from /proc (Linux), if readable.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+fn build_graph(infos: Vec<EndpointInfo>) -> DiscoveryGraph {
+    let mut g = base(MatchScope::All);
+    for info in infos {
+        admit(&mut g, info);
+    }
+    assert_eq!(g.match_count(), 250_000);
+    g
+}
+
 fn build(c: &mut Criterion) {
     let mut group = c.benchmark_group("discovery/build");
     group.sample_size(10);
@@ -157,19 +174,23 @@ fn build(c: &mut Criterion) {
     // 100k endpoints, 10k topics, 10 per topic (5 writers, 5 readers); the
     // global view matches every compatible pair: 25 per topic, 250k in all.
     let infos = spread(100_000, 10_000);
+    // This machine is shared; thread CPU time next to wall time tells how
+    // much of the wall time was waiting for a core.
+    let (cpu0, wall0) = (thread_cpu_ns(), Instant::now());
+    let g = build_graph(infos.clone());
+    let (cpu, wall) = (
+        thread_cpu_ns().map(|c| c - cpu0.unwrap_or(0)),
+        wall0.elapsed(),
+    );
+    eprintln!(
+        "discovery/build one run: wall {:.1} ms, thread cpu {} ({} matches)",
+        wall.as_secs_f64() * 1e3,
+        cpu.map_or("n/a".into(), |c| format!("{:.1} ms", c as f64 / 1e6)),
+        g.match_count()
+    );
+    drop(g);
     group.bench_function("100k_endpoints_10k_topics_global", |b| {
-        b.iter_batched(
-            || infos.clone(),
-            |infos| {
-                let mut g = base(MatchScope::All);
-                for info in infos {
-                    admit(&mut g, info);
-                }
-                assert_eq!(g.match_count(), 250_000);
-                g
-            },
-            BatchSize::PerIteration,
-        )
+        b.iter_batched(|| infos.clone(), build_graph, BatchSize::PerIteration)
     });
     group.finish();
 }
@@ -237,6 +258,41 @@ fn partitions(c: &mut Criterion) {
     group.finish();
 }
 
+fn records(c: &mut Criterion) {
+    let mut group = c.benchmark_group("discovery/record");
+    // A realistic endpoint: partitions, an own locator, non-default policies.
+    let mut e = ep(7, 42, EndpointKind::Writer, 17, None);
+    e.partitions = Partitions::new(["robot/*", "diagnostics"]).unwrap();
+    e.locators = vec![Locator::udp_v4([10, 0, 0, 7], 7411)];
+    e.qos.durability = DurabilityKind::TransientLocal;
+    e.qos.history = History::KeepLast { depth: 8 };
+    e.qos.resource_limits.max_samples_per_instance = Limit::AtMost(64);
+    let bytes = record::encode_endpoint(&e).unwrap();
+    assert_eq!(record::decode_endpoint(&bytes).unwrap(), e);
+    group.bench_function("endpoint_encode", |b| {
+        b.iter(|| record::encode_endpoint(black_box(&e)).unwrap())
+    });
+    group.bench_function("endpoint_decode", |b| {
+        b.iter(|| record::decode_endpoint(black_box(&bytes)).unwrap())
+    });
+    let mut p = ParticipantInfo::new(prefix(7), "robot-7/controller");
+    p.user_locators = vec![Locator::udp_v4([10, 0, 0, 7], 7410)];
+    p.discovery_locators = vec![Locator::udp_v4([239, 255, 0, 1], 7400)];
+    let pbytes = record::encode_participant(&p).unwrap();
+    group.bench_function("participant_encode", |b| {
+        b.iter(|| record::encode_participant(black_box(&p)).unwrap())
+    });
+    group.bench_function("participant_decode", |b| {
+        b.iter(|| record::decode_participant(black_box(&pbytes)).unwrap())
+    });
+    eprintln!(
+        "record sizes: endpoint {} bytes, participant {} bytes",
+        bytes.len(),
+        pbytes.len()
+    );
+    group.finish();
+}
+
 /// Every discovery bench, in one group.
 fn benches() {
     let mut c = Criterion::default().configure_from_args();
@@ -244,6 +300,7 @@ fn benches() {
     build(&mut c);
     remove_participant(&mut c);
     partitions(&mut c);
+    records(&mut c);
 }
 
 criterion_main!(benches);

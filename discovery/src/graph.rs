@@ -647,7 +647,8 @@ impl DiscoveryGraph {
         }
         // Count-New-Matches before anything is written.
         let mut cands = std::mem::take(&mut self.scratch);
-        self.candidates(&info, local, None, &mut cands);
+        let known_topic = self.by_topic.get(&info.topic).copied();
+        self.candidates(&info, known_topic, local, None, &mut cands);
         let would_be = self.matched.len() + cands.len();
         if would_be > self.config.capacities.matches {
             cands.clear();
@@ -664,7 +665,10 @@ impl DiscoveryGraph {
         self.next_id += 1;
         let guid = info.guid;
         let kind = info.kind;
-        let ts = self.topic_slot(&info.topic);
+        let ts = match known_topic {
+            Some(ts) => ts,
+            None => self.new_topic(&info.topic),
+        };
         let es = slot(self.endpoints.vacant_key());
         let pos_in_topic = slot(self.topics[ts as usize].list(kind).len());
         self.topics[ts as usize].list_mut(kind).push(es);
@@ -704,12 +708,13 @@ impl DiscoveryGraph {
     fn candidates(
         &self,
         info: &EndpointInfo,
+        topic: Option<u32>,
         local: bool,
         exclude: Option<u32>,
         out: &mut Vec<u32>,
     ) {
         out.clear();
-        let Some(&ts) = self.by_topic.get(&info.topic) else {
+        let Some(ts) = topic else {
             return;
         };
         let need_local = self.config.scope == MatchScope::LocalOnly && !local;
@@ -731,10 +736,7 @@ impl DiscoveryGraph {
         }
     }
 
-    fn topic_slot(&mut self, name: &crate::types::TopicName) -> u32 {
-        if let Some(&ts) = self.by_topic.get(name) {
-            return ts;
-        }
+    fn new_topic(&mut self, name: &crate::types::TopicName) -> u32 {
         let ts = slot(self.topics.insert(TopicEntry {
             name: name.clone(),
             writers: Vec::new(),
@@ -812,7 +814,8 @@ impl DiscoveryGraph {
         }
         let local = entry.local;
         let mut cands = std::mem::take(&mut self.scratch);
-        self.candidates(&info, local, Some(es), &mut cands);
+        let known_topic = self.by_topic.get(&info.topic).copied();
+        self.candidates(&info, known_topic, local, Some(es), &mut cands);
         let new_set: AHashSet<u32> = cands.iter().copied().collect();
         let old: Vec<u32> = self.endpoints[es as usize]
             .matches
@@ -847,7 +850,11 @@ impl DiscoveryGraph {
         unmatched.reverse();
         if self.endpoints[es as usize].info.topic != info.topic {
             self.detach_from_topic(es);
-            let ts = self.topic_slot(&info.topic);
+            // Looked up again: detaching may have removed an emptied topic.
+            let ts = match self.by_topic.get(&info.topic) {
+                Some(&ts) => ts,
+                None => self.new_topic(&info.topic),
+            };
             let kind = info.kind;
             let pos = slot(self.topics[ts as usize].list(kind).len());
             self.topics[ts as usize].list_mut(kind).push(es);

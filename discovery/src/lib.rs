@@ -5,7 +5,9 @@
 //! with its default and valid range ([`qos`]), writer/reader compatibility
 //! and its explanation ([`matching`]), partition patterns ([`partition`]), and
 //! the discovery graph with bounded admission, matching and lease expiry
-//! ([`graph`]).
+//! ([`graph`]), the announcement record codec and announcer ([`record`],
+//! [`announce`]), address selection ([`locators`]) and per-match routes
+//! ([`routes`]).
 //!
 //! Must not touch: I/O, sockets, timers, threads, the async runtime or the
 //! mesh. It is pure, deterministic logic: time comes in as a [`types::Time`]

@@ -27,6 +27,22 @@ pub fn is_pattern(s: &str) -> bool {
 /// allocation.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
     let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    // Literal text before the first and after the last wildcard must match
+    // byte for byte: a cheap early reject for the usual `prefix/*` names,
+    // and it leaves a middle that starts and ends with a wildcard.
+    let is_wild = |b: &u8| *b == b'*' || *b == b'?';
+    let Some(first) = p.iter().position(is_wild) else {
+        return p == n;
+    };
+    let last = p.iter().rposition(is_wild).unwrap_or(first);
+    let (head, tail) = (&p[..first], &p[last + 1..]);
+    if n.len() < head.len() + tail.len() || !n.starts_with(head) || !n.ends_with(tail) {
+        return false;
+    }
+    glob_middle(&p[first..=last], &n[head.len()..n.len() - tail.len()])
+}
+
+fn glob_middle(p: &[u8], n: &[u8]) -> bool {
     let (mut pi, mut ni) = (0usize, 0usize);
     // Position after the last `*` seen, and the name position it resumes at.
     let mut star: Option<(usize, usize)> = None;

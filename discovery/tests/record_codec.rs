@@ -820,8 +820,14 @@ fn fuzz_seeds_are_current() {
         out
     });
     let seeds: [(&str, Vec<u8>); 4] = [
-        ("participant.bin", encode_participant(&participant()).unwrap().to_vec()),
-        ("writer.bin", encode_endpoint(&unusual_writer()).unwrap().to_vec()),
+        (
+            "participant.bin",
+            encode_participant(&participant()).unwrap().to_vec(),
+        ),
+        (
+            "writer.bin",
+            encode_endpoint(&unusual_writer()).unwrap().to_vec(),
+        ),
         ("reader.bin", encode_endpoint(&reader).unwrap().to_vec()),
         ("reader_extended.bin", extended),
     ];

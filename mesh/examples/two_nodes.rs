@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    let a = Mesh::builder().discovery(false).listen_addr(localhost).build()?;
+    let a = Mesh::builder()
+        .discovery(false)
+        .listen_addr(localhost)
+        .build()?;
     a.start()?;
     let b = Mesh::builder()
         .discovery(false)
@@ -17,7 +20,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let mut events = b.events();
     b.start()?;
-    println!("A = {} on port {}, B = {} on port {}", a.id(), a.listen_port(), b.id(), b.listen_port());
+    println!(
+        "A = {} on port {}, B = {} on port {}",
+        a.id(),
+        a.listen_port(),
+        b.id(),
+        b.listen_port()
+    );
 
     let deadline = Instant::now() + Duration::from_secs(5);
     while a.connected_peers().is_empty() {

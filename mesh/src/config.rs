@@ -276,9 +276,7 @@ impl MeshConfig {
 /// `host:port` with a non-empty host and a non-zero numeric port (`[v6]:port` included).
 fn is_host_port(ep: &str) -> bool {
     match ep.rsplit_once(':') {
-        Some((host, port)) => {
-            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0)
-        }
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0),
         None => false,
     }
 }
@@ -432,7 +430,9 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, ConfigError::ReconnectBaseAboveMax { .. }));
         assert_eq!(
-            MeshConfig::builder().seed_peers(vec!["nohost".to_owned()]).build(),
+            MeshConfig::builder()
+                .seed_peers(vec!["nohost".to_owned()])
+                .build(),
             Err(ConfigError::BadEndpoint("nohost".to_owned()))
         );
         assert_eq!(
@@ -443,7 +443,11 @@ mod tests {
             MeshConfig::builder().group_name("x".repeat(256)).build(),
             Err(ConfigError::GroupNameTooLong(256))
         );
-        let ok = MeshConfig::builder().group_name("g").psk("k").build().unwrap();
+        let ok = MeshConfig::builder()
+            .group_name("g")
+            .psk("k")
+            .build()
+            .unwrap();
         assert!(ok.secured());
         assert!(!format!("{ok:?}").contains("\"k\""));
     }

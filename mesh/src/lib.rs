@@ -6,9 +6,9 @@ pub mod id;
 pub mod node;
 pub mod proto;
 pub mod wire;
+pub use config::MeshConfig;
 pub use id::{MsgId, PeerId};
 pub use node::{
-    ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, MeshError, MeshStats, NodeOptions, OverflowPolicy,
-    PublishError, ShardStats,
+    ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, MeshError, MeshStats, NodeOptions,
+    OverflowPolicy, PublishError, ShardStats,
 };
-pub use config::MeshConfig;

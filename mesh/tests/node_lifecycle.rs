@@ -4,7 +4,32 @@ mod node_support;
 
 use node_support::*;
 use shoal_mesh::Event;
-use std::time::Duration;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+/// Polls `f` on this thread (no executor) for at most `secs` seconds.
+fn block_on<F: Future>(f: F, secs: u64) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "future not ready after {secs}s");
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+}
 
 #[test]
 fn stop_is_seen_as_disconnected_then_lost_but_static_peers_are_never_lost() {
@@ -12,21 +37,34 @@ fn stop_is_seen_as_disconnected_then_lost_but_static_peers_are_never_lost() {
     let a = Node::start(fast().static_peer(ep(s.port())));
     let b = Node::start(fast().seed_peer(ep(a.port())));
     let (b_id, s_id) = (b.id(), s.id());
-    wait_until(10, "A connected to B and S", || a.connected_to(&b) && a.connected_to(&s));
+    wait_until(10, "A connected to B and S", || {
+        a.connected_to(&b) && a.connected_to(&s)
+    });
 
     b.mesh.stop();
     b.mesh.stop(); // idempotent
     s.mesh.stop();
-    wait_until(10, "A sees B lost", || a.rec.has(|e| *e == Event::PeerLost { peer: b_id }));
-    let disc = a.rec.position(|e| *e == Event::PeerDisconnected { peer: b_id });
+    wait_until(10, "A sees B lost", || {
+        a.rec.has(|e| *e == Event::PeerLost { peer: b_id })
+    });
+    let disc = a
+        .rec
+        .position(|e| *e == Event::PeerDisconnected { peer: b_id });
     let lost = a.rec.position(|e| *e == Event::PeerLost { peer: b_id });
-    assert!(disc.is_some() && disc < lost, "disconnected must come before lost: {:?}", a.rec.events());
+    assert!(
+        disc.is_some() && disc < lost,
+        "disconnected must come before lost: {:?}",
+        a.rec.events()
+    );
     wait_until(10, "A sees S disconnected", || {
         a.rec.has(|e| *e == Event::PeerDisconnected { peer: s_id })
     });
     // Twice the lost timeout after S went away, it is still known and not lost.
     std::thread::sleep(2 * a.mesh.config().peer_lost_timeout);
-    assert!(!a.rec.has(|e| *e == Event::PeerLost { peer: s_id }), "a static peer is never lost");
+    assert!(
+        !a.rec.has(|e| *e == Event::PeerLost { peer: s_id }),
+        "a static peer is never lost"
+    );
     assert!(a.mesh.known_peers().contains(&s_id));
     assert!(!a.mesh.known_peers().contains(&b_id));
     // The stopped side said Goodbye: A saw no malformed input.
@@ -47,7 +85,9 @@ fn static_peer_restarted_with_a_new_id_is_reconnected() {
     });
     let b2 = Node::start(fast().listen_port(port));
     assert_ne!(b2.id(), old);
-    wait_until(15, "A reconnects to the restarted B", || a.connected_to(&b2) && b2.connected_to(&a));
+    wait_until(15, "A reconnects to the restarted B", || {
+        a.connected_to(&b2) && b2.connected_to(&a)
+    });
     a.mesh.broadcast_blocking("again").unwrap();
     wait_until(10, "restarted B delivers", || b2.rec.messages().len() == 1);
 }
@@ -64,9 +104,54 @@ fn publishing_without_peers_or_after_stop_says_why() {
         a.try_send(shoal_mesh::PeerId::random(), too_big),
         Err(shoal_mesh::PublishError::TooLarge { .. })
     ));
-    assert!(matches!(a.start(), Err(shoal_mesh::MeshError::AlreadyStarted)));
+    assert!(matches!(
+        a.start(),
+        Err(shoal_mesh::MeshError::AlreadyStarted)
+    ));
     a.stop();
-    assert_eq!(a.broadcast_blocking("x"), Err(shoal_mesh::PublishError::Stopped));
+    assert_eq!(
+        a.broadcast_blocking("x"),
+        Err(shoal_mesh::PublishError::Stopped)
+    );
     let mut rx = a.events();
     assert_eq!(rx.recv_timeout(Duration::from_millis(50)), None);
+}
+
+#[test]
+fn callbacks_and_the_async_receiver_see_events() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let a = Node::start(fast().on_event(move |e| {
+        if matches!(e, Event::Message { .. }) {
+            s2.fetch_add(1, Ordering::Relaxed);
+        }
+    }));
+    let b = fast().static_peer(ep(a.port())).build().unwrap();
+    let mut rx = b.events();
+    b.start().unwrap();
+    wait_until(10, "A and B connected", || {
+        a.mesh.connected_peers().contains(&b.id()) && b.connected_peers().contains(&a.id())
+    });
+    b.broadcast_blocking("to a").unwrap();
+    wait_until(10, "A's callback saw the message", || {
+        seen.load(Ordering::Relaxed) == 1
+    });
+    let a2 = a.mesh.clone();
+    block_on(async move { a2.broadcast("to b").await }, 10).unwrap();
+    let got = block_on(
+        async {
+            loop {
+                match rx.recv().await {
+                    Some(Event::Message { payload, from, .. }) => break (from, payload),
+                    Some(_) => continue,
+                    None => panic!("event stream ended"),
+                }
+            }
+        },
+        10,
+    );
+    assert_eq!(got, (a.id(), bytes::Bytes::from_static(b"to b")));
+    b.stop();
+    // After stop the stream yields what was queued, then ends.
+    block_on(async { while rx.recv().await.is_some() {} }, 10);
 }

@@ -60,10 +60,20 @@ fn error_events(n: &Node) -> Vec<ErrorKind> {
 fn still_serves(m: &Node, p: &Node, tag: &str) {
     m.mesh.broadcast_blocking(format!("m-{tag}")).unwrap();
     p.mesh.broadcast_blocking(format!("p-{tag}")).unwrap();
-    wait_until(10, &format!("both directions still work after {tag}"), || {
-        p.rec.messages().iter().any(|x| x.1 == format!("m-{tag}").as_bytes())
-            && m.rec.messages().iter().any(|x| x.1 == format!("p-{tag}").as_bytes())
-    });
+    wait_until(
+        10,
+        &format!("both directions still work after {tag}"),
+        || {
+            p.rec
+                .messages()
+                .iter()
+                .any(|x| x.1 == format!("m-{tag}").as_bytes())
+                && m.rec
+                    .messages()
+                    .iter()
+                    .any(|x| x.1 == format!("p-{tag}").as_bytes())
+        },
+    );
 }
 
 #[test]
@@ -71,7 +81,9 @@ fn malformed_input_closes_only_that_link() {
     for shards in [1, 2] {
         let m = Node::start(fast().shards(shards));
         let p = Node::start(fast().static_peer(ep(m.port())));
-        wait_until(10, "peer connected", || m.connected_to(&p) && p.connected_to(&m));
+        wait_until(10, "peer connected", || {
+            m.connected_to(&p) && p.connected_to(&m)
+        });
         let mut errors = 0;
 
         // 1. Random bytes instead of a Hello.
@@ -81,7 +93,9 @@ fn malformed_input_closes_only_that_link() {
         s.write_all(&junk).unwrap();
         assert_closed_by_node(s, "random bytes");
         errors += 1;
-        wait_until(10, "error event for random bytes", || error_events(&m).len() == errors);
+        wait_until(10, "error event for random bytes", || {
+            error_events(&m).len() == errors
+        });
         still_serves(&m, &p, "random");
 
         // 2. An unknown frame type right after a valid Hello (handled on the link's shard).
@@ -90,7 +104,9 @@ fn malformed_input_closes_only_that_link() {
         s.write_all(&[0, 0, 0, 3, 0xee, 1, 2]).unwrap();
         assert_closed_by_node(s, "unknown frame type");
         errors += 1;
-        wait_until(10, "error event for unknown type", || error_events(&m).len() == errors);
+        wait_until(10, "error event for unknown type", || {
+            error_events(&m).len() == errors
+        });
         assert_eq!(error_events(&m)[errors - 1], ErrorKind::Malformed);
         still_serves(&m, &p, "unknown");
 
@@ -100,7 +116,9 @@ fn malformed_input_closes_only_that_link() {
         s.write_all(&[0xff, 0xff, 0xff, 0xf0, 4]).unwrap();
         assert_closed_by_node(s, "oversized length");
         errors += 1;
-        wait_until(10, "error event for oversize", || error_events(&m).len() == errors);
+        wait_until(10, "error event for oversize", || {
+            error_events(&m).len() == errors
+        });
         assert_eq!(error_events(&m)[errors - 1], ErrorKind::Oversize);
         still_serves(&m, &p, "oversize");
 
@@ -112,7 +130,9 @@ fn malformed_input_closes_only_that_link() {
         s.write_all(&bad).unwrap();
         assert_closed_by_node(s, "truncated Data body");
         errors += 1;
-        wait_until(10, "error event for truncated body", || error_events(&m).len() == errors);
+        wait_until(10, "error event for truncated body", || {
+            error_events(&m).len() == errors
+        });
         assert_eq!(error_events(&m)[errors - 1], ErrorKind::Malformed);
         still_serves(&m, &p, "truncated-body");
 
@@ -123,11 +143,20 @@ fn malformed_input_closes_only_that_link() {
         s.shutdown(std::net::Shutdown::Write).unwrap();
         assert_closed_by_node(s, "truncated frame at EOF");
         errors += 1;
-        wait_until(10, "error event for truncated frame", || error_events(&m).len() == errors);
+        wait_until(10, "error event for truncated frame", || {
+            error_events(&m).len() == errors
+        });
         still_serves(&m, &p, "eof");
 
         let st = m.mesh.stats().total;
-        assert_eq!(st.malformed_frames + st.oversize_frames, errors as u64, "every bad input counted once");
-        assert!(m.connected_to(&p) && p.connected_to(&m), "the good peer was never dropped");
+        assert_eq!(
+            st.malformed_frames + st.oversize_frames,
+            errors as u64,
+            "every bad input counted once"
+        );
+        assert!(
+            m.connected_to(&p) && p.connected_to(&m),
+            "the good peer was never dropped"
+        );
     }
 }

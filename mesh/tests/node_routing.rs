@@ -25,13 +25,17 @@ fn topology(n: usize, shards: usize, links: &[(usize, usize)]) -> Vec<Node> {
 /// Every node broadcasts one message; every other node must deliver each exactly once.
 fn broadcast_exactly_once(nodes: &[Node]) {
     for (i, n) in nodes.iter().enumerate() {
-        n.mesh.broadcast_blocking(format!("hello from {i}")).expect("broadcast accepted");
+        n.mesh
+            .broadcast_blocking(format!("hello from {i}"))
+            .expect("broadcast accepted");
     }
     let expected = nodes.len() - 1;
     for (i, n) in nodes.iter().enumerate() {
-        wait_until(10, &format!("node {i} delivers {expected} broadcasts"), || {
-            n.rec.messages().len() >= expected
-        });
+        wait_until(
+            10,
+            &format!("node {i} delivers {expected} broadcasts"),
+            || n.rec.messages().len() >= expected,
+        );
     }
     // Let any duplicate that is still travelling arrive before judging.
     let ids: Vec<PeerId> = nodes.iter().map(Node::id).collect();
@@ -44,15 +48,25 @@ fn broadcast_exactly_once(nodes: &[Node]) {
         });
         let mut seen: HashMap<(PeerId, Vec<u8>), usize> = HashMap::new();
         for (from, payload, broadcast) in n.rec.messages() {
-            assert!(broadcast, "node {i}: a broadcast arrived flagged as targeted");
+            assert!(
+                broadcast,
+                "node {i}: a broadcast arrived flagged as targeted"
+            );
             assert_ne!(from, ids[i], "node {i} delivered its own broadcast");
             *seen.entry((from, payload)).or_default() += 1;
         }
         for (j, id) in ids.iter().enumerate().filter(|(j, _)| *j != i) {
             let key = (*id, format!("hello from {j}").into_bytes());
-            assert_eq!(seen.get(&key), Some(&1), "node {i} must deliver node {j}'s broadcast exactly once");
+            assert_eq!(
+                seen.get(&key),
+                Some(&1),
+                "node {i} must deliver node {j}'s broadcast exactly once"
+            );
         }
-        assert!(seen.values().all(|c| *c == 1), "node {i} delivered a duplicate: {seen:?}");
+        assert!(
+            seen.values().all(|c| *c == 1),
+            "node {i} delivered a duplicate: {seen:?}"
+        );
         let s = n.mesh.stats().total;
         assert_eq!(s.malformed_frames + s.oversize_frames, 0);
     }
@@ -72,8 +86,14 @@ fn broadcast_reaches_every_node_once_in_a_ring() {
     let nodes = topology(5, 1, &ring);
     wait_connected(&nodes, &ring);
     broadcast_exactly_once(&nodes);
-    let dups: u64 = nodes.iter().map(|n| n.mesh.stats().total.dropped_duplicate).sum();
-    assert!(dups > 0, "a ring must make some node see a message twice and drop it as a duplicate");
+    let dups: u64 = nodes
+        .iter()
+        .map(|n| n.mesh.stats().total.dropped_duplicate)
+        .sum();
+    assert!(
+        dups > 0,
+        "a ring must make some node see a message twice and drop it as a duplicate"
+    );
 }
 
 fn targeted_line(shards: usize) {
@@ -82,9 +102,14 @@ fn targeted_line(shards: usize) {
     wait_connected(&nodes, &line);
     let d = nodes[3].id();
     for k in 0..20 {
-        nodes[0].mesh.send_blocking(d, format!("for D #{k}")).expect("send accepted");
+        nodes[0]
+            .mesh
+            .send_blocking(d, format!("for D #{k}"))
+            .expect("send accepted");
     }
-    wait_until(10, "D delivers 20 targeted messages", || nodes[3].rec.messages().len() >= 20);
+    wait_until(10, "D delivers 20 targeted messages", || {
+        nodes[3].rec.messages().len() >= 20
+    });
     // A broadcast behind them proves the path drained before judging the bystanders.
     nodes[0].mesh.broadcast_blocking("fence").unwrap();
     for (i, n) in nodes.iter().enumerate().skip(1) {
@@ -92,12 +117,23 @@ fn targeted_line(shards: usize) {
             n.rec.messages().iter().any(|m| m.1 == b"fence")
         });
     }
-    let got: Vec<_> = nodes[3].rec.messages().into_iter().filter(|m| !m.2).collect();
-    assert_eq!(got.len(), 20, "D delivers each targeted message exactly once");
+    let got: Vec<_> = nodes[3]
+        .rec
+        .messages()
+        .into_iter()
+        .filter(|m| !m.2)
+        .collect();
+    assert_eq!(
+        got.len(),
+        20,
+        "D delivers each targeted message exactly once"
+    );
     assert!(got.iter().all(|m| m.0 == nodes[0].id()));
     let mut payloads: Vec<Vec<u8>> = got.into_iter().map(|m| m.1).collect();
     payloads.sort();
-    let mut expect: Vec<Vec<u8>> = (0..20).map(|k| format!("for D #{k}").into_bytes()).collect();
+    let mut expect: Vec<Vec<u8>> = (0..20)
+        .map(|k| format!("for D #{k}").into_bytes())
+        .collect();
     expect.sort();
     assert_eq!(payloads, expect);
     for (i, n) in nodes.iter().enumerate().take(3) {
@@ -125,8 +161,14 @@ fn targeted_and_broadcast_across_two_shards_per_node() {
 #[test]
 fn simultaneous_dials_end_with_one_link_on_both_sides() {
     let (pa, pb) = (free_port(), free_port());
-    let ba = fast().listen_port(pa).static_peer(ep(pb)).reconnect_base(std::time::Duration::from_millis(50));
-    let bb = fast().listen_port(pb).static_peer(ep(pa)).reconnect_base(std::time::Duration::from_millis(50));
+    let ba = fast()
+        .listen_port(pa)
+        .static_peer(ep(pb))
+        .reconnect_base(std::time::Duration::from_millis(50));
+    let bb = fast()
+        .listen_port(pb)
+        .static_peer(ep(pa))
+        .reconnect_base(std::time::Duration::from_millis(50));
     let (ma, mb) = (ba.build().unwrap(), bb.build().unwrap());
     let (ra, rb) = (Recorder::new(ma.events()), Recorder::new(mb.events()));
     let (ma2, mb2) = (ma.clone(), mb.clone());
@@ -136,7 +178,9 @@ fn simultaneous_dials_end_with_one_link_on_both_sides() {
     tb.join().unwrap();
     let nodes = [Node { mesh: ma, rec: ra }, Node { mesh: mb, rec: rb }];
     wait_connected(&nodes, &[(0, 1)]);
-    wait_until(10, "one link per side", || nodes[0].open_links() == 1 && nodes[1].open_links() == 1);
+    wait_until(10, "one link per side", || {
+        nodes[0].open_links() == 1 && nodes[1].open_links() == 1
+    });
     nodes[0].mesh.broadcast_blocking("one").unwrap();
     nodes[1].mesh.broadcast_blocking("two").unwrap();
     wait_until(10, "both messages delivered", || {
@@ -153,10 +197,19 @@ fn membership_crosses_a_bridge() {
     let a = Node::start(fast());
     let b = Node::start(fast().seed_peer(ep(a.port())));
     let c = Node::start(fast().seed_peer(ep(a.port())));
-    wait_until(10, "B sees C as a member", || b.mesh.members().contains(&c.id()));
-    wait_until(10, "C sees B as a member", || c.mesh.members().contains(&b.id()));
-    assert!(b.rec.has(|e| *e == Event::MemberJoined { peer: c.id() }));
-    assert!(!b.mesh.connected_peers().contains(&c.id()), "B and C are not neighbours");
+    wait_until(10, "B sees C as a member", || {
+        b.mesh.members().contains(&c.id())
+    });
+    wait_until(10, "C sees B as a member", || {
+        c.mesh.members().contains(&b.id())
+    });
+    wait_until(10, "B reports C joined", || {
+        b.rec.has(|e| *e == Event::MemberJoined { peer: c.id() })
+    });
+    assert!(
+        !b.mesh.connected_peers().contains(&c.id()),
+        "B and C are not neighbours"
+    );
     let mut members = a.mesh.members();
     members.sort();
     let mut expect = vec![b.id(), c.id()];

@@ -20,7 +20,9 @@ fn members_are_learned_through_a_bridge() {
     let mut want_c = vec![a, b];
     want_c.sort();
     assert_eq!(sim.members(2), want_c);
-    assert!(sim.nodes[1].member_events.contains(&MembershipEvent::MemberJoined(c)));
+    assert!(sim.nodes[1]
+        .member_events
+        .contains(&MembershipEvent::MemberJoined(c)));
     // Stable: periodic floods and expiry keep the view unchanged.
     sim.run_for(Duration::from_secs(20));
     assert_eq!(sim.members(1), want_b);
@@ -49,7 +51,9 @@ fn member_leaves_after_a_cut_once_its_record_expires() {
     // expires; it must be gone one timeout (plus a flood's travel) later, and stay gone.
     sim.run_for(timeout + Duration::from_millis(100));
     assert!(!sim.members(0).contains(&c), "C must have left A's view");
-    assert!(sim.nodes[0].member_events.contains(&MembershipEvent::MemberLeft(c)));
+    assert!(sim.nodes[0]
+        .member_events
+        .contains(&MembershipEvent::MemberLeft(c)));
     assert!(!sim.members(2).contains(&a), "A must have left C's view");
     sim.run_for(Duration::from_secs(10));
     assert!(!sim.members(0).contains(&c));
@@ -92,10 +96,16 @@ fn restarted_node_with_same_id_outranks_its_old_record() {
         b_run1.neighbour_up(PeerId([10 + k; 16]), LinkId(k as u64), 1_000_000, now);
     }
     b_run1.neighbour_up(c, LinkId(99), 1_000_000, now);
-    assert_eq!(at_a.on_record(LinkId(1), &b_run1.own_record(), 1_000_000, now), RecordOutcome::Stored);
+    assert_eq!(
+        at_a.on_record(LinkId(1), &b_run1.own_record(), 1_000_000, now),
+        RecordOutcome::Stored
+    );
     // 5 s later B restarts: its first record must not be taken for an old one.
     let mut b_run2 = Membership::new(b, d, d * 3, 64, 1_005_000, now);
     b_run2.neighbour_up(a, LinkId(1), 1_005_000, now);
-    assert_eq!(at_a.on_record(LinkId(1), &b_run2.own_record(), 1_005_000, now), RecordOutcome::Stored);
+    assert_eq!(
+        at_a.on_record(LinkId(1), &b_run2.own_record(), 1_005_000, now),
+        RecordOutcome::Stored
+    );
     assert!(!at_a.is_member(&c), "the restarted B no longer links to C");
 }

@@ -102,9 +102,18 @@ fn parse_space_fields(s: &str) -> HashMap<String, String> {
         .collect()
 }
 
+/// The parts of a frame's header line.
+struct FrameHeader {
+    label: String,
+    type_name: String,
+    declared_len: usize,
+    fields: HashMap<String, String>,
+    is_record: bool,
+}
+
 /// `[A->B #0] Hello (47 bytes)  fields` or `[A->B rec 0] 67 bytes record (...) -> Membership
-/// (47-byte frame)  fields`: (label, type, declared length, fields, is_record).
-fn parse_frame_header(l: &str) -> Option<(String, String, usize, HashMap<String, String>, bool)> {
+/// (47-byte frame)  fields`.
+fn parse_frame_header(l: &str) -> Option<FrameHeader> {
     let rest = l.strip_prefix('[')?;
     let (label, rest) = rest.split_once("] ")?;
     let (is_record, rest) = match rest.split_once(" -> ") {
@@ -118,16 +127,22 @@ fn parse_frame_header(l: &str) -> Option<(String, String, usize, HashMap<String,
         .next()?
         .parse()
         .ok()?;
-    Some((
-        label.to_owned(),
-        type_name.to_owned(),
+    Some(FrameHeader {
+        label: label.to_owned(),
+        type_name: type_name.to_owned(),
         declared_len,
-        parse_comma_fields(fields.trim()),
+        fields: parse_comma_fields(fields.trim()),
         is_record,
-    ))
+    })
 }
 
-fn parse(text: &str) -> (Vec<DatagramVector>, Vec<FrameVector>, HashMap<String, usize>) {
+fn parse(
+    text: &str,
+) -> (
+    Vec<DatagramVector>,
+    Vec<FrameVector>,
+    HashMap<String, usize>,
+) {
     let lines: Vec<&str> = text.lines().collect();
     let mut section = String::new();
     let mut datagrams = Vec::new();
@@ -168,11 +183,9 @@ fn parse(text: &str) -> (Vec<DatagramVector>, Vec<FrameVector>, HashMap<String, 
                 captured.insert(format!("{section} {dir}"), n.parse().unwrap());
             }
             i += 1;
-        } else if let Some((label, type_name, declared_len, fields, is_record)) =
-            parse_frame_header(l)
-        {
+        } else if let Some(h) = parse_frame_header(l) {
             i += 1;
-            if is_record {
+            if h.is_record {
                 // Skip the ciphertext; the plaintext frame follows "decrypted frame hex:".
                 while !lines[i].trim().starts_with("decrypted frame hex:") {
                     i += 1;
@@ -183,10 +196,10 @@ fn parse(text: &str) -> (Vec<DatagramVector>, Vec<FrameVector>, HashMap<String, 
             i = next;
             frames.push(FrameVector {
                 section: section.clone(),
-                label,
-                type_name,
-                declared_len,
-                fields,
+                label: h.label,
+                type_name: h.type_name,
+                declared_len: h.declared_len,
+                fields: h.fields,
                 bytes,
             });
         } else {
@@ -242,7 +255,10 @@ fn expected_frame(v: &FrameVector) -> Frame {
         "Goodbye" => Frame::Goodbye,
         "Data" => {
             let payload = hex::decode(field(f, "payloadHex")).unwrap();
-            assert_eq!(payload.len(), field(f, "payloadLen").parse::<usize>().unwrap());
+            assert_eq!(
+                payload.len(),
+                field(f, "payloadLen").parse::<usize>().unwrap()
+            );
             assert_eq!(payload, field(f, "payloadAscii").as_bytes());
             Frame::Data(Data {
                 src: PeerId(arr(field(f, "src"))),
@@ -287,7 +303,11 @@ fn every_plaintext_frame_decodes_and_reencodes() {
     let mut per_section: HashMap<&str, usize> = HashMap::new();
     for v in &frames {
         let what = format!("{} {} {}", v.section, v.label, v.type_name);
-        assert_eq!(v.bytes.len(), v.declared_len, "{what}: length in the header line");
+        assert_eq!(
+            v.bytes.len(),
+            v.declared_len,
+            "{what}: length in the header line"
+        );
         let buf = Bytes::from(v.bytes.clone());
         let expected = expected_frame(v);
         match decode_frame(&buf, MAX_MESSAGE_BYTES).unwrap_or_else(|e| panic!("{what}: {e}")) {
@@ -299,7 +319,11 @@ fn every_plaintext_frame_decodes_and_reencodes() {
         }
         let mut out = BytesMut::new();
         expected.encode(&mut out).unwrap();
-        assert_eq!(hex::encode(&out), hex::encode(&v.bytes), "{what}: re-encoding");
+        assert_eq!(
+            hex::encode(&out),
+            hex::encode(&v.bytes),
+            "{what}: re-encoding"
+        );
         assert_eq!(expected.encoded_len(), v.bytes.len(), "{what}: encoded_len");
         if let Frame::Data(d) = &expected {
             let mut vectored = d.header().unwrap().as_bytes().to_vec();
@@ -310,7 +334,10 @@ fn every_plaintext_frame_decodes_and_reencodes() {
     }
     // V4: 6 + 2 frames; V5: 2 + 4 records A->B, 2 + 1 B->A; V6: 2 + 6 A->B, 2 + 3 B->A.
     let want: HashMap<&str, usize> = [("V4", 8), ("V5", 9), ("V6", 13)].into();
-    assert_eq!(per_section, want, "frames found per section of the vectors file");
+    assert_eq!(
+        per_section, want,
+        "frames found per section of the vectors file"
+    );
 }
 
 #[test]
@@ -326,7 +353,11 @@ fn v4_streams_split_into_the_captured_frames() {
             stream.extend_from_slice(&v.bytes);
             expected.push(expected_frame(v));
         }
-        assert_eq!(Some(&stream.len()), captured.get(&format!("V4 {dir}")), "{dir} bytes");
+        assert_eq!(
+            Some(&stream.len()),
+            captured.get(&format!("V4 {dir}")),
+            "{dir} bytes"
+        );
         let mut got = Vec::new();
         while let Some(f) = take_frame(&mut stream, MAX_MESSAGE_BYTES).unwrap() {
             got.push(f);
@@ -340,7 +371,11 @@ fn v4_streams_split_into_the_captured_frames() {
 fn every_datagram_decodes_and_reencodes() {
     let (datagrams, _, _) = parse(&load());
     let sections: Vec<&str> = datagrams.iter().map(|d| d.section.as_str()).collect();
-    assert_eq!(sections, ["V1", "V2", "V3"], "datagrams found in the vectors file");
+    assert_eq!(
+        sections,
+        ["V1", "V2", "V3"],
+        "datagrams found in the vectors file"
+    );
     for v in &datagrams {
         let f = &v.fields;
         let what = &v.section;
@@ -359,10 +394,20 @@ fn every_datagram_decodes_and_reencodes() {
         match &v.mac {
             Some(mac) => {
                 assert_eq!(flags & ANNOUNCE_FLAG_SECURED, 1, "{what}: secured flag");
-                assert_eq!(d.mac.as_ref().map(|m| m.to_vec()), Some(mac.clone()), "{what}");
+                assert_eq!(
+                    d.mac.as_ref().map(|m| m.to_vec()),
+                    Some(mac.clone()),
+                    "{what}"
+                );
                 assert_eq!(Some(d.mac_input.end), v.mac_input_end, "{what}: MAC input");
-                assert_eq!(d.mac_input.end + 16, v.bytes.len(), "{what}: MAC ends datagram");
-                expected.encode_with_mac(&mut out, &arr(&hex::encode(mac))).unwrap();
+                assert_eq!(
+                    d.mac_input.end + 16,
+                    v.bytes.len(),
+                    "{what}: MAC ends datagram"
+                );
+                expected
+                    .encode_with_mac(&mut out, &arr(&hex::encode(mac)))
+                    .unwrap();
             }
             None => {
                 assert_eq!(d.mac, None, "{what}");
@@ -370,6 +415,10 @@ fn every_datagram_decodes_and_reencodes() {
                 expected.encode_body(&mut out).unwrap();
             }
         }
-        assert_eq!(hex::encode(&out), hex::encode(&v.bytes), "{what}: re-encoding");
+        assert_eq!(
+            hex::encode(&out),
+            hex::encode(&v.bytes),
+            "{what}: re-encoding"
+        );
     }
 }

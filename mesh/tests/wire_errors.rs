@@ -65,7 +65,10 @@ fn oversized_length_is_rejected_from_the_prefix_alone() {
 #[test]
 fn unknown_frame_types_are_errors() {
     for ty in [0u8, 9, 200, 255] {
-        assert_eq!(decode(&frame_of(ty, &[])), Err(DecodeError::UnknownFrameType(ty)));
+        assert_eq!(
+            decode(&frame_of(ty, &[])),
+            Err(DecodeError::UnknownFrameType(ty))
+        );
     }
 }
 
@@ -176,7 +179,10 @@ fn overlong_strings_fail_to_encode_without_writing() {
     });
     assert!(matches!(
         bad_name.encode(&mut out),
-        Err(EncodeError::StrTooLong { field: "Hello.nodeName", .. })
+        Err(EncodeError::StrTooLong {
+            field: "Hello.nodeName",
+            ..
+        })
     ));
     let bad_rec = Frame::IdentityRecord(IdentityRecord {
         id_pub_key: [0; 32],

@@ -7,15 +7,26 @@
 use shoal_runtime::{memlock, Runtime};
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("number")).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("number"))
+        .collect();
     let nodes = args.first().copied().unwrap_or(4);
     let shards = args.get(1).copied().unwrap_or(2);
     let entries = args.get(2).copied().unwrap_or(256) as u32;
     let (soft, hard) = memlock::memlock_limit().expect("getrlimit");
-    println!("RLIMIT_MEMLOCK soft={soft} hard={hard} uid={}", unsafe_free_uid());
+    println!(
+        "RLIMIT_MEMLOCK soft={soft} hard={hard} uid={}",
+        unsafe_free_uid()
+    );
     let mut runtimes = Vec::new();
     for n in 0..nodes {
-        match Runtime::builder().name(format!("n{n}")).shards(shards).ring_entries(entries).build() {
+        match Runtime::builder()
+            .name(format!("n{n}"))
+            .shards(shards)
+            .ring_entries(entries)
+            .build()
+        {
             Ok(rt) => runtimes.push(rt),
             Err(e) => {
                 println!("node {n}: FAILED: {e}");
@@ -32,6 +43,10 @@ fn main() {
 fn unsafe_free_uid() -> String {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l[4..].trim().to_owned()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l[4..].trim().to_owned())
+        })
         .unwrap_or_default()
 }

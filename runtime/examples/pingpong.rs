@@ -29,7 +29,9 @@ fn cpu_time() -> Duration {
 }
 
 fn runtime(spin: Duration) -> Runtime {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     Runtime::builder()
         .shards(2)
         .placement(Placement::Pinned((0..cpus.min(2)).collect()))
@@ -43,7 +45,9 @@ fn tcp(spin: Duration, iters: usize) -> (Vec<u64>, Duration) {
     let (mut atx, mut arx) = channel::<SocketAddr>(1);
     let server = rt
         .spawn_on(ExecutorId::Shard(0), move || async move {
-            let l = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await.unwrap();
+            let l = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+                .await
+                .unwrap();
             atx.send(l.local_addr().unwrap()).await.unwrap();
             let (mut s, _) = l.accept().await.unwrap();
             s.set_nodelay(true).unwrap();
@@ -129,7 +133,10 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().expect("number")).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("number"))
+        .collect();
     let rounds = args.first().copied().unwrap_or(6) as usize;
     let iters = args.get(1).copied().unwrap_or(20_000) as usize;
     let spin = Duration::from_micros(args.get(2).copied().unwrap_or(50));

@@ -109,7 +109,9 @@ impl Builder {
     /// did start are stopped and joined first.
     pub fn build(self) -> Result<Runtime, RuntimeError> {
         if self.shards == 0 {
-            return Err(RuntimeError::Config("at least one shard is required".into()));
+            return Err(RuntimeError::Config(
+                "at least one shard is required".into(),
+            ));
         }
         if !self.ring_entries.is_power_of_two() || self.ring_entries > 32768 {
             return Err(RuntimeError::Config(format!(
@@ -118,7 +120,9 @@ impl Builder {
             )));
         }
         if matches!(&self.placement, Placement::Pinned(cpus) if cpus.is_empty()) {
-            return Err(RuntimeError::Config("Placement::Pinned needs at least one CPU".into()));
+            return Err(RuntimeError::Config(
+                "Placement::Pinned needs at least one CPU".into(),
+            ));
         }
         Runtime::start(self)
     }

@@ -82,7 +82,9 @@ pub struct Handle {
 
 impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Handle").field("shards", &self.shared.shards).finish()
+        f.debug_struct("Handle")
+            .field("shards", &self.shared.shards)
+            .finish()
     }
 }
 
@@ -97,6 +99,11 @@ impl Handle {
         self.shared.slots.iter().map(|s| s.id).collect()
     }
 
+    /// How many times a spawn onto `id` found its spawn queue at the ceiling.
+    pub fn spawn_queue_full_events(&self, id: ExecutorId) -> Option<u64> {
+        self.shared.slot(id).map(|s| s.spawn_tx.full_events())
+    }
+
     /// Runs `make()` on executor `on` and spawns the future it returns there.
     ///
     /// `make` crosses threads (so it is `Send`); the future it builds does not, so it may
@@ -104,7 +111,11 @@ impl Handle {
     /// [`SpawnError::QueueFull`]. A panic in the task stops that executor (fail-stop) and
     /// is reported by [`Runtime::join`]; the returned handle then yields
     /// [`JoinError::Panicked`].
-    pub fn spawn_on<F, Fut>(&self, on: ExecutorId, make: F) -> Result<JoinHandle<Fut::Output>, SpawnError>
+    pub fn spawn_on<F, Fut>(
+        &self,
+        on: ExecutorId,
+        make: F,
+    ) -> Result<JoinHandle<Fut::Output>, SpawnError>
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future + 'static,
@@ -181,7 +192,10 @@ struct ThreadWaker {
 
 impl ThreadWaker {
     fn new() -> Arc<Self> {
-        Arc::new(Self { thread: thread::current(), woken: AtomicBool::new(false) })
+        Arc::new(Self {
+            thread: thread::current(),
+            woken: AtomicBool::new(false),
+        })
     }
 
     fn park(&self) {
@@ -307,7 +321,9 @@ where
         .ok_or(SpawnError::NotOnExecutor)?;
     let rt = compio::runtime::Runtime::try_current().ok_or(SpawnError::NotOnExecutor)?;
     let handle = rt.spawn(FailStop { fut, local });
-    Ok(LocalJoinHandle { inner: Some(handle) })
+    Ok(LocalJoinHandle {
+        inner: Some(handle),
+    })
 }
 
 pin_project_lite::pin_project! {
@@ -363,7 +379,9 @@ pub struct Runtime {
 
 impl fmt::Debug for Runtime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Runtime").field("shards", &self.handle.shards()).finish()
+        f.debug_struct("Runtime")
+            .field("shards", &self.handle.shards())
+            .finish()
     }
 }
 
@@ -389,7 +407,11 @@ impl Runtime {
     }
 
     /// See [`Handle::spawn_on`].
-    pub fn spawn_on<F, Fut>(&self, on: ExecutorId, make: F) -> Result<JoinHandle<Fut::Output>, SpawnError>
+    pub fn spawn_on<F, Fut>(
+        &self,
+        on: ExecutorId,
+        make: F,
+    ) -> Result<JoinHandle<Fut::Output>, SpawnError>
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future + 'static,
@@ -420,7 +442,10 @@ impl Runtime {
             };
             if let Err(message) = outcome {
                 tracing::error!(executor = %id, %message, "executor panicked");
-                first.get_or_insert(RuntimeError::ExecutorPanicked { executor: id, message });
+                first.get_or_insert(RuntimeError::ExecutorPanicked {
+                    executor: id,
+                    message,
+                });
             }
         }
         first.map_or(Ok(()), Err)
@@ -435,11 +460,24 @@ impl Runtime {
             .map(|&id| {
                 let (spawn_tx, spawn_rx) = ingress::<Job>(b.spawn_queue);
                 receivers.push(spawn_rx);
-                Slot { id, spawn_tx, stop: AtomicBool::new(false), waker: OnceLock::new() }
+                Slot {
+                    id,
+                    spawn_tx,
+                    stop: AtomicBool::new(false),
+                    waker: OnceLock::new(),
+                }
             })
             .collect();
-        let handle = Handle { shared: Arc::new(Shared { shards: b.shards, slots }) };
-        let mut rt = Runtime { handle, threads: Vec::with_capacity(ids.len()) };
+        let handle = Handle {
+            shared: Arc::new(Shared {
+                shards: b.shards,
+                slots,
+            }),
+        };
+        let mut rt = Runtime {
+            handle,
+            threads: Vec::with_capacity(ids.len()),
+        };
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), RuntimeError>>();
         for (id, spawn_rx) in ids.iter().copied().zip(receivers) {
             let cpu = match (id, &b.placement, b.control) {
@@ -460,11 +498,17 @@ impl Runtime {
                 spawn_rx,
                 ready: ready_tx.clone(),
             };
-            match thread::Builder::new().name(name).spawn(move || run_thread(cfg)) {
+            match thread::Builder::new()
+                .name(name)
+                .spawn(move || run_thread(cfg))
+            {
                 Ok(t) => rt.threads.push((id, t)),
                 Err(source) => {
                     let _ = rt.join_all();
-                    return Err(RuntimeError::Thread { executor: id, source });
+                    return Err(RuntimeError::Thread {
+                        executor: id,
+                        source,
+                    });
                 }
             }
         }
@@ -483,7 +527,11 @@ impl Runtime {
             let _ = rt.join_all();
             return Err(e);
         }
-        tracing::debug!(shards = b.shards, spin_us = b.spin.as_micros() as u64, "runtime started");
+        tracing::debug!(
+            shards = b.shards,
+            spin_us = b.spin.as_micros() as u64,
+            "runtime started"
+        );
         Ok(rt)
     }
 }
@@ -510,25 +558,48 @@ struct ExecCfg {
 
 /// Body of an executor thread. `Err` carries a panic message.
 fn run_thread(cfg: ExecCfg) -> Result<(), String> {
-    let ExecCfg { id, cpu, spin, ring_entries, handle, spawn_rx, ready } = cfg;
+    let ExecCfg {
+        id,
+        cpu,
+        spin,
+        ring_entries,
+        handle,
+        spawn_rx,
+        ready,
+    } = cfg;
     if let Some(cpu) = cpu {
         if let Err(source) = pin_to_cpu(cpu) {
-            let _ = ready.send(Err(RuntimeError::Pin { executor: id, cpu, source }));
+            let _ = ready.send(Err(RuntimeError::Pin {
+                executor: id,
+                cpu,
+                source,
+            }));
             return Ok(());
         }
     }
     let mut proactor = compio::driver::ProactorBuilder::new();
     proactor.capacity(ring_entries);
-    let rt = match compio::runtime::RuntimeBuilder::new().with_proactor(proactor).build() {
+    let rt = match compio::runtime::RuntimeBuilder::new()
+        .with_proactor(proactor)
+        .build()
+    {
         Ok(rt) => rt,
         Err(source) => {
             let _ = ready.send(Err(memlock::classify_setup_error(id, source)));
             return Ok(());
         }
     };
-    let slot = handle.shared.slot(id).expect("slot exists for every executor");
+    let slot = handle
+        .shared
+        .slot(id)
+        .expect("slot exists for every executor");
     let _ = slot.waker.set(rt.waker());
-    let local = Rc::new(Local { id, handle: handle.clone(), polls: Cell::new(0), panic: RefCell::new(None) });
+    let local = Rc::new(Local {
+        id,
+        handle: handle.clone(),
+        polls: Cell::new(0),
+        panic: RefCell::new(None),
+    });
     LOCAL.with(|l| *l.borrow_mut() = Some(local.clone()));
     let _ = ready.send(Ok(()));
     drop(ready);
@@ -552,7 +623,9 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
     LOCAL.with(|l| *l.borrow_mut() = None);
     match &outcome {
         Ok(()) => tracing::debug!(executor = %id, "executor stopped"),
-        Err(message) => tracing::error!(executor = %id, %message, "executor panicked; tasks dropped"),
+        Err(message) => {
+            tracing::error!(executor = %id, %message, "executor panicked; tasks dropped")
+        }
     }
     outcome
 }
@@ -567,9 +640,18 @@ async fn spawner(mut rx: IngressReceiver<Job>) {
     }
 }
 
+/// While spinning, enter the kernel for completions once per this many loop rounds.
+const SPIN_POLL_EVERY: u32 = 4;
+
 /// The executor loop: run ready tasks, reap completions, spin, park.
-fn drive(rt: &compio::runtime::Runtime, local: &Local, stop: &AtomicBool, spin: Duration) -> Result<(), String> {
+fn drive(
+    rt: &compio::runtime::Runtime,
+    local: &Local,
+    stop: &AtomicBool,
+    spin: Duration,
+) -> Result<(), String> {
     let mut idle_since: Option<Instant> = None;
+    let mut spins = 0u32;
     loop {
         if stop.load(Ordering::Acquire) {
             return Ok(());
@@ -592,7 +674,15 @@ fn drive(rt: &compio::runtime::Runtime, local: &Local, stop: &AtomicBool, spin: 
             let now = Instant::now();
             let since = *idle_since.get_or_insert(now);
             if now.duration_since(since) < spin {
-                rt.poll_with(Some(Duration::ZERO));
+                // Cross-thread wakes need no syscall while we are awake (compio's driver
+                // only writes its eventfd when parked) and are picked up by `run()`; I/O
+                // completions need an `io_uring_enter`, so only every few rounds.
+                spins = spins.wrapping_add(1);
+                if spins % SPIN_POLL_EVERY == 0 {
+                    rt.poll_with(Some(Duration::ZERO));
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
         }
@@ -604,7 +694,10 @@ fn drive(rt: &compio::runtime::Runtime, local: &Local, stop: &AtomicBool, spin: 
 
 fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "CPU index out of range"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "CPU index out of range",
+        ));
     }
     // SAFETY: `cpu_set_t` is a plain bitmask for which all-zero is valid; CPU_SET writes
     // a bit inside it (index checked above); sched_setaffinity(0, ..) reads it for the

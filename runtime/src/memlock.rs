@@ -13,13 +13,22 @@ use crate::ExecutorId;
 
 /// The calling process's `RLIMIT_MEMLOCK` as `(soft, hard)` bytes; `u64::MAX` = unlimited.
 pub fn memlock_limit() -> io::Result<(u64, u64)> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes one `rlimit` through the valid pointer we pass.
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    let conv = |v: libc::rlim_t| if v == libc::RLIM_INFINITY { u64::MAX } else { v };
+    let conv = |v: libc::rlim_t| {
+        if v == libc::RLIM_INFINITY {
+            u64::MAX
+        } else {
+            v
+        }
+    };
     Ok((conv(lim.rlim_cur), conv(lim.rlim_max)))
 }
 
@@ -28,7 +37,12 @@ pub(crate) fn classify_setup_error(executor: ExecutorId, source: io::Error) -> R
     if source.raw_os_error() == Some(libc::ENOMEM) {
         let (soft_limit, hard_limit) = memlock_limit().unwrap_or((0, 0));
         tracing::error!(%executor, soft_limit, hard_limit, "io_uring_setup: ENOMEM (RLIMIT_MEMLOCK)");
-        RuntimeError::MemlockLimit { executor, soft_limit, hard_limit, source }
+        RuntimeError::MemlockLimit {
+            executor,
+            soft_limit,
+            hard_limit,
+            source,
+        }
     } else {
         RuntimeError::RingSetup { executor, source }
     }

@@ -46,6 +46,16 @@ impl TcpListener {
         let (inner, peer) = self.inner.accept().await?;
         Ok((TcpStream { inner }, peer))
     }
+
+    /// Stops listening now: the socket leaves the LISTEN state (a pending [`accept`]
+    /// fails) and its port can be bound again at once. Dropping the listener alone is not
+    /// enough for that while an accept is in flight: the io_uring operation keeps the socket
+    /// open until the ring has torn it down, asynchronously.
+    ///
+    /// [`accept`]: TcpListener::accept
+    pub fn shutdown(&self) -> io::Result<()> {
+        SockRef::from(&self.inner).shutdown(std::net::Shutdown::Both)
+    }
 }
 
 /// A connected TCP stream.
@@ -57,7 +67,9 @@ pub struct TcpStream {
 impl TcpStream {
     /// Connects to `addr`. Wrap in [`timeout`](crate::time::timeout) to bound the wait.
     pub async fn connect(addr: SocketAddr) -> io::Result<Self> {
-        Ok(Self { inner: compio::net::TcpStream::connect(addr).await? })
+        Ok(Self {
+            inner: compio::net::TcpStream::connect(addr).await?,
+        })
     }
 
     /// Enables or disables Nagle's algorithm (`TCP_NODELAY`).
@@ -121,7 +133,9 @@ impl TcpStream {
     /// Attaches an established `std::net::TcpStream` (e.g. from [`TcpStream::into_std`]) to
     /// the calling executor.
     pub fn from_std(stream: std::net::TcpStream) -> io::Result<Self> {
-        Ok(Self { inner: compio::net::TcpStream::from_std(stream)? })
+        Ok(Self {
+            inner: compio::net::TcpStream::from_std(stream)?,
+        })
     }
 }
 
@@ -166,7 +180,10 @@ impl TcpWriteHalf {
     }
 }
 
-async fn read_into(s: &mut compio::net::TcpStream, mut buf: BytesMut) -> (io::Result<usize>, BytesMut) {
+async fn read_into(
+    s: &mut compio::net::TcpStream,
+    mut buf: BytesMut,
+) -> (io::Result<usize>, BytesMut) {
     if buf.capacity() == buf.len() {
         buf.reserve(READ_RESERVE);
     }
@@ -179,7 +196,10 @@ async fn write_vectored_into(
     bufs: Vec<Bytes>,
 ) -> (io::Result<()>, Vec<Bytes>) {
     if bufs.len() > MAX_IOVECS {
-        let msg = format!("{} buffers exceed the vectored-write limit of {MAX_IOVECS}", bufs.len());
+        let msg = format!(
+            "{} buffers exceed the vectored-write limit of {MAX_IOVECS}",
+            bufs.len()
+        );
         return (Err(io::Error::new(io::ErrorKind::InvalidInput, msg)), bufs);
     }
     if bufs.is_empty() {
@@ -258,7 +278,10 @@ impl UdpSocket {
 
     /// Receives one datagram, replacing the contents of `buf` (reserving 64 KiB if it has
     /// no capacity; longer datagrams are truncated to the capacity).
-    pub async fn recv_from(&self, mut buf: BytesMut) -> (io::Result<(usize, SocketAddr)>, BytesMut) {
+    pub async fn recv_from(
+        &self,
+        mut buf: BytesMut,
+    ) -> (io::Result<(usize, SocketAddr)>, BytesMut) {
         buf.clear();
         if buf.capacity() == 0 {
             buf.reserve(64 * 1024);

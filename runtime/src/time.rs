@@ -18,5 +18,7 @@ pub async fn sleep_until(deadline: Instant) {
 /// Runs `fut` for at most `duration`; [`Elapsed`] if the deadline came first (the future
 /// is dropped then).
 pub async fn timeout<F: Future>(duration: Duration, fut: F) -> Result<F::Output, Elapsed> {
-    compio::time::timeout(duration, fut).await.map_err(|_| Elapsed)
+    compio::time::timeout(duration, fut)
+        .await
+        .map_err(|_| Elapsed)
 }

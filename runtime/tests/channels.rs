@@ -16,42 +16,50 @@ fn mesh_delivers_every_message_once_in_order_under_backpressure() {
     for (i, ep) in endpoints.into_iter().enumerate() {
         let me = ids[i];
         let use_batches = i % 2 == 0;
-        handles.push(rt.spawn_on(me, move || async move {
-            assert_eq!(ep.id(), me);
-            let (senders, mut rx) = ep.split();
-            let peers = senders.len();
-            // One task per destination so a full ring towards one peer does not stall the others.
-            for (to, mut tx) in senders {
-                shoal_runtime::spawn_local(async move {
-                    for seq in 0..N {
-                        tx.send((me, seq)).await.unwrap_or_else(|_| panic!("{me}->{to} closed"));
+        handles.push(
+            rt.spawn_on(me, move || async move {
+                assert_eq!(ep.id(), me);
+                let (senders, mut rx) = ep.split();
+                let peers = senders.len();
+                // One task per destination so a full ring towards one peer does not stall the others.
+                for (to, mut tx) in senders {
+                    shoal_runtime::spawn_local(async move {
+                        for seq in 0..N {
+                            tx.send((me, seq))
+                                .await
+                                .unwrap_or_else(|_| panic!("{me}->{to} closed"));
+                        }
+                    })
+                    .detach();
+                }
+                let mut next = std::collections::HashMap::new();
+                let mut got = 0u64;
+                let mut batch = Vec::new();
+                while got < N * peers as u64 {
+                    batch.clear();
+                    if use_batches {
+                        rx.recv_batch(&mut batch, 16).await.unwrap();
+                    } else {
+                        batch.push(rx.recv().await.unwrap());
                     }
-                })
-                .detach();
-            }
-            let mut next = std::collections::HashMap::new();
-            let mut got = 0u64;
-            let mut batch = Vec::new();
-            while got < N * peers as u64 {
-                batch.clear();
-                if use_batches {
-                    rx.recv_batch(&mut batch, 16).await.unwrap();
-                } else {
-                    batch.push(rx.recv().await.unwrap());
+                    for (from, (tag, seq)) in batch.drain(..) {
+                        assert_eq!(from, tag);
+                        let expected = next.entry(from).or_insert(0u64);
+                        assert_eq!(seq, *expected, "out of order from {from}");
+                        *expected += 1;
+                        got += 1;
+                    }
                 }
-                for (from, (tag, seq)) in batch.drain(..) {
-                    assert_eq!(from, tag);
-                    let expected = next.entry(from).or_insert(0u64);
-                    assert_eq!(seq, *expected, "out of order from {from}");
-                    *expected += 1;
-                    got += 1;
-                }
-            }
-            assert!(next.values().all(|&v| v == N));
-            // Drain check: nothing extra arrives.
-            assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed)));
-            got
-        }).unwrap());
+                assert!(next.values().all(|&v| v == N));
+                // Drain check: nothing extra arrives.
+                assert!(matches!(
+                    rx.try_recv(),
+                    Err(TryRecvError::Empty | TryRecvError::Closed)
+                ));
+                got
+            })
+            .unwrap(),
+        );
     }
     for h in handles {
         assert_eq!(h.join_blocking().unwrap(), N * 3);
@@ -90,16 +98,19 @@ fn receiver_drains_then_sees_closed() {
 fn blocked_sender_sees_closed_when_receiver_executor_drops_it() {
     let rt = Runtime::builder().shards(2).build().unwrap();
     let (mut tx, rx) = channel::<u64>(1);
+    let (mut filled_tx, mut filled_rx) = channel::<()>(1);
     let sender = rt
         .spawn_on(ExecutorId::Shard(0), move || async move {
             tx.send(1).await.unwrap();
-            // Ring full now: this waits until the receiver is dropped.
+            filled_tx.send(()).await.unwrap();
+            // Ring full now: this waits until the receiver is dropped (or sees it gone).
             tx.send(2).await.map_err(|e| e.0)
         })
         .unwrap();
     let receiver = rt
         .spawn_on(ExecutorId::Shard(1), move || async move {
-            shoal_runtime::time::sleep(Duration::from_millis(20)).await;
+            filled_rx.recv().await.unwrap();
+            shoal_runtime::time::sleep(Duration::from_millis(5)).await;
             drop(rx);
         })
         .unwrap();
@@ -161,7 +172,10 @@ fn ingress_from_plain_threads() {
         p.join().unwrap();
     }
     drop(tx);
-    assert_eq!(consumer.join_blocking().unwrap(), vec![PER; THREADS as usize]);
+    assert_eq!(
+        consumer.join_blocking().unwrap(),
+        vec![PER; THREADS as usize]
+    );
     rt.join().unwrap();
 }
 

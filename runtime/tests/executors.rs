@@ -15,18 +15,28 @@ fn spawn_on_every_executor_returns_results() {
     let mut handles = Vec::new();
     for id in rt.executors() {
         // The future holds an Rc: it is built on the target executor and never crosses threads.
-        handles.push((id, rt.spawn_on(id, move || {
-            let local = Rc::new(7u64);
-            async move {
-                let inner = spawn_local(async move { *local * 6 }).await.unwrap();
-                (current_executor(), current_shard(), inner)
-            }
-        }).unwrap()));
+        handles.push((
+            id,
+            rt.spawn_on(id, move || {
+                let local = Rc::new(7u64);
+                async move {
+                    let inner = spawn_local(async move { *local * 6 }).await.unwrap();
+                    (current_executor(), current_shard(), inner)
+                }
+            })
+            .unwrap(),
+        ));
     }
     for (id, h) in handles {
         let (exec, shard, v) = h.join_blocking().unwrap();
         assert_eq!(exec, Some(id));
-        assert_eq!(shard, match id { ExecutorId::Shard(i) => Some(i), ExecutorId::Control => None });
+        assert_eq!(
+            shard,
+            match id {
+                ExecutorId::Shard(i) => Some(i),
+                ExecutorId::Control => None,
+            }
+        );
         assert_eq!(v, 42);
     }
     assert_eq!(current_executor(), None);
@@ -41,7 +51,12 @@ fn spawn_errors_are_typed() {
     assert!(shoal_runtime::try_spawn_local(async {}).is_err());
     let handle = rt.handle();
     rt.join().unwrap();
-    assert_eq!(handle.spawn_on(ExecutorId::Control, || async {}).unwrap_err(), SpawnError::Stopped(ExecutorId::Control));
+    assert_eq!(
+        handle
+            .spawn_on(ExecutorId::Control, || async {})
+            .unwrap_err(),
+        SpawnError::Stopped(ExecutorId::Control)
+    );
 }
 
 #[test]
@@ -50,7 +65,10 @@ fn spawn_from_inside_an_executor_to_another() {
     let h = rt
         .spawn_on(ExecutorId::Shard(0), || async {
             let handle = shoal_runtime::current_handle().unwrap();
-            handle.spawn_on(ExecutorId::Shard(1), || async { current_shard() }).unwrap().await
+            handle
+                .spawn_on(ExecutorId::Shard(1), || async { current_shard() })
+                .unwrap()
+                .await
         })
         .unwrap();
     assert_eq!(h.join_blocking().unwrap(), Ok(Some(1)));
@@ -59,24 +77,36 @@ fn spawn_from_inside_an_executor_to_another() {
 
 #[test]
 fn pinned_placement_runs() {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let rt = Runtime::builder()
         .shards(2)
         .placement(Placement::Pinned((0..cpus).collect()))
         .control_placement(ControlPlacement::Pinned(0))
         .build()
         .unwrap();
-    let h = rt.spawn_on(ExecutorId::Shard(1), || async { current_shard() }).unwrap();
+    let h = rt
+        .spawn_on(ExecutorId::Shard(1), || async { current_shard() })
+        .unwrap();
     assert_eq!(h.join_blocking().unwrap(), Some(1));
     rt.join().unwrap();
 }
 
 #[test]
 fn bad_config_is_rejected() {
-    assert!(matches!(Runtime::builder().shards(0).build(), Err(RuntimeError::Config(_))));
-    assert!(matches!(Runtime::builder().ring_entries(100).build(), Err(RuntimeError::Config(_))));
     assert!(matches!(
-        Runtime::builder().placement(Placement::Pinned(vec![100_000])).build(),
+        Runtime::builder().shards(0).build(),
+        Err(RuntimeError::Config(_))
+    ));
+    assert!(matches!(
+        Runtime::builder().ring_entries(100).build(),
+        Err(RuntimeError::Config(_))
+    ));
+    assert!(matches!(
+        Runtime::builder()
+            .placement(Placement::Pinned(vec![100_000]))
+            .build(),
         Err(RuntimeError::Pin { .. })
     ));
 }
@@ -111,7 +141,10 @@ fn executor_panic_is_reported_and_closes_its_channels() {
         .unwrap();
     let sent = sender.join_blocking().unwrap();
     assert!(sent >= 3);
-    assert_eq!(victim.join_blocking(), Err(JoinError::Panicked("shard state corrupted".into())));
+    assert_eq!(
+        victim.join_blocking(),
+        Err(JoinError::Panicked("shard state corrupted".into()))
+    );
     // The ack channel's sender died with shard 0.
     let ack = futures_block(async move {
         ack_rx.recv().await.unwrap();
@@ -135,10 +168,13 @@ fn shutdown_drops_running_tasks_and_their_channels() {
     let rt = Runtime::builder().shards(1).build().unwrap();
     let (tx, mut rx) = channel::<u8>(1);
     // A task that would wait forever holds the sender.
-    drop(rt.spawn_on(ExecutorId::Shard(0), move || async move {
-        let _tx = tx;
-        std::future::pending::<()>().await
-    }).unwrap());
+    drop(
+        rt.spawn_on(ExecutorId::Shard(0), move || async move {
+            let _tx = tx;
+            std::future::pending::<()>().await
+        })
+        .unwrap(),
+    );
     std::thread::sleep(Duration::from_millis(20));
     rt.join().unwrap();
     assert!(futures_block(rx.recv()).is_err());
@@ -148,8 +184,16 @@ fn shutdown_drops_running_tasks_and_their_channels() {
 fn two_runtimes_in_one_process() {
     let a = Runtime::builder().name("a").shards(2).build().unwrap();
     let b = Runtime::builder().name("b").shards(2).build().unwrap();
-    let ha = a.spawn_on(ExecutorId::Shard(1), || async { std::thread::current().name().map(str::to_owned) }).unwrap();
-    let hb = b.spawn_on(ExecutorId::Control, || async { std::thread::current().name().map(str::to_owned) }).unwrap();
+    let ha = a
+        .spawn_on(ExecutorId::Shard(1), || async {
+            std::thread::current().name().map(str::to_owned)
+        })
+        .unwrap();
+    let hb = b
+        .spawn_on(ExecutorId::Control, || async {
+            std::thread::current().name().map(str::to_owned)
+        })
+        .unwrap();
     assert_eq!(ha.join_blocking().unwrap().as_deref(), Some("a-shard-1"));
     assert_eq!(hb.join_blocking().unwrap().as_deref(), Some("b-control"));
     a.join().unwrap();
@@ -175,4 +219,50 @@ fn futures_block<F: std::future::Future>(fut: F) -> F::Output {
         }
         std::thread::park_timeout(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn handles_cross_threads_and_spawn_queue_is_bounded() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Runtime>();
+    send_sync::<shoal_runtime::Handle>();
+    send_sync::<shoal_runtime::channel::IngressSender<u8>>();
+    send::<shoal_runtime::JoinHandle<u8>>();
+    send::<shoal_runtime::channel::Sender<u8>>();
+    send::<shoal_runtime::channel::Receiver<u8>>();
+    send::<shoal_runtime::channel::MeshEndpoint<u8>>();
+
+    let rt = Runtime::builder().spawn_queue(2).build().unwrap();
+    // Park the shard so the spawn queue cannot drain, then overfill it.
+    let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+    let blocker = rt
+        .spawn_on(ExecutorId::Shard(0), move || async move {
+            started_tx.send(()).unwrap();
+            gate_rx.recv().unwrap()
+        })
+        .unwrap();
+    started_rx.recv().unwrap();
+    let mut accepted = Vec::new();
+    let mut full = 0;
+    for _ in 0..5 {
+        match rt.spawn_on(ExecutorId::Shard(0), || async { 1 }) {
+            Ok(h) => accepted.push(h),
+            Err(SpawnError::QueueFull(ExecutorId::Shard(0))) => full += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(accepted.len(), 2);
+    assert_eq!(full, 3);
+    assert_eq!(
+        rt.handle().spawn_queue_full_events(ExecutorId::Shard(0)),
+        Some(3)
+    );
+    gate_tx.send(()).unwrap();
+    blocker.join_blocking().unwrap();
+    for h in accepted {
+        assert_eq!(h.join_blocking().unwrap(), 1);
+    }
+    rt.join().unwrap();
 }

@@ -15,8 +15,14 @@ const EIGHT_MIB: u64 = 8 * 1024 * 1024;
 fn run_child(limit: u64, nodes: usize, shards: usize, as_nobody: bool) -> String {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = Command::new(exe);
-    cmd.args(["--ignored", "--exact", "child", "--nocapture", "--test-threads=1"])
-        .env("SHOAL_MEMLOCK_CHILD", format!("{limit} {nodes} {shards}"));
+    cmd.args([
+        "--ignored",
+        "--exact",
+        "child",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("SHOAL_MEMLOCK_CHILD", format!("{limit} {nodes} {shards}"));
     if as_nobody && memlock_is_root() {
         cmd.uid(NOBODY).gid(NOBODY);
     }
@@ -43,7 +49,10 @@ fn memlock_is_root() -> bool {
 fn twelve_executors_start_under_default_8mib_as_root_and_as_nobody() {
     for as_nobody in [false, true] {
         let out = run_child(EIGHT_MIB, 4, 2, as_nobody);
-        assert!(out.contains("CHILD-OK executors=12"), "as_nobody={as_nobody}: {out}");
+        assert!(
+            out.contains("CHILD-OK executors=12"),
+            "as_nobody={as_nobody}: {out}"
+        );
     }
 }
 
@@ -57,18 +66,31 @@ fn tiny_limit_is_a_typed_error_naming_the_limit() {
 #[test]
 #[ignore = "started in a child process by the other tests"]
 fn child() {
-    let Ok(spec) = std::env::var("SHOAL_MEMLOCK_CHILD") else { return };
+    let Ok(spec) = std::env::var("SHOAL_MEMLOCK_CHILD") else {
+        return;
+    };
     let v: Vec<u64> = spec.split(' ').map(|s| s.parse().unwrap()).collect();
     let (limit, nodes, shards) = (v[0], v[1] as usize, v[2] as usize);
-    let lim = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+    let lim = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
     // SAFETY: setrlimit reads one valid `rlimit`; lowering a limit is always permitted.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) }, 0);
     assert_eq!(memlock::memlock_limit().unwrap(), (limit, limit));
     let mut runtimes = Vec::new();
     for n in 0..nodes {
-        match Runtime::builder().name(format!("node{n}")).shards(shards).build() {
+        match Runtime::builder()
+            .name(format!("node{n}"))
+            .shards(shards)
+            .build()
+        {
             Ok(rt) => runtimes.push(rt),
-            Err(RuntimeError::MemlockLimit { soft_limit, hard_limit, .. }) => {
+            Err(RuntimeError::MemlockLimit {
+                soft_limit,
+                hard_limit,
+                ..
+            }) => {
                 println!("CHILD-MEMLOCK soft={soft_limit} hard={hard_limit}");
                 return;
             }
@@ -78,7 +100,9 @@ fn child() {
     // Every executor answers.
     for rt in &runtimes {
         for id in rt.executors() {
-            let h = rt.spawn_on(id, || async { shoal_runtime::current_executor() }).unwrap();
+            let h = rt
+                .spawn_on(id, || async { shoal_runtime::current_executor() })
+                .unwrap();
             assert_eq!(h.join_blocking().unwrap(), Some(id));
         }
     }

@@ -58,7 +58,11 @@ fn tcp_echo_across_executors_with_split_and_vectored_writes() {
             let mut s = TcpStream::connect(addr).await.unwrap();
             assert_eq!(s.peer_addr().unwrap(), addr);
             assert!(s.local_addr().unwrap().ip().is_loopback());
-            let parts = vec![Bytes::from_static(b"hello "), Bytes::from_static(b"shoal "), Bytes::from(vec![b'x'; 5000])];
+            let parts = vec![
+                Bytes::from_static(b"hello "),
+                Bytes::from_static(b"shoal "),
+                Bytes::from(vec![b'x'; 5000]),
+            ];
             let (res, parts) = s.write_all_vectored(parts).await;
             res.unwrap();
             assert_eq!(parts.len(), 3);
@@ -95,7 +99,10 @@ fn vectored_write_rejects_too_many_buffers() {
             (res.unwrap_err().kind(), back.len())
         })
         .unwrap();
-    assert_eq!(h.join_blocking().unwrap(), (std::io::ErrorKind::InvalidInput, 1025));
+    assert_eq!(
+        h.join_blocking().unwrap(),
+        (std::io::ErrorKind::InvalidInput, 1025)
+    );
     rt.join().unwrap();
 }
 
@@ -104,14 +111,24 @@ fn udp_unicast_and_reuseport() {
     let rt = Runtime::builder().build().unwrap();
     let h = rt
         .spawn_on(ExecutorId::Shard(0), || async {
-            let opts = UdpOptions { reuse_addr: true, reuse_port: true };
+            let opts = UdpOptions {
+                reuse_addr: true,
+                reuse_port: true,
+            };
             let a = UdpSocket::bind(localhost(0), opts).await.unwrap();
             let port = a.local_addr().unwrap().port();
             // SO_REUSEPORT lets a second socket share the port.
             let _a2 = UdpSocket::bind(localhost(port), opts).await.unwrap();
-            let b = UdpSocket::bind(localhost(0), UdpOptions::default()).await.unwrap();
+            let b = UdpSocket::bind(localhost(0), UdpOptions::default())
+                .await
+                .unwrap();
             let b_addr = b.local_addr().unwrap();
-            assert_eq!(a.send_to(Bytes::from_static(b"ping"), b_addr).await.unwrap(), 4);
+            assert_eq!(
+                a.send_to(Bytes::from_static(b"ping"), b_addr)
+                    .await
+                    .unwrap(),
+                4
+            );
             let (res, buf) = b.recv_from(BytesMut::new()).await;
             let (n, from) = res.unwrap();
             assert_eq!(from.port(), port);
@@ -129,16 +146,33 @@ fn udp_multicast_on_loopback() {
     let rt = Runtime::builder().build().unwrap();
     let h = rt
         .spawn_on(ExecutorId::Shard(0), move || async move {
-            let opts = UdpOptions { reuse_addr: true, reuse_port: true };
-            let rx = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)), opts).await.unwrap();
+            let opts = UdpOptions {
+                reuse_addr: true,
+                reuse_port: true,
+            };
+            let rx = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)), opts)
+                .await
+                .unwrap();
             let port = rx.local_addr().unwrap().port();
             rx.join_multicast_v4(group, iface).unwrap();
-            let tx = UdpSocket::bind(localhost(0), UdpOptions::default()).await.unwrap();
+            let tx = UdpSocket::bind(localhost(0), UdpOptions::default())
+                .await
+                .unwrap();
             tx.set_multicast_if_v4(iface).unwrap();
             tx.set_multicast_ttl_v4(1).unwrap();
             tx.set_multicast_loop_v4(true).unwrap();
-            tx.send_to(Bytes::from_static(b"hello group"), SocketAddr::from((group, port))).await.unwrap();
-            let (res, buf) = timeout(Duration::from_secs(5), rx.recv_from(BytesMut::with_capacity(1500))).await.expect("multicast datagram");
+            tx.send_to(
+                Bytes::from_static(b"hello group"),
+                SocketAddr::from((group, port)),
+            )
+            .await
+            .unwrap();
+            let (res, buf) = timeout(
+                Duration::from_secs(5),
+                rx.recv_from(BytesMut::with_capacity(1500)),
+            )
+            .await
+            .expect("multicast datagram");
             let (n, _) = res.unwrap();
             rx.leave_multicast_v4(group, iface).unwrap();
             buf[..n].to_vec()

@@ -23,5 +23,9 @@ fuzz_target!(|data: &[u8]| {
         Record::Endpoint(e) => encode_endpoint(e),
     }
     .expect("a decoded record must be encodable");
-    assert_eq!(decode(&again).as_ref(), Ok(&record), "re-encoded record differs");
+    assert_eq!(
+        decode(&again).as_ref(),
+        Ok(&record),
+        "re-encoded record differs"
+    );
 });

@@ -26,6 +26,9 @@ pub enum IdentityError {
     /// The seed text is not exactly 64 hex characters.
     #[error("identity seed must be 64 hex characters")]
     BadSeed,
+    /// A public key (e.g. a `trustedKeys` entry) is not 64 hex characters of a valid Ed25519 key.
+    #[error("identity public key must be 64 hex characters of a valid Ed25519 key")]
+    BadPublicKey,
     /// The node name does not fit a wire `str`.
     #[error("node name is {0} bytes, more than 255")]
     NameTooLong(usize),
@@ -218,6 +221,15 @@ fn transcript<'b>(
     let name = &name[..name.len().min(MAX_NAME_LEN)];
     buf[l + 64..l + 64 + name.len()].copy_from_slice(name);
     &buf[..l + 64 + name.len()]
+}
+
+/// Parses a public key written as 64 hex characters (a `trustedKeys` entry), checking that it is
+/// a valid Ed25519 point.
+pub fn parse_public_key_hex(text: &str) -> Result<[u8; 32], IdentityError> {
+    let mut key = [0u8; 32];
+    hex::decode_to_slice(text.trim(), &mut key).map_err(|_| IdentityError::BadPublicKey)?;
+    VerifyingKey::from_bytes(&key).map_err(|_| IdentityError::BadPublicKey)?;
+    Ok(key)
 }
 
 /// Verifies a strict Ed25519 signature (libsodium's rules: canonical S, no small-order A or R).

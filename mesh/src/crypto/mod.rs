@@ -22,7 +22,8 @@ pub use handshake::{
     DEFAULT_MAX_MESSAGE_BYTES,
 };
 pub use identity::{
-    verify_transcript, Identity, IdentityError, IdentityPolicy, IdentityReject, VerifiedPeer,
+    parse_public_key_hex, verify_transcript, Identity, IdentityError, IdentityPolicy,
+    IdentityReject, VerifiedPeer,
 };
 pub use idrecord::{
     sign_identity_record, verify_identity_record, IdentityBook, KnownIdentity, RecordDrop,

@@ -215,6 +215,14 @@ impl RecordSealer {
     }
 }
 
+impl std::fmt::Debug for RecordSealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordSealer")
+            .field("counter", &self.ctr)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A record under construction in the caller's buffer (see [`RecordSealer::begin`]).
 pub struct RecordBuilder<'a, B: RecordBuf + ?Sized> {
     sealer: &'a mut RecordSealer,
@@ -358,6 +366,15 @@ impl RecordOpener {
     }
 }
 
+impl std::fmt::Debug for RecordOpener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordOpener")
+            .field("counter", &self.ctr)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
 /// An opener with its stream buffer: ciphertext is appended at the back, records are decrypted
 /// in place, and their plaintext is packed at the front as one contiguous frame stream (so frames
 /// may span records) for the frame decoder to consume. Each plaintext byte is moved once.
@@ -368,6 +385,17 @@ pub struct RecordReader {
     plain: usize,
     /// `buf[cipher..]` is ciphertext not yet opened; `buf[plain..cipher]` is dead space.
     cipher: usize,
+}
+
+impl std::fmt::Debug for RecordReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the buffer itself: it holds decrypted plaintext.
+        f.debug_struct("RecordReader")
+            .field("opener", &self.opener)
+            .field("plaintext_len", &self.plain)
+            .field("pending_ciphertext", &self.pending_ciphertext())
+            .finish()
+    }
 }
 
 impl RecordReader {

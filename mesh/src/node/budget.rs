@@ -5,7 +5,7 @@
 //! and released by the link's writer once the frame is on the socket. A policy therefore
 //! always acts on a whole new frame and never touches a frame already queued or half written.
 
-use event_listener::{Event as Signal, Listener};
+use event_listener::Event as Signal;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -68,7 +68,12 @@ impl LinkBudget {
             if cur + n > self.max && cur != 0 {
                 return None;
             }
-            match self.queued.compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Relaxed) {
+            match self.queued.compare_exchange_weak(
+                cur,
+                cur + n,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => {
                     self.full_since.store(0, Ordering::Relaxed);
                     return Some(cur + n);
@@ -110,11 +115,17 @@ impl LinkBudget {
     /// full for longer than `after` (the link is then marked for killing and its writer woken).
     pub(crate) fn note_full(&self, after: Duration) -> bool {
         let now_ms = self.epoch.elapsed().as_millis() as u64 + 1;
-        let since = match self.full_since.compare_exchange(0, now_ms, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) => now_ms,
-            Err(s) => s,
-        };
-        if now_ms.saturating_sub(since) > after.as_millis() as u64 && !self.kill.swap(true, Ordering::AcqRel) {
+        let since =
+            match self
+                .full_since
+                .compare_exchange(0, now_ms, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => now_ms,
+                Err(s) => s,
+            };
+        if now_ms.saturating_sub(since) > after.as_millis() as u64
+            && !self.kill.swap(true, Ordering::AcqRel)
+        {
             self.wake.notify(usize::MAX);
             return true;
         }

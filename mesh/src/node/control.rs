@@ -14,16 +14,18 @@ use super::msg::{Msg, NewLink};
 use super::shard::decode_error_kind;
 use super::shared::{Channels, NodeShared, Snapshot};
 use super::stats::inc;
+use crate::proto::membership::Dest;
 use crate::proto::{
     accept_announce, link_shard, AnnounceSchedule, DialTarget, Link, LinkEvent, LinkId, LinkTimers,
     Membership, MembershipEvent, PeerAction, PeerEvent, PeerManager, Role,
 };
-use crate::proto::membership::Dest;
-use crate::wire::{take_frame, Announce, AnnounceFilter, Frame, Hello, ShoalExtension, PROTOCOL_VERSION};
+use crate::wire::{
+    take_frame, Announce, AnnounceFilter, Frame, Hello, ShoalExtension, PROTOCOL_VERSION,
+};
 use crate::PeerId;
 use ahash::AHashMap;
 use bytes::{Bytes, BytesMut};
-use event_listener::{Event as Signal, Listener};
+use event_listener::Event as Signal;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shoal_runtime::channel::{IngressReceiver, MeshEndpoint, MeshReceiver};
@@ -65,7 +67,6 @@ struct Ready {
     stream: TcpStream,
     leftover: BytesMut,
     state: Link,
-    peer: PeerId,
 }
 
 enum Pending {
@@ -89,11 +90,21 @@ struct State {
     stop_reply: Option<mpsc::Sender<()>>,
     stopped_shards: usize,
     rng: StdRng,
+    /// Events held back until every shard applied the routes they announce (token, event).
+    held: VecDeque<(u64, Event)>,
+    /// Peers whose Connected event is held: not yet shown by `connected_peers`.
+    hidden: ahash::AHashSet<PeerId>,
+    next_token: u64,
+    /// Held events whose token completed, emitted at the end of the next `run_actions`.
+    released: Vec<Event>,
+    /// Per token in flight: shards that answered.
+    synced: AHashMap<u64, usize>,
 }
 
 struct Ctl {
     ns: Arc<NodeShared>,
     ch: Channels,
+    listener: Rc<TcpListener>,
     st: RefCell<State>,
     outbox_ready: Signal,
 }
@@ -143,7 +154,9 @@ pub(crate) async fn run(init: ControlInit) {
         wall_ms(),
         now,
     );
+    let listener = Rc::new(listener);
     let ctl = Rc::new(Ctl {
+        listener: listener.clone(),
         ch: Channels::new(senders, ns.shards),
         st: RefCell::new(State {
             peers,
@@ -156,6 +169,11 @@ pub(crate) async fn run(init: ControlInit) {
             stop_reply: None,
             stopped_shards: 0,
             rng,
+            held: VecDeque::new(),
+            hidden: ahash::AHashSet::new(),
+            next_token: 1,
+            released: Vec::new(),
+            synced: AHashMap::new(),
         }),
         outbox_ready: Signal::new(),
         ns,
@@ -219,7 +237,16 @@ async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<Msg>) {
                     Msg::MembershipIn { link, record } => {
                         st.membership.on_record(link, &record, wall_ms(), now);
                     }
-                    Msg::Stopped(_) => {
+                    Msg::Synced(token) => {
+                        let n = st.synced.entry(token).or_insert(0);
+                        *n += 1;
+                        if *n >= ctl.ns.shards {
+                            st.synced.remove(&token);
+                            release_held(&mut st, token);
+                        }
+                    }
+                    Msg::Stopped(shard) => {
+                        tracing::debug!(shard, "shard closed its links");
                         st.stopped_shards += 1;
                         if st.stopped_shards >= ctl.ns.shards {
                             if let Some(r) = st.stop_reply.take() {
@@ -256,10 +283,11 @@ async fn tick(ctl: Rc<Ctl>) {
     }
 }
 
-async fn accept_loop(ctl: Rc<Ctl>, listener: TcpListener) {
+async fn accept_loop(ctl: Rc<Ctl>, listener: Rc<TcpListener>) {
     loop {
         let (s, addr) = match listener.accept().await {
             Ok(x) => x,
+            Err(_) if ctl.ns.stopping.load(Ordering::Acquire) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 sleep(Duration::from_millis(20)).await;
@@ -273,7 +301,10 @@ async fn accept_loop(ctl: Rc<Ctl>, listener: TcpListener) {
         match link {
             None => tracing::warn!(%addr, "connection table full, connection refused"),
             Some(link) => {
-                ctl.st.borrow_mut().pending.insert(link, Pending::Connecting);
+                ctl.st
+                    .borrow_mut()
+                    .pending
+                    .insert(link, Pending::Connecting);
                 spawn_local(handshake(ctl.clone(), link, s, Role::Acceptor)).detach();
             }
         }
@@ -284,7 +315,10 @@ async fn dial(ctl: Rc<Ctl>, link: LinkId, target: DialTarget) {
     let addrs: Vec<SocketAddr> = match &target {
         DialTarget::Addr(a) => vec![*a],
         // Re-resolved on every attempt (static peers behind changing addresses).
-        DialTarget::Endpoint(ep) => ep.to_socket_addrs().map(|i| i.collect()).unwrap_or_default(),
+        DialTarget::Endpoint(ep) => ep
+            .to_socket_addrs()
+            .map(|i| i.collect())
+            .unwrap_or_default(),
     };
     let t = ctl.ns.cfg.handshake_timeout;
     let mut stream = None;
@@ -346,9 +380,11 @@ async fn exchange(
         if !out.is_empty() && s.write_all(out.freeze()).await.is_err() {
             return Err(None);
         }
-        while let Some(ev) = state.poll_event() {
+        if let Some(ev) = state.poll_event() {
             match ev {
-                LinkEvent::Established { peer, listen_port, .. } => {
+                LinkEvent::Established {
+                    peer, listen_port, ..
+                } => {
                     return Ok((peer, listen_port, std::mem::take(&mut buf)));
                 }
                 LinkEvent::Closed(reason) => {
@@ -381,7 +417,8 @@ async fn exchange(
             Err(_) if buffered == 0 => return Err(None),
             Err(_) => {
                 inc(&ctl.ns.control_counters().malformed_frames);
-                let msg = format!("handshake timed out inside an incomplete frame ({buffered} bytes)");
+                let msg =
+                    format!("handshake timed out inside an incomplete frame ({buffered} bytes)");
                 return Err(Some((ErrorKind::Malformed, msg)));
             }
             Ok((Ok(0), b)) => {
@@ -389,7 +426,10 @@ async fn exchange(
                     return Err(None);
                 }
                 inc(&ctl.ns.control_counters().malformed_frames);
-                return Err(Some((ErrorKind::Malformed, "connection closed inside a frame during handshake".into())));
+                return Err(Some((
+                    ErrorKind::Malformed,
+                    "connection closed inside a frame during handshake".into(),
+                )));
             }
             Ok((Ok(_), b)) => buf = b,
             Ok((Err(_), _)) => return Err(None),
@@ -431,10 +471,10 @@ async fn handshake(ctl: Rc<Ctl>, link: LinkId, mut s: TcpStream, role: Role) {
                         stream: s,
                         leftover,
                         state,
-                        peer,
                     })),
                 );
-                st.peers.on_handshake(link, peer, remote_ip, port, Instant::now());
+                st.peers
+                    .on_handshake(link, peer, remote_ip, port, Instant::now());
             }
             run_actions(&ctl);
             // Neither installed nor closed (the table refused it silently): drop it.
@@ -476,7 +516,9 @@ fn run_actions(ctl: &Rc<Ctl>) {
         let mut guard = ctl.st.borrow_mut();
         let st = &mut *guard;
         let now = Instant::now();
+        let mut installed = false;
         while let Some(a) = st.peers.poll_action() {
+            installed |= matches!(a, PeerAction::Install { .. });
             match a {
                 PeerAction::Dial { link, target } => {
                     st.pending.insert(link, Pending::Connecting);
@@ -495,9 +537,12 @@ fn run_actions(ctl: &Rc<Ctl>) {
         }
         while let Some(e) = st.peers.poll_event() {
             match e {
-                PeerEvent::PeerDiscovered { peer, addr } => events.push(Event::PeerDiscovered { peer, addr }),
+                PeerEvent::PeerDiscovered { peer, addr } => {
+                    events.push(Event::PeerDiscovered { peer, addr })
+                }
                 PeerEvent::Connected { peer, link } => {
                     events.push(Event::PeerConnected { peer });
+                    st.hidden.insert(peer);
                     st.membership.neighbour_up(peer, link, wall_ms(), now);
                 }
                 PeerEvent::Disconnected { peer } => {
@@ -515,11 +560,29 @@ fn run_actions(ctl: &Rc<Ctl>) {
             let frame: Bytes = b.freeze();
             let targets: Vec<(LinkId, usize)> = match t.dest {
                 Dest::All => st.placed.iter().map(|(l, (_, o))| (*l, *o)).collect(),
-                Dest::AllExcept(x) => st.placed.iter().filter(|(l, _)| **l != x).map(|(l, (_, o))| (*l, *o)).collect(),
-                Dest::Link(x) => st.placed.get(&x).map(|(_, o)| (x, *o)).into_iter().collect(),
+                Dest::AllExcept(x) => st
+                    .placed
+                    .iter()
+                    .filter(|(l, _)| **l != x)
+                    .map(|(l, (_, o))| (*l, *o))
+                    .collect(),
+                Dest::Link(x) => st
+                    .placed
+                    .get(&x)
+                    .map(|(_, o)| (x, *o))
+                    .into_iter()
+                    .collect(),
             };
             for (link, owner) in targets {
-                post(ctl, st, owner, Msg::SendRaw { link, frame: frame.clone() });
+                post(
+                    ctl,
+                    st,
+                    owner,
+                    Msg::SendRaw {
+                        link,
+                        frame: frame.clone(),
+                    },
+                );
             }
         }
         while let Some(e) = st.membership.poll_event() {
@@ -528,19 +591,56 @@ fn run_actions(ctl: &Rc<Ctl>) {
                 MembershipEvent::MemberLeft(peer) => Event::MemberLeft { peer },
             });
         }
+        // A round that installed links holds its events (and every later one, to keep
+        // order) until every shard has applied the new routes: after PeerConnected, a message
+        // sent to that peer is never lost to a routing table that is not there yet.
+        if installed {
+            let token = st.next_token;
+            st.next_token += 1;
+            for s in 0..shards {
+                post(ctl, st, s, Msg::Sync(token));
+            }
+            st.held.extend(events.drain(..).map(|e| (token, e)));
+        } else if let Some(&(token, _)) = st.held.back() {
+            st.held.extend(events.drain(..).map(|e| (token, e)));
+        }
+        let hidden = &st.hidden;
+        let connected: Vec<PeerId> = st
+            .peers
+            .connected_peers()
+            .filter(|p| !hidden.contains(p))
+            .copied()
+            .collect();
+        if st.held.is_empty() {
+            st.hidden.clear();
+        }
         let snap = Snapshot {
-            connected: st.peers.connected_peers().copied().collect(),
+            connected,
             known: st.peers.known_peers().copied().collect(),
             members: st.membership.members().copied().collect(),
             budgets: st.budgets.values().cloned().collect(),
         };
-        ctl.ns.connected.store(snap.connected.len(), Ordering::Release);
+        ctl.ns
+            .connected
+            .store(snap.connected.len(), Ordering::Release);
         if let Ok(mut s) = ctl.ns.snapshot.lock() {
             *s = snap;
         }
     }
-    for e in events {
+    let released: Vec<Event> = std::mem::take(&mut ctl.st.borrow_mut().released);
+    for e in released.into_iter().chain(events) {
         ctl.ns.hub.emit_control(e, ctl.ns.control_counters());
+    }
+}
+
+/// Every shard answered `token`: the events held for it (and earlier ones) may go out.
+fn release_held(st: &mut State, token: u64) {
+    while st.held.front().is_some_and(|(t, _)| *t <= token) {
+        let (_, e) = st.held.pop_front().expect("checked");
+        if let Event::PeerConnected { peer } = &e {
+            st.hidden.remove(peer);
+        }
+        st.released.push(e);
     }
 }
 
@@ -553,9 +653,11 @@ fn install(ctl: &Rc<Ctl>, st: &mut State, peer: PeerId, link: LinkId) {
                 stream,
                 leftover,
                 state,
-                peer: _,
             } = *r;
-            let budget = Arc::new(LinkBudget::new(ctl.ns.cfg.max_outbound_queue_bytes, ctl.ns.epoch));
+            let budget = Arc::new(LinkBudget::new(
+                ctl.ns.cfg.max_outbound_queue_bytes,
+                ctl.ns.epoch,
+            ));
             match stream.into_std() {
                 Ok(stream) => post(
                     ctl,
@@ -627,6 +729,10 @@ fn close(ctl: &Rc<Ctl>, st: &mut State, link: LinkId, goodbye: bool) {
 
 fn begin_stop(ctl: &Rc<Ctl>, reply: mpsc::Sender<()>) {
     ctl.ns.stopping.store(true, Ordering::Release);
+    // Free the port at once (a restarted node may bind it right after stop returns).
+    if let Err(e) = ctl.listener.shutdown() {
+        tracing::debug!(error = %e, "listener shutdown");
+    }
     {
         let mut st = ctl.st.borrow_mut();
         st.stop_reply = Some(reply);
@@ -647,7 +753,11 @@ async fn discovery(ctl: Rc<Ctl>) {
             reuse_addr: true,
             reuse_port: true,
         };
-        let sock = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, cfg.multicast_port)), opts).await?;
+        let sock = UdpSocket::bind(
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, cfg.multicast_port)),
+            opts,
+        )
+        .await?;
         sock.join_multicast_v4(cfg.multicast_group, iface)?;
         if cfg.multicast_interface.is_some() {
             sock.set_multicast_if_v4(iface)?;
@@ -678,7 +788,10 @@ async fn discovery(ctl: Rc<Ctl>) {
         }
         let port = ctl.st.borrow().listen_port;
         let mut b = BytesMut::new();
-        if Announce::new(ctl.ns.me, port, &cfg.group_name, false).encode_body(&mut b).is_err() {
+        if Announce::new(ctl.ns.me, port, &cfg.group_name, false)
+            .encode_body(&mut b)
+            .is_err()
+        {
             continue;
         }
         if let Err(e) = sock.send_to(b.freeze(), dest).await {
@@ -723,7 +836,10 @@ async fn announce_rx(ctl: Rc<Ctl>, sock: Rc<UdpSocket>) {
         };
         match accept_announce(&buf[..n], from, &filter, |_, _| false) {
             Ok(a) => {
-                ctl.st.borrow_mut().peers.on_announce(a.peer, a.dial_addr, Instant::now());
+                ctl.st
+                    .borrow_mut()
+                    .peers
+                    .on_announce(a.peer, a.dial_addr, Instant::now());
                 run_actions(&ctl);
             }
             Err(e) => tracing::trace!(%from, error = %e, "announce ignored"),

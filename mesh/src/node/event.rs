@@ -146,7 +146,12 @@ impl EventHub {
 
     /// A Message event: waits for room below the message share of the queue. `on_wait` is
     /// called before the first wait (the caller marks its link as busy, not dead).
-    pub(crate) async fn emit_message(&self, ev: Event, counters: &Counters, mut on_wait: impl FnMut(bool)) {
+    pub(crate) async fn emit_message(
+        &self,
+        ev: Event,
+        counters: &Counters,
+        mut on_wait: impl FnMut(bool),
+    ) {
         self.run_callbacks(&ev);
         let mut ev = ev;
         let mut waited = false;
@@ -164,7 +169,10 @@ impl EventHub {
                 }
             }
             let listener = self.room.listen();
-            if self.queue.len() < self.message_limit || !self.subscribed() || self.closed.load(Ordering::Acquire) {
+            if self.queue.len() < self.message_limit
+                || !self.subscribed()
+                || self.closed.load(Ordering::Acquire)
+            {
                 continue;
             }
             if !waited {
@@ -207,14 +215,19 @@ pub struct EventReceiver {
 
 impl std::fmt::Debug for EventReceiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventReceiver").field("queued", &self.hub.queue.len()).finish()
+        f.debug_struct("EventReceiver")
+            .field("queued", &self.hub.queue.len())
+            .finish()
     }
 }
 
 impl EventReceiver {
     pub(crate) fn new(hub: Arc<EventHub>) -> EventReceiver {
         hub.receivers.fetch_add(1, Ordering::AcqRel);
-        EventReceiver { hub, listener: None }
+        EventReceiver {
+            hub,
+            listener: None,
+        }
     }
 
     /// The next event without waiting.

@@ -313,16 +313,24 @@ impl MeshBuilder {
             return Err(MeshError::Option("shards must be at least 1"));
         }
         if self.opts.publish_queue_capacity == 0 {
-            return Err(MeshError::Option("publish_queue_capacity must be at least 1"));
+            return Err(MeshError::Option(
+                "publish_queue_capacity must be at least 1",
+            ));
         }
-        let me = self.id.filter(|id| !id.is_zero()).unwrap_or_else(PeerId::random);
+        let me = self
+            .id
+            .filter(|id| !id.is_zero())
+            .unwrap_or_else(PeerId::random);
         let shards = self.opts.shards;
         let ns = Arc::new(NodeShared {
             me,
             policy: self.opts.overflow_policy,
             shards,
             counters: (0..=shards).map(|_| Counters::default()).collect(),
-            hub: Arc::new(EventHub::new(self.opts.event_queue_capacity, self.callbacks)),
+            hub: Arc::new(EventHub::new(
+                self.opts.event_queue_capacity,
+                self.callbacks,
+            )),
             snapshot: Mutex::new(Snapshot::default()),
             connected: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
@@ -343,7 +351,10 @@ impl MeshBuilder {
 
 enum RunState {
     Built,
-    Running { rt: Runtime, cmd: IngressSender<Cmd> },
+    Running {
+        rt: Runtime,
+        cmd: IngressSender<Cmd>,
+    },
     Stopped,
 }
 
@@ -430,7 +441,7 @@ impl Mesh {
                     publish: if idx == origin { prx.take() } else { None },
                     seed: rand::random(),
                 };
-                let _ = rt.spawn_on(ExecutorId::Shard(idx), move || shard::run(init))?;
+                drop(rt.spawn_on(ExecutorId::Shard(idx), move || shard::run(init))?);
             }
             let (ready_tx, ready_rx) = mpsc::channel();
             let listen = SocketAddr::new(opts.listen_addr, ns.cfg.listen_port);
@@ -442,13 +453,19 @@ impl Mesh {
                 ready: ready_tx,
                 seed: rand::random(),
             };
-            let _ = rt.spawn_on(ExecutorId::Control, move || control::run(init))?;
+            drop(rt.spawn_on(ExecutorId::Control, move || control::run(init))?);
             match ready_rx.recv_timeout(Duration::from_secs(10)) {
                 Ok(Ok(port)) => Ok(port),
-                Ok(Err(source)) => Err(MeshError::Listen { addr: listen, source }),
+                Ok(Err(source)) => Err(MeshError::Listen {
+                    addr: listen,
+                    source,
+                }),
                 Err(_) => Err(MeshError::Listen {
                     addr: listen,
-                    source: std::io::Error::new(std::io::ErrorKind::TimedOut, "control plane did not start"),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "control plane did not start",
+                    ),
                 }),
             }
         })();
@@ -500,7 +517,11 @@ impl Mesh {
     }
 
     /// [`send`](Self::send) from a plain thread: blocks while there is no room.
-    pub fn send_blocking(&self, peer: PeerId, payload: impl Into<Bytes>) -> Result<(), PublishError> {
+    pub fn send_blocking(
+        &self,
+        peer: PeerId,
+        payload: impl Into<Bytes>,
+    ) -> Result<(), PublishError> {
         self.publish_blocking(peer, payload.into())
     }
 
@@ -541,7 +562,12 @@ impl Mesh {
     }
 
     fn snapshot<T>(&self, f: impl FnOnce(&Snapshot) -> T) -> T {
-        let s = self.inner.ns.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+        let s = self
+            .inner
+            .ns
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         f(&s)
     }
 
@@ -563,12 +589,15 @@ impl Mesh {
 
     async fn publish_async(&self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
         let tx = self.admit(dst, payload.len())?;
-        tx.send(Publish { dst, payload }).await.map_err(|_| PublishError::Stopped)
+        tx.send(Publish { dst, payload })
+            .await
+            .map_err(|_| PublishError::Stopped)
     }
 
     fn publish_blocking(&self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
         let tx = self.admit(dst, payload.len())?;
-        tx.send_blocking(Publish { dst, payload }).map_err(|_| PublishError::Stopped)
+        tx.send_blocking(Publish { dst, payload })
+            .map_err(|_| PublishError::Stopped)
     }
 
     fn publish_try(&self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
@@ -589,18 +618,31 @@ impl Mesh {
 
 impl Inner {
     fn stop(&self) {
+        if std::thread::panicking() {
+            // compio aborts the process when one of its tasks is woken from a panicking
+            // thread (as stopping does), so a node dropped during an unwind stops on a helper.
+            std::thread::scope(|s| {
+                let _ = s.spawn(|| self.stop_now()).join();
+            });
+        } else {
+            self.stop_now();
+        }
+    }
+
+    fn stop_now(&self) {
         let running = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             std::mem::replace(&mut *state, RunState::Stopped)
         };
         self.ns.stopping.store(true, Ordering::Release);
         if let RunState::Running { rt, cmd } = running {
+            // No shard may keep waiting for event-queue room while it should be closing links.
+            self.ns.hub.close();
             let (tx, rx) = mpsc::channel();
             if cmd.try_send(Cmd::Stop(tx)).is_ok() {
                 // Goodbyes flushed, or give up waiting: stopping must not hang on a dead peer.
                 let _ = rx.recv_timeout(Duration::from_secs(3));
             }
-            self.ns.hub.close();
             rt.shutdown();
             if let Err(e) = rt.join() {
                 tracing::error!(error = %e, "mesh runtime stopped with an error");

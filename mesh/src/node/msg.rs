@@ -42,6 +42,8 @@ pub(crate) enum Msg {
     SendRaw { link: LinkId, frame: Bytes },
     /// Close everything and report [`Msg::Stopped`].
     Stop,
+    /// Answer [`Msg::Synced`] with the same token: everything posted before is applied.
+    Sync(u64),
     // shard -> shard
     /// Route this Data frame received on `from` (sent to the shard owning its dedup state).
     Relay { from: LinkId, data: Data },
@@ -58,4 +60,6 @@ pub(crate) enum Msg {
     MembershipIn { link: LinkId, record: Membership },
     /// Shard `n` closed its links after [`Msg::Stop`].
     Stopped(usize),
+    /// Reply to [`Msg::Sync`].
+    Synced(u64),
 }

@@ -24,11 +24,12 @@ use crate::proto::{
     dedup_shard, CloseReason, DataMeta, DropReason, FrameAction, Link, LinkEvent, LinkId, MsgIdGen,
     Route, Router, RoutingTable,
 };
-use crate::wire::{peek_frame_len, take_frame, Data, DataHeader, DecodeError, DecodeStatus, Frame, DATA_HEADER_LEN};
+use crate::wire::{
+    peek_frame_len, take_frame, Data, DataHeader, DecodeError, DecodeStatus, Frame, DATA_HEADER_LEN,
+};
 use crate::{MsgId, PeerId};
 use ahash::AHashMap;
 use bytes::{Bytes, BytesMut};
-use event_listener::Listener;
 use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
 use shoal_runtime::net::{TcpReadHalf, TcpStream, TcpWriteHalf, MAX_IOVECS};
 use shoal_runtime::{spawn_local, LocalJoinHandle};
@@ -154,6 +155,7 @@ pub(crate) async fn run(init: ShardInit) {
         for (_, m) in batch.drain(..) {
             handle(&ctx, m).await;
         }
+        YieldNow(false).await;
     }
 }
 
@@ -209,6 +211,14 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
         Msg::Stop => {
             spawn_local(stop(ctx.clone())).detach();
         }
+        Msg::Sync(token) => {
+            let c2 = ctx.clone();
+            spawn_local(async move {
+                let to = c2.control();
+                c2.ch.send(to, Msg::Synced(token)).await;
+            })
+            .detach();
+        }
         Msg::Relay { from, data } => route(ctx, from, data).await,
         Msg::Transmit {
             link,
@@ -218,7 +228,7 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
             let n = DATA_HEADER_LEN + payload.len();
             enqueue_reserved(ctx, link, Out::Data(header, payload), n, None);
         }
-        Msg::LinkClosed { .. } | Msg::MembershipIn { .. } | Msg::Stopped(_) => {}
+        Msg::LinkClosed { .. } | Msg::MembershipIn { .. } | Msg::Stopped(_) | Msg::Synced(_) => {}
     }
 }
 
@@ -327,7 +337,10 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
                     inc(&ctx.counters().malformed_frames);
                     (
                         ErrorKind::Malformed,
-                        format!("connection closed inside a frame ({} bytes of it received)", buf.len()),
+                        format!(
+                            "connection closed inside a frame ({} bytes of it received)",
+                            buf.len()
+                        ),
                     )
                 });
                 teardown(&ctx, &l, Who::Reader, err);
@@ -428,8 +441,12 @@ async fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data) {
             fan_out(ctx, &meta, &d.payload, Some(except), None, ttl, false).await;
             deliver(ctx, d).await;
         }
-        Route::Forward { except, ttl } => fan_out(ctx, &meta, &d.payload, except, None, ttl, false).await,
-        Route::Unicast { link, ttl } => fan_out(ctx, &meta, &d.payload, None, Some(link), ttl, false).await,
+        Route::Forward { except, ttl } => {
+            fan_out(ctx, &meta, &d.payload, except, None, ttl, false).await
+        }
+        Route::Unicast { link, ttl } => {
+            fan_out(ctx, &meta, &d.payload, None, Some(link), ttl, false).await
+        }
         Route::Drop(DropReason::Duplicate) => inc(&c.dropped_duplicate),
         Route::Drop(DropReason::TtlExpired) => inc(&c.dropped_ttl),
         Route::Drop(DropReason::NoRoute) => inc(&c.dropped_no_route),
@@ -475,7 +492,12 @@ async fn fan_out(
         };
         match only {
             Some(l) => push(&l),
-            None => s.table.links().iter().filter(|l| Some(**l) != except).for_each(push),
+            None => s
+                .table
+                .links()
+                .iter()
+                .filter(|l| Some(**l) != except)
+                .for_each(push),
         }
     }
     let policy = ctx.ns.policy;
@@ -496,10 +518,17 @@ async fn fan_out(
             }
             continue;
         };
-        c.peak_queued_bytes.fetch_max(total as u64, Ordering::Relaxed);
+        c.peak_queued_bytes
+            .fetch_max(total as u64, Ordering::Relaxed);
         inc(&c.frames_queued);
         if owner == ctx.idx {
-            enqueue_reserved(ctx, link, Out::Data(header, payload.clone()), n, Some(&budget));
+            enqueue_reserved(
+                ctx,
+                link,
+                Out::Data(header, payload.clone()),
+                n,
+                Some(&budget),
+            );
         } else {
             inc(&c.hops_out);
             let m = Msg::Transmit {
@@ -516,7 +545,13 @@ async fn fan_out(
 }
 
 /// Queues a frame whose `n` bytes are already reserved on a link of this shard.
-fn enqueue_reserved(ctx: &Rc<Ctx>, link: LinkId, out: Out, n: usize, budget: Option<&Arc<LinkBudget>>) {
+fn enqueue_reserved(
+    ctx: &Rc<Ctx>,
+    link: LinkId,
+    out: Out,
+    n: usize,
+    budget: Option<&Arc<LinkBudget>>,
+) {
     let l = ctx.st.borrow().links.get(&link).cloned();
     if let Some(l) = l {
         let mut c = l.borrow_mut();
@@ -556,7 +591,8 @@ async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf) {
                 }
                 true
             } else {
-                let mut arena = BytesMut::with_capacity(DATA_HEADER_LEN * c.queue.len().min(MAX_IOVECS / 2));
+                let mut arena =
+                    BytesMut::with_capacity(DATA_HEADER_LEN * c.queue.len().min(MAX_IOVECS / 2));
                 while bufs.len() + 2 <= MAX_IOVECS {
                     match c.queue.pop_front() {
                         Some(Out::Data(h, p)) => {
@@ -576,12 +612,16 @@ async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf) {
         };
         if idle {
             let listener = l.borrow().budget.wake.listen();
-            let c = l.borrow();
-            if !c.queue.is_empty() || c.closing.is_some() || c.finished || c.budget.kill_requested() {
-                continue;
+            let work = {
+                let c = l.borrow();
+                !c.queue.is_empty()
+                    || c.closing.is_some()
+                    || c.finished
+                    || c.budget.kill_requested()
+            };
+            if !work {
+                listener.await;
             }
-            drop(c);
-            listener.await;
             continue;
         }
         let bytes: usize = bufs.iter().map(Bytes::len).sum();
@@ -716,6 +756,28 @@ async fn publisher(ctx: Rc<Ctx>, mut rx: IngressReceiver<Publish>) {
         for p in batch.drain(..) {
             originate(&ctx, p).await;
         }
+        // A publisher that always finds its ingress non-empty would otherwise never let the
+        // writers run, and every queue would look full to it.
+        YieldNow(false).await;
+    }
+}
+
+/// Returns `Pending` once (after waking itself), so the executor runs its other tasks.
+struct YieldNow(bool);
+
+impl std::future::Future for YieldNow {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
     }
 }
 
@@ -746,8 +808,12 @@ async fn originate(ctx: &Rc<Ctx>, p: Publish) {
             };
             deliver(ctx, d).await;
         }
-        Route::Forward { except, ttl } => fan_out(ctx, &meta, &p.payload, except, None, ttl, true).await,
-        Route::Unicast { link, ttl } => fan_out(ctx, &meta, &p.payload, None, Some(link), ttl, true).await,
+        Route::Forward { except, ttl } => {
+            fan_out(ctx, &meta, &p.payload, except, None, ttl, true).await
+        }
+        Route::Unicast { link, ttl } => {
+            fan_out(ctx, &meta, &p.payload, None, Some(link), ttl, true).await
+        }
         Route::DeliverAndForward { .. } => {}
         Route::Drop(_) => inc(&c.dropped_no_route),
     }

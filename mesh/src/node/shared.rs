@@ -62,7 +62,8 @@ pub(crate) struct Channels {
 
 impl Channels {
     pub(crate) fn new(list: Vec<(ExecutorId, Sender<Msg>)>, shards: usize) -> Channels {
-        let mut senders: Vec<Option<Rc<AsyncMutex<Sender<Msg>>>>> = (0..=shards).map(|_| None).collect();
+        let mut senders: Vec<Option<Rc<AsyncMutex<Sender<Msg>>>>> =
+            (0..=shards).map(|_| None).collect();
         for (id, s) in list {
             senders[slot(id, shards)] = Some(Rc::new(AsyncMutex::new(s)));
         }

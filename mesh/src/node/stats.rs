@@ -111,6 +111,10 @@ impl MeshStats {
         for s in shards.iter().chain(std::iter::once(&control)) {
             total.accumulate(s);
         }
-        MeshStats { total, shards, control }
+        MeshStats {
+            total,
+            shards,
+            control,
+        }
     }
 }

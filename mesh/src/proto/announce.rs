@@ -137,7 +137,9 @@ mod tests {
 
     fn datagram(id: PeerId, port: u16, group: &str, secured: bool) -> Vec<u8> {
         let mut out = Vec::new();
-        Announce::new(id, port, group, secured).encode_body(&mut out).unwrap();
+        Announce::new(id, port, group, secured)
+            .encode_body(&mut out)
+            .unwrap();
         out
     }
 
@@ -168,9 +170,12 @@ mod tests {
     #[test]
     fn accepts_and_builds_dial_back_address() {
         let peer = PeerId([2; 16]);
-        let got = accept_announce(&datagram(peer, 7000, "default", false), src(), &filter(false), |_, _| {
-            panic!("no MAC on a plaintext mesh")
-        })
+        let got = accept_announce(
+            &datagram(peer, 7000, "default", false),
+            src(),
+            &filter(false),
+            |_, _| panic!("no MAC on a plaintext mesh"),
+        )
         .unwrap();
         assert_eq!(got.peer, peer);
         assert_eq!(got.dial_addr, "10.0.0.7:7000".parse().unwrap());
@@ -187,7 +192,9 @@ mod tests {
         );
         assert!(matches!(
             accept_announce(&datagram(peer, 7000, "other", false), src(), &f, none),
-            Err(AnnounceError::Rejected(AnnounceReject::GroupMismatch { .. }))
+            Err(AnnounceError::Rejected(
+                AnnounceReject::GroupMismatch { .. }
+            ))
         ));
         let mut secured = datagram(peer, 7000, "default", true);
         secured.extend_from_slice(&[0; 16]);
@@ -199,13 +206,17 @@ mod tests {
         bad[0] = b'X';
         assert!(matches!(
             accept_announce(&bad, src(), &f, none),
-            Err(AnnounceError::Rejected(AnnounceReject::Malformed(DecodeError::BadMagic(_))))
+            Err(AnnounceError::Rejected(AnnounceReject::Malformed(
+                DecodeError::BadMagic(_)
+            )))
         ));
         let mut v2 = datagram(peer, 7000, "default", false);
         v2[4] = 2;
         assert!(matches!(
             accept_announce(&v2, src(), &f, none),
-            Err(AnnounceError::Rejected(AnnounceReject::VersionMismatch { .. }))
+            Err(AnnounceError::Rejected(
+                AnnounceReject::VersionMismatch { .. }
+            ))
         ));
         assert_eq!(
             accept_announce(&datagram(peer, 0, "default", false), src(), &f, none),
@@ -228,10 +239,16 @@ mod tests {
             accept_announce(&d, src(), &f, |_, mac| mac != &[0xaa; 16]),
             Err(AnnounceError::BadMac)
         );
-        let got = accept_announce(&d, src(), &f, |body, mac| body.len() == body_len && mac == &[0xaa; 16]).unwrap();
+        let got = accept_announce(&d, src(), &f, |body, mac| {
+            body.len() == body_len && mac == &[0xaa; 16]
+        })
+        .unwrap();
         assert_eq!(got.peer, peer);
         // A plaintext announce on a secured mesh fails on its (absent) MAC before parsing.
         let plain = datagram(peer, 7000, "default", false);
-        assert_eq!(accept_announce(&plain, src(), &f, |_, _| false), Err(AnnounceError::BadMac));
+        assert_eq!(
+            accept_announce(&plain, src(), &f, |_, _| false),
+            Err(AnnounceError::BadMac)
+        );
     }
 }

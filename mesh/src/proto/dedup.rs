@@ -174,7 +174,10 @@ mod tests {
         d.check_and_insert(id(1), t);
         d.check_and_insert(id(2), t + Duration::from_millis(250));
         d.handle_timeout(t + Duration::from_millis(100));
-        assert_eq!((d.len(), d.poll_timeout()), (2, t + Duration::from_millis(200)));
+        assert_eq!(
+            (d.len(), d.poll_timeout()),
+            (2, t + Duration::from_millis(200))
+        );
         d.handle_timeout(t + Duration::from_millis(450));
         assert_eq!(d.len(), 1);
         assert!(!d.contains(&id(1)));

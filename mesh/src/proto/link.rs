@@ -194,13 +194,27 @@ impl Link {
 
     /// An accepted connection: HelloAck is queued at once.
     pub fn acceptor(id: LinkId, local: Hello, timers: LinkTimers, now: Instant) -> Link {
-        let mut l = Link::new(id, Role::Acceptor, LinkState::Handshaking, local, timers, now);
+        let mut l = Link::new(
+            id,
+            Role::Acceptor,
+            LinkState::Handshaking,
+            local,
+            timers,
+            now,
+        );
         let hello = l.local.clone();
         l.send(Frame::HelloAck(hello), now);
         l
     }
 
-    fn new(id: LinkId, role: Role, state: LinkState, local: Hello, timers: LinkTimers, now: Instant) -> Link {
+    fn new(
+        id: LinkId,
+        role: Role,
+        state: LinkState,
+        local: Hello,
+        timers: LinkTimers,
+        now: Instant,
+    ) -> Link {
         Link {
             id,
             role,
@@ -305,21 +319,26 @@ impl Link {
             Frame::Heartbeat => FrameAction::Consumed,
             Frame::Goodbye => {
                 self.state = LinkState::Closed;
-                self.events.push_back(LinkEvent::Closed(CloseReason::Goodbye));
+                self.events
+                    .push_back(LinkEvent::Closed(CloseReason::Goodbye));
                 FrameAction::Close
             }
             Frame::AuthConfirm(_) => {
                 if self.state == LinkState::AwaitingAuth {
                     FrameAction::Process
                 } else {
-                    self.fail(CloseReason::ProtocolViolation("AuthConfirm outside AwaitingAuth"))
+                    self.fail(CloseReason::ProtocolViolation(
+                        "AuthConfirm outside AwaitingAuth",
+                    ))
                 }
             }
             Frame::Data(_) | Frame::Membership(_) | Frame::IdentityRecord(_) => {
                 if self.state == LinkState::Established {
                     FrameAction::Process
                 } else {
-                    self.fail(CloseReason::ProtocolViolation("payload frame before Established"))
+                    self.fail(CloseReason::ProtocolViolation(
+                        "payload frame before Established",
+                    ))
                 }
             }
         }
@@ -372,7 +391,9 @@ impl Link {
             LinkState::Established => {
                 if now.saturating_duration_since(self.last_recv) >= self.timers.heartbeat_timeout {
                     self.fail(CloseReason::HeartbeatTimeout);
-                } else if now.saturating_duration_since(self.last_sent) >= self.timers.heartbeat_interval {
+                } else if now.saturating_duration_since(self.last_sent)
+                    >= self.timers.heartbeat_interval
+                {
                     self.stats.heartbeats_sent += 1;
                     self.send(Frame::Heartbeat, now);
                 }

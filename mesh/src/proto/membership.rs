@@ -204,7 +204,13 @@ impl Membership {
     }
 
     /// A Membership frame arrived on `from`.
-    pub fn on_record(&mut self, from: LinkId, rec: &Record, wall_ms: u64, now: Instant) -> RecordOutcome {
+    pub fn on_record(
+        &mut self,
+        from: LinkId,
+        rec: &Record,
+        wall_ms: u64,
+        now: Instant,
+    ) -> RecordOutcome {
         if rec.origin.is_zero() || rec.neighbours.len() > MAX_NEIGHBOURS {
             return RecordOutcome::Invalid;
         }
@@ -308,7 +314,8 @@ impl Membership {
 
     /// BFS from self over the union graph, then diff against the previous member set.
     fn recompute(&mut self) {
-        let mut adj: AHashMap<PeerId, Vec<PeerId>> = AHashMap::with_capacity(self.records.len() + 1);
+        let mut adj: AHashMap<PeerId, Vec<PeerId>> =
+            AHashMap::with_capacity(self.records.len() + 1);
         let mut add_edges = |a: PeerId, ns: &[PeerId]| {
             for &b in ns {
                 if a != b && !b.is_zero() {
@@ -379,7 +386,10 @@ mod tests {
             version: 10,
             neighbours: vec![p(3)],
         };
-        assert_eq!(m.on_record(LinkId(7), &r, 1_000, now), RecordOutcome::Stored);
+        assert_eq!(
+            m.on_record(LinkId(7), &r, 1_000, now),
+            RecordOutcome::Stored
+        );
         let t = drain(&mut m);
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].dest, Dest::AllExcept(LinkId(7)));
@@ -407,7 +417,10 @@ mod tests {
             version: 9_999,
             neighbours: vec![],
         };
-        assert_eq!(m.on_record(LinkId(1), &old, 1_000, now), RecordOutcome::OwnOutranked);
+        assert_eq!(
+            m.on_record(LinkId(1), &old, 1_000, now),
+            RecordOutcome::OwnOutranked
+        );
         assert!(m.version() > 9_999);
         assert_eq!(drain(&mut m)[0].record.version, m.version());
     }
@@ -415,7 +428,14 @@ mod tests {
     #[test]
     fn store_is_bounded() {
         let now = Instant::now();
-        let mut m = Membership::new(p(1), Duration::from_secs(1), Duration::from_secs(3), 2, 0, now);
+        let mut m = Membership::new(
+            p(1),
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+            2,
+            0,
+            now,
+        );
         for n in 2..5 {
             let r = Record {
                 origin: p(n),
@@ -445,7 +465,10 @@ mod tests {
         assert_eq!(drain(&mut m).len(), 1);
         m.handle_timeout(0, now + Duration::from_secs(6));
         assert!(!m.is_member(&p(3)));
-        assert!(m.is_member(&p(2)), "direct neighbour stays a member via the own record");
+        assert!(
+            m.is_member(&p(2)),
+            "direct neighbour stays a member via the own record"
+        );
         assert_eq!(m.stats().expired, 1);
     }
 }

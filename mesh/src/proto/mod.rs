@@ -27,6 +27,22 @@
 //! was received (bytes and frames) *before* calling a link's `handle_timeout`, so a receiver
 //! that was busy does not declare a talking peer dead (see [`link`]).
 //!
+//! Sharding: a link lives on shard [`link_shard`]`(peer)`. Dials to discovered peers know the
+//! peer up front; inbound, static and seed connections learn it from the Hello, so the driver
+//! runs the handshake wherever the socket landed and moves the link to its shard when
+//! [`link::LinkEvent::Established`] names the peer. Data is routed on shard
+//! [`dedup_shard`]`(msg_id)` (the originator's shard): frames arriving straight from their
+//! originator are already there; relayed ones hop once. Every shard holds the same
+//! [`router::RoutingTable`]; a `Forward`/`Unicast` route is fanned out to the shards owning
+//! the target links (again `link_shard` of each neighbour).
+//!
+//! Order between machines: apply a [`peers::PeerManager`]'s actions (routing-table
+//! `Install`/`Uninstall`) before feeding its events to [`membership::Membership`], so a
+//! membership flood triggered by `Connected` already reaches the new link.
+//!
+//! `mesh/tests/proto_sim/mod.rs` is a complete reference driver: it runs whole nodes out of
+//! these machines over an in-memory network with virtual time.
+//!
 //! Links are named by [`LinkId`]s, allocated by the peer table ([`peers::PeerManager`]) for
 //! every dial and every accepted socket and never reused, so a larger id is a younger
 //! connection. The control plane pushes each shard a [`router::RoutingTable`] (neighbour to
@@ -79,7 +95,11 @@ pub fn backoff_with_jitter(
     use rand::Rng;
     let d = backoff_delay(base, max, attempt);
     let jitter_ns = (d / 5).as_nanos() as u64;
-    d + std::time::Duration::from_nanos(if jitter_ns == 0 { 0 } else { rng.gen_range(0..=jitter_ns) })
+    d + std::time::Duration::from_nanos(if jitter_ns == 0 {
+        0
+    } else {
+        rng.gen_range(0..=jitter_ns)
+    })
 }
 
 #[cfg(test)]
@@ -91,7 +111,9 @@ mod tests {
     #[test]
     fn backoff_doubles_and_caps() {
         let (b, m) = (Duration::from_millis(500), Duration::from_millis(30_000));
-        let got: Vec<u64> = (0..8).map(|a| backoff_delay(b, m, a).as_millis() as u64).collect();
+        let got: Vec<u64> = (0..8)
+            .map(|a| backoff_delay(b, m, a).as_millis() as u64)
+            .collect();
         assert_eq!(got, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
         assert_eq!(backoff_delay(b, Duration::MAX, 40), b * (1 << 20));
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);

@@ -152,7 +152,8 @@ enum Origin {
 #[derive(Debug)]
 struct Conn {
     origin: Origin,
-    established: bool,
+    /// The peer behind it, once its handshake completed.
+    peer: Option<PeerId>,
 }
 
 impl Conn {
@@ -269,7 +270,10 @@ impl<R: rand::RngCore> PeerManager<R> {
 
     /// Peers with an established link.
     pub fn connected_peers(&self) -> impl Iterator<Item = &PeerId> {
-        self.peers.iter().filter(|(_, p)| p.link.is_some()).map(|(id, _)| id)
+        self.peers
+            .iter()
+            .filter(|(_, p)| p.link.is_some())
+            .map(|(id, _)| id)
     }
 
     /// Every known peer.
@@ -293,8 +297,10 @@ impl<R: rand::RngCore> PeerManager<R> {
                 tracing::warn!(%peer, max = self.max_peers, "peer table full, announce ignored");
                 return;
             }
-            self.peers.insert(peer, Peer::new(PeerState::Discovered, now));
-            self.events.push_back(PeerEvent::PeerDiscovered { peer, addr });
+            self.peers
+                .insert(peer, Peer::new(PeerState::Discovered, now));
+            self.events
+                .push_back(PeerEvent::PeerDiscovered { peer, addr });
         }
         let p = self.peers.get_mut(&peer).expect("inserted above");
         p.addr = Some(addr);
@@ -321,7 +327,7 @@ impl<R: rand::RngCore> PeerManager<R> {
             link,
             Conn {
                 origin: Origin::Inbound,
-                established: false,
+                peer: None,
             },
         );
         Some(link)
@@ -347,7 +353,10 @@ impl<R: rand::RngCore> PeerManager<R> {
             self.stats.self_connections += 1;
             tracing::debug!(?link, "connection reached this node itself, closing");
             self.conns.remove(&link);
-            self.actions.push_back(PeerAction::Close { link, goodbye: false });
+            self.actions.push_back(PeerAction::Close {
+                link,
+                goodbye: false,
+            });
             self.dial_failed(origin, now);
             return;
         }
@@ -355,11 +364,15 @@ impl<R: rand::RngCore> PeerManager<R> {
             if self.peers.len() >= self.max_peers {
                 self.stats.peer_table_full += 1;
                 self.conns.remove(&link);
-                self.actions.push_back(PeerAction::Close { link, goodbye: true });
+                self.actions.push_back(PeerAction::Close {
+                    link,
+                    goodbye: true,
+                });
                 self.dial_failed(origin, now);
                 return;
             }
-            self.peers.insert(peer, Peer::new(PeerState::Connecting, now));
+            self.peers
+                .insert(peer, Peer::new(PeerState::Connecting, now));
         }
         match origin {
             Origin::Static(i) => {
@@ -378,6 +391,16 @@ impl<R: rand::RngCore> PeerManager<R> {
                 self.seeds[i].pending = None;
                 self.seeds[i].attempt = 0;
             }
+            Origin::Discovered(dialed) if dialed != peer => {
+                // The address now belongs to another id (the peer restarted): the dial for
+                // the old id is over; the old id gets Lost unless it is announced again.
+                if let Some(o) = self.peers.get_mut(&dialed) {
+                    if o.dialing == Some(link) {
+                        o.dialing = None;
+                        o.state = PeerState::Disconnected;
+                    }
+                }
+            }
             Origin::Discovered(_) | Origin::Inbound => {}
         }
         let p = self.peers.get_mut(&peer).expect("present");
@@ -390,7 +413,7 @@ impl<R: rand::RngCore> PeerManager<R> {
         p.attempt = 0;
         p.reconnect_at = None;
         p.last_seen = now;
-        self.conns.get_mut(&link).expect("present").established = true;
+        self.conns.get_mut(&link).expect("present").peer = Some(peer);
         match p.link {
             None => {
                 p.link = Some(link);
@@ -447,21 +470,21 @@ impl<R: rand::RngCore> PeerManager<R> {
         if self.stopped {
             return;
         }
-        if !conn.established {
+        let Some(peer) = conn.peer else {
             self.dial_failed(conn.origin, now);
             return;
-        }
-        let installed = self
-            .peers
-            .iter()
-            .find(|(_, p)| p.link == Some(link))
-            .map(|(id, _)| *id);
-        let Some(peer) = installed else {
-            return;
         };
+        if self.peers.get(&peer).and_then(|p| p.link) != Some(link) {
+            return; // not the installed link (cannot happen: losers leave `conns` at once)
+        }
         let attempt_delay = {
             let p = &self.peers[&peer];
-            backoff_with_jitter(self.reconnect_base, self.reconnect_max, p.attempt, &mut self.rng)
+            backoff_with_jitter(
+                self.reconnect_base,
+                self.reconnect_max,
+                p.attempt,
+                &mut self.rng,
+            )
         };
         let p = self.peers.get_mut(&peer).expect("found above");
         p.link = None;
@@ -477,7 +500,12 @@ impl<R: rand::RngCore> PeerManager<R> {
             for i in 0..self.statics.len() {
                 if self.statics[i].peer == Some(peer) && self.statics[i].pending.is_none() {
                     let t = &mut self.statics[i];
-                    let d = backoff_with_jitter(self.reconnect_base, self.reconnect_max, t.attempt, &mut self.rng);
+                    let d = backoff_with_jitter(
+                        self.reconnect_base,
+                        self.reconnect_max,
+                        t.attempt,
+                        &mut self.rng,
+                    );
                     t.next_dial = now + d;
                     t.attempt = t.attempt.saturating_add(1);
                 }
@@ -491,7 +519,11 @@ impl<R: rand::RngCore> PeerManager<R> {
             return;
         }
         self.stopped = true;
-        let mut links: Vec<(LinkId, bool)> = self.conns.iter().map(|(l, c)| (*l, c.established)).collect();
+        let mut links: Vec<(LinkId, bool)> = self
+            .conns
+            .iter()
+            .map(|(l, c)| (*l, c.peer.is_some()))
+            .collect();
         links.sort();
         for (link, goodbye) in links {
             self.actions.push_back(PeerAction::Close { link, goodbye });
@@ -543,7 +575,8 @@ impl<R: rand::RngCore> PeerManager<R> {
             if p.link.is_some() || p.dialing.is_some() {
                 continue;
             }
-            if !p.is_static && now.saturating_duration_since(p.last_seen) >= self.peer_lost_timeout {
+            if !p.is_static && now.saturating_duration_since(p.last_seen) >= self.peer_lost_timeout
+            {
                 lost.push(*id);
                 continue;
             }
@@ -585,8 +618,9 @@ impl<R: rand::RngCore> PeerManager<R> {
             let t = &self.statics[i];
             if t.pending.is_none() && t.next_dial <= now && !self.covered(t) {
                 let target = DialTarget::Endpoint(t.endpoint.clone());
-                if let Some(link) = self.dial(Origin::Static(i), target) {
-                    self.statics[i].pending = Some(link);
+                match self.dial(Origin::Static(i), target) {
+                    Some(link) => self.statics[i].pending = Some(link),
+                    None => self.statics[i].next_dial = now + self.reconnect_base,
                 }
             }
         }
@@ -597,24 +631,29 @@ impl<R: rand::RngCore> PeerManager<R> {
             let t = &self.seeds[i];
             if t.pending.is_none() && t.next_dial <= now {
                 let target = DialTarget::Endpoint(t.endpoint.clone());
-                if let Some(link) = self.dial(Origin::Seed(i), target) {
-                    self.seeds[i].pending = Some(link);
+                match self.dial(Origin::Seed(i), target) {
+                    Some(link) => self.seeds[i].pending = Some(link),
+                    None => self.seeds[i].next_dial = now + self.reconnect_base,
                 }
             }
         }
     }
 
-    fn dial_peer(&mut self, peer: PeerId, _now: Instant) {
+    fn dial_peer(&mut self, peer: PeerId, now: Instant) {
         let Some(addr) = self.peers.get(&peer).and_then(|p| p.addr) else {
             return;
         };
-        if let Some(link) = self.dial(Origin::Discovered(peer), DialTarget::Addr(addr)) {
-            let p = self.peers.get_mut(&peer).expect("caller checked");
-            p.dialing = Some(link);
-            p.reconnect_at = None;
-            if p.link.is_none() {
-                p.state = PeerState::Connecting;
+        let dialed = self.dial(Origin::Discovered(peer), DialTarget::Addr(addr));
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        match dialed {
+            Some(link) => {
+                p.dialing = Some(link);
+                p.reconnect_at = None;
+                if p.link.is_none() {
+                    p.state = PeerState::Connecting;
+                }
             }
+            None => p.reconnect_at = Some(now + self.reconnect_base),
         }
     }
 
@@ -624,13 +663,7 @@ impl<R: rand::RngCore> PeerManager<R> {
             return None;
         }
         let link = self.alloc_link();
-        self.conns.insert(
-            link,
-            Conn {
-                origin,
-                established: false,
-            },
-        );
+        self.conns.insert(link, Conn { origin, peer: None });
         self.stats.dials += 1;
         self.actions.push_back(PeerAction::Dial { link, target });
         Some(link)
@@ -643,7 +676,12 @@ impl<R: rand::RngCore> PeerManager<R> {
                 let Some(attempt) = self.peers.get(&peer).map(|p| p.attempt) else {
                     return;
                 };
-                let d = backoff_with_jitter(self.reconnect_base, self.reconnect_max, attempt, &mut self.rng);
+                let d = backoff_with_jitter(
+                    self.reconnect_base,
+                    self.reconnect_max,
+                    attempt,
+                    &mut self.rng,
+                );
                 let p = self.peers.get_mut(&peer).expect("checked");
                 p.dialing = None;
                 p.attempt = p.attempt.saturating_add(1);
@@ -654,7 +692,12 @@ impl<R: rand::RngCore> PeerManager<R> {
             }
             Origin::Static(i) | Origin::Seed(i) => {
                 let attempt = self.target(origin, i).attempt;
-                let d = backoff_with_jitter(self.reconnect_base, self.reconnect_max, attempt, &mut self.rng);
+                let d = backoff_with_jitter(
+                    self.reconnect_base,
+                    self.reconnect_max,
+                    attempt,
+                    &mut self.rng,
+                );
                 let t = self.target(origin, i);
                 t.pending = None;
                 t.attempt = t.attempt.saturating_add(1);

@@ -392,7 +392,10 @@ mod tests {
     #[test]
     fn targeted_rules() {
         let (mut r, t, now) = setup();
-        assert_eq!(r.on_data(&t, LinkId(2), &meta(2, p(1), 1, 3), now), Route::Deliver);
+        assert_eq!(
+            r.on_data(&t, LinkId(2), &meta(2, p(1), 1, 3), now),
+            Route::Deliver
+        );
         assert_eq!(
             r.on_data(&t, LinkId(2), &meta(2, p(3), 2, 3), now),
             Route::Unicast {

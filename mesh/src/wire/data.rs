@@ -34,7 +34,13 @@ impl Data {
 
     /// The fixed header of this frame (everything but the payload).
     pub fn header(&self) -> Result<DataHeader, EncodeError> {
-        DataHeader::new(&self.src, &self.dst, &self.msg_id, self.ttl, self.payload.len())
+        DataHeader::new(
+            &self.src,
+            &self.dst,
+            &self.msg_id,
+            self.ttl,
+            self.payload.len(),
+        )
     }
 
     /// Bytes the whole frame occupies on the wire: `58 + P`.

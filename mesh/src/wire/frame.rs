@@ -98,7 +98,10 @@ impl Hello {
             + 1
             + self.eph_pub_key.map_or(0, |k| k.len())
             + 1
-            + self.identity.as_ref().map_or(0, |i| 32 + 1 + i.node_name.len())
+            + self
+                .identity
+                .as_ref()
+                .map_or(0, |i| 32 + 1 + i.node_name.len())
             + self.shoal.as_ref().map_or(0, |e| e.encoded_len())
     }
 
@@ -375,9 +378,7 @@ impl Frame {
             }
             FrameType::Membership => Frame::Membership(Membership::decode_body(body)?),
             FrameType::AuthConfirm => Frame::AuthConfirm(AuthConfirm::decode_body(body)?),
-            FrameType::IdentityRecord => {
-                Frame::IdentityRecord(IdentityRecord::decode_body(body)?)
-            }
+            FrameType::IdentityRecord => Frame::IdentityRecord(IdentityRecord::decode_body(body)?),
         };
         Ok((frame, None))
     }
@@ -414,7 +415,10 @@ pub fn peek_frame_len(buf: &[u8], max_message_bytes: u32) -> Result<DecodeStatus
 
 /// Decodes the frame at the start of `buf` without consuming anything. A Data payload is a
 /// `Bytes` slice sharing `buf`'s storage (no copy).
-pub fn decode_frame(buf: &Bytes, max_message_bytes: u32) -> Result<DecodeStatus<Frame>, DecodeError> {
+pub fn decode_frame(
+    buf: &Bytes,
+    max_message_bytes: u32,
+) -> Result<DecodeStatus<Frame>, DecodeError> {
     let len = match peek_frame_len(buf, max_message_bytes)? {
         DecodeStatus::NeedMore { needed } => return Ok(DecodeStatus::NeedMore { needed }),
         DecodeStatus::Complete { len, .. } => len,
@@ -429,7 +433,10 @@ pub fn decode_frame(buf: &Bytes, max_message_bytes: u32) -> Result<DecodeStatus<
 /// The read-path helper: decodes the frame at the front of `buf` and, only on success, splits
 /// exactly that frame off `buf` (the Data payload then shares the split-off storage, no copy).
 /// `Ok(None)` means more bytes are needed; on error `buf` is left untouched.
-pub fn take_frame(buf: &mut BytesMut, max_message_bytes: u32) -> Result<Option<Frame>, DecodeError> {
+pub fn take_frame(
+    buf: &mut BytesMut,
+    max_message_bytes: u32,
+) -> Result<Option<Frame>, DecodeError> {
     let len = match peek_frame_len(buf, max_message_bytes)? {
         DecodeStatus::NeedMore { .. } => return Ok(None),
         DecodeStatus::Complete { len, .. } => len,

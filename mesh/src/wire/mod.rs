@@ -59,7 +59,10 @@ pub use data::{Data, DataHeader};
 pub use defaults::*;
 pub use error::{DecodeError, DecodeStatus, EncodeError};
 pub use frame::{
-    decode_frame, peek_frame_len, take_frame, AuthConfirm, Frame, FrameType, Hello,
-    HelloIdentity, IdentityRecord, Membership,
+    decode_frame, peek_frame_len, take_frame, AuthConfirm, Frame, FrameType, Hello, HelloIdentity,
+    IdentityRecord, Membership,
 };
-pub use hello_ext::{peer_accepts_frame_type, Features, ShoalExtension};
+pub use hello_ext::{
+    peer_accepts_frame_type, Features, ShoalExtension, SHOAL_EXT_FIXED_LEN, SHOAL_EXT_MAGIC,
+    SHOAL_EXT_VERSION,
+};

@@ -43,7 +43,10 @@ pub fn ep(port: u16) -> String {
 pub fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !cond() {
-        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs}s waiting for: {what}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -62,8 +65,10 @@ impl Recorder {
         let (l, s) = (log.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Acquire) {
-                if let Some(ev) = rx.recv_timeout(Duration::from_millis(20)) {
-                    l.lock().unwrap().push(ev);
+                match rx.recv_timeout(Duration::from_millis(20)) {
+                    Some(ev) => l.lock().unwrap().push(ev),
+                    // Timed out, or the node stopped (then recv returns at once).
+                    None => std::thread::sleep(Duration::from_millis(5)),
                 }
             }
         });
@@ -148,8 +153,10 @@ impl Node {
 /// Waits until every pair listed is connected on both sides.
 pub fn wait_connected(nodes: &[Node], pairs: &[(usize, usize)]) {
     for &(a, b) in pairs {
-        wait_until(10, &format!("node {a} and node {b} connected both ways"), || {
-            nodes[a].connected_to(&nodes[b]) && nodes[b].connected_to(&nodes[a])
-        });
+        wait_until(
+            10,
+            &format!("node {a} and node {b} connected both ways"),
+            || nodes[a].connected_to(&nodes[b]) && nodes[b].connected_to(&nodes[a]),
+        );
     }
 }

@@ -40,6 +40,8 @@ pub struct Node {
     pub rng: StdRng,
     /// (originator, payload) in delivery order.
     pub delivered: Vec<(PeerId, Bytes)>,
+    /// Ids of the delivered messages, same order.
+    pub delivered_ids: Vec<MsgId>,
     pub peer_events: Vec<PeerEvent>,
     pub member_events: Vec<MembershipEvent>,
     pub close_reasons: Vec<CloseReason>,
@@ -48,12 +50,33 @@ pub struct Node {
 }
 
 enum Ev {
-    Announce { to: usize, from_ip: Ipv4Addr, datagram: Vec<u8> },
-    Accept { to: usize, dialer: (usize, LinkId) },
-    Connected { to: usize, link: LinkId, remote: (usize, LinkId) },
-    DialFailed { to: usize, link: LinkId },
-    Frame { to: usize, link: LinkId, frame: Frame },
-    Eof { to: usize, link: LinkId },
+    Announce {
+        to: usize,
+        from_ip: Ipv4Addr,
+        datagram: Vec<u8>,
+    },
+    Accept {
+        to: usize,
+        dialer: (usize, LinkId),
+    },
+    Connected {
+        to: usize,
+        link: LinkId,
+        remote: (usize, LinkId),
+    },
+    DialFailed {
+        to: usize,
+        link: LinkId,
+    },
+    Frame {
+        to: usize,
+        link: LinkId,
+        frame: Frame,
+    },
+    Eof {
+        to: usize,
+        link: LinkId,
+    },
 }
 
 pub struct Sim {
@@ -94,18 +117,24 @@ impl Sim {
     pub fn add_node(&mut self, cfg: MeshConfig) -> usize {
         let i = self.nodes.len();
         let ip = Ipv4Addr::new(10, 0, 0, i as u8 + 1);
-        let node = self.make_node(format!("node{i}"), ip, cfg);
+        let node = self.make_node(format!("node{i}"), ip, cfg, None);
         self.nodes.push(node);
         i
     }
 
-    fn make_node(&mut self, name: String, ip: Ipv4Addr, cfg: MeshConfig) -> Node {
-        let id = loop {
+    fn make_node(
+        &mut self,
+        name: String,
+        ip: Ipv4Addr,
+        cfg: MeshConfig,
+        keep: Option<PeerId>,
+    ) -> Node {
+        let id = keep.unwrap_or_else(|| loop {
             let id = PeerId(self.rng.gen());
             if !id.is_zero() {
                 break id;
             }
-        };
+        });
         let now = self.now;
         let wall = self.wall_ms();
         Node {
@@ -116,7 +145,13 @@ impl Sim {
             pm: PeerManager::new(id, &cfg, StdRng::seed_from_u64(self.rng.gen()), now),
             links: BTreeMap::new(),
             table: RoutingTable::new(),
-            router: Router::new(id, cfg.initial_ttl, cfg.max_dedup_entries, cfg.dedup_ttl, now),
+            router: Router::new(
+                id,
+                cfg.initial_ttl,
+                cfg.max_dedup_entries,
+                cfg.dedup_ttl,
+                now,
+            ),
             ids: MsgIdGen::new(id, self.rng.gen()),
             membership: Membership::new(
                 id,
@@ -130,6 +165,7 @@ impl Sim {
             rng: StdRng::seed_from_u64(self.rng.gen()),
             cfg,
             delivered: Vec::new(),
+            delivered_ids: Vec::new(),
             peer_events: Vec::new(),
             member_events: Vec::new(),
             close_reasons: Vec::new(),
@@ -164,8 +200,20 @@ impl Sim {
     /// The process dies and comes back with a new id at the same name and address; its old
     /// sockets are closed by the kernel (the peers see EOF).
     pub fn restart_node(&mut self, i: usize) {
-        let links: Vec<(LinkId, Option<(usize, LinkId)>)> =
-            self.nodes[i].links.iter().map(|(l, s)| (*l, s.remote)).collect();
+        self.reboot(i, false);
+    }
+
+    /// A stopped (or running) node comes back with fresh state but the same id.
+    pub fn revive_node(&mut self, i: usize) {
+        self.reboot(i, true);
+    }
+
+    fn reboot(&mut self, i: usize, keep_id: bool) {
+        let links: Vec<(LinkId, Option<(usize, LinkId)>)> = self.nodes[i]
+            .links
+            .iter()
+            .map(|(l, s)| (*l, s.remote))
+            .collect();
         for (_, remote) in links {
             if let Some((r, rl)) = remote {
                 self.schedule(i, r, Ev::Eof { to: r, link: rl });
@@ -175,7 +223,8 @@ impl Sim {
             let n = &self.nodes[i];
             (n.name.clone(), n.ip, n.cfg.clone())
         };
-        self.nodes[i] = self.make_node(name, ip, cfg);
+        let keep = keep_id.then_some(self.nodes[i].id);
+        self.nodes[i] = self.make_node(name, ip, cfg, keep);
         self.start_node(i);
     }
 
@@ -270,28 +319,56 @@ impl Sim {
     }
 
     fn send_frame(&mut self, i: usize, link: LinkId, frame: Frame) {
-        let Some(sl) = self.nodes[i].links.get_mut(&link) else { return };
+        let Some(sl) = self.nodes[i].links.get_mut(&link) else {
+            return;
+        };
         let now = self.now;
         sl.link.on_sent(now);
         if let Some((r, rl)) = sl.remote {
-            self.schedule(i, r, Ev::Frame { to: r, link: rl, frame });
+            self.schedule(
+                i,
+                r,
+                Ev::Frame {
+                    to: r,
+                    link: rl,
+                    frame,
+                },
+            );
         }
+    }
+
+    fn deliver(&mut self, i: usize, data: &Data) {
+        let n = &mut self.nodes[i];
+        n.delivered.push((data.src, data.payload.clone()));
+        n.delivered_ids.push(data.msg_id);
     }
 
     fn execute_route(&mut self, i: usize, route: Route, mut data: Data, from: Option<LinkId>) {
         let targets: Vec<LinkId> = match route {
             Route::Deliver => {
-                self.nodes[i].delivered.push((data.src, data.payload.clone()));
+                self.deliver(i, &data);
                 return;
             }
             Route::DeliverAndForward { except, ttl } => {
-                self.nodes[i].delivered.push((data.src, data.payload.clone()));
+                self.deliver(i, &data);
                 data.ttl = ttl;
-                self.nodes[i].table.links().iter().copied().filter(|l| *l != except).collect()
+                self.nodes[i]
+                    .table
+                    .links()
+                    .iter()
+                    .copied()
+                    .filter(|l| *l != except)
+                    .collect()
             }
             Route::Forward { except, ttl } => {
                 data.ttl = ttl;
-                self.nodes[i].table.links().iter().copied().filter(|l| Some(*l) != except).collect()
+                self.nodes[i]
+                    .table
+                    .links()
+                    .iter()
+                    .copied()
+                    .filter(|l| Some(*l) != except)
+                    .collect()
             }
             Route::Unicast { link, ttl } => {
                 data.ttl = ttl;
@@ -313,17 +390,35 @@ impl Sim {
             // Links: control frames and events.
             let ids: Vec<LinkId> = self.nodes[i].links.keys().copied().collect();
             for l in ids {
-                while let Some(f) = self.nodes[i].links.get_mut(&l).and_then(|s| s.link.poll_transmit()) {
+                while let Some(f) = self.nodes[i]
+                    .links
+                    .get_mut(&l)
+                    .and_then(|s| s.link.poll_transmit())
+                {
                     progress = true;
                     let remote = self.nodes[i].links[&l].remote;
                     if let Some((r, rl)) = remote {
-                        self.schedule(i, r, Ev::Frame { to: r, link: rl, frame: f });
+                        self.schedule(
+                            i,
+                            r,
+                            Ev::Frame {
+                                to: r,
+                                link: rl,
+                                frame: f,
+                            },
+                        );
                     }
                 }
-                while let Some(ev) = self.nodes[i].links.get_mut(&l).and_then(|s| s.link.poll_event()) {
+                while let Some(ev) = self.nodes[i]
+                    .links
+                    .get_mut(&l)
+                    .and_then(|s| s.link.poll_event())
+                {
                     progress = true;
                     match ev {
-                        LinkEvent::Established { peer, listen_port, .. } => {
+                        LinkEvent::Established {
+                            peer, listen_port, ..
+                        } => {
                             let ip = self.nodes[i].links[&l]
                                 .remote
                                 .map(|(r, _)| IpAddr::V4(self.nodes[r].ip));
@@ -331,7 +426,12 @@ impl Sim {
                         }
                         LinkEvent::AuthRequired { .. } => {
                             // The simulated crypto layer accepts every peer of the same mode.
-                            self.nodes[i].links.get_mut(&l).unwrap().link.auth_confirmed(now);
+                            self.nodes[i]
+                                .links
+                                .get_mut(&l)
+                                .unwrap()
+                                .link
+                                .auth_confirmed(now);
                         }
                         LinkEvent::Closed(reason) => {
                             self.nodes[i].close_reasons.push(reason);
@@ -339,7 +439,15 @@ impl Sim {
                             let mut sl = self.nodes[i].links.remove(&l).unwrap();
                             while let Some(f) = sl.link.poll_transmit() {
                                 if let Some((r, rl)) = sl.remote {
-                                    self.schedule(i, r, Ev::Frame { to: r, link: rl, frame: f });
+                                    self.schedule(
+                                        i,
+                                        r,
+                                        Ev::Frame {
+                                            to: r,
+                                            link: rl,
+                                            frame: f,
+                                        },
+                                    );
                                 }
                             }
                             if let Some((r, rl)) = sl.remote {
@@ -361,11 +469,21 @@ impl Sim {
                         let timers = LinkTimers::from_config(&self.nodes[i].cfg);
                         self.nodes[i].links.insert(
                             link,
-                            SimLink { link: Link::dialer(link, hello, timers, now), remote: None },
+                            SimLink {
+                                link: Link::dialer(link, hello, timers, now),
+                                remote: None,
+                            },
                         );
                         match self.resolve(&target) {
                             Some(r) if r != usize::MAX => {
-                                self.schedule(i, r, Ev::Accept { to: r, dialer: (i, link) });
+                                self.schedule(
+                                    i,
+                                    r,
+                                    Ev::Accept {
+                                        to: r,
+                                        dialer: (i, link),
+                                    },
+                                );
                                 if self.blackholed.contains(&(i, r)) {
                                     self.schedule_local(i, Ev::DialFailed { to: i, link });
                                 }
@@ -388,9 +506,9 @@ impl Sim {
             while let Some(e) = self.nodes[i].pm.poll_event() {
                 progress = true;
                 match &e {
-                    PeerEvent::Connected { peer, link } => {
-                        self.nodes[i].membership.neighbour_up(*peer, *link, wall, now)
-                    }
+                    PeerEvent::Connected { peer, link } => self.nodes[i]
+                        .membership
+                        .neighbour_up(*peer, *link, wall, now),
                     PeerEvent::Disconnected { peer } => {
                         self.nodes[i].membership.neighbour_down(peer, wall, now)
                     }
@@ -402,9 +520,13 @@ impl Sim {
                 progress = true;
                 let links: Vec<LinkId> = match t.dest {
                     Dest::All => self.nodes[i].table.links().to_vec(),
-                    Dest::AllExcept(x) => {
-                        self.nodes[i].table.links().iter().copied().filter(|l| *l != x).collect()
-                    }
+                    Dest::AllExcept(x) => self.nodes[i]
+                        .table
+                        .links()
+                        .iter()
+                        .copied()
+                        .filter(|l| *l != x)
+                        .collect(),
                     Dest::Link(l) => vec![l],
                 };
                 for l in links {
@@ -424,7 +546,11 @@ impl Sim {
     fn handle(&mut self, ev: Ev) {
         let now = self.now;
         match ev {
-            Ev::Announce { to, from_ip, datagram } => {
+            Ev::Announce {
+                to,
+                from_ip,
+                datagram,
+            } => {
                 let n = &self.nodes[to];
                 if !n.alive || !n.cfg.discovery {
                     return;
@@ -443,20 +569,44 @@ impl Sim {
             }
             Ev::Accept { to, dialer } => {
                 if !self.nodes[to].alive {
-                    self.schedule_local(dialer.0, Ev::DialFailed { to: dialer.0, link: dialer.1 });
+                    self.schedule_local(
+                        dialer.0,
+                        Ev::DialFailed {
+                            to: dialer.0,
+                            link: dialer.1,
+                        },
+                    );
                     return;
                 }
                 let Some(l) = self.nodes[to].pm.on_accepted(now) else {
-                    self.schedule(to, dialer.0, Ev::Eof { to: dialer.0, link: dialer.1 });
+                    self.schedule(
+                        to,
+                        dialer.0,
+                        Ev::Eof {
+                            to: dialer.0,
+                            link: dialer.1,
+                        },
+                    );
                     return;
                 };
                 let hello = self.local_hello(to);
                 let timers = LinkTimers::from_config(&self.nodes[to].cfg);
                 // The dialer learns its connect completed before any byte arrives.
-                self.schedule(to, dialer.0, Ev::Connected { to: dialer.0, link: dialer.1, remote: (to, l) });
+                self.schedule(
+                    to,
+                    dialer.0,
+                    Ev::Connected {
+                        to: dialer.0,
+                        link: dialer.1,
+                        remote: (to, l),
+                    },
+                );
                 self.nodes[to].links.insert(
                     l,
-                    SimLink { link: Link::acceptor(l, hello, timers, now), remote: Some(dialer) },
+                    SimLink {
+                        link: Link::acceptor(l, hello, timers, now),
+                        remote: Some(dialer),
+                    },
                 );
                 self.pump(to);
             }
@@ -465,7 +615,14 @@ impl Sim {
                     sl.remote = Some(remote);
                     sl.link.on_connected(now);
                 } else {
-                    self.schedule(to, remote.0, Ev::Eof { to: remote.0, link: remote.1 });
+                    self.schedule(
+                        to,
+                        remote.0,
+                        Ev::Eof {
+                            to: remote.0,
+                            link: remote.1,
+                        },
+                    );
                 }
                 self.pump(to);
             }
@@ -476,13 +633,20 @@ impl Sim {
                 }
             }
             Ev::Frame { to, link, frame } => {
-                let Some(sl) = self.nodes[to].links.get_mut(&link) else { return };
+                let Some(sl) = self.nodes[to].links.get_mut(&link) else {
+                    return;
+                };
                 let action = sl.link.on_frame(&frame, now);
                 if action == FrameAction::Process {
                     let n = &mut self.nodes[to];
                     match frame {
                         Frame::Data(d) => {
-                            let meta = DataMeta { src: d.src, dst: d.dst, msg_id: d.msg_id, ttl: d.ttl };
+                            let meta = DataMeta {
+                                src: d.src,
+                                dst: d.dst,
+                                msg_id: d.msg_id,
+                                ttl: d.ttl,
+                            };
                             let route = n.router.on_data(&n.table, link, &meta, now);
                             self.execute_route(to, route, d, Some(link));
                         }
@@ -498,7 +662,9 @@ impl Sim {
             Ev::Eof { to, link } => {
                 if let Some(mut sl) = self.nodes[to].links.remove(&link) {
                     sl.link.close(false, now);
-                    self.nodes[to].close_reasons.push(CloseReason::ProtocolViolation("eof"));
+                    self.nodes[to]
+                        .close_reasons
+                        .push(CloseReason::ProtocolViolation("eof"));
                     self.nodes[to].pm.on_closed(link, now);
                     self.pump(to);
                 }
@@ -514,7 +680,12 @@ impl Sim {
         }
         let ids: Vec<LinkId> = self.nodes[i].links.keys().copied().collect();
         for l in ids {
-            self.nodes[i].links.get_mut(&l).unwrap().link.handle_timeout(now);
+            self.nodes[i]
+                .links
+                .get_mut(&l)
+                .unwrap()
+                .link
+                .handle_timeout(now);
         }
         let n = &mut self.nodes[i];
         n.pm.handle_timeout(now);
@@ -531,7 +702,15 @@ impl Sim {
             let ip = n.ip;
             for j in 0..self.nodes.len() {
                 if j != i {
-                    self.schedule(i, j, Ev::Announce { to: j, from_ip: ip, datagram: d.clone() });
+                    self.schedule(
+                        i,
+                        j,
+                        Ev::Announce {
+                            to: j,
+                            from_ip: ip,
+                            datagram: d.clone(),
+                        },
+                    );
                 }
             }
         }
@@ -589,7 +768,9 @@ impl Sim {
             }
             // Anything still due now would spin: step at least 1 ms.
             let still = (0..self.nodes.len()).filter_map(|i| self.deadline(i)).min();
-            if still.is_some_and(|t| t <= self.now) && self.queue.keys().next().is_none_or(|(t, _)| *t > self.now) {
+            if still.is_some_and(|t| t <= self.now)
+                && self.queue.keys().next().is_none_or(|(t, _)| *t > self.now)
+            {
                 self.now += Duration::from_millis(1);
             }
         }
@@ -617,13 +798,20 @@ impl Sim {
     }
 
     pub fn count_delivered(&self, i: usize, payload: &[u8]) -> usize {
-        self.nodes[i].delivered.iter().filter(|(_, p)| &p[..] == payload).count()
+        self.nodes[i]
+            .delivered
+            .iter()
+            .filter(|(_, p)| &p[..] == payload)
+            .count()
     }
 }
 
 /// A config for simulations: discovery off unless asked, static peers wire the topology.
 pub fn cfg() -> MeshConfig {
-    MeshConfig { discovery: false, ..MeshConfig::default() }
+    MeshConfig {
+        discovery: false,
+        ..MeshConfig::default()
+    }
 }
 
 /// Builds a mesh whose links are exactly `edges` (node j dials node i statically for each

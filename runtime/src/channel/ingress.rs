@@ -37,7 +37,12 @@ pub fn ingress<T: Send>(capacity: usize) -> (IngressSender<T>, IngressReceiver<T
         rx_closed: AtomicBool::new(false),
         full_events: AtomicU64::new(0),
     });
-    (IngressSender { shared: shared.clone() }, IngressReceiver { shared })
+    (
+        IngressSender {
+            shared: shared.clone(),
+        },
+        IngressReceiver { shared },
+    )
 }
 
 /// A `Send + Clone` handle for any thread to feed one executor.
@@ -47,14 +52,18 @@ pub struct IngressSender<T> {
 
 impl<T> std::fmt::Debug for IngressSender<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IngressSender").field("capacity", &self.shared.queue.capacity()).finish()
+        f.debug_struct("IngressSender")
+            .field("capacity", &self.shared.queue.capacity())
+            .finish()
     }
 }
 
 impl<T> Clone for IngressSender<T> {
     fn clone(&self) -> Self {
         self.shared.senders.fetch_add(1, Ordering::Relaxed);
-        Self { shared: self.shared.clone() }
+        Self {
+            shared: self.shared.clone(),
+        }
     }
 }
 
@@ -142,7 +151,9 @@ pub struct IngressReceiver<T> {
 
 impl<T> std::fmt::Debug for IngressReceiver<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IngressReceiver").field("len", &self.shared.queue.len()).finish()
+        f.debug_struct("IngressReceiver")
+            .field("len", &self.shared.queue.len())
+            .finish()
     }
 }
 

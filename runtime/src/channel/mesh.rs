@@ -38,7 +38,11 @@ pub fn channel_mesh<T: Send>(executors: &[ExecutorId], capacity: usize) -> Vec<M
         .map(|((&id, senders), (rings, notify))| MeshEndpoint {
             id,
             senders,
-            receiver: MeshReceiver { rings, notify, next: 0 },
+            receiver: MeshReceiver {
+                rings,
+                notify,
+                next: 0,
+            },
         })
         .collect()
 }
@@ -60,7 +64,10 @@ impl<T> MeshEndpoint<T> {
     /// The sender towards `to`, or `None` if `to` is this endpoint's own executor or not
     /// a member of the mesh.
     pub fn sender(&mut self, to: ExecutorId) -> Option<&mut Sender<T>> {
-        self.senders.iter_mut().find(|(id, _)| *id == to).map(|(_, s)| s)
+        self.senders
+            .iter_mut()
+            .find(|(id, _)| *id == to)
+            .map(|(_, s)| s)
     }
 
     /// The receiver draining every ring towards this executor.
@@ -84,7 +91,9 @@ pub struct MeshReceiver<T> {
 
 impl<T> std::fmt::Debug for MeshReceiver<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MeshReceiver").field("sources", &self.rings.len()).finish()
+        f.debug_struct("MeshReceiver")
+            .field("sources", &self.rings.len())
+            .finish()
     }
 }
 

@@ -86,7 +86,9 @@ fn wake_or_defer(w: Waker) {
         // Thread-local storage is being torn down: hand the wake to a fresh thread,
         // which is not panicking.
         tracing::debug!(%err, "deferring a wake to a helper thread");
-        let _ = std::thread::Builder::new().name("shoal-late-wake".into()).spawn(move || w.wake());
+        let _ = std::thread::Builder::new()
+            .name("shoal-late-wake".into())
+            .spawn(move || w.wake());
     }
 }
 

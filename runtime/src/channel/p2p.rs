@@ -16,7 +16,12 @@ use crate::error::{Closed, SendError, TryRecvError, TrySendError};
 /// makes the ring lock-free without a CAS.
 pub fn channel<T: Send>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     let ring = Arc::new(Ring::new(capacity, Arc::new(Notify::default())));
-    (Sender::new(ring.clone()), Receiver { rx: Consumer::new(ring) })
+    (
+        Sender::new(ring.clone()),
+        Receiver {
+            rx: Consumer::new(ring),
+        },
+    )
 }
 
 /// The producing end of one ring.
@@ -36,7 +41,10 @@ impl<T> std::fmt::Debug for Sender<T> {
 
 impl<T> Sender<T> {
     pub(crate) fn new(ring: Arc<Ring<T>>) -> Self {
-        Self { tx: Producer::new(ring), full_events: 0 }
+        Self {
+            tx: Producer::new(ring),
+            full_events: 0,
+        }
     }
 
     /// Queues `value` if there is room, without waiting.
@@ -119,7 +127,9 @@ pub struct Receiver<T> {
 
 impl<T> std::fmt::Debug for Receiver<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Receiver").field("capacity", &self.rx.ring.capacity()).finish()
+        f.debug_struct("Receiver")
+            .field("capacity", &self.rx.ring.capacity())
+            .finish()
     }
 }
 

@@ -51,7 +51,9 @@ impl<T> Ring<T> {
     /// A ring holding at least `capacity` messages (rounded up to a power of two, min 1).
     pub(crate) fn new(capacity: usize, rx_notify: Arc<Notify>) -> Self {
         let cap = capacity.max(1).next_power_of_two();
-        let slots = (0..cap).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
+        let slots = (0..cap)
+            .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+            .collect();
         Self {
             head: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
@@ -95,7 +97,11 @@ pub(crate) struct Producer<T> {
 
 impl<T> Producer<T> {
     pub(crate) fn new(ring: Arc<Ring<T>>) -> Self {
-        Self { ring, tail: Cell::new(0), head_cache: Cell::new(0) }
+        Self {
+            ring,
+            tail: Cell::new(0),
+            head_cache: Cell::new(0),
+        }
     }
 
     /// Pushes `value`, or hands it back if the ring is full.
@@ -135,7 +141,11 @@ pub(crate) struct Consumer<T> {
 
 impl<T> Consumer<T> {
     pub(crate) fn new(ring: Arc<Ring<T>>) -> Self {
-        Self { ring, head: Cell::new(0), tail_cache: Cell::new(0) }
+        Self {
+            ring,
+            head: Cell::new(0),
+            tail_cache: Cell::new(0),
+        }
     }
 
     /// Pops the oldest message, if any. Does not wake the producer (see `release`).
