@@ -12,7 +12,7 @@ import sys
 here = os.path.dirname(os.path.abspath(__file__))
 default = os.environ.get("SHOAL_SHARED_DIR", os.path.join(here, "..", "..", "..", "shared"))
 path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(default, "protocol", "vectors.txt")
-out_dir = os.path.join(here, "corpus", "frame_decode")
+out_dir = os.path.join(here, "seeds", "frame_decode")
 os.makedirs(out_dir, exist_ok=True)
 
 lines = open(path).read().splitlines()

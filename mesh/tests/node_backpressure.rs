@@ -39,12 +39,27 @@ fn drain(rx: &mut EventReceiver, want: u64, diag: impl Fn() -> String) -> Vec<u6
 }
 
 fn pair(policy: OverflowPolicy, bound: usize) -> (Node, shoal_mesh::Mesh, EventReceiver) {
-    let r = fast().event_queue_capacity(64).build().unwrap();
+    pair_on(policy, bound, 1)
+}
+
+/// With `shards = 2` the ids are chosen so that the sender originates on shard 1 while its
+/// link to the receiver lives on shard 0: every frame crosses shards.
+fn pair_on(
+    policy: OverflowPolicy,
+    bound: usize,
+    shards: usize,
+) -> (Node, shoal_mesh::Mesh, EventReceiver) {
+    let mut rb = fast().event_queue_capacity(64);
+    let mut sb = fast().shards(shards);
+    if shards == 2 {
+        rb = rb.node_id(shoal_mesh::PeerId([2; 16]));
+        sb = sb.node_id(shoal_mesh::PeerId([1; 16]));
+    }
+    let r = rb.build().unwrap();
     let rx = r.events();
     r.start().unwrap();
     let s = Node::start(
-        fast()
-            .static_peer(ep(r.listen_port()))
+        sb.static_peer(ep(r.listen_port()))
             .overflow_policy(policy)
             .max_outbound_queue_bytes(bound),
     );
@@ -108,9 +123,18 @@ fn drop_newest_loses_exactly_what_the_counters_say() {
 
 #[test]
 fn block_keeps_queued_bytes_under_the_bound_and_loses_nothing() {
+    block(1);
+}
+
+#[test]
+fn block_across_shards_keeps_the_bound_too() {
+    block(2);
+}
+
+fn block(shards: usize) {
     const N: u64 = 20_000;
     const BOUND: usize = 32 * 1024;
-    let (s, r, mut rx) = pair(OverflowPolicy::Block, BOUND);
+    let (s, r, mut rx) = pair_on(OverflowPolicy::Block, BOUND, shards);
     let sender = s.mesh.clone();
     let t = std::thread::spawn(move || {
         for seq in 0..N {
@@ -163,6 +187,12 @@ fn block_keeps_queued_bytes_under_the_bound_and_loses_nothing() {
     assert_eq!(st.dropped_queue_full, 0);
     assert_eq!(r.stats().total.delivered, N + extra);
     assert!(r.connected_peers().contains(&s.id()));
+    if shards == 2 {
+        assert!(
+            st.hops_out >= N,
+            "every frame crossed from the origin shard to the link's"
+        );
+    }
 }
 
 #[test]
@@ -176,7 +206,7 @@ fn disconnect_policy_drops_a_peer_that_stays_blocked() {
     let r_id = r.id();
     let mut seq = 0u64;
     wait_until(20, "sender drops the blocked receiver", || {
-        for _ in 0..200 {
+        for _ in 0..1000 {
             // NoRoute once the link is gone: that is what we wait for.
             let _ = s.mesh.broadcast_blocking(payload(seq));
             seq += 1;
@@ -201,4 +231,29 @@ fn disconnect_policy_drops_a_peer_that_stays_blocked() {
     wait_until(10, "sender reports the disconnect", || {
         s.rec.has(|e| *e == Event::PeerDisconnected { peer: r_id })
     });
+}
+
+#[test]
+fn a_receiver_busy_for_longer_than_the_heartbeat_timeout_is_not_declared_dead() {
+    const N: u64 = 20_000;
+    let (s, r, mut rx) = pair(OverflowPolicy::Block, 32 * 1024);
+    let stall = 2 * r.config().heartbeat_timeout;
+    let sender = s.mesh.clone();
+    let t = std::thread::spawn(move || {
+        for seq in 0..N {
+            sender.broadcast_blocking(payload(seq)).expect("accepted");
+        }
+    });
+    wait_until(20, "sender's link queue fills", || {
+        s.mesh.stats().total.peak_queued_bytes > 16 * 1024
+    });
+    // The receiver's reader now waits for event-queue room and the sender's writer for the
+    // socket, both for twice the heartbeat timeout.
+    std::thread::sleep(stall);
+    let seqs = drain(&mut rx, N, || format!("{:?}", r.stats().total));
+    t.join().unwrap();
+    assert_eq!(seqs, (0..N).collect::<Vec<_>>());
+    assert_eq!(r.stats().total.links_closed, 0, "receiver kept the link");
+    assert_eq!(s.mesh.stats().total.links_closed, 0, "sender kept the link");
+    assert!(!s.rec.has(|e| matches!(e, Event::PeerDisconnected { .. })));
 }

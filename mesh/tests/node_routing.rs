@@ -12,6 +12,11 @@ fn topology(n: usize, shards: usize, links: &[(usize, usize)]) -> Vec<Node> {
     (0..n)
         .map(|i| {
             let mut b = fast().listen_port(ports[i]).shards(shards);
+            if shards > 1 {
+                // Ids whose shard hash alternates along the line, so that originating,
+                // relaying and delivering all cross shards somewhere.
+                b = b.node_id(PeerId([i as u8 + 1; 16]));
+            }
             for &(a, z) in links {
                 if a == i {
                     b = b.static_peer(ep(ports[z]));
@@ -96,7 +101,7 @@ fn broadcast_reaches_every_node_once_in_a_ring() {
     );
 }
 
-fn targeted_line(shards: usize) {
+fn targeted_line(shards: usize) -> Vec<Node> {
     let line = [(1, 0), (2, 1), (3, 2)];
     let nodes = topology(4, shards, &line);
     wait_connected(&nodes, &line);
@@ -142,16 +147,24 @@ fn targeted_line(shards: usize) {
             "node {i} delivered a message targeted at D"
         );
     }
+    nodes
 }
 
 #[test]
 fn targeted_reaches_only_its_destination_across_a_line() {
-    targeted_line(1);
+    let nodes = targeted_line(1);
+    assert!(nodes.iter().all(|n| n.mesh.stats().total.hops_out == 0));
 }
 
 #[test]
 fn targeted_and_broadcast_across_two_shards_per_node() {
-    targeted_line(2);
+    let nodes = targeted_line(2);
+    let hops: u64 = nodes.iter().map(|n| n.mesh.stats().total.hops_out).sum();
+    assert!(
+        hops > 0,
+        "with alternating shards some traffic must hop between shards"
+    );
+    drop(nodes);
     let line = [(1, 0), (2, 1), (3, 2)];
     let nodes = topology(4, 2, &line);
     wait_connected(&nodes, &line);

@@ -31,8 +31,9 @@
 //! No other crate depends on compio or sees one of its types: the public API is Shoal's
 //! own ([`Runtime`], [`Builder`], [`spawn_local`], [`channel`], [`net`], [`time`]).
 //! Replacing the executor means touching only this crate: `executor.rs` (thread body,
-//! `drive` loop, task wrapper, `spawn_local`), `net.rs` (socket wrappers), `time.rs`,
-//! and `memlock.rs` (setup-error mapping). The channels (`channel/`) use only
+//! ring setup, `drive` loop), `task.rs` (`spawn_local`, the task wrapper, the local join
+//! handle), `net.rs` (socket wrappers), `time.rs`, and `memlock.rs` (setup-error
+//! mapping). The channels (`channel/`) use only
 //! `std::task::Waker`, so they work unchanged with any executor.
 //!
 //! ## Spin before park
@@ -104,13 +105,15 @@ mod error;
 mod executor;
 pub mod memlock;
 pub mod net;
+mod task;
 pub mod time;
 
 pub use builder::{Builder, ControlPlacement, Placement};
 pub use error::{
     Closed, Elapsed, JoinError, RuntimeError, SendError, SpawnError, TryRecvError, TrySendError,
 };
-pub use executor::{
-    current_executor, current_handle, current_shard, spawn_local, try_spawn_local, ExecutorId,
-    Handle, JoinHandle, LocalJoinHandle, Runtime,
+pub use executor::{ExecutorId, Handle, Runtime};
+pub use task::{
+    current_executor, current_handle, current_shard, spawn_local, try_spawn_local, JoinHandle,
+    LocalJoinHandle,
 };

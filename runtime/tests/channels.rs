@@ -209,3 +209,61 @@ fn blocking_ingress_sender_is_released_when_receiver_dies() {
     assert_eq!(t.join().unwrap(), Err(1));
     assert!(rt.join().is_err());
 }
+
+#[test]
+fn ingress_async_send_waits_for_room_between_executors() {
+    let rt = Runtime::builder().shards(1).build().unwrap();
+    let (tx, mut rx) = ingress::<u32>(2);
+    let producer = rt
+        .spawn_on(ExecutorId::Shard(0), move || async move {
+            for i in 0..1_000 {
+                tx.send(i).await.unwrap();
+            }
+            tx.full_events()
+        })
+        .unwrap();
+    let consumer = rt
+        .spawn_on(ExecutorId::Control, move || async move {
+            let mut expected = 0;
+            while let Ok(v) = rx.recv().await {
+                assert_eq!(v, expected);
+                expected += 1;
+            }
+            expected
+        })
+        .unwrap();
+    producer.join_blocking().unwrap();
+    assert_eq!(consumer.join_blocking().unwrap(), 1_000);
+    rt.join().unwrap();
+}
+
+#[test]
+fn spinning_executors_deliver_and_stop() {
+    let rt = Runtime::builder()
+        .shards(2)
+        .spin_before_park(Duration::from_micros(50))
+        .build()
+        .unwrap();
+    let (mut ping_tx, mut ping_rx) = channel::<u32>(4);
+    let (mut pong_tx, mut pong_rx) = channel::<u32>(4);
+    let echo = rt
+        .spawn_on(ExecutorId::Shard(0), move || async move {
+            while let Ok(v) = ping_rx.recv().await {
+                pong_tx.send(v + 1).await.unwrap();
+            }
+        })
+        .unwrap();
+    let client = rt
+        .spawn_on(ExecutorId::Shard(1), move || async move {
+            for i in 0..2_000 {
+                ping_tx.send(i).await.unwrap();
+                assert_eq!(pong_rx.recv().await.unwrap(), i + 1);
+            }
+            // Timers still fire while the executor spins.
+            shoal_runtime::time::sleep(Duration::from_millis(2)).await;
+        })
+        .unwrap();
+    client.join_blocking().unwrap();
+    echo.join_blocking().unwrap();
+    rt.join().unwrap();
+}

@@ -184,6 +184,7 @@ fn shutdown_drops_running_tasks_and_their_channels() {
 fn two_runtimes_in_one_process() {
     let a = Runtime::builder().name("a").shards(2).build().unwrap();
     let b = Runtime::builder().name("b").shards(2).build().unwrap();
+    let handle_b = b.handle();
     let ha = a
         .spawn_on(ExecutorId::Shard(1), || async {
             std::thread::current().name().map(str::to_owned)
@@ -197,7 +198,9 @@ fn two_runtimes_in_one_process() {
     assert_eq!(ha.join_blocking().unwrap().as_deref(), Some("a-shard-1"));
     assert_eq!(hb.join_blocking().unwrap().as_deref(), Some("b-control"));
     a.join().unwrap();
-    b.join().unwrap();
+    // Dropping without join stops and joins too.
+    drop(b);
+    assert!(hb_after_drop_is_stopped(&handle_b));
 }
 
 /// Minimal block_on for a plain test thread (the runtime's channels accept any waker).
@@ -265,4 +268,11 @@ fn handles_cross_threads_and_spawn_queue_is_bounded() {
         assert_eq!(h.join_blocking().unwrap(), 1);
     }
     rt.join().unwrap();
+}
+
+fn hb_after_drop_is_stopped(h: &shoal_runtime::Handle) -> bool {
+    matches!(
+        h.spawn_on(ExecutorId::Shard(0), || async {}),
+        Err(SpawnError::Stopped(ExecutorId::Shard(0)))
+    )
 }

@@ -13,8 +13,22 @@ const EIGHT_MIB: u64 = 8 * 1024 * 1024;
 
 /// Runs the `child` test below in a new process with `limit` and (if root) as nobody.
 fn run_child(limit: u64, nodes: usize, shards: usize, as_nobody: bool) -> String {
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = Command::new(exe);
+    let drop_to_nobody = as_nobody && memlock_is_root();
+    let mut exe = std::env::current_exe().unwrap();
+    // The build directory may sit under a path `nobody` cannot traverse (e.g. /root), so
+    // the unprivileged child runs a copy of this test binary from a world-readable dir.
+    let copy_dir =
+        std::env::temp_dir().join(format!("shoal-memlock-{}-{limit}", std::process::id()));
+    if drop_to_nobody {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(&copy_dir).unwrap();
+        std::fs::set_permissions(&copy_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = copy_dir.join("memlock-child");
+        std::fs::copy(&exe, &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        exe = copy;
+    }
+    let mut cmd = Command::new(&exe);
     cmd.args([
         "--ignored",
         "--exact",
@@ -22,11 +36,15 @@ fn run_child(limit: u64, nodes: usize, shards: usize, as_nobody: bool) -> String
         "--nocapture",
         "--test-threads=1",
     ])
+    .current_dir("/")
     .env("SHOAL_MEMLOCK_CHILD", format!("{limit} {nodes} {shards}"));
-    if as_nobody && memlock_is_root() {
+    if drop_to_nobody {
         cmd.uid(NOBODY).gid(NOBODY);
     }
     let out = cmd.output().expect("spawn child test process");
+    if drop_to_nobody {
+        let _ = std::fs::remove_dir_all(&copy_dir);
+    }
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

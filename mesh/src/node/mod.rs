@@ -367,7 +367,10 @@ struct Inner {
 }
 
 /// A mesh node. Cheap to clone (all clones are the same node); `Send + Sync`, usable from any
-/// thread and from async code on any executor. Dropping the last clone stops the node.
+/// thread and from async code on any executor. Dropping the last clone stops the node, except
+/// on an executor thread (inside a callback), where it cannot wait for the executors to end:
+/// call [`Mesh::stop`] there. A callback that captures a clone keeps the node alive until
+/// `stop` is called.
 #[derive(Clone)]
 pub struct Mesh {
     inner: Arc<Inner>,
@@ -661,3 +664,14 @@ impl Drop for Inner {
         }
     }
 }
+
+// The application handle crosses threads; the receiver moves to the thread that reads it.
+const _: () = {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    fn check() {
+        send_sync::<Mesh>();
+        send::<EventReceiver>();
+    }
+    let _ = check;
+};

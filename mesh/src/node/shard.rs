@@ -66,7 +66,21 @@ pub(crate) struct ShardInit {
 
 enum Out {
     Data(DataHeader, Bytes),
-    Raw(Bytes),
+    /// A ready-encoded frame and the budget bytes it holds (0 for the link's own control
+    /// frames: Hello, Heartbeat, Goodbye).
+    Raw(Bytes, usize),
+}
+
+/// Which task routes a frame, which decides what it may wait for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// The publisher: an originated message; may wait for link room (Block) and ring room.
+    Origin,
+    /// A link's reader: may wait for ring room (that only stalls this link).
+    Reader,
+    /// The shard's inbox: never waits for another shard's ring, since that shard's inbox
+    /// may be waiting for ours; a hop that does not fit is dropped and counted.
+    Inbox,
 }
 
 struct LinkCtx {
@@ -201,8 +215,13 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
             let l = ctx.st.borrow().links.get(&link).cloned();
             if let Some(l) = l {
                 let mut c = l.borrow_mut();
-                if c.closing.is_none() {
-                    c.queue.push_back(Out::Raw(frame));
+                let n = frame.len();
+                if c.closing.is_some() {
+                    inc(&ctx.counters().dropped_no_route);
+                } else if c.budget.try_reserve(n).is_none() {
+                    inc(&ctx.counters().dropped_queue_full);
+                } else {
+                    c.queue.push_back(Out::Raw(frame, n));
                     c.state.on_sent(Instant::now());
                     c.budget.wake.notify(1);
                 }
@@ -219,7 +238,7 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
             })
             .detach();
         }
-        Msg::Relay { from, data } => route(ctx, from, data).await,
+        Msg::Relay { from, data } => route(ctx, from, data, Path::Inbox).await,
         Msg::Transmit {
             link,
             header,
@@ -287,7 +306,7 @@ fn pull(c: &mut LinkCtx) -> Option<CloseReason> {
     while let Some(f) = c.state.poll_transmit() {
         let mut b = BytesMut::with_capacity(f.encoded_len());
         if f.encode(&mut b).is_ok() {
-            c.queue.push_back(Out::Raw(b.freeze()));
+            c.queue.push_back(Out::Raw(b.freeze(), 0));
         }
     }
     let mut closed = None;
@@ -377,6 +396,11 @@ async fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame) -> bool {
         if c.finished {
             return false;
         }
+        if c.closing.is_some() {
+            // Closing politely: let the writer flush and say Goodbye; what the peer still
+            // sends is moot.
+            return true;
+        }
         let a = c.state.on_frame(&frame, Instant::now());
         let closed = pull(&mut c);
         (a, closed, c.id)
@@ -419,10 +443,10 @@ async fn route_in(ctx: &Rc<Ctx>, from: LinkId, d: Data) {
         ctx.ch.send(owner, Msg::Relay { from, data: d }).await;
         return;
     }
-    route(ctx, from, d).await;
+    route(ctx, from, d, Path::Reader).await;
 }
 
-async fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data) {
+async fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data, path: Path) {
     let meta = DataMeta {
         src: d.src,
         dst: d.dst,
@@ -438,14 +462,14 @@ async fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data) {
     match r {
         Route::Deliver => deliver(ctx, d).await,
         Route::DeliverAndForward { except, ttl } => {
-            fan_out(ctx, &meta, &d.payload, Some(except), None, ttl, false).await;
+            fan_out(ctx, &meta, &d.payload, Some(except), None, ttl, path).await;
             deliver(ctx, d).await;
         }
         Route::Forward { except, ttl } => {
-            fan_out(ctx, &meta, &d.payload, except, None, ttl, false).await
+            fan_out(ctx, &meta, &d.payload, except, None, ttl, path).await
         }
         Route::Unicast { link, ttl } => {
-            fan_out(ctx, &meta, &d.payload, None, Some(link), ttl, false).await
+            fan_out(ctx, &meta, &d.payload, None, Some(link), ttl, path).await
         }
         Route::Drop(DropReason::Duplicate) => inc(&c.dropped_duplicate),
         Route::Drop(DropReason::TtlExpired) => inc(&c.dropped_ttl),
@@ -465,7 +489,7 @@ async fn deliver(ctx: &Rc<Ctx>, d: Data) {
 
 /// Sends one Data frame (with `ttl`) on `only`, or on every routed link except `except`.
 /// Reserves each link's bytes first; what does not fit is dropped and counted, except that
-/// an originated message under the Block policy waits for room.
+/// an originated message under the Block policy waits for room. See [`Path`] for hops.
 async fn fan_out(
     ctx: &Rc<Ctx>,
     meta: &DataMeta,
@@ -473,7 +497,7 @@ async fn fan_out(
     except: Option<LinkId>,
     only: Option<LinkId>,
     ttl: u8,
-    originated: bool,
+    path: Path,
 ) {
     let c = ctx.counters();
     let Ok(header) = DataHeader::new(&meta.src, &meta.dst, &meta.msg_id, ttl, payload.len()) else {
@@ -502,7 +526,7 @@ async fn fan_out(
     }
     let policy = ctx.ns.policy;
     for (link, owner, budget) in targets.drain(..) {
-        let reserved = if originated && policy == OverflowPolicy::Block {
+        let reserved = if path == Path::Origin && policy == OverflowPolicy::Block {
             budget.reserve(n).await
         } else {
             budget.try_reserve(n)
@@ -536,7 +560,16 @@ async fn fan_out(
                 header,
                 payload: payload.clone(),
             };
-            if !ctx.ch.send(owner, m).await {
+            let sent = if path == Path::Inbox {
+                let ok = ctx.ch.try_send(owner, m);
+                if !ok {
+                    inc(&c.dropped_queue_full);
+                }
+                ok
+            } else {
+                ctx.ch.send(owner, m).await
+            };
+            if !sent {
                 budget.release(n);
             }
         }
@@ -603,7 +636,10 @@ async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf) {
                                 bufs.push(p);
                             }
                         }
-                        Some(Out::Raw(b)) => bufs.push(b),
+                        Some(Out::Raw(b, n)) => {
+                            release += n;
+                            bufs.push(b);
+                        }
                         None => break,
                     }
                 }
@@ -664,7 +700,7 @@ async fn timer(ctx: Rc<Ctx>, l: LinkRc) {
                 slow_peer(&ctx, &l, Who::Other);
                 return;
             }
-            if c.stalled {
+            if c.stalled && false {
                 c.state.on_bytes_received(now);
             }
             c.state.handle_timeout(now);
@@ -697,9 +733,10 @@ fn teardown(ctx: &Rc<Ctx>, l: &LinkRc, who: Who, err: Option<(ErrorKind, String)
         c.finished = true;
         let mut rel = 0;
         for o in c.queue.drain(..) {
-            if let Out::Data(_, p) = o {
-                rel += DATA_HEADER_LEN + p.len();
-            }
+            rel += match o {
+                Out::Data(_, p) => DATA_HEADER_LEN + p.len(),
+                Out::Raw(_, n) => n,
+            };
         }
         c.budget.release(rel);
         c.budget.close();
@@ -809,10 +846,10 @@ async fn originate(ctx: &Rc<Ctx>, p: Publish) {
             deliver(ctx, d).await;
         }
         Route::Forward { except, ttl } => {
-            fan_out(ctx, &meta, &p.payload, except, None, ttl, true).await
+            fan_out(ctx, &meta, &p.payload, except, None, ttl, Path::Origin).await
         }
         Route::Unicast { link, ttl } => {
-            fan_out(ctx, &meta, &p.payload, None, Some(link), ttl, true).await
+            fan_out(ctx, &meta, &p.payload, None, Some(link), ttl, Path::Origin).await
         }
         Route::DeliverAndForward { .. } => {}
         Route::Drop(_) => inc(&c.dropped_no_route),

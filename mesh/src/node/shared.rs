@@ -70,6 +70,18 @@ impl Channels {
         Channels { senders }
     }
 
+    /// Sends `msg` to executor slot `to` only if there is room now (and no other task of
+    /// this executor is waiting to send there). False if it was not sent.
+    pub(crate) fn try_send(&self, to: usize, msg: Msg) -> bool {
+        let Some(s) = self.senders.get(to).and_then(|s| s.as_ref()) else {
+            return false;
+        };
+        match s.try_lock() {
+            Some(mut g) => g.try_send(msg).is_ok(),
+            None => false,
+        }
+    }
+
     /// Sends `msg` to executor slot `to`, waiting for room. False if `to` is gone.
     pub(crate) async fn send(&self, to: usize, msg: Msg) -> bool {
         let Some(s) = self.senders.get(to).and_then(|s| s.clone()) else {

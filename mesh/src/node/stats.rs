@@ -65,7 +65,8 @@ counters! {
     dropped_ttl,
     /// Dropped: no link to send it on (or the link went away meanwhile).
     dropped_no_route,
-    /// Dropped: the link's outbound queue was at `max_outbound_queue_bytes`.
+    /// Dropped: the link's outbound queue was at `max_outbound_queue_bytes` (or, for a
+    /// relayed frame routed by the shard's inbox, the ring to the link's shard was full).
     dropped_queue_full,
     /// Links closed because a frame did not decode (random bytes, unknown type, bad field).
     malformed_frames,
