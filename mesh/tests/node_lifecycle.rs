@@ -155,3 +155,12 @@ fn callbacks_and_the_async_receiver_see_events() {
     // After stop the stream yields what was queued, then ends.
     block_on(async { while rx.recv().await.is_some() {} }, 10);
 }
+
+#[test]
+fn static_peer_given_by_host_name_is_resolved_and_connected() {
+    let a = Node::start(fast());
+    let b = Node::start(fast().static_peer(format!("localhost:{}", a.port())));
+    wait_until(10, "B reaches A by name", || {
+        a.connected_to(&b) && b.connected_to(&a)
+    });
+}

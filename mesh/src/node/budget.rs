@@ -74,10 +74,7 @@ impl LinkBudget {
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => {
-                    self.full_since.store(0, Ordering::Relaxed);
-                    return Some(cur + n);
-                }
+                Ok(_) => return Some(cur + n),
                 Err(actual) => cur = actual,
             }
         }
@@ -103,10 +100,12 @@ impl LinkBudget {
         }
     }
 
-    /// The writer put `n` reserved bytes on the socket (or discarded them).
+    /// The writer put `n` reserved bytes on the socket (or discarded them). Progress ends a
+    /// "full" period; a small frame squeezing into the last bytes of a stuck queue does not.
     pub(crate) fn release(&self, n: usize) {
         if n > 0 {
             self.queued.fetch_sub(n, Ordering::AcqRel);
+            self.full_since.store(0, Ordering::Relaxed);
             self.room.notify(usize::MAX);
         }
     }

@@ -28,7 +28,7 @@ use bytes::{Bytes, BytesMut};
 use event_listener::Event as Signal;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shoal_runtime::channel::{IngressReceiver, MeshEndpoint, MeshReceiver};
+use shoal_runtime::channel::{ingress, IngressReceiver, MeshEndpoint, MeshReceiver};
 use shoal_runtime::net::{TcpListener, TcpStream, UdpOptions, UdpSocket};
 use shoal_runtime::spawn_local;
 use shoal_runtime::time::{sleep, sleep_until, timeout};
@@ -315,10 +315,7 @@ async fn dial(ctl: Rc<Ctl>, link: LinkId, target: DialTarget) {
     let addrs: Vec<SocketAddr> = match &target {
         DialTarget::Addr(a) => vec![*a],
         // Re-resolved on every attempt (static peers behind changing addresses).
-        DialTarget::Endpoint(ep) => ep
-            .to_socket_addrs()
-            .map(|i| i.collect())
-            .unwrap_or_default(),
+        DialTarget::Endpoint(ep) => resolve(ep).await,
     };
     let t = ctl.ns.cfg.handshake_timeout;
     let mut stream = None;
@@ -333,6 +330,33 @@ async fn dial(ctl: Rc<Ctl>, link: LinkId, target: DialTarget) {
         None => {
             tracing::debug!(?link, ?target, "dial failed");
             connect_failed(&ctl, link);
+        }
+    }
+}
+
+/// Resolves `host:port`. A literal address needs no lookup; a name is looked up on a helper
+/// thread (the system resolver blocks), so a slow DNS server never stalls the control plane.
+/// At most one lookup per static or seed endpoint is in flight (one dial each at a time).
+async fn resolve(ep: &str) -> Vec<SocketAddr> {
+    if let Ok(a) = ep.parse::<SocketAddr>() {
+        return vec![a];
+    }
+    let (tx, mut rx) = ingress::<Vec<SocketAddr>>(1);
+    let name = ep.to_owned();
+    let spawned = std::thread::Builder::new()
+        .name("shoal-resolve".into())
+        .spawn(move || {
+            let addrs = name
+                .to_socket_addrs()
+                .map(|i| i.collect())
+                .unwrap_or_default();
+            let _ = tx.try_send(addrs);
+        });
+    match spawned {
+        Ok(_) => rx.recv().await.unwrap_or_default(),
+        Err(e) => {
+            tracing::warn!(endpoint = ep, error = %e, "cannot start a resolver thread");
+            Vec::new()
         }
     }
 }

@@ -304,3 +304,90 @@ impl futures_core::Stream for EventReceiver {
         self.poll_event(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Waker;
+
+    fn joined(n: u8) -> Event {
+        Event::MemberJoined {
+            peer: PeerId([n; 16]),
+        }
+    }
+
+    fn message(n: u8) -> Event {
+        Event::Message {
+            from: PeerId([n; 16]),
+            payload: Bytes::from_static(b"x"),
+            broadcast: true,
+        }
+    }
+
+    #[test]
+    fn nothing_is_queued_without_a_receiver_and_overflow_is_counted() {
+        let hub = Arc::new(EventHub::new(4, Vec::new()));
+        let c = Counters::default();
+        hub.emit_control(joined(1), &c);
+        let mut rx = EventReceiver::new(hub.clone());
+        assert_eq!(
+            rx.try_recv(),
+            None,
+            "events before subscribing are not queued"
+        );
+        for n in 0..10 {
+            hub.emit_control(joined(n), &c);
+        }
+        assert_eq!(c.snapshot().dropped_event_queue_full, 6);
+        assert_eq!(rx.try_recv(), Some(joined(0)), "order kept, newest dropped");
+        assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Some(joined(1)));
+    }
+
+    #[test]
+    fn messages_wait_for_room_below_three_quarters_and_control_events_pass() {
+        let hub = Arc::new(EventHub::new(4, Vec::new()));
+        let c = Counters::default();
+        let mut rx = EventReceiver::new(hub.clone());
+        let mut cx = Context::from_waker(Waker::noop());
+        for n in 0..3 {
+            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, |_| {}));
+            assert!(f.as_mut().poll(&mut cx).is_ready());
+        }
+        let mut waited = Vec::new();
+        {
+            let mut f = std::pin::pin!(hub.emit_message(message(3), &c, |w| waited.push(w)));
+            assert!(
+                f.as_mut().poll(&mut cx).is_pending(),
+                "three quarters full: wait"
+            );
+            hub.emit_control(joined(9), &c);
+            assert_eq!(
+                c.snapshot().dropped_event_queue_full,
+                0,
+                "control events use the rest"
+            );
+            assert_eq!(rx.try_recv(), Some(message(0)));
+            assert_eq!(rx.try_recv(), Some(message(1)));
+            assert!(f.as_mut().poll(&mut cx).is_ready(), "room again");
+        }
+        assert_eq!(waited, vec![true, false]);
+        assert_eq!(c.snapshot().event_queue_waits, 1);
+        hub.close();
+        let rest: Vec<Event> =
+            std::iter::from_fn(|| rx.recv_timeout(Duration::from_millis(1))).collect();
+        assert_eq!(rest, vec![message(2), joined(9), message(3)]);
+    }
+
+    #[test]
+    fn a_closed_hub_never_makes_a_shard_wait() {
+        let hub = Arc::new(EventHub::new(4, Vec::new()));
+        let c = Counters::default();
+        let _rx = EventReceiver::new(hub.clone());
+        hub.close();
+        let mut cx = Context::from_waker(Waker::noop());
+        for n in 0..10 {
+            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, |_| {}));
+            assert!(f.as_mut().poll(&mut cx).is_ready());
+        }
+    }
+}

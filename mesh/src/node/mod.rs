@@ -40,8 +40,12 @@
 //! the event** — the control plane for peer/member/discovery events and handshake errors, a
 //! data shard for Message events and link errors — before the event is queued. A callback
 //! must return quickly and never block: it may call the `try_*` methods and the query methods,
-//! but not the waiting or blocking ones, nor [`Mesh::stop`] (which is handed to a helper
-//! thread when called from an executor, so it does not deadlock, but then returns at once).
+//! but not the waiting or blocking ones. [`Mesh::stop`] may be called: from an executor it
+//! is handed to a helper thread and returns at once.
+//!
+//! Peer and member events (and the peer lists of the query methods) are released only once
+//! every shard has applied the routing changes behind them: after `PeerConnected`, a message
+//! to that peer is never lost to a routing table that is not there yet.
 //!
 //! # Not wired yet
 //!
@@ -197,7 +201,74 @@ macro_rules! cfg_setters {
     };
 }
 
+/// The `[node]` table of [`MeshBuilder::from_toml_str`].
+#[derive(serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct NodeToml {
+    shards: usize,
+    pin_cpus: Option<Vec<usize>>,
+    listen_addr: IpAddr,
+    overflow_policy: PolicyName,
+    disconnect_after_ms: u64,
+    event_queue_capacity: usize,
+    publish_queue_capacity: usize,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PolicyName {
+    Block,
+    DropNewest,
+    Disconnect,
+}
+
+impl Default for NodeToml {
+    fn default() -> Self {
+        let d = NodeOptions::default();
+        NodeToml {
+            shards: d.shards,
+            pin_cpus: d.pin_cpus,
+            listen_addr: d.listen_addr,
+            overflow_policy: PolicyName::Block,
+            disconnect_after_ms: 5000,
+            event_queue_capacity: d.event_queue_capacity,
+            publish_queue_capacity: d.publish_queue_capacity,
+        }
+    }
+}
+
 impl MeshBuilder {
+    /// A builder from TOML: the [`MeshConfig`] keys at top level (see
+    /// [`MeshConfig::from_toml_str`]) and the node options in an optional `[node]` table:
+    /// `shards`, `pin_cpus = [..]`, `listen_addr = "127.0.0.1"`,
+    /// `overflow_policy = "block" | "drop_newest" | "disconnect"`, `disconnect_after_ms`
+    /// (default 5000), `event_queue_capacity`, `publish_queue_capacity`. Missing keys keep
+    /// their defaults; unknown keys are errors.
+    pub fn from_toml_str(text: &str) -> Result<MeshBuilder, MeshError> {
+        let bad = |e: &dyn std::fmt::Display| MeshError::Config(ConfigError::Toml(e.to_string()));
+        let mut table: toml::Table = text.parse().map_err(|e| bad(&e))?;
+        let node: NodeToml = match table.remove("node") {
+            Some(v) => v.try_into().map_err(|e| bad(&e))?,
+            None => NodeToml::default(),
+        };
+        let cfg = MeshConfig::from_toml_str(&toml::to_string(&table).map_err(|e| bad(&e))?)?;
+        let overflow_policy = match node.overflow_policy {
+            PolicyName::Block => OverflowPolicy::Block,
+            PolicyName::DropNewest => OverflowPolicy::DropNewest,
+            PolicyName::Disconnect => OverflowPolicy::Disconnect {
+                after: Duration::from_millis(node.disconnect_after_ms),
+            },
+        };
+        Ok(Mesh::builder().config(cfg).options(NodeOptions {
+            shards: node.shards,
+            pin_cpus: node.pin_cpus,
+            listen_addr: node.listen_addr,
+            overflow_policy,
+            event_queue_capacity: node.event_queue_capacity,
+            publish_queue_capacity: node.publish_queue_capacity,
+        }))
+    }
+
     /// Replaces every mesh setting (e.g. from [`MeshConfig::from_toml_str`]).
     pub fn config(mut self, cfg: MeshConfig) -> Self {
         self.cfg = cfg;
@@ -212,6 +283,7 @@ impl MeshBuilder {
 
     cfg_setters! {
         group_name: String,
+        psk: String,
         listen_port: u16,
         discovery: bool,
         multicast_group: Ipv4Addr,
@@ -675,3 +747,59 @@ const _: () = {
     }
     let _ = check;
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_form_sets_mesh_and_node_settings() {
+        let b = MeshBuilder::from_toml_str(
+            "group_name = \"lab\"\nheartbeat_interval_ms = 250\nstatic_peers = [\"10.0.0.1:7000\"]\n\
+             [node]\nshards = 2\nlisten_addr = \"127.0.0.1\"\noverflow_policy = \"disconnect\"\n\
+             disconnect_after_ms = 750\n",
+        )
+        .unwrap();
+        assert_eq!(b.cfg.group_name, "lab");
+        assert_eq!(b.cfg.heartbeat_interval, Duration::from_millis(250));
+        assert_eq!(b.cfg.static_peers, vec!["10.0.0.1:7000".to_owned()]);
+        assert_eq!(b.opts.shards, 2);
+        assert_eq!(b.opts.listen_addr, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(
+            b.opts.overflow_policy,
+            OverflowPolicy::Disconnect {
+                after: Duration::from_millis(750)
+            }
+        );
+        assert_eq!(
+            b.opts.event_queue_capacity,
+            NodeOptions::default().event_queue_capacity
+        );
+        let d = MeshBuilder::from_toml_str("").unwrap();
+        assert_eq!(d.opts, NodeOptions::default());
+        assert_eq!(d.cfg, MeshConfig::default());
+    }
+
+    #[test]
+    fn toml_form_rejects_unknown_keys_and_bad_values() {
+        for bad in [
+            "[node]\nshardz = 2\n",
+            "[node]\noverflow_policy = \"drop_oldest\"\n",
+            "heartbeat_timeout_ms = 10\n",
+            "no_such_key = 1\n",
+        ] {
+            assert!(
+                matches!(MeshBuilder::from_toml_str(bad), Err(MeshError::Config(_))),
+                "{bad:?} must be rejected"
+            );
+        }
+        assert!(matches!(
+            Mesh::builder().psk("secret").build(),
+            Err(MeshError::SecuredNotSupported)
+        ));
+        assert!(matches!(
+            Mesh::builder().shards(0).build(),
+            Err(MeshError::Option(_))
+        ));
+    }
+}

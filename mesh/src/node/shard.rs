@@ -700,7 +700,7 @@ async fn timer(ctx: Rc<Ctx>, l: LinkRc) {
                 slow_peer(&ctx, &l, Who::Other);
                 return;
             }
-            if c.stalled && false {
+            if c.stalled {
                 c.state.on_bytes_received(now);
             }
             c.state.handle_timeout(now);

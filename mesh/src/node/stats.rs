@@ -47,7 +47,8 @@ macro_rules! counters {
 counters! {
     /// Messages the application handed to this node (accepted by the origin shard).
     originated,
-    /// Messages handed to the application as [`super::Event::Message`].
+    /// Messages handed to the application as [`super::Event::Message`] (to the callbacks,
+    /// and to the event queue while a receiver exists).
     delivered,
     /// Data frames queued on a link (originated or relayed), one per link.
     frames_queued,

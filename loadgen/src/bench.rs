@@ -1,0 +1,74 @@
+//! `bench`: Shoal A→B broadcast and raw TCP A→B back to back in one process, per payload
+//! size, and the ratio of their delivered message rates.
+
+use crate::demo::{run_raw, run_shoal, LocalRun, RunError};
+use crate::report::Summary;
+
+/// One size's pair of runs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Comparison {
+    /// Payload bytes.
+    pub payload_bytes: usize,
+    /// The Shoal run.
+    pub shoal: Summary,
+    /// The raw TCP run.
+    pub raw: Summary,
+    /// Shoal msgs/s divided by raw TCP msgs/s.
+    pub ratio: f64,
+}
+
+/// Runs Shoal then raw TCP for each size in `sizes`, with `template`'s other settings.
+pub fn compare(template: &LocalRun, sizes: &[usize]) -> Result<Vec<Comparison>, RunError> {
+    let mut out = Vec::new();
+    for &size in sizes {
+        let mut run = template.clone();
+        run.shape.size = size;
+        run.shape.size_max = size;
+        let shoal = run_shoal(&run)?;
+        let raw = run_raw(&run)?;
+        out.push(pair(size, shoal, raw));
+    }
+    Ok(out)
+}
+
+/// Puts two runs of one size side by side.
+pub fn pair(payload_bytes: usize, shoal: Summary, raw: Summary) -> Comparison {
+    let ratio = if raw.msgs_per_s > 0.0 {
+        shoal.msgs_per_s / raw.msgs_per_s
+    } else {
+        0.0
+    };
+    Comparison {
+        payload_bytes,
+        shoal,
+        raw,
+        ratio,
+    }
+}
+
+/// Prints the comparison as a markdown table.
+pub fn print_table(rows: &[Comparison]) {
+    println!(
+        "| payload | shoal msg/s | shoal MB/s | raw TCP msg/s | raw TCP MB/s | shoal/raw | shoal lost | shoal p50 / p99.9 µs | raw p50 / p99.9 µs | shoal cpu s | raw cpu s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for c in rows {
+        let cpu = |s: &Summary| s.usage.cpu_user_s + s.usage.cpu_sys_s;
+        println!(
+            "| {} B | {:.0} | {:.1} | {:.0} | {:.1} | **{:.2}x** | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.2} | {:.2} |",
+            c.payload_bytes,
+            c.shoal.msgs_per_s,
+            c.shoal.mb_per_s,
+            c.raw.msgs_per_s,
+            c.raw.mb_per_s,
+            c.ratio,
+            c.shoal.lost,
+            c.shoal.latency.p50_us,
+            c.shoal.latency.p999_us,
+            c.raw.latency.p50_us,
+            c.raw.latency.p999_us,
+            cpu(&c.shoal),
+            cpu(&c.raw)
+        );
+    }
+}

@@ -1,0 +1,197 @@
+//! What a run reports: the summary printed for people and serialised with `--json`.
+
+use crate::gaps::LossTotals;
+use crate::latency_hist::{Latency, Percentiles};
+use crate::usage::Usage;
+use shoal_mesh::ShardStats;
+
+/// Messages a node did not deliver nor send on, by cause (sum over the nodes of a run),
+/// plus the backpressure waits that are not losses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Drops {
+    /// Copies of a message already seen (normal in a mesh with cycles: flooding sends more
+    /// than one copy, the second is dropped here).
+    pub duplicate: u64,
+    /// Targeted messages out of hops.
+    pub ttl: u64,
+    /// No link to send on.
+    pub no_route: u64,
+    /// A link's outbound queue was full (relayed copies under Block, any under DropNewest).
+    pub queue_full: u64,
+    /// Control events lost on a full event queue.
+    pub event_queue_full: u64,
+    /// Links closed on undecodable input.
+    pub malformed_frames: u64,
+    /// Links closed on oversize frames.
+    pub oversize_frames: u64,
+    /// Links closed because the peer stayed blocked (Disconnect policy).
+    pub slow_peer_disconnects: u64,
+    /// Times delivery waited for event-queue room (backpressure, not loss).
+    pub event_queue_waits: u64,
+}
+
+impl Drops {
+    /// Adds one node's totals.
+    pub fn add(&mut self, s: &ShardStats) {
+        self.duplicate += s.dropped_duplicate;
+        self.ttl += s.dropped_ttl;
+        self.no_route += s.dropped_no_route;
+        self.queue_full += s.dropped_queue_full;
+        self.event_queue_full += s.dropped_event_queue_full;
+        self.malformed_frames += s.malformed_frames;
+        self.oversize_frames += s.oversize_frames;
+        self.slow_peer_disconnects += s.slow_peer_disconnects;
+        self.event_queue_waits += s.event_queue_waits;
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "duplicate {} | ttl {} | no_route {} | queue_full {} | event_queue_full {} | \
+             malformed {} | oversize {} | slow_peer {} (backpressure waits: {})",
+            self.duplicate,
+            self.ttl,
+            self.no_route,
+            self.queue_full,
+            self.event_queue_full,
+            self.malformed_frames,
+            self.oversize_frames,
+            self.slow_peer_disconnects,
+            self.event_queue_waits
+        )
+    }
+}
+
+/// One node of an in-process mesh, as the summary lists it.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct NodeInfo {
+    /// Index in the run (node 0 publishes).
+    pub index: usize,
+    /// Node id.
+    pub id: String,
+    /// TCP listen port.
+    pub port: u16,
+    /// Indices of the nodes it has a link with.
+    pub linked_to: Vec<usize>,
+}
+
+/// The result of one throughput run (demo, pub, sub, relay, one bench leg).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Summary {
+    /// `demo`, `pub`, `sub`, `relay` or `bench`.
+    pub mode: String,
+    /// `shoal` or `raw-tcp`.
+    pub transport: String,
+    /// Nodes (or raw endpoints) in this process.
+    pub nodes: usize,
+    /// Established links (each counted once).
+    pub links: usize,
+    /// The in-process nodes and their links (empty for single-node roles and raw TCP).
+    pub topology: Vec<NodeInfo>,
+    /// Payload bytes per message (the smallest, when sizes vary).
+    pub payload_bytes: usize,
+    /// Largest payload when sizes vary (else equal to `payload_bytes`).
+    pub payload_bytes_max: usize,
+    /// Bytes per message on the wire (58-byte Data header + payload).
+    pub wire_bytes: usize,
+    /// Measured window, seconds (after warm-up).
+    pub window_s: f64,
+    /// Data messages published by this process.
+    pub sent: u64,
+    /// Distinct data messages received by this process's subscribers (sum over them).
+    pub delivered: u64,
+    /// Messages missing at the subscribers (gaps, and tail loss after the end marker).
+    pub lost: u64,
+    /// Frames this process's nodes read from links (relay: what it forwarded came in here).
+    pub frames_in: u64,
+    /// Data frames this process's nodes queued on links (originated or relayed).
+    pub frames_out: u64,
+    /// Publish calls refused (no route, stopped, too large).
+    pub publish_errors: u64,
+    /// Publishing rate in the window, messages/s.
+    pub sent_msgs_per_s: f64,
+    /// Delivery rate in the window, messages/s (sum over subscribers).
+    pub msgs_per_s: f64,
+    /// Delivered payload, MB/s (10^6 bytes).
+    pub mb_per_s: f64,
+    /// Loss details.
+    pub loss: LossTotals,
+    /// One-way latency of the messages received in the window.
+    pub latency: Percentiles,
+    /// Drops by cause (Shoal only).
+    pub drops: Option<Drops>,
+    /// CPU and memory of the whole process.
+    pub usage: Usage,
+    /// The latency histogram behind `latency` (for `.hgrm` files and plots).
+    #[serde(skip)]
+    pub histogram: Latency,
+}
+
+impl Summary {
+    /// The human-readable summary.
+    pub fn print(&self) {
+        let size = if self.payload_bytes_max > self.payload_bytes {
+            format!(
+                "{}-{} B payload",
+                self.payload_bytes, self.payload_bytes_max
+            )
+        } else {
+            format!("{} B payload", self.payload_bytes)
+        };
+        println!(
+            "== {} over {}: {} node(s), {} link(s), {size} (+{} B frame header on the wire)",
+            self.mode,
+            self.transport,
+            self.nodes,
+            self.links,
+            self.wire_bytes - self.payload_bytes
+        );
+        println!(
+            "   window {:.2} s | sent {} ({:.0} msg/s) | delivered {} ({:.0} msg/s, {:.2} MB/s)",
+            self.window_s,
+            self.sent,
+            self.sent_msgs_per_s,
+            self.delivered,
+            self.msgs_per_s,
+            self.mb_per_s
+        );
+        for n in &self.topology {
+            let role = if n.index == 0 {
+                "publisher"
+            } else {
+                "subscriber"
+            };
+            println!(
+                "   node {} ({role}) id {} port {} linked to {:?}",
+                n.index, n.id, n.port, n.linked_to
+            );
+        }
+        if self.mode == "relay" {
+            println!(
+                "   relayed: frames in {} | data frames queued out {} ({:.0} frames/s in)",
+                self.frames_in,
+                self.frames_out,
+                self.frames_in as f64 / self.window_s.max(1e-9)
+            );
+        }
+        let l = &self.loss;
+        println!(
+            "   loss: lost {} | gaps {} | duplicates {} | late (reordered) {} | publishers {} | end markers received {} | publish errors {}",
+            self.lost, l.gaps, l.duplicates, l.late, l.publishers, l.ended, self.publish_errors
+        );
+        let p = &self.latency;
+        if p.count > 0 {
+            println!(
+                "   latency µs: p50 {:.1} | p90 {:.1} | p99 {:.1} | p99.9 {:.1} | p99.99 {:.1} | max {:.1} ({} samples)",
+                p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.p9999_us, p.max_us, p.count
+            );
+        }
+        if let Some(d) = &self.drops {
+            println!("   drops: {}", d.line());
+        }
+        let u = &self.usage;
+        println!(
+            "   cpu user {:.2} s | sys {:.2} s | peak rss {} KiB",
+            u.cpu_user_s, u.cpu_sys_s, u.peak_rss_kib
+        );
+    }
+}

@@ -1,0 +1,312 @@
+//! The roles of multi-process and multi-host runs: `pub`, `sub` and `relay`, over Shoal or
+//! (`--raw`) over bare TCP. Every role is bounded in time and stops by itself.
+
+use crate::demo::{progress_ticker, summarise, LocalRun, RunError};
+use crate::raw::{self, RawSink};
+use crate::report::{Drops, Summary};
+use crate::shoal::{self, MeshSink, NodeArgs};
+use crate::traffic::{self, Live, PubReport, Receiver, Shape};
+use crate::usage::Usage;
+use shoal_mesh::Mesh;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Which role this process plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Publishes the traffic shape.
+    Pub,
+    /// Receives and measures.
+    Sub,
+    /// Only forwards (a mesh node with no application).
+    Relay,
+}
+
+/// Settings of a role run.
+#[derive(Debug, Clone)]
+pub struct RoleRun {
+    /// The role.
+    pub role: Role,
+    /// Traffic shape (the subscriber uses its warm-up and bounds).
+    pub shape: Shape,
+    /// Node settings.
+    pub node: NodeArgs,
+    /// Peers to wait for before publishing (publisher) or to count as connected.
+    pub wait_peers: usize,
+    /// Subscriber: stop after this many publishers sent their end marker.
+    pub publishers: usize,
+    /// Extra time after warm-up + duration (subscriber and relay), so late starters fit.
+    pub linger: Duration,
+    /// Over raw TCP instead of Shoal.
+    pub raw: bool,
+    /// Hide the progress line.
+    pub quiet: bool,
+}
+
+impl RoleRun {
+    fn local(&self, mode: &'static str) -> LocalRun {
+        LocalRun {
+            nodes: 1,
+            shape: self.shape,
+            node: self.node.clone(),
+            quiet: self.quiet,
+            mode,
+        }
+    }
+
+    fn bound(&self) -> Instant {
+        Instant::now() + self.shape.warmup + self.shape.duration + self.linger
+    }
+}
+
+/// Runs the role; returns its summary.
+pub fn run(r: &RoleRun) -> Result<Summary, RunError> {
+    match (r.role, r.raw) {
+        (Role::Pub, false) => shoal_pub(r),
+        (Role::Sub, false) => shoal_sub(r),
+        (Role::Relay, false) => shoal_relay(r),
+        (Role::Pub, true) => raw_pub(r),
+        (Role::Sub, true) => raw_sub(r),
+        (Role::Relay, true) => Err(RunError::Usage(
+            "relay has no raw TCP form: raw TCP connects publisher and subscriber directly".into(),
+        )),
+    }
+}
+
+fn node_drops(m: &Mesh) -> Drops {
+    let mut d = Drops::default();
+    d.add(&m.stats().total);
+    d
+}
+
+fn with_send_rate(mut s: Summary, rep: &PubReport, size: usize) -> Summary {
+    s.window_s = rep.window.as_secs_f64();
+    if rep.window > Duration::ZERO {
+        s.mb_per_s = rep.sent_in_window as f64 * size as f64 / rep.window.as_secs_f64() / 1e6;
+    }
+    s
+}
+
+fn wait_peers(m: &Mesh, n: usize, deadline: Instant) -> Result<(), RunError> {
+    let secs = deadline
+        .saturating_duration_since(Instant::now())
+        .as_secs()
+        .max(1);
+    shoal::wait_for(secs, &format!("{n} connected peer(s)"), || {
+        m.connected_peers().len() >= n
+    })?;
+    Ok(())
+}
+
+fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
+    let (mesh, events) = r.node.start()?;
+    // The publisher does not subscribe: nothing should queue for it.
+    drop(events);
+    tracing::info!(id = %mesh.id(), port = mesh.listen_port(), "publisher listening");
+    wait_peers(
+        &mesh,
+        r.wait_peers.max(1),
+        Instant::now() + Duration::from_secs(30),
+    )?;
+    // Counted now: subscribers leave as soon as they have the end marker.
+    let links = mesh.connected_peers().len();
+    let before = Usage::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(Live::default());
+    let (progress, ticker) = progress_ticker("pub", r.quiet, sent.clone(), Vec::new());
+    let mut sink = MeshSink::broadcast(mesh.clone());
+    let rep = traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop);
+    drop(ticker);
+    progress.finish();
+    let usage = Usage::now().since(&before);
+    let drops = node_drops(&mesh);
+    mesh.stop();
+    let rep = rep?;
+    Ok(with_send_rate(
+        summarise(
+            &r.local("pub"),
+            "shoal",
+            links,
+            rep,
+            &[],
+            Some(drops),
+            usage,
+        ),
+        &rep,
+        r.shape.size,
+    ))
+}
+
+fn shoal_sub(r: &RoleRun) -> Result<Summary, RunError> {
+    let (mesh, mut events) = r.node.start()?;
+    tracing::info!(id = %mesh.id(), port = mesh.listen_port(), "subscriber listening");
+    let before = Usage::now();
+    let stop = AtomicBool::new(false);
+    let live = Arc::new(AtomicU64::new(0));
+    let (progress, ticker) = progress_ticker(
+        "sub",
+        r.quiet,
+        Arc::new(Live::default()),
+        vec![live.clone()],
+    );
+    let mut recv = Receiver::new(&r.shape);
+    shoal::subscribe(
+        &mut events,
+        &mut recv,
+        r.publishers,
+        r.bound(),
+        &stop,
+        &live,
+    );
+    drop(ticker);
+    progress.finish();
+    let usage = Usage::now().since(&before);
+    let links = mesh.connected_peers().len();
+    let drops = node_drops(&mesh);
+    mesh.stop();
+    Ok(summarise(
+        &r.local("sub"),
+        "shoal",
+        links,
+        PubReport::default(),
+        &[recv],
+        Some(drops),
+        usage,
+    ))
+}
+
+fn shoal_relay(r: &RoleRun) -> Result<Summary, RunError> {
+    let (mesh, events) = r.node.start()?;
+    drop(events);
+    tracing::info!(id = %mesh.id(), port = mesh.listen_port(), "relay listening");
+    let before = Usage::now();
+    let end = r.bound();
+    let progress = crate::traffic::Progress::new("relay", r.quiet);
+    let mut links = 0;
+    while Instant::now() < end {
+        links = links.max(mesh.connected_peers().len());
+        let t = mesh.stats().total;
+        progress.update(format!(
+            "peers {} | frames in {} | queued out {} | dropped dup {} full {}",
+            mesh.connected_peers().len(),
+            t.frames_in,
+            t.frames_queued,
+            t.dropped_duplicate,
+            t.dropped_queue_full
+        ));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    progress.finish();
+    let usage = Usage::now().since(&before);
+    let drops = node_drops(&mesh);
+    let total = mesh.stats().total;
+    mesh.stop();
+    let mut s = summarise(
+        &r.local("relay"),
+        "shoal",
+        links,
+        PubReport::default(),
+        &[],
+        Some(drops),
+        usage,
+    );
+    s.window_s = (r.shape.warmup + r.shape.duration + r.linger).as_secs_f64();
+    s.frames_in = total.frames_in;
+    s.frames_out = total.frames_queued;
+    Ok(s)
+}
+
+fn raw_pub(r: &RoleRun) -> Result<Summary, RunError> {
+    if r.node.static_peers.is_empty() {
+        return Err(RunError::Usage(
+            "pub --raw needs --static-peer host:port of each raw subscriber".into(),
+        ));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut conns = Vec::new();
+    for p in &r.node.static_peers {
+        loop {
+            match TcpStream::connect(p.as_str()) {
+                Ok(s) => break conns.push(s),
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(peer = %p, error = %e, "raw subscriber not up yet");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    let links = conns.len();
+    let before = Usage::now();
+    let stop = AtomicBool::new(false);
+    let sent = Arc::new(Live::default());
+    let (progress, ticker) = progress_ticker("pub --raw", r.quiet, sent.clone(), Vec::new());
+    let mut sink = RawSink::new(conns);
+    let rep = traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop);
+    drop(sink);
+    drop(ticker);
+    progress.finish();
+    let usage = Usage::now().since(&before);
+    let rep = rep?;
+    Ok(with_send_rate(
+        summarise(&r.local("pub"), "raw-tcp", links, rep, &[], None, usage),
+        &rep,
+        r.shape.size,
+    ))
+}
+
+fn raw_sub(r: &RoleRun) -> Result<Summary, RunError> {
+    let listener = TcpListener::bind(r.node.listen)?;
+    tracing::info!(addr = %listener.local_addr()?, "raw subscriber listening");
+    listener.set_nonblocking(true)?;
+    let until = r.bound();
+    let before = Usage::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut counters = Vec::new();
+    let mut handles = Vec::new();
+    let publishers = r.publishers.max(1);
+    while handles.len() < publishers && Instant::now() < until {
+        match listener.accept() {
+            Ok((stream, from)) => {
+                tracing::info!(%from, "raw publisher connected");
+                stream.set_nonblocking(false)?;
+                let live = Arc::new(AtomicU64::new(0));
+                counters.push(live.clone());
+                let stop = stop.clone();
+                let shape = r.shape;
+                handles.push(std::thread::spawn(
+                    move || -> Result<Receiver, raw::FrameError> {
+                        let mut recv = Receiver::new(&shape);
+                        raw::subscribe(stream, &mut recv, 1, until, &stop, &live)?;
+                        Ok(recv)
+                    },
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let (progress, ticker) =
+        progress_ticker("sub --raw", r.quiet, Arc::new(Live::default()), counters);
+    let mut receivers = Vec::new();
+    for h in handles {
+        receivers.push(h.join().map_err(|_| RunError::Panicked)??);
+    }
+    drop(ticker);
+    progress.finish();
+    let usage = Usage::now().since(&before);
+    let links = receivers.len();
+    Ok(summarise(
+        &r.local("sub"),
+        "raw-tcp",
+        links,
+        PubReport::default(),
+        &receivers,
+        None,
+        usage,
+    ))
+}

@@ -1,0 +1,242 @@
+//! Running the traffic shape over Shoal mesh nodes: node settings from the command line, a
+//! publishing sink and a subscribing loop.
+
+use crate::traffic::{Receiver, Sink, SinkError};
+use bytes::Bytes;
+use shoal_mesh::{
+    Event, EventReceiver, Mesh, MeshBuilder, MeshConfig, OverflowPolicy, PeerId, PublishError,
+};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Full-queue policy names accepted on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Policy {
+    /// Publishers wait for room (no loss on the direct path).
+    Block,
+    /// New frames are dropped and counted.
+    DropNewest,
+}
+
+/// Node settings shared by every role.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeArgs {
+    /// Mesh group name.
+    #[arg(long, default_value = "default")]
+    pub group: String,
+    /// TCP listen address `ip:port` (port 0 picks a free one).
+    #[arg(long, default_value = "0.0.0.0:0")]
+    pub listen: SocketAddr,
+    /// Static peer `host:port` (repeatable; kept connected).
+    #[arg(long = "static-peer")]
+    pub static_peers: Vec<String>,
+    /// Seed peer `host:port` (repeatable; dialed at start and while isolated).
+    #[arg(long = "seed-peer")]
+    pub seed_peers: Vec<String>,
+    /// Enable multicast discovery (off by default: use static/seed peers).
+    #[arg(long)]
+    pub discovery: bool,
+    /// IPv4 address of the interface for multicast discovery (implies --discovery).
+    #[arg(long)]
+    pub multicast_interface: Option<Ipv4Addr>,
+    /// Data shards per node.
+    #[arg(long, default_value_t = 1)]
+    pub shards: usize,
+    /// Pin shard i to CPU pin[i % len] (comma-separated CPU numbers).
+    #[arg(long, value_delimiter = ',')]
+    pub pin: Vec<usize>,
+    /// Pre-shared key (secured mode; refused by the node until it is wired in).
+    #[arg(long)]
+    pub psk: Option<String>,
+    /// Full-queue policy.
+    #[arg(long, value_enum, default_value = "block")]
+    pub overflow: Policy,
+    /// Mesh settings file (TOML, `MeshConfig` keys); flags above override it.
+    #[arg(long)]
+    pub config: Option<std::path::PathBuf>,
+}
+
+/// Why a node could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The settings file could not be read.
+    #[error("cannot read {path}: {source}")]
+    ReadConfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The settings file is invalid.
+    #[error("invalid mesh settings: {0}")]
+    Config(#[from] shoal_mesh::config::ConfigError),
+    /// The node refused the settings or could not start.
+    #[error("mesh node: {0}")]
+    Mesh(#[from] shoal_mesh::MeshError),
+    /// Peers did not connect in time.
+    #[error("timed out after {secs} s waiting for {what}")]
+    Timeout {
+        /// Seconds waited.
+        secs: u64,
+        /// What was awaited.
+        what: String,
+    },
+}
+
+impl NodeArgs {
+    /// Loopback settings for in-process meshes: nothing from the command line.
+    pub fn loopback() -> NodeArgs {
+        NodeArgs {
+            group: "shoal-loadgen".into(),
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            static_peers: Vec::new(),
+            seed_peers: Vec::new(),
+            discovery: false,
+            multicast_interface: None,
+            shards: 1,
+            pin: Vec::new(),
+            psk: None,
+            overflow: Policy::Block,
+            config: None,
+        }
+    }
+
+    /// A builder with these settings.
+    pub fn builder(&self) -> Result<MeshBuilder, SetupError> {
+        let mut cfg = match &self.config {
+            Some(path) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| SetupError::ReadConfig {
+                        path: path.clone(),
+                        source,
+                    })?;
+                MeshConfig::from_toml_str(&text)?
+            }
+            None => MeshConfig::default(),
+        };
+        if let Some(psk) = &self.psk {
+            cfg.psk = psk.clone();
+        }
+        let mut b = Mesh::builder()
+            .config(cfg)
+            .group_name(self.group.clone())
+            .listen_addr(self.listen.ip())
+            .listen_port(self.listen.port())
+            .discovery(self.discovery || self.multicast_interface.is_some())
+            .shards(self.shards)
+            .overflow_policy(match self.overflow {
+                Policy::Block => OverflowPolicy::Block,
+                Policy::DropNewest => OverflowPolicy::DropNewest,
+            });
+        if let Some(ifa) = self.multicast_interface {
+            b = b.multicast_interface(ifa);
+        }
+        if !self.pin.is_empty() {
+            b = b.pin_to_cpus(self.pin.clone());
+        }
+        for p in &self.static_peers {
+            b = b.static_peer(p.clone());
+        }
+        for p in &self.seed_peers {
+            b = b.seed_peer(p.clone());
+        }
+        Ok(b)
+    }
+
+    /// Builds and starts a node; the event receiver is taken before start so nothing is missed.
+    pub fn start(&self) -> Result<(Mesh, EventReceiver), SetupError> {
+        let mesh = self.builder()?.build()?;
+        let events = mesh.events();
+        mesh.start()?;
+        Ok((mesh, events))
+    }
+}
+
+/// Waits until `cond` holds, polling every 5 ms, for at most `secs` seconds.
+pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) -> Result<(), SetupError> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        if Instant::now() >= deadline {
+            return Err(SetupError::Timeout {
+                secs,
+                what: what.to_string(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+/// Publishes through a node: broadcast, or targeted at one peer.
+pub struct MeshSink {
+    mesh: Mesh,
+    dst: Option<PeerId>,
+}
+
+impl MeshSink {
+    /// Broadcasts through `mesh`.
+    pub fn broadcast(mesh: Mesh) -> MeshSink {
+        MeshSink { mesh, dst: None }
+    }
+}
+
+impl Sink for MeshSink {
+    fn send(&mut self, payload: &[u8]) -> Result<(), SinkError> {
+        let b = Bytes::copy_from_slice(payload);
+        let r = match self.dst {
+            None => self.mesh.broadcast_blocking(b),
+            Some(p) => self.mesh.send_blocking(p, b),
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err(PublishError::Stopped) => Err(SinkError::Fatal("node stopped".into())),
+            Err(e @ PublishError::TooLarge { .. }) => Err(SinkError::Fatal(e.to_string())),
+            Err(e) => Err(SinkError::Refused(e.to_string())),
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), SinkError> {
+        // The node's writers flush on their own as soon as frames are queued.
+        Ok(())
+    }
+}
+
+/// Receives Message events into `recv` until `until` passes, `stop` is set, or `publishers`
+/// end-of-stream markers arrived. `live` counts messages for a progress line.
+pub fn subscribe(
+    events: &mut EventReceiver,
+    recv: &mut Receiver,
+    publishers: usize,
+    until: Instant,
+    stop: &AtomicBool,
+    live: &AtomicU64,
+) {
+    let mut n = 0u64;
+    loop {
+        if Instant::now() >= until || stop.load(Ordering::Relaxed) || recv.done(publishers) {
+            return;
+        }
+        let mut next = events.recv_timeout(Duration::from_millis(50));
+        // Drain a batch of what is queued before looking at the clock again.
+        let mut batch = 0;
+        while let Some(ev) = next {
+            match ev {
+                Event::Message { payload, .. } => {
+                    recv.on_payload(&payload);
+                    n += 1;
+                }
+                Event::Error { kind, message, .. } => {
+                    tracing::warn!(?kind, %message, "mesh error")
+                }
+                other => tracing::debug!(?other, "mesh event"),
+            }
+            batch += 1;
+            if batch == 4096 {
+                break;
+            }
+            next = events.try_recv();
+        }
+        live.store(n, Ordering::Relaxed);
+    }
+}

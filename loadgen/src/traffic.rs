@@ -1,0 +1,346 @@
+//! The traffic shape shared by every transport: a paced publisher that stamps each payload,
+//! and a receiver that turns stamps into rates, loss and latency.
+
+use crate::gaps::LossTracker;
+use crate::latency_hist::Latency;
+use crate::stamp::{now_ns, Stamp, STAMP_LEN};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The shape of a publishing run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shape {
+    /// Payload bytes per message (at least [`STAMP_LEN`]).
+    pub size: usize,
+    /// When above `size`, each message's size is drawn uniformly from `size..=size_max`.
+    pub size_max: usize,
+    /// Target messages per second; 0 = as fast as backpressure allows.
+    pub rate: f64,
+    /// Measured time after the warm-up.
+    pub duration: Duration,
+    /// Time sent before measuring.
+    pub warmup: Duration,
+}
+
+/// Why a message could not be handed to a transport.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// Refused this once (e.g. no route right now); the run goes on.
+    #[error("publish refused: {0}")]
+    Refused(String),
+    /// The transport is gone; the run stops.
+    #[error("transport failed: {0}")]
+    Fatal(String),
+}
+
+/// Where a publisher's messages go.
+pub trait Sink {
+    /// Hands over one payload (may buffer).
+    fn send(&mut self, payload: &[u8]) -> Result<(), SinkError>;
+    /// Pushes out anything buffered (called whenever the publisher is ahead of its schedule).
+    fn flush(&mut self) -> Result<(), SinkError>;
+}
+
+/// What a publisher did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PubReport {
+    /// Data messages sent in total (warm-up included).
+    pub sent: u64,
+    /// Data messages sent in the measured window.
+    pub sent_in_window: u64,
+    /// Length of the measured window.
+    pub window: Duration,
+    /// Refused publish calls.
+    pub refused: u64,
+}
+
+/// Counters a publisher shares with a progress reporter.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// Messages sent or received so far.
+    pub count: AtomicU64,
+}
+
+/// Sleeps until `due`: parks for the bulk of long waits, yields for the last stretch so a
+/// fixed rate is kept to a few microseconds.
+pub fn wait_until(due: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= due {
+            return;
+        }
+        let left = due - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep(left - Duration::from_micros(100));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Publishes `shape` into `sink` as publisher `id`, then the end-of-stream marker. Stops early
+/// when `stop` is set. Bounded by `warmup + duration`.
+pub fn publish(
+    sink: &mut dyn Sink,
+    shape: &Shape,
+    id: u64,
+    live: &Live,
+    stop: &AtomicBool,
+) -> Result<PubReport, SinkError> {
+    let (lo, hi) = (
+        shape.size.max(STAMP_LEN),
+        shape.size_max.max(shape.size).max(STAMP_LEN),
+    );
+    let mut buf = vec![0u8; hi];
+    // xorshift64: sizes need to vary, not to be unpredictable; no allocation, no lock.
+    let mut rng = id | 1;
+    let mut next_len = move || {
+        if hi == lo {
+            return lo;
+        }
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        lo + (rng % (hi - lo + 1) as u64) as usize
+    };
+    for (i, b) in buf.iter_mut().enumerate().skip(STAMP_LEN) {
+        *b = i as u8;
+    }
+    let start = Instant::now();
+    let measure_from = start + shape.warmup;
+    let end = measure_from + shape.duration;
+    let interval = (shape.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / shape.rate));
+    let mut report = PubReport::default();
+    let mut seq = 0u64;
+    let mut at_window_start = None;
+    loop {
+        let now = Instant::now();
+        if now >= end || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if at_window_start.is_none() && now >= measure_from {
+            at_window_start = Some((seq, now));
+        }
+        if let Some(iv) = interval {
+            let due = start + iv.mul_f64(seq as f64);
+            if due > now {
+                sink.flush()?;
+                wait_until(due.min(end));
+                continue;
+            }
+        }
+        Stamp::Data {
+            publisher: id,
+            seq,
+            sent_ns: now_ns(),
+        }
+        .write(&mut buf)
+        .expect("buffer holds a stamp");
+        match sink.send(&buf[..next_len()]) {
+            Ok(()) => {
+                seq += 1;
+                live.count.store(seq, Ordering::Relaxed);
+            }
+            Err(SinkError::Refused(why)) => {
+                report.refused += 1;
+                tracing::debug!(%why, "publish refused");
+                // Usually no route (peer reconnecting): don't spin on it.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let stopped = Instant::now();
+    Stamp::End {
+        publisher: id,
+        total: seq,
+    }
+    .write(&mut buf)
+    .expect("buffer holds a stamp");
+    let buf = &mut buf[..lo];
+    // The marker must not be lost to a momentary refusal: retry for a short, bounded time.
+    let give_up = Instant::now() + Duration::from_secs(2);
+    loop {
+        match sink.send(buf) {
+            Ok(()) => break,
+            Err(SinkError::Refused(_)) if Instant::now() < give_up => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    sink.flush()?;
+    report.sent = seq;
+    if let Some((first, t0)) = at_window_start {
+        report.sent_in_window = seq - first;
+        report.window = stopped - t0;
+    }
+    Ok(report)
+}
+
+/// Rates, loss and latency of what one subscriber received.
+#[derive(Debug)]
+pub struct Receiver {
+    warmup: Duration,
+    correct_ns: Option<u64>,
+    /// Loss per publisher.
+    pub loss: LossTracker,
+    /// One-way latency of in-window messages.
+    pub latency: Latency,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    in_window: u64,
+    bytes_in_window: u64,
+    /// Payloads too short to carry a stamp.
+    pub unstamped: u64,
+    /// Smallest and largest payload seen (0, 0 before any).
+    pub sizes: (usize, usize),
+    /// Set when every expected end marker is in but messages are still missing.
+    drain_until: Option<Instant>,
+}
+
+/// How long a receiver keeps listening after the last end marker for messages still missing:
+/// in a mesh a relayed copy of the marker can overtake direct copies of earlier messages.
+const END_DRAIN: Duration = Duration::from_secs(1);
+
+impl Receiver {
+    /// A receiver of `shape`'s traffic: it starts measuring `warmup` after its first
+    /// message and, for a fixed rate, corrects latency for coordinated omission.
+    pub fn new(shape: &Shape) -> Receiver {
+        Receiver {
+            warmup: shape.warmup,
+            correct_ns: (shape.rate > 0.0).then(|| (1e9 / shape.rate).max(1.0) as u64),
+            loss: LossTracker::default(),
+            latency: Latency::default(),
+            first: None,
+            last: None,
+            in_window: 0,
+            bytes_in_window: 0,
+            unstamped: 0,
+            drain_until: None,
+            sizes: (0, 0),
+        }
+    }
+
+    /// True once `publishers` (> 0) end markers arrived and either nothing is missing or the
+    /// drain time after the last marker passed.
+    pub fn done(&mut self, publishers: usize) -> bool {
+        if publishers == 0 || self.loss.ended() < publishers {
+            return false;
+        }
+        if self.loss.totals().lost == 0 {
+            return true;
+        }
+        let until = *self
+            .drain_until
+            .get_or_insert_with(|| Instant::now() + END_DRAIN);
+        Instant::now() >= until
+    }
+
+    /// Accounts one received payload.
+    pub fn on_payload(&mut self, payload: &[u8]) {
+        match Stamp::read(payload) {
+            Ok(Stamp::Data {
+                publisher,
+                seq,
+                sent_ns,
+            }) => {
+                let now = Instant::now();
+                let len = payload.len();
+                self.sizes = match self.first {
+                    None => (len, len),
+                    Some(_) => (self.sizes.0.min(len), self.sizes.1.max(len)),
+                };
+                let first = *self.first.get_or_insert(now);
+                self.loss.record(publisher, seq);
+                if now >= first + self.warmup {
+                    let ns = now_ns().saturating_sub(sent_ns);
+                    match self.correct_ns {
+                        Some(iv) => self.latency.record_corrected(ns, iv),
+                        None => self.latency.record(ns),
+                    }
+                    self.in_window += 1;
+                    self.bytes_in_window += payload.len() as u64;
+                    self.last = Some(now);
+                }
+            }
+            Ok(Stamp::End { publisher, total }) => self.loss.end(publisher, total),
+            Err(_) => self.unstamped += 1,
+        }
+    }
+
+    /// `(messages, payload bytes, seconds)` of the measured window.
+    pub fn window(&self) -> (u64, u64, f64) {
+        let secs = match (self.first, self.last) {
+            (Some(f), Some(l)) => l.saturating_duration_since(f + self.warmup).as_secs_f64(),
+            _ => 0.0,
+        };
+        (self.in_window, self.bytes_in_window, secs)
+    }
+}
+
+/// A live progress line on stderr (hidden when quiet or when stderr is not a terminal).
+pub struct Progress {
+    bar: ProgressBar,
+}
+
+impl Progress {
+    /// A spinner with `prefix`; hidden when `quiet`.
+    pub fn new(prefix: &str, quiet: bool) -> Progress {
+        let bar = if quiet {
+            ProgressBar::hidden()
+        } else {
+            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(4));
+            b.set_style(
+                ProgressStyle::with_template("{spinner} {prefix} [{elapsed}] {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            b.set_prefix(prefix.to_string());
+            b
+        };
+        Progress { bar }
+    }
+
+    /// Replaces the message.
+    pub fn update(&self, msg: String) {
+        self.bar.set_message(msg);
+        self.bar.tick();
+    }
+
+    /// Removes the line.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Runs `f` every 250 ms on a helper thread until the returned guard is dropped.
+pub fn every_quarter_second(mut f: impl FnMut() + Send + 'static) -> Ticker {
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let handle = std::thread::spawn(move || {
+        while !s.load(Ordering::Acquire) {
+            f();
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    });
+    Ticker {
+        stop,
+        handle: Some(handle),
+    }
+}
+
+/// Stops its helper thread when dropped.
+pub struct Ticker {
+    stop: std::sync::Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
