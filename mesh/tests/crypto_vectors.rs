@@ -11,7 +11,7 @@ use shoal_mesh::crypto::{
     node_id_from_key, sign_identity_record, verify_identity_record, verify_transcript,
     AnnounceDrop, AnnounceMacError, DiscoveryGuard, Established, Handshake, Identity, IdentityBook,
     IdentityPolicy, Opened, PskKeys, RecordOpener, RecordReader, RecordSealer, SecureContext,
-    SessionKeys, DEFAULT_MAX_MESSAGE_BYTES,
+    SessionKeys,
 };
 use shoal_mesh::wire::{
     decode_frame, Announce, AnnounceFilter, AnnounceReject, DecodeStatus, Frame, Hello,

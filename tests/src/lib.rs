@@ -171,10 +171,17 @@ impl Drop for Lab {
 
 impl HostProcess {
     /// Reads lines until `pred` accepts one or `deadline` passes; returns the accepted line.
-    pub fn wait_line(&mut self, deadline: Instant, mut pred: impl FnMut(&str) -> bool) -> Option<String> {
+    pub fn wait_line(
+        &mut self,
+        deadline: Instant,
+        mut pred: impl FnMut(&str) -> bool,
+    ) -> Option<String> {
         loop {
             let left = deadline.checked_duration_since(Instant::now())?;
-            match self.lines.recv_timeout(left.min(Duration::from_millis(200))) {
+            match self
+                .lines
+                .recv_timeout(left.min(Duration::from_millis(200)))
+            {
                 Ok(line) => {
                     self.transcript.push(line.clone());
                     if pred(&line) {

@@ -37,7 +37,9 @@ fn start_nodes(lab: &Lab, group: &str) -> Vec<(HostProcess, String)> {
             ];
             let mut p = lab.spawn(k, NODE, &args);
             let ready = p
-                .wait_line(Instant::now() + Duration::from_secs(20), |l| l.starts_with("ready "))
+                .wait_line(Instant::now() + Duration::from_secs(20), |l| {
+                    l.starts_with("ready ")
+                })
                 .unwrap_or_else(|| panic!("node on h{k} never became ready:\n{}", p.tail(20)));
             let id = field(&ready, "id").expect("ready line has id").to_string();
             (p, id)
@@ -56,11 +58,21 @@ fn members_of(line: &str) -> Option<BTreeSet<String>> {
         return None;
     }
     let ids = field(line, "ids")?;
-    Some(ids.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+    Some(
+        ids.split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect(),
+    )
 }
 
 /// Waits until node `i` reports exactly `want` as its members (itself excluded).
-fn wait_members(nodes: &mut [(HostProcess, String)], i: usize, want: &BTreeSet<String>, within: Duration) {
+fn wait_members(
+    nodes: &mut [(HostProcess, String)],
+    i: usize,
+    want: &BTreeSet<String>,
+    within: Duration,
+) {
     let deadline = Instant::now() + within;
     let (p, id) = &mut nodes[i];
     let got = p.wait_line(deadline, |l| members_of(l).as_ref() == Some(want));

@@ -51,9 +51,12 @@ fn main() {
     for p in &args.static_peers {
         builder = builder.static_peer(p.clone());
     }
-    let mesh = builder.build().unwrap_or_else(|e| fail(&format!("build: {e}")));
+    let mesh = builder
+        .build()
+        .unwrap_or_else(|e| fail(&format!("build: {e}")));
     let mut events = mesh.events();
-    mesh.start().unwrap_or_else(|e| fail(&format!("start: {e}")));
+    mesh.start()
+        .unwrap_or_else(|e| fail(&format!("start: {e}")));
     let me = mesh.id();
     say(&format!("ready id={me} port={}", mesh.listen_port()));
 
@@ -87,7 +90,11 @@ fn main() {
         let changed = last_members.as_ref() != Some(&members);
         if changed || Instant::now() >= next_report {
             let ids: Vec<&str> = members.iter().map(String::as_str).collect();
-            say(&format!("members n={} ids={}", members.len(), ids.join(",")));
+            say(&format!(
+                "members n={} ids={}",
+                members.len(),
+                ids.join(",")
+            ));
             last_members = Some(members);
             next_report = Instant::now() + Duration::from_secs(1);
         }
