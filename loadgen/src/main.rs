@@ -175,8 +175,8 @@ struct LatencyArgs {
     /// Write `<PREFIX>-<transport>.hgrm` and `<PREFIX>.svg`.
     #[arg(long)]
     out_prefix: Option<PathBuf>,
-    /// Busy-poll this long before parking the node's executors (needs the Mesh builder to
-    /// expose the runtime's spin-before-park; refused until it does).
+    /// Keep the nodes' executors polling this many microseconds before they park (0 = park
+    /// at once): lower latency for more CPU (see tuning/README.md).
     #[arg(long, default_value_t = 0)]
     spin_us: u64,
     /// Data shards per node.
@@ -355,13 +355,9 @@ fn write_file(
 
 fn latency_cmd(a: LatencyArgs) -> Result<(), MainError> {
     check_size(a.size)?;
-    if a.spin_us > 0 {
-        return Err(MainError::Usage(
-            "--spin-us: the Mesh builder does not expose the runtime's spin-before-park yet".into(),
-        ));
-    }
     let mut node = NodeArgs::loopback();
     node.shards = a.shards;
+    node.spin_us = a.spin_us;
     let settings = latency::Settings {
         mode: a.mode,
         shape: Shape {

@@ -52,6 +52,10 @@ pub struct NodeArgs {
     /// Full-queue policy.
     #[arg(long, value_enum, default_value = "block")]
     pub overflow: Policy,
+    /// Keep each executor polling this many microseconds before it parks (0 = park at
+    /// once). Lower latency for a busier CPU; see tuning/README.md.
+    #[arg(long = "spin-us", default_value_t = 0)]
+    pub spin_us: u64,
     /// Mesh settings file (TOML, `MeshConfig` keys); flags above override it.
     #[arg(long)]
     pub config: Option<std::path::PathBuf>,
@@ -98,6 +102,7 @@ impl NodeArgs {
             pin: Vec::new(),
             psk: None,
             overflow: Policy::Block,
+            spin_us: 0,
             config: None,
         }
     }
@@ -125,6 +130,7 @@ impl NodeArgs {
             .listen_port(self.listen.port())
             .discovery(self.discovery || self.multicast_interface.is_some())
             .shards(self.shards)
+            .spin_before_park(std::time::Duration::from_micros(self.spin_us))
             .overflow_policy(match self.overflow {
                 Policy::Block => OverflowPolicy::Block,
                 Policy::DropNewest => OverflowPolicy::DropNewest,

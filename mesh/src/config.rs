@@ -285,20 +285,12 @@ fn is_host_port(ep: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct MeshConfigBuilder(MeshConfig);
 
-macro_rules! setters {
-    ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
-        $(
-            $(#[$doc])*
-            pub fn $name(mut self, v: impl Into<$ty>) -> Self {
-                self.0.$name = v.into();
-                self
-            }
-        )*
-    };
-}
-
-impl MeshConfigBuilder {
-    setters! {
+/// Expands to one builder setter per [`MeshConfig`] field, writing `self.<cfg>.<field>`.
+/// Shared by [`MeshConfigBuilder`] and the node's `MeshBuilder`, so the list of settings is
+/// written once.
+macro_rules! mesh_config_setters {
+    ($cfg:tt) => {
+        $crate::config::mesh_config_setters!(@emit $cfg;
         /// Sets `group_name`.
         group_name: String,
         /// Sets `psk` (non-empty = secured mesh).
@@ -351,7 +343,22 @@ impl MeshConfigBuilder {
         static_peers: Vec<String>,
         /// Sets `seed_peers`.
         seed_peers: Vec<String>,
-    }
+        );
+    };
+    (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, v: impl Into<$ty>) -> Self {
+                self.$cfg.$name = v.into();
+                self
+            }
+        )*
+    };
+}
+pub(crate) use mesh_config_setters;
+
+impl MeshConfigBuilder {
+    mesh_config_setters!(0);
 
     /// Validates and returns the configuration.
     pub fn build(self) -> Result<MeshConfig, ConfigError> {

@@ -155,6 +155,9 @@ pub struct NodeOptions {
     pub event_queue_capacity: usize,
     /// Ceiling (messages) of the application's ingress queue. Default 4096.
     pub publish_queue_capacity: usize,
+    /// How long each executor keeps polling after its last task before it parks (default
+    /// zero: park at once). Trades CPU for latency; see the `shoal-runtime` crate docs.
+    pub spin_before_park: Duration,
 }
 
 impl Default for NodeOptions {
@@ -166,6 +169,7 @@ impl Default for NodeOptions {
             overflow_policy: OverflowPolicy::Block,
             event_queue_capacity: 65_536,
             publish_queue_capacity: 4096,
+            spin_before_park: Duration::ZERO,
         }
     }
 }
@@ -189,18 +193,6 @@ impl std::fmt::Debug for MeshBuilder {
     }
 }
 
-macro_rules! cfg_setters {
-    ($($name:ident: $ty:ty),* $(,)?) => {
-        $(
-            #[doc = concat!("Sets the mesh setting `", stringify!($name), "` (see [`MeshConfig`]).")]
-            pub fn $name(mut self, v: impl Into<$ty>) -> Self {
-                self.cfg.$name = v.into();
-                self
-            }
-        )*
-    };
-}
-
 /// The `[node]` table of [`MeshBuilder::from_toml_str`].
 #[derive(serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -212,6 +204,7 @@ struct NodeToml {
     disconnect_after_ms: u64,
     event_queue_capacity: usize,
     publish_queue_capacity: usize,
+    spin_before_park_us: u64,
 }
 
 #[derive(serde::Deserialize)]
@@ -233,6 +226,7 @@ impl Default for NodeToml {
             disconnect_after_ms: 5000,
             event_queue_capacity: d.event_queue_capacity,
             publish_queue_capacity: d.publish_queue_capacity,
+            spin_before_park_us: d.spin_before_park.as_micros() as u64,
         }
     }
 }
@@ -242,7 +236,7 @@ impl MeshBuilder {
     /// [`MeshConfig::from_toml_str`]) and the node options in an optional `[node]` table:
     /// `shards`, `pin_cpus = [..]`, `listen_addr = "127.0.0.1"`,
     /// `overflow_policy = "block" | "drop_newest" | "disconnect"`, `disconnect_after_ms`
-    /// (default 5000), `event_queue_capacity`, `publish_queue_capacity`. Missing keys keep
+    /// (default 5000), `event_queue_capacity`, `publish_queue_capacity`, `spin_before_park_us`. Missing keys keep
     /// their defaults; unknown keys are errors.
     pub fn from_toml_str(text: &str) -> Result<MeshBuilder, MeshError> {
         let bad = |e: &dyn std::fmt::Display| MeshError::Config(ConfigError::Toml(e.to_string()));
@@ -266,6 +260,7 @@ impl MeshBuilder {
             overflow_policy,
             event_queue_capacity: node.event_queue_capacity,
             publish_queue_capacity: node.publish_queue_capacity,
+            spin_before_park: Duration::from_micros(node.spin_before_park_us),
         }))
     }
 
@@ -281,38 +276,7 @@ impl MeshBuilder {
         self
     }
 
-    cfg_setters! {
-        group_name: String,
-        psk: String,
-        listen_port: u16,
-        discovery: bool,
-        multicast_group: Ipv4Addr,
-        multicast_port: u16,
-        multicast_ttl: u32,
-        announce_interval: Duration,
-        peer_lost_timeout: Duration,
-        heartbeat_interval: Duration,
-        heartbeat_timeout: Duration,
-        handshake_timeout: Duration,
-        reconnect_base: Duration,
-        reconnect_max: Duration,
-        initial_ttl: u8,
-        dedup_ttl: Duration,
-        max_dedup_entries: usize,
-        max_outbound_queue_bytes: usize,
-        max_message_bytes: u32,
-        membership_interval: Duration,
-        membership_timeout: Duration,
-        max_peers: usize,
-        max_membership_records: usize,
-    }
-
-    /// Sends and joins multicast through the interface owning `addr` (name 127.0.0.1 for a
-    /// loopback-only mesh).
-    pub fn multicast_interface(mut self, addr: Ipv4Addr) -> Self {
-        self.cfg.multicast_interface = Some(addr);
-        self
-    }
+    crate::config::mesh_config_setters!(cfg);
 
     /// Adds a static peer (`host:port`, kept connected forever, never Lost).
     pub fn static_peer(mut self, endpoint: impl Into<String>) -> Self {
@@ -329,6 +293,14 @@ impl MeshBuilder {
     /// Number of data shards (default 1).
     pub fn shards(mut self, n: usize) -> Self {
         self.opts.shards = n;
+        self
+    }
+
+    /// Keeps every executor of the node polling for `spin` after its last task before it
+    /// parks (default zero). Cuts wake-up latency at the cost of a busy core; see the
+    /// `shoal-runtime` crate docs for the measured trade-off.
+    pub fn spin_before_park(mut self, spin: Duration) -> Self {
+        self.opts.spin_before_park = spin;
         self
     }
 
@@ -494,7 +466,10 @@ impl Mesh {
         let ns = &self.inner.ns;
         let opts = &self.inner.opts;
         let shards = opts.shards;
-        let mut b = Runtime::builder().name("shoal-mesh").shards(shards);
+        let mut b = Runtime::builder()
+            .name("shoal-mesh")
+            .shards(shards)
+            .spin_before_park(opts.spin_before_park);
         if let Some(cpus) = &opts.pin_cpus {
             b = b.placement(Placement::Pinned(cpus.clone()));
         }
