@@ -13,7 +13,6 @@
 //! link do; every open checks the tag, so a mismatch would fail the bench, not skew it.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::{criterion_main, BatchSize, Criterion, Throughput};
 use shoal_mesh::crypto::{
@@ -146,11 +145,7 @@ fn bench_batch(c: &mut Criterion) {
 /// Every crypto bench; a plain fn rather than `criterion_group!`, whose generated `pub fn` has
 /// no docs.
 fn benches() {
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30)
-        .configure_from_args();
+    let mut c = shoal_bench::quick_criterion();
     bench_record(&mut c);
     bench_batch(&mut c);
 }

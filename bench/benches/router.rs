@@ -193,11 +193,7 @@ fn bench_on_data(c: &mut Criterion) {
 /// Every router bench; a plain fn rather than `criterion_group!`, whose generated `pub fn` has
 /// no docs.
 fn benches() {
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30)
-        .configure_from_args();
+    let mut c = shoal_bench::quick_criterion();
     bench_on_data(&mut c);
 }
 

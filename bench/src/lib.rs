@@ -1,1 +1,15 @@
-//! Criterion benchmarks for Shoal live in `benches/`; this library is empty on purpose.
+//! Shared settings for Shoal's criterion benchmarks, which live in `benches/`.
+
+use std::time::Duration;
+
+use criterion::Criterion;
+
+/// The short profile most benches use (1 s warm-up, 2 s measurement, 30 samples), still
+/// overridable from the command line (`-- --measurement-time 5`).
+pub fn quick_criterion() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30)
+        .configure_from_args()
+}
