@@ -12,6 +12,7 @@ use crate::PeerId;
 use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
 use event_listener::{Event as Signal, EventListener, Listener};
+use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -146,10 +147,15 @@ impl EventHub {
 
     /// A Message event: waits for room below the message share of the queue. `on_wait` is
     /// called before the first wait (the caller marks its link as busy, not dead).
+    ///
+    /// The receivers are not woken here: the event is counted in `unwoken`, and the caller
+    /// wakes them once per batch with [`EventHub::wake_receivers`] (and must do so before it
+    /// parks). This function does it itself before waiting for room.
     pub(crate) async fn emit_message(
         &self,
         ev: Event,
         counters: &Counters,
+        unwoken: &Cell<usize>,
         mut on_wait: impl FnMut(bool),
     ) {
         self.run_callbacks(&ev);
@@ -162,12 +168,14 @@ impl EventHub {
             if self.queue.len() < self.message_limit {
                 match self.queue.push(ev) {
                     Ok(()) => {
-                        self.ready.notify(1);
+                        unwoken.set(unwoken.get() + 1);
                         break;
                     }
                     Err(back) => ev = back,
                 }
             }
+            // The receivers must hear of what is queued, or they may never make room.
+            self.wake_receivers(unwoken);
             let listener = self.room.listen();
             if self.queue.len() < self.message_limit
                 || !self.subscribed()
@@ -184,6 +192,15 @@ impl EventHub {
         }
         if waited {
             on_wait(false);
+        }
+    }
+
+    /// Wakes receivers for the `unwoken` events queued since the last call (one wake per
+    /// event at most, so clones of the receiver share the work as before).
+    pub(crate) fn wake_receivers(&self, unwoken: &Cell<usize>) {
+        let n = unwoken.replace(0);
+        if n > 0 {
+            self.ready.notify(n);
         }
     }
 
@@ -349,13 +366,15 @@ mod tests {
         let c = Counters::default();
         let mut rx = EventReceiver::new(hub.clone());
         let mut cx = Context::from_waker(Waker::noop());
+        let unwoken = Cell::new(0);
         for n in 0..3 {
-            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, |_| {}));
+            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &unwoken, |_| {}));
             assert!(f.as_mut().poll(&mut cx).is_ready());
         }
         let mut waited = Vec::new();
         {
-            let mut f = std::pin::pin!(hub.emit_message(message(3), &c, |w| waited.push(w)));
+            let mut f =
+                std::pin::pin!(hub.emit_message(message(3), &c, &unwoken, |w| waited.push(w)));
             assert!(
                 f.as_mut().poll(&mut cx).is_pending(),
                 "three quarters full: wait"
@@ -385,9 +404,49 @@ mod tests {
         let _rx = EventReceiver::new(hub.clone());
         hub.close();
         let mut cx = Context::from_waker(Waker::noop());
+        let unwoken = Cell::new(0);
         for n in 0..10 {
-            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, |_| {}));
+            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &unwoken, |_| {}));
             assert!(f.as_mut().poll(&mut cx).is_ready());
         }
+    }
+
+    #[test]
+    fn receivers_are_woken_once_per_batch_and_always_before_a_wait() {
+        let hub = Arc::new(EventHub::new(8, Vec::new()));
+        let c = Counters::default();
+        let mut rx = EventReceiver::new(hub.clone());
+        let mut cx = Context::from_waker(Waker::noop());
+        let unwoken = Cell::new(0);
+        let mut parked = hub.ready.listen();
+        for n in 0..3 {
+            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &unwoken, |_| {}));
+            assert!(f.as_mut().poll(&mut cx).is_ready());
+        }
+        assert_eq!(unwoken.get(), 3);
+        assert!(
+            Pin::new(&mut parked).poll(&mut cx).is_pending(),
+            "no wake per event"
+        );
+        hub.wake_receivers(&unwoken);
+        assert_eq!(unwoken.get(), 0);
+        assert!(
+            Pin::new(&mut parked).poll(&mut cx).is_ready(),
+            "one wake for the batch"
+        );
+
+        // A shard about to wait for room wakes the receivers first, or nobody would ever
+        // drain the queue (the message limit is 6 of 8).
+        let mut parked = hub.ready.listen();
+        for n in 3..6 {
+            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &unwoken, |_| {}));
+            assert!(f.as_mut().poll(&mut cx).is_ready());
+        }
+        let mut f = std::pin::pin!(hub.emit_message(message(6), &c, &unwoken, |_| {}));
+        assert!(f.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(unwoken.get(), 0);
+        assert!(Pin::new(&mut parked).poll(&mut cx).is_ready());
+        assert_eq!(rx.try_recv(), Some(message(0)));
+        assert!(f.as_mut().poll(&mut cx).is_ready());
     }
 }

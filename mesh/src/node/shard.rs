@@ -33,7 +33,7 @@ use bytes::{Bytes, BytesMut};
 use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
 use shoal_runtime::net::{TcpReadHalf, TcpStream, TcpWriteHalf, MAX_IOVECS};
 use shoal_runtime::{spawn_local, LocalJoinHandle};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -115,11 +115,39 @@ struct Ctx {
     ns: Arc<NodeShared>,
     ch: Channels,
     st: RefCell<Shard>,
+    /// The shard's clock, read once per batch (a read, an inbox or publisher batch) rather
+    /// than once per frame: a clock read costs ~75 ns on this class of VM, more than the
+    /// rest of routing a frame, and liveness and dedup ages need milliseconds, not
+    /// nanoseconds. Only ever set to a fresh `Instant::now()`, so it never goes backwards.
+    clock: Cell<Instant>,
+    /// Message events queued since the application's receivers were last woken. Waking
+    /// once per batch instead of once per event saves a futex wake per message whenever the
+    /// application drains faster than the shard fills (see [`Ctx::wake_receivers`]).
+    unwoken: Cell<usize>,
 }
 
 impl Ctx {
     fn counters(&self) -> &Counters {
         &self.ns.counters[self.idx]
+    }
+
+    /// The batch's time (see [`Ctx::clock`]).
+    fn now(&self) -> Instant {
+        self.clock.get()
+    }
+
+    /// Reads the clock for a new batch.
+    fn tick(&self) -> Instant {
+        let now = Instant::now();
+        self.clock.set(now);
+        now
+    }
+
+    /// Wakes the application's receivers for the events queued since the last call. Called
+    /// at the end of every batch and before any wait, so an event never sits unannounced
+    /// while this shard is parked.
+    fn wake_receivers(&self) {
+        self.ns.hub.wake_receivers(&self.unwoken);
     }
 
     fn control(&self) -> usize {
@@ -159,6 +187,8 @@ pub(crate) async fn run(init: ShardInit) {
             scratch: Vec::new(),
         }),
         ns,
+        clock: Cell::new(now),
+        unwoken: Cell::new(0),
     });
     if let Some(p) = publish {
         spawn_local(publisher(ctx.clone(), p)).detach();
@@ -166,9 +196,11 @@ pub(crate) async fn run(init: ShardInit) {
     spawn_local(dedup_sweeper(ctx.clone())).detach();
     let mut batch = Vec::with_capacity(64);
     while rx.recv_batch(&mut batch, 64).await.is_ok() {
+        ctx.tick();
         for (_, m) in batch.drain(..) {
             handle(&ctx, m).await;
         }
+        ctx.wake_receivers();
         YieldNow(false).await;
     }
 }
@@ -206,7 +238,7 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
             let l = ctx.st.borrow().links.get(&link).cloned();
             if let Some(l) = l {
                 let mut c = l.borrow_mut();
-                c.state.close(goodbye, Instant::now());
+                c.state.close(goodbye, ctx.now());
                 c.closing = Some(true);
                 c.budget.wake.notify(usize::MAX);
             }
@@ -222,7 +254,7 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
                     inc(&ctx.counters().dropped_queue_full);
                 } else {
                     c.queue.push_back(Out::Raw(frame, n));
-                    c.state.on_sent(Instant::now());
+                    c.state.on_sent(ctx.now());
                     c.budget.wake.notify(1);
                 }
             }
@@ -334,12 +366,14 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
                 }
                 Ok(None) => break,
                 Err(e) => {
+                    ctx.wake_receivers();
                     let kind = decode_error_kind(&e, ctx.counters());
                     teardown(&ctx, &l, Who::Reader, Some((kind, e.to_string())));
                     return;
                 }
             }
         }
+        ctx.wake_receivers();
         let needed = match peek_frame_len(&buf, max) {
             Ok(DecodeStatus::NeedMore { needed }) => needed,
             _ => 0,
@@ -367,7 +401,8 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
             }
             Ok(n) => {
                 add(&ctx.counters().bytes_in, n as u64);
-                l.borrow_mut().state.on_bytes_received(Instant::now());
+                let now = ctx.tick();
+                l.borrow_mut().state.on_bytes_received(now);
             }
             Err(e) => {
                 tracing::debug!(error = %e, "link read failed");
@@ -401,7 +436,7 @@ async fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame) -> bool {
             // sends is moot.
             return true;
         }
-        let a = c.state.on_frame(&frame, Instant::now());
+        let a = c.state.on_frame(&frame, ctx.now());
         let closed = pull(&mut c);
         (a, closed, c.id)
     };
@@ -424,6 +459,7 @@ async fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame) -> bool {
                 Frame::Data(d) => route_in(ctx, link, d).await,
                 Frame::Membership(record) => {
                     let to = ctx.control();
+                    ctx.wake_receivers();
                     ctx.ch.send(to, Msg::MembershipIn { link, record }).await;
                 }
                 // Plaintext mesh: AuthConfirm cannot pass the link; identity records are
@@ -440,6 +476,7 @@ async fn route_in(ctx: &Rc<Ctx>, from: LinkId, d: Data) {
     let owner = dedup_shard(&d.msg_id, ctx.ns.shards);
     if owner != ctx.idx {
         inc(&ctx.counters().hops_out);
+        ctx.wake_receivers();
         ctx.ch.send(owner, Msg::Relay { from, data: d }).await;
         return;
     }
@@ -456,7 +493,7 @@ async fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data, path: Path) {
     let r = {
         let mut s = ctx.st.borrow_mut();
         let s = &mut *s;
-        s.router.on_data(&s.table, from, &meta, Instant::now())
+        s.router.on_data(&s.table, from, &meta, ctx.now())
     };
     let c = ctx.counters();
     match r {
@@ -484,7 +521,10 @@ async fn deliver(ctx: &Rc<Ctx>, d: Data) {
         broadcast: d.dst.is_zero(),
         payload: d.payload,
     };
-    ctx.ns.hub.emit_message(ev, ctx.counters(), |_| {}).await;
+    ctx.ns
+        .hub
+        .emit_message(ev, ctx.counters(), &ctx.unwoken, |_| {})
+        .await;
 }
 
 /// Sends one Data frame (with `ttl`) on `only`, or on every routed link except `except`.
@@ -527,6 +567,9 @@ async fn fan_out(
     let policy = ctx.ns.policy;
     for (link, owner, budget) in targets.drain(..) {
         let reserved = if path == Path::Origin && policy == OverflowPolicy::Block {
+            if budget.is_full_for(n) {
+                ctx.wake_receivers();
+            }
             budget.reserve(n).await
         } else {
             budget.try_reserve(n)
@@ -567,6 +610,7 @@ async fn fan_out(
                 }
                 ok
             } else {
+                ctx.wake_receivers();
                 ctx.ch.send(owner, m).await
             };
             if !sent {
@@ -590,7 +634,7 @@ fn enqueue_reserved(
         let mut c = l.borrow_mut();
         if c.closing.is_none() && !c.finished {
             c.queue.push_back(out);
-            c.state.on_sent(Instant::now());
+            c.state.on_sent(ctx.now());
             c.budget.wake.notify(1);
             return;
         }
@@ -790,9 +834,11 @@ async fn stop(ctx: Rc<Ctx>) {
 async fn publisher(ctx: Rc<Ctx>, mut rx: IngressReceiver<Publish>) {
     let mut batch = Vec::with_capacity(64);
     while rx.recv_batch(&mut batch, 64).await.is_ok() {
+        ctx.tick();
         for p in batch.drain(..) {
             originate(&ctx, p).await;
         }
+        ctx.wake_receivers();
         // A publisher that always finds its ingress non-empty would otherwise never let the
         // writers run, and every queue would look full to it.
         YieldNow(false).await;
@@ -826,7 +872,7 @@ async fn originate(ctx: &Rc<Ctx>, p: Publish) {
         let mut s = ctx.st.borrow_mut();
         let s = &mut *s;
         let id = s.gen.next_id();
-        (id, s.router.originate(&s.table, id, p.dst, Instant::now()))
+        (id, s.router.originate(&s.table, p.dst))
     };
     let meta = DataMeta {
         src: me,

@@ -138,7 +138,7 @@ pub struct RouterStats {
     pub forwarded: u64,
     /// Unicast decisions.
     pub unicast: u64,
-    /// Own broadcasts that came back after leaving the dedup cache: not delivered (no echo).
+    /// Own messages that came back (also counted in `dropped_duplicate`).
     pub self_echo_suppressed: u64,
     /// New broadcasts delivered but not forwarded because `ttl <= 1`.
     pub ttl_exhausted: u64,
@@ -237,33 +237,30 @@ impl Router {
         meta: &DataMeta,
         now: Instant,
     ) -> Route {
+        // Our own message coming back: we sent it on every link when we originated it, so it
+        // is a duplicate by definition. Judging it by origin instead of pre-seeding its id in
+        // the cache keeps the originating shard off the cache (one insert and, at the bound,
+        // one eviction per message saved) and still holds after the cache forgot the id.
+        if meta.src == self.me {
+            self.stats.self_echo_suppressed += 1;
+            return self.drop(DropReason::Duplicate);
+        }
         if !self.dedup.check_and_insert(meta.msg_id, now) {
             return self.drop(DropReason::Duplicate);
         }
         if meta.dst.is_zero() {
-            let deliver = meta.src != self.me;
-            if !deliver {
-                self.stats.self_echo_suppressed += 1;
-            }
-            let forward = meta.ttl > 1 && table.has_link_besides(Some(from));
+            self.stats.delivered += 1;
             if meta.ttl <= 1 {
                 self.stats.ttl_exhausted += 1;
+                return Route::Deliver;
             }
-            if forward {
-                self.stats.forwarded += 1;
+            if !table.has_link_besides(Some(from)) {
+                return Route::Deliver;
             }
-            if deliver {
-                self.stats.delivered += 1;
-            }
-            let ttl = meta.ttl.saturating_sub(1);
-            return match (deliver, forward) {
-                (true, true) => Route::DeliverAndForward { except: from, ttl },
-                (true, false) => Route::Deliver,
-                (false, true) => Route::Forward {
-                    except: Some(from),
-                    ttl,
-                },
-                (false, false) => self.drop(DropReason::NoRoute),
+            self.stats.forwarded += 1;
+            return Route::DeliverAndForward {
+                except: from,
+                ttl: meta.ttl - 1,
             };
         }
         if meta.dst == self.me {
@@ -276,17 +273,11 @@ impl Router {
         self.relay(table, Some(from), meta.dst, meta.ttl - 1)
     }
 
-    /// Decides how to send a message this node originates (`dst` zero = broadcast) and
-    /// pre-seeds its id so it is never delivered back here. Call it on the shard that owns the
-    /// own id's dedup state (`dedup_shard(msg_id)`), like any other message from this origin.
-    pub fn originate(
-        &mut self,
-        table: &RoutingTable,
-        msg_id: MsgId,
-        dst: PeerId,
-        now: Instant,
-    ) -> Route {
-        self.dedup.check_and_insert(msg_id, now);
+    /// Decides how to send a message this node originates (`dst` zero = broadcast). Its id
+    /// needs no dedup entry: [`on_data`](Self::on_data) drops every message whose `src` is this
+    /// node, which is what pre-seeding the id (the C++ library's way) achieves, minus the cache
+    /// traffic and minus the re-flood of an echo that outlived its cache entry.
+    pub fn originate(&mut self, table: &RoutingTable, dst: PeerId) -> Route {
         if dst == self.me {
             self.stats.delivered += 1;
             return Route::Deliver;
@@ -431,13 +422,13 @@ mod tests {
     }
 
     #[test]
-    fn originated_message_is_preseeded_and_never_echoed() {
+    fn originated_message_is_never_echoed() {
         let (mut r, t, now) = setup();
         let mut g = MsgIdGen::new(p(1), 41);
         let id = g.next_id();
         assert_eq!(id.counter(), 42);
         assert_eq!(
-            r.originate(&t, id, PeerId::ZERO, now),
+            r.originate(&t, PeerId::ZERO),
             Route::Forward {
                 except: None,
                 ttl: 8
@@ -454,14 +445,14 @@ mod tests {
             Route::Drop(DropReason::Duplicate)
         );
         assert_eq!(
-            r.originate(&t, g.next_id(), p(2), now),
+            r.originate(&t, p(2)),
             Route::Unicast {
                 link: LinkId(2),
                 ttl: 8
             }
         );
         assert_eq!(
-            r.originate(&t, g.next_id(), p(7), now),
+            r.originate(&t, p(7)),
             Route::Forward {
                 except: None,
                 ttl: 8
@@ -470,21 +461,26 @@ mod tests {
     }
 
     #[test]
-    fn own_broadcast_after_eviction_is_forwarded_but_not_delivered() {
+    fn own_message_coming_back_is_dropped_even_when_the_cache_is_full() {
         let now = Instant::now();
         let mut r = Router::new(p(1), 8, 1, Duration::from_secs(30), now);
         let (_, t, _) = setup();
         let mine = meta(1, PeerId::ZERO, 1, 5);
-        r.originate(&t, mine.msg_id, PeerId::ZERO, now);
-        r.on_data(&t, LinkId(2), &meta(2, PeerId::ZERO, 1, 5), now); // evicts own id
+        r.originate(&t, PeerId::ZERO);
+        // Fills the one-entry cache with someone else's id.
+        r.on_data(&t, LinkId(2), &meta(2, PeerId::ZERO, 1, 5), now);
         assert_eq!(
             r.on_data(&t, LinkId(2), &mine, now),
-            Route::Forward {
-                except: Some(LinkId(2)),
-                ttl: 4
-            }
+            Route::Drop(DropReason::Duplicate)
         );
-        assert_eq!(r.stats().self_echo_suppressed, 1);
+        let targeted_back = meta(1, p(9), 2, 5);
+        assert_eq!(
+            r.on_data(&t, LinkId(3), &targeted_back, now),
+            Route::Drop(DropReason::Duplicate)
+        );
+        assert_eq!(r.stats().self_echo_suppressed, 2);
+        assert_eq!(r.stats().dropped_duplicate, 2);
+        assert_eq!(r.dedup_stats().inserted, 1, "own ids never enter the cache");
     }
 
     #[test]

@@ -257,10 +257,9 @@ impl Sim {
     }
 
     pub fn send(&mut self, i: usize, dst: PeerId, payload: &'static [u8]) -> MsgId {
-        let now = self.now;
         let n = &mut self.nodes[i];
         let id = n.ids.next_id();
-        let route = n.router.originate(&n.table, id, dst, now);
+        let route = n.router.originate(&n.table, dst);
         let data = Data {
             src: n.id,
             dst,
