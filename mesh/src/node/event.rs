@@ -151,29 +151,55 @@ impl EventHub {
     /// The receivers are not woken here: the event is counted in `unwoken`, and the caller
     /// wakes them once per batch with [`EventHub::wake_receivers`] (and must do so before it
     /// parks). This function does it itself before waiting for room.
+    #[cfg(test)]
     pub(crate) async fn emit_message(
+        &self,
+        ev: Event,
+        counters: &Counters,
+        unwoken: &Cell<usize>,
+        on_wait: impl FnMut(bool),
+    ) {
+        if let Err(ev) = self.try_emit_message(ev, unwoken) {
+            self.queue_message(ev, counters, unwoken, on_wait).await;
+        }
+    }
+
+    /// The first half of [`emit_message`](Self::emit_message), which never waits: runs the
+    /// callbacks and queues the event if there is room (or drops it if nobody listens). `Err`
+    /// hands the event back when the caller must wait with [`EventHub::queue_message`].
+    /// Kept apart so the common case costs a shard no future at all.
+    pub(crate) fn try_emit_message(&self, ev: Event, unwoken: &Cell<usize>) -> Result<(), Event> {
+        self.run_callbacks(&ev);
+        self.try_queue_message(ev, unwoken)
+    }
+
+    fn try_queue_message(&self, ev: Event, unwoken: &Cell<usize>) -> Result<(), Event> {
+        if !self.subscribed() || self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if self.queue.len() >= self.message_limit {
+            return Err(ev);
+        }
+        self.queue.push(ev)?;
+        unwoken.set(unwoken.get() + 1);
+        Ok(())
+    }
+
+    /// The second half of [`emit_message`](Self::emit_message): waits for room, then queues.
+    pub(crate) async fn queue_message(
         &self,
         ev: Event,
         counters: &Counters,
         unwoken: &Cell<usize>,
         mut on_wait: impl FnMut(bool),
     ) {
-        self.run_callbacks(&ev);
         let mut ev = ev;
         let mut waited = false;
         loop {
-            if !self.subscribed() || self.closed.load(Ordering::Acquire) {
-                break;
-            }
-            if self.queue.len() < self.message_limit {
-                match self.queue.push(ev) {
-                    Ok(()) => {
-                        unwoken.set(unwoken.get() + 1);
-                        break;
-                    }
-                    Err(back) => ev = back,
-                }
-            }
+            ev = match self.try_queue_message(ev, unwoken) {
+                Ok(()) => break,
+                Err(ev) => ev,
+            };
             // The receivers must hear of what is queued, or they may never make room.
             self.wake_receivers(unwoken);
             let listener = self.room.listen();

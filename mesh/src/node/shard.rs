@@ -18,7 +18,7 @@
 use super::budget::{LinkBudget, OverflowPolicy};
 use super::event::{ErrorKind, Event};
 use super::msg::{Msg, NewLink};
-use super::shared::{Channels, NodeShared};
+use super::shared::{Channels, NodeShared, Offer};
 use super::stats::{add, inc, Counters};
 use crate::proto::{
     dedup_shard, CloseReason, DataMeta, DropReason, FrameAction, Link, LinkEvent, LinkId, MsgIdGen,
@@ -270,7 +270,13 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
             })
             .detach();
         }
-        Msg::Relay { from, data } => route(ctx, from, data, Path::Inbox).await,
+        Msg::Relay { from, data } => {
+            let mut waits = Vec::new();
+            route(ctx, from, data, Path::Inbox, &mut waits);
+            if !waits.is_empty() {
+                settle(ctx, &mut waits).await;
+            }
+        }
         Msg::Transmit {
             link,
             header,
@@ -355,13 +361,22 @@ fn pull(c: &mut LinkCtx) -> Option<CloseReason> {
 
 async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut) {
     let max = ctx.ns.cfg.max_message_bytes;
+    let mut waits = Vec::new();
     loop {
         loop {
             match take_frame(&mut buf, max) {
                 Ok(Some(frame)) => {
                     inc(&ctx.counters().frames_in);
-                    if !on_frame(&ctx, &l, frame).await {
+                    if !on_frame(&ctx, &l, frame, &mut waits) {
                         return;
+                    }
+                    if !waits.is_empty() {
+                        l.borrow_mut().stalled = true;
+                        settle(&ctx, &mut waits).await;
+                        l.borrow_mut().stalled = false;
+                        if l.borrow().finished {
+                            return;
+                        }
                     }
                 }
                 Ok(None) => break,
@@ -424,8 +439,91 @@ pub(crate) fn decode_error_kind(e: &DecodeError, counters: &Counters) -> ErrorKi
     }
 }
 
-/// Handles one frame; false when the link is closed and the reader must stop.
-async fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame) -> bool {
+/// What a frame or a publish left to do that must wait: the per-message path is plain
+/// synchronous code that only collects these, and [`settle`] awaits them (in order) when
+/// there are any. Keeping awaits off the common path keeps the reader's and the publisher's
+/// futures from being copied (hundreds of bytes each, nested) once per frame.
+enum Wait {
+    /// A message for another executor whose ring is full; `reserved` is released if that
+    /// executor is gone.
+    Hop {
+        to: usize,
+        msg: Msg,
+        reserved: Option<(Arc<LinkBudget>, usize)>,
+    },
+    /// A Message event that waits for room in the application's event queue.
+    Deliver(Event),
+    /// An originated frame that waits for room on a link (Block policy).
+    Reserve {
+        link: LinkId,
+        owner: usize,
+        budget: Arc<LinkBudget>,
+        header: DataHeader,
+        payload: Bytes,
+    },
+}
+
+/// Awaits what the last frame or publish left in `waits`, in order.
+async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
+    // The application must hear of what is queued before this task parks.
+    ctx.wake_receivers();
+    for w in waits.drain(..) {
+        match w {
+            Wait::Hop { to, msg, reserved } => {
+                if !ctx.ch.send(to, msg).await {
+                    if let Some((budget, n)) = reserved {
+                        budget.release(n);
+                    }
+                }
+            }
+            Wait::Deliver(ev) => {
+                ctx.ns
+                    .hub
+                    .queue_message(ev, ctx.counters(), &ctx.unwoken, |_| {})
+                    .await
+            }
+            Wait::Reserve {
+                link,
+                owner,
+                budget,
+                header,
+                payload,
+            } => {
+                let n = DATA_HEADER_LEN + payload.len();
+                match budget.reserve(n).await {
+                    Some(total) => {
+                        let mut later = Vec::new();
+                        transmit(
+                            ctx,
+                            link,
+                            owner,
+                            budget,
+                            header,
+                            payload,
+                            total,
+                            Path::Origin,
+                            &mut later,
+                        );
+                        for w in later {
+                            if let Wait::Hop { to, msg, reserved } = w {
+                                if !ctx.ch.send(to, msg).await {
+                                    if let Some((budget, n)) = reserved {
+                                        budget.release(n);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    None => inc(&ctx.counters().dropped_no_route),
+                }
+            }
+        }
+    }
+}
+
+/// Handles one frame; false when the link is closed and the reader must stop. What must
+/// wait is left in `waits` (see [`Wait`]).
+fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame, waits: &mut Vec<Wait>) -> bool {
     let (action, closed, link) = {
         let mut c = l.borrow_mut();
         if c.finished {
@@ -454,36 +552,51 @@ async fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame) -> bool {
             false
         }
         FrameAction::Process => {
-            l.borrow_mut().stalled = true;
             match frame {
-                Frame::Data(d) => route_in(ctx, link, d).await,
+                Frame::Data(d) => route_in(ctx, link, d, waits),
                 Frame::Membership(record) => {
                     let to = ctx.control();
-                    ctx.wake_receivers();
-                    ctx.ch.send(to, Msg::MembershipIn { link, record }).await;
+                    hop(ctx, to, Msg::MembershipIn { link, record }, None, waits);
                 }
                 // Plaintext mesh: AuthConfirm cannot pass the link; identity records are
                 // for the identity mesh, not wired yet.
                 _ => {}
             }
-            l.borrow_mut().stalled = false;
-            !l.borrow().finished
+            true
         }
     }
 }
 
-async fn route_in(ctx: &Rc<Ctx>, from: LinkId, d: Data) {
+/// Sends `msg` to executor `to` now, or leaves it in `waits` when its ring is full.
+fn hop(
+    ctx: &Ctx,
+    to: usize,
+    msg: Msg,
+    reserved: Option<(Arc<LinkBudget>, usize)>,
+    waits: &mut Vec<Wait>,
+) {
+    match ctx.ch.offer(to, msg) {
+        Offer::Sent => {}
+        Offer::Gone => {
+            if let Some((budget, n)) = reserved {
+                budget.release(n);
+            }
+        }
+        Offer::Busy(msg) => waits.push(Wait::Hop { to, msg, reserved }),
+    }
+}
+
+fn route_in(ctx: &Rc<Ctx>, from: LinkId, d: Data, waits: &mut Vec<Wait>) {
     let owner = dedup_shard(&d.msg_id, ctx.ns.shards);
     if owner != ctx.idx {
         inc(&ctx.counters().hops_out);
-        ctx.wake_receivers();
-        ctx.ch.send(owner, Msg::Relay { from, data: d }).await;
+        hop(ctx, owner, Msg::Relay { from, data: d }, None, waits);
         return;
     }
-    route(ctx, from, d, Path::Reader).await;
+    route(ctx, from, d, Path::Reader, waits);
 }
 
-async fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data, path: Path) {
+fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data, path: Path, waits: &mut Vec<Wait>) {
     let meta = DataMeta {
         src: d.src,
         dst: d.dst,
@@ -497,16 +610,16 @@ async fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data, path: Path) {
     };
     let c = ctx.counters();
     match r {
-        Route::Deliver => deliver(ctx, d).await,
+        Route::Deliver => deliver(ctx, d, waits),
         Route::DeliverAndForward { except, ttl } => {
-            fan_out(ctx, &meta, &d.payload, Some(except), None, ttl, path).await;
-            deliver(ctx, d).await;
+            fan_out(ctx, &meta, &d.payload, Some(except), None, ttl, path, waits);
+            deliver(ctx, d, waits);
         }
         Route::Forward { except, ttl } => {
-            fan_out(ctx, &meta, &d.payload, except, None, ttl, path).await
+            fan_out(ctx, &meta, &d.payload, except, None, ttl, path, waits)
         }
         Route::Unicast { link, ttl } => {
-            fan_out(ctx, &meta, &d.payload, None, Some(link), ttl, path).await
+            fan_out(ctx, &meta, &d.payload, None, Some(link), ttl, path, waits)
         }
         Route::Drop(DropReason::Duplicate) => inc(&c.dropped_duplicate),
         Route::Drop(DropReason::TtlExpired) => inc(&c.dropped_ttl),
@@ -514,23 +627,24 @@ async fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data, path: Path) {
     }
 }
 
-async fn deliver(ctx: &Rc<Ctx>, d: Data) {
+fn deliver(ctx: &Rc<Ctx>, d: Data, waits: &mut Vec<Wait>) {
     inc(&ctx.counters().delivered);
     let ev = Event::Message {
         from: d.src,
         broadcast: d.dst.is_zero(),
         payload: d.payload,
     };
-    ctx.ns
-        .hub
-        .emit_message(ev, ctx.counters(), &ctx.unwoken, |_| {})
-        .await;
+    if let Err(ev) = ctx.ns.hub.try_emit_message(ev, &ctx.unwoken) {
+        waits.push(Wait::Deliver(ev));
+    }
 }
 
 /// Sends one Data frame (with `ttl`) on `only`, or on every routed link except `except`.
 /// Reserves each link's bytes first; what does not fit is dropped and counted, except that
-/// an originated message under the Block policy waits for room. See [`Path`] for hops.
-async fn fan_out(
+/// an originated message under the Block policy waits for room (in `waits`). See [`Path`]
+/// for hops.
+#[allow(clippy::too_many_arguments)]
+fn fan_out(
     ctx: &Rc<Ctx>,
     meta: &DataMeta,
     payload: &Bytes,
@@ -538,6 +652,7 @@ async fn fan_out(
     only: Option<LinkId>,
     ttl: u8,
     path: Path,
+    waits: &mut Vec<Wait>,
 ) {
     let c = ctx.counters();
     let Ok(header) = DataHeader::new(&meta.src, &meta.dst, &meta.msg_id, ttl, payload.len()) else {
@@ -566,16 +681,16 @@ async fn fan_out(
     }
     let policy = ctx.ns.policy;
     for (link, owner, budget) in targets.drain(..) {
-        let reserved = if path == Path::Origin && policy == OverflowPolicy::Block {
-            if budget.is_full_for(n) {
-                ctx.wake_receivers();
-            }
-            budget.reserve(n).await
-        } else {
-            budget.try_reserve(n)
-        };
-        let Some(total) = reserved else {
-            if budget.is_closed() {
+        let Some(total) = budget.try_reserve(n) else {
+            if path == Path::Origin && policy == OverflowPolicy::Block && !budget.is_closed() {
+                waits.push(Wait::Reserve {
+                    link,
+                    owner,
+                    budget,
+                    header,
+                    payload: payload.clone(),
+                });
+            } else if budget.is_closed() {
                 inc(&c.dropped_no_route);
             } else {
                 inc(&c.dropped_queue_full);
@@ -585,40 +700,65 @@ async fn fan_out(
             }
             continue;
         };
-        c.peak_queued_bytes
-            .fetch_max(total as u64, Ordering::Relaxed);
-        inc(&c.frames_queued);
-        if owner == ctx.idx {
-            enqueue_reserved(
-                ctx,
-                link,
-                Out::Data(header, payload.clone()),
-                n,
-                Some(&budget),
-            );
-        } else {
-            inc(&c.hops_out);
-            let m = Msg::Transmit {
-                link,
-                header,
-                payload: payload.clone(),
-            };
-            let sent = if path == Path::Inbox {
-                let ok = ctx.ch.try_send(owner, m);
-                if !ok {
-                    inc(&c.dropped_queue_full);
-                }
-                ok
-            } else {
-                ctx.wake_receivers();
-                ctx.ch.send(owner, m).await
-            };
-            if !sent {
-                budget.release(n);
-            }
-        }
+        transmit(
+            ctx,
+            link,
+            owner,
+            budget,
+            header,
+            payload.clone(),
+            total,
+            path,
+            waits,
+        );
     }
     ctx.st.borrow_mut().scratch = targets;
+}
+
+/// Queues a Data frame whose bytes (`total` now queued on the link) are reserved: on this
+/// shard directly, or as a hop to the link's shard.
+#[allow(clippy::too_many_arguments)]
+fn transmit(
+    ctx: &Rc<Ctx>,
+    link: LinkId,
+    owner: usize,
+    budget: Arc<LinkBudget>,
+    header: DataHeader,
+    payload: Bytes,
+    total: usize,
+    path: Path,
+    waits: &mut Vec<Wait>,
+) {
+    let c = ctx.counters();
+    let n = DATA_HEADER_LEN + payload.len();
+    c.peak_queued_bytes
+        .fetch_max(total as u64, Ordering::Relaxed);
+    inc(&c.frames_queued);
+    if owner == ctx.idx {
+        enqueue_reserved(ctx, link, Out::Data(header, payload), n, Some(&budget));
+        return;
+    }
+    inc(&c.hops_out);
+    let m = Msg::Transmit {
+        link,
+        header,
+        payload,
+    };
+    match ctx.ch.offer(owner, m) {
+        Offer::Sent => {}
+        Offer::Gone => budget.release(n),
+        // The inbox never waits for another shard's ring: that shard's inbox may be
+        // waiting for ours.
+        Offer::Busy(_) if path == Path::Inbox => {
+            inc(&c.dropped_queue_full);
+            budget.release(n);
+        }
+        Offer::Busy(msg) => waits.push(Wait::Hop {
+            to: owner,
+            msg,
+            reserved: Some((budget, n)),
+        }),
+    }
 }
 
 /// Queues a frame whose `n` bytes are already reserved on a link of this shard.
@@ -833,10 +973,14 @@ async fn stop(ctx: Rc<Ctx>) {
 
 async fn publisher(ctx: Rc<Ctx>, mut rx: IngressReceiver<Publish>) {
     let mut batch = Vec::with_capacity(64);
+    let mut waits = Vec::new();
     while rx.recv_batch(&mut batch, 64).await.is_ok() {
         ctx.tick();
         for p in batch.drain(..) {
-            originate(&ctx, p).await;
+            originate(&ctx, p, &mut waits);
+            if !waits.is_empty() {
+                settle(&ctx, &mut waits).await;
+            }
         }
         ctx.wake_receivers();
         // A publisher that always finds its ingress non-empty would otherwise never let the
@@ -864,7 +1008,7 @@ impl std::future::Future for YieldNow {
     }
 }
 
-async fn originate(ctx: &Rc<Ctx>, p: Publish) {
+fn originate(ctx: &Rc<Ctx>, p: Publish, waits: &mut Vec<Wait>) {
     let c = ctx.counters();
     inc(&c.originated);
     let me = ctx.ns.me;
@@ -889,14 +1033,28 @@ async fn originate(ctx: &Rc<Ctx>, p: Publish) {
                 ttl: 0,
                 payload: p.payload,
             };
-            deliver(ctx, d).await;
+            deliver(ctx, d, waits);
         }
-        Route::Forward { except, ttl } => {
-            fan_out(ctx, &meta, &p.payload, except, None, ttl, Path::Origin).await
-        }
-        Route::Unicast { link, ttl } => {
-            fan_out(ctx, &meta, &p.payload, None, Some(link), ttl, Path::Origin).await
-        }
+        Route::Forward { except, ttl } => fan_out(
+            ctx,
+            &meta,
+            &p.payload,
+            except,
+            None,
+            ttl,
+            Path::Origin,
+            waits,
+        ),
+        Route::Unicast { link, ttl } => fan_out(
+            ctx,
+            &meta,
+            &p.payload,
+            None,
+            Some(link),
+            ttl,
+            Path::Origin,
+            waits,
+        ),
         Route::DeliverAndForward { .. } => {}
         Route::Drop(_) => inc(&c.dropped_no_route),
     }

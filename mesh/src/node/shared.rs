@@ -54,6 +54,16 @@ pub(crate) fn slot(id: ExecutorId, shards: usize) -> usize {
     }
 }
 
+/// What [`Channels::offer`] did.
+pub(crate) enum Offer {
+    /// Queued.
+    Sent,
+    /// The receiving executor is gone; the message is dropped.
+    Gone,
+    /// No room now (or another task of this executor is waiting to send there).
+    Busy(Msg),
+}
+
 /// One executor's senders to every other executor. Several tasks of the executor share them;
 /// the async mutex keeps a waiting send from interleaving with another.
 pub(crate) struct Channels {
@@ -70,15 +80,19 @@ impl Channels {
         Channels { senders }
     }
 
-    /// Sends `msg` to executor slot `to` only if there is room now (and no other task of
-    /// this executor is waiting to send there). False if it was not sent.
-    pub(crate) fn try_send(&self, to: usize, msg: Msg) -> bool {
+    /// Sends `msg` to executor slot `to` if there is room now; hands it back otherwise, so the
+    /// caller can wait (see [`Channels::send`]) only when it must.
+    pub(crate) fn offer(&self, to: usize, msg: Msg) -> Offer {
         let Some(s) = self.senders.get(to).and_then(|s| s.as_ref()) else {
-            return false;
+            return Offer::Gone;
         };
-        match s.try_lock() {
-            Some(mut g) => g.try_send(msg).is_ok(),
-            None => false,
+        let Some(mut g) = s.try_lock() else {
+            return Offer::Busy(msg);
+        };
+        match g.try_send(msg) {
+            Ok(()) => Offer::Sent,
+            Err(TrySendError::Closed(_)) => Offer::Gone,
+            Err(TrySendError::Full(m)) => Offer::Busy(m),
         }
     }
 
