@@ -19,7 +19,7 @@ use super::budget::{LinkBudget, OverflowPolicy};
 use super::event::{ErrorKind, Event};
 use super::msg::{Msg, NewLink};
 use super::shared::{Channels, NodeShared, Offer};
-use super::stats::{add, inc, Counters};
+use super::stats::{add, inc, raise, Counters};
 use crate::proto::{
     dedup_shard, CloseReason, DataMeta, DropReason, FrameAction, Link, LinkEvent, LinkId, MsgIdGen,
     Route, Router, RoutingTable,
@@ -36,7 +36,6 @@ use shoal_runtime::{spawn_local, LocalJoinHandle};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -731,8 +730,7 @@ fn transmit(
 ) {
     let c = ctx.counters();
     let n = DATA_HEADER_LEN + payload.len();
-    c.peak_queued_bytes
-        .fetch_max(total as u64, Ordering::Relaxed);
+    raise(&c.peak_queued_bytes, total as u64);
     inc(&c.frames_queued);
     if owner == ctx.idx {
         enqueue_reserved(ctx, link, Out::Data(header, payload), n, Some(&budget));

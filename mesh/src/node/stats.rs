@@ -1,7 +1,8 @@
 //! Loss and traffic counters, one set per data shard plus one for the control plane.
 //!
-//! Each set is written only by the executor that owns it (relaxed atomic adds, no sharing of
-//! cache lines between shards on the message path) and read by [`crate::Mesh::stats`] from any
+//! Each set is written only by the executor that owns it (plain relaxed loads and stores, no
+//! locked instructions and no cache line shared between executors on the message path;
+//! a counter of another executor's set must never be written) and read by [`crate::Mesh::stats`] from any
 //! thread. Every message that is neither delivered nor sent on is counted under exactly one
 //! `dropped_*` cause, per link it was meant for.
 
@@ -19,8 +20,10 @@ macro_rules! counters {
             pub peak_queued_bytes: u64,
         }
 
-        /// The live counters behind a [`ShardStats`].
+        /// The live counters behind a [`ShardStats`]. Aligned so that two executors' sets
+        /// never share a cache line.
         #[derive(Debug, Default)]
+        #[repr(align(128))]
         pub(crate) struct Counters {
             $(pub(crate) $name: AtomicU64,)*
             pub(crate) peak_queued_bytes: AtomicU64,
@@ -85,12 +88,23 @@ counters! {
     links_closed,
 }
 
-pub(crate) fn inc(c: &AtomicU64) {
-    c.fetch_add(1, Relaxed);
+/// Raises a high-water mark of the calling executor's own set to `v`.
+pub(crate) fn raise(c: &AtomicU64, v: u64) {
+    if v > c.load(Relaxed) {
+        c.store(v, Relaxed);
+    }
 }
 
+/// Adds one to a counter of the calling executor's own set.
+pub(crate) fn inc(c: &AtomicU64) {
+    add(c, 1);
+}
+
+/// Adds `n` to a counter of the calling executor's own set. Each set has one writer (see the
+/// module doc), so a plain load and store is exact and spares the message path a locked
+/// read-modify-write per counter; readers on other threads see every value whole.
 pub(crate) fn add(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Relaxed);
+    c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
 /// Counters of a whole node: per data shard, the control plane, and their sum.
