@@ -785,6 +785,72 @@ fn enqueue_reserved(
     inc(&ctx.counters().dropped_no_route);
 }
 
+/// Frames (header + payload) at most this long are copied into the batch's arena; longer
+/// payloads go to the socket as their own iovec, uncopied. The kernel walks iovecs one by
+/// one, and for small frames that walk costs more than the copy: two iovecs per 64-byte
+/// message made `_copy_from_iter` the largest cost of a publishing shard.
+const COPY_MAX: usize = 1024;
+/// Most bytes gathered into one write (the link budget bounds what is queued anyway).
+const BATCH_MAX: usize = 1 << 20;
+
+/// Moves queued frames into `bufs` for one vectored write: runs of small frames as one
+/// contiguous arena slice, large payloads as their own `Bytes`. Returns the budget bytes the
+/// taken frames hold.
+fn gather(queue: &mut VecDeque<Out>, bufs: &mut Vec<Bytes>) -> usize {
+    let mut release = 0;
+    let mut total = 0;
+    let mut arena = BytesMut::new();
+    // Room for two iovecs (a flushed arena run, then a large payload) is kept at all times.
+    while bufs.len() + 3 <= MAX_IOVECS && total < BATCH_MAX {
+        let Some(out) = queue.pop_front() else { break };
+        let large = match out {
+            Out::Data(h, p) => {
+                let held = DATA_HEADER_LEN + p.len();
+                release += held;
+                total += held;
+                if held <= COPY_MAX {
+                    reserve_arena(&mut arena, queue.len(), held);
+                    arena.extend_from_slice(&h.0);
+                    arena.extend_from_slice(&p);
+                    continue;
+                }
+                reserve_arena(&mut arena, queue.len(), DATA_HEADER_LEN);
+                arena.extend_from_slice(&h.0);
+                p
+            }
+            Out::Raw(b, n) => {
+                release += n;
+                total += b.len();
+                if b.len() <= COPY_MAX {
+                    reserve_arena(&mut arena, queue.len(), b.len());
+                    arena.extend_from_slice(&b);
+                    continue;
+                }
+                b
+            }
+        };
+        if !arena.is_empty() {
+            bufs.push(arena.split().freeze());
+        }
+        bufs.push(large);
+    }
+    if !arena.is_empty() {
+        bufs.push(arena.split().freeze());
+    }
+    release
+}
+
+/// Makes room for `n` more bytes in the arena, sized once per batch for what is queued
+/// (small frames assumed) rather than grown frame by frame.
+fn reserve_arena(arena: &mut BytesMut, queued: usize, n: usize) {
+    if arena.capacity() - arena.len() < n {
+        let want = (queued + 1)
+            .saturating_mul(DATA_HEADER_LEN + 128)
+            .min(BATCH_MAX);
+        arena.reserve(want.max(n));
+    }
+}
+
 async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf) {
     let mut bufs: Vec<Bytes> = Vec::with_capacity(MAX_IOVECS);
     loop {
@@ -806,25 +872,7 @@ async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf) {
                 }
                 true
             } else {
-                let mut arena =
-                    BytesMut::with_capacity(DATA_HEADER_LEN * c.queue.len().min(MAX_IOVECS / 2));
-                while bufs.len() + 2 <= MAX_IOVECS {
-                    match c.queue.pop_front() {
-                        Some(Out::Data(h, p)) => {
-                            arena.extend_from_slice(&h.0);
-                            bufs.push(arena.split().freeze());
-                            release += DATA_HEADER_LEN + p.len();
-                            if !p.is_empty() {
-                                bufs.push(p);
-                            }
-                        }
-                        Some(Out::Raw(b, n)) => {
-                            release += n;
-                            bufs.push(b);
-                        }
-                        None => break,
-                    }
-                }
+                release = gather(&mut c.queue, &mut bufs);
                 false
             }
         };
