@@ -3,7 +3,7 @@
 
 use crate::gaps::LossTracker;
 use crate::latency_hist::Latency;
-use crate::stamp::{now_ns, Stamp, STAMP_LEN};
+use crate::stamp::{wall_ns, Stamp, STAMP_LEN};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -133,7 +133,7 @@ pub fn publish(
         Stamp::Data {
             publisher: id,
             seq,
-            sent_ns: now_ns(),
+            sent_ns: wall_ns(now),
         }
         .write(&mut buf)
         .expect("buffer holds a stamp");
@@ -255,7 +255,7 @@ impl Receiver {
                 let first = *self.first.get_or_insert(now);
                 self.loss.record(publisher, seq);
                 if now >= first + self.warmup {
-                    let ns = now_ns().saturating_sub(sent_ns);
+                    let ns = wall_ns(now).saturating_sub(sent_ns);
                     match self.correct_ns {
                         Some(iv) => self.latency.record_corrected(ns, iv),
                         None => self.latency.record(ns),
