@@ -179,6 +179,42 @@ fn ingress_from_plain_threads() {
     rt.join().unwrap();
 }
 
+/// Blocked senders are woken only once the queue drained to half: a consumer that takes
+/// one message at a time must still release every blocked sender, whatever the capacity.
+#[test]
+fn blocked_senders_are_released_by_single_takes_at_any_capacity() {
+    for capacity in [1usize, 2, 3, 16] {
+        let (tx, mut rx) = ingress::<u32>(capacity);
+        let senders: Vec<_> = (0..2u32)
+            .map(|t| {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for i in 0..5_000 {
+                        tx.send_blocking(t * 1_000_000 + i).unwrap();
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut next = [0u32; 2];
+        loop {
+            match rx.try_recv() {
+                Ok(v) => {
+                    let t = (v / 1_000_000) as usize;
+                    assert_eq!(v % 1_000_000, next[t], "capacity {capacity}");
+                    next[t] += 1;
+                }
+                Err(TryRecvError::Empty) => std::thread::yield_now(),
+                Err(TryRecvError::Closed) => break,
+            }
+        }
+        assert_eq!(next, [5_000, 5_000], "capacity {capacity}");
+        for s in senders {
+            s.join().unwrap();
+        }
+    }
+}
+
 #[test]
 fn ingress_try_send_full_and_closed() {
     let (tx, rx) = ingress::<u8>(1);
