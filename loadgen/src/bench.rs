@@ -1,5 +1,6 @@
 //! `bench`: Shoal A→B broadcast and raw TCP A→B back to back in one process, per payload
-//! size, and the ratio of their delivered message rates.
+//! size, and the ratio of their delivered message rates; or (`--compare-psk`) secured Shoal
+//! against plaintext Shoal, to price the record layer.
 
 use crate::demo::{run_raw, run_shoal, LocalRun, RunError};
 use crate::report::Summary;
@@ -69,6 +70,76 @@ pub fn print_table(rows: &[Comparison]) {
             c.raw.latency.p999_us,
             cpu(&c.shoal),
             cpu(&c.raw)
+        );
+    }
+}
+
+/// One size's plaintext and secured Shoal runs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PskComparison {
+    /// Payload bytes.
+    pub payload_bytes: usize,
+    /// Plaintext Shoal.
+    pub plain: Summary,
+    /// Shoal with a PSK.
+    pub psk: Summary,
+    /// PSK msgs/s divided by plaintext msgs/s.
+    pub ratio: f64,
+}
+
+/// Runs plaintext Shoal then Shoal with `psk` for each size in `sizes`.
+pub fn compare_psk(
+    template: &LocalRun,
+    sizes: &[usize],
+    psk: &str,
+) -> Result<Vec<PskComparison>, RunError> {
+    let mut out = Vec::new();
+    for &size in sizes {
+        let mut run = template.clone();
+        run.shape.size = size;
+        run.shape.size_max = size;
+        run.node.psk = None;
+        let plain = run_shoal(&run)?;
+        run.node.psk = Some(psk.to_owned());
+        let secured = run_shoal(&run)?;
+        let ratio = if plain.msgs_per_s > 0.0 {
+            secured.msgs_per_s / plain.msgs_per_s
+        } else {
+            0.0
+        };
+        out.push(PskComparison {
+            payload_bytes: size,
+            plain,
+            psk: secured,
+            ratio,
+        });
+    }
+    Ok(out)
+}
+
+/// Prints the PSK comparison as a markdown table.
+pub fn print_psk_table(rows: &[PskComparison]) {
+    println!(
+        "| payload | plain msg/s | plain MB/s | psk msg/s | psk MB/s | psk/plain | psk lost | plain p50 / p99.9 µs | psk p50 / p99.9 µs | plain cpu s | psk cpu s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for c in rows {
+        let cpu = |s: &Summary| s.usage.cpu_user_s + s.usage.cpu_sys_s;
+        println!(
+            "| {} B | {:.0} | {:.1} | {:.0} | {:.1} | **{:.2}x** | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.2} | {:.2} |",
+            c.payload_bytes,
+            c.plain.msgs_per_s,
+            c.plain.mb_per_s,
+            c.psk.msgs_per_s,
+            c.psk.mb_per_s,
+            c.ratio,
+            c.psk.lost,
+            c.plain.latency.p50_us,
+            c.plain.latency.p999_us,
+            c.psk.latency.p50_us,
+            c.psk.latency.p999_us,
+            cpu(&c.plain),
+            cpu(&c.psk)
         );
     }
 }

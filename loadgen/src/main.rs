@@ -144,6 +144,13 @@ struct BenchArgs {
     /// Data shards per node.
     #[arg(long, default_value_t = 1)]
     shards: usize,
+    /// Run the Shoal side secured with this pre-shared key (raw TCP stays plain).
+    #[arg(long)]
+    psk: Option<String>,
+    /// Instead of Shoal vs raw TCP: Shoal with a PSK vs plaintext Shoal per size, with the
+    /// PSK/plain ratio (the key is `--psk`, or a fixed one).
+    #[arg(long)]
+    compare_psk: bool,
     #[command(flatten)]
     out: Output,
 }
@@ -317,6 +324,7 @@ fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
     }
     let mut node = NodeArgs::loopback();
     node.shards = a.shards;
+    node.psk = a.psk.clone();
     let template = LocalRun {
         nodes: 2,
         shape: Shape {
@@ -330,6 +338,15 @@ fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
         quiet: a.out.quiet || a.out.json,
         mode: "bench",
     };
+    if a.compare_psk {
+        let psk = a.psk.as_deref().unwrap_or("shoal-bench-psk");
+        let rows = bench::compare_psk(&template, &a.sizes, psk)?;
+        if a.out.json {
+            return emit_json(&rows);
+        }
+        bench::print_psk_table(&rows);
+        return Ok(());
+    }
     let rows = bench::compare(&template, &a.sizes)?;
     if a.out.json {
         return emit_json(&rows);

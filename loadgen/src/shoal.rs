@@ -46,7 +46,7 @@ pub struct NodeArgs {
     /// Pin shard i to CPU pin[i % len] (comma-separated CPU numbers).
     #[arg(long, value_delimiter = ',')]
     pub pin: Vec<usize>,
-    /// Pre-shared key (secured mode; refused by the node until it is wired in).
+    /// Pre-shared key (secured mode: ChaCha20-Poly1305 records on every link).
     #[arg(long)]
     pub psk: Option<String>,
     /// Full-queue policy.

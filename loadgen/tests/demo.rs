@@ -43,21 +43,38 @@ fn demo_delivers_everything_on_loopback() {
 }
 
 #[test]
-fn psk_is_refused_clearly_until_secured_mode_is_wired() {
+fn secured_bench_delivers_with_a_psk() {
     let out = Command::new(env!("CARGO_BIN_EXE_shoal-loadgen"))
         .args([
-            "sub",
-            "--listen",
-            "127.0.0.1:0",
+            "bench",
+            "--compare-psk",
             "--psk",
             "secret",
+            "--sizes",
+            "64",
             "--duration-ms",
+            "300",
+            "--warmup-ms",
             "100",
-            "--quiet",
+            "--json",
         ])
         .output()
         .expect("run shoal-loadgen");
-    assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("not supported"), "{stderr}");
+    assert!(out.status.success(), "bench --compare-psk failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let row = &v[0];
+    for side in ["plain", "psk"] {
+        assert!(
+            row[side]["delivered"].as_u64().unwrap_or(0) > 0,
+            "{side}: {v}"
+        );
+        assert_eq!(row[side]["lost"].as_u64(), Some(0), "{side}: {v}");
+    }
+    assert!(row["ratio"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
 }

@@ -64,6 +64,47 @@ pub enum ConfigError {
     /// A static or seed endpoint is not `host:port`.
     #[error("endpoint {0:?} is not host:port")]
     BadEndpoint(String),
+    /// An identity (or an identity setting) is configured without a PSK: the identity mesh
+    /// is a secured mesh.
+    #[error("{0} requires a psk (the identity mesh is a secured mesh)")]
+    IdentityWithoutPsk(&'static str),
+    /// Trust settings (`trusted_keys`, `require_identity`) without an identity of our own:
+    /// peers' identities are only verified by a node that has one.
+    #[error("{0} requires an identity (identity_file or identity_seed_hex)")]
+    TrustWithoutIdentity(&'static str),
+    /// Both `identity_file` and `identity_seed_hex` are set.
+    #[error("identity_file and identity_seed_hex are exclusive")]
+    IdentityTwice,
+    /// `identity_seed_hex` is not 64 hex characters.
+    #[error("identity_seed_hex must be 64 hex characters")]
+    BadIdentitySeed,
+    /// A `trusted_keys` entry is not 64 hex characters of a valid Ed25519 key.
+    #[error("trusted key {0:?} is not 64 hex characters of a valid Ed25519 key")]
+    BadTrustedKey(String),
+    /// `node_name` does not fit a wire `str` (255 bytes).
+    #[error("node_name is {0} bytes, at most 255 fit on the wire")]
+    NodeNameTooLong(usize),
+}
+
+/// One `trusted_keys` entry: an identity public key and the local label shown for it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustedKey {
+    /// The Ed25519 public key, 64 hex characters.
+    pub key: String,
+    /// Local label (for logs and display; not sent on the wire).
+    #[serde(default)]
+    pub label: String,
+}
+
+impl TrustedKey {
+    /// An entry from a hex key and a label.
+    pub fn new(key: impl Into<String>, label: impl Into<String>) -> TrustedKey {
+        TrustedKey {
+            key: key.into(),
+            label: label.into(),
+        }
+    }
 }
 
 /// All settings of one mesh node. See the module docs for the values Shoal picked itself.
@@ -133,6 +174,21 @@ pub struct MeshConfig {
     pub static_peers: Vec<String>,
     /// `host:port` bootstrap endpoints, dialed at start and while the node is isolated.
     pub seed_peers: Vec<String>,
+    /// Identity mesh: file holding this node's Ed25519 seed as 64 hex characters, created
+    /// with mode 0600 and a random seed when absent. Requires a PSK.
+    pub identity_file: Option<std::path::PathBuf>,
+    /// Identity mesh: the seed inline as 64 hex characters (exclusive with `identity_file`).
+    /// Secret: never logged.
+    pub identity_seed_hex: String,
+    /// The name this node signs and sends with its identity (at most 255 bytes).
+    pub node_name: String,
+    /// Identity keys this node accepts, with local labels; empty accepts any key. Requires
+    /// an identity.
+    pub trusted_keys: Vec<TrustedKey>,
+    /// Refuse peers that show no identity. Requires an identity.
+    pub require_identity: bool,
+    /// Ceiling of the book of identities learned from gossiped identity records. Default 4096.
+    pub max_identity_records: usize,
 }
 
 impl Default for MeshConfig {
@@ -164,6 +220,12 @@ impl Default for MeshConfig {
             max_membership_records: 4096,
             static_peers: Vec::new(),
             seed_peers: Vec::new(),
+            identity_file: None,
+            identity_seed_hex: String::new(),
+            node_name: String::new(),
+            trusted_keys: Vec::new(),
+            require_identity: false,
+            max_identity_records: 4096,
         }
     }
 }
@@ -192,6 +254,11 @@ impl fmt::Debug for MeshConfig {
             .field("membership_timeout", &self.membership_timeout)
             .field("static_peers", &self.static_peers)
             .field("seed_peers", &self.seed_peers)
+            .field("identity_file", &self.identity_file)
+            .field("has_identity", &self.has_identity())
+            .field("node_name", &self.node_name)
+            .field("trusted_keys", &self.trusted_keys)
+            .field("require_identity", &self.require_identity)
             .finish_non_exhaustive()
     }
 }
@@ -214,8 +281,57 @@ impl MeshConfig {
         !self.psk.is_empty()
     }
 
+    /// True when an identity is configured (identity mesh).
+    pub fn has_identity(&self) -> bool {
+        self.identity_file.is_some() || !self.identity_seed_hex.is_empty()
+    }
+
+    /// The trusted keys parsed (validated by [`validate`](Self::validate)).
+    pub fn parsed_trusted_keys(&self) -> Result<Vec<([u8; 32], String)>, ConfigError> {
+        self.trusted_keys
+            .iter()
+            .map(|t| {
+                crate::crypto::parse_public_key_hex(&t.key)
+                    .map(|k| (k, t.label.clone()))
+                    .map_err(|_| ConfigError::BadTrustedKey(t.key.clone()))
+            })
+            .collect()
+    }
+
+    fn validate_identity(&self) -> Result<(), ConfigError> {
+        if self.node_name.len() > 255 {
+            return Err(ConfigError::NodeNameTooLong(self.node_name.len()));
+        }
+        if self.identity_file.is_some() && !self.identity_seed_hex.is_empty() {
+            return Err(ConfigError::IdentityTwice);
+        }
+        if !self.identity_seed_hex.is_empty() {
+            let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+            hex::decode_to_slice(self.identity_seed_hex.trim(), &mut seed[..])
+                .map_err(|_| ConfigError::BadIdentitySeed)?;
+        }
+        if self.has_identity() && !self.secured() {
+            let what = if self.identity_file.is_some() {
+                "identity_file"
+            } else {
+                "identity_seed_hex"
+            };
+            return Err(ConfigError::IdentityWithoutPsk(what));
+        }
+        if !self.has_identity() {
+            if !self.trusted_keys.is_empty() {
+                return Err(ConfigError::TrustWithoutIdentity("trusted_keys"));
+            }
+            if self.require_identity {
+                return Err(ConfigError::TrustWithoutIdentity("require_identity"));
+            }
+        }
+        self.parsed_trusted_keys().map(drop)
+    }
+
     /// Checks the relations between settings that the types alone cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_identity()?;
         if self.group_name.len() > 255 {
             return Err(ConfigError::GroupNameTooLong(self.group_name.len()));
         }
@@ -238,6 +354,7 @@ impl MeshConfig {
             ("max_outbound_queue_bytes", self.max_outbound_queue_bytes),
             ("max_peers", self.max_peers),
             ("max_membership_records", self.max_membership_records),
+            ("max_identity_records", self.max_identity_records),
         ] {
             if n == 0 {
                 return Err(ConfigError::Zero(name));
@@ -343,6 +460,18 @@ macro_rules! mesh_config_setters {
         static_peers: Vec<String>,
         /// Sets `seed_peers`.
         seed_peers: Vec<String>,
+        /// Sets `identity_file` (identity mesh; requires a PSK).
+        identity_file: Option<std::path::PathBuf>,
+        /// Sets `identity_seed_hex` (identity mesh; requires a PSK).
+        identity_seed_hex: String,
+        /// Sets `node_name`.
+        node_name: String,
+        /// Sets `trusted_keys`.
+        trusted_keys: Vec<$crate::config::TrustedKey>,
+        /// Sets `require_identity`.
+        require_identity: bool,
+        /// Sets `max_identity_records`.
+        max_identity_records: usize,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
@@ -457,5 +586,62 @@ mod tests {
             .unwrap();
         assert!(ok.secured());
         assert!(!format!("{ok:?}").contains("\"k\""));
+    }
+
+    #[test]
+    fn identity_settings_validated() {
+        let seed = "11".repeat(32);
+        assert_eq!(
+            MeshConfig::builder()
+                .identity_seed_hex(seed.clone())
+                .build(),
+            Err(ConfigError::IdentityWithoutPsk("identity_seed_hex"))
+        );
+        assert_eq!(
+            MeshConfig::builder()
+                .identity_file(Some(std::path::PathBuf::from("/tmp/x")))
+                .build(),
+            Err(ConfigError::IdentityWithoutPsk("identity_file"))
+        );
+        assert_eq!(
+            MeshConfig::builder()
+                .psk("k")
+                .require_identity(true)
+                .build(),
+            Err(ConfigError::TrustWithoutIdentity("require_identity"))
+        );
+        assert_eq!(
+            MeshConfig::builder()
+                .psk("k")
+                .identity_seed_hex("abc")
+                .build(),
+            Err(ConfigError::BadIdentitySeed)
+        );
+        assert_eq!(
+            MeshConfig::builder()
+                .psk("k")
+                .identity_seed_hex(seed.clone())
+                .identity_file(Some(std::path::PathBuf::from("/tmp/x")))
+                .build(),
+            Err(ConfigError::IdentityTwice)
+        );
+        assert_eq!(
+            MeshConfig::builder()
+                .psk("k")
+                .identity_seed_hex(seed.clone())
+                .trusted_keys(vec![TrustedKey::new("zz", "bad")])
+                .build(),
+            Err(ConfigError::BadTrustedKey("zz".into()))
+        );
+        let c = MeshConfig::from_toml_str(&format!(
+            "psk = \"k\"\nidentity_seed_hex = \"{seed}\"\nnode_name = \"n1\"\n\
+             require_identity = true\n\
+             trusted_keys = [{{ key = \"d04ab232742bb4ab3a1368bd4615e4e6d0224ab71a016baf8520a332c9778737\", label = \"eleven\" }}]\n"
+        ))
+        .unwrap();
+        assert!(c.has_identity() && c.require_identity);
+        assert_eq!(c.parsed_trusted_keys().unwrap()[0].1, "eleven");
+        // The seed is a secret, like the PSK.
+        assert!(!format!("{c:?}").contains(&seed));
     }
 }

@@ -4,8 +4,8 @@
 //! **Owns:** the wire protocol ([`wire`]: the discovery datagram, the eight frame types and
 //! Shoal's Hello extension block), the protocol logic as sans-I/O state machines ([`proto`]:
 //! announce schedule, peer table and dial races, link handshake and liveness, gossip routing
-//! and dedup, membership), the secured-mesh cryptography ([`crypto`], byte-exact, not yet
-//! wired into the node), the settings ([`config`]) and the live node ([`node`], re-exported
+//! and dedup, membership), the secured-mesh cryptography ([`crypto`], byte-exact, driven by
+//! the node when a PSK is set), the settings ([`config`]) and the live node ([`node`], re-exported
 //! here as [`Mesh`]) that drives those state machines on `shoal-runtime`'s executors.
 //!
 //! **Must not touch:** topics, types, QoS or discovery graphs (that is `shoal-discovery`,

@@ -40,6 +40,7 @@ pub enum SecureConfigError {
 /// Everything the handshakes of one node share: PSK keys, group, identity and trust policy.
 /// Build once, share by `Arc` across connections; rebuild it to change the policy (e.g. to revoke
 /// a key) and re-check established peers with [`IdentityPolicy::admit`].
+#[derive(Clone)]
 pub struct SecureContext {
     psk: PskKeys,
     group: Box<[u8]>,
@@ -89,6 +90,12 @@ impl SecureContext {
     /// The trust policy.
     pub fn policy(&self) -> &IdentityPolicy {
         &self.policy
+    }
+
+    /// The trust policy, to change in a copy of the context (handshakes already running keep
+    /// the context they started with).
+    pub fn policy_mut(&mut self) -> &mut IdentityPolicy {
+        &mut self.policy
     }
 
     /// `maxMessageBytes`.

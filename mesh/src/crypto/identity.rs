@@ -5,7 +5,7 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use ahash::AHashMap;
+use ahash::{AHashMap, AHashSet};
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use rand::{CryptoRng, RngCore};
 use zeroize::Zeroizing;
@@ -42,7 +42,8 @@ pub enum IdentityError {
     },
 }
 
-/// This node's Ed25519 identity and name. The secret key is zeroized on drop.
+/// This node's Ed25519 identity and name. The secret key is zeroized on drop (clones too).
+#[derive(Clone)]
 pub struct Identity {
     signing: SigningKey,
     public: [u8; 32],
@@ -289,6 +290,9 @@ pub struct IdentityPolicy {
     /// `None`: any key (no `trustedKeys` configured). `Some`: only the listed keys, even when the
     /// list has become empty by revocation (an emptied allowlist must not turn into "anyone").
     allow: Option<AHashMap<[u8; 32], Box<str>>>,
+    /// Keys revoked at run time: refused even by an open policy (which has no list to remove
+    /// them from), until trusted again.
+    revoked: AHashSet<[u8; 32]>,
     require_identity: bool,
 }
 
@@ -297,6 +301,7 @@ impl IdentityPolicy {
     pub fn open(require_identity: bool) -> IdentityPolicy {
         IdentityPolicy {
             allow: None,
+            revoked: AHashSet::new(),
             require_identity,
         }
     }
@@ -310,6 +315,7 @@ impl IdentityPolicy {
         let allow = keys.into_iter().map(|(k, l)| (k, l.into())).collect();
         IdentityPolicy {
             allow: Some(allow),
+            revoked: AHashSet::new(),
             require_identity,
         }
     }
@@ -321,19 +327,30 @@ impl IdentityPolicy {
 
     /// Adds a key to the allowlist (turning an open policy into an allowlist of one).
     pub fn trust(&mut self, key: [u8; 32], label: impl Into<Box<str>>) {
+        self.revoked.remove(&key);
         self.allow
             .get_or_insert_with(AHashMap::new)
             .insert(key, label.into());
     }
 
-    /// Removes a key. The policy stays an allowlist even if this empties it, so a revoked key can
-    /// never pass again. Returns whether the key was listed.
+    /// Removes a key and refuses it from now on (also under an open policy). The policy stays
+    /// an allowlist even if this empties it, so a revoked key can never pass again until
+    /// [`trust`](Self::trust)ed anew. Returns whether the key was listed.
     pub fn revoke(&mut self, key: &[u8; 32]) -> bool {
+        self.revoked.insert(*key);
         self.allow.as_mut().is_some_and(|m| m.remove(key).is_some())
+    }
+
+    /// True when this key was revoked (and not trusted again since).
+    pub fn is_revoked(&self, key: &[u8; 32]) -> bool {
+        self.revoked.contains(key)
     }
 
     /// Checks a key against the allowlist; returns the local label when listed.
     pub fn admit(&self, key: &[u8; 32]) -> Result<Option<&str>, IdentityReject> {
+        if self.revoked.contains(key) {
+            return Err(IdentityReject::Untrusted);
+        }
         match &self.allow {
             None => Ok(None),
             Some(map) => map

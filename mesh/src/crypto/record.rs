@@ -411,6 +411,32 @@ impl RecordReader {
         }
     }
 
+    /// Lends the stream buffer for a socket read that appends ciphertext at its end, so the
+    /// bytes land where they are decrypted (no copy). Give it back with
+    /// [`restore_buffer`](Self::restore_buffer) before any other call; only appending is allowed.
+    pub fn take_buffer(&mut self) -> BytesMut {
+        std::mem::take(&mut self.buf)
+    }
+
+    /// Returns the buffer lent by [`take_buffer`](Self::take_buffer), with new ciphertext
+    /// appended.
+    pub fn restore_buffer(&mut self, buf: BytesMut) {
+        assert!(buf.len() >= self.cipher, "the lent buffer may only grow");
+        self.buf = buf;
+    }
+
+    /// Bytes still missing before the next record can be opened: the rest of a record whose
+    /// header is buffered, 0 when no header is buffered yet (size a read with it).
+    pub fn pending_record_bytes(&self) -> usize {
+        let pending = &self.buf[self.cipher..];
+        match pending.first_chunk::<RECORD_HEADER_LEN>() {
+            Some(h) => {
+                (RECORD_HEADER_LEN + u32::from_be_bytes(*h) as usize).saturating_sub(pending.len())
+            }
+            None => 0,
+        }
+    }
+
     /// Appends ciphertext read from the socket.
     pub fn push(&mut self, ciphertext: &[u8]) {
         self.buf.extend_from_slice(ciphertext);

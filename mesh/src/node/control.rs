@@ -7,6 +7,13 @@
 //! peer's Hello, to the shard that owns the peer (`link_shard`). Every message to the shards
 //! goes through one ordered outbox, so a shard sees a link's `AddLink` before its `Install`
 //! and `Close`.
+//!
+//! Secured mesh (`crypto.md`): the Hello carries this connection's ephemeral key (and the
+//! identity), each side sends its AuthConfirm in plaintext as soon as the peer's Hello passed
+//! the checks, and the link is established once the peer's AuthConfirm verified. Every byte
+//! after that frame is records: they go to the shard unread, with the record keys. Identity
+//! records (own one to each new neighbour and every `membership_interval`, others re-flooded
+//! once when new) and revocation are handled here too.
 
 use super::budget::LinkBudget;
 use super::event::{ErrorKind, Event};
@@ -14,13 +21,19 @@ use super::msg::{Msg, NewLink};
 use super::shard::decode_error_kind;
 use super::shared::{Channels, NodeShared, Snapshot};
 use super::stats::inc;
+use crate::crypto::{
+    sign_identity_record, Established, Handshake, HandshakeError, IdentityBook, IdentityReject,
+    RecordDrop, RecordOpener, RecordSealer, RecordVersions,
+};
 use crate::proto::membership::Dest;
 use crate::proto::{
-    accept_announce, link_shard, AnnounceSchedule, DialTarget, Link, LinkEvent, LinkId, LinkTimers,
-    Membership, MembershipEvent, PeerAction, PeerEvent, PeerManager, Role,
+    accept_announce, link_shard, AnnounceError, AnnounceSchedule, CloseReason, DialTarget,
+    FrameAction, Link, LinkEvent, LinkId, LinkTimers, Membership, MembershipEvent, PeerAction,
+    PeerEvent, PeerManager, Role,
 };
 use crate::wire::{
-    take_frame, Announce, AnnounceFilter, Frame, Hello, ShoalExtension, PROTOCOL_VERSION,
+    take_frame, Announce, AnnounceFilter, AnnounceReject, Frame, Hello, IdentityRecord,
+    ShoalExtension, PROTOCOL_VERSION,
 };
 use crate::PeerId;
 use ahash::AHashMap;
@@ -51,6 +64,9 @@ const TICK: Duration = Duration::from_millis(100);
 pub(crate) enum Cmd {
     /// Say Goodbye to every peer, close every link, then answer.
     Stop(mpsc::Sender<()>),
+    /// The identity key of this node was revoked (the policy is already replaced): close its
+    /// link and forget its identity record.
+    Revoke(PeerId),
 }
 
 /// What the control-plane task starts with.
@@ -67,6 +83,44 @@ struct Ready {
     stream: TcpStream,
     leftover: BytesMut,
     state: Link,
+    secure: Option<(RecordSealer, RecordOpener)>,
+}
+
+/// This node's own identity record (identity mesh), re-minted every `membership_interval`.
+struct OwnRecord {
+    versions: RecordVersions,
+    frame: Bytes,
+    next: Instant,
+}
+
+impl OwnRecord {
+    fn mint(&mut self, ctl: &Ctl, now: Instant) {
+        if let Some(f) = ctl
+            .ns
+            .secure_ctx()
+            .and_then(|c| own_record_frame(&c, &mut self.versions))
+        {
+            self.frame = f;
+        }
+        self.next = now + ctl.ns.cfg.membership_interval;
+    }
+}
+
+fn own_record_frame(
+    ctx: &crate::crypto::SecureContext,
+    versions: &mut RecordVersions,
+) -> Option<Bytes> {
+    let id = ctx.identity()?;
+    let version = versions.next_version();
+    let record = IdentityRecord {
+        id_pub_key: *id.public_key(),
+        version,
+        sig: sign_identity_record(id, version),
+        name: id.name().to_owned(),
+    };
+    let mut b = BytesMut::new();
+    Frame::IdentityRecord(record).encode(&mut b).ok()?;
+    Some(b.freeze())
 }
 
 enum Pending {
@@ -99,6 +153,10 @@ struct State {
     released: Vec<Event>,
     /// Per token in flight: shards that answered.
     synced: AHashMap<u64, usize>,
+    /// Identities learned from gossiped records (secured mesh; bounded).
+    book: IdentityBook,
+    /// Identity mesh: our own record.
+    own_record: Option<OwnRecord>,
 }
 
 struct Ctl {
@@ -155,6 +213,16 @@ pub(crate) async fn run(init: ControlInit) {
         now,
     );
     let listener = Rc::new(listener);
+    let book = IdentityBook::new(ns.me, cfg.max_identity_records);
+    let own_record = ns.secure_ctx().and_then(|c| {
+        let mut versions = RecordVersions::from_clock();
+        let frame = own_record_frame(&c, &mut versions)?;
+        Some(OwnRecord {
+            versions,
+            frame,
+            next: now + cfg.membership_interval,
+        })
+    });
     let ctl = Rc::new(Ctl {
         listener: listener.clone(),
         ch: Channels::new(senders, ns.shards),
@@ -174,6 +242,8 @@ pub(crate) async fn run(init: ControlInit) {
             next_token: 1,
             released: Vec::new(),
             synced: AHashMap::new(),
+            book,
+            own_record,
         }),
         outbox_ready: Signal::new(),
         ns,
@@ -191,6 +261,7 @@ pub(crate) async fn run(init: ControlInit) {
     while let Ok(cmd) = cmds.recv().await {
         match cmd {
             Cmd::Stop(reply) => begin_stop(&ctl, reply),
+            Cmd::Revoke(node) => revoke(&ctl, node),
         }
     }
 }
@@ -237,6 +308,9 @@ async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<Msg>) {
                     Msg::MembershipIn { link, record } => {
                         st.membership.on_record(link, &record, wall_ms(), now);
                     }
+                    Msg::IdentityIn { link, record } => {
+                        on_identity_record(&ctl, &mut st, link, *record);
+                    }
                     Msg::Synced(token) => {
                         let n = st.synced.entry(token).or_insert(0);
                         *n += 1;
@@ -270,14 +344,26 @@ async fn tick(ctl: Rc<Ctl>) {
             if let Some(p) = st.peers.poll_timeout() {
                 t = t.min(p);
             }
+            if let Some(r) = &st.own_record {
+                t = t.min(r.next);
+            }
             t.min(st.membership.poll_timeout())
         };
         sleep_until(next).await;
         {
-            let mut st = ctl.st.borrow_mut();
+            let mut guard = ctl.st.borrow_mut();
+            let st = &mut *guard;
             let now = Instant::now();
             st.peers.handle_timeout(now);
             st.membership.handle_timeout(wall_ms(), now);
+            if let Some(mut r) = st.own_record.take() {
+                if now >= r.next {
+                    r.mint(&ctl, now);
+                    let frame = r.frame.clone();
+                    flood(&ctl, st, &frame, None);
+                }
+                st.own_record = Some(r);
+            }
         }
         run_actions(&ctl);
     }
@@ -386,16 +472,64 @@ fn local_hello(ctl: &Ctl) -> Hello {
 
 type HandshakeFailure = Option<(ErrorKind, String)>;
 
-/// Runs the Hello exchange on the control plane. Returns the peer, its listen port and the
-/// bytes read after its Hello.
+/// A finished handshake.
+struct Exchanged {
+    peer: PeerId,
+    port: u16,
+    /// Bytes read after the peer's Hello (plaintext) or AuthConfirm (secured: records).
+    leftover: BytesMut,
+    secure: Option<Established>,
+}
+
+/// Counts a refused secured handshake and classifies it for the error event.
+fn auth_failure(ctl: &Ctl, e: HandshakeError) -> (ErrorKind, String) {
+    inc(&ctl.ns.control_counters().auth_failures);
+    let kind = match e {
+        HandshakeError::PeerNotSecured => ErrorKind::ModeMismatch,
+        HandshakeError::Identity(_) => ErrorKind::Identity,
+        HandshakeError::LowOrderKey
+        | HandshakeError::BadTag
+        | HandshakeError::UnexpectedHello
+        | HandshakeError::UnexpectedAuthConfirm => ErrorKind::Crypto,
+    };
+    (kind, format!("handshake refused: {e}"))
+}
+
+/// A link closed during the Hello exchange: a mode mismatch is reported (the operator must
+/// see that one side has a PSK and the other not); the other refusals stay quiet as before.
+fn refusal(ctl: &Ctl, reason: &CloseReason) -> HandshakeFailure {
+    match reason {
+        CloseReason::SecuredModeMismatch { ours, theirs } => {
+            inc(&ctl.ns.control_counters().auth_failures);
+            let mode = |s: &bool| if *s { "secured (psk)" } else { "plaintext" };
+            Some((
+                ErrorKind::ModeMismatch,
+                format!(
+                    "handshake refused: peer is {}, this node is {}",
+                    mode(theirs),
+                    mode(ours)
+                ),
+            ))
+        }
+        other => {
+            tracing::debug!(reason = %other, "handshake refused");
+            None
+        }
+    }
+}
+
+/// Runs the Hello exchange on the control plane, and in a secured mesh the AuthConfirm
+/// exchange of `hs`.
 async fn exchange(
     ctl: &Ctl,
     s: &mut TcpStream,
     state: &mut Link,
-) -> Result<(PeerId, u16, BytesMut), HandshakeFailure> {
+    mut hs: Option<&mut Handshake>,
+) -> Result<Exchanged, HandshakeFailure> {
     let max = ctl.ns.cfg.max_message_bytes;
     let deadline = Instant::now() + ctl.ns.cfg.handshake_timeout;
     let mut buf = BytesMut::with_capacity(4096);
+    let mut established: Option<Established> = None;
     loop {
         let mut out = BytesMut::new();
         while let Some(f) = state.poll_transmit() {
@@ -409,18 +543,51 @@ async fn exchange(
                 LinkEvent::Established {
                     peer, listen_port, ..
                 } => {
-                    return Ok((peer, listen_port, std::mem::take(&mut buf)));
+                    return Ok(Exchanged {
+                        peer,
+                        port: listen_port,
+                        leftover: std::mem::take(&mut buf),
+                        secure: established.take(),
+                    });
                 }
-                LinkEvent::Closed(reason) => {
-                    tracing::debug!(%reason, "handshake refused");
-                    return Err(None);
+                LinkEvent::Closed(reason) => return Err(refusal(ctl, &reason)),
+                LinkEvent::AuthRequired { hello } => {
+                    let Some(hs) = hs.as_deref_mut() else {
+                        return Err(None);
+                    };
+                    // Our AuthConfirm goes out in plaintext at once; the peer's is parsed only
+                    // after this, so the frames after it are never taken for plaintext.
+                    let confirm = hs
+                        .on_peer_hello(&hello)
+                        .map_err(|e| Some(auth_failure(ctl, e)))?;
+                    let mut out = BytesMut::new();
+                    let _ = Frame::AuthConfirm(confirm).encode(&mut out);
+                    if s.write_all(out.freeze()).await.is_err() {
+                        return Err(None);
+                    }
+                    continue;
                 }
-                LinkEvent::AuthRequired { .. } => return Err(None),
             }
         }
         match take_frame(&mut buf, max) {
             Ok(Some(f)) => {
-                state.on_frame(&f, Instant::now());
+                let now = Instant::now();
+                let action = state.on_frame(&f, now);
+                if let (FrameAction::Process, Frame::AuthConfirm(confirm)) = (action, &f) {
+                    let Some(hs) = hs.as_deref_mut() else {
+                        return Err(None);
+                    };
+                    match hs.on_peer_auth_confirm(confirm) {
+                        Ok(est) => {
+                            established = Some(est);
+                            state.auth_confirmed(now);
+                        }
+                        Err(e) => {
+                            state.auth_failed(now);
+                            return Err(Some(auth_failure(ctl, e)));
+                        }
+                    }
+                }
                 continue;
             }
             Ok(None) => {}
@@ -465,7 +632,14 @@ async fn handshake(ctl: Rc<Ctl>, link: LinkId, mut s: TcpStream, role: Role) {
     let _ = s.set_nodelay(true);
     let now = Instant::now();
     let timers = LinkTimers::from_config(&ctl.ns.cfg);
-    let hello = local_hello(&ctl);
+    let mut hs = ctl
+        .ns
+        .secure_ctx()
+        .map(|c| Handshake::new(c, &mut rand::rngs::OsRng));
+    let mut hello = local_hello(&ctl);
+    if let Some(hs) = &hs {
+        hs.fill_hello(&mut hello);
+    }
     let mut state = match role {
         Role::Dialer => {
             let mut l = Link::dialer(link, hello, timers, now);
@@ -475,15 +649,24 @@ async fn handshake(ctl: Rc<Ctl>, link: LinkId, mut s: TcpStream, role: Role) {
         Role::Acceptor => Link::acceptor(link, hello, timers, now),
     };
     let remote_ip: Option<IpAddr> = s.peer_addr().ok().map(|a| a.ip());
-    match exchange(&ctl, &mut s, &mut state).await {
-        Ok((peer, port, leftover)) => {
+    let result = exchange(&ctl, &mut s, &mut state, hs.as_mut()).await;
+    drop(hs);
+    let result = result.and_then(|ex| recheck_identity(&ctl, ex));
+    match result {
+        Ok(Exchanged {
+            peer,
+            port,
+            leftover,
+            secure,
+        }) => {
+            let secure = secure.map(|e| (e.sealer, e.opener));
             let cancelled = {
                 let st = ctl.st.borrow();
                 matches!(st.pending.get(&link), Some(Pending::Cancelled) | None)
                     || ctl.ns.stopping.load(Ordering::Acquire)
             };
             if cancelled {
-                spawn_local(goodbye_close(s)).detach();
+                spawn_local(goodbye_close(s, secure.map(|k| k.0))).detach();
                 connect_failed(&ctl, link);
                 return;
             }
@@ -495,6 +678,7 @@ async fn handshake(ctl: Rc<Ctl>, link: LinkId, mut s: TcpStream, role: Role) {
                         stream: s,
                         leftover,
                         state,
+                        secure,
                     })),
                 );
                 st.peers
@@ -512,7 +696,7 @@ async fn handshake(ctl: Rc<Ctl>, link: LinkId, mut s: TcpStream, role: Role) {
                 tracing::warn!(?link, ?kind, %message, "handshake failed on bad input");
                 ctl.ns.hub.emit_control(
                     Event::Error {
-                        peer: None,
+                        peer: state.peer(),
                         kind,
                         message,
                     },
@@ -524,11 +708,125 @@ async fn handshake(ctl: Rc<Ctl>, link: LinkId, mut s: TcpStream, role: Role) {
     }
 }
 
-async fn goodbye_close(mut s: TcpStream) {
+/// Identity mesh: the key may have been revoked while the handshake ran on the context it
+/// started with; check it against the current policy. Records the verified name.
+fn recheck_identity(ctl: &Ctl, ex: Exchanged) -> Result<Exchanged, HandshakeFailure> {
+    let Some(vp) = ex.secure.as_ref().and_then(|e| e.peer.as_ref()) else {
+        return Ok(ex);
+    };
+    if let Some(c) = ctl.ns.secure_ctx() {
+        if let Err(e) = c.policy().admit(&vp.key) {
+            return Err(Some(auth_failure(ctl, HandshakeError::Identity(e))));
+        }
+    }
+    tracing::debug!(peer = %vp.node_id, name = %vp.name, label = ?vp.label, "peer identity verified");
+    ctl.ns
+        .names
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(vp.node_id, vp.name.clone());
+    Ok(ex)
+}
+
+/// Says Goodbye (sealed as the next record on an established secured link) and closes.
+async fn goodbye_close(mut s: TcpStream, sealer: Option<RecordSealer>) {
     let mut b = BytesMut::new();
     let _ = Frame::Goodbye.encode(&mut b);
-    let _ = s.write_all(b.freeze()).await;
+    let out = match sealer {
+        None => b,
+        Some(mut sealer) => {
+            let mut rec = BytesMut::new();
+            match sealer.seal_frame(&mut rec, &b) {
+                Ok(_) => rec,
+                Err(_) => BytesMut::new(),
+            }
+        }
+    };
+    if !out.is_empty() {
+        let _ = s.write_all(out.freeze()).await;
+    }
     let _ = s.shutdown().await;
+}
+
+/// Queues `frame` on every placed link except `except`.
+fn flood(ctl: &Ctl, st: &mut State, frame: &Bytes, except: Option<LinkId>) {
+    let targets: Vec<(LinkId, usize)> = st
+        .placed
+        .iter()
+        .filter(|(l, _)| Some(**l) != except)
+        .map(|(l, (_, o))| (*l, *o))
+        .collect();
+    for (link, owner) in targets {
+        post(
+            ctl,
+            st,
+            owner,
+            Msg::SendRaw {
+                link,
+                frame: frame.clone(),
+            },
+        );
+    }
+}
+
+/// A gossiped identity record (crypto.md §6): stored and re-flooded once when new, dropped
+/// when it is ours, untrusted, badly signed or not newer.
+fn on_identity_record(ctl: &Ctl, st: &mut State, link: LinkId, r: IdentityRecord) {
+    let Some(sc) = ctl.ns.secure_ctx() else {
+        return;
+    };
+    match st.book.accept(
+        sc.policy(),
+        &r.id_pub_key,
+        r.version,
+        r.name.as_bytes(),
+        &r.sig,
+    ) {
+        Ok(origin) => {
+            if let Some(known) = st.book.get(&origin) {
+                ctl.ns
+                    .names
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(origin, known.name.clone());
+            }
+            let mut b = BytesMut::new();
+            if Frame::IdentityRecord(r).encode(&mut b).is_ok() {
+                flood(ctl, st, &b.freeze(), Some(link));
+            }
+        }
+        Err(RecordDrop::Own | RecordDrop::Stale) => {}
+        Err(e) => {
+            inc(&ctl.ns.control_counters().identity_records_dropped);
+            tracing::debug!(?link, error = %e, "identity record dropped");
+        }
+    }
+}
+
+/// Closes the link of a node whose key was just revoked and forgets its record.
+fn revoke(ctl: &Rc<Ctl>, node: PeerId) {
+    {
+        let mut guard = ctl.st.borrow_mut();
+        let st = &mut *guard;
+        st.book.remove(&node);
+        let links: Vec<LinkId> = st
+            .placed
+            .iter()
+            .filter(|(_, (p, _))| *p == node)
+            .map(|(l, _)| *l)
+            .collect();
+        for link in links {
+            close(ctl, st, link, false);
+        }
+    }
+    ctl.ns
+        .names
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&node);
+    let reason = HandshakeError::Identity(IdentityReject::Untrusted);
+    tracing::info!(%node, %reason, "revoked node's link closed");
+    run_actions(ctl);
 }
 
 /// Executes the peer table's actions, then turns peer and membership output into events,
@@ -612,7 +910,17 @@ fn run_actions(ctl: &Rc<Ctl>) {
         while let Some(e) = st.membership.poll_event() {
             events.push(match e {
                 MembershipEvent::MemberJoined(peer) => Event::MemberJoined { peer },
-                MembershipEvent::MemberLeft(peer) => Event::MemberLeft { peer },
+                MembershipEvent::MemberLeft(peer) => {
+                    // Names stay bounded by the membership: a departed node is forgotten
+                    // (its next record or handshake tells it again).
+                    st.book.remove(&peer);
+                    ctl.ns
+                        .names
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&peer);
+                    Event::MemberLeft { peer }
+                }
             });
         }
         // A round that installed links holds its events (and every later one, to keep
@@ -677,6 +985,7 @@ fn install(ctl: &Rc<Ctl>, st: &mut State, peer: PeerId, link: LinkId) {
                 stream,
                 leftover,
                 state,
+                secure,
             } = *r;
             let budget = Arc::new(LinkBudget::new(
                 ctl.ns.cfg.max_outbound_queue_bytes,
@@ -693,6 +1002,7 @@ fn install(ctl: &Rc<Ctl>, st: &mut State, peer: PeerId, link: LinkId) {
                         stream,
                         leftover,
                         state,
+                        secure,
                         budget: budget.clone(),
                     })),
                 ),
@@ -703,6 +1013,11 @@ fn install(ctl: &Rc<Ctl>, st: &mut State, peer: PeerId, link: LinkId) {
                     let c2 = ctl.clone();
                     spawn_local(async move { connect_failed(&c2, link) }).detach();
                 }
+            }
+            // Identity mesh: our signed record is the first record a new neighbour gets.
+            if let Some(r) = &st.own_record {
+                let frame = r.frame.clone();
+                post(ctl, st, owner, Msg::SendRaw { link, frame });
             }
             budget
         }
@@ -739,7 +1054,8 @@ fn close(ctl: &Rc<Ctl>, st: &mut State, link: LinkId, goodbye: bool) {
         }
         Some(Pending::Ready(r)) => {
             if goodbye {
-                spawn_local(goodbye_close(r.stream)).detach();
+                let Ready { stream, secure, .. } = *r;
+                spawn_local(goodbye_close(stream, secure.map(|k| k.0))).detach();
             }
         }
         None => {
@@ -812,11 +1128,16 @@ async fn discovery(ctl: Rc<Ctl>) {
         }
         let port = ctl.st.borrow().listen_port;
         let mut b = BytesMut::new();
-        if Announce::new(ctl.ns.me, port, &cfg.group_name, false)
+        let keys = ctl.ns.secure_ctx();
+        if Announce::new(ctl.ns.me, port, &cfg.group_name, keys.is_some())
             .encode_body(&mut b)
             .is_err()
         {
             continue;
+        }
+        if let Some(k) = &keys {
+            let mac = k.psk().announce_mac(&b);
+            b.extend_from_slice(&mac);
         }
         if let Err(e) = sock.send_to(b.freeze(), dest).await {
             if !reported {
@@ -852,13 +1173,20 @@ async fn announce_rx(ctl: Rc<Ctl>, sock: Rc<UdpSocket>) {
                 continue;
             }
         };
+        let keys = ctl.ns.secure_ctx();
         let filter = AnnounceFilter {
-            secured: false,
+            secured: keys.is_some(),
             protocol_version: PROTOCOL_VERSION,
             group_name: &ctl.ns.cfg.group_name,
             own_id: ctl.ns.me,
         };
-        match accept_announce(&buf[..n], from, &filter, |_, _| false) {
+        let datagram = &buf[..n];
+        // Secured: MAC first (constant time), before anything is parsed.
+        let verify = |_: &[u8], _: &[u8; 16]| {
+            keys.as_ref()
+                .is_some_and(|k| k.psk().open_announce(datagram).is_ok())
+        };
+        match accept_announce(datagram, from, &filter, verify) {
             Ok(a) => {
                 ctl.st
                     .borrow_mut()
@@ -866,7 +1194,17 @@ async fn announce_rx(ctl: Rc<Ctl>, sock: Rc<UdpSocket>) {
                     .on_announce(a.peer, a.dial_addr, Instant::now());
                 run_actions(&ctl);
             }
-            Err(e) => tracing::trace!(%from, error = %e, "announce ignored"),
+            Err(e) => {
+                if matches!(
+                    e,
+                    AnnounceError::TooShortForMac
+                        | AnnounceError::BadMac
+                        | AnnounceError::Rejected(AnnounceReject::ModeMismatch { .. })
+                ) {
+                    inc(&ctl.ns.control_counters().announces_dropped);
+                }
+                tracing::trace!(%from, error = %e, "announce ignored");
+            }
         }
     }
 }

@@ -34,6 +34,15 @@ pub enum ErrorKind {
     Discovery,
     /// A socket operation failed.
     Io,
+    /// The peer runs the other mode (secured vs plaintext); the connection was refused.
+    ModeMismatch,
+    /// Secured mesh: a handshake failed its cryptographic checks (AuthConfirm tag: another
+    /// PSK or a tampered handshake; a low-order key), or a record did not authenticate
+    /// (tampered, reordered, replayed, truncated). The link was closed.
+    Crypto,
+    /// Identity mesh: the peer's identity was refused (missing, unsigned, node id not the
+    /// hash of its key, bad signature, key not trusted or revoked).
+    Identity,
 }
 
 /// Something the node reports to the application.

@@ -47,11 +47,24 @@
 //! every shard has applied the routing changes behind them: after `PeerConnected`, a message
 //! to that peer is never lost to a routing table that is not there yet.
 //!
-//! # Not wired yet
+//! # Secured mesh
 //!
-//! Secured mode (PSK): [`MeshBuilder::build`] refuses a configuration with a PSK. The record
-//! layer will sit between the frames and the socket in the shard's reader and writer (see
-//! `shard.rs`) and in the control plane's Hello exchange.
+//! With a PSK (`crypto.md`) the node MACs its announces and drops announces of the other mode;
+//! the control plane runs the X25519 handshake (ephemeral key in the Hello, AuthConfirm) and
+//! refuses a peer of the other mode, another PSK or a refused identity with an
+//! [`Event::Error`] ([`ErrorKind::ModeMismatch`], [`ErrorKind::Crypto`],
+//! [`ErrorKind::Identity`]). The established link reaches its shard with its record keys:
+//! the reader opens ChaCha20-Poly1305 records in place and parses frames from the plaintext,
+//! the writer seals each batch of queued frames into as few records as fit (the counter is
+//! assigned when a record is sealed, i.e. committed, never for a frame the queue dropped). A
+//! record that does not authenticate closes only that link.
+//!
+//! With an identity too (`identity_file` or `identity_seed_hex`), the node id is the hash of
+//! the Ed25519 key, the handshake is signed and checked against `trusted_keys` /
+//! `require_identity`, signed identity records are sent to each new neighbour and re-flooded
+//! (deduplicated by version) so [`Mesh::node_name`] knows non-neighbours, and
+//! [`Mesh::revoke_key`] closes a node's link and keeps it out. The [`SecureContext`] is built
+//! once at [`MeshBuilder::build`] and only replaced, never mutated, when a key is revoked.
 
 mod budget;
 mod control;
@@ -66,6 +79,10 @@ pub use event::{Callback, ErrorKind, Event, EventReceiver};
 pub use stats::{MeshStats, ShardStats};
 
 use crate::config::{ConfigError, MeshConfig};
+use crate::crypto::{
+    node_id_from_key, Identity, IdentityError, IdentityPolicy, PskKeys, SecureConfigError,
+    SecureContext,
+};
 use crate::proto::link_shard;
 use crate::PeerId;
 use bytes::Bytes;
@@ -78,7 +95,7 @@ use shoal_runtime::{ExecutorId, Placement, Runtime, RuntimeError, SpawnError, Tr
 use stats::Counters;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// Capacity (messages) of each ring between two executors of a node.
@@ -95,9 +112,23 @@ pub enum MeshError {
     /// A node setting is invalid.
     #[error("invalid node option: {0}")]
     Option(&'static str),
-    /// A PSK was configured; the secured mesh is not wired into the node yet.
-    #[error("secured mode (psk) is not supported by the live node yet")]
-    SecuredNotSupported,
+    /// The identity could not be loaded or created (seed file, seed text, name).
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// The secured mesh settings are invalid.
+    #[error(transparent)]
+    Secure(#[from] SecureConfigError),
+    /// An explicit node id was set in an identity mesh, where the id is the hash of the key.
+    #[error("node id {configured} conflicts with {derived}, the hash of the identity key")]
+    NodeIdConflict {
+        /// The id set with [`MeshBuilder::node_id`].
+        configured: PeerId,
+        /// `BLAKE2b-16(identity public key)`.
+        derived: PeerId,
+    },
+    /// The operation needs a secured mesh (a PSK).
+    #[error("this operation needs a secured mesh (psk)")]
+    NotSecured,
     /// The runtime could not start.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
@@ -334,7 +365,17 @@ impl MeshBuilder {
         self
     }
 
-    /// Uses this node id instead of a random one.
+    /// Trusts one more identity key (64 hex characters) with a local label; see
+    /// `trusted_keys`.
+    pub fn trusted_key(mut self, key_hex: impl Into<String>, label: impl Into<String>) -> Self {
+        self.cfg
+            .trusted_keys
+            .push(crate::config::TrustedKey::new(key_hex, label));
+        self
+    }
+
+    /// Uses this node id instead of a random one. In an identity mesh the id is the hash of
+    /// the identity key; a different explicit id is an error at [`build`](Self::build).
     pub fn node_id(mut self, id: PeerId) -> Self {
         self.id = Some(id);
         self
@@ -350,9 +391,6 @@ impl MeshBuilder {
     /// Validates the settings and creates the (not yet started) node.
     pub fn build(self) -> Result<Mesh, MeshError> {
         self.cfg.validate()?;
-        if self.cfg.secured() {
-            return Err(MeshError::SecuredNotSupported);
-        }
         if self.opts.shards == 0 {
             return Err(MeshError::Option("shards must be at least 1"));
         }
@@ -361,10 +399,22 @@ impl MeshBuilder {
                 "publish_queue_capacity must be at least 1",
             ));
         }
-        let me = self
-            .id
-            .filter(|id| !id.is_zero())
-            .unwrap_or_else(PeerId::random);
+        let secure = secure_context(&self.cfg)?;
+        let derived = secure
+            .as_ref()
+            .and_then(|c| c.identity())
+            .map(Identity::node_id);
+        let me = match (derived, self.id.filter(|id| !id.is_zero())) {
+            (Some(derived), Some(configured)) if configured != derived => {
+                return Err(MeshError::NodeIdConflict {
+                    configured,
+                    derived,
+                })
+            }
+            (Some(derived), _) => derived,
+            (None, Some(id)) => id,
+            (None, None) => PeerId::random(),
+        };
         let shards = self.opts.shards;
         let ns = Arc::new(NodeShared {
             me,
@@ -380,6 +430,8 @@ impl MeshBuilder {
             stopping: AtomicBool::new(false),
             epoch: Instant::now(),
             cfg: self.cfg,
+            secure: secure.map(|c| RwLock::new(Arc::new(c))),
+            names: Mutex::new(ahash::AHashMap::new()),
         });
         Ok(Mesh {
             inner: Arc::new(Inner {
@@ -391,6 +443,41 @@ impl MeshBuilder {
             }),
         })
     }
+}
+
+/// The handshake context of a secured configuration (`None` for a plaintext mesh): PSK keys,
+/// and in an identity mesh the identity (loaded or created once here) and the trust policy.
+fn secure_context(cfg: &MeshConfig) -> Result<Option<SecureContext>, MeshError> {
+    if !cfg.secured() {
+        return Ok(None);
+    }
+    let keys = PskKeys::derive(cfg.psk.as_bytes()).map_err(|_| MeshError::NotSecured)?;
+    let ctx = SecureContext::new(keys, cfg.group_name.as_bytes())?
+        .with_max_message_bytes(cfg.max_message_bytes as usize);
+    let identity = if let Some(path) = &cfg.identity_file {
+        Some(Identity::load_or_create(
+            path,
+            &cfg.node_name,
+            &mut rand::rngs::OsRng,
+        )?)
+    } else if !cfg.identity_seed_hex.is_empty() {
+        Some(Identity::from_seed_hex(
+            &cfg.identity_seed_hex,
+            &cfg.node_name,
+        )?)
+    } else {
+        None
+    };
+    let Some(identity) = identity else {
+        return Ok(Some(ctx));
+    };
+    let policy = if cfg.trusted_keys.is_empty() {
+        IdentityPolicy::open(cfg.require_identity)
+    } else {
+        IdentityPolicy::allowlist(cfg.parsed_trusted_keys()?, cfg.require_identity)
+    };
+    tracing::info!(id = %identity.node_id(), name = identity.name(), "identity loaded");
+    Ok(Some(ctx.with_identity(identity, policy)))
 }
 
 enum RunState {
@@ -606,6 +693,72 @@ impl Mesh {
         self.snapshot(|s| s.members.clone())
     }
 
+    /// The signed name of node `id` in an identity mesh: this node's own, a verified
+    /// neighbour's (from its handshake), or one learned from gossiped identity records.
+    /// `None` when unknown (or in a mesh without identities).
+    pub fn node_name(&self, id: PeerId) -> Option<String> {
+        let ns = &self.inner.ns;
+        if id == ns.me {
+            return ns
+                .secure_ctx()
+                .and_then(|c| c.identity().map(|i| i.name().to_owned()));
+        }
+        let names = ns.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.get(&id).map(|n| n.to_string())
+    }
+
+    /// This node's Ed25519 identity public key, in an identity mesh.
+    pub fn identity_public_key(&self) -> Option<[u8; 32]> {
+        self.inner
+            .ns
+            .secure_ctx()
+            .and_then(|c| c.identity().map(|i| *i.public_key()))
+    }
+
+    /// Revokes an identity key: it is removed from the trusted keys and refused from now on
+    /// (even without an allowlist), the established link of its node is closed, its name is
+    /// forgotten and its identity records are no longer accepted. Returns whether the key was
+    /// on the allowlist. Needs a secured mesh. Peers that show no identity are not affected
+    /// (use `require_identity` to refuse those).
+    pub fn revoke_key(&self, key: &[u8; 32]) -> Result<bool, MeshError> {
+        let ns = &self.inner.ns;
+        let lock = ns.secure.as_ref().ok_or(MeshError::NotSecured)?;
+        let listed = {
+            let mut cur = lock.write().unwrap_or_else(|e| e.into_inner());
+            let mut next = SecureContext::clone(&cur);
+            let listed = next.policy_mut().revoke(key);
+            *cur = Arc::new(next);
+            listed
+        };
+        let node = node_id_from_key(key);
+        ns.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&node);
+        let cmd = {
+            let state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+            match &*state {
+                RunState::Running { cmd, .. } => Some(cmd.clone()),
+                _ => None,
+            }
+        };
+        // The policy is already replaced, so a handshake finishing after this cannot install
+        // the node; the command closes a link that is already up.
+        if let Some(cmd) = cmd {
+            match cmd.try_send(Cmd::Revoke(node)) {
+                Err(TrySendError::Full(c)) if shoal_runtime::current_executor().is_none() => {
+                    let _ = cmd.send_blocking(c);
+                }
+                Err(TrySendError::Full(_)) => {
+                    tracing::warn!(%node, "control plane busy: the revoked node's link was not closed");
+                }
+                _ => {}
+            }
+        }
+        tracing::info!(%node, listed, "identity key revoked");
+        Ok(listed)
+    }
+
     /// Counters per shard, of the control plane, and their sum.
     pub fn stats(&self) -> MeshStats {
         MeshStats::collect(&self.inner.ns.counters)
@@ -768,9 +921,34 @@ mod tests {
                 "{bad:?} must be rejected"
             );
         }
+        assert!(Mesh::builder().psk("secret").build().is_ok());
         assert!(matches!(
-            Mesh::builder().psk("secret").build(),
-            Err(MeshError::SecuredNotSupported)
+            Mesh::builder().identity_seed_hex("11".repeat(32)).build(),
+            Err(MeshError::Config(ConfigError::IdentityWithoutPsk(
+                "identity_seed_hex"
+            )))
+        ));
+        assert!(matches!(
+            Mesh::builder()
+                .psk("k")
+                .identity_seed_hex("11".repeat(32))
+                .node_id(PeerId([7; 16]))
+                .build(),
+            Err(MeshError::NodeIdConflict { .. })
+        ));
+        let m = Mesh::builder()
+            .psk("k")
+            .identity_seed_hex("11".repeat(32))
+            .node_name("eleven")
+            .build()
+            .unwrap();
+        // crypto.md §6: seed 11x32 gives this node id.
+        assert_eq!(m.id().to_string(), "c0c5ecd7f1ee33f526dd27d34c3e1daa");
+        assert_eq!(m.node_name(m.id()).as_deref(), Some("eleven"));
+        assert!(m.identity_public_key().is_some());
+        assert!(matches!(
+            Mesh::builder().build().unwrap().revoke_key(&[1; 32]),
+            Err(MeshError::NotSecured)
         ));
         assert!(matches!(
             Mesh::builder().shards(0).build(),

@@ -1,8 +1,9 @@
 //! Messages between the executors of one node (over the runtime's SPSC channel mesh).
 
 use super::budget::LinkBudget;
+use crate::crypto::{RecordOpener, RecordSealer};
 use crate::proto::{Link, LinkId};
-use crate::wire::{Data, DataHeader, Membership};
+use crate::wire::{Data, DataHeader, IdentityRecord, Membership};
 use crate::PeerId;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
@@ -14,8 +15,11 @@ pub(crate) struct NewLink {
     pub(crate) peer: PeerId,
     /// Detached from the control plane's executor; re-attached on the shard.
     pub(crate) stream: std::net::TcpStream,
-    /// Bytes read after the peer's Hello (frames that followed it in the same read).
+    /// Bytes read after the peer's Hello, or in a secured mesh after its AuthConfirm (then
+    /// they are records).
     pub(crate) leftover: BytesMut,
+    /// Secured mesh: the link's record keys (counters at 0).
+    pub(crate) secure: Option<(RecordSealer, RecordOpener)>,
     /// The link's state machine, already Established.
     pub(crate) state: Link,
     pub(crate) budget: Arc<LinkBudget>,
@@ -38,7 +42,7 @@ pub(crate) enum Msg {
     Uninstall { peer: PeerId, link: LinkId },
     /// Close `link` (owned by the receiving shard), Goodbye first when asked.
     Close { link: LinkId, goodbye: bool },
-    /// Send a ready-encoded control frame (Membership) on `link`.
+    /// Send a ready-encoded control frame (Membership, IdentityRecord) on `link`.
     SendRaw { link: LinkId, frame: Bytes },
     /// Close everything and report [`Msg::Stopped`].
     Stop,
@@ -58,6 +62,11 @@ pub(crate) enum Msg {
     LinkClosed { link: LinkId },
     /// A Membership frame arrived on `link`.
     MembershipIn { link: LinkId, record: Membership },
+    /// An IdentityRecord frame arrived on `link` (secured mesh).
+    IdentityIn {
+        link: LinkId,
+        record: Box<IdentityRecord>,
+    },
     /// Shard `n` closed its links after [`Msg::Stop`].
     Stopped(usize),
     /// Reply to [`Msg::Sync`].

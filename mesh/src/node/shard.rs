@@ -11,15 +11,20 @@
 //! shard; otherwise the frame hops once. Sending on a link of another shard is one more hop
 //! (`Transmit`) with the bytes already reserved in the link's [`LinkBudget`].
 //!
-//! Secured mode (later): a record sealer belongs in the writer, between the batch of whole
-//! frames and `write_all_vectored`, and an opener in the reader, between `read` and
-//! `take_frame`; nothing above the frame layer changes.
+//! Secured mode: the reader reads ciphertext straight into its [`RecordReader`]'s buffer,
+//! opens the records in place and parses frames from the plaintext exactly as in plaintext
+//! mode (frames may span records; Data payloads still share the buffer). The writer seals each
+//! batch of queued frames into as few records as fit, in its own reusable buffer, then writes
+//! it with one `write_all`; sealing is the commit, so a frame the queue policy dropped never
+//! consumes a nonce. A record that does not authenticate closes that link only (Crypto error).
+//! The mode is decided once per batch, so the plaintext vectored path is unchanged.
 
 use super::budget::{LinkBudget, OverflowPolicy};
 use super::event::{ErrorKind, Event};
 use super::msg::{Msg, NewLink};
 use super::shared::{Channels, NodeShared, Offer};
 use super::stats::{add, inc, raise, Counters};
+use crate::crypto::{OpenError, RecordReader, RecordSealer, SealError};
 use crate::proto::{
     dedup_shard, CloseReason, DataMeta, DropReason, FrameAction, Link, LinkEvent, LinkId, MsgIdGen,
     Route, Router, RoutingTable,
@@ -41,6 +46,11 @@ use std::time::{Duration, Instant};
 
 /// Bytes reserved for a read when the buffer has less room.
 const READ_CHUNK: usize = 64 * 1024;
+/// Secured writer: stop adding frames to a batch once this much plaintext is in it (records
+/// are cut at the receiver's limit, far above this, so a batch is usually one record).
+const SEAL_BATCH: usize = 256 * 1024;
+/// Secured writer: a reusable buffer that grew past this for one huge frame is released.
+const SEAL_BUF_KEEP: usize = 1024 * 1024;
 /// Longest a link's timer sleeps, so a Disconnect-policy kill is acted on promptly even while
 /// the writer is stuck on a full socket.
 const TIMER_CAP: Duration = Duration::from_millis(200);
@@ -284,7 +294,11 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
             let n = DATA_HEADER_LEN + payload.len();
             enqueue_reserved(ctx, link, Out::Data(header, payload), n, None);
         }
-        Msg::LinkClosed { .. } | Msg::MembershipIn { .. } | Msg::Stopped(_) | Msg::Synced(_) => {}
+        Msg::LinkClosed { .. }
+        | Msg::MembershipIn { .. }
+        | Msg::IdentityIn { .. }
+        | Msg::Stopped(_)
+        | Msg::Synced(_) => {}
     }
 }
 
@@ -295,8 +309,13 @@ fn add_link(ctx: &Rc<Ctx>, nl: NewLink) {
         stream,
         leftover,
         state,
+        secure,
         budget,
     } = nl;
+    let (sealer, opener) = match secure {
+        Some((s, o)) => (Some(s), Some(o)),
+        None => (None, None),
+    };
     let stream = match TcpStream::from_std(stream) {
         Ok(s) => s,
         Err(e) => {
@@ -326,8 +345,14 @@ fn add_link(ctx: &Rc<Ctx>, nl: NewLink) {
     }));
     ctx.st.borrow_mut().links.insert(link, lc.clone());
     inc(&ctx.counters().links_opened);
-    let r = spawn_local(reader(ctx.clone(), lc.clone(), rd, leftover));
-    let w = spawn_local(writer(ctx.clone(), lc.clone(), wr));
+    let r = match opener {
+        None => spawn_local(reader(ctx.clone(), lc.clone(), rd, leftover)),
+        Some(o) => {
+            let rr = RecordReader::new(o, &leftover);
+            spawn_local(reader_secure(ctx.clone(), lc.clone(), rd, rr))
+        }
+    };
+    let w = spawn_local(writer(ctx.clone(), lc.clone(), wr, sealer));
     {
         let mut c = lc.borrow_mut();
         c.reader = Some(r);
@@ -425,6 +450,103 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
             }
         }
     }
+}
+
+/// The reader of a secured link: records are opened in place in `rr`'s buffer (the socket
+/// reads straight into it), then frames are parsed from the plaintext as in [`reader`].
+async fn reader_secure(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut rr: RecordReader) {
+    let max = ctx.ns.cfg.max_message_bytes;
+    let mut waits = Vec::new();
+    loop {
+        if let Err(e) = rr.decrypt() {
+            record_failure(&ctx, &l, e);
+            return;
+        }
+        loop {
+            let len = match peek_frame_len(rr.plaintext(), max) {
+                Ok(DecodeStatus::Complete { len, .. }) => len,
+                Ok(DecodeStatus::NeedMore { .. }) => break,
+                Err(e) => {
+                    ctx.wake_receivers();
+                    let kind = decode_error_kind(&e, ctx.counters());
+                    teardown(&ctx, &l, Who::Reader, Some((kind, e.to_string())));
+                    return;
+                }
+            };
+            // The frame is split off the buffer, so Data payloads share it (no copy).
+            let mut raw = rr.split_plaintext(len);
+            match take_frame(&mut raw, max) {
+                Ok(Some(frame)) => {
+                    inc(&ctx.counters().frames_in);
+                    if !on_frame(&ctx, &l, frame, &mut waits) {
+                        return;
+                    }
+                    if !waits.is_empty() {
+                        l.borrow_mut().stalled = true;
+                        settle(&ctx, &mut waits).await;
+                        l.borrow_mut().stalled = false;
+                        if l.borrow().finished {
+                            return;
+                        }
+                    }
+                }
+                Ok(None) => unreachable!("peek_frame_len said the frame is complete"),
+                Err(e) => {
+                    let kind = decode_error_kind(&e, ctx.counters());
+                    teardown(&ctx, &l, Who::Reader, Some((kind, e.to_string())));
+                    return;
+                }
+            }
+        }
+        ctx.wake_receivers();
+        let want = rr.pending_record_bytes().max(READ_CHUNK);
+        let mut buf = rr.take_buffer();
+        if buf.capacity() - buf.len() < want {
+            buf.reserve(want);
+        }
+        let (res, b) = rd.read(buf).await;
+        rr.restore_buffer(b);
+        match res {
+            Ok(0) => {
+                let err = if let Err(e) = rr.finish() {
+                    inc(&ctx.counters().record_failures);
+                    Some((ErrorKind::Crypto, e.to_string()))
+                } else if !rr.plaintext().is_empty() {
+                    inc(&ctx.counters().malformed_frames);
+                    let msg = format!(
+                        "connection closed inside a frame ({} bytes of it received)",
+                        rr.plaintext().len()
+                    );
+                    Some((ErrorKind::Malformed, msg))
+                } else {
+                    None
+                };
+                teardown(&ctx, &l, Who::Reader, err);
+                return;
+            }
+            Ok(n) => {
+                add(&ctx.counters().bytes_in, n as u64);
+                let now = ctx.tick();
+                l.borrow_mut().state.on_bytes_received(now);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "link read failed");
+                teardown(&ctx, &l, Who::Reader, None);
+                return;
+            }
+        }
+    }
+}
+
+/// A record did not open: the stream can no longer be trusted; only this link goes.
+fn record_failure(ctx: &Rc<Ctx>, l: &LinkRc, e: OpenError) {
+    inc(&ctx.counters().record_failures);
+    teardown(
+        ctx,
+        l,
+        Who::Reader,
+        Some((ErrorKind::Crypto, e.to_string())),
+    );
 }
 
 /// Counts a decode failure and classifies it.
@@ -557,8 +679,13 @@ fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame, waits: &mut Vec<Wait>) -> b
                     let to = ctx.control();
                     hop(ctx, to, Msg::MembershipIn { link, record }, None, waits);
                 }
-                // Plaintext mesh: AuthConfirm cannot pass the link; identity records are
-                // for the identity mesh, not wired yet.
+                Frame::IdentityRecord(record) if ctx.ns.secure.is_some() => {
+                    let to = ctx.control();
+                    let record = Box::new(record);
+                    hop(ctx, to, Msg::IdentityIn { link, record }, None, waits);
+                }
+                // AuthConfirm cannot pass an established link; a plaintext mesh has no
+                // identity records to learn from.
                 _ => {}
             }
             true
@@ -851,8 +978,68 @@ fn reserve_arena(arena: &mut BytesMut, queued: usize, n: usize) {
     }
 }
 
-async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf) {
+/// Seals frames from the front of `queue` into records appended to `out` until the queue is
+/// empty or the batch holds [`SEAL_BATCH`] plaintext bytes; returns the budget bytes they held.
+/// A record is cut when the next frame does not fit it; a frame larger than a whole record
+/// (only possible if the peer's limit is below ours) is split across records.
+fn seal_batch(
+    queue: &mut VecDeque<Out>,
+    sealer: &mut RecordSealer,
+    out: &mut BytesMut,
+) -> Result<usize, SealError> {
+    let max = sealer.max_plaintext();
+    let mut release = 0usize;
+    let mut batch = 0usize;
+    let mut start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    while batch < SEAL_BATCH {
+        let Some(o) = queue.pop_front() else { break };
+        let (head, body): (&[u8], &[u8]) = match &o {
+            Out::Data(h, p) => {
+                release += DATA_HEADER_LEN + p.len();
+                (&h.0[..], &p[..])
+            }
+            Out::Raw(b, n) => {
+                release += n;
+                (&b[..], &[])
+            }
+        };
+        let flen = head.len() + body.len();
+        batch += flen;
+        let in_record = out.len() - start - 4;
+        if in_record > 0 && in_record + flen > max {
+            sealer.seal_in_place(out, start)?;
+            start = out.len();
+            out.extend_from_slice(&[0; 4]);
+        }
+        for mut part in [head, body] {
+            while !part.is_empty() {
+                let room = max - (out.len() - start - 4);
+                if room == 0 {
+                    sealer.seal_in_place(out, start)?;
+                    start = out.len();
+                    out.extend_from_slice(&[0; 4]);
+                    continue;
+                }
+                let n = room.min(part.len());
+                out.extend_from_slice(&part[..n]);
+                part = &part[n..];
+            }
+        }
+    }
+    if out.len() - start > 4 {
+        sealer.seal_in_place(out, start)?;
+    } else {
+        out.truncate(start);
+    }
+    Ok(release)
+}
+
+async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf, mut sealer: Option<RecordSealer>) {
     let mut bufs: Vec<Bytes> = Vec::with_capacity(MAX_IOVECS);
+    // Secured: the batch's records, sealed in place; its allocation is reclaimed for the next
+    // batch once the write is done (reserve on a unique buffer), so no allocation per record.
+    let mut sealed = BytesMut::new();
     loop {
         let mut release = 0usize;
         let idle = {
@@ -871,6 +1058,23 @@ async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf) {
                     break;
                 }
                 true
+            } else if let Some(sealer) = sealer.as_mut() {
+                sealed.reserve(SEAL_BATCH + 4096);
+                if sealed.capacity() > SEAL_BUF_KEEP {
+                    sealed = BytesMut::with_capacity(SEAL_BATCH);
+                }
+                match seal_batch(&mut c.queue, sealer, &mut sealed) {
+                    Ok(n) => release = n,
+                    Err(e) => {
+                        drop(c);
+                        inc(&ctx.counters().record_failures);
+                        let err = Some((ErrorKind::Crypto, e.to_string()));
+                        teardown(&ctx, &l, Who::Writer, err);
+                        return;
+                    }
+                }
+                bufs.push(sealed.split().freeze());
+                false
             } else {
                 release = gather(&mut c.queue, &mut bufs);
                 false
@@ -955,6 +1159,8 @@ fn slow_peer(ctx: &Rc<Ctx>, l: &LinkRc, who: Who) {
 /// The single exit of a link: stops its tasks (except the caller), discards what is still
 /// queued, releases the budget, reports the close to the control plane.
 fn teardown(ctx: &Rc<Ctx>, l: &LinkRc, who: Who, err: Option<(ErrorKind, String)>) {
+    // Whatever this link's reader queued must not wait for another batch to be announced.
+    ctx.wake_receivers();
     let (link, peer, reader, writer) = {
         let mut c = l.borrow_mut();
         if c.finished {
@@ -1103,5 +1309,64 @@ fn originate(ctx: &Rc<Ctx>, p: Publish, waits: &mut Vec<Wait>) {
         ),
         Route::DeliverAndForward { .. } => {}
         Route::Drop(_) => inc(&c.dropped_no_route),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::RecordOpener;
+
+    /// A batch sealed for a receiver with a small limit: records are cut between frames when
+    /// the next one does not fit, a frame larger than a record spans several, every record
+    /// stays within the limit, and the receiver gets back exactly the frames in order.
+    #[test]
+    fn seal_batch_packs_and_splits_frames_within_the_limit() {
+        let key = [9u8; 32];
+        let limit = 200; // the receiver's maxMessageBytes
+        let mut sealer = RecordSealer::new(&key, limit);
+        let max_pt = sealer.max_plaintext();
+        let mut queue = VecDeque::new();
+        let mut expect = Vec::new();
+        for (i, len) in [10usize, 70, 90, 400, 5].into_iter().enumerate() {
+            let payload = Bytes::from(vec![i as u8 + 1; len]);
+            let h = DataHeader::new(
+                &PeerId([1; 16]),
+                &PeerId::ZERO,
+                &crate::MsgId([i as u8; 16]),
+                3,
+                len,
+            )
+            .unwrap();
+            expect.extend_from_slice(&h.0);
+            expect.extend_from_slice(&payload);
+            queue.push_back(Out::Data(h, payload));
+        }
+        queue.push_back(Out::Raw(Bytes::from_static(&[0, 0, 0, 1, 3]), 5));
+        expect.extend_from_slice(&[0, 0, 0, 1, 3]);
+        let mut out = BytesMut::new();
+        let released = seal_batch(&mut queue, &mut sealer, &mut out).unwrap();
+        assert!(queue.is_empty());
+        assert_eq!(released, expect.len());
+        // Walk the records: each within the limit.
+        let mut at = 0;
+        let mut records = 0;
+        while at < out.len() {
+            let clen = u32::from_be_bytes(out[at..at + 4].try_into().unwrap()) as usize;
+            assert!(
+                clen - 16 <= max_pt,
+                "record plaintext {} > {max_pt}",
+                clen - 16
+            );
+            at += 4 + clen;
+            records += 1;
+        }
+        assert_eq!(at, out.len());
+        assert_eq!(sealer.counter(), records);
+        assert!(records >= 3, "the 400-byte frame needs several records");
+        let mut rr = RecordReader::new(RecordOpener::new(&key, limit), &out);
+        rr.decrypt().unwrap();
+        assert_eq!(rr.plaintext(), &expect[..]);
+        assert_eq!(rr.records(), records);
     }
 }

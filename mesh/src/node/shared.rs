@@ -5,13 +5,14 @@ use super::event::EventHub;
 use super::msg::Msg;
 use super::stats::Counters;
 use crate::config::MeshConfig;
+use crate::crypto::SecureContext;
 use crate::PeerId;
 use futures_util::lock::Mutex as AsyncMutex;
 use shoal_runtime::channel::Sender;
 use shoal_runtime::{ExecutorId, TrySendError};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 /// What the control plane publishes for the query methods of [`crate::Mesh`].
@@ -38,9 +39,22 @@ pub(crate) struct NodeShared {
     pub(crate) connected: AtomicUsize,
     pub(crate) stopping: AtomicBool,
     pub(crate) epoch: Instant,
+    /// Secured mesh: the handshake context. Replaced (never mutated) when the trust policy
+    /// changes; a handshake keeps the context it started with and is re-checked at the end.
+    pub(crate) secure: Option<RwLock<Arc<SecureContext>>>,
+    /// Signed names of identity nodes: verified neighbours and gossiped identity records
+    /// (bounded: entries leave with their member).
+    pub(crate) names: Mutex<ahash::AHashMap<PeerId, Box<str>>>,
 }
 
 impl NodeShared {
+    /// The current secure context (`None` in a plaintext mesh).
+    pub(crate) fn secure_ctx(&self) -> Option<Arc<SecureContext>> {
+        self.secure
+            .as_ref()
+            .map(|l| l.read().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
     pub(crate) fn control_counters(&self) -> &Counters {
         &self.counters[self.shards]
     }

@@ -82,6 +82,14 @@ counters! {
     event_queue_waits,
     /// Links closed because their peer stayed blocked past the Disconnect policy's limit.
     slow_peer_disconnects,
+    /// Secured mesh: handshakes refused on their crypto, identity or mode checks.
+    auth_failures,
+    /// Secured mesh: links closed because a record did not authenticate or was cut short.
+    record_failures,
+    /// Discovery datagrams dropped for a missing or wrong MAC or the other mode's flag.
+    announces_dropped,
+    /// Identity records dropped: untrusted key, bad signature, or the identity book full.
+    identity_records_dropped,
     /// Links attached to this shard.
     links_opened,
     /// Links closed for any reason.
