@@ -2,7 +2,8 @@
 # Runs the Shoal vs raw TCP comparison set in one go with the release build of shoal-loadgen
 # and writes a markdown report (to stdout, or to the file given as the first argument):
 # throughput at 64 B, 1 KiB and 64 KiB (Shoal A->B broadcast vs the same frames over bare TCP,
-# in one process), and round-trip / one-way latency vs raw TCP. Whole run: about a minute
+# in one process), Shoal with a PSK vs plaintext Shoal at 64 B and 1 KiB, and round-trip /
+# one-way latency vs raw TCP. Whole run: about a minute
 # after the build. Latency histograms (.hgrm) and percentile charts (.svg) go to
 # $SHOAL_BENCH_OUT (default: target/bench-run).
 set -euo pipefail
@@ -36,6 +37,13 @@ report() {
     echo
     echo "Same bytes on the wire per message on both sides (58-byte Data header + payload);"
     echo "raw TCP = one writer thread with a 64 KiB BufWriter, one reader thread."
+    echo
+    echo "## Secured (PSK) vs plaintext Shoal"
+    echo
+    local psk=("$bin" bench --compare-psk --sizes 64,1024 --duration-ms 2000 --warmup-ms 500 --quiet)
+    echo "\`shoal-loadgen ${psk[*]:1}\`"
+    echo
+    "${psk[@]}"
     echo
     echo "## Latency"
     echo

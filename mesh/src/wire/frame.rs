@@ -6,7 +6,7 @@ use super::defaults::{FRAME_HEADER_LEN, LENGTH_PREFIX_LEN};
 use super::error::{DecodeError, DecodeStatus, EncodeError};
 use super::hello_ext::ShoalExtension;
 use crate::id::PeerId;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::ops::Range;
 
 /// The v1 frame types.
@@ -442,9 +442,13 @@ pub fn take_frame(
         DecodeStatus::Complete { len, .. } => len,
     };
     let (mut frame, payload) = Frame::parse(&buf[..len])?;
-    let raw = buf.split_to(len);
+    let mut raw = buf.split_to(len);
     if let (Frame::Data(d), Some(r)) = (&mut frame, payload) {
-        d.payload = raw.freeze().slice(r);
+        // Trimmed before freezing: one handle to the shared buffer, not a frozen frame plus a
+        // slice of it (a refcount increment and decrement saved per Data frame).
+        raw.advance(r.start);
+        raw.truncate(r.len());
+        d.payload = raw.freeze();
     }
     Ok(Some(frame))
 }
