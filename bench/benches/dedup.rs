@@ -3,8 +3,11 @@
 //!
 //! `cargo bench -p shoal-bench --bench dedup -- --warm-up-time 1 --measurement-time 2`
 //!
-//! - `dedup_insert_evict`: a new id into a full cache, so every insert evicts the oldest id
-//!   (steady state under load). Baseline: remove the oldest id, insert the new one.
+//! - `dedup_insert_evict`: a new id into a full cache, so every insert evicts (steady state
+//!   under load). Baseline: remove the oldest id, insert the new one. `dedup_cache` gets
+//!   consecutive counters of one originator (a broadcast stream: 64 ids share a block);
+//!   `dedup_cache_sparse` gets counters 64 apart (one block per id: the worst case, e.g.
+//!   targeted traffic of which this node sees one message in 64 or fewer).
 //! - `dedup_duplicate`: an id that is present (a duplicate arriving over a second path).
 //!   Baseline: `contains`.
 //!
@@ -27,11 +30,11 @@ fn id(n: u64) -> MsgId {
     MsgId::new(&ORIGIN, n)
 }
 
-/// A cache holding ids `0..size`, at its ceiling.
-fn full_cache(size: usize, now: Instant) -> DedupCache {
+/// A cache holding ids `stride * (0..size)`, at its ceiling.
+fn full_cache(size: usize, stride: u64, now: Instant) -> DedupCache {
     let mut c = DedupCache::new(size, TTL, now);
     for n in 0..size as u64 {
-        assert!(c.check_and_insert(id(n), now));
+        assert!(c.check_and_insert(id(n * stride), now));
     }
     assert_eq!(c.len(), size);
     c
@@ -64,19 +67,22 @@ fn bench_insert_evict(c: &mut Criterion) {
         });
         assert_eq!(set.len(), size);
 
-        let mut cache = full_cache(size, now);
-        let mut next = size as u64;
-        g.bench_function(format!("dedup_cache/{size}"), |b| {
-            b.iter(|| {
-                let fresh = cache.check_and_insert(black_box(id(next)), now);
-                next += 1;
-                black_box(fresh)
-            })
-        });
-        let s = cache.stats();
-        assert_eq!(s.duplicates, 0, "every insert must be a new id");
-        assert_eq!(s.evicted_by_size, s.inserted - size as u64);
-        assert_eq!(cache.len(), size);
+        for (name, stride) in [("dedup_cache", 1u64), ("dedup_cache_sparse", 64)] {
+            let mut cache = full_cache(size, stride, now);
+            let mut next = size as u64;
+            g.bench_function(format!("{name}/{size}"), |b| {
+                b.iter(|| {
+                    let fresh = cache.check_and_insert(black_box(id(next * stride)), now);
+                    next += 1;
+                    black_box(fresh)
+                })
+            });
+            let s = cache.stats();
+            assert_eq!(s.duplicates, 0, "every insert must be a new id");
+            assert_eq!(s.evicted_by_size, s.inserted - cache.len() as u64);
+            // Eviction takes whole 64-id blocks.
+            assert!(cache.len() <= size && cache.len() + 64 > size);
+        }
     }
     g.finish();
 }
@@ -97,7 +103,7 @@ fn bench_duplicate(c: &mut Criterion) {
             })
         });
 
-        let mut cache = full_cache(size, now);
+        let mut cache = full_cache(size, 1, now);
         let mut i = 0u64;
         g.bench_function(format!("dedup_cache/{size}"), |b| {
             b.iter(|| {

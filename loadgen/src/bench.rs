@@ -72,6 +72,59 @@ pub fn print_table(rows: &[Comparison]) {
             cpu(&c.raw)
         );
     }
+    let mem: Vec<_> = rows
+        .iter()
+        .flat_map(|c| {
+            [
+                (c.payload_bytes, "shoal", &c.shoal),
+                (c.payload_bytes, "raw TCP", &c.raw),
+            ]
+        })
+        .collect();
+    print_memory_table(&mem);
+}
+
+/// Prints the sampled RSS of each run as a markdown table (nothing when no run has samples).
+/// Each row is one run: `(payload bytes, label, summary)`.
+pub fn print_memory_table(rows: &[(usize, &str, &Summary)]) {
+    if rows.iter().all(|(_, _, s)| s.memory.is_none()) {
+        return;
+    }
+    println!();
+    println!(
+        "RSS every {} ms, process-wide: the sending and the receiving node of a run share this \
+         process, so this is their sum. Window = end of warm-up to end of publishing; end = after \
+         the receivers drained. Growth = window max - warm-up; queue bound = what the queues \
+         may hold (outbound queue bytes per link end + ingress and event queues of full-size \
+         messages).",
+        crate::rss::PERIOD.as_millis()
+    );
+    println!();
+    println!(
+        "| payload | run | rss warm-up KiB | max 1st half KiB | max 2nd half KiB | rss end KiB | growth KiB | queue bound KiB |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (size, label, s) in rows {
+        let Some(m) = &s.memory else { continue };
+        let bound = match &m.queue_bound {
+            Some(b) => format!(
+                "{} ({} KiB x {} outbound queues + message queues)",
+                b.total_bytes / 1024,
+                b.max_outbound_queue_bytes / 1024,
+                b.outbound_queues
+            ),
+            None => "- (kernel socket buffers are not in RSS)".into(),
+        };
+        let half = |v: Option<u64>| v.map_or("-".to_owned(), |k| k.to_string());
+        println!(
+            "| {size} B | {label} | {} | {} | {} | {} | +{} | {bound} |",
+            m.rss_warmup_kib,
+            half(m.rss_max_first_half_kib),
+            half(m.rss_max_second_half_kib),
+            m.rss_end_kib,
+            m.rss_growth_kib
+        );
+    }
 }
 
 /// One size's plaintext and secured Shoal runs.
@@ -142,4 +195,14 @@ pub fn print_psk_table(rows: &[PskComparison]) {
             cpu(&c.psk)
         );
     }
+    let mem: Vec<_> = rows
+        .iter()
+        .flat_map(|c| {
+            [
+                (c.payload_bytes, "plain", &c.plain),
+                (c.payload_bytes, "psk", &c.psk),
+            ]
+        })
+        .collect();
+    print_memory_table(&mem);
 }

@@ -4,6 +4,7 @@
 
 use crate::raw::{self, RawSink};
 use crate::report::{Drops, NodeInfo, Summary};
+use crate::rss::{QueueBound, RssSampler};
 use crate::shoal::{self, MeshSink, NodeArgs, SetupError};
 use crate::traffic::{self, Live, Progress, PubReport, Receiver, Shape, SinkError};
 use crate::usage::Usage;
@@ -196,6 +197,14 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
         })
         .collect();
     let (meshes, receivers): (Vec<Mesh>, Vec<EventReceiver>) = nodes.into_iter().unzip();
+    // Each link has an outbound queue at both ends, and both ends are in this process.
+    let bound = QueueBound::new(
+        meshes[0].config().max_outbound_queue_bytes,
+        2 * links,
+        1,
+        run.nodes - 1,
+        run.shape.size_max.max(run.shape.size) + shoal_mesh::wire::DATA_HEADER_LEN,
+    );
     let before = Usage::now();
     let stop = Arc::new(AtomicBool::new(false));
     let until = Instant::now() + run.shape.warmup + run.shape.duration + DRAIN;
@@ -216,11 +225,20 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker(run.mode, run.quiet, sent.clone(), counters);
     let mut sink = MeshSink::broadcast(meshes[0].clone());
+    let sampler = RssSampler::start(
+        Instant::now() + run.shape.warmup,
+        run.shape.duration,
+        run.nodes,
+    );
     let published = traffic::publish(&mut sink, &run.shape, rand::random(), &sent, &stop);
     if published.is_err() {
         stop.store(true, Ordering::Relaxed);
     }
     let subscribers = collect_subscribers(handles);
+    let memory = sampler.and_then(RssSampler::finish).map(|mut m| {
+        m.queue_bound = Some(bound);
+        m
+    });
     drop(ticker);
     progress.finish();
     let usage = Usage::now().since(&before);
@@ -241,6 +259,7 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
         usage,
     );
     summary.topology = topology;
+    summary.memory = memory;
     Ok(summary)
 }
 
@@ -275,6 +294,11 @@ pub fn run_raw(run: &LocalRun) -> Result<Summary, RunError> {
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker(run.mode, run.quiet, sent.clone(), counters);
     let mut sink = RawSink::new(conns);
+    let sampler = RssSampler::start(
+        Instant::now() + run.shape.warmup,
+        run.shape.duration,
+        run.nodes,
+    );
     let published = traffic::publish(&mut sink, &run.shape, rand::random(), &sent, &stop);
     if published.is_err() {
         stop.store(true, Ordering::Relaxed);
@@ -283,11 +307,12 @@ pub fn run_raw(run: &LocalRun) -> Result<Summary, RunError> {
     for h in handles {
         subscribers.push(h.join().map_err(|_| RunError::Panicked)??);
     }
+    let memory = sampler.and_then(RssSampler::finish);
     drop(sink);
     drop(ticker);
     progress.finish();
     let usage = Usage::now().since(&before);
-    Ok(summarise(
+    let mut summary = summarise(
         run,
         "raw-tcp",
         run.nodes - 1,
@@ -295,5 +320,7 @@ pub fn run_raw(run: &LocalRun) -> Result<Summary, RunError> {
         &subscribers,
         None,
         usage,
-    ))
+    );
+    summary.memory = memory;
+    Ok(summary)
 }

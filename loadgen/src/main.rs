@@ -6,6 +6,12 @@
 //!   (`--raw` runs the same traffic over bare TCP).
 //! - `bench`: Shoal A→B vs raw TCP A→B per payload size, with their ratio.
 //! - `latency`: ping-pong or one-way percentiles, `.hgrm` files and an SVG percentile chart.
+//!
+//! Throughput runs (`demo`, `bench`, `pub`) sample the process's resident memory every 250 ms
+//! and report it at the end of the warm-up, its maximum in each half of the measured window,
+//! at the end, and the growth, next to what the nodes' queues may hold. RSS is process-wide:
+//! in `demo` and `bench` it covers the sending and the receiving nodes together; a `pub`
+//! process alone gives the sender's.
 
 mod bench;
 mod demo;
@@ -16,6 +22,7 @@ mod plot;
 mod raw;
 mod report;
 mod roles;
+mod rss;
 mod shoal;
 mod stamp;
 mod traffic;
@@ -50,7 +57,8 @@ enum Cmd {
     Sub(RoleArgs),
     /// A node that only forwards.
     Relay(RoleArgs),
-    /// Shoal A→B broadcast vs raw TCP A→B, per payload size.
+    /// Shoal A→B broadcast vs raw TCP A→B, per payload size (with RSS over each run; both
+    /// nodes share this process, so it is their sum).
     Bench(BenchArgs),
     /// Latency percentiles (ping-pong or one-way), Shoal and/or raw TCP.
     Latency(LatencyArgs),

@@ -2,6 +2,7 @@
 
 use crate::gaps::LossTotals;
 use crate::latency_hist::{Latency, Percentiles};
+use crate::rss::Memory;
 use crate::usage::Usage;
 use shoal_mesh::ShardStats;
 
@@ -121,6 +122,9 @@ pub struct Summary {
     pub drops: Option<Drops>,
     /// CPU and memory of the whole process.
     pub usage: Usage,
+    /// Resident memory sampled over the run (process-wide: every node in this process),
+    /// with the queue bound it is compared to.
+    pub memory: Option<Memory>,
     /// The latency histogram behind `latency` (for `.hgrm` files and plots).
     #[serde(skip)]
     pub histogram: Latency,
@@ -193,5 +197,8 @@ impl Summary {
             "   cpu user {:.2} s | sys {:.2} s | peak rss {} KiB",
             u.cpu_user_s, u.cpu_sys_s, u.peak_rss_kib
         );
+        if let Some(m) = &self.memory {
+            println!("   {}", m.line());
+        }
     }
 }

@@ -4,6 +4,7 @@
 use crate::demo::{progress_ticker, summarise, LocalRun, RunError};
 use crate::raw::{self, RawSink};
 use crate::report::{Drops, Summary};
+use crate::rss::{QueueBound, RssSampler};
 use crate::shoal::{self, MeshSink, NodeArgs};
 use crate::traffic::{self, Live, PubReport, Receiver, Shape};
 use crate::usage::Usage;
@@ -117,14 +118,26 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker("pub", r.quiet, sent.clone(), Vec::new());
     let mut sink = MeshSink::broadcast(mesh.clone());
+    // One node in this process: this is the sender's RSS alone.
+    let sampler = RssSampler::start(Instant::now() + r.shape.warmup, r.shape.duration, 1);
     let rep = traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop);
+    let memory = sampler.and_then(RssSampler::finish).map(|mut m| {
+        m.queue_bound = Some(QueueBound::new(
+            mesh.config().max_outbound_queue_bytes,
+            links,
+            1,
+            0,
+            r.shape.size_max.max(r.shape.size) + shoal_mesh::wire::DATA_HEADER_LEN,
+        ));
+        m
+    });
     drop(ticker);
     progress.finish();
     let usage = Usage::now().since(&before);
     let drops = node_drops(&mesh);
     mesh.stop();
     let rep = rep?;
-    Ok(with_send_rate(
+    let mut s = with_send_rate(
         summarise(
             &r.local("pub"),
             "shoal",
@@ -136,7 +149,9 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
         ),
         &rep,
         r.shape.size,
-    ))
+    );
+    s.memory = memory;
+    Ok(s)
 }
 
 fn shoal_sub(r: &RoleRun) -> Result<Summary, RunError> {

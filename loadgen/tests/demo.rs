@@ -40,6 +40,36 @@ fn demo_delivers_everything_on_loopback() {
     assert!(v["latency"]["count"].as_u64().unwrap() > 0);
     assert!(v["drops"].is_object(), "drops by cause are reported");
     assert_eq!(v["topology"].as_array().map(Vec::len), Some(3));
+    // RSS sampled over the run, process-wide, next to the queue bound of the 3 nodes.
+    let m = &v["memory"];
+    let kib = |k: &str| {
+        m[k].as_u64()
+            .unwrap_or_else(|| panic!("no integer memory.{k} in {v}"))
+    };
+    assert!(kib("rss_warmup_kib") > 0, "{v}");
+    assert!(kib("rss_max_kib") >= kib("rss_warmup_kib"), "{v}");
+    assert!(kib("rss_end_kib") > 0, "{v}");
+    assert_eq!(
+        kib("rss_max_kib"),
+        kib("rss_max_first_half_kib").max(kib("rss_max_second_half_kib"))
+    );
+    assert_eq!(
+        kib("rss_growth_kib"),
+        kib("rss_max_kib") - kib("rss_warmup_kib")
+    );
+    assert!(
+        kib("samples") >= 4,
+        "warm-up end, middle, window end, run end: {v}"
+    );
+    assert_eq!(kib("nodes_in_process"), 3);
+    let b = &m["queue_bound"];
+    assert_eq!(b["outbound_queues"].as_u64(), Some(6), "2 per link: {v}");
+    assert_eq!(b["subscribers"].as_u64(), Some(2), "{v}");
+    assert!(
+        b["total_bytes"].as_u64().unwrap_or(0)
+            >= 6 * b["max_outbound_queue_bytes"].as_u64().unwrap_or(u64::MAX),
+        "{v}"
+    );
 }
 
 #[test]
