@@ -3,13 +3,20 @@
 //!
 //! Every link runs three tasks on its shard: a reader (parses every complete frame of each
 //! read; Data payloads are slices of the read buffer), a writer (drains the link's queue of
-//! whole frames into one vectored write per batch: a shared header arena plus the payload
-//! `Bytes`, never a payload copy) and a timer (heartbeat, liveness, slow-peer kill). One inbox
-//! task takes the messages of the control plane and of the other shards. A Data frame is
+//! whole frames into one vectored write per batch: runs of small frames copied into one
+//! arena slice, payloads over 1 KiB as their own `Bytes`, uncopied) and a timer (heartbeat,
+//! liveness, slow-peer kill). One inbox task takes the messages of the control plane and of
+//! the other shards. A Data frame is
 //! routed on the shard that owns its originator's dedup state (`dedup_shard`): when that is
 //! the reading shard — always for a message straight from its originator — nothing leaves the
 //! shard; otherwise the frame hops once. Sending on a link of another shard is one more hop
 //! (`Transmit`) with the bytes already reserved in the link's [`LinkBudget`].
+//!
+//! The per-frame path (route, fan-out, deliver) is synchronous: what has to wait (a full ring
+//! to another executor, a full event queue, link room for a Block-policy publish) is
+//! collected as [`Wait`]s and awaited in order by [`settle`] before the next frame, so the
+//! common case builds no future per frame. The clock is read once per batch and the
+//! application's receivers are woken once per batch (and before any wait).
 //!
 //! Secured mode: the reader reads ciphertext straight into its [`RecordReader`]'s buffer,
 //! opens the records in place and parses frames from the plaintext exactly as in plaintext
@@ -17,7 +24,7 @@
 //! batch of queued frames into as few records as fit, in its own reusable buffer, then writes
 //! it with one `write_all`; sealing is the commit, so a frame the queue policy dropped never
 //! consumes a nonce. A record that does not authenticate closes that link only (Crypto error).
-//! The mode is decided once per batch, so the plaintext vectored path is unchanged.
+//! The mode is decided once per batch, so the plaintext path pays nothing for it.
 
 use super::budget::{LinkBudget, OverflowPolicy};
 use super::event::{ErrorKind, Event};
