@@ -49,7 +49,9 @@ fn round_trip(mode: u8, input: &[u8]) {
         let start = stream.len();
         stream.extend_from_slice(&[0; 4]);
         stream.extend_from_slice(piece);
-        sealer.seal_in_place(&mut stream, start).expect("within the limit");
+        sealer
+            .seal_in_place(&mut stream, start)
+            .expect("within the limit");
         records.push(start..stream.len());
     }
     // Clean stream, read in uneven chunks: exactly the input comes out.
@@ -61,10 +63,16 @@ fn round_trip(mode: u8, input: &[u8]) {
     let at = (usize::from(mode) * 7919 + input.len()) % stream.len();
     let mut bad = stream.clone();
     bad[at] ^= 0x5a;
-    let damaged = records.iter().position(|r| r.contains(&at)).expect("in a record");
+    let damaged = records
+        .iter()
+        .position(|r| r.contains(&at))
+        .expect("in a record");
     let intact: usize = records[..damaged].iter().map(|r| r.len() - 4 - 16).sum();
     match open_all(&bad, 13) {
-        Ok(plain) => panic!("a flipped byte at {at} went unnoticed ({} bytes)", plain.len()),
+        Ok(plain) => panic!(
+            "a flipped byte at {at} went unnoticed ({} bytes)",
+            plain.len()
+        ),
         Err(plain_before_error) => assert!(plain_before_error.len() <= intact),
     }
 }
