@@ -346,6 +346,11 @@ impl IdentityPolicy {
         self.revoked.contains(key)
     }
 
+    /// Every key revoked (and not trusted again since).
+    pub fn revoked_keys(&self) -> impl Iterator<Item = &[u8; 32]> + '_ {
+        self.revoked.iter()
+    }
+
     /// Checks a key against the allowlist; returns the local label when listed.
     pub fn admit(&self, key: &[u8; 32]) -> Result<Option<&str>, IdentityReject> {
         if self.revoked.contains(key) {

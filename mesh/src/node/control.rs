@@ -22,8 +22,8 @@ use super::shard::decode_error_kind;
 use super::shared::{Channels, NodeShared, Snapshot};
 use super::stats::inc;
 use crate::crypto::{
-    sign_identity_record, Established, Handshake, HandshakeError, IdentityBook, IdentityReject,
-    RecordDrop, RecordOpener, RecordSealer, RecordVersions,
+    node_id_from_key, sign_identity_record, Established, Handshake, HandshakeError, IdentityBook,
+    IdentityReject, RecordDrop, RecordOpener, RecordSealer, RecordVersions,
 };
 use crate::proto::membership::Dest;
 use crate::proto::{
@@ -350,7 +350,7 @@ async fn tick(ctl: Rc<Ctl>) {
             t.min(st.membership.poll_timeout())
         };
         sleep_until(next).await;
-        {
+        let revoked = {
             let mut guard = ctl.st.borrow_mut();
             let st = &mut *guard;
             let now = Instant::now();
@@ -364,6 +364,12 @@ async fn tick(ctl: Rc<Ctl>) {
                 }
                 st.own_record = Some(r);
             }
+            revoked_but_linked(&ctl, st)
+        };
+        // `Mesh::revoke_key` also sends a command, but from an event callback it cannot wait
+        // for room in the command queue; this sweep closes such a link within one tick.
+        for node in revoked {
+            revoke(&ctl, node);
         }
         run_actions(&ctl);
     }
@@ -804,6 +810,18 @@ fn on_identity_record(ctl: &Ctl, st: &mut State, link: LinkId, r: IdentityRecord
 }
 
 /// Closes the link of a node whose key was just revoked and forgets its record.
+/// Nodes whose identity key is revoked in the current policy but that still have a link.
+fn revoked_but_linked(ctl: &Ctl, st: &State) -> Vec<PeerId> {
+    let Some(ctx) = ctl.ns.secure_ctx() else {
+        return Vec::new();
+    };
+    ctx.policy()
+        .revoked_keys()
+        .map(node_id_from_key)
+        .filter(|node| st.placed.values().any(|(p, _)| p == node))
+        .collect()
+}
+
 fn revoke(ctl: &Rc<Ctl>, node: PeerId) {
     {
         let mut guard = ctl.st.borrow_mut();

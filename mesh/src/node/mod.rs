@@ -750,7 +750,7 @@ impl Mesh {
                     let _ = cmd.send_blocking(c);
                 }
                 Err(TrySendError::Full(_)) => {
-                    tracing::warn!(%node, "control plane busy: the revoked node's link was not closed");
+                    tracing::debug!(%node, "control plane busy: the revoked node's link closes at its next tick");
                 }
                 _ => {}
             }
