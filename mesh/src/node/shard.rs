@@ -123,7 +123,6 @@ struct Shard {
     owners: AHashMap<LinkId, (usize, Arc<LinkBudget>)>,
     links: AHashMap<LinkId, LinkRc>,
     gen: MsgIdGen,
-    scratch: Vec<(LinkId, usize, Arc<LinkBudget>)>,
 }
 
 struct Ctx {
@@ -200,7 +199,6 @@ pub(crate) async fn run(init: ShardInit) {
             owners: AHashMap::new(),
             links: AHashMap::new(),
             gen: MsgIdGen::new(ns.me, seed),
-            scratch: Vec::new(),
         }),
         ns,
         clock: Cell::new(now),
@@ -625,7 +623,7 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
                             ctx,
                             link,
                             owner,
-                            budget,
+                            &budget,
                             header,
                             payload,
                             total,
@@ -793,33 +791,20 @@ fn fan_out(
         return;
     };
     let n = DATA_HEADER_LEN + payload.len();
-    let mut targets = std::mem::take(&mut ctx.st.borrow_mut().scratch);
-    targets.clear();
-    {
-        let s = ctx.st.borrow();
-        let mut push = |l: &LinkId| {
-            if let Some((owner, b)) = s.owners.get(l) {
-                targets.push((*l, *owner, b.clone()));
-            }
-        };
-        match only {
-            Some(l) => push(&l),
-            None => s
-                .table
-                .links()
-                .iter()
-                .filter(|l| Some(**l) != except)
-                .for_each(push),
-        }
-    }
     let policy = ctx.ns.policy;
-    for (link, owner, budget) in targets.drain(..) {
+    // Read-only borrow for the whole fan-out: nothing below mutates the shard tables
+    // (`enqueue_reserved` only reads them), so no budget `Arc` is cloned per target.
+    let s = ctx.st.borrow();
+    let mut send = |link: LinkId| {
+        let Some((owner, budget)) = s.owners.get(&link) else {
+            return;
+        };
         let Some(total) = budget.try_reserve(n) else {
             if path == Path::Origin && policy == OverflowPolicy::Block && !budget.is_closed() {
                 waits.push(Wait::Reserve {
                     link,
-                    owner,
-                    budget,
+                    owner: *owner,
+                    budget: budget.clone(),
                     header,
                     payload: payload.clone(),
                 });
@@ -831,12 +816,12 @@ fn fan_out(
                     budget.note_full(after);
                 }
             }
-            continue;
+            return;
         };
         transmit(
             ctx,
             link,
-            owner,
+            *owner,
             budget,
             header,
             payload.clone(),
@@ -844,8 +829,17 @@ fn fan_out(
             path,
             waits,
         );
+    };
+    match only {
+        Some(l) => send(l),
+        None => {
+            for &l in s.table.links() {
+                if Some(l) != except {
+                    send(l);
+                }
+            }
+        }
     }
-    ctx.st.borrow_mut().scratch = targets;
 }
 
 /// Queues a Data frame whose bytes (`total` now queued on the link) are reserved: on this
@@ -855,7 +849,7 @@ fn transmit(
     ctx: &Rc<Ctx>,
     link: LinkId,
     owner: usize,
-    budget: Arc<LinkBudget>,
+    budget: &Arc<LinkBudget>,
     header: DataHeader,
     payload: Bytes,
     total: usize,
@@ -867,7 +861,7 @@ fn transmit(
     raise(&c.peak_queued_bytes, total as u64);
     inc(&c.frames_queued);
     if owner == ctx.idx {
-        enqueue_reserved(ctx, link, Out::Data(header, payload), n, Some(&budget));
+        enqueue_reserved(ctx, link, Out::Data(header, payload), n, Some(budget));
         return;
     }
     inc(&c.hops_out);
@@ -888,7 +882,7 @@ fn transmit(
         Offer::Busy(msg) => waits.push(Wait::Hop {
             to: owner,
             msg,
-            reserved: Some((budget, n)),
+            reserved: Some((budget.clone(), n)),
         }),
     }
 }
@@ -901,20 +895,23 @@ fn enqueue_reserved(
     n: usize,
     budget: Option<&Arc<LinkBudget>>,
 ) {
-    let l = ctx.st.borrow().links.get(&link).cloned();
-    if let Some(l) = l {
-        let mut c = l.borrow_mut();
-        if c.closing.is_none() && !c.finished {
-            c.queue.push_back(out);
-            c.state.on_sent(ctx.now());
-            c.budget.wake.notify(1);
-            return;
+    {
+        // Read-only: the link is looked up without cloning its `Rc` (see `fan_out`).
+        let st = ctx.st.borrow();
+        if let Some(l) = st.links.get(&link) {
+            let mut c = l.borrow_mut();
+            if c.closing.is_none() && !c.finished {
+                c.queue.push_back(out);
+                c.state.on_sent(ctx.now());
+                c.budget.wake.notify(1);
+                return;
+            }
+            c.budget.release(n);
+        } else if let Some(b) = budget {
+            b.release(n);
+        } else if let Some((_, b)) = st.owners.get(&link) {
+            b.release(n);
         }
-        c.budget.release(n);
-    } else if let Some(b) = budget {
-        b.release(n);
-    } else if let Some((_, b)) = ctx.st.borrow().owners.get(&link) {
-        b.release(n);
     }
     inc(&ctx.counters().dropped_no_route);
 }
