@@ -49,29 +49,11 @@ pub fn pair(payload_bytes: usize, shoal: Summary, raw: Summary) -> Comparison {
 
 /// Prints the comparison as a markdown table.
 pub fn print_table(rows: &[Comparison]) {
-    println!(
-        "| payload | shoal msg/s | shoal MB/s | raw TCP msg/s | raw TCP MB/s | shoal/raw | shoal lost | shoal p50 / p99.9 µs | raw p50 / p99.9 µs | shoal cpu s | raw cpu s |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for c in rows {
-        let cpu = |s: &Summary| s.usage.cpu_user_s + s.usage.cpu_sys_s;
-        println!(
-            "| {} B | {:.0} | {:.1} | {:.0} | {:.1} | **{:.2}x** | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.2} | {:.2} |",
-            c.payload_bytes,
-            c.shoal.msgs_per_s,
-            c.shoal.mb_per_s,
-            c.raw.msgs_per_s,
-            c.raw.mb_per_s,
-            c.ratio,
-            c.shoal.lost,
-            c.shoal.latency.p50_us,
-            c.shoal.latency.p999_us,
-            c.raw.latency.p50_us,
-            c.raw.latency.p999_us,
-            cpu(&c.shoal),
-            cpu(&c.raw)
-        );
-    }
+    let pairs: Vec<_> = rows
+        .iter()
+        .map(|c| (c.payload_bytes, &c.shoal, &c.raw, c.ratio))
+        .collect();
+    print_pairs(("shoal", "raw TCP", "shoal/raw"), &pairs, Subject::First);
     let mem: Vec<_> = rows
         .iter()
         .flat_map(|c| {
@@ -82,6 +64,45 @@ pub fn print_table(rows: &[Comparison]) {
         })
         .collect();
     print_memory_table(&mem);
+}
+
+/// Which run of a pair the table's "lost" column is about (the one under test).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Subject {
+    First,
+    Second,
+}
+
+/// A markdown table of two runs per payload size: rates of both, `ratio`, loss of the
+/// subject, latency and CPU of both. `names` = (first run, second run, ratio heading).
+fn print_pairs(
+    names: (&str, &str, &str),
+    rows: &[(usize, &Summary, &Summary, f64)],
+    subject: Subject,
+) {
+    let (a, b, ratio) = names;
+    let lost = if subject == Subject::First { a } else { b };
+    println!(
+        "| payload | {a} msg/s | {a} MB/s | {b} msg/s | {b} MB/s | {ratio} | {lost} lost | {a} p50 / p99.9 µs | {b} p50 / p99.9 µs | {a} cpu s | {b} cpu s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let cpu = |s: &Summary| s.usage.cpu_user_s + s.usage.cpu_sys_s;
+    for &(size, x, y, r) in rows {
+        let lost = if subject == Subject::First { x } else { y }.lost;
+        println!(
+            "| {size} B | {:.0} | {:.1} | {:.0} | {:.1} | **{r:.2}x** | {lost} | {:.0} / {:.0} | {:.0} / {:.0} | {:.2} | {:.2} |",
+            x.msgs_per_s,
+            x.mb_per_s,
+            y.msgs_per_s,
+            y.mb_per_s,
+            x.latency.p50_us,
+            x.latency.p999_us,
+            y.latency.p50_us,
+            y.latency.p999_us,
+            cpu(x),
+            cpu(y)
+        );
+    }
 }
 
 /// Prints the sampled RSS of each run as a markdown table (nothing when no run has samples).
@@ -172,29 +193,11 @@ pub fn compare_psk(
 
 /// Prints the PSK comparison as a markdown table.
 pub fn print_psk_table(rows: &[PskComparison]) {
-    println!(
-        "| payload | plain msg/s | plain MB/s | psk msg/s | psk MB/s | psk/plain | psk lost | plain p50 / p99.9 µs | psk p50 / p99.9 µs | plain cpu s | psk cpu s |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for c in rows {
-        let cpu = |s: &Summary| s.usage.cpu_user_s + s.usage.cpu_sys_s;
-        println!(
-            "| {} B | {:.0} | {:.1} | {:.0} | {:.1} | **{:.2}x** | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.2} | {:.2} |",
-            c.payload_bytes,
-            c.plain.msgs_per_s,
-            c.plain.mb_per_s,
-            c.psk.msgs_per_s,
-            c.psk.mb_per_s,
-            c.ratio,
-            c.psk.lost,
-            c.plain.latency.p50_us,
-            c.plain.latency.p999_us,
-            c.psk.latency.p50_us,
-            c.psk.latency.p999_us,
-            cpu(&c.plain),
-            cpu(&c.psk)
-        );
-    }
+    let pairs: Vec<_> = rows
+        .iter()
+        .map(|c| (c.payload_bytes, &c.plain, &c.psk, c.ratio))
+        .collect();
+    print_pairs(("plain", "psk", "psk/plain"), &pairs, Subject::Second);
     let mem: Vec<_> = rows
         .iter()
         .flat_map(|c| {

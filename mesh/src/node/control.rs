@@ -898,31 +898,14 @@ fn run_actions(ctl: &Rc<Ctl>) {
                 continue;
             }
             let frame: Bytes = b.freeze();
-            let targets: Vec<(LinkId, usize)> = match t.dest {
-                Dest::All => st.placed.iter().map(|(l, (_, o))| (*l, *o)).collect(),
-                Dest::AllExcept(x) => st
-                    .placed
-                    .iter()
-                    .filter(|(l, _)| **l != x)
-                    .map(|(l, (_, o))| (*l, *o))
-                    .collect(),
-                Dest::Link(x) => st
-                    .placed
-                    .get(&x)
-                    .map(|(_, o)| (x, *o))
-                    .into_iter()
-                    .collect(),
-            };
-            for (link, owner) in targets {
-                post(
-                    ctl,
-                    st,
-                    owner,
-                    Msg::SendRaw {
-                        link,
-                        frame: frame.clone(),
-                    },
-                );
+            match t.dest {
+                Dest::All => flood(ctl, st, &frame, None),
+                Dest::AllExcept(x) => flood(ctl, st, &frame, Some(x)),
+                Dest::Link(x) => {
+                    if let Some(&(_, owner)) = st.placed.get(&x) {
+                        post(ctl, st, owner, Msg::SendRaw { link: x, frame });
+                    }
+                }
             }
         }
         while let Some(e) = st.membership.poll_event() {

@@ -395,26 +395,15 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
         loop {
             match take_frame(&mut buf, max) {
                 Ok(Some(frame)) => {
-                    inc(&ctx.counters().frames_in);
                     if !on_frame(&ctx, &l, frame, &mut waits) {
                         return;
                     }
-                    if !waits.is_empty() {
-                        l.borrow_mut().stalled = true;
-                        settle(&ctx, &mut waits).await;
-                        l.borrow_mut().stalled = false;
-                        if l.borrow().finished {
-                            return;
-                        }
+                    if !waits.is_empty() && !settle_reader(&ctx, &l, &mut waits).await {
+                        return;
                     }
                 }
                 Ok(None) => break,
-                Err(e) => {
-                    ctx.wake_receivers();
-                    let kind = decode_error_kind(&e, ctx.counters());
-                    teardown(&ctx, &l, Who::Reader, Some((kind, e.to_string())));
-                    return;
-                }
+                Err(e) => return decode_failure(&ctx, &l, e),
             }
         }
         ctx.wake_receivers();
@@ -443,16 +432,8 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
                 teardown(&ctx, &l, Who::Reader, err);
                 return;
             }
-            Ok(n) => {
-                add(&ctx.counters().bytes_in, n as u64);
-                let now = ctx.tick();
-                l.borrow_mut().state.on_bytes_received(now);
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "link read failed");
-                teardown(&ctx, &l, Who::Reader, None);
-                return;
-            }
+            Ok(n) => on_read(&ctx, &l, n),
+            Err(e) => return read_failed(&ctx, &l, e),
         }
     }
 }
@@ -471,36 +452,21 @@ async fn reader_secure(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut rr: Rec
             let len = match peek_frame_len(rr.plaintext(), max) {
                 Ok(DecodeStatus::Complete { len, .. }) => len,
                 Ok(DecodeStatus::NeedMore { .. }) => break,
-                Err(e) => {
-                    ctx.wake_receivers();
-                    let kind = decode_error_kind(&e, ctx.counters());
-                    teardown(&ctx, &l, Who::Reader, Some((kind, e.to_string())));
-                    return;
-                }
+                Err(e) => return decode_failure(&ctx, &l, e),
             };
             // The frame is split off the buffer, so Data payloads share it (no copy).
             let mut raw = rr.split_plaintext(len);
             match take_frame(&mut raw, max) {
                 Ok(Some(frame)) => {
-                    inc(&ctx.counters().frames_in);
                     if !on_frame(&ctx, &l, frame, &mut waits) {
                         return;
                     }
-                    if !waits.is_empty() {
-                        l.borrow_mut().stalled = true;
-                        settle(&ctx, &mut waits).await;
-                        l.borrow_mut().stalled = false;
-                        if l.borrow().finished {
-                            return;
-                        }
+                    if !waits.is_empty() && !settle_reader(&ctx, &l, &mut waits).await {
+                        return;
                     }
                 }
                 Ok(None) => unreachable!("peek_frame_len said the frame is complete"),
-                Err(e) => {
-                    let kind = decode_error_kind(&e, ctx.counters());
-                    teardown(&ctx, &l, Who::Reader, Some((kind, e.to_string())));
-                    return;
-                }
+                Err(e) => return decode_failure(&ctx, &l, e),
             }
         }
         ctx.wake_receivers();
@@ -529,16 +495,8 @@ async fn reader_secure(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut rr: Rec
                 teardown(&ctx, &l, Who::Reader, err);
                 return;
             }
-            Ok(n) => {
-                add(&ctx.counters().bytes_in, n as u64);
-                let now = ctx.tick();
-                l.borrow_mut().state.on_bytes_received(now);
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "link read failed");
-                teardown(&ctx, &l, Who::Reader, None);
-                return;
-            }
+            Ok(n) => on_read(&ctx, &l, n),
+            Err(e) => return read_failed(&ctx, &l, e),
         }
     }
 }
@@ -552,6 +510,34 @@ fn record_failure(ctx: &Rc<Ctx>, l: &LinkRc, e: OpenError) {
         Who::Reader,
         Some((ErrorKind::Crypto, e.to_string())),
     );
+}
+
+/// Accounts `n` bytes read on a link: a new batch begins (see [`Ctx::tick`]).
+fn on_read(ctx: &Ctx, l: &LinkRc, n: usize) {
+    add(&ctx.counters().bytes_in, n as u64);
+    let now = ctx.tick();
+    l.borrow_mut().state.on_bytes_received(now);
+}
+
+/// The socket failed (reset, or gone): the link goes quietly.
+fn read_failed(ctx: &Rc<Ctx>, l: &LinkRc, e: std::io::Error) {
+    tracing::debug!(error = %e, "link read failed");
+    teardown(ctx, l, Who::Reader, None);
+}
+
+/// A frame did not decode: only this link goes, with the error.
+fn decode_failure(ctx: &Rc<Ctx>, l: &LinkRc, e: DecodeError) {
+    let kind = decode_error_kind(&e, ctx.counters());
+    teardown(ctx, l, Who::Reader, Some((kind, e.to_string())));
+}
+
+/// Awaits what the reader's last frame left in `waits`, with the link marked busy (not
+/// dead) meanwhile; false when the link closed in the meantime.
+async fn settle_reader(ctx: &Rc<Ctx>, l: &LinkRc, waits: &mut Vec<Wait>) -> bool {
+    l.borrow_mut().stalled = true;
+    settle(ctx, waits).await;
+    l.borrow_mut().stalled = false;
+    !l.borrow().finished
 }
 
 /// Counts a decode failure and classifies it.
@@ -650,6 +636,7 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
 /// Handles one frame; false when the link is closed and the reader must stop. What must
 /// wait is left in `waits` (see [`Wait`]).
 fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame, waits: &mut Vec<Wait>) -> bool {
+    inc(&ctx.counters().frames_in);
     let (action, closed, link) = {
         let mut c = l.borrow_mut();
         if c.finished {
