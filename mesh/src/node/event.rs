@@ -12,12 +12,12 @@ use crate::PeerId;
 use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
 use event_listener::{Event as Signal, EventListener, Listener};
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -105,15 +105,44 @@ pub enum Event {
 /// of [`crate::node`]); it must return quickly and never block.
 pub type Callback = Arc<dyn Fn(&Event) + Send + Sync + 'static>;
 
+/// One entry of the queue: a control event alone, or a shard's batch of Message events.
+enum Item {
+    One(Event),
+    Batch(Vec<Event>),
+}
+
+impl Item {
+    fn len(&self) -> usize {
+        match self {
+            Item::One(_) => 1,
+            Item::Batch(v) => v.len(),
+        }
+    }
+}
+
+/// A shard's Message events admitted to the queue (their room is reserved) but not handed
+/// over yet: [`EventHub::wake_receivers`] moves them as one entry, so a read of many frames
+/// costs the application thread one queue operation and one wake-up, not one per message.
+#[derive(Default)]
+pub(crate) struct Outbox(RefCell<Vec<Event>>);
+
 /// The node's side of event delivery, shared by every executor.
 pub(crate) struct EventHub {
     callbacks: Vec<Callback>,
     receivers: AtomicUsize,
-    queue: ArrayQueue<Event>,
+    queue: ArrayQueue<Item>,
+    /// Events reserved: queued (each event of a batch counts) or in a shard's outbox. Never
+    /// above `capacity`, so the queue (as many slots) never runs out of slots.
+    events: AtomicUsize,
+    capacity: usize,
     message_limit: usize,
     ready: Signal,
     room: Signal,
     closed: AtomicBool,
+    /// Events handed back by a dropped receiver when the queue had no free entry (see
+    /// `Drop for EventReceiver`); read when the queue is empty.
+    spill: Mutex<Vec<Event>>,
+    spilled: AtomicBool,
 }
 
 impl EventHub {
@@ -123,11 +152,23 @@ impl EventHub {
             callbacks,
             receivers: AtomicUsize::new(0),
             queue: ArrayQueue::new(capacity),
+            events: AtomicUsize::new(0),
+            capacity,
             message_limit: (capacity * 3 / 4).max(1),
             ready: Signal::new(),
             room: Signal::new(),
             closed: AtomicBool::new(false),
+            spill: Mutex::new(Vec::new()),
+            spilled: AtomicBool::new(false),
         }
+    }
+
+    /// Takes what a dropped receiver spilled.
+    fn take_spill(&self) -> Vec<Event> {
+        if !self.spilled.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.spill.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn subscribed(&self) -> bool {
@@ -140,6 +181,23 @@ impl EventHub {
         }
     }
 
+    /// Reserves room for one event if fewer than `limit` are reserved.
+    fn reserve(&self, limit: usize) -> bool {
+        self.events
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back the room of `n` events taken out of the queue (or discarded).
+    fn release(&self, n: usize) {
+        if n > 0 {
+            self.events.fetch_sub(n, Ordering::AcqRel);
+            self.room.notify(n);
+        }
+    }
+
     /// A peer/member/error event: never waits; dropped and counted when the queue is full.
     pub(crate) fn emit_control(&self, ev: Event, counters: &Counters) {
         tracing::debug!(?ev, "event");
@@ -147,72 +205,81 @@ impl EventHub {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
             return;
         }
-        if self.queue.push(ev).is_err() {
+        if !self.reserve(self.capacity) {
             inc(&counters.dropped_event_queue_full);
-        } else {
-            self.ready.notify(1);
+            return;
+        }
+        match self.queue.push(Item::One(ev)) {
+            Ok(()) => {
+                self.ready.notify(1);
+            }
+            Err(_) => {
+                // Unreachable while `events` bounds the slots; counted rather than trusted.
+                self.release(1);
+                inc(&counters.dropped_event_queue_full);
+            }
         }
     }
 
     /// A Message event: waits for room below the message share of the queue. `on_wait` is
     /// called before the first wait (the caller marks its link as busy, not dead).
     ///
-    /// The receivers are not woken here: the event is counted in `unwoken`, and the caller
-    /// wakes them once per batch with [`EventHub::wake_receivers`] (and must do so before it
-    /// parks). This function does it itself before waiting for room.
+    /// The event goes to the caller's `outbox`: the caller hands the outbox over once per
+    /// batch with [`EventHub::wake_receivers`] (and must do so before it parks). This
+    /// function does it itself before waiting for room.
     #[cfg(test)]
     pub(crate) async fn emit_message(
         &self,
         ev: Event,
         counters: &Counters,
-        unwoken: &Cell<usize>,
+        outbox: &Outbox,
         on_wait: impl FnMut(bool),
     ) {
-        if let Err(ev) = self.try_emit_message(ev, unwoken) {
-            self.queue_message(ev, counters, unwoken, on_wait).await;
+        if let Err(ev) = self.try_emit_message(ev, outbox) {
+            self.queue_message(ev, counters, outbox, on_wait).await;
         }
     }
 
     /// The first half of [`emit_message`](Self::emit_message), which never waits: runs the
-    /// callbacks and queues the event if there is room (or drops it if nobody listens). `Err`
-    /// hands the event back when the caller must wait with [`EventHub::queue_message`].
-    /// Kept apart so the common case costs a shard no future at all.
-    pub(crate) fn try_emit_message(&self, ev: Event, unwoken: &Cell<usize>) -> Result<(), Event> {
+    /// callbacks and puts the event in `outbox` if there is room (or drops it if nobody
+    /// listens). `Err` hands the event back when the caller must wait with
+    /// [`EventHub::queue_message`]. Kept apart so the common case costs a shard no future.
+    pub(crate) fn try_emit_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
         self.run_callbacks(&ev);
-        self.try_queue_message(ev, unwoken)
+        self.try_queue_message(ev, outbox)
     }
 
-    fn try_queue_message(&self, ev: Event, unwoken: &Cell<usize>) -> Result<(), Event> {
+    fn try_queue_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
-        if self.queue.len() >= self.message_limit {
+        if !self.reserve(self.message_limit) {
             return Err(ev);
         }
-        self.queue.push(ev)?;
-        unwoken.set(unwoken.get() + 1);
+        outbox.0.borrow_mut().push(ev);
         Ok(())
     }
 
-    /// The second half of [`emit_message`](Self::emit_message): waits for room, then queues.
+    /// The second half of [`emit_message`](Self::emit_message): waits for room, then puts
+    /// the event in `outbox`.
     pub(crate) async fn queue_message(
         &self,
         ev: Event,
         counters: &Counters,
-        unwoken: &Cell<usize>,
+        outbox: &Outbox,
         mut on_wait: impl FnMut(bool),
     ) {
         let mut ev = ev;
         let mut waited = false;
         loop {
-            ev = match self.try_queue_message(ev, unwoken) {
+            ev = match self.try_queue_message(ev, outbox) {
                 Ok(()) => break,
                 Err(ev) => ev,
             };
-            // The receivers must hear of what is queued, or they may never make room.
-            self.wake_receivers(unwoken);
+            // The receivers must get what is reserved, or they may never make room.
+            self.wake_receivers(outbox);
             let listener = self.room.listen();
-            if self.queue.len() < self.message_limit
+            if self.events.load(Ordering::Acquire) < self.message_limit
                 || !self.subscribed()
                 || self.closed.load(Ordering::Acquire)
             {
@@ -230,12 +297,28 @@ impl EventHub {
         }
     }
 
-    /// Wakes receivers for the `unwoken` events queued since the last call (one wake per
-    /// event at most, so clones of the receiver share the work as before).
-    pub(crate) fn wake_receivers(&self, unwoken: &Cell<usize>) {
-        let n = unwoken.replace(0);
-        if n > 0 {
-            self.ready.notify(n);
+    /// Hands `outbox` to the receivers as one queue entry and wakes them.
+    pub(crate) fn wake_receivers(&self, outbox: &Outbox) {
+        let batch = {
+            let mut v = outbox.0.borrow_mut();
+            if v.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *v)
+        };
+        let n = batch.len();
+        if !self.subscribed() {
+            // The last receiver left (it emptied the queue): nobody will read these.
+            self.release(n);
+            return;
+        }
+        match self.queue.push(Item::Batch(batch)) {
+            Ok(()) => {
+                self.ready.notify(n);
+            }
+            // Unreachable: every entry holds at least one reserved event, and at most
+            // `capacity` are reserved.
+            Err(_) => self.release(n),
         }
     }
 
@@ -245,12 +328,6 @@ impl EventHub {
         self.ready.notify(usize::MAX);
         self.room.notify(usize::MAX);
     }
-
-    fn pop(&self) -> Option<Event> {
-        let ev = self.queue.pop()?;
-        self.room.notify(1);
-        Some(ev)
-    }
 }
 
 /// Receives the node's events, from async code (`recv().await`, or as a
@@ -258,17 +335,21 @@ impl EventHub {
 /// with any executor: waiting uses only `std::task::Waker`s.
 ///
 /// Events are queued only while at least one receiver exists; clones share one queue (each
-/// event goes to one of them). Dropping the last receiver stops queueing and releases any
-/// shard waiting for room.
+/// event goes to one of them). A receiver takes the Message events of one shard batch at a
+/// time and hands out the rest of that batch before looking at the queue again. Dropping
+/// the last receiver stops queueing and releases any shard waiting for room.
 pub struct EventReceiver {
     hub: Arc<EventHub>,
     listener: Option<EventListener>,
+    /// The rest of the batch taken last.
+    batch: std::vec::IntoIter<Event>,
 }
 
 impl std::fmt::Debug for EventReceiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventReceiver")
-            .field("queued", &self.hub.queue.len())
+            .field("queued", &self.hub.events.load(Ordering::Relaxed))
+            .field("in_hand", &self.batch.len())
             .finish()
     }
 }
@@ -279,12 +360,39 @@ impl EventReceiver {
         EventReceiver {
             hub,
             listener: None,
+            batch: Vec::new().into_iter(),
+        }
+    }
+
+    fn pop(&mut self) -> Option<Event> {
+        if let Some(ev) = self.batch.next() {
+            return Some(ev);
+        }
+        let item = match self.hub.queue.pop() {
+            Some(item) => item,
+            None => {
+                let spill = self.hub.take_spill();
+                if spill.is_empty() {
+                    return None;
+                }
+                Item::Batch(spill)
+            }
+        };
+        // The whole entry leaves the queue now: its room goes back at once (a receiver holds
+        // at most one batch beyond the queue's bound).
+        self.hub.release(item.len());
+        match item {
+            Item::One(ev) => Some(ev),
+            Item::Batch(v) => {
+                self.batch = v.into_iter();
+                self.batch.next()
+            }
         }
     }
 
     /// The next event without waiting.
     pub fn try_recv(&mut self) -> Option<Event> {
-        self.hub.pop()
+        self.pop()
     }
 
     /// Waits for the next event; `None` once the node stopped and the queue is drained.
@@ -297,14 +405,14 @@ impl EventReceiver {
     pub fn recv_timeout(&mut self, timeout: Duration) -> Option<Event> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(ev) = self.hub.pop() {
+            if let Some(ev) = self.pop() {
                 return Some(ev);
             }
             if self.hub.closed.load(Ordering::Acquire) {
                 return None;
             }
             let listener = self.hub.ready.listen();
-            if let Some(ev) = self.hub.pop() {
+            if let Some(ev) = self.pop() {
                 return Some(ev);
             }
             if self.hub.closed.load(Ordering::Acquire) {
@@ -316,7 +424,7 @@ impl EventReceiver {
 
     fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
         loop {
-            if let Some(ev) = self.hub.pop() {
+            if let Some(ev) = self.pop() {
                 self.listener = None;
                 return Poll::Ready(Some(ev));
             }
@@ -342,9 +450,31 @@ impl Clone for EventReceiver {
 
 impl Drop for EventReceiver {
     fn drop(&mut self) {
+        let rest: Vec<Event> = std::mem::take(&mut self.batch).collect();
         if self.hub.receivers.fetch_sub(1, Ordering::AcqRel) == 1 {
-            while self.hub.queue.pop().is_some() {}
+            // Nobody listens any more: what is queued is dropped, as events raised from now
+            // on are not queued at all.
+            while let Some(item) = self.hub.queue.pop() {
+                self.hub.release(item.len());
+            }
+            self.hub.release(self.hub.take_spill().len());
             self.hub.room.notify(usize::MAX);
+        } else if !rest.is_empty() {
+            // Another receiver gets what this one took but did not hand out. Its room was
+            // given back when the batch was taken, so it is taken again, past the bound if
+            // need be (by at most one batch): these events were admitted once already.
+            let n = rest.len();
+            self.hub.events.fetch_add(n, Ordering::AcqRel);
+            if let Err(Item::Batch(rest)) = self.hub.queue.push(Item::Batch(rest)) {
+                // No free entry (every one holds reserved events): kept aside, not lost.
+                self.hub
+                    .spill
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(rest);
+                self.hub.spilled.store(true, Ordering::Release);
+            }
+            self.hub.ready.notify(n);
         }
     }
 }
@@ -401,15 +531,15 @@ mod tests {
         let c = Counters::default();
         let mut rx = EventReceiver::new(hub.clone());
         let mut cx = Context::from_waker(Waker::noop());
-        let unwoken = Cell::new(0);
+        let outbox = Outbox::default();
         for n in 0..3 {
-            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &unwoken, |_| {}));
+            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &outbox, |_| {}));
             assert!(f.as_mut().poll(&mut cx).is_ready());
         }
         let mut waited = Vec::new();
         {
             let mut f =
-                std::pin::pin!(hub.emit_message(message(3), &c, &unwoken, |w| waited.push(w)));
+                std::pin::pin!(hub.emit_message(message(3), &c, &outbox, |w| waited.push(w)));
             assert!(
                 f.as_mut().poll(&mut cx).is_pending(),
                 "three quarters full: wait"
@@ -424,6 +554,8 @@ mod tests {
             assert_eq!(rx.try_recv(), Some(message(1)));
             assert!(f.as_mut().poll(&mut cx).is_ready(), "room again");
         }
+        // The end of the shard's batch hands its outbox over.
+        hub.wake_receivers(&outbox);
         assert_eq!(waited, vec![true, false]);
         assert_eq!(c.snapshot().event_queue_waits, 1);
         hub.close();
@@ -439,9 +571,9 @@ mod tests {
         let _rx = EventReceiver::new(hub.clone());
         hub.close();
         let mut cx = Context::from_waker(Waker::noop());
-        let unwoken = Cell::new(0);
+        let outbox = Outbox::default();
         for n in 0..10 {
-            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &unwoken, |_| {}));
+            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &outbox, |_| {}));
             assert!(f.as_mut().poll(&mut cx).is_ready());
         }
     }
@@ -452,19 +584,19 @@ mod tests {
         let c = Counters::default();
         let mut rx = EventReceiver::new(hub.clone());
         let mut cx = Context::from_waker(Waker::noop());
-        let unwoken = Cell::new(0);
+        let outbox = Outbox::default();
         let mut parked = hub.ready.listen();
         for n in 0..3 {
-            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &unwoken, |_| {}));
+            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &outbox, |_| {}));
             assert!(f.as_mut().poll(&mut cx).is_ready());
         }
-        assert_eq!(unwoken.get(), 3);
+        assert_eq!(outbox.0.borrow().len(), 3);
         assert!(
             Pin::new(&mut parked).poll(&mut cx).is_pending(),
             "no wake per event"
         );
-        hub.wake_receivers(&unwoken);
-        assert_eq!(unwoken.get(), 0);
+        hub.wake_receivers(&outbox);
+        assert!(outbox.0.borrow().is_empty());
         assert!(
             Pin::new(&mut parked).poll(&mut cx).is_ready(),
             "one wake for the batch"
@@ -474,14 +606,65 @@ mod tests {
         // drain the queue (the message limit is 6 of 8).
         let mut parked = hub.ready.listen();
         for n in 3..6 {
-            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &unwoken, |_| {}));
+            let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &outbox, |_| {}));
             assert!(f.as_mut().poll(&mut cx).is_ready());
         }
-        let mut f = std::pin::pin!(hub.emit_message(message(6), &c, &unwoken, |_| {}));
+        let mut f = std::pin::pin!(hub.emit_message(message(6), &c, &outbox, |_| {}));
         assert!(f.as_mut().poll(&mut cx).is_pending());
-        assert_eq!(unwoken.get(), 0);
+        assert!(outbox.0.borrow().is_empty());
         assert!(Pin::new(&mut parked).poll(&mut cx).is_ready());
         assert_eq!(rx.try_recv(), Some(message(0)));
         assert!(f.as_mut().poll(&mut cx).is_ready());
+    }
+
+    #[test]
+    fn a_batch_is_one_entry_and_a_dropped_clone_hands_its_rest_on() {
+        let hub = Arc::new(EventHub::new(16, Vec::new()));
+        let c = Counters::default();
+        let mut a = EventReceiver::new(hub.clone());
+        let mut b = a.clone();
+        let outbox = Outbox::default();
+        for n in 0..5 {
+            assert!(hub.try_emit_message(message(n), &outbox).is_ok());
+        }
+        assert_eq!(hub.queue.len(), 0, "nothing queued before the batch ends");
+        hub.wake_receivers(&outbox);
+        assert_eq!(hub.queue.len(), 1, "five events, one entry");
+        assert_eq!(a.try_recv(), Some(message(0)));
+        assert_eq!(a.try_recv(), Some(message(1)));
+        assert_eq!(
+            hub.events.load(Ordering::Relaxed),
+            0,
+            "room back once taken"
+        );
+        hub.emit_control(joined(7), &c);
+        drop(a);
+        let rest: Vec<Event> = std::iter::from_fn(|| b.try_recv()).collect();
+        assert_eq!(rest, vec![joined(7), message(2), message(3), message(4)]);
+        assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_dropped_clone_never_loses_events_even_when_the_queue_is_full() {
+        let hub = Arc::new(EventHub::new(4, Vec::new()));
+        let c = Counters::default();
+        let mut a = EventReceiver::new(hub.clone());
+        let mut b = a.clone();
+        let outbox = Outbox::default();
+        for n in 0..3 {
+            assert!(hub.try_emit_message(message(n), &outbox).is_ok());
+        }
+        hub.wake_receivers(&outbox);
+        assert_eq!(a.try_recv(), Some(message(0)));
+        for n in 0..4 {
+            hub.emit_control(joined(n), &c);
+        }
+        assert_eq!(hub.queue.len(), 4, "every entry taken");
+        drop(a);
+        let rest: Vec<Event> = std::iter::from_fn(|| b.try_recv()).collect();
+        assert_eq!(rest.len(), 6);
+        assert_eq!(&rest[4..], &[message(1), message(2)], "spilled, then read");
+        assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+        assert_eq!(c.snapshot().dropped_event_queue_full, 0);
     }
 }

@@ -27,7 +27,7 @@
 //! The mode is decided once per batch, so the plaintext path pays nothing for it.
 
 use super::budget::{LinkBudget, OverflowPolicy};
-use super::event::{ErrorKind, Event};
+use super::event::{ErrorKind, Event, Outbox};
 use super::msg::{Msg, NewLink};
 use super::shared::{Channels, NodeShared, Offer};
 use super::stats::{add, inc, raise, Counters};
@@ -135,10 +135,10 @@ struct Ctx {
     /// rest of routing a frame, and liveness and dedup ages need milliseconds, not
     /// nanoseconds. Only ever set to a fresh `Instant::now()`, so it never goes backwards.
     clock: Cell<Instant>,
-    /// Message events queued since the application's receivers were last woken. Waking
-    /// once per batch instead of once per event saves a futex wake per message whenever the
-    /// application drains faster than the shard fills (see [`Ctx::wake_receivers`]).
-    unwoken: Cell<usize>,
+    /// Message events of the current batch, handed to the application as one queue entry
+    /// with one wake-up (see [`Ctx::wake_receivers`]) instead of one queue operation and,
+    /// whenever the application drains faster than the shard fills, one futex wake each.
+    outbox: Outbox,
 }
 
 impl Ctx {
@@ -162,7 +162,7 @@ impl Ctx {
     /// at the end of every batch and before any wait, so an event never sits unannounced
     /// while this shard is parked.
     fn wake_receivers(&self) {
-        self.ns.hub.wake_receivers(&self.unwoken);
+        self.ns.hub.wake_receivers(&self.outbox);
     }
 
     fn control(&self) -> usize {
@@ -202,7 +202,7 @@ pub(crate) async fn run(init: ShardInit) {
         }),
         ns,
         clock: Cell::new(now),
-        unwoken: Cell::new(0),
+        outbox: Outbox::default(),
     });
     if let Some(p) = publish {
         spawn_local(publisher(ctx.clone(), p)).detach();
@@ -591,7 +591,7 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
             Wait::Deliver(ev) => {
                 ctx.ns
                     .hub
-                    .queue_message(ev, ctx.counters(), &ctx.unwoken, |_| {})
+                    .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
                     .await
             }
             Wait::Reserve {
@@ -752,7 +752,7 @@ fn deliver(ctx: &Rc<Ctx>, d: Data, waits: &mut Vec<Wait>) {
         broadcast: d.dst.is_zero(),
         payload: d.payload,
     };
-    if let Err(ev) = ctx.ns.hub.try_emit_message(ev, &ctx.unwoken) {
+    if let Err(ev) = ctx.ns.hub.try_emit_message(ev, &ctx.outbox) {
         waits.push(Wait::Deliver(ev));
     }
 }
