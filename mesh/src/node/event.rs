@@ -1,11 +1,15 @@
 //! What the node tells the application, and the bounded queue that carries it.
 //!
-//! Queue policy: one bounded queue of `event_queue_capacity` entries, fed only while at least
+//! Queue policy: one queue bounded to `event_queue_capacity` events, fed only while at least
 //! one [`EventReceiver`] exists. Message events may fill it only up to three quarters; a shard
 //! that finds no room waits (backpressure: it stops reading that link, TCP pushes back on the
 //! sender, whose outbound policy then applies) and counts the wait. Control events (peers,
 //! members, errors) never wait: they may use the whole queue, and one that finds it full is
 //! dropped and counted (`dropped_event_queue_full`). Order is kept within each class.
+//!
+//! A shard reserves room for each Message event as it is raised but hands the events of one
+//! batch (one socket read) over as a single queue entry; a receiver takes such an entry whole
+//! (its room is given back then) and hands its events out one by one.
 
 use super::stats::{inc, Counters};
 use crate::PeerId;
