@@ -183,7 +183,9 @@ pub struct MeshConfig {
     /// The name this node signs and sends with its identity (at most 255 bytes).
     pub node_name: String,
     /// Identity keys this node accepts, with local labels; empty accepts any key. Requires
-    /// an identity.
+    /// an identity. The list applies to peers that show an identity: a peer that shows none
+    /// is still admitted unless `require_identity` is set too (crypto.md), so a closed group
+    /// sets both.
     pub trusted_keys: Vec<TrustedKey>,
     /// Refuse peers that show no identity. Requires an identity.
     pub require_identity: bool,

@@ -400,6 +400,12 @@ impl MeshBuilder {
             ));
         }
         let secure = secure_context(&self.cfg)?;
+        if !self.cfg.trusted_keys.is_empty() && !self.cfg.require_identity {
+            tracing::warn!(
+                "trusted_keys is set without require_identity: peers that show no identity \
+                 are still admitted (set require_identity to admit only the listed keys)"
+            );
+        }
         let derived = secure
             .as_ref()
             .and_then(|c| c.identity())
