@@ -255,6 +255,14 @@ impl<B: RecordBuf + ?Sized> RecordBuilder<'_, B> {
         Ok(())
     }
 
+    /// Appends as much of `plaintext` as fits; returns how many bytes that was. For a frame
+    /// larger than a record, which then continues in the next one.
+    pub fn push_some(&mut self, plaintext: &[u8]) -> usize {
+        let n = self.remaining().min(plaintext.len());
+        self.buf.extend_from_slice(&plaintext[..n]);
+        n
+    }
+
     /// Seals and commits the record (assigns the counter now). Returns the record length.
     pub fn seal(mut self) -> Result<usize, SealError> {
         let n = self.sealer.seal_in_place(self.buf, self.start)?;

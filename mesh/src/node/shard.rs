@@ -419,16 +419,7 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
         buf = b;
         match res {
             Ok(0) => {
-                let err = (!buf.is_empty()).then(|| {
-                    inc(&ctx.counters().malformed_frames);
-                    (
-                        ErrorKind::Malformed,
-                        format!(
-                            "connection closed inside a frame ({} bytes of it received)",
-                            buf.len()
-                        ),
-                    )
-                });
+                let err = closed_inside_frame(&ctx, buf.len());
                 teardown(&ctx, &l, Who::Reader, err);
                 return;
             }
@@ -479,18 +470,12 @@ async fn reader_secure(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut rr: Rec
         rr.restore_buffer(b);
         match res {
             Ok(0) => {
-                let err = if let Err(e) = rr.finish() {
-                    inc(&ctx.counters().record_failures);
-                    Some((ErrorKind::Crypto, e.to_string()))
-                } else if !rr.plaintext().is_empty() {
-                    inc(&ctx.counters().malformed_frames);
-                    let msg = format!(
-                        "connection closed inside a frame ({} bytes of it received)",
-                        rr.plaintext().len()
-                    );
-                    Some((ErrorKind::Malformed, msg))
-                } else {
-                    None
+                let err = match rr.finish() {
+                    Err(e) => {
+                        inc(&ctx.counters().record_failures);
+                        Some((ErrorKind::Crypto, e.to_string()))
+                    }
+                    Ok(()) => closed_inside_frame(&ctx, rr.plaintext().len()),
                 };
                 teardown(&ctx, &l, Who::Reader, err);
                 return;
@@ -510,6 +495,16 @@ fn record_failure(ctx: &Rc<Ctx>, l: &LinkRc, e: OpenError) {
         Who::Reader,
         Some((ErrorKind::Crypto, e.to_string())),
     );
+}
+
+/// The peer closed the connection with `partial` bytes of a frame still unparsed: an error
+/// (counted as malformed) unless nothing was pending.
+fn closed_inside_frame(ctx: &Ctx, partial: usize) -> Option<(ErrorKind, String)> {
+    (partial > 0).then(|| {
+        inc(&ctx.counters().malformed_frames);
+        let msg = format!("connection closed inside a frame ({partial} bytes of it received)");
+        (ErrorKind::Malformed, msg)
+    })
 }
 
 /// Accounts `n` bytes read on a link: a new batch begins (see [`Ctx::tick`]).
@@ -581,13 +576,7 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
     ctx.wake_receivers();
     for w in waits.drain(..) {
         match w {
-            Wait::Hop { to, msg, reserved } => {
-                if !ctx.ch.send(to, msg).await {
-                    if let Some((budget, n)) = reserved {
-                        budget.release(n);
-                    }
-                }
-            }
+            Wait::Hop { to, msg, reserved } => hop_waiting(ctx, to, msg, reserved).await,
             Wait::Deliver(ev) => {
                 ctx.ns
                     .hub
@@ -616,19 +605,26 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
                             Path::Origin,
                             &mut later,
                         );
+                        // `transmit` on the Origin path leaves nothing but hops.
                         for w in later {
                             if let Wait::Hop { to, msg, reserved } = w {
-                                if !ctx.ch.send(to, msg).await {
-                                    if let Some((budget, n)) = reserved {
-                                        budget.release(n);
-                                    }
-                                }
+                                hop_waiting(ctx, to, msg, reserved).await;
                             }
                         }
                     }
                     None => inc(&ctx.counters().dropped_no_route),
                 }
             }
+        }
+    }
+}
+
+/// Sends `msg` to executor `to`, waiting for ring room; `reserved` link bytes are given back
+/// if that executor is gone.
+async fn hop_waiting(ctx: &Ctx, to: usize, msg: Msg, reserved: Option<(Arc<LinkBudget>, usize)>) {
+    if !ctx.ch.send(to, msg).await {
+        if let Some((budget, n)) = reserved {
+            budget.release(n);
         }
     }
 }
@@ -978,11 +974,9 @@ fn seal_batch(
     sealer: &mut RecordSealer,
     out: &mut BytesMut,
 ) -> Result<usize, SealError> {
-    let max = sealer.max_plaintext();
     let mut release = 0usize;
     let mut batch = 0usize;
-    let mut start = out.len();
-    out.extend_from_slice(&[0; 4]);
+    let mut rec = sealer.begin(out);
     while batch < SEAL_BATCH {
         let Some(o) = queue.pop_front() else { break };
         let (head, body): (&[u8], &[u8]) = match &o {
@@ -997,32 +991,25 @@ fn seal_batch(
         };
         let flen = head.len() + body.len();
         batch += flen;
-        let in_record = out.len() - start - 4;
-        if in_record > 0 && in_record + flen > max {
-            sealer.seal_in_place(out, start)?;
-            start = out.len();
-            out.extend_from_slice(&[0; 4]);
+        // A frame that does not fit the rest of this record starts the next one.
+        if rec.plaintext_len() > 0 && flen > rec.remaining() {
+            rec.seal()?;
+            rec = sealer.begin(out);
         }
         for mut part in [head, body] {
             while !part.is_empty() {
-                let room = max - (out.len() - start - 4);
-                if room == 0 {
-                    sealer.seal_in_place(out, start)?;
-                    start = out.len();
-                    out.extend_from_slice(&[0; 4]);
-                    continue;
+                if rec.remaining() == 0 {
+                    rec.seal()?;
+                    rec = sealer.begin(out);
                 }
-                let n = room.min(part.len());
-                out.extend_from_slice(&part[..n]);
-                part = &part[n..];
+                part = &part[rec.push_some(part)..];
             }
         }
     }
-    if out.len() - start > 4 {
-        sealer.seal_in_place(out, start)?;
-    } else {
-        out.truncate(start);
+    if rec.plaintext_len() > 0 {
+        rec.seal()?;
     }
+    // An empty builder removes its header when dropped.
     Ok(release)
 }
 
