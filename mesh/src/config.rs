@@ -301,7 +301,7 @@ impl MeshConfig {
     }
 
     fn validate_identity(&self) -> Result<(), ConfigError> {
-        if self.node_name.len() > 255 {
+        if self.node_name.len() > crate::crypto::identity::MAX_NAME_LEN {
             return Err(ConfigError::NodeNameTooLong(self.node_name.len()));
         }
         if self.identity_file.is_some() && !self.identity_seed_hex.is_empty() {

@@ -71,12 +71,17 @@ impl PskKeys {
             return Err(AnnounceMacError::TooShort);
         }
         let (body, mac) = datagram.split_at(datagram.len() - ANNOUNCE_MAC_LEN);
-        let expected = self.announce_mac(body);
-        if bool::from(expected.ct_eq(mac)) {
+        let mac: &[u8; ANNOUNCE_MAC_LEN] = mac.try_into().expect("split at len - 16");
+        if self.verify_announce_mac(body, mac) {
             Ok(body)
         } else {
             Err(AnnounceMacError::BadMac)
         }
+    }
+
+    /// Compares `mac` with the MAC of `body` in constant time.
+    pub fn verify_announce_mac(&self, body: &[u8], mac: &[u8; ANNOUNCE_MAC_LEN]) -> bool {
+        bool::from(self.announce_mac(body).ct_eq(mac))
     }
 }
 

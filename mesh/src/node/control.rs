@@ -64,9 +64,6 @@ const TICK: Duration = Duration::from_millis(100);
 pub(crate) enum Cmd {
     /// Say Goodbye to every peer, close every link, then answer.
     Stop(mpsc::Sender<()>),
-    /// The identity key of this node was revoked (the policy is already replaced): close its
-    /// link and forget its identity record.
-    Revoke(PeerId),
 }
 
 /// What the control-plane task starts with.
@@ -261,7 +258,6 @@ pub(crate) async fn run(init: ControlInit) {
     while let Ok(cmd) = cmds.recv().await {
         match cmd {
             Cmd::Stop(reply) => begin_stop(&ctl, reply),
-            Cmd::Revoke(node) => revoke(&ctl, node),
         }
     }
 }
@@ -366,8 +362,8 @@ async fn tick(ctl: Rc<Ctl>) {
             }
             revoked_but_linked(&ctl, st)
         };
-        // `Mesh::revoke_key` also sends a command, but from an event callback it cannot wait
-        // for room in the command queue; this sweep closes such a link within one tick.
+        // `Mesh::revoke_key` only replaces the policy; the links of revoked nodes close here,
+        // within one tick, whichever thread revoked (an event callback cannot wait).
         for node in revoked {
             revoke(&ctl, node);
         }
@@ -726,11 +722,7 @@ fn recheck_identity(ctl: &Ctl, ex: Exchanged) -> Result<Exchanged, HandshakeFail
         }
     }
     tracing::debug!(peer = %vp.node_id, name = %vp.name, label = ?vp.label, "peer identity verified");
-    ctl.ns
-        .names
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(vp.node_id, vp.name.clone());
+    ctl.ns.set_name(vp.node_id, Some(&vp.name));
     Ok(ex)
 }
 
@@ -790,11 +782,7 @@ fn on_identity_record(ctl: &Ctl, st: &mut State, link: LinkId, r: IdentityRecord
     ) {
         Ok(origin) => {
             if let Some(known) = st.book.get(&origin) {
-                ctl.ns
-                    .names
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(origin, known.name.clone());
+                ctl.ns.set_name(origin, Some(&known.name));
             }
             let mut b = BytesMut::new();
             if Frame::IdentityRecord(r).encode(&mut b).is_ok() {
@@ -809,7 +797,6 @@ fn on_identity_record(ctl: &Ctl, st: &mut State, link: LinkId, r: IdentityRecord
     }
 }
 
-/// Closes the link of a node whose key was just revoked and forgets its record.
 /// Nodes whose identity key is revoked in the current policy but that still have a link.
 fn revoked_but_linked(ctl: &Ctl, st: &State) -> Vec<PeerId> {
     let Some(ctx) = ctl.ns.secure_ctx() else {
@@ -822,6 +809,7 @@ fn revoked_but_linked(ctl: &Ctl, st: &State) -> Vec<PeerId> {
         .collect()
 }
 
+/// Closes the link of a node whose key was revoked and forgets its record and name.
 fn revoke(ctl: &Rc<Ctl>, node: PeerId) {
     {
         let mut guard = ctl.st.borrow_mut();
@@ -837,11 +825,7 @@ fn revoke(ctl: &Rc<Ctl>, node: PeerId) {
             close(ctl, st, link, false);
         }
     }
-    ctl.ns
-        .names
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&node);
+    ctl.ns.set_name(node, None);
     let reason = HandshakeError::Identity(IdentityReject::Untrusted);
     tracing::info!(%node, %reason, "revoked node's link closed");
     run_actions(ctl);
@@ -915,11 +899,7 @@ fn run_actions(ctl: &Rc<Ctl>) {
                     // Names stay bounded by the membership: a departed node is forgotten
                     // (its next record or handshake tells it again).
                     st.book.remove(&peer);
-                    ctl.ns
-                        .names
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(&peer);
+                    ctl.ns.set_name(peer, None);
                     Event::MemberLeft { peer }
                 }
             });
@@ -1181,13 +1161,12 @@ async fn announce_rx(ctl: Rc<Ctl>, sock: Rc<UdpSocket>) {
             group_name: &ctl.ns.cfg.group_name,
             own_id: ctl.ns.me,
         };
-        let datagram = &buf[..n];
         // Secured: MAC first (constant time), before anything is parsed.
-        let verify = |_: &[u8], _: &[u8; 16]| {
+        let verify = |body: &[u8], mac: &[u8; 16]| {
             keys.as_ref()
-                .is_some_and(|k| k.psk().open_announce(datagram).is_ok())
+                .is_some_and(|k| k.psk().verify_announce_mac(body, mac))
         };
-        match accept_announce(datagram, from, &filter, verify) {
+        match accept_announce(&buf[..n], from, &filter, verify) {
             Ok(a) => {
                 ctl.st
                     .borrow_mut()

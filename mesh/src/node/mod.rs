@@ -722,8 +722,9 @@ impl Mesh {
     }
 
     /// Revokes an identity key: it is removed from the trusted keys and refused from now on
-    /// (even without an allowlist), the established link of its node is closed, its name is
-    /// forgotten and its identity records are no longer accepted. Returns whether the key was
+    /// (even without an allowlist), the established link of its node is closed (by the
+    /// control plane within its 100 ms tick, so this never waits and may be called from an
+    /// event callback), its name is forgotten and its identity records are no longer accepted. Returns whether the key was
     /// on the allowlist. Needs a secured mesh. Peers that show no identity are not affected
     /// (use `require_identity` to refuse those).
     pub fn revoke_key(&self, key: &[u8; 32]) -> Result<bool, MeshError> {
@@ -737,30 +738,9 @@ impl Mesh {
             listed
         };
         let node = node_id_from_key(key);
-        ns.names
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&node);
-        let cmd = {
-            let state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-            match &*state {
-                RunState::Running { cmd, .. } => Some(cmd.clone()),
-                _ => None,
-            }
-        };
+        ns.set_name(node, None);
         // The policy is already replaced, so a handshake finishing after this cannot install
-        // the node; the command closes a link that is already up.
-        if let Some(cmd) = cmd {
-            match cmd.try_send(Cmd::Revoke(node)) {
-                Err(TrySendError::Full(c)) if shoal_runtime::current_executor().is_none() => {
-                    let _ = cmd.send_blocking(c);
-                }
-                Err(TrySendError::Full(_)) => {
-                    tracing::debug!(%node, "control plane busy: the revoked node's link closes at its next tick");
-                }
-                _ => {}
-            }
-        }
+        // the node; the control plane closes a link that is already up at its next tick.
         tracing::info!(%node, listed, "identity key revoked");
         Ok(listed)
     }

@@ -55,6 +55,15 @@ impl NodeShared {
             .map(|l| l.read().unwrap_or_else(|e| e.into_inner()).clone())
     }
 
+    /// Records (`Some`) or forgets (`None`) the signed name of identity node `id`.
+    pub(crate) fn set_name(&self, id: PeerId, name: Option<&str>) {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        match name {
+            Some(n) => names.insert(id, n.into()),
+            None => names.remove(&id),
+        };
+    }
+
     pub(crate) fn control_counters(&self) -> &Counters {
         &self.counters[self.shards]
     }
