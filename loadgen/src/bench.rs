@@ -34,16 +34,20 @@ pub fn compare(template: &LocalRun, sizes: &[usize]) -> Result<Vec<Comparison>, 
 
 /// Puts two runs of one size side by side.
 pub fn pair(payload_bytes: usize, shoal: Summary, raw: Summary) -> Comparison {
-    let ratio = if raw.msgs_per_s > 0.0 {
-        shoal.msgs_per_s / raw.msgs_per_s
-    } else {
-        0.0
-    };
     Comparison {
         payload_bytes,
+        ratio: rate_ratio(&shoal, &raw),
         shoal,
         raw,
-        ratio,
+    }
+}
+
+/// `a`'s msgs/s over `b`'s (0 when `b` delivered nothing).
+fn rate_ratio(a: &Summary, b: &Summary) -> f64 {
+    if b.msgs_per_s > 0.0 {
+        a.msgs_per_s / b.msgs_per_s
+    } else {
+        0.0
     }
 }
 
@@ -54,16 +58,6 @@ pub fn print_table(rows: &[Comparison]) {
         .map(|c| (c.payload_bytes, &c.shoal, &c.raw, c.ratio))
         .collect();
     print_pairs(("shoal", "raw TCP", "shoal/raw"), &pairs, Subject::First);
-    let mem: Vec<_> = rows
-        .iter()
-        .flat_map(|c| {
-            [
-                (c.payload_bytes, "shoal", &c.shoal),
-                (c.payload_bytes, "raw TCP", &c.raw),
-            ]
-        })
-        .collect();
-    print_memory_table(&mem);
 }
 
 /// Which run of a pair the table's "lost" column is about (the one under test).
@@ -73,8 +67,9 @@ enum Subject {
     Second,
 }
 
-/// A markdown table of two runs per payload size: rates of both, `ratio`, loss of the
-/// subject, latency and CPU of both. `names` = (first run, second run, ratio heading).
+/// A markdown table of two runs per payload size (rates of both, `ratio`, loss of the
+/// subject, latency and CPU of both), then their memory table. `names` = (first run, second
+/// run, ratio heading).
 fn print_pairs(
     names: (&str, &str, &str),
     rows: &[(usize, &Summary, &Summary, f64)],
@@ -103,6 +98,11 @@ fn print_pairs(
             cpu(y)
         );
     }
+    let mem: Vec<_> = rows
+        .iter()
+        .flat_map(|&(size, x, y, _)| [(size, a, x), (size, b, y)])
+        .collect();
+    print_memory_table(&mem);
 }
 
 /// Prints the sampled RSS of each run as a markdown table (nothing when no run has samples).
@@ -176,16 +176,11 @@ pub fn compare_psk(
         let plain = run_shoal(&run)?;
         run.node.psk = Some(psk.to_owned());
         let secured = run_shoal(&run)?;
-        let ratio = if plain.msgs_per_s > 0.0 {
-            secured.msgs_per_s / plain.msgs_per_s
-        } else {
-            0.0
-        };
         out.push(PskComparison {
             payload_bytes: size,
+            ratio: rate_ratio(&secured, &plain),
             plain,
             psk: secured,
-            ratio,
         });
     }
     Ok(out)
@@ -198,14 +193,4 @@ pub fn print_psk_table(rows: &[PskComparison]) {
         .map(|c| (c.payload_bytes, &c.plain, &c.psk, c.ratio))
         .collect();
     print_pairs(("plain", "psk", "psk/plain"), &pairs, Subject::Second);
-    let mem: Vec<_> = rows
-        .iter()
-        .flat_map(|c| {
-            [
-                (c.payload_bytes, "plain", &c.plain),
-                (c.payload_bytes, "psk", &c.psk),
-            ]
-        })
-        .collect();
-    print_memory_table(&mem);
 }
