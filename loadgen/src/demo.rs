@@ -203,7 +203,7 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
         2 * links,
         1,
         run.nodes - 1,
-        run.shape.size_max.max(run.shape.size) + shoal_mesh::wire::DATA_HEADER_LEN,
+        &run.shape,
     );
     let before = Usage::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -225,20 +225,13 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker(run.mode, run.quiet, sent.clone(), counters);
     let mut sink = MeshSink::broadcast(meshes[0].clone());
-    let sampler = RssSampler::start(
-        Instant::now() + run.shape.warmup,
-        run.shape.duration,
-        run.nodes,
-    );
+    let sampler = RssSampler::start_run(&run.shape, run.nodes);
     let published = traffic::publish(&mut sink, &run.shape, rand::random(), &sent, &stop);
     if published.is_err() {
         stop.store(true, Ordering::Relaxed);
     }
     let subscribers = collect_subscribers(handles);
-    let memory = sampler.and_then(RssSampler::finish).map(|mut m| {
-        m.queue_bound = Some(bound);
-        m
-    });
+    let memory = sampler.and_then(|s| s.finish(Some(bound)));
     drop(ticker);
     progress.finish();
     let usage = Usage::now().since(&before);
@@ -294,11 +287,7 @@ pub fn run_raw(run: &LocalRun) -> Result<Summary, RunError> {
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker(run.mode, run.quiet, sent.clone(), counters);
     let mut sink = RawSink::new(conns);
-    let sampler = RssSampler::start(
-        Instant::now() + run.shape.warmup,
-        run.shape.duration,
-        run.nodes,
-    );
+    let sampler = RssSampler::start_run(&run.shape, run.nodes);
     let published = traffic::publish(&mut sink, &run.shape, rand::random(), &sent, &stop);
     if published.is_err() {
         stop.store(true, Ordering::Relaxed);
@@ -307,7 +296,7 @@ pub fn run_raw(run: &LocalRun) -> Result<Summary, RunError> {
     for h in handles {
         subscribers.push(h.join().map_err(|_| RunError::Panicked)??);
     }
-    let memory = sampler.and_then(RssSampler::finish);
+    let memory = sampler.and_then(|s| s.finish(None));
     drop(sink);
     drop(ticker);
     progress.finish();

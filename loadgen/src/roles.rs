@@ -119,18 +119,16 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let (progress, ticker) = progress_ticker("pub", r.quiet, sent.clone(), Vec::new());
     let mut sink = MeshSink::broadcast(mesh.clone());
     // One node in this process: this is the sender's RSS alone.
-    let sampler = RssSampler::start(Instant::now() + r.shape.warmup, r.shape.duration, 1);
+    let sampler = RssSampler::start_run(&r.shape, 1);
     let rep = traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop);
-    let memory = sampler.and_then(RssSampler::finish).map(|mut m| {
-        m.queue_bound = Some(QueueBound::new(
-            mesh.config().max_outbound_queue_bytes,
-            links,
-            1,
-            0,
-            r.shape.size_max.max(r.shape.size) + shoal_mesh::wire::DATA_HEADER_LEN,
-        ));
-        m
-    });
+    let bound = QueueBound::new(
+        mesh.config().max_outbound_queue_bytes,
+        links,
+        1,
+        0,
+        &r.shape,
+    );
+    let memory = sampler.and_then(|s| s.finish(Some(bound)));
     drop(ticker);
     progress.finish();
     let usage = Usage::now().since(&before);

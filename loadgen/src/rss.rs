@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::traffic::Shape;
+
 /// Time between two samples.
 pub const PERIOD: Duration = Duration::from_millis(250);
 
@@ -93,8 +95,9 @@ impl QueueBound {
         outbound_queues: usize,
         publishers: usize,
         subscribers: usize,
-        wire_bytes: usize,
+        shape: &Shape,
     ) -> QueueBound {
+        let wire_bytes = shape.size_max.max(shape.size) + shoal_mesh::wire::DATA_HEADER_LEN;
         let opts = shoal_mesh::NodeOptions::default();
         let msgs = opts.publish_queue_capacity as u64 * publishers as u64
             + opts.event_queue_capacity as u64 * subscribers as u64;
@@ -324,13 +327,24 @@ impl RssSampler {
         }
     }
 
-    /// Takes a last sample, stops the thread and returns the totals (`None` if the run ended
-    /// before its warm-up did, or no sample could be read).
-    pub fn finish(mut self) -> Option<Memory> {
+    /// [`start`](Self::start) for a run of `shape` beginning now.
+    pub fn start_run(shape: &Shape, nodes_in_process: usize) -> Option<RssSampler> {
+        RssSampler::start(
+            Instant::now() + shape.warmup,
+            shape.duration,
+            nodes_in_process,
+        )
+    }
+
+    /// Takes a last sample, stops the thread and returns the totals, compared to `bound`
+    /// (`None` if the run ended before its warm-up did, or no sample could be read).
+    pub fn finish(mut self, bound: Option<QueueBound>) -> Option<Memory> {
         let h = self.handle.take()?;
         self.stop.store(true, Ordering::Release);
         h.thread().unpark();
-        h.join().ok()?.memory(self.nodes_in_process)
+        let mut m = h.join().ok()?.memory(self.nodes_in_process)?;
+        m.queue_bound = bound;
+        Some(m)
     }
 }
 
@@ -406,7 +420,14 @@ mod tests {
     #[test]
     fn queue_bound_adds_queues() {
         let d = shoal_mesh::NodeOptions::default();
-        let b = QueueBound::new(8 << 20, 2, 1, 1, 1082);
+        let shape = Shape {
+            size: 1024,
+            size_max: 1024,
+            rate: 0.0,
+            duration: Duration::from_secs(1),
+            warmup: Duration::ZERO,
+        };
+        let b = QueueBound::new(8 << 20, 2, 1, 1, &shape);
         assert_eq!(b.outbound_queues, 2);
         assert_eq!(
             b.total_bytes,
@@ -420,7 +441,7 @@ mod tests {
         // Warm-up already over: every sample is in the window, and finish takes one at once.
         let s = RssSampler::start(Instant::now(), Duration::from_secs(3600), 1)
             .expect("procfs on Linux");
-        let m = s.finish().expect("sampled");
+        let m = s.finish(None).expect("sampled");
         assert!(m.samples >= 1);
         assert!(m.rss_warmup_kib > 0);
         assert!(m.rss_max_kib >= m.rss_warmup_kib);
@@ -435,6 +456,6 @@ mod tests {
             1,
         )
         .expect("procfs");
-        assert_eq!(s.finish(), None);
+        assert_eq!(s.finish(None), None);
     }
 }
