@@ -37,10 +37,8 @@ fn seal(input: &[u8], cut: usize) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
     let mut records = Vec::new();
     for piece in input.chunks(cut.clamp(1, max)) {
         let start = stream.len();
-        stream.extend_from_slice(&[0; 4]);
-        stream.extend_from_slice(piece);
         sealer
-            .seal_in_place(&mut stream, start)
+            .seal_frame(&mut stream, piece)
             .expect("within the limit");
         records.push(start..stream.len());
     }

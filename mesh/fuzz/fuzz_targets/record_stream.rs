@@ -47,10 +47,8 @@ fn round_trip(mode: u8, input: &[u8]) {
     let mut records = Vec::new();
     for piece in input.chunks(cut.min(max)) {
         let start = stream.len();
-        stream.extend_from_slice(&[0; 4]);
-        stream.extend_from_slice(piece);
         sealer
-            .seal_in_place(&mut stream, start)
+            .seal_frame(&mut stream, piece)
             .expect("within the limit");
         records.push(start..stream.len());
     }

@@ -341,11 +341,6 @@ impl IdentityPolicy {
         self.allow.as_mut().is_some_and(|m| m.remove(key).is_some())
     }
 
-    /// True when this key was revoked (and not trusted again since).
-    pub fn is_revoked(&self, key: &[u8; 32]) -> bool {
-        self.revoked.contains(key)
-    }
-
     /// Every key revoked (and not trusted again since).
     pub fn revoked_keys(&self) -> impl Iterator<Item = &[u8; 32]> + '_ {
         self.revoked.iter()
