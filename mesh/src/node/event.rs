@@ -136,9 +136,8 @@ pub(crate) struct EventHub {
     receivers: AtomicUsize,
     queue: ArrayQueue<Item>,
     /// Events reserved: queued (each event of a batch counts) or in a shard's outbox. Never
-    /// above `capacity`, so the queue (as many slots) never runs out of slots.
+    /// above the queue's capacity in entries, so the queue never runs out of entries.
     events: AtomicUsize,
-    capacity: usize,
     message_limit: usize,
     ready: Signal,
     room: Signal,
@@ -157,7 +156,6 @@ impl EventHub {
             receivers: AtomicUsize::new(0),
             queue: ArrayQueue::new(capacity),
             events: AtomicUsize::new(0),
-            capacity,
             message_limit: (capacity * 3 / 4).max(1),
             ready: Signal::new(),
             room: Signal::new(),
@@ -209,7 +207,7 @@ impl EventHub {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
             return;
         }
-        if !self.reserve(self.capacity) {
+        if !self.reserve(self.queue.capacity()) {
             inc(&counters.dropped_event_queue_full);
             return;
         }

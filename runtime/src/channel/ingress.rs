@@ -30,14 +30,13 @@ struct Shared<T> {
     senders: AtomicUsize,
     rx_closed: AtomicBool,
     full_events: AtomicU64,
-    /// Blocked senders are woken when at most this many messages are queued.
-    low_water: usize,
 }
 
 impl<T> Shared<T> {
     /// Called by the receiver after taking messages.
     fn taken(&self) {
-        if self.queue.len() <= self.low_water {
+        // Blocked senders are woken once at most half the queue is taken.
+        if self.queue.len() <= self.queue.capacity() / 2 {
             self.room.notify(usize::MAX);
         }
     }
@@ -52,7 +51,6 @@ pub fn ingress<T: Send>(capacity: usize) -> (IngressSender<T>, IngressReceiver<T
         senders: AtomicUsize::new(1),
         rx_closed: AtomicBool::new(false),
         full_events: AtomicU64::new(0),
-        low_water: capacity.max(1) / 2,
     });
     (
         IngressSender {
