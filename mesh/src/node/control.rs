@@ -154,6 +154,9 @@ struct State {
     book: IdentityBook,
     /// Identity mesh: our own record.
     own_record: Option<OwnRecord>,
+    /// The secure context whose revocations were last applied to the links: the sweep runs
+    /// once per policy change, since a handshake that finishes later re-checks the policy.
+    swept: Option<Arc<crate::crypto::SecureContext>>,
 }
 
 struct Ctl {
@@ -241,6 +244,7 @@ pub(crate) async fn run(init: ControlInit) {
             synced: AHashMap::new(),
             book,
             own_record,
+            swept: None,
         }),
         outbox_ready: Signal::new(),
         ns,
@@ -798,10 +802,14 @@ fn on_identity_record(ctl: &Ctl, st: &mut State, link: LinkId, r: IdentityRecord
 }
 
 /// Nodes whose identity key is revoked in the current policy but that still have a link.
-fn revoked_but_linked(ctl: &Ctl, st: &State) -> Vec<PeerId> {
+fn revoked_but_linked(ctl: &Ctl, st: &mut State) -> Vec<PeerId> {
     let Some(ctx) = ctl.ns.secure_ctx() else {
         return Vec::new();
     };
+    if st.swept.as_ref().is_some_and(|s| Arc::ptr_eq(s, &ctx)) {
+        return Vec::new();
+    }
+    st.swept = Some(ctx.clone());
     ctx.policy()
         .revoked_keys()
         .map(node_id_from_key)
