@@ -9,8 +9,7 @@
 use std::ops::Range;
 
 use bytes::{Buf, BytesMut};
-use chacha20poly1305::aead::AeadInPlace;
-use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce, Tag};
+use chacha20poly1305::{AeadInOut, ChaCha20Poly1305, Key, KeyInit, Nonce, Tag};
 
 /// Bytes of the record length prefix.
 pub const RECORD_HEADER_LEN: usize = 4;
@@ -135,7 +134,7 @@ impl RecordSealer {
     /// (16 MiB by default); records are kept within its `clen` limit.
     pub fn new(key: &[u8; 32], peer_max_message_bytes: usize) -> RecordSealer {
         RecordSealer {
-            cipher: ChaCha20Poly1305::new(Key::from_slice(key)),
+            cipher: ChaCha20Poly1305::new(<&Key>::from(key)),
             ctr: 0,
             max_plaintext: max_clen(peer_max_message_bytes) - RECORD_TAG_LEN,
         }
@@ -179,7 +178,7 @@ impl RecordSealer {
         }
         let tag = self
             .cipher
-            .encrypt_in_place_detached(&nonce(self.ctr), &[], &mut buf.bytes_mut()[body..])
+            .encrypt_inout_detached(&nonce(self.ctr), &[], (&mut buf.bytes_mut()[body..]).into())
             .expect("plaintext is bounded far below ChaCha20's 256 GiB limit");
         buf.extend_from_slice(&tag);
         let clen = (len + RECORD_TAG_LEN) as u32;
@@ -305,7 +304,7 @@ impl RecordOpener {
     /// An opener with counter 0 that accepts `16 <= clen <= max_message_bytes + 64`.
     pub fn new(key: &[u8; 32], max_message_bytes: usize) -> RecordOpener {
         RecordOpener {
-            cipher: ChaCha20Poly1305::new(Key::from_slice(key)),
+            cipher: ChaCha20Poly1305::new(<&Key>::from(key)),
             ctr: 0,
             max_clen: max_clen(max_message_bytes),
             failed: false,
@@ -354,8 +353,9 @@ impl RecordOpener {
         }
         let pt_end = total - RECORD_TAG_LEN;
         let (body, tag) = buf[RECORD_HEADER_LEN..total].split_at_mut(clen - RECORD_TAG_LEN);
+        let tag = Tag::try_from(&*tag).expect("clen >= 16 leaves exactly 16 tag bytes");
         self.cipher
-            .decrypt_in_place_detached(&nonce(self.ctr), &[], body, Tag::from_slice(tag))
+            .decrypt_inout_detached(&nonce(self.ctr), &[], body.into(), &tag)
             .map_err(|_| OpenError::AuthFailed)?;
         self.ctr += 1;
         Ok(Opened::Record {
