@@ -73,7 +73,7 @@ fn record(h: &mut Latency, ns: u64, interval: Option<Duration>) {
     }
 }
 
-fn finish(
+pub(crate) fn finish(
     s: &Settings,
     transport: &str,
     h: Latency,

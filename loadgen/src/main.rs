@@ -18,6 +18,7 @@ mod demo;
 mod gaps;
 mod latency;
 mod latency_hist;
+mod latency_inline;
 mod plot;
 mod raw;
 mod report;
@@ -197,6 +198,11 @@ struct LatencyArgs {
     /// Data shards per node.
     #[arg(long, default_value_t = 1)]
     shards: usize,
+    /// Ping-pong answered in event callbacks on the nodes' shard threads (no application
+    /// thread on the round trip; max rate only). With --compare: this, the default Shoal
+    /// ping-pong and raw TCP.
+    #[arg(long)]
+    inline: bool,
     /// Print only markdown table rows labelled NAME (for bench/run.sh).
     #[arg(long, value_name = "NAME")]
     markdown: Option<String>,
@@ -405,8 +411,17 @@ fn latency_cmd(a: LatencyArgs) -> Result<(), MainError> {
             }
         }
     };
+    if a.inline && a.mode != latency::Mode::PingPong {
+        return Err(MainError::Usage("--inline needs --mode ping-pong".into()));
+    }
     let mut runs = Vec::new();
+    if a.inline {
+        runs.push(latency_inline::pingpong_shoal_inline(&settings)?);
+    }
     for &raw in transports {
+        if a.inline && !raw && !a.compare {
+            continue;
+        }
         runs.push(latency::run(&settings, raw)?);
     }
     let mut files = Vec::new();
@@ -451,14 +466,18 @@ fn latency_cmd(a: LatencyArgs) -> Result<(), MainError> {
     for r in &runs {
         latency::print(r);
     }
-    if let [s, r] = &runs[..] {
+    // Every Shoal run against the raw TCP run of the same invocation.
+    if let Some(r) = runs.iter().find(|r| r.transport == "raw-tcp") {
         let ratio = |x: f64, y: f64| if y > 0.0 { x / y } else { 0.0 };
-        println!(
-            "shoal / raw TCP: p50 {:.2}x | p99 {:.2}x | p99.9 {:.2}x",
-            ratio(s.percentiles.p50_us, r.percentiles.p50_us),
-            ratio(s.percentiles.p99_us, r.percentiles.p99_us),
-            ratio(s.percentiles.p999_us, r.percentiles.p999_us)
-        );
+        for s in runs.iter().filter(|s| s.transport != "raw-tcp") {
+            println!(
+                "{} / raw TCP: p50 {:.2}x | p99 {:.2}x | p99.9 {:.2}x",
+                s.transport,
+                ratio(s.percentiles.p50_us, r.percentiles.p50_us),
+                ratio(s.percentiles.p99_us, r.percentiles.p99_us),
+                ratio(s.percentiles.p999_us, r.percentiles.p999_us)
+            );
+        }
     }
     for f in &files {
         println!("wrote {}", f.display());

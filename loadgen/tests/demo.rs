@@ -108,3 +108,75 @@ fn secured_bench_delivers_with_a_psk() {
     }
     assert!(row["ratio"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
 }
+
+#[test]
+fn latency_ping_pong_runs_all_three_transports() {
+    let dir = std::env::temp_dir().join(format!("shoal-latency-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let prefix = dir.join("pp");
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal-loadgen"))
+        .args([
+            "latency",
+            "--mode",
+            "ping-pong",
+            "--inline",
+            "--compare",
+            "--duration-ms",
+            "300",
+            "--warmup-ms",
+            "100",
+            "--json",
+            "--out-prefix",
+        ])
+        .arg(&prefix)
+        .output()
+        .expect("run shoal-loadgen");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "latency failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let runs = v["runs"].as_array().expect("runs array");
+    let transports: Vec<&str> = runs
+        .iter()
+        .map(|r| r["transport"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(transports, ["shoal-inline", "shoal", "raw-tcp"], "{v}");
+    for r in runs {
+        assert!(r["measured"].as_u64().unwrap_or(0) > 0, "{r}");
+        assert_eq!(r["timeouts"].as_u64(), Some(0), "{r}");
+        let p = &r["percentiles"];
+        let (p50, max) = (p["p50_us"].as_f64().unwrap(), p["max_us"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p50 <= max, "{r}");
+    }
+    // One .hgrm per run and the chart with all three curves.
+    for t in transports {
+        let hgrm = dir.join(format!("pp-{t}.hgrm"));
+        let text = std::fs::read_to_string(&hgrm).expect("hgrm written");
+        assert!(text.contains("Percentile"), "{}", hgrm.display());
+    }
+    let svg = std::fs::read_to_string(dir.join("pp.svg")).expect("svg written");
+    assert!(svg.contains("shoal-inline") && svg.contains("raw-tcp"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn inline_latency_refuses_a_fixed_rate() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal-loadgen"))
+        .args([
+            "latency",
+            "--inline",
+            "--rate",
+            "1000",
+            "--duration-ms",
+            "100",
+        ])
+        .output()
+        .expect("run shoal-loadgen");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("max rate"), "{stderr}");
+}

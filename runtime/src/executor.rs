@@ -427,6 +427,8 @@ async fn spawner(mut rx: IngressReceiver<Job>) {
 
 /// While spinning, enter the kernel for completions once per this many loop rounds.
 const SPIN_POLL_EVERY: u32 = 4;
+/// Rounds of running woken tasks after a park before the loop reaps completions each round.
+const CHAIN_ROUNDS: u32 = 2;
 
 /// The executor loop: run ready tasks, reap completions, spin, park.
 fn drive(
@@ -437,6 +439,7 @@ fn drive(
 ) -> Result<(), String> {
     let mut idle_since: Option<Instant> = None;
     let mut spins = 0u32;
+    let mut busy = 0u32;
     loop {
         if stop.load(Ordering::Acquire) {
             return Ok(());
@@ -447,11 +450,19 @@ fn drive(
             return Err(msg);
         }
         if more {
-            // Tasks are still queued: reap completions without waiting, keep running.
-            rt.poll_with(Some(Duration::ZERO));
+            // Tasks are still queued. Right after a wake-up they are mostly ones the tasks
+            // just run woke (a reader wakes the publisher, which wakes a writer): run those
+            // before entering the kernel, so a short chain of wakes costs no system call and
+            // its I/O is submitted with the next park. An executor that stays busy longer
+            // reaps completions every round, so its sockets keep moving.
+            busy = busy.saturating_add(1);
+            if busy > CHAIN_ROUNDS {
+                rt.poll_with(Some(Duration::ZERO));
+            }
             idle_since = None;
             continue;
         }
+        busy = 0;
         if local.polls.get() != before {
             idle_since = None;
         }

@@ -16,7 +16,7 @@ use crate::PeerId;
 use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
 use event_listener::{Event as Signal, EventListener, Listener};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -127,8 +127,22 @@ impl Item {
 /// A shard's Message events admitted to the queue (their room is reserved) but not handed
 /// over yet: [`EventHub::wake_receivers`] moves them as one entry, so a read of many frames
 /// costs the application thread one queue operation and one wake-up, not one per message.
+///
+/// The outbox also holds room reserved ahead (`credit`), taken from the shared count in
+/// chunks of up to [`CREDIT_CHUNK`] and given back when the outbox is handed over, so a shard
+/// pays one atomic update per chunk rather than one per message, on a counter the application
+/// thread also writes. Credit counts as reserved, so the bound holds as before.
 #[derive(Default)]
-pub(crate) struct Outbox(RefCell<Vec<Event>>);
+pub(crate) struct Outbox {
+    events: RefCell<Vec<Event>>,
+    credit: Cell<usize>,
+    /// Length of the last batch handed over: the next batch's allocation, so it is not
+    /// regrown (and copied) from empty on every read.
+    last_len: Cell<usize>,
+}
+
+/// Most room a shard reserves ahead for its outbox in one atomic update.
+const CREDIT_CHUNK: usize = 64;
 
 /// The node's side of event delivery, shared by every executor.
 pub(crate) struct EventHub {
@@ -185,11 +199,20 @@ impl EventHub {
 
     /// Reserves room for one event if fewer than `limit` are reserved.
     fn reserve(&self, limit: usize) -> bool {
-        self.events
+        self.reserve_up_to(limit, 1) == 1
+    }
+
+    /// Reserves room for up to `want` events, as many as stay within `limit`; returns how
+    /// many (0 when `limit` is reached).
+    fn reserve_up_to(&self, limit: usize, want: usize) -> usize {
+        match self
+            .events
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .is_ok()
+                (n < limit).then(|| n + want.min(limit - n))
+            }) {
+            Ok(n) => want.min(limit - n),
+            Err(_) => 0,
+        }
     }
 
     /// Gives back the room of `n` events taken out of the queue (or discarded).
@@ -255,10 +278,15 @@ impl EventHub {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
-        if !self.reserve(self.message_limit) {
-            return Err(ev);
+        let mut credit = outbox.credit.get();
+        if credit == 0 {
+            credit = self.reserve_up_to(self.message_limit, CREDIT_CHUNK);
+            if credit == 0 {
+                return Err(ev);
+            }
         }
-        outbox.0.borrow_mut().push(ev);
+        outbox.credit.set(credit - 1);
+        outbox.events.borrow_mut().push(ev);
         Ok(())
     }
 
@@ -301,14 +329,18 @@ impl EventHub {
 
     /// Hands `outbox` to the receivers as one queue entry and wakes them.
     pub(crate) fn wake_receivers(&self, outbox: &Outbox) {
+        // Room reserved ahead but not used goes back first: another shard may be waiting.
+        self.release(outbox.credit.replace(0));
         let batch = {
-            let mut v = outbox.0.borrow_mut();
+            let mut v = outbox.events.borrow_mut();
             if v.is_empty() {
                 return;
             }
-            std::mem::take(&mut *v)
+            let next = Vec::with_capacity(outbox.last_len.get().max(v.len()));
+            std::mem::replace(&mut *v, next)
         };
         let n = batch.len();
+        outbox.last_len.set(n);
         if !self.subscribed() {
             // The last receiver left (it emptied the queue): nobody will read these.
             self.release(n);
@@ -592,13 +624,13 @@ mod tests {
             let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &outbox, |_| {}));
             assert!(f.as_mut().poll(&mut cx).is_ready());
         }
-        assert_eq!(outbox.0.borrow().len(), 3);
+        assert_eq!(outbox.events.borrow().len(), 3);
         assert!(
             Pin::new(&mut parked).poll(&mut cx).is_pending(),
             "no wake per event"
         );
         hub.wake_receivers(&outbox);
-        assert!(outbox.0.borrow().is_empty());
+        assert!(outbox.events.borrow().is_empty());
         assert!(
             Pin::new(&mut parked).poll(&mut cx).is_ready(),
             "one wake for the batch"
@@ -613,10 +645,53 @@ mod tests {
         }
         let mut f = std::pin::pin!(hub.emit_message(message(6), &c, &outbox, |_| {}));
         assert!(f.as_mut().poll(&mut cx).is_pending());
-        assert!(outbox.0.borrow().is_empty());
+        assert!(outbox.events.borrow().is_empty());
         assert!(Pin::new(&mut parked).poll(&mut cx).is_ready());
         assert_eq!(rx.try_recv(), Some(message(0)));
         assert!(f.as_mut().poll(&mut cx).is_ready());
+    }
+
+    #[test]
+    fn room_reserved_ahead_stays_within_the_limit_and_returns_with_the_batch() {
+        // Capacity 200: the message limit is 150, more than one chunk of credit.
+        let hub = Arc::new(EventHub::new(200, Vec::new()));
+        let mut rx = EventReceiver::new(hub.clone());
+        let (one, two) = (Outbox::default(), Outbox::default());
+        assert!(hub.try_emit_message(message(0), &one).is_ok());
+        assert_eq!(
+            hub.events.load(Ordering::Relaxed),
+            CREDIT_CHUNK,
+            "one atomic update reserved a chunk"
+        );
+        for n in 1..CREDIT_CHUNK as u8 {
+            assert!(hub.try_emit_message(message(n), &one).is_ok());
+        }
+        assert_eq!(hub.events.load(Ordering::Relaxed), CREDIT_CHUNK);
+        // The other shard gets the rest of the limit, never more.
+        for n in 0..(150 - CREDIT_CHUNK) as u8 {
+            assert!(hub.try_emit_message(message(100 + n), &two).is_ok());
+        }
+        assert!(hub.try_emit_message(message(1), &two).is_err(), "limit");
+        assert!(hub.try_emit_message(message(1), &one).is_err(), "limit");
+        assert_eq!(hub.events.load(Ordering::Relaxed), 150);
+        hub.wake_receivers(&one);
+        hub.wake_receivers(&two);
+        assert_eq!(
+            hub.events.load(Ordering::Relaxed),
+            150,
+            "all of it was used"
+        );
+        // The receiver takes the first batch (64 events) whole and returns its room at once.
+        assert_eq!(rx.try_recv(), Some(message(0)));
+        assert_eq!(hub.events.load(Ordering::Relaxed), 150 - CREDIT_CHUNK);
+        // A new chunk is reserved for one message; the 63 unused go back with the batch.
+        assert!(hub.try_emit_message(message(250), &two).is_ok());
+        assert_eq!(hub.events.load(Ordering::Relaxed), 150);
+        hub.wake_receivers(&two);
+        assert_eq!(hub.events.load(Ordering::Relaxed), 150 - CREDIT_CHUNK + 1);
+        let drained = std::iter::from_fn(|| rx.try_recv()).count();
+        assert_eq!(drained, 150 - 1 + 1);
+        assert_eq!(hub.events.load(Ordering::Relaxed), 0);
     }
 
     #[test]

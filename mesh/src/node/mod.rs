@@ -43,6 +43,13 @@
 //! but not the waiting or blocking ones. [`Mesh::stop`] may be called: from an executor it
 //! is handed to a helper thread and returns at once.
 //!
+//! A callback is also the lowest-latency way to answer a message: a reply sent from it with
+//! [`Mesh::try_send`] is originated on the shard that read the request (with one shard, the
+//! same thread, in the same pass of its executor), so a round trip crosses the two sockets and
+//! no application thread. An application thread receiving through [`EventReceiver`] and
+//! sending through the ingress adds two thread hand-offs per direction, each a wake-up of a
+//! parked thread (`shoal-loadgen latency --inline --compare` measures both).
+//!
 //! Peer and member events (and the peer lists of the query methods) are released only once
 //! every shard has applied the routing changes behind them: after `PeerConnected`, a message
 //! to that peer is never lost to a routing table that is not there yet.
