@@ -50,7 +50,8 @@ report() {
     echo "| run | transport | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | samples |"
     echo "|---|---|---|---|---|---|---|---|---|"
     local runs=(
-        "pingpong-max|latency --mode ping-pong --size 64 --duration-ms 3000"
+        "pingpong-max|latency --mode ping-pong --size 64 --duration-ms 3000 --inline"
+        "pingpong-spin20|latency --mode ping-pong --size 64 --duration-ms 3000 --inline --spin-us 20"
         "pingpong-10k|latency --mode ping-pong --size 64 --rate 10000 --duration-ms 3000"
         "oneway-20k|latency --mode one-way --size 64 --rate 20000 --duration-ms 3000"
     )
@@ -63,7 +64,9 @@ report() {
     done
     echo
     echo "Fixed-rate runs are corrected for coordinated omission (HdrHistogram record_correct);"
-    echo "ping-pong = targeted send A->B, targeted echo B->A, one message in flight."
+    echo "ping-pong = targeted send A->B, targeted echo B->A, one message in flight;"
+    echo "shoal-inline = both ends answer in an on_event callback on their shard thread (no"
+    echo "application thread on the round trip); spin20 = shard executors poll 20 µs before parking."
     echo "Commands:"
     echo
     for c in "${cmds[@]}"; do echo "- $c"; done
