@@ -2,7 +2,7 @@
 //! publishing sink and a subscribing loop.
 
 use crate::traffic::{Receiver, Sink, SinkError};
-use bytes::Bytes;
+use bytes::BytesMut;
 use shoal_mesh::{
     Event, EventReceiver, Mesh, MeshBuilder, MeshConfig, OverflowPolicy, PeerId, PublishError,
 };
@@ -178,18 +178,32 @@ pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) -> Result
 pub struct MeshSink {
     mesh: Mesh,
     dst: Option<PeerId>,
+    /// Small payloads are cut from this block, one allocation per block instead of one per
+    /// message, as a high-rate publisher would do it (the API takes owned `Bytes`).
+    arena: BytesMut,
 }
+
+/// Bytes per arena block of [`MeshSink`].
+const ARENA_BLOCK: usize = 64 * 1024;
 
 impl MeshSink {
     /// Broadcasts through `mesh`.
     pub fn broadcast(mesh: Mesh) -> MeshSink {
-        MeshSink { mesh, dst: None }
+        MeshSink {
+            mesh,
+            dst: None,
+            arena: BytesMut::new(),
+        }
     }
 }
 
 impl Sink for MeshSink {
     fn send(&mut self, payload: &[u8]) -> Result<(), SinkError> {
-        let b = Bytes::copy_from_slice(payload);
+        if self.arena.capacity() - self.arena.len() < payload.len() {
+            self.arena = BytesMut::with_capacity(ARENA_BLOCK.max(payload.len()));
+        }
+        self.arena.extend_from_slice(payload);
+        let b = self.arena.split().freeze();
         let r = match self.dst {
             None => self.mesh.broadcast_blocking(b),
             Some(p) => self.mesh.send_blocking(p, b),
