@@ -5,7 +5,8 @@
 use bytes::{Buf, Bytes, BytesMut};
 use criterion::{black_box, criterion_main, BatchSize, Criterion, Throughput};
 use shoal_mesh::wire::{
-    decode_frame, take_frame, Data, DataHeader, DecodeStatus, Frame, INITIAL_TTL, MAX_MESSAGE_BYTES,
+    decode_frame, take_data, take_frame, Data, DataHeader, DecodeStatus, Frame, INITIAL_TTL,
+    MAX_MESSAGE_BYTES,
 };
 use shoal_mesh::{MsgId, PeerId};
 
@@ -137,6 +138,33 @@ fn bench_stream(c: &mut Criterion) {
                 let mut n = 0usize;
                 while let Ok(Some(frame)) = take_frame(&mut buf, MAX_MESSAGE_BYTES) {
                     black_box(frame);
+                    n += 1;
+                }
+                assert_eq!(n, STREAM_FRAMES);
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    // The shard reader's path since 2026-11-30: Data frames through `take_data` (no `Frame`
+    // built), anything else through `take_frame`.
+    g.bench_function(format!("take_data/{}x~122B", STREAM_FRAMES), |b| {
+        b.iter_batched(
+            || BytesMut::from(&stream[..]),
+            |mut buf| {
+                let mut n = 0usize;
+                loop {
+                    match take_data(&mut buf, MAX_MESSAGE_BYTES) {
+                        Ok(Some(d)) => {
+                            black_box(d);
+                        }
+                        Ok(None) => match take_frame(&mut buf, MAX_MESSAGE_BYTES) {
+                            Ok(Some(frame)) => {
+                                black_box(frame);
+                            }
+                            _ => break,
+                        },
+                        Err(_) => break,
+                    }
                     n += 1;
                 }
                 assert_eq!(n, STREAM_FRAMES);

@@ -4,7 +4,7 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use shoal_mesh::wire::{
-    decode_frame, peek_frame_len, take_frame, Announce, AuthConfirm, Data, DecodeError,
+    decode_frame, peek_frame_len, take_data, take_frame, Announce, AuthConfirm, Data, DecodeError,
     DecodeStatus, Features, Frame, Hello, HelloIdentity, IdentityRecord, Membership,
     ShoalExtension, MAX_MESSAGE_BYTES,
 };
@@ -158,6 +158,33 @@ fn check_prefixes(bytes: &[u8], max: u32) {
             (Ok(DecodeStatus::Complete { .. }), Err(_)) => {} // body malformed
             (Err(a), Err(b)) => assert_eq!(&a, b),
             (p, r) => panic!("peek {p:?} disagrees with decode {r:?} at prefix {n}"),
+        }
+        check_fast_lane(&bytes[..n], max);
+    }
+}
+
+/// `take_data` (the reader's fast lane) agrees with `take_frame`: a Data frame it takes is
+/// the one `take_frame` would take, leaving the same rest; anything it declines or rejects
+/// leaves the buffer untouched, and a rejection is `take_frame`'s too.
+fn check_fast_lane(bytes: &[u8], max: u32) {
+    let mut fast = BytesMut::from(bytes);
+    let mut slow = BytesMut::from(bytes);
+    let taken = take_frame(&mut slow, max);
+    match take_data(&mut fast, max) {
+        Ok(Some(d)) => {
+            assert_eq!(taken, Ok(Some(Frame::Data(d))));
+            assert_eq!(fast, slow, "the same rest");
+        }
+        Ok(None) => {
+            assert_eq!(&fast[..], bytes, "declined: untouched");
+            assert!(
+                !matches!(taken, Ok(Some(Frame::Data(_)))),
+                "a complete Data frame was declined"
+            );
+        }
+        Err(e) => {
+            assert_eq!(&fast[..], bytes, "rejected: untouched");
+            assert_eq!(taken, Err(e));
         }
     }
 }

@@ -37,7 +37,8 @@ use crate::proto::{
     Route, Router, RoutingTable,
 };
 use crate::wire::{
-    peek_frame_len, take_frame, Data, DataHeader, DecodeError, DecodeStatus, Frame, DATA_HEADER_LEN,
+    peek_frame_len, take_data, take_frame, Data, DataHeader, DecodeError, DecodeStatus, Frame,
+    DATA_HEADER_LEN,
 };
 use crate::{MsgId, PeerId};
 use ahash::AHashMap;
@@ -393,6 +394,21 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
     let mut waits = Vec::new();
     loop {
         loop {
+            // Data frames take the fast lane; anything else (or an incomplete frame) goes
+            // through `take_frame`, which decides.
+            match take_data(&mut buf, max) {
+                Ok(Some(d)) => {
+                    if !on_data(&ctx, &l, d, &mut waits) {
+                        return;
+                    }
+                    if !waits.is_empty() && !settle_reader(&ctx, &l, &mut waits).await {
+                        return;
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => return decode_failure(&ctx, &l, e),
+            }
             match take_frame(&mut buf, max) {
                 Ok(Some(frame)) => {
                     if !on_frame(&ctx, &l, frame, &mut waits) {
@@ -447,6 +463,19 @@ async fn reader_secure(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut rr: Rec
             };
             // The frame is split off the buffer, so Data payloads share it (no copy).
             let mut raw = rr.split_plaintext(len);
+            match take_data(&mut raw, max) {
+                Ok(Some(d)) => {
+                    if !on_data(&ctx, &l, d, &mut waits) {
+                        return;
+                    }
+                    if !waits.is_empty() && !settle_reader(&ctx, &l, &mut waits).await {
+                        return;
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => return decode_failure(&ctx, &l, e),
+            }
             match take_frame(&mut raw, max) {
                 Ok(Some(frame)) => {
                     if !on_frame(&ctx, &l, frame, &mut waits) {
@@ -629,26 +658,40 @@ async fn hop_waiting(ctx: &Ctx, to: usize, msg: Msg, reserved: Option<(Arc<LinkB
     }
 }
 
-/// Handles one frame; false when the link is closed and the reader must stop. What must
-/// wait is left in `waits` (see [`Wait`]).
-fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame, waits: &mut Vec<Wait>) -> bool {
+/// What a received frame does to its link.
+enum Step {
+    /// Established: route or hand over the frame, which came on this link.
+    Process(LinkId),
+    /// Consumed by the link (or moot while it closes); keep reading.
+    Keep,
+    /// The link is closed: the reader must stop.
+    Stop,
+}
+
+/// Runs a received frame through the link's state machine (`step`), closing the link when it
+/// says so.
+fn link_step(
+    ctx: &Rc<Ctx>,
+    l: &LinkRc,
+    step: impl FnOnce(&mut Link, Instant) -> FrameAction,
+) -> Step {
     inc(&ctx.counters().frames_in);
     let (action, closed, link) = {
         let mut c = l.borrow_mut();
         if c.finished {
-            return false;
+            return Step::Stop;
         }
         if c.closing.is_some() {
             // Closing politely: let the writer flush and say Goodbye; what the peer still
             // sends is moot.
-            return true;
+            return Step::Keep;
         }
-        let a = c.state.on_frame(&frame, ctx.now());
+        let a = step(&mut c.state, ctx.now());
         let closed = pull(&mut c);
         (a, closed, c.id)
     };
     match action {
-        FrameAction::Consumed => true,
+        FrameAction::Consumed => Step::Keep,
         FrameAction::Close => {
             let err = match closed {
                 None | Some(CloseReason::Goodbye) | Some(CloseReason::Local) => None,
@@ -658,27 +701,49 @@ fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame, waits: &mut Vec<Wait>) -> b
                 }
             };
             teardown(ctx, l, Who::Reader, err);
-            false
+            Step::Stop
         }
-        FrameAction::Process => {
-            match frame {
-                Frame::Data(d) => route_in(ctx, link, d, waits),
-                Frame::Membership(record) => {
-                    let to = ctx.control();
-                    hop(ctx, to, Msg::MembershipIn { link, record }, None, waits);
-                }
-                Frame::IdentityRecord(record) if ctx.ns.secure.is_some() => {
-                    let to = ctx.control();
-                    let record = Box::new(record);
-                    hop(ctx, to, Msg::IdentityIn { link, record }, None, waits);
-                }
-                // AuthConfirm cannot pass an established link; a plaintext mesh has no
-                // identity records to learn from.
-                _ => {}
-            }
+        FrameAction::Process => Step::Process(link),
+    }
+}
+
+/// Handles one Data frame taken by the fast lane; false when the link is closed and the
+/// reader must stop. What must wait is left in `waits` (see [`Wait`]).
+fn on_data(ctx: &Rc<Ctx>, l: &LinkRc, d: Data, waits: &mut Vec<Wait>) -> bool {
+    match link_step(ctx, l, |s, now| s.on_data(now)) {
+        Step::Process(link) => {
+            route_in(ctx, link, d, waits);
             true
         }
+        Step::Keep => true,
+        Step::Stop => false,
     }
+}
+
+/// Handles one frame; false when the link is closed and the reader must stop. What must
+/// wait is left in `waits` (see [`Wait`]).
+fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame, waits: &mut Vec<Wait>) -> bool {
+    let link = match link_step(ctx, l, |s, now| s.on_frame(&frame, now)) {
+        Step::Process(link) => link,
+        Step::Keep => return true,
+        Step::Stop => return false,
+    };
+    match frame {
+        Frame::Data(d) => route_in(ctx, link, d, waits),
+        Frame::Membership(record) => {
+            let to = ctx.control();
+            hop(ctx, to, Msg::MembershipIn { link, record }, None, waits);
+        }
+        Frame::IdentityRecord(record) if ctx.ns.secure.is_some() => {
+            let to = ctx.control();
+            let record = Box::new(record);
+            hop(ctx, to, Msg::IdentityIn { link, record }, None, waits);
+        }
+        // AuthConfirm cannot pass an established link; a plaintext mesh has no
+        // identity records to learn from.
+        _ => {}
+    }
+    true
 }
 
 /// Sends `msg` to executor `to` now, or leaves it in `waits` when its ring is full.

@@ -333,14 +333,29 @@ impl Link {
                 }
             }
             Frame::Data(_) | Frame::Membership(_) | Frame::IdentityRecord(_) => {
-                if self.state == LinkState::Established {
-                    FrameAction::Process
-                } else {
-                    self.fail(CloseReason::ProtocolViolation(
-                        "payload frame before Established",
-                    ))
-                }
+                self.payload_frame()
             }
+        }
+    }
+
+    /// [`on_frame`](Self::on_frame) for a Data frame, given without the frame: the read
+    /// path's fast lane decodes Data frames without building a [`Frame`].
+    pub fn on_data(&mut self, now: Instant) -> FrameAction {
+        if self.state == LinkState::Closed {
+            return FrameAction::Close;
+        }
+        self.on_bytes_received(now);
+        self.stats.frames_received += 1;
+        self.payload_frame()
+    }
+
+    fn payload_frame(&mut self) -> FrameAction {
+        if self.state == LinkState::Established {
+            FrameAction::Process
+        } else {
+            self.fail(CloseReason::ProtocolViolation(
+                "payload frame before Established",
+            ))
         }
     }
 

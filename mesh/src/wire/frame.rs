@@ -430,6 +430,27 @@ pub fn decode_frame(
     Ok(DecodeStatus::Complete { frame, len })
 }
 
+/// The read path's fast lane for the common frame: when the frame at the front of `buf` is a
+/// complete Data frame, decodes it and splits exactly that frame off `buf` (the payload shares
+/// the split-off storage, as with [`take_frame`]) without building a [`Frame`], which is twice
+/// the size of a [`Data`] and moved by value. `Ok(None)` when the front frame is anything else
+/// or not complete yet: call [`take_frame`], which decides. On error `buf` is left untouched.
+pub fn take_data(buf: &mut BytesMut, max_message_bytes: u32) -> Result<Option<Data>, DecodeError> {
+    if buf.get(LENGTH_PREFIX_LEN) != Some(&(FrameType::Data as u8)) {
+        return Ok(None);
+    }
+    let len = match peek_frame_len(buf, max_message_bytes)? {
+        DecodeStatus::NeedMore { .. } => return Ok(None),
+        DecodeStatus::Complete { len, .. } => len,
+    };
+    let (mut d, r) = Data::decode_body(&buf[FRAME_HEADER_LEN..len])?;
+    let mut raw = buf.split_to(len);
+    raw.advance(FRAME_HEADER_LEN + r.start);
+    raw.truncate(r.len());
+    d.payload = raw.freeze();
+    Ok(Some(d))
+}
+
 /// The read-path helper: decodes the frame at the front of `buf` and, only on success, splits
 /// exactly that frame off `buf` (the Data payload then shares the split-off storage, no copy).
 /// `Ok(None)` means more bytes are needed; on error `buf` is left untouched.

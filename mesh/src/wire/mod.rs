@@ -59,8 +59,8 @@ pub use data::{Data, DataHeader};
 pub use defaults::*;
 pub use error::{DecodeError, DecodeStatus, EncodeError};
 pub use frame::{
-    decode_frame, peek_frame_len, take_frame, AuthConfirm, Frame, FrameType, Hello, HelloIdentity,
-    IdentityRecord, Membership,
+    decode_frame, peek_frame_len, take_data, take_frame, AuthConfirm, Frame, FrameType, Hello,
+    HelloIdentity, IdentityRecord, Membership,
 };
 pub use hello_ext::{
     peer_accepts_frame_type, Features, ShoalExtension, SHOAL_EXT_FIXED_LEN, SHOAL_EXT_MAGIC,
