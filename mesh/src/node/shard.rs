@@ -1285,9 +1285,8 @@ async fn publisher(ctx: Rc<Ctx>, mut rx: IngressReceiver<Publish>) {
         ctx.wake_receivers();
         // A publisher that always finds its ingress non-empty would otherwise never let the
         // writers run, and every queue would look full to it. A short batch drained the
-        // ingress, so the next receive parks this task anyway: no yield, which would cost
-        // the executor an extra non-blocking `io_uring_enter` per burst (a quarter of a
-        // ping-pong round trip's system calls).
+        // ingress, so the next receive parks this task anyway and a yield would only cost
+        // the executor another round.
         if n == PUBLISH_BATCH {
             YieldNow(false).await;
         }
