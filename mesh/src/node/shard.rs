@@ -2,9 +2,10 @@
 //! owns.
 //!
 //! Every link runs three tasks on its shard: a reader (parses every complete frame of each
-//! read; Data payloads are slices of the read buffer), a writer (drains the link's queue of
-//! whole frames into one vectored write per batch: runs of small frames copied into one
-//! arena slice, payloads over 1 KiB as their own `Bytes`, uncopied) and a timer (heartbeat,
+//! read, Data frames through a fast lane that builds no `Frame`; Data payloads are slices of
+//! the read buffer; reads grow while the link is busy), a writer (drains the link's queue of
+//! whole frames into one vectored write per batch: runs of frames up to 2 KiB copied into one
+//! arena slice, larger payloads as their own `Bytes`, uncopied) and a timer (heartbeat,
 //! liveness, slow-peer kill). One inbox task takes the messages of the control plane and of
 //! the other shards. A Data frame is
 //! routed on the shard that owns its originator's dedup state (`dedup_shard`): when that is
