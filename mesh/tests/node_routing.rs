@@ -6,25 +6,32 @@ use node_support::*;
 use shoal_mesh::{Event, PeerId};
 use std::collections::HashMap;
 
-/// Starts `n` nodes; node `i` keeps a static link to every node in `links[i]`.
+/// Starts `n` nodes linked as `links` says. Each node listens on a port the kernel picks when
+/// it binds, and dials the nodes of its links that already run: a link is dialled by its later
+/// node. (Picking ports up front raced with other tests' sockets: a port free a moment ago
+/// could be taken by the time the node bound it.)
 fn topology(n: usize, shards: usize, links: &[(usize, usize)]) -> Vec<Node> {
-    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
-    (0..n)
-        .map(|i| {
-            let mut b = fast().listen_port(ports[i]).shards(shards);
-            if shards > 1 {
-                // Ids whose shard hash alternates along the line, so that originating,
-                // relaying and delivering all cross shards somewhere.
-                b = b.node_id(PeerId([i as u8 + 1; 16]));
+    let mut nodes: Vec<Node> = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut b = fast().shards(shards);
+        if shards > 1 {
+            // Ids whose shard hash alternates along the line, so that originating,
+            // relaying and delivering all cross shards somewhere.
+            b = b.node_id(PeerId([i as u8 + 1; 16]));
+        }
+        for &(a, z) in links {
+            let other = match (a == i, z == i) {
+                (true, false) => z,
+                (false, true) => a,
+                _ => continue,
+            };
+            if other < i {
+                b = b.static_peer(ep(nodes[other].port()));
             }
-            for &(a, z) in links {
-                if a == i {
-                    b = b.static_peer(ep(ports[z]));
-                }
-            }
-            Node::start(b)
-        })
-        .collect()
+        }
+        nodes.push(Node::start(b));
+    }
+    nodes
 }
 
 /// Every node broadcasts one message; every other node must deliver each exactly once.
@@ -173,23 +180,36 @@ fn targeted_and_broadcast_across_two_shards_per_node() {
 
 #[test]
 fn simultaneous_dials_end_with_one_link_on_both_sides() {
-    let (pa, pb) = (free_port(), free_port());
-    let ba = fast()
-        .listen_port(pa)
-        .static_peer(ep(pb))
-        .reconnect_base(std::time::Duration::from_millis(50));
-    let bb = fast()
-        .listen_port(pb)
-        .static_peer(ep(pa))
-        .reconnect_base(std::time::Duration::from_millis(50));
-    let (ma, mb) = (ba.build().unwrap(), bb.build().unwrap());
-    let (ra, rb) = (Recorder::new(ma.events()), Recorder::new(mb.events()));
-    let (ma2, mb2) = (ma.clone(), mb.clone());
-    let ta = std::thread::spawn(move || ma2.start().unwrap());
-    let tb = std::thread::spawn(move || mb2.start().unwrap());
-    ta.join().unwrap();
-    tb.join().unwrap();
-    let nodes = [Node { mesh: ma, rec: ra }, Node { mesh: mb, rec: rb }];
+    // Both nodes must know each other's port before either starts, so the ports are picked
+    // up front; one taken meanwhile by another test's socket means a fresh pair, not a failure.
+    let nodes = (0..5)
+        .find_map(|_| {
+            let (pa, pb) = (free_port(), free_port());
+            let ba = fast()
+                .listen_port(pa)
+                .static_peer(ep(pb))
+                .reconnect_base(std::time::Duration::from_millis(50));
+            let bb = fast()
+                .listen_port(pb)
+                .static_peer(ep(pa))
+                .reconnect_base(std::time::Duration::from_millis(50));
+            let (ma, mb) = (ba.build().unwrap(), bb.build().unwrap());
+            let (ra, rb) = (Recorder::new(ma.events()), Recorder::new(mb.events()));
+            let (ma2, mb2) = (ma.clone(), mb.clone());
+            let ta = std::thread::spawn(move || ma2.start());
+            let tb = std::thread::spawn(move || mb2.start());
+            let (sa, sb) = (ta.join().unwrap(), tb.join().unwrap());
+            match (sa, sb) {
+                (Ok(()), Ok(())) => Some([Node { mesh: ma, rec: ra }, Node { mesh: mb, rec: rb }]),
+                (a, b) => {
+                    eprintln!("ports {pa}/{pb} not usable ({a:?}, {b:?}); another pair");
+                    ma.stop();
+                    mb.stop();
+                    None
+                }
+            }
+        })
+        .expect("two free ports within five tries");
     wait_connected(&nodes, &[(0, 1)]);
     wait_until(10, "one link per side", || {
         nodes[0].open_links() == 1 && nodes[1].open_links() == 1
