@@ -203,6 +203,10 @@ struct LatencyArgs {
     /// ping-pong and raw TCP.
     #[arg(long)]
     inline: bool,
+    /// Also run each Shoal measurement secured with this pre-shared key (labelled
+    /// `shoal-psk`, `shoal-inline-psk`), so one chart holds Shoal, Shoal+PSK and raw TCP.
+    #[arg(long, value_name = "KEY")]
+    psk: Option<String>,
     /// Print only markdown table rows labelled NAME (for bench/run.sh).
     #[arg(long, value_name = "NAME")]
     markdown: Option<String>,
@@ -414,15 +418,31 @@ fn latency_cmd(a: LatencyArgs) -> Result<(), MainError> {
     if a.inline && a.mode != latency::Mode::PingPong {
         return Err(MainError::Usage("--inline needs --mode ping-pong".into()));
     }
-    let mut runs = Vec::new();
-    if a.inline {
-        runs.push(latency_inline::pingpong_shoal_inline(&settings)?);
-    }
-    for &raw in transports {
-        if a.inline && !raw && !a.compare {
-            continue;
+    // Plaintext, then (with --psk) the same Shoal runs secured.
+    let mut variants = vec![(settings.clone(), "")];
+    if let Some(key) = &a.psk {
+        if key.is_empty() {
+            return Err(MainError::Usage("--psk needs a non-empty key".into()));
         }
-        runs.push(latency::run(&settings, raw)?);
+        let mut secured = settings.clone();
+        secured.node.psk = Some(key.clone());
+        variants.push((secured, "-psk"));
+    }
+    let mut runs = Vec::new();
+    for (settings, suffix) in &variants {
+        let label = |mut r: latency::LatencyRun| {
+            r.transport.push_str(suffix);
+            r
+        };
+        if a.inline {
+            runs.push(label(latency_inline::pingpong_shoal_inline(settings)?));
+        }
+        if transports.contains(&false) && (!a.inline || a.compare) {
+            runs.push(label(latency::run(settings, false)?));
+        }
+    }
+    if transports.contains(&true) {
+        runs.push(latency::run(&settings, true)?);
     }
     let mut files = Vec::new();
     if let Some(prefix) = &a.out_prefix {

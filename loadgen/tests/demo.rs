@@ -110,7 +110,7 @@ fn secured_bench_delivers_with_a_psk() {
 }
 
 #[test]
-fn latency_ping_pong_runs_all_three_transports() {
+fn latency_ping_pong_runs_every_transport_on_one_chart() {
     let dir = std::env::temp_dir().join(format!("shoal-latency-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let prefix = dir.join("pp");
@@ -121,6 +121,8 @@ fn latency_ping_pong_runs_all_three_transports() {
             "ping-pong",
             "--inline",
             "--compare",
+            "--psk",
+            "latency-test",
             "--duration-ms",
             "300",
             "--warmup-ms",
@@ -144,7 +146,17 @@ fn latency_ping_pong_runs_all_three_transports() {
         .iter()
         .map(|r| r["transport"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(transports, ["shoal-inline", "shoal", "raw-tcp"], "{v}");
+    assert_eq!(
+        transports,
+        [
+            "shoal-inline",
+            "shoal",
+            "shoal-inline-psk",
+            "shoal-psk",
+            "raw-tcp"
+        ],
+        "{v}"
+    );
     for r in runs {
         assert!(r["measured"].as_u64().unwrap_or(0) > 0, "{r}");
         assert_eq!(r["timeouts"].as_u64(), Some(0), "{r}");
@@ -152,14 +164,16 @@ fn latency_ping_pong_runs_all_three_transports() {
         let (p50, max) = (p["p50_us"].as_f64().unwrap(), p["max_us"].as_f64().unwrap());
         assert!(p50 > 0.0 && p50 <= max, "{r}");
     }
-    // One .hgrm per run and the chart with all three curves.
+    // One .hgrm per run and the chart with all five curves.
     for t in transports {
         let hgrm = dir.join(format!("pp-{t}.hgrm"));
         let text = std::fs::read_to_string(&hgrm).expect("hgrm written");
         assert!(text.contains("Percentile"), "{}", hgrm.display());
     }
     let svg = std::fs::read_to_string(dir.join("pp.svg")).expect("svg written");
-    assert!(svg.contains("shoal-inline") && svg.contains("raw-tcp"));
+    for t in ["shoal-inline-psk", "shoal-psk", "raw-tcp"] {
+        assert!(svg.contains(t), "{t} missing from the chart");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
