@@ -212,28 +212,15 @@ pub fn pingpong_shoal_inline(s: &Settings) -> Result<LatencyRun, RunError> {
     progress.finish();
     let usage = Usage::now().since(&before);
     stop(&a, Some(&b));
-    let p = std::mem::replace(
-        &mut *pings.lock().expect("pings lock"),
-        Pings {
-            hist: Latency::default(),
-            seq: 0,
-            measured: 0,
-            last: start,
-            done: true,
-        },
-    );
+    let (hist, measured) = {
+        let mut p = pings.lock().expect("pings lock");
+        (std::mem::take(&mut p.hist), p.measured)
+    };
     if failed.load(Ordering::Relaxed) > 0 {
         tracing::warn!(
             failed = failed.load(Ordering::Relaxed),
             "some try_send calls failed"
         );
     }
-    Ok(finish(
-        s,
-        "shoal-inline",
-        p.hist,
-        p.measured,
-        timeouts,
-        usage,
-    ))
+    Ok(finish(s, "shoal-inline", hist, measured, timeouts, usage))
 }

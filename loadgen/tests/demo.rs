@@ -3,20 +3,25 @@
 
 use std::process::Command;
 
-#[test]
-fn demo_delivers_everything_on_loopback() {
+/// Runs the built binary with `args`; it must succeed and print JSON on stdout.
+fn run_json<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_shoal-loadgen"))
-        .args(["demo", "--duration-ms", "1500", "--json"])
+        .args(args)
         .output()
         .expect("run shoal-loadgen");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "demo failed: {stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    assert!(out.status.success(), "shoal-loadgen failed: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "stdout is not JSON ({e}): {}",
             String::from_utf8_lossy(&out.stdout)
         )
-    });
+    })
+}
+
+#[test]
+fn demo_delivers_everything_on_loopback() {
+    let v = run_json(&["demo", "--duration-ms", "1500", "--json"]);
     let num = |k: &str| {
         v[k].as_u64()
             .unwrap_or_else(|| panic!("no integer `{k}` in {v}"))
@@ -74,30 +79,19 @@ fn demo_delivers_everything_on_loopback() {
 
 #[test]
 fn secured_bench_delivers_with_a_psk() {
-    let out = Command::new(env!("CARGO_BIN_EXE_shoal-loadgen"))
-        .args([
-            "bench",
-            "--compare-psk",
-            "--psk",
-            "secret",
-            "--sizes",
-            "64",
-            "--duration-ms",
-            "300",
-            "--warmup-ms",
-            "100",
-            "--json",
-        ])
-        .output()
-        .expect("run shoal-loadgen");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench --compare-psk failed: {stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
+    let v = run_json(&[
+        "bench",
+        "--compare-psk",
+        "--psk",
+        "secret",
+        "--sizes",
+        "64",
+        "--duration-ms",
+        "300",
+        "--warmup-ms",
+        "100",
+        "--json",
+    ]);
     let row = &v[0];
     for side in ["plain", "psk"] {
         assert!(
@@ -114,33 +108,22 @@ fn latency_ping_pong_runs_every_transport_on_one_chart() {
     let dir = std::env::temp_dir().join(format!("shoal-latency-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let prefix = dir.join("pp");
-    let out = Command::new(env!("CARGO_BIN_EXE_shoal-loadgen"))
-        .args([
-            "latency",
-            "--mode",
-            "ping-pong",
-            "--inline",
-            "--compare",
-            "--psk",
-            "latency-test",
-            "--duration-ms",
-            "300",
-            "--warmup-ms",
-            "100",
-            "--json",
-            "--out-prefix",
-        ])
-        .arg(&prefix)
-        .output()
-        .expect("run shoal-loadgen");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "latency failed: {stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
+    let v = run_json(&[
+        "latency",
+        "--mode",
+        "ping-pong",
+        "--inline",
+        "--compare",
+        "--psk",
+        "latency-test",
+        "--duration-ms",
+        "300",
+        "--warmup-ms",
+        "100",
+        "--json",
+        "--out-prefix",
+        prefix.to_str().expect("utf-8 temp path"),
+    ]);
     let runs = v["runs"].as_array().expect("runs array");
     let transports: Vec<&str> = runs
         .iter()

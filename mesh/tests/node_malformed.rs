@@ -5,8 +5,8 @@ mod node_support;
 
 use node_support::*;
 use rand::{RngCore, SeedableRng};
-use shoal_mesh::wire::{Frame, Hello, PROTOCOL_VERSION};
-use shoal_mesh::{ErrorKind, Event, PeerId};
+use shoal_mesh::wire::Frame;
+use shoal_mesh::{ErrorKind, Event};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -18,18 +18,8 @@ fn raw_client(port: u16) -> TcpStream {
 }
 
 fn hello_bytes() -> Vec<u8> {
-    let h = Hello {
-        node_id: PeerId::random(),
-        protocol_version: PROTOCOL_VERSION,
-        tcp_listen_port: 1,
-        group_name: "default".into(),
-        nonce: 7,
-        eph_pub_key: None,
-        identity: None,
-        shoal: None,
-    };
     let mut out = Vec::new();
-    Frame::Hello(h).encode(&mut out).unwrap();
+    Frame::Hello(plain_hello()).encode(&mut out).unwrap();
     out
 }
 

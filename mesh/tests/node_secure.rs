@@ -179,14 +179,6 @@ fn with_identity(b: u8, name: &str) -> MeshBuilder {
         .node_name(name)
 }
 
-fn errors_of(n: &Node, kind: ErrorKind) -> usize {
-    n.rec
-        .events()
-        .iter()
-        .filter(|e| matches!(e, Event::Error { kind: k, .. } if *k == kind))
-        .count()
-}
-
 fn ever_connected(n: &Node, peer: PeerId) -> bool {
     n.rec
         .has(|e| matches!(e, Event::PeerConnected { peer: p } if *p == peer))

@@ -7,8 +7,8 @@ mod node_support;
 use bytes::BytesMut;
 use node_support::*;
 use shoal_mesh::crypto::{Handshake, Identity, IdentityPolicy, PskKeys, SecureContext};
-use shoal_mesh::wire::{take_frame, Frame, Hello, PROTOCOL_VERSION};
-use shoal_mesh::{ErrorKind, Event, MeshBuilder, PeerId};
+use shoal_mesh::wire::{take_frame, Frame, Hello};
+use shoal_mesh::{ErrorKind, MeshBuilder, PeerId};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -40,16 +40,7 @@ fn client_ctx(identity_seed: Option<u8>) -> Arc<SecureContext> {
 }
 
 fn hello(hs: &Handshake) -> Hello {
-    let mut h = Hello {
-        node_id: PeerId::random(),
-        protocol_version: PROTOCOL_VERSION,
-        tcp_listen_port: 1,
-        group_name: "default".into(),
-        nonce: 7,
-        eph_pub_key: None,
-        identity: None,
-        shoal: None,
-    };
+    let mut h = plain_hello();
     hs.fill_hello(&mut h);
     h
 }
@@ -90,14 +81,6 @@ fn connect(port: u16) -> TcpStream {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s
-}
-
-fn errors_of(n: &Node, kind: ErrorKind) -> usize {
-    n.rec
-        .events()
-        .iter()
-        .filter(|e| matches!(e, Event::Error { kind: k, .. } if *k == kind))
-        .count()
 }
 
 fn still_serves(a: &Node) {

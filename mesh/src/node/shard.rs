@@ -412,32 +412,14 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
     let mut chunk = READ_CHUNK;
     loop {
         loop {
-            // Data frames take the fast lane; anything else (or an incomplete frame) goes
-            // through `take_frame`, which decides.
-            match take_data(&mut buf, max) {
-                Ok(Some(d)) => {
-                    if !on_data(&ctx, &l, d, &mut waits) {
-                        return;
-                    }
-                    if !waits.is_empty() && !settle_reader(&ctx, &l, &mut waits).await {
-                        return;
-                    }
-                    continue;
-                }
-                Ok(None) => {}
-                Err(e) => return decode_failure(&ctx, &l, e),
-            }
-            match take_frame(&mut buf, max) {
-                Ok(Some(frame)) => {
-                    if !on_frame(&ctx, &l, frame, &mut waits) {
-                        return;
-                    }
-                    if !waits.is_empty() && !settle_reader(&ctx, &l, &mut waits).await {
-                        return;
-                    }
-                }
+            match take_and_handle(&ctx, &l, &mut buf, max, &mut waits) {
+                Ok(Some(true)) => {}
+                Ok(Some(false)) => return,
                 Ok(None) => break,
                 Err(e) => return decode_failure(&ctx, &l, e),
+            }
+            if !waits.is_empty() && !settle_reader(&ctx, &l, &mut waits).await {
+                return;
             }
         }
         ctx.wake_receivers();
@@ -485,30 +467,14 @@ async fn reader_secure(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut rr: Rec
             };
             // The frame is split off the buffer, so Data payloads share it (no copy).
             let mut raw = rr.split_plaintext(len);
-            match take_data(&mut raw, max) {
-                Ok(Some(d)) => {
-                    if !on_data(&ctx, &l, d, &mut waits) {
-                        return;
-                    }
-                    if !waits.is_empty() && !settle_reader(&ctx, &l, &mut waits).await {
-                        return;
-                    }
-                    continue;
-                }
-                Ok(None) => {}
-                Err(e) => return decode_failure(&ctx, &l, e),
-            }
-            match take_frame(&mut raw, max) {
-                Ok(Some(frame)) => {
-                    if !on_frame(&ctx, &l, frame, &mut waits) {
-                        return;
-                    }
-                    if !waits.is_empty() && !settle_reader(&ctx, &l, &mut waits).await {
-                        return;
-                    }
-                }
+            match take_and_handle(&ctx, &l, &mut raw, max, &mut waits) {
+                Ok(Some(true)) => {}
+                Ok(Some(false)) => return,
                 Ok(None) => unreachable!("peek_frame_len said the frame is complete"),
                 Err(e) => return decode_failure(&ctx, &l, e),
+            }
+            if !waits.is_empty() && !settle_reader(&ctx, &l, &mut waits).await {
+                return;
             }
         }
         ctx.wake_receivers();
@@ -681,6 +647,22 @@ async fn hop_waiting(ctx: &Ctx, to: usize, msg: Msg, reserved: Option<(Arc<LinkB
             budget.release(n);
         }
     }
+}
+
+/// Takes the frame at the front of `buf` and handles it: `Some(keep reading)`, or `None` when
+/// no whole frame is buffered. Data frames take the fast lane (no `Frame` built); anything
+/// else goes through `take_frame`, which decides. What must wait is left in `waits`.
+fn take_and_handle(
+    ctx: &Rc<Ctx>,
+    l: &LinkRc,
+    buf: &mut BytesMut,
+    max: u32,
+    waits: &mut Vec<Wait>,
+) -> Result<Option<bool>, DecodeError> {
+    if let Some(d) = take_data(buf, max)? {
+        return Ok(Some(on_data(ctx, l, d, waits)));
+    }
+    Ok(take_frame(buf, max)?.map(|frame| on_frame(ctx, l, frame, waits)))
 }
 
 /// What a received frame does to its link.

@@ -2,7 +2,8 @@
 //! bounded waits with clear failure messages.
 #![allow(dead_code)]
 
-use shoal_mesh::{Event, EventReceiver, Mesh, MeshBuilder, PeerId};
+use shoal_mesh::wire::{Hello, PROTOCOL_VERSION};
+use shoal_mesh::{ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, PeerId};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -158,5 +159,28 @@ pub fn wait_connected(nodes: &[Node], pairs: &[(usize, usize)]) {
             &format!("node {a} and node {b} connected both ways"),
             || nodes[a].connected_to(&nodes[b]) && nodes[b].connected_to(&nodes[a]),
         );
+    }
+}
+
+/// How many Error events of `kind` the node has raised so far.
+pub fn errors_of(n: &Node, kind: ErrorKind) -> usize {
+    n.rec
+        .events()
+        .iter()
+        .filter(|e| matches!(e, Event::Error { kind: k, .. } if *k == kind))
+        .count()
+}
+
+/// A plaintext Hello from a random node id in the default group: a raw client's first frame.
+pub fn plain_hello() -> Hello {
+    Hello {
+        node_id: PeerId::random(),
+        protocol_version: PROTOCOL_VERSION,
+        tcp_listen_port: 1,
+        group_name: "default".into(),
+        nonce: 7,
+        eph_pub_key: None,
+        identity: None,
+        shoal: None,
     }
 }
