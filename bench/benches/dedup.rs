@@ -7,7 +7,9 @@
 //!   under load). Baseline: remove the oldest id, insert the new one. `dedup_cache` gets
 //!   consecutive counters of one originator (a broadcast stream: 64 ids share a block);
 //!   `dedup_cache_sparse` gets counters 64 apart (one block per id: the worst case, e.g.
-//!   targeted traffic of which this node sees one message in 64 or fewer).
+//!   targeted traffic of which this node sees one message in 64 or fewer);
+//!   `dedup_cache_3_origins` gets consecutive counters of three originators taking turns
+//!   message by message (several publishers flooding at once).
 //! - `dedup_duplicate`: an id that is present (a duplicate arriving over a second path).
 //!   Baseline: `contains`.
 //!
@@ -25,16 +27,30 @@ const SIZES: [usize; 2] = [100_000, 10_000];
 /// Long enough that the age sweep never removes anything during a run: only the size bound acts.
 const TTL: Duration = Duration::from_secs(3600);
 const ORIGIN: PeerId = PeerId([0x5a; 16]);
+const ORIGINS: [PeerId; 3] = [PeerId([0x11; 16]), PeerId([0x5a; 16]), PeerId([0xc3; 16])];
 
 fn id(n: u64) -> MsgId {
     MsgId::new(&ORIGIN, n)
 }
 
-/// A cache holding ids `stride * (0..size)`, at its ceiling.
-fn full_cache(size: usize, stride: u64, now: Instant) -> DedupCache {
+/// The `n`-th id of a stream where every id is 64 counters past the previous one.
+fn sparse_id(n: u64) -> MsgId {
+    id(n * 64)
+}
+
+/// The `n`-th id of three consecutive streams taking turns.
+fn interleaved_id(n: u64) -> MsgId {
+    MsgId::new(&ORIGINS[(n % 3) as usize], n / 3)
+}
+
+/// The `n`-th id of a stream.
+type IdFn = fn(u64) -> MsgId;
+
+/// A cache holding ids `make(0..size)`, at its ceiling.
+fn full_cache(size: usize, make: IdFn, now: Instant) -> DedupCache {
     let mut c = DedupCache::new(size, TTL, now);
     for n in 0..size as u64 {
-        assert!(c.check_and_insert(id(n * stride), now));
+        assert!(c.check_and_insert(make(n), now));
     }
     assert_eq!(c.len(), size);
     c
@@ -67,12 +83,17 @@ fn bench_insert_evict(c: &mut Criterion) {
         });
         assert_eq!(set.len(), size);
 
-        for (name, stride) in [("dedup_cache", 1u64), ("dedup_cache_sparse", 64)] {
-            let mut cache = full_cache(size, stride, now);
+        let cases: [(&str, IdFn); 3] = [
+            ("dedup_cache", id),
+            ("dedup_cache_sparse", sparse_id),
+            ("dedup_cache_3_origins", interleaved_id),
+        ];
+        for (name, make) in cases {
+            let mut cache = full_cache(size, make, now);
             let mut next = size as u64;
             g.bench_function(format!("{name}/{size}"), |b| {
                 b.iter(|| {
-                    let fresh = cache.check_and_insert(black_box(id(next * stride)), now);
+                    let fresh = cache.check_and_insert(black_box(make(next)), now);
                     next += 1;
                     black_box(fresh)
                 })
@@ -103,7 +124,7 @@ fn bench_duplicate(c: &mut Criterion) {
             })
         });
 
-        let mut cache = full_cache(size, 1, now);
+        let mut cache = full_cache(size, id, now);
         let mut i = 0u64;
         g.bench_function(format!("dedup_cache/{size}"), |b| {
             b.iter(|| {

@@ -224,7 +224,7 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
     }
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker(run.mode, run.quiet, sent.clone(), counters);
-    let mut sink = MeshSink::broadcast(meshes[0].clone());
+    let mut sink = MeshSink::broadcast(&meshes[0], run.node.batch_bytes);
     let sampler = RssSampler::start_run(&run.shape, run.nodes);
     let published = traffic::publish(&mut sink, &run.shape, rand::random(), &sent, &stop);
     if published.is_err() {

@@ -95,6 +95,9 @@ struct DemoArgs {
     /// Target messages/s (0 = as fast as backpressure allows).
     #[arg(long, default_value_t = 0.0)]
     rate: f64,
+    /// Publisher batch size, bytes (0 = one call per message; see `pub --help`).
+    #[arg(long, default_value_t = shoal_mesh::node::DEFAULT_BATCH_BYTES)]
+    batch_bytes: usize,
     /// Data shards per node.
     #[arg(long, default_value_t = 1)]
     shards: usize,
@@ -150,6 +153,9 @@ struct BenchArgs {
     /// Warm-up per run, ms.
     #[arg(long, default_value_t = 500)]
     warmup_ms: u64,
+    /// Publisher batch size, bytes (0 = one call per message; see `pub --help`).
+    #[arg(long, default_value_t = shoal_mesh::node::DEFAULT_BATCH_BYTES)]
+    batch_bytes: usize,
     /// Data shards per node.
     #[arg(long, default_value_t = 1)]
     shards: usize,
@@ -261,6 +267,7 @@ fn demo(a: DemoArgs) -> Result<(), MainError> {
     let warmup = a.warmup_ms.unwrap_or((a.duration_ms / 5).min(500));
     let mut node = NodeArgs::loopback();
     node.shards = a.shards;
+    node.batch_bytes = a.batch_bytes;
     let run = LocalRun {
         nodes: a.nodes,
         shape: Shape {
@@ -342,6 +349,7 @@ fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
     }
     let mut node = NodeArgs::loopback();
     node.shards = a.shards;
+    node.batch_bytes = a.batch_bytes;
     node.psk = a.psk.clone();
     let template = LocalRun {
         nodes: 2,

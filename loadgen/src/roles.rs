@@ -117,7 +117,7 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker("pub", r.quiet, sent.clone(), Vec::new());
-    let mut sink = MeshSink::broadcast(mesh.clone());
+    let mut sink = MeshSink::broadcast(&mesh, r.node.batch_bytes);
     // One node in this process: this is the sender's RSS alone.
     let sampler = RssSampler::start_run(&r.shape, 1);
     let rep = traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop);

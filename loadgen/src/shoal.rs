@@ -4,7 +4,7 @@
 use crate::traffic::{Receiver, Sink, SinkError};
 use bytes::BytesMut;
 use shoal_mesh::{
-    Event, EventReceiver, Mesh, MeshBuilder, MeshConfig, OverflowPolicy, PeerId, PublishError,
+    Event, EventReceiver, Mesh, MeshBuilder, MeshConfig, OverflowPolicy, PublishError, Publisher,
 };
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +46,11 @@ pub struct NodeArgs {
     /// Pin shard i to CPU pin[i % len] (comma-separated CPU numbers).
     #[arg(long, value_delimiter = ',')]
     pub pin: Vec<usize>,
+    /// Publisher: hand messages to the node in batches of this many bytes (a
+    /// `shoal_mesh::Publisher`, flushed when full and before any wait, as raw TCP's
+    /// `BufWriter`); 0 = one `broadcast_blocking` call per message.
+    #[arg(long, default_value_t = shoal_mesh::node::DEFAULT_BATCH_BYTES)]
+    pub batch_bytes: usize,
     /// Pre-shared key (secured mode: ChaCha20-Poly1305 records on every link).
     #[arg(long)]
     pub psk: Option<String>,
@@ -100,6 +105,7 @@ impl NodeArgs {
             multicast_interface: None,
             shards: 1,
             pin: Vec::new(),
+            batch_bytes: shoal_mesh::node::DEFAULT_BATCH_BYTES,
             psk: None,
             overflow: Policy::Block,
             spin_us: 0,
@@ -174,51 +180,79 @@ pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) -> Result
     Ok(())
 }
 
-/// Publishes through a node: broadcast, or targeted at one peer.
+/// Publishes broadcasts through a node: through a batching [`Publisher`] (the default:
+/// frames packed into batches of [`Publisher::batch_bytes`], handed over when full and at
+/// every `flush`, as raw TCP's `BufWriter` does), or message by message with
+/// [`Mesh::broadcast_blocking`].
 pub struct MeshSink {
-    mesh: Mesh,
-    dst: Option<PeerId>,
-    /// Small payloads are cut from this block, one allocation per block instead of one per
-    /// message, as a high-rate publisher would do it (the API takes owned `Bytes`).
-    arena: BytesMut,
+    how: How,
 }
 
-/// Bytes per arena block of [`MeshSink`].
+enum How {
+    Batched(Publisher),
+    Single {
+        mesh: Mesh,
+        /// Small payloads are cut from this block, one allocation per block instead of one
+        /// per message, as a high-rate publisher would do it (the API takes owned `Bytes`).
+        arena: BytesMut,
+    },
+}
+
+/// Bytes per arena block of [`MeshSink`]'s message-by-message form.
 const ARENA_BLOCK: usize = 64 * 1024;
 
 impl MeshSink {
-    /// Broadcasts through `mesh`.
-    pub fn broadcast(mesh: Mesh) -> MeshSink {
+    /// Broadcasts through `mesh` one message per call.
+    pub fn single(mesh: Mesh) -> MeshSink {
         MeshSink {
-            mesh,
-            dst: None,
-            arena: BytesMut::new(),
+            how: How::Single {
+                mesh,
+                arena: BytesMut::new(),
+            },
         }
+    }
+
+    /// Batches of `batch_bytes`, or one message per call when it is 0.
+    pub fn broadcast(mesh: &Mesh, batch_bytes: usize) -> MeshSink {
+        if batch_bytes == 0 {
+            MeshSink::single(mesh.clone())
+        } else {
+            MeshSink {
+                how: How::Batched(mesh.publisher().with_batch_bytes(batch_bytes)),
+            }
+        }
+    }
+}
+
+fn sink_error(e: PublishError) -> SinkError {
+    match e {
+        PublishError::Stopped => SinkError::Fatal("node stopped".into()),
+        e @ PublishError::TooLarge { .. } => SinkError::Fatal(e.to_string()),
+        e => SinkError::Refused(e.to_string()),
     }
 }
 
 impl Sink for MeshSink {
     fn send(&mut self, payload: &[u8]) -> Result<(), SinkError> {
-        if self.arena.capacity() - self.arena.len() < payload.len() {
-            self.arena = BytesMut::with_capacity(ARENA_BLOCK.max(payload.len()));
+        match &mut self.how {
+            How::Batched(p) => p.broadcast_blocking(payload),
+            How::Single { mesh, arena } => {
+                if arena.capacity() - arena.len() < payload.len() {
+                    *arena = BytesMut::with_capacity(ARENA_BLOCK.max(payload.len()));
+                }
+                arena.extend_from_slice(payload);
+                mesh.broadcast_blocking(arena.split().freeze())
+            }
         }
-        self.arena.extend_from_slice(payload);
-        let b = self.arena.split().freeze();
-        let r = match self.dst {
-            None => self.mesh.broadcast_blocking(b),
-            Some(p) => self.mesh.send_blocking(p, b),
-        };
-        match r {
-            Ok(()) => Ok(()),
-            Err(PublishError::Stopped) => Err(SinkError::Fatal("node stopped".into())),
-            Err(e @ PublishError::TooLarge { .. }) => Err(SinkError::Fatal(e.to_string())),
-            Err(e) => Err(SinkError::Refused(e.to_string())),
-        }
+        .map_err(sink_error)
     }
 
     fn flush(&mut self) -> Result<(), SinkError> {
-        // The node's writers flush on their own as soon as frames are queued.
-        Ok(())
+        match &mut self.how {
+            How::Batched(p) => p.flush_blocking().map_err(sink_error),
+            // The node's writers flush on their own as soon as frames are queued.
+            How::Single { .. } => Ok(()),
+        }
     }
 }
 

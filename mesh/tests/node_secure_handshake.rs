@@ -90,8 +90,9 @@ fn still_serves(a: &Node) {
             .identity_seed_hex(hex::encode([2u8; 32]))
             .static_peer(ep(a.port())),
     );
+    // Both ends: b refuses to send (NoRoute) until its own side of the link is up.
     wait_until(10, "an honest peer still joins", || {
-        a.mesh.connected_peers().contains(&b.id())
+        a.mesh.connected_peers().contains(&b.id()) && b.mesh.connected_peers().contains(&a.id())
     });
     b.mesh.send_blocking(a.id(), "hello-a").unwrap();
     wait_until(10, "and its message arrives", || {

@@ -4,9 +4,9 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use shoal_mesh::wire::{
-    decode_frame, peek_frame_len, take_data, take_frame, Announce, AuthConfirm, Data, DecodeError,
-    DecodeStatus, Features, Frame, Hello, HelloIdentity, IdentityRecord, Membership,
-    ShoalExtension, MAX_MESSAGE_BYTES,
+    decode_frame, encode_data_into, peek_frame_len, take_data, take_frame, Announce, AuthConfirm,
+    Data, DecodeError, DecodeStatus, Features, Frame, Hello, HelloIdentity, IdentityRecord,
+    Membership, ShoalExtension, MAX_MESSAGE_BYTES,
 };
 use shoal_mesh::{MsgId, PeerId};
 
@@ -336,5 +336,33 @@ proptest! {
                 prop_assert!(d.mac.is_none() || d.mac_input.end + 16 <= input.len());
             }
         }
+    }
+}
+
+proptest! {
+    /// A batching publisher's run of frames, encoded back to back into one buffer: the reader
+    /// takes them one by one, each with its fields and payload intact, and nothing is left.
+    #[test]
+    fn a_run_of_encoded_frames_decodes_frame_by_frame(
+        src in peer(),
+        dst in peer(),
+        payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 1..20),
+        first in any::<u64>(),
+        ttl in any::<u8>(),
+    ) {
+        let mut run = BytesMut::new();
+        for (i, p) in payloads.iter().enumerate() {
+            let id = MsgId::new(&src, first.wrapping_add(i as u64));
+            encode_data_into(&mut run, &src, &dst, &id, ttl, p).unwrap();
+        }
+        for (i, p) in payloads.iter().enumerate() {
+            let d = take_data(&mut run, MAX_MESSAGE_BYTES).unwrap().expect("a whole Data frame");
+            prop_assert_eq!(d.src, src);
+            prop_assert_eq!(d.dst, dst);
+            prop_assert_eq!(d.ttl, ttl);
+            prop_assert_eq!(d.msg_id, MsgId::new(&src, first.wrapping_add(i as u64)));
+            prop_assert_eq!(&d.payload[..], &p[..]);
+        }
+        prop_assert!(run.is_empty());
     }
 }

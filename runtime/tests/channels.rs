@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use shoal_runtime::channel::{channel, channel_mesh, ingress};
+use shoal_runtime::channel::{channel, channel_mesh, ingress, ingress_weighted};
 use shoal_runtime::{Closed, ExecutorId, Runtime, TryRecvError, TrySendError};
 
 #[test]
@@ -226,6 +226,72 @@ fn ingress_try_send_full_and_closed() {
     assert!(tx.is_closed());
     assert_eq!(tx.try_send(3), Err(TrySendError::Closed(3)));
     assert_eq!(tx2.send_blocking(4).map_err(|e| e.0), Err(4));
+}
+
+/// A weighted ingress bounds the sum of weights, not the number of entries: a heavy entry
+/// takes the room of many light ones, an entry heavier than the bound goes only into an
+/// empty queue, and taking entries gives their weight back.
+#[test]
+fn weighted_ingress_bounds_the_sum_of_weights() {
+    let (tx, mut rx) = ingress_weighted::<Vec<u8>>(10, |v| v.len());
+    tx.try_send(vec![0; 6]).unwrap();
+    tx.try_send(vec![1; 4]).unwrap();
+    // Full by weight although only two entries are queued; an empty entry weighs 1.
+    assert_eq!(tx.try_send(vec![]), Err(TrySendError::Full(vec![])));
+    assert_eq!(rx.try_recv().unwrap(), vec![0; 6]);
+    tx.try_send(vec![2; 5]).unwrap();
+    assert_eq!(tx.try_send(vec![3; 2]), Err(TrySendError::Full(vec![3; 2])));
+    tx.try_send(vec![]).unwrap();
+    assert_eq!(tx.full_events(), 2);
+    // Drain, then one entry heavier than the whole bound fits an empty queue (alone).
+    while rx.try_recv().is_ok() {}
+    tx.try_send(vec![4; 25]).unwrap();
+    assert_eq!(tx.try_send(vec![5]), Err(TrySendError::Full(vec![5])));
+    assert_eq!(rx.try_recv().unwrap().len(), 25);
+    tx.try_send(vec![5]).unwrap();
+}
+
+/// Blocking senders of heavy and light entries through a small weighted ingress, drained by
+/// `recv_batch`: everything arrives in order per sender and nobody stays blocked.
+#[test]
+fn weighted_ingress_releases_blocked_senders_through_batches() {
+    let rt = Runtime::builder().shards(1).build().unwrap();
+    let (tx, mut rx) = ingress_weighted::<(u32, u32, usize)>(16, |e| e.2);
+    let consumer = rt
+        .spawn_on(ExecutorId::Shard(0), move || async move {
+            let mut next = [0u32; 2];
+            let mut weight = 0usize;
+            let mut batch = Vec::new();
+            while rx.recv_batch(&mut batch, 4).await.is_ok() {
+                for (t, seq, w) in batch.drain(..) {
+                    assert_eq!(seq, next[t as usize]);
+                    next[t as usize] += 1;
+                    weight += w;
+                }
+            }
+            (next, weight)
+        })
+        .unwrap();
+    let senders: Vec<_> = (0..2u32)
+        .map(|t| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut sent = 0;
+                for seq in 0..3_000u32 {
+                    let w = if t == 0 { 1 } else { 1 + (seq as usize % 12) };
+                    tx.send_blocking((t, seq, w)).unwrap();
+                    sent += w;
+                }
+                sent
+            })
+        })
+        .collect();
+    drop(tx);
+    let sent: usize = senders.into_iter().map(|s| s.join().unwrap()).sum();
+    let (next, weight) = consumer.join_blocking().unwrap();
+    assert_eq!(next, [3_000, 3_000]);
+    assert_eq!(weight, sent);
+    rt.join().unwrap();
 }
 
 #[test]

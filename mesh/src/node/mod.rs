@@ -18,7 +18,10 @@
 //!   lock-free channels. The control plane pushes routing tables (neighbour → link → shard);
 //!   no shard asks it anything on the message path.
 //! - **Application threads** enter through a bounded ingress queue into the shard that owns
-//!   this node's own id, which originates every message (ids, dedup pre-seeding, fan-out).
+//!   this node's own id, which originates every message (ids, fan-out). A [`Publisher`]
+//!   hands over whole batches of encoded frames instead (one ingress entry per batch, routed
+//!   once, queued on each link as one buffer); the ingress bounds the messages it holds, not
+//!   its entries, so batches run no further ahead than single messages.
 //!
 //! # Backpressure and loss
 //!
@@ -77,12 +80,14 @@ mod budget;
 mod control;
 pub mod event;
 mod msg;
+mod publisher;
 mod shard;
 mod shared;
 mod stats;
 
 pub use budget::OverflowPolicy;
 pub use event::{Callback, ErrorKind, Event, EventReceiver};
+pub use publisher::{Publisher, DEFAULT_BATCH_BYTES};
 pub use stats::{MeshStats, ShardStats};
 
 use crate::config::{ConfigError, MeshConfig};
@@ -97,7 +102,7 @@ use control::{Cmd, ControlInit};
 use event::EventHub;
 use shard::{Publish, ShardInit};
 use shared::{NodeShared, Snapshot};
-use shoal_runtime::channel::{channel_mesh, ingress, IngressSender};
+use shoal_runtime::channel::{channel_mesh, ingress, ingress_weighted, IngressSender};
 use shoal_runtime::{ExecutorId, Placement, Runtime, RuntimeError, SpawnError, TrySendError};
 use stats::Counters;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -441,6 +446,7 @@ impl MeshBuilder {
             snapshot: Mutex::new(Snapshot::default()),
             connected: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
+            unflushed_discarded: std::sync::atomic::AtomicU64::new(0),
             epoch: Instant::now(),
             cfg: self.cfg,
             secure: secure.map(|c| RwLock::new(Arc::new(c))),
@@ -578,7 +584,7 @@ impl Mesh {
         ids.push(ExecutorId::Control);
         let mut endpoints = channel_mesh(&ids, CHANNEL_CAPACITY);
         let control_ep = endpoints.pop().expect("control endpoint");
-        let (ptx, prx) = ingress::<Publish>(opts.publish_queue_capacity);
+        let (ptx, prx) = ingress_weighted(opts.publish_queue_capacity, Publish::weight);
         let (ctx_tx, ctx_rx) = ingress::<Cmd>(16);
         let origin = link_shard(&ns.me, shards);
         let mut prx = Some(prx);
@@ -685,6 +691,12 @@ impl Mesh {
         self.publish_try(peer, payload.into())
     }
 
+    /// A batching publisher for one application thread: many messages per hand-off to the
+    /// origin shard, for high message rates (see [`Publisher`]).
+    pub fn publisher(&self) -> Publisher {
+        Publisher::new(self.clone())
+    }
+
     /// A receiver of this node's events (see [`EventReceiver`]). Events are queued only while
     /// a receiver exists; take one before [`start`](Self::start) to see every event.
     pub fn events(&self) -> EventReceiver {
@@ -754,7 +766,9 @@ impl Mesh {
 
     /// Counters per shard, of the control plane, and their sum.
     pub fn stats(&self) -> MeshStats {
-        MeshStats::collect(&self.inner.ns.counters)
+        let mut s = MeshStats::collect(&self.inner.ns.counters);
+        s.unflushed_discarded = self.inner.ns.unflushed_discarded.load(Ordering::Relaxed);
+        s
     }
 
     fn snapshot<T>(&self, f: impl FnOnce(&Snapshot) -> T) -> T {
@@ -765,6 +779,13 @@ impl Mesh {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         f(&s)
+    }
+
+    /// Under the Block policy: true when some link's outbound queue has no room for `bytes`
+    /// now (what the `try_*` forms answer [`PublishError::Full`] for).
+    fn links_full_for(&self, bytes: usize) -> bool {
+        self.inner.ns.policy == OverflowPolicy::Block
+            && self.snapshot(|s| s.budgets.iter().any(|b| b.is_full_for(bytes)))
     }
 
     fn admit(&self, dst: PeerId, len: usize) -> Result<&IngressSender<Publish>, PublishError> {
@@ -785,26 +806,23 @@ impl Mesh {
 
     async fn publish_async(&self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
         let tx = self.admit(dst, payload.len())?;
-        tx.send(Publish { dst, payload })
+        tx.send(Publish::One { dst, payload })
             .await
             .map_err(|_| PublishError::Stopped)
     }
 
     fn publish_blocking(&self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
         let tx = self.admit(dst, payload.len())?;
-        tx.send_blocking(Publish { dst, payload })
+        tx.send_blocking(Publish::One { dst, payload })
             .map_err(|_| PublishError::Stopped)
     }
 
     fn publish_try(&self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
         let tx = self.admit(dst, payload.len())?;
-        let frame = crate::wire::DATA_HEADER_LEN + payload.len();
-        if self.inner.ns.policy == OverflowPolicy::Block
-            && self.snapshot(|s| s.budgets.iter().any(|b| b.is_full_for(frame)))
-        {
+        if self.links_full_for(crate::wire::DATA_HEADER_LEN + payload.len()) {
             return Err(PublishError::Full);
         }
-        match tx.try_send(Publish { dst, payload }) {
+        match tx.try_send(Publish::One { dst, payload }) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(PublishError::Full),
             Err(TrySendError::Closed(_)) => Err(PublishError::Stopped),

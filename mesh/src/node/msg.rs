@@ -1,9 +1,10 @@
 //! Messages between the executors of one node (over the runtime's SPSC channel mesh).
 
 use super::budget::LinkBudget;
+use super::shard::Out;
 use crate::crypto::{RecordOpener, RecordSealer};
 use crate::proto::{Link, LinkId};
-use crate::wire::{Data, DataHeader, IdentityRecord, Membership};
+use crate::wire::{Data, IdentityRecord, Membership};
 use crate::PeerId;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
@@ -51,12 +52,9 @@ pub(crate) enum Msg {
     // shard -> shard
     /// Route this Data frame received on `from` (sent to the shard owning its dedup state).
     Relay { from: LinkId, data: Data },
-    /// Queue this Data frame on `link` (sent to the link's shard; bytes already reserved).
-    Transmit {
-        link: LinkId,
-        header: DataHeader,
-        payload: Bytes,
-    },
+    /// Queue these Data frame bytes on `link` (sent to the link's shard; bytes already
+    /// reserved).
+    Transmit { link: LinkId, out: Out },
     // shard -> control plane
     /// `link` ended.
     LinkClosed { link: LinkId },

@@ -80,12 +80,33 @@ const SEAL_BUF_KEEP: usize = 1024 * 1024;
 /// the writer is stuck on a full socket.
 const TIMER_CAP: Duration = Duration::from_millis(200);
 
-/// A message from the application, entering through the origin shard's ingress queue.
+/// What the application hands over, entering through the origin shard's ingress queue.
 #[derive(Debug)]
-pub(crate) struct Publish {
-    /// Destination, [`PeerId::ZERO`] for a broadcast.
-    pub(crate) dst: PeerId,
-    pub(crate) payload: Bytes,
+pub(crate) enum Publish {
+    /// One message ([`crate::Mesh::broadcast`] and friends).
+    One {
+        /// Destination, [`PeerId::ZERO`] for a broadcast.
+        dst: PeerId,
+        payload: Bytes,
+    },
+    /// `count` whole Data frames for `dst`, encoded back to back (ids and ttl included) by
+    /// a [`super::Publisher`].
+    Batch {
+        dst: PeerId,
+        frames: BytesMut,
+        count: usize,
+    },
+}
+
+impl Publish {
+    /// Messages it carries: the ingress bounds their sum, so a batching publisher runs no
+    /// further ahead of its shard than one publishing message by message.
+    pub(crate) fn weight(&self) -> usize {
+        match self {
+            Publish::One { .. } => 1,
+            Publish::Batch { count, .. } => *count,
+        }
+    }
 }
 
 /// What a shard task starts with.
@@ -98,11 +119,25 @@ pub(crate) struct ShardInit {
     pub(crate) seed: u64,
 }
 
-enum Out {
+/// Bytes queued on a link.
+#[derive(Debug)]
+pub(crate) enum Out {
+    /// One Data frame as its header and payload (written without joining them).
     Data(DataHeader, Bytes),
-    /// A ready-encoded frame and the budget bytes it holds (0 for the link's own control
-    /// frames: Hello, Heartbeat, Goodbye).
+    /// Ready-encoded bytes (one frame, or a batching publisher's run of Data frames) and the
+    /// budget bytes they hold (0 for the link's own control frames: Hello, Heartbeat,
+    /// Goodbye).
     Raw(Bytes, usize),
+}
+
+impl Out {
+    /// The link budget bytes it holds.
+    fn held(&self) -> usize {
+        match self {
+            Out::Data(_, p) => DATA_HEADER_LEN + p.len(),
+            Out::Raw(_, n) => *n,
+        }
+    }
 }
 
 /// Which task routes a frame, which decides what it may wait for.
@@ -309,13 +344,9 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
                 settle(ctx, &mut waits).await;
             }
         }
-        Msg::Transmit {
-            link,
-            header,
-            payload,
-        } => {
-            let n = DATA_HEADER_LEN + payload.len();
-            enqueue_reserved(ctx, link, Out::Data(header, payload), n, None);
+        Msg::Transmit { link, out } => {
+            let n = out.held();
+            enqueue_reserved(ctx, link, out, n, None);
         }
         Msg::LinkClosed { .. }
         | Msg::MembershipIn { .. }
@@ -580,13 +611,14 @@ enum Wait {
     },
     /// A Message event that waits for room in the application's event queue.
     Deliver(Event),
-    /// An originated frame that waits for room on a link (Block policy).
+    /// An originated frame (or batch of `frames`) that waits for room on a link (Block
+    /// policy).
     Reserve {
         link: LinkId,
         owner: usize,
         budget: Arc<LinkBudget>,
-        header: DataHeader,
-        payload: Bytes,
+        out: Out,
+        frames: u64,
     },
 }
 
@@ -607,11 +639,10 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
                 link,
                 owner,
                 budget,
-                header,
-                payload,
+                out,
+                frames,
             } => {
-                let n = DATA_HEADER_LEN + payload.len();
-                match budget.reserve(n).await {
+                match budget.reserve(out.held()).await {
                     Some(total) => {
                         let mut later = Vec::new();
                         transmit(
@@ -619,8 +650,8 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
                             link,
                             owner,
                             &budget,
-                            header,
-                            payload,
+                            out,
+                            frames,
                             total,
                             Path::Origin,
                             &mut later,
@@ -840,12 +871,30 @@ fn fan_out(
     path: Path,
     waits: &mut Vec<Wait>,
 ) {
-    let c = ctx.counters();
     let Ok(header) = DataHeader::new(&meta.src, &meta.dst, &meta.msg_id, ttl, payload.len()) else {
-        inc(&c.oversize_frames);
+        inc(&ctx.counters().oversize_frames);
         return;
     };
     let n = DATA_HEADER_LEN + payload.len();
+    fan_out_with(ctx, n, 1, except, only, path, waits, || {
+        Out::Data(header, payload.clone())
+    });
+}
+
+/// Queues what `make` builds (`n` bytes holding `frames` Data frames) on `only`, or on every
+/// routed link except `except`, as [`fan_out`] describes.
+#[allow(clippy::too_many_arguments)]
+fn fan_out_with(
+    ctx: &Rc<Ctx>,
+    n: usize,
+    frames: u64,
+    except: Option<LinkId>,
+    only: Option<LinkId>,
+    path: Path,
+    waits: &mut Vec<Wait>,
+    make: impl Fn() -> Out,
+) {
+    let c = ctx.counters();
     let policy = ctx.ns.policy;
     // Read-only borrow for the whole fan-out: nothing below mutates the shard tables
     // (`enqueue_reserved` only reads them), so no budget `Arc` is cloned per target.
@@ -860,13 +909,13 @@ fn fan_out(
                     link,
                     owner: *owner,
                     budget: budget.clone(),
-                    header,
-                    payload: payload.clone(),
+                    out: make(),
+                    frames,
                 });
             } else if budget.is_closed() {
-                inc(&c.dropped_no_route);
+                add(&c.dropped_no_route, frames);
             } else {
-                inc(&c.dropped_queue_full);
+                add(&c.dropped_queue_full, frames);
                 if let OverflowPolicy::Disconnect { after } = policy {
                     budget.note_full(after);
                 }
@@ -878,8 +927,8 @@ fn fan_out(
             link,
             *owner,
             budget,
-            header,
-            payload.clone(),
+            make(),
+            frames,
             total,
             path,
             waits,
@@ -897,41 +946,37 @@ fn fan_out(
     }
 }
 
-/// Queues a Data frame whose bytes (`total` now queued on the link) are reserved: on this
-/// shard directly, or as a hop to the link's shard.
+/// Queues reserved bytes holding `frames` Data frames (`total` now queued on the link): on
+/// this shard directly, or as a hop to the link's shard.
 #[allow(clippy::too_many_arguments)]
 fn transmit(
     ctx: &Rc<Ctx>,
     link: LinkId,
     owner: usize,
     budget: &Arc<LinkBudget>,
-    header: DataHeader,
-    payload: Bytes,
+    out: Out,
+    frames: u64,
     total: usize,
     path: Path,
     waits: &mut Vec<Wait>,
 ) {
     let c = ctx.counters();
-    let n = DATA_HEADER_LEN + payload.len();
+    let n = out.held();
     raise(&c.peak_queued_bytes, total as u64);
-    inc(&c.frames_queued);
+    add(&c.frames_queued, frames);
     if owner == ctx.idx {
-        enqueue_reserved(ctx, link, Out::Data(header, payload), n, Some(budget));
+        enqueue_reserved(ctx, link, out, n, Some(budget));
         return;
     }
     inc(&c.hops_out);
-    let m = Msg::Transmit {
-        link,
-        header,
-        payload,
-    };
+    let m = Msg::Transmit { link, out };
     match ctx.ch.offer(owner, m) {
         Offer::Sent => {}
         Offer::Gone => budget.release(n),
         // The inbox never waits for another shard's ring: that shard's inbox may be
         // waiting for ours.
         Offer::Busy(_) if path == Path::Inbox => {
-            inc(&c.dropped_queue_full);
+            add(&c.dropped_queue_full, frames);
             budget.release(n);
         }
         Offer::Busy(msg) => waits.push(Wait::Hop {
@@ -1222,10 +1267,7 @@ fn teardown(ctx: &Rc<Ctx>, l: &LinkRc, who: Who, err: Option<(ErrorKind, String)
         c.finished = true;
         let mut rel = 0;
         for o in c.queue.drain(..) {
-            rel += match o {
-                Out::Data(_, p) => DATA_HEADER_LEN + p.len(),
-                Out::Raw(_, n) => n,
-            };
+            rel += o.held();
         }
         c.budget.release(rel);
         c.budget.close();
@@ -1323,6 +1365,13 @@ impl std::future::Future for YieldNow {
 }
 
 fn originate(ctx: &Rc<Ctx>, p: Publish, waits: &mut Vec<Wait>) {
+    match p {
+        Publish::One { dst, payload } => originate_one(ctx, dst, payload, waits),
+        Publish::Batch { dst, frames, count } => originate_batch(ctx, dst, frames, count, waits),
+    }
+}
+
+fn originate_one(ctx: &Rc<Ctx>, dst: PeerId, payload: Bytes, waits: &mut Vec<Wait>) {
     let c = ctx.counters();
     inc(&c.originated);
     let me = ctx.ns.me;
@@ -1330,11 +1379,11 @@ fn originate(ctx: &Rc<Ctx>, p: Publish, waits: &mut Vec<Wait>) {
         let mut s = ctx.st.borrow_mut();
         let s = &mut *s;
         let id = s.gen.next_id();
-        (id, s.router.originate(&s.table, p.dst))
+        (id, s.router.originate(&s.table, dst))
     };
     let meta = DataMeta {
         src: me,
-        dst: p.dst,
+        dst,
         msg_id,
         ttl: 0,
     };
@@ -1342,27 +1391,20 @@ fn originate(ctx: &Rc<Ctx>, p: Publish, waits: &mut Vec<Wait>) {
         Route::Deliver => {
             let d = Data {
                 src: me,
-                dst: p.dst,
+                dst,
                 msg_id,
                 ttl: 0,
-                payload: p.payload,
+                payload,
             };
             deliver(ctx, d, waits);
         }
-        Route::Forward { except, ttl } => fan_out(
-            ctx,
-            &meta,
-            &p.payload,
-            except,
-            None,
-            ttl,
-            Path::Origin,
-            waits,
-        ),
+        Route::Forward { except, ttl } => {
+            fan_out(ctx, &meta, &payload, except, None, ttl, Path::Origin, waits)
+        }
         Route::Unicast { link, ttl } => fan_out(
             ctx,
             &meta,
-            &p.payload,
+            &payload,
             None,
             Some(link),
             ttl,
@@ -1372,6 +1414,59 @@ fn originate(ctx: &Rc<Ctx>, p: Publish, waits: &mut Vec<Wait>) {
         Route::DeliverAndForward { .. } => {}
         Route::Drop(_) => inc(&c.dropped_no_route),
     }
+}
+
+/// A batching publisher's run of `count` whole Data frames for `dst`: routed once and
+/// queued on each link as one buffer, without touching its bytes (they are in the
+/// publisher's CPU cache, and the kernel's copy into the socket is their first read here).
+fn originate_batch(
+    ctx: &Rc<Ctx>,
+    dst: PeerId,
+    mut frames: BytesMut,
+    count: usize,
+    waits: &mut Vec<Wait>,
+) {
+    let c = ctx.counters();
+    add(&c.originated, count as u64);
+    let route = {
+        let mut s = ctx.st.borrow_mut();
+        let s = &mut *s;
+        s.router.originate_many(&s.table, dst, count as u64)
+    };
+    match route {
+        Route::Deliver => {
+            while let Ok(Some(d)) = take_data(&mut frames, u32::MAX) {
+                deliver(ctx, d, waits);
+            }
+        }
+        Route::Forward { except, .. } => queue_run(ctx, frames, count, except, None, waits),
+        Route::Unicast { link, .. } => queue_run(ctx, frames, count, None, Some(link), waits),
+        Route::DeliverAndForward { .. } => {}
+        Route::Drop(_) => add(&c.dropped_no_route, count as u64),
+    }
+}
+
+/// Queues a run of `count` frames on its links as one shared buffer.
+fn queue_run(
+    ctx: &Rc<Ctx>,
+    frames: BytesMut,
+    count: usize,
+    except: Option<LinkId>,
+    only: Option<LinkId>,
+    waits: &mut Vec<Wait>,
+) {
+    let run = frames.freeze();
+    let n = run.len();
+    fan_out_with(
+        ctx,
+        n,
+        count as u64,
+        except,
+        only,
+        Path::Origin,
+        waits,
+        || Out::Raw(run.clone(), n),
+    );
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use futures_util::lock::Mutex as AsyncMutex;
 use shoal_runtime::channel::Sender;
 use shoal_runtime::{ExecutorId, TrySendError};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -38,6 +38,9 @@ pub(crate) struct NodeShared {
     pub(crate) snapshot: Mutex<Snapshot>,
     pub(crate) connected: AtomicUsize,
     pub(crate) stopping: AtomicBool,
+    /// Messages of [`super::Publisher`]s dropped on an executor thread with no room to hand
+    /// them over (the only counter application threads write).
+    pub(crate) unflushed_discarded: AtomicU64,
     pub(crate) epoch: Instant,
     /// Secured mesh: the handshake context. Replaced (never mutated) when the trust policy
     /// changes; a handshake keeps the context it started with and is re-checked at the end.

@@ -124,6 +124,9 @@ pub struct MeshStats {
     pub shards: Vec<ShardStats>,
     /// The control plane's counters (handshake-time malformed input, control events).
     pub control: ShardStats,
+    /// Messages lost because a [`super::Publisher`] was dropped on an executor thread with
+    /// a batch the ingress had no room for (or after the node stopped).
+    pub unflushed_discarded: u64,
 }
 
 impl MeshStats {
@@ -139,6 +142,7 @@ impl MeshStats {
             total,
             shards,
             control,
+            unflushed_discarded: 0,
         }
     }
 }

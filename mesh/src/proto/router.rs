@@ -278,6 +278,29 @@ impl Router {
     /// node, which is what pre-seeding the id (the C++ library's way) achieves, minus the cache
     /// traffic and minus the re-flood of an echo that outlived its cache entry.
     pub fn originate(&mut self, table: &RoutingTable, dst: PeerId) -> Route {
+        self.originate_many(table, dst, 1)
+    }
+
+    /// Routes `count` messages this node originates for one destination at once (a batch):
+    /// the decision [`originate`](Self::originate) makes for each, counted `count` times.
+    pub fn originate_many(&mut self, table: &RoutingTable, dst: PeerId, count: u64) -> Route {
+        let route = self.originate_one(table, dst);
+        if count > 1 {
+            let more = count - 1;
+            match route {
+                Route::Deliver => self.stats.delivered += more,
+                Route::Forward { .. } => self.stats.forwarded += more,
+                Route::Unicast { .. } => self.stats.unicast += more,
+                Route::Drop(DropReason::NoRoute) => self.stats.dropped_no_route += more,
+                // Not decisions `originate` makes.
+                Route::Drop(DropReason::Duplicate | DropReason::TtlExpired)
+                | Route::DeliverAndForward { .. } => {}
+            }
+        }
+        route
+    }
+
+    fn originate_one(&mut self, table: &RoutingTable, dst: PeerId) -> Route {
         if dst == self.me {
             self.stats.delivered += 1;
             return Route::Deliver;
@@ -458,6 +481,34 @@ mod tests {
                 ttl: 8
             }
         );
+    }
+
+    #[test]
+    fn a_batch_is_routed_once_and_counted_per_message() {
+        let (mut r, t, _) = setup();
+        assert_eq!(
+            r.originate_many(&t, PeerId::ZERO, 5),
+            Route::Forward {
+                except: None,
+                ttl: 8
+            }
+        );
+        assert_eq!(
+            r.originate_many(&t, p(2), 3),
+            Route::Unicast {
+                link: LinkId(2),
+                ttl: 8
+            }
+        );
+        assert_eq!(r.originate_many(&t, p(1), 2), Route::Deliver);
+        let s = r.stats();
+        assert_eq!((s.forwarded, s.unicast, s.delivered), (5, 3, 2));
+        let empty = RoutingTable::new();
+        assert_eq!(
+            r.originate_many(&empty, PeerId::ZERO, 4),
+            Route::Drop(DropReason::NoRoute)
+        );
+        assert_eq!(r.stats().dropped_no_route, 4);
     }
 
     #[test]

@@ -126,6 +126,23 @@ impl DataHeader {
     }
 }
 
+/// Appends a whole Data frame (header and payload) to `out`: how a batching publisher packs
+/// frames back to back into one buffer.
+pub fn encode_data_into(
+    out: &mut bytes::BytesMut,
+    src: &PeerId,
+    dst: &PeerId,
+    msg_id: &MsgId,
+    ttl: u8,
+    payload: &[u8],
+) -> Result<(), EncodeError> {
+    let h = DataHeader::new(src, dst, msg_id, ttl, payload.len())?;
+    out.reserve(DATA_HEADER_LEN + payload.len());
+    out.extend_from_slice(&h.0);
+    out.extend_from_slice(payload);
+    Ok(())
+}
+
 // The header is the length prefix, type byte and fixed body; keep the constants honest.
 const _: () = assert!(DATA_HEADER_LEN == LENGTH_PREFIX_LEN + 1 + DATA_BODY_FIXED);
 const _: () = assert!(FRAME_HEADER_LEN == LENGTH_PREFIX_LEN + 1);

@@ -55,7 +55,7 @@ mod frame;
 mod hello_ext;
 
 pub use announce::{Announce, AnnounceFilter, AnnounceReject, DecodedAnnounce};
-pub use data::{Data, DataHeader};
+pub use data::{encode_data_into, Data, DataHeader};
 pub use defaults::*;
 pub use error::{DecodeError, DecodeStatus, EncodeError};
 pub use frame::{

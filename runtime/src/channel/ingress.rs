@@ -10,6 +10,12 @@
 //! after every message taken: a publisher faster than its executor then parks and wakes
 //! once per half queue instead of once per receive batch (each wake is a futex call and
 //! two context switches, which on two cores cost more than the messages themselves).
+//!
+//! A **weighted** ingress ([`ingress_weighted`]) bounds the sum of its entries' weights
+//! instead of their number: a producer that hands over many messages in one entry (a batch)
+//! then cannot run further ahead of the executor than one that hands them over one by one.
+//! The bound is checked with one compare-and-swap per entry on a counter the receiver updates
+//! once per received batch.
 
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -24,6 +30,10 @@ use crate::error::{Closed, SendError, TryRecvError, TrySendError};
 
 struct Shared<T> {
     queue: ArrayQueue<T>,
+    /// Weighted mode: the weight of an entry (at least 1 counts), the sum queued, its ceiling.
+    weigh: Option<fn(&T) -> usize>,
+    load: AtomicUsize,
+    max_load: usize,
     rx_notify: Notify,
     /// In its own `Arc` so a panicking receiver can hand the final notify to a helper thread.
     room: Arc<Event>,
@@ -33,19 +43,68 @@ struct Shared<T> {
 }
 
 impl<T> Shared<T> {
-    /// Called by the receiver after taking messages.
-    fn taken(&self) {
+    /// The weight `value` counts for (0 when the ingress is not weighted).
+    fn weight(&self, value: &T) -> usize {
+        self.weigh.map_or(0, |f| f(value).max(1))
+    }
+
+    /// Called by the receiver after taking messages weighing `w` in all.
+    fn taken(&self, w: usize) {
         // Blocked senders are woken once at most half the queue is taken.
-        if self.queue.len() <= self.queue.capacity() / 2 {
+        let half = if self.weigh.is_some() {
+            self.load.fetch_sub(w, Ordering::AcqRel) - w <= self.max_load / 2
+        } else {
+            self.queue.len() <= self.queue.capacity() / 2
+        };
+        if half {
             self.room.notify(usize::MAX);
+        }
+    }
+
+    /// Weighted mode: claims room for `w`; an entry heavier than the whole bound is admitted
+    /// only into an empty queue, so it cannot be refused forever.
+    fn claim(&self, w: usize) -> bool {
+        let mut cur = self.load.load(Ordering::Relaxed);
+        loop {
+            if cur != 0 && cur + w > self.max_load {
+                return false;
+            }
+            match self
+                .load
+                .compare_exchange_weak(cur, cur + w, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
         }
     }
 }
 
 /// Creates a bounded multi-producer channel of `capacity` messages into one consumer.
 pub fn ingress<T: Send>(capacity: usize) -> (IngressSender<T>, IngressReceiver<T>) {
+    make(capacity, None)
+}
+
+/// Creates a bounded multi-producer channel into one consumer that holds entries weighing
+/// at most `max_weight` in all, `weigh` giving each entry's weight (0 counts as 1). An entry
+/// heavier than `max_weight` is accepted only when the queue is empty.
+pub fn ingress_weighted<T: Send>(
+    max_weight: usize,
+    weigh: fn(&T) -> usize,
+) -> (IngressSender<T>, IngressReceiver<T>) {
+    make(max_weight, Some(weigh))
+}
+
+fn make<T: Send>(
+    capacity: usize,
+    weigh: Option<fn(&T) -> usize>,
+) -> (IngressSender<T>, IngressReceiver<T>) {
     let shared = Arc::new(Shared {
+        // Every entry weighs at least 1, so the weight bound is also an entry bound.
         queue: ArrayQueue::new(capacity.max(1)),
+        weigh,
+        load: AtomicUsize::new(0),
+        max_load: capacity.max(1),
         rx_notify: Notify::default(),
         room: Arc::new(Event::new()),
         senders: AtomicUsize::new(1),
@@ -97,12 +156,20 @@ impl<T> IngressSender<T> {
         if s.rx_closed.load(Ordering::Acquire) {
             return Err(TrySendError::Closed(value));
         }
+        let w = s.weight(&value);
+        if w > 0 && !s.claim(w) {
+            s.full_events.fetch_add(1, Ordering::Relaxed);
+            return Err(TrySendError::Full(value));
+        }
         match s.queue.push(value) {
             Ok(()) => {
                 s.rx_notify.notify();
                 Ok(())
             }
             Err(value) => {
+                if w > 0 {
+                    s.taken(w);
+                }
                 s.full_events.fetch_add(1, Ordering::Relaxed);
                 Err(TrySendError::Full(value))
             }
@@ -177,7 +244,7 @@ impl<T> IngressReceiver<T> {
     pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
         match self.shared.queue.pop() {
             Some(v) => {
-                self.shared.taken();
+                self.shared.taken(self.shared.weight(&v));
                 Ok(v)
             }
             None if self.senders_gone() => Err(TryRecvError::Closed),
@@ -192,21 +259,22 @@ impl<T> IngressReceiver<T> {
 
     /// Waits until something is queued, then moves up to `max` messages into `out`.
     pub async fn recv_batch(&mut self, out: &mut Vec<T>, max: usize) -> Result<usize, Closed> {
-        let first = self.recv().await?;
+        let first = poll_fn(|cx| self.poll_take(cx)).await?;
+        let s = &*self.shared;
+        let mut w = s.weight(&first);
         out.push(first);
         let mut n = 1;
         while n < max {
-            match self.shared.queue.pop() {
+            match s.queue.pop() {
                 Some(v) => {
+                    w += s.weight(&v);
                     out.push(v);
                     n += 1;
                 }
                 None => break,
             }
         }
-        if n > 1 {
-            self.shared.taken();
-        }
+        s.taken(w);
         Ok(n)
     }
 
@@ -215,15 +283,23 @@ impl<T> IngressReceiver<T> {
     }
 
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, Closed>> {
+        let r = self.poll_take(cx);
+        if let Poll::Ready(Ok(v)) = &r {
+            self.shared.taken(self.shared.weight(v));
+        }
+        r
+    }
+
+    /// Pops one message (registering for a wake-up when there is none) without giving its
+    /// room back: the caller calls `taken`.
+    fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, Closed>> {
         let s = &*self.shared;
         if let Some(v) = s.queue.pop() {
-            s.taken();
             return Poll::Ready(Ok(v));
         }
         s.rx_notify.prepare_wait(cx.waker());
         if let Some(v) = s.queue.pop() {
             s.rx_notify.cancel_wait();
-            s.taken();
             return Poll::Ready(Ok(v));
         }
         if self.senders_gone() {

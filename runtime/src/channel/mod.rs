@@ -18,7 +18,7 @@ mod notify;
 mod p2p;
 mod spsc;
 
-pub use ingress::{ingress, IngressReceiver, IngressSender};
+pub use ingress::{ingress, ingress_weighted, IngressReceiver, IngressSender};
 pub use mesh::{channel_mesh, MeshEndpoint, MeshReceiver};
 pub(crate) use notify::flush_deferred_wakes;
 pub use p2p::{channel, Receiver, Sender};

@@ -1,0 +1,283 @@
+//! [`Publisher`]: many messages per hand-off from an application thread to the origin shard.
+//!
+//! Each [`Mesh::broadcast`] is one entry in the origin shard's ingress queue, and on the
+//! shard one pop, one id, one routing decision, one budget reservation per link and one copy
+//! into the link's write buffer. At small payloads that per-message work, on two threads,
+//! costs more than the bytes. A `Publisher` encodes whole Data frames back to back into one
+//! buffer on the application thread (the copy the application would make anyway), message
+//! ids included; the shard routes the run once, reserves its bytes once per link and hands
+//! the buffer to the socket as it is, without reading it: the frames are in the publishing
+//! core's cache, and having the shard write ids into them (tried first) cost a cache miss
+//! per frame on the shard, which at 1 KiB made the whole run slower than publishing message
+//! by message.
+//!
+//! Ids: each publisher numbers its messages from its own random 64-bit starting point, as
+//! each originating shard does (`MsgIdGen`), so ids of different generators of one node
+//! collide only if two random starting points fall within one run's length of each other.
+//!
+//! The price is latency: a message waits in the batch until the batch holds
+//! [`Publisher::batch_bytes`], until a message for another destination arrives, or until
+//! [`flush`](Publisher::flush) (or one of its forms). Flush before waiting for anything, as
+//! with a buffered writer. Messages of one `Publisher` keep their order; against messages sent
+//! through [`Mesh`] directly (or another `Publisher`) they are ordered only from the flush on.
+//!
+//! Bounds: a batch is at most `batch_bytes` plus one message; the ingress counts a batch as
+//! the number of messages it holds, so batching never lets a publisher run further ahead of
+//! its shard (`publish_queue_capacity` messages) than publishing message by message.
+
+use super::shard::Publish;
+use super::{Mesh, PublishError};
+use crate::proto::MsgIdGen;
+use crate::wire::{encode_data_into, DATA_HEADER_LEN};
+use crate::PeerId;
+use bytes::BytesMut;
+use shoal_runtime::channel::IngressSender;
+use shoal_runtime::TrySendError;
+use std::sync::atomic::Ordering;
+
+/// Default [`Publisher::batch_bytes`]: big enough that the per-batch work vanishes behind
+/// the bytes, small enough to stay in the CPU caches between the two threads.
+pub const DEFAULT_BATCH_BYTES: usize = 16 * 1024;
+
+/// Buffers allocated per this many bytes of batches (one allocation serves several batches).
+const ARENA_BATCHES: usize = 4;
+
+/// A batching publishing handle for one application thread (see the [module
+/// docs](self)). Created by [`Mesh::publisher`]; keeps the node alive like a [`Mesh`] clone.
+///
+/// Every method checks what [`Mesh::broadcast`] checks (payload size, node running, a peer
+/// connected) when the message is added, and fails the same way. The waiting forms wait for
+/// ingress room only when a full batch is handed over. Dropping a `Publisher` flushes it:
+/// waiting for room on a plain thread (as a buffered writer does); on an executor thread or
+/// while unwinding from a panic without waiting, counting what did not fit in
+/// [`super::MeshStats::unflushed_discarded`].
+#[derive(Debug)]
+pub struct Publisher {
+    mesh: Mesh,
+    buf: BytesMut,
+    /// Destination of the messages in `buf`.
+    dst: PeerId,
+    /// Messages in `buf`.
+    count: usize,
+    batch_bytes: usize,
+    ids: MsgIdGen,
+}
+
+/// How a hand-over may wait.
+enum Wait {
+    Block,
+    Never,
+}
+
+impl Publisher {
+    pub(super) fn new(mesh: Mesh) -> Publisher {
+        let ids = MsgIdGen::new(mesh.inner.ns.me, rand::random());
+        Publisher {
+            mesh,
+            buf: BytesMut::new(),
+            dst: PeerId::ZERO,
+            count: 0,
+            batch_bytes: DEFAULT_BATCH_BYTES,
+            ids,
+        }
+    }
+
+    /// Hands a batch over once it holds at least `bytes` (frames included; at least one
+    /// message per batch whatever the value). Default [`DEFAULT_BATCH_BYTES`].
+    pub fn with_batch_bytes(mut self, bytes: usize) -> Publisher {
+        self.batch_bytes = bytes.max(1);
+        self
+    }
+
+    /// The batch size this publisher hands over at.
+    pub fn batch_bytes(&self) -> usize {
+        self.batch_bytes
+    }
+
+    /// Messages added but not handed over yet.
+    pub fn pending(&self) -> usize {
+        self.count
+    }
+
+    /// Adds a broadcast; hands the batch over when it is full, blocking this thread while the
+    /// ingress has no room. Never call it on an executor thread.
+    pub fn broadcast_blocking(&mut self, payload: &[u8]) -> Result<(), PublishError> {
+        self.send_blocking(PeerId::ZERO, payload)
+    }
+
+    /// Adds a message for `peer` (relayed if it is not a neighbour); hands the batch over
+    /// when it is full, blocking this thread while the ingress has no room.
+    pub fn send_blocking(&mut self, peer: PeerId, payload: &[u8]) -> Result<(), PublishError> {
+        if self.count > 0 && peer != self.dst {
+            self.flush_blocking()?;
+        }
+        self.add(peer, payload)?;
+        if self.buf.len() >= self.batch_bytes {
+            self.flush_blocking()?;
+        }
+        Ok(())
+    }
+
+    /// Adds a broadcast; hands the batch over when it is full, waiting asynchronously for
+    /// ingress room.
+    pub async fn broadcast(&mut self, payload: &[u8]) -> Result<(), PublishError> {
+        self.send(PeerId::ZERO, payload).await
+    }
+
+    /// Adds a message for `peer`; hands the batch over when it is full, waiting
+    /// asynchronously for ingress room.
+    pub async fn send(&mut self, peer: PeerId, payload: &[u8]) -> Result<(), PublishError> {
+        if self.count > 0 && peer != self.dst {
+            self.flush().await?;
+        }
+        self.add(peer, payload)?;
+        if self.buf.len() >= self.batch_bytes {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Adds a broadcast without ever waiting. [`PublishError::Full`] (message not added) when
+    /// the batch is full, or holds messages for another destination, and cannot be handed
+    /// over now.
+    pub fn try_broadcast(&mut self, payload: &[u8]) -> Result<(), PublishError> {
+        self.try_send(PeerId::ZERO, payload)
+    }
+
+    /// Adds a message for `peer` without ever waiting; see [`try_broadcast`](Self::try_broadcast).
+    pub fn try_send(&mut self, peer: PeerId, payload: &[u8]) -> Result<(), PublishError> {
+        if self.count > 0 && (peer != self.dst || self.buf.len() >= self.batch_bytes) {
+            self.try_flush()?;
+        }
+        self.add(peer, payload)?;
+        if self.buf.len() >= self.batch_bytes {
+            // Added either way; a batch that does not fit now goes with the next call.
+            match self.try_flush() {
+                Ok(()) | Err(PublishError::Full) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the pending messages over, blocking this thread while the ingress has no room.
+    pub fn flush_blocking(&mut self) -> Result<(), PublishError> {
+        self.hand_over(Wait::Block)
+    }
+
+    /// Hands the pending messages over without waiting; [`PublishError::Full`] (batch kept)
+    /// when the ingress or, under the Block policy, a link's outbound queue has no room now.
+    pub fn try_flush(&mut self) -> Result<(), PublishError> {
+        self.hand_over(Wait::Never)
+    }
+
+    /// Hands the pending messages over, waiting asynchronously for ingress room.
+    pub async fn flush(&mut self) -> Result<(), PublishError> {
+        let Some((tx, batch)) = self.take_batch()? else {
+            return Ok(());
+        };
+        tx.send(batch).await.map_err(|_| PublishError::Stopped)
+    }
+
+    /// Checks the message as [`Mesh::broadcast`] would and appends its frame to the batch.
+    fn add(&mut self, dst: PeerId, payload: &[u8]) -> Result<(), PublishError> {
+        self.mesh.admit(dst, payload.len())?;
+        let ns = &self.mesh.inner.ns;
+        let frame = DATA_HEADER_LEN + payload.len();
+        if self.buf.capacity() - self.buf.len() < frame {
+            // A fresh block for several batches; the batches already handed over keep the
+            // old one alive until their writes are done.
+            let block = self.batch_bytes.saturating_mul(ARENA_BATCHES);
+            self.buf.reserve(block.max(frame));
+        }
+        encode_data_into(
+            &mut self.buf,
+            &ns.me,
+            &dst,
+            &self.ids.next_id(),
+            ns.cfg.initial_ttl,
+            payload,
+        )
+        .map_err(|_| PublishError::TooLarge {
+            len: payload.len(),
+            max: u32::MAX as usize,
+        })?;
+        self.dst = dst;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// The pending batch and the ingress to hand it to, or `None` when nothing is pending.
+    fn take_batch(&mut self) -> Result<Option<(&IngressSender<Publish>, Publish)>, PublishError> {
+        if self.count == 0 {
+            return Ok(None);
+        }
+        let tx = self.mesh.inner.publish.get().ok_or(PublishError::Stopped)?;
+        if self.mesh.inner.ns.stopping.load(Ordering::Acquire) {
+            return Err(PublishError::Stopped);
+        }
+        let batch = Publish::Batch {
+            dst: self.dst,
+            frames: self.buf.split(),
+            count: std::mem::take(&mut self.count),
+        };
+        Ok(Some((tx, batch)))
+    }
+
+    fn hand_over(&mut self, wait: Wait) -> Result<(), PublishError> {
+        if let Wait::Never = wait {
+            if self.count > 0 && self.mesh.links_full_for(self.buf.len()) {
+                return Err(PublishError::Full);
+            }
+        }
+        let Some((tx, batch)) = self.take_batch()? else {
+            return Ok(());
+        };
+        let refused = match wait {
+            Wait::Block => {
+                return tx.send_blocking(batch).map_err(|_| PublishError::Stopped);
+            }
+            Wait::Never => match tx.try_send(batch) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Closed(_)) => return Err(PublishError::Stopped),
+                Err(TrySendError::Full(b)) => b,
+            },
+        };
+        // Put the batch back in front of whatever room the buffer has left.
+        if let Publish::Batch {
+            mut frames, count, ..
+        } = refused
+        {
+            frames.unsplit(std::mem::take(&mut self.buf));
+            self.buf = frames;
+            self.count = count;
+        }
+        Err(PublishError::Full)
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        let pending = self.count as u64;
+        if pending == 0 {
+            return;
+        }
+        // Never wait on an executor thread (it would stall its tasks) nor while unwinding
+        // (a panic must not turn into a hang on a full queue).
+        let no_wait = shoal_runtime::current_executor().is_some() || std::thread::panicking();
+        let r = if no_wait {
+            self.try_flush()
+        } else {
+            self.flush_blocking()
+        };
+        if let Err(e) = r {
+            let lost = pending;
+            self.mesh
+                .inner
+                .ns
+                .unflushed_discarded
+                .fetch_add(lost, Ordering::Relaxed);
+            tracing::warn!(error = %e, lost, "publisher dropped with messages it could not hand over");
+        }
+    }
+}
