@@ -81,6 +81,7 @@ mod control;
 pub mod event;
 mod msg;
 mod publisher;
+mod recycle;
 mod shard;
 mod shared;
 mod stats;

@@ -25,6 +25,7 @@
 //! the number of messages it holds, so batching never lets a publisher run further ahead of
 //! its shard (`publish_queue_capacity` messages) than publishing message by message.
 
+use super::recycle::Recycler;
 use super::shard::Publish;
 use super::{Mesh, PublishError};
 use crate::proto::MsgIdGen;
@@ -41,6 +42,9 @@ pub const DEFAULT_BATCH_BYTES: usize = 16 * 1024;
 
 /// Buffers allocated per this many bytes of batches (one allocation serves several batches).
 const ARENA_BATCHES: usize = 4;
+/// Spare blocks a publisher keeps for reuse; in steady state about as many as its blocks in
+/// flight (bounded by the ingress and the links' outbound queues), this caps them besides.
+const SPARE_BLOCKS: usize = 256;
 
 /// A batching publishing handle for one application thread (see the [module
 /// docs](self)). Created by [`Mesh::publisher`]; keeps the node alive like a [`Mesh`] clone.
@@ -61,6 +65,9 @@ pub struct Publisher {
     count: usize,
     batch_bytes: usize,
     ids: MsgIdGen,
+    /// Blocks whose batches the shard has written and dropped, reused instead of freed on
+    /// the shard's thread and allocated anew here (see [`super::recycle`]).
+    blocks: Recycler,
 }
 
 /// How a hand-over may wait.
@@ -79,6 +86,7 @@ impl Publisher {
             count: 0,
             batch_bytes: DEFAULT_BATCH_BYTES,
             ids,
+            blocks: Recycler::new(SPARE_BLOCKS),
         }
     }
 
@@ -185,10 +193,10 @@ impl Publisher {
         let ns = &self.mesh.inner.ns;
         let frame = DATA_HEADER_LEN + payload.len();
         if self.buf.capacity() - self.buf.len() < frame {
-            // A fresh block for several batches; the batches already handed over keep the
-            // old one alive until their writes are done.
+            // A block for several batches; the batches already handed over keep the old one
+            // alive until their writes are done.
             let block = self.batch_bytes.saturating_mul(ARENA_BATCHES);
-            self.buf.reserve(block.max(frame));
+            self.blocks.make_room(&mut self.buf, frame, block);
         }
         encode_data_into(
             &mut self.buf,

@@ -30,6 +30,7 @@
 use super::budget::{LinkBudget, OverflowPolicy};
 use super::event::{ErrorKind, Event, Outbox};
 use super::msg::{Msg, NewLink};
+use super::recycle::Recycler;
 use super::shared::{Channels, NodeShared, Offer};
 use super::stats::{add, inc, raise, Counters};
 use crate::crypto::{OpenError, RecordReader, RecordSealer, SealError};
@@ -74,6 +75,10 @@ fn next_chunk(chunk: usize, read: usize) -> usize {
 /// Secured writer: stop adding frames to a batch once this much plaintext is in it (records
 /// are cut at the receiver's limit, far above this, so a batch is usually one record).
 const SEAL_BATCH: usize = 256 * 1024;
+/// Read buffer blocks a shard keeps for reuse (see [`super::recycle`]); in steady state the
+/// spares are about as many as the blocks whose payloads wait in the event queue (bounded by
+/// `event_queue_capacity`), this caps them besides.
+const SPARE_READ_BLOCKS: usize = 256;
 /// Secured writer: a reusable buffer that grew past this for one huge frame is released.
 const SEAL_BUF_KEEP: usize = 1024 * 1024;
 /// Longest a link's timer sleeps, so a Disconnect-policy kill is acted on promptly even while
@@ -192,6 +197,9 @@ struct Ctx {
     /// with one wake-up (see [`Ctx::wake_receivers`]) instead of one queue operation and,
     /// whenever the application drains faster than the shard fills, one futex wake each.
     outbox: Outbox,
+    /// Read buffer blocks of this shard's plaintext links, reused once the application has
+    /// dropped every payload sliced from them (see [`super::recycle`]).
+    read_blocks: RefCell<Recycler>,
 }
 
 impl Ctx {
@@ -256,6 +264,7 @@ pub(crate) async fn run(init: ShardInit) {
         ns,
         clock: Cell::new(now),
         outbox: Outbox::default(),
+        read_blocks: RefCell::new(Recycler::new(SPARE_READ_BLOCKS)),
     });
     if let Some(p) = publish {
         spawn_local(publisher(ctx.clone(), p)).detach();
@@ -459,9 +468,7 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
             _ => 0,
         };
         let want = needed.saturating_sub(buf.len()).max(chunk);
-        if buf.capacity() - buf.len() < want {
-            buf.reserve(want);
-        }
+        ctx.read_blocks.borrow_mut().make_room(&mut buf, want, want);
         let (res, b) = rd.read(buf).await;
         buf = b;
         match res {
