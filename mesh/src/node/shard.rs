@@ -811,7 +811,11 @@ fn hop(
 }
 
 fn route_in(ctx: &Rc<Ctx>, from: LinkId, d: Data, waits: &mut Vec<Wait>) {
-    let owner = dedup_shard(&d.msg_id, ctx.ns.shards);
+    // One shard owns everything (the default): no division per message.
+    let owner = match ctx.ns.shards {
+        1 => ctx.idx,
+        n => dedup_shard(&d.msg_id, n),
+    };
     if owner != ctx.idx {
         inc(&ctx.counters().hops_out);
         hop(ctx, owner, Msg::Relay { from, data: d }, None, waits);

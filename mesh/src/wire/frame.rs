@@ -2,10 +2,10 @@
 
 use super::cursor::{check_str, put_str, Cursor};
 use super::data::Data;
-use super::defaults::{FRAME_HEADER_LEN, LENGTH_PREFIX_LEN};
+use super::defaults::{DATA_HEADER_LEN, FRAME_HEADER_LEN, LENGTH_PREFIX_LEN};
 use super::error::{DecodeError, DecodeStatus, EncodeError};
 use super::hello_ext::ShoalExtension;
-use crate::id::PeerId;
+use crate::id::{MsgId, PeerId};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::ops::Range;
 
@@ -436,19 +436,38 @@ pub fn decode_frame(
 /// the size of a [`Data`] and moved by value. `Ok(None)` when the front frame is anything else
 /// or not complete yet: call [`take_frame`], which decides. On error `buf` is left untouched.
 pub fn take_data(buf: &mut BytesMut, max_message_bytes: u32) -> Result<Option<Data>, DecodeError> {
-    if buf.get(LENGTH_PREFIX_LEN) != Some(&(FrameType::Data as u8)) {
+    // Only the common shape is taken here: a whole, well-formed Data frame whose length field
+    // is exactly its header and payload. Anything else (another type, not all there yet, a
+    // length that disagrees or is over the limit) is declined, and `take_frame` decides,
+    // with the same errors as ever; the fast lane itself never fails.
+    let Some(h) = buf.get(..DATA_HEADER_LEN) else {
+        return Ok(None);
+    };
+    if h[LENGTH_PREFIX_LEN] != FrameType::Data as u8 {
         return Ok(None);
     }
-    let len = match peek_frame_len(buf, max_message_bytes)? {
-        DecodeStatus::NeedMore { .. } => return Ok(None),
-        DecodeStatus::Complete { len, .. } => len,
-    };
-    let (mut d, r) = Data::decode_body(&buf[FRAME_HEADER_LEN..len])?;
-    let mut raw = buf.split_to(len);
-    raw.advance(FRAME_HEADER_LEN + r.start);
-    raw.truncate(r.len());
-    d.payload = raw.freeze();
-    Ok(Some(d))
+    let len = u32::from_be_bytes(h[..4].try_into().expect("4 bytes"));
+    let payload_len = u32::from_be_bytes(h[54..58].try_into().expect("4 bytes")) as usize;
+    let total = LENGTH_PREFIX_LEN + len as usize;
+    if len > max_message_bytes || total != DATA_HEADER_LEN + payload_len || buf.len() < total {
+        return Ok(None);
+    }
+    let field = |at: usize| -> [u8; 16] { h[at..at + 16].try_into().expect("16 bytes") };
+    let (src, dst, msg_id, ttl) = (
+        PeerId(field(5)),
+        PeerId(field(21)),
+        MsgId(field(37)),
+        h[53],
+    );
+    let mut raw = buf.split_to(total);
+    raw.advance(DATA_HEADER_LEN);
+    Ok(Some(Data {
+        src,
+        dst,
+        msg_id,
+        ttl,
+        payload: raw.freeze(),
+    }))
 }
 
 /// The read-path helper: decodes the frame at the front of `buf` and, only on success, splits
