@@ -200,6 +200,11 @@ fn try_forms_report_full_within_the_bounds_and_lose_nothing() {
     wait_until(10, "sender connected", || {
         s.mesh.connected_peers().contains(&r.id())
     });
+    assert_eq!(
+        s.mesh.publisher().with_batch_bytes(1 << 20).batch_bytes(),
+        BOUND / 4,
+        "batches are capped so the link bound holds for them"
+    );
     let mut p = s.mesh.publisher().with_batch_bytes(4096);
     let mut accepted = 0u64;
     let deadline = Instant::now() + Duration::from_secs(30);

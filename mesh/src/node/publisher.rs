@@ -1,29 +1,5 @@
-//! [`Publisher`]: many messages per hand-off from an application thread to the origin shard.
-//!
-//! Each [`Mesh::broadcast`] is one entry in the origin shard's ingress queue, and on the
-//! shard one pop, one id, one routing decision, one budget reservation per link and one copy
-//! into the link's write buffer. At small payloads that per-message work, on two threads,
-//! costs more than the bytes. A `Publisher` encodes whole Data frames back to back into one
-//! buffer on the application thread (the copy the application would make anyway), message
-//! ids included; the shard routes the run once, reserves its bytes once per link and hands
-//! the buffer to the socket as it is, without reading it: the frames are in the publishing
-//! core's cache, and having the shard write ids into them (tried first) cost a cache miss
-//! per frame on the shard, which at 1 KiB made the whole run slower than publishing message
-//! by message.
-//!
-//! Ids: each publisher numbers its messages from its own random 64-bit starting point, as
-//! each originating shard does (`MsgIdGen`), so ids of different generators of one node
-//! collide only if two random starting points fall within one run's length of each other.
-//!
-//! The price is latency: a message waits in the batch until the batch holds
-//! [`Publisher::batch_bytes`], until a message for another destination arrives, or until
-//! [`flush`](Publisher::flush) (or one of its forms). Flush before waiting for anything, as
-//! with a buffered writer. Messages of one `Publisher` keep their order; against messages sent
-//! through [`Mesh`] directly (or another `Publisher`) they are ordered only from the flush on.
-//!
-//! Bounds: a batch is at most `batch_bytes` plus one message; the ingress counts a batch as
-//! the number of messages it holds, so batching never lets a publisher run further ahead of
-//! its shard (`publish_queue_capacity` messages) than publishing message by message.
+//! [`Publisher`]: many messages per hand-off from an application thread to the origin shard
+//! (the why and the trade-offs are in its docs).
 
 use super::recycle::Recycler;
 use super::shard::Publish;
@@ -46,8 +22,36 @@ const ARENA_BATCHES: usize = 4;
 /// flight (bounded by the ingress and the links' outbound queues), this caps them besides.
 const SPARE_BLOCKS: usize = 256;
 
-/// A batching publishing handle for one application thread (see the [module
-/// docs](self)). Created by [`Mesh::publisher`]; keeps the node alive like a [`Mesh`] clone.
+/// A batching publishing handle for one application thread. Created by
+/// [`Mesh::publisher`]; keeps the node alive like a [`Mesh`] clone.
+///
+/// Each [`Mesh::broadcast`] is one entry in the origin shard's ingress queue, and on the
+/// shard one pop, one id, one routing decision, one budget reservation per link and one copy
+/// into the link's write buffer. At small payloads that per-message work, on two threads,
+/// costs more than the bytes. A `Publisher` encodes whole Data frames back to back into one
+/// buffer on the application thread (the copy the application would make anyway), message
+/// ids included; the shard routes the run once, reserves its bytes once per link and hands
+/// the buffer to the socket as it is, without reading it (the frames are in the publishing
+/// core's cache; having the shard write the ids, tried first, cost a cache miss per frame).
+///
+/// Ids: each publisher numbers its messages from its own random 64-bit starting point, as
+/// each originating shard does (`MsgIdGen`), so ids of different generators of one node
+/// collide only if two random starting points fall within one run's length of each other.
+///
+/// The price is latency: a message waits in the batch until the batch holds
+/// [`Publisher::batch_bytes`], until a message for another destination arrives, or until
+/// [`flush`](Publisher::flush) (or one of its forms). Flush before waiting for anything, as
+/// with a buffered writer. Messages of one `Publisher` keep their order; against messages sent
+/// through [`Mesh`] directly (or another `Publisher`) they are ordered only from the flush on.
+///
+/// Bounds: a batch is at most `batch_bytes` plus one message; the ingress counts a batch as
+/// the number of messages it holds, so batching never lets a publisher run further ahead of
+/// its shard (`publish_queue_capacity` messages) than publishing message by message. A link
+/// queues a batch whole or not at all: under [`super::OverflowPolicy::DropNewest`] a batch
+/// that does not fit is dropped whole (and counted per message, as always).
+///
+/// For large payloads batching gains nothing and costs a copy: [`Mesh::broadcast`] takes an
+/// owned [`bytes::Bytes`] and writes it to the socket uncopied.
 ///
 /// Every method checks what [`Mesh::broadcast`] checks (payload size, node running, a peer
 /// connected) when the message is added, and fails the same way. The waiting forms wait for
@@ -84,16 +88,20 @@ impl Publisher {
             buf: BytesMut::new(),
             dst: PeerId::ZERO,
             count: 0,
-            batch_bytes: DEFAULT_BATCH_BYTES,
+            batch_bytes: 0,
             ids,
             blocks: Recycler::new(SPARE_BLOCKS),
         }
+        .with_batch_bytes(DEFAULT_BATCH_BYTES)
     }
 
     /// Hands a batch over once it holds at least `bytes` (frames included; at least one
-    /// message per batch whatever the value). Default [`DEFAULT_BATCH_BYTES`].
+    /// message per batch whatever the value). Default [`DEFAULT_BATCH_BYTES`]. Capped at a
+    /// quarter of `max_outbound_queue_bytes`, so a link's queue bound holds for batches as it
+    /// does for single messages.
     pub fn with_batch_bytes(mut self, bytes: usize) -> Publisher {
-        self.batch_bytes = bytes.max(1);
+        let cap = self.mesh.inner.ns.cfg.max_outbound_queue_bytes / 4;
+        self.batch_bytes = bytes.min(cap).max(1);
         self
     }
 

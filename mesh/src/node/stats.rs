@@ -17,6 +17,7 @@ macro_rules! counters {
             /// Highest number of bytes ever reserved in one link's outbound queue by this
             /// executor (the maximum, not the sum, in [`MeshStats::total`]). Never above
             /// `max_outbound_queue_bytes` unless a single frame is larger than the bound.
+            /// ([`super::Publisher`] batches are at most a quarter of it plus one frame.)
             pub peak_queued_bytes: u64,
         }
 

@@ -453,12 +453,7 @@ pub fn take_data(buf: &mut BytesMut, max_message_bytes: u32) -> Result<Option<Da
         return Ok(None);
     }
     let field = |at: usize| -> [u8; 16] { h[at..at + 16].try_into().expect("16 bytes") };
-    let (src, dst, msg_id, ttl) = (
-        PeerId(field(5)),
-        PeerId(field(21)),
-        MsgId(field(37)),
-        h[53],
-    );
+    let (src, dst, msg_id, ttl) = (PeerId(field(5)), PeerId(field(21)), MsgId(field(37)), h[53]);
     let mut raw = buf.split_to(total);
     raw.advance(DATA_HEADER_LEN);
     Ok(Some(Data {
