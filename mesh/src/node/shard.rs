@@ -197,8 +197,8 @@ struct Ctx {
     /// with one wake-up (see [`Ctx::wake_receivers`]) instead of one queue operation and,
     /// whenever the application drains faster than the shard fills, one futex wake each.
     outbox: Outbox,
-    /// Read buffer blocks of this shard's plaintext links, reused once the application has
-    /// dropped every payload sliced from them (see [`super::recycle`]).
+    /// Read buffer blocks of this shard's links, reused once the application has dropped
+    /// every payload sliced from them (see [`super::recycle`]).
     read_blocks: RefCell<Recycler>,
 }
 
@@ -518,9 +518,8 @@ async fn reader_secure(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut rr: Rec
         ctx.wake_receivers();
         let want = rr.pending_record_bytes().max(chunk);
         let mut buf = rr.take_buffer();
-        if buf.capacity() - buf.len() < want {
-            buf.reserve(want);
-        }
+        // Moved whole (same layout) if it must move, so the reader's offsets stay valid.
+        ctx.read_blocks.borrow_mut().make_room(&mut buf, want, want);
         let (res, b) = rd.read(buf).await;
         rr.restore_buffer(b);
         match res {
