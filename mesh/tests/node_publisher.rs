@@ -325,3 +325,39 @@ fn batches_hop_from_the_origin_shard_to_the_link_shard() {
     assert!(st.shards[1].originated == N && st.shards[1].hops_out > 0);
     assert_eq!(st.total.frames_queued, N);
 }
+
+/// A publisher dropped inside a callback (an executor thread, which must never wait) hands
+/// its batch over without waiting; nothing is lost or counted as discarded.
+#[test]
+fn a_publisher_dropped_in_a_callback_hands_over_without_waiting() {
+    use std::sync::{Arc, OnceLock};
+    let r = fast().build().unwrap();
+    let mut rx = r.events();
+    r.start().unwrap();
+    let me: Arc<OnceLock<Mesh>> = Arc::new(OnceLock::new());
+    let inside = me.clone();
+    let s = fast()
+        .static_peer(ep(r.listen_port()))
+        .on_event(move |ev| {
+            if let (Event::Message { .. }, Some(m)) = (ev, inside.get()) {
+                let mut p = m.publisher();
+                for seq in 0..3 {
+                    p.try_broadcast(&payload(6, seq, 20)).expect("room");
+                }
+                assert_eq!(p.pending(), 3);
+                // Dropped here, on the shard thread that ran the callback.
+            }
+        })
+        .build()
+        .unwrap();
+    me.set(s.clone()).ok();
+    s.start().unwrap();
+    wait_until(10, "linked both ways", || {
+        s.connected_peers().contains(&r.id()) && r.connected_peers().contains(&s.id())
+    });
+    r.broadcast_blocking(&b"go"[..]).unwrap();
+    let got = drain(&mut rx, 3, || format!("sender {:?}", s.stats()));
+    assert_eq!(seqs_of(&got, 6), vec![0, 1, 2]);
+    assert_eq!(s.stats().unflushed_discarded, 0);
+    s.stop();
+}
