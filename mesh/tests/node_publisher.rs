@@ -361,3 +361,40 @@ fn a_publisher_dropped_in_a_callback_hands_over_without_waiting() {
     assert_eq!(s.stats().unflushed_discarded, 0);
     s.stop();
 }
+
+/// An async flush dropped while it waits for ingress room (a cancelled future) drops its
+/// batch, and the loss is counted, never silent.
+#[test]
+fn a_cancelled_async_flush_is_counted() {
+    use futures_util::FutureExt;
+    let r = fast().event_queue_capacity(16).build().unwrap();
+    let _rx = r.events(); // held, never read: the receiver stalls, then the link, then the ingress
+    r.start().unwrap();
+    let s = Node::start(
+        fast()
+            .static_peer(ep(r.listen_port()))
+            .overflow_policy(OverflowPolicy::Block)
+            .max_outbound_queue_bytes(16 * 1024usize)
+            .publish_queue_capacity(1),
+    );
+    wait_until(10, "sender connected", || {
+        s.mesh.connected_peers().contains(&r.id())
+    });
+    let mut p = s.mesh.publisher();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut handed = 0u64;
+    loop {
+        assert!(Instant::now() < deadline, "the ingress never filled");
+        p.try_broadcast(&payload(1, handed, 1000)).unwrap();
+        match p.flush().now_or_never() {
+            Some(r) => {
+                r.unwrap();
+                handed += 1;
+            }
+            None => break, // pending, and dropped by now_or_never
+        }
+    }
+    assert_eq!(p.pending(), 0, "the batch went with the cancelled future");
+    assert_eq!(s.mesh.stats().unflushed_discarded, 1);
+    assert!(handed > 0);
+}

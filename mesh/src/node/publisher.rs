@@ -187,12 +187,21 @@ impl Publisher {
         self.hand_over(Wait::Never)
     }
 
-    /// Hands the pending messages over, waiting asynchronously for ingress room.
+    /// Hands the pending messages over, waiting asynchronously for ingress room. If this
+    /// future is dropped before it completes, the batch it was handing over is dropped with
+    /// it and counted in [`super::MeshStats::unflushed_discarded`].
     pub async fn flush(&mut self) -> Result<(), PublishError> {
+        let ns = self.mesh.inner.ns.clone();
         let Some((tx, batch)) = self.take_batch()? else {
             return Ok(());
         };
-        tx.send(batch).await.map_err(|_| PublishError::Stopped)
+        let mut guard = Cancelled {
+            ns: &ns,
+            lost: batch.weight() as u64,
+        };
+        let r = tx.send(batch).await.map_err(|_| PublishError::Stopped);
+        guard.lost = 0;
+        r
     }
 
     /// Checks the message as [`Mesh::broadcast`] would and appends its frame to the batch.
@@ -269,6 +278,22 @@ impl Publisher {
             self.count = count;
         }
         Err(PublishError::Full)
+    }
+}
+
+/// Counts a batch whose async hand-over was dropped before it completed.
+struct Cancelled<'a> {
+    ns: &'a super::shared::NodeShared,
+    lost: u64,
+}
+
+impl Drop for Cancelled<'_> {
+    fn drop(&mut self) {
+        if self.lost > 0 {
+            self.ns
+                .unflushed_discarded
+                .fetch_add(self.lost, Ordering::Relaxed);
+        }
     }
 }
 

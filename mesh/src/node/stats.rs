@@ -126,7 +126,8 @@ pub struct MeshStats {
     /// The control plane's counters (handshake-time malformed input, control events).
     pub control: ShardStats,
     /// Messages lost because a [`super::Publisher`] was dropped on an executor thread with
-    /// a batch the ingress had no room for (or after the node stopped).
+    /// a batch the ingress had no room for (or after the node stopped), or because its async
+    /// `flush` was cancelled while it waited for room.
     pub unflushed_discarded: u64,
 }
 
