@@ -55,18 +55,10 @@ fn pair_on(
         rb = rb.node_id(shoal_mesh::PeerId([2; 16]));
         sb = sb.node_id(shoal_mesh::PeerId([1; 16]));
     }
-    let r = rb.build().unwrap();
-    let rx = r.events();
-    r.start().unwrap();
-    let s = Node::start(
-        sb.static_peer(ep(r.listen_port()))
-            .overflow_policy(policy)
-            .max_outbound_queue_bytes(bound),
-    );
-    wait_until(10, "sender connected to receiver", || {
-        s.mesh.connected_peers().contains(&r.id())
-    });
-    (s, r, rx)
+    sender_and_receiver(
+        sb.overflow_policy(policy).max_outbound_queue_bytes(bound),
+        rb,
+    )
 }
 
 #[test]

@@ -58,25 +58,13 @@ fn seqs_of(got: &[(PeerId, u8, u64, bool)], stream: u8) -> Vec<u64> {
     got.iter().filter(|m| m.1 == stream).map(|m| m.2).collect()
 }
 
-/// Starts a receiver (its events taken before start) and a sender linked to it.
-fn pair(sender: shoal_mesh::MeshBuilder) -> (Node, Mesh, EventReceiver) {
-    let r = fast().build().unwrap();
-    let rx = r.events();
-    r.start().unwrap();
-    let s = Node::start(sender.static_peer(ep(r.listen_port())));
-    wait_until(10, "sender connected to receiver", || {
-        s.mesh.connected_peers().contains(&r.id())
-    });
-    (s, r, rx)
-}
-
 /// Batched broadcasts of varied sizes, interleaved with direct broadcasts from another
 /// thread: all arrive once and in order per stream, none is taken for a duplicate (the
 /// publisher's ids and the origin shard's come from distinct generators).
 #[test]
 fn batched_and_direct_broadcasts_all_arrive_once_in_order() {
     const N: u64 = 20_000;
-    let (s, r, mut rx) = pair(fast());
+    let (s, r, mut rx) = sender_and_receiver(fast(), fast());
     let direct = s.mesh.clone();
     let t = std::thread::spawn(move || {
         for seq in 0..N / 4 {
@@ -188,18 +176,12 @@ fn a_batch_for_this_node_is_delivered_locally() {
 #[test]
 fn try_forms_report_full_within_the_bounds_and_lose_nothing() {
     const BOUND: usize = 32 * 1024;
-    let r = fast().event_queue_capacity(64).build().unwrap();
-    let mut rx = r.events();
-    r.start().unwrap();
-    let s = Node::start(
+    let (s, r, mut rx) = sender_and_receiver(
         fast()
-            .static_peer(ep(r.listen_port()))
             .overflow_policy(OverflowPolicy::Block)
             .max_outbound_queue_bytes(BOUND),
+        fast().event_queue_capacity(64),
     );
-    wait_until(10, "sender connected", || {
-        s.mesh.connected_peers().contains(&r.id())
-    });
     assert_eq!(
         s.mesh.publisher().with_batch_bytes(1 << 20).batch_bytes(),
         BOUND / 4,
@@ -244,7 +226,7 @@ fn try_forms_report_full_within_the_bounds_and_lose_nothing() {
 /// A message that cannot be sent is refused when it is added, and leaves the batch as it was.
 #[test]
 fn refused_messages_leave_the_batch_untouched() {
-    let (s, r, mut rx) = pair(fast().max_message_bytes(1000u32));
+    let (s, r, mut rx) = sender_and_receiver(fast().max_message_bytes(1000u32), fast());
     let mut p = s.mesh.publisher();
     p.broadcast_blocking(&payload(1, 0, 100)).unwrap();
     assert!(matches!(
@@ -275,13 +257,7 @@ fn refused_messages_leave_the_batch_untouched() {
 #[test]
 fn batches_cross_a_secured_link_intact() {
     const N: u64 = 5_000;
-    let r = fast().psk("batch-psk").build().unwrap();
-    let mut rx = r.events();
-    r.start().unwrap();
-    let s = Node::start(fast().psk("batch-psk").static_peer(ep(r.listen_port())));
-    wait_until(10, "secured link up", || {
-        s.mesh.connected_peers().contains(&r.id())
-    });
+    let (s, r, mut rx) = sender_and_receiver(fast().psk("batch-psk"), fast().psk("batch-psk"));
     let mut p = s.mesh.publisher().with_batch_bytes(8192);
     for seq in 0..N {
         p.broadcast_blocking(&payload(7, seq, 9 + (seq as usize * 131) % 3000))
@@ -300,18 +276,10 @@ fn batches_cross_a_secured_link_intact() {
 #[test]
 fn batches_hop_from_the_origin_shard_to_the_link_shard() {
     const N: u64 = 5_000;
-    let r = fast().node_id(PeerId([2; 16])).build().unwrap();
-    let mut rx = r.events();
-    r.start().unwrap();
-    let s = Node::start(
-        fast()
-            .shards(2)
-            .node_id(PeerId([1; 16]))
-            .static_peer(ep(r.listen_port())),
+    let (s, r, mut rx) = sender_and_receiver(
+        fast().shards(2).node_id(PeerId([1; 16])),
+        fast().node_id(PeerId([2; 16])),
     );
-    wait_until(10, "sender connected", || {
-        s.mesh.connected_peers().contains(&r.id())
-    });
     let mut p = s.mesh.publisher().with_batch_bytes(1500);
     for seq in 0..N {
         p.broadcast_blocking(&payload(5, seq, 64)).unwrap();
@@ -367,19 +335,15 @@ fn a_publisher_dropped_in_a_callback_hands_over_without_waiting() {
 #[test]
 fn a_cancelled_async_flush_is_counted() {
     use futures_util::FutureExt;
-    let r = fast().event_queue_capacity(16).build().unwrap();
-    let _rx = r.events(); // held, never read: the receiver stalls, then the link, then the ingress
-    r.start().unwrap();
-    let s = Node::start(
+    // The receiver's events are held, never read: the receiver stalls, then the link, then
+    // the ingress.
+    let (s, _r, _rx) = sender_and_receiver(
         fast()
-            .static_peer(ep(r.listen_port()))
             .overflow_policy(OverflowPolicy::Block)
             .max_outbound_queue_bytes(16 * 1024usize)
             .publish_queue_capacity(1),
+        fast().event_queue_capacity(16),
     );
-    wait_until(10, "sender connected", || {
-        s.mesh.connected_peers().contains(&r.id())
-    });
     let mut p = s.mesh.publisher();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut handed = 0u64;

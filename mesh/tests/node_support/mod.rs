@@ -151,6 +151,23 @@ impl Node {
     }
 }
 
+/// Starts a receiver from `receiver` (its events taken before start, so none is missed) and
+/// a sender from `sender` with the receiver as static peer; returns once the sender's side of
+/// the link is up: `(sender, receiver, receiver's events)`.
+pub fn sender_and_receiver(
+    sender: MeshBuilder,
+    receiver: MeshBuilder,
+) -> (Node, Mesh, EventReceiver) {
+    let r = receiver.build().expect("valid config");
+    let rx = r.events();
+    r.start().expect("node starts");
+    let s = Node::start(sender.static_peer(ep(r.listen_port())));
+    wait_until(10, "sender connected to receiver", || {
+        s.mesh.connected_peers().contains(&r.id())
+    });
+    (s, r, rx)
+}
+
 /// Waits until every pair listed is connected on both sides.
 pub fn wait_connected(nodes: &[Node], pairs: &[(usize, usize)]) {
     for &(a, b) in pairs {
