@@ -9,15 +9,22 @@
 //! took ~10 % of the CPU (page faults, `clear_page`, unmapping on the dropping thread).
 //!
 //! A [`Recycler`] keeps the blocks it handed out instead, in the order they were given
-//! back: slices are consumed in order (a link's queue, the event queue), so the oldest spare
-//! is the first to have no slice left, and once it has none [`BytesMut::try_reclaim`] takes
-//! it back whole; the dropping thread only ever decrements a reference count. A block is
-//! allocated only when the oldest spare is still in use, so in steady state the spares are
-//! about as many as the blocks in flight, which the queue bounds already limit; `max` caps
-//! them besides (beyond it the oldest spare is let go and freed normally).
+//! back: slices are mostly consumed in order (a link's queue, the event queue), so the oldest
+//! spares are the first to have no slice left, and once one has none
+//! [`BytesMut::try_reclaim`] takes it back whole; the dropping thread only ever decrements a
+//! reference count. A block is allocated only when none of the oldest spares is free, so in
+//! steady state the spares are about as many as the blocks in flight, which the queue bounds
+//! already limit; `max` caps them besides (beyond it the oldest spare is let go and freed
+//! normally).
 
 use bytes::BytesMut;
 use std::collections::VecDeque;
+
+/// Spares [`Recycler::take`] looks at, oldest first. Slices are mostly released in order, but
+/// not always (a relayed payload waits on another link's queue, a slow receiver holds one
+/// batch): looking past a front that is still in use keeps free blocks from piling up behind
+/// it. Each look is one atomic load.
+const SCAN: usize = 16;
 
 /// A bounded set of spare blocks (see the [module docs](self)). Single-threaded.
 #[derive(Debug)]
@@ -41,15 +48,18 @@ impl Recycler {
     /// An empty buffer with room for at least `want` bytes: the oldest spare if its slices
     /// are all gone, or else a new block of `block` bytes (at least `want`).
     pub(crate) fn take(&mut self, want: usize, block: usize) -> BytesMut {
-        if let Some(front) = self.spare.front_mut() {
-            if front.try_reclaim(want) {
-                return self.spare.pop_front().expect("front exists");
+        let mut i = 0;
+        while i < self.spare.len().min(SCAN) {
+            if self.spare[i].try_reclaim(want) {
+                return self.spare.remove(i).expect("index in range");
             }
-            if front.try_reclaim(1) {
+            if self.spare[i].try_reclaim(1) {
                 // Free (it could take one byte back) but too small for `want`, a larger read
-                // or frame than usual: let it go, or it would hold up the queue.
-                self.spare.pop_front();
+                // or frame than usual: let it go rather than keep it.
+                self.spare.remove(i);
+                continue;
             }
+            i += 1;
         }
         self.allocated += 1;
         BytesMut::with_capacity(block.max(want))
@@ -150,6 +160,22 @@ mod tests {
         r.give(big);
         assert!(r.take(1000, 1000).capacity() >= 1000);
         assert_eq!(r.allocated(), 2, "the big one came back");
+    }
+
+    #[test]
+    fn a_free_spare_behind_a_busy_one_is_reused() {
+        let mut r = Recycler::new(4);
+        let mut busy = r.take(64, 64);
+        busy.extend_from_slice(&[1; 64]);
+        let held = busy.split().freeze();
+        r.give(busy);
+        let free = r.take(64, 64);
+        r.give(free);
+        assert_eq!(r.allocated(), 2);
+        let again = r.take(64, 64);
+        assert_eq!(r.allocated(), 2, "the free second spare, not a new block");
+        assert!(again.capacity() >= 64);
+        drop(held);
     }
 
     #[test]
