@@ -362,3 +362,39 @@ fn a_cancelled_async_flush_is_counted() {
     assert_eq!(s.mesh.stats().unflushed_discarded, 1);
     assert!(handed > 0);
 }
+
+/// Under DropNewest a link queues a batch whole or drops it whole: what a stalled receiver
+/// misses is exactly what the sender counts, message by message.
+#[test]
+fn drop_newest_counts_a_dropped_batch_per_message() {
+    const N: u64 = 30_000;
+    let (s, r, mut rx) = sender_and_receiver(
+        fast()
+            .overflow_policy(OverflowPolicy::DropNewest)
+            .max_outbound_queue_bytes(64 * 1024usize),
+        fast().event_queue_capacity(64),
+    );
+    let mut p = s.mesh.publisher().with_batch_bytes(4096);
+    for seq in 0..N {
+        p.broadcast_blocking(&payload(1, seq, 1000)).unwrap();
+    }
+    p.flush_blocking().unwrap();
+    wait_until(20, "sender processed every message", || {
+        s.mesh.stats().total.originated == N
+    });
+    let dropped = s.mesh.stats().total.dropped_queue_full;
+    assert!(
+        dropped > 0,
+        "30 MB into a stalled receiver overflow a 64 KiB queue"
+    );
+    let got = drain(&mut rx, (N - dropped) as usize, || {
+        format!("sender {:?} receiver {:?}", s.mesh.stats(), r.stats())
+    });
+    assert!(seqs_of(&got, 1).windows(2).all(|w| w[0] < w[1]));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !matches!(rx.try_recv(), Some(Event::Message { .. })),
+        "more arrived than sent minus counted drops"
+    );
+    assert_eq!(r.stats().total.delivered, N - dropped);
+}

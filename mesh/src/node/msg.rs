@@ -52,9 +52,9 @@ pub(crate) enum Msg {
     // shard -> shard
     /// Route this Data frame received on `from` (sent to the shard owning its dedup state).
     Relay { from: LinkId, data: Data },
-    /// Queue these Data frame bytes on `link` (sent to the link's shard; bytes already
-    /// reserved).
-    Transmit { link: LinkId, out: Out },
+    /// Queue these bytes, holding `frames` Data frames, on `link` (sent to the link's shard;
+    /// bytes already reserved).
+    Transmit { link: LinkId, out: Out, frames: u64 },
     // shard -> control plane
     /// `link` ended.
     LinkClosed { link: LinkId },

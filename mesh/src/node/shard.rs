@@ -353,10 +353,7 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
                 settle(ctx, &mut waits).await;
             }
         }
-        Msg::Transmit { link, out } => {
-            let n = out.held();
-            enqueue_reserved(ctx, link, out, n, None);
-        }
+        Msg::Transmit { link, out, frames } => enqueue_reserved(ctx, link, out, frames, None),
         Msg::LinkClosed { .. }
         | Msg::MembershipIn { .. }
         | Msg::IdentityIn { .. }
@@ -696,7 +693,7 @@ fn take_and_handle(
     max: u32,
     waits: &mut Vec<Wait>,
 ) -> Result<Option<bool>, DecodeError> {
-    if let Some(d) = take_data(buf, max)? {
+    if let Some(d) = take_data(buf, max) {
         return Ok(Some(on_data(ctx, l, d, waits)));
     }
     Ok(take_frame(buf, max)?.map(|frame| on_frame(ctx, l, frame, waits)))
@@ -810,11 +807,7 @@ fn hop(
 }
 
 fn route_in(ctx: &Rc<Ctx>, from: LinkId, d: Data, waits: &mut Vec<Wait>) {
-    // One shard owns everything (the default): no division per message.
-    let owner = match ctx.ns.shards {
-        1 => ctx.idx,
-        n => dedup_shard(&d.msg_id, n),
-    };
+    let owner = dedup_shard(&d.msg_id, ctx.ns.shards);
     if owner != ctx.idx {
         inc(&ctx.counters().hops_out);
         hop(ctx, owner, Msg::Relay { from, data: d }, None, waits);
@@ -975,11 +968,11 @@ fn transmit(
     raise(&c.peak_queued_bytes, total as u64);
     add(&c.frames_queued, frames);
     if owner == ctx.idx {
-        enqueue_reserved(ctx, link, out, n, Some(budget));
+        enqueue_reserved(ctx, link, out, frames, Some(budget));
         return;
     }
     inc(&c.hops_out);
-    let m = Msg::Transmit { link, out };
+    let m = Msg::Transmit { link, out, frames };
     match ctx.ch.offer(owner, m) {
         Offer::Sent => {}
         Offer::Gone => budget.release(n),
@@ -997,14 +990,16 @@ fn transmit(
     }
 }
 
-/// Queues a frame whose `n` bytes are already reserved on a link of this shard.
+/// Queues bytes holding `frames` Data frames, already reserved on a link of this shard; if the
+/// link is gone meanwhile, gives the bytes back and counts the frames as dropped.
 fn enqueue_reserved(
     ctx: &Rc<Ctx>,
     link: LinkId,
     out: Out,
-    n: usize,
+    frames: u64,
     budget: Option<&Arc<LinkBudget>>,
 ) {
+    let n = out.held();
     {
         // Read-only: the link is looked up without cloning its `Rc` (see `fan_out`).
         let st = ctx.st.borrow();
@@ -1023,7 +1018,7 @@ fn enqueue_reserved(
             b.release(n);
         }
     }
-    inc(&ctx.counters().dropped_no_route);
+    add(&ctx.counters().dropped_no_route, frames);
 }
 
 /// Frames (header + payload) at most this long are copied into the batch's arena; longer
@@ -1445,7 +1440,7 @@ fn originate_batch(
     };
     match route {
         Route::Deliver => {
-            while let Ok(Some(d)) = take_data(&mut frames, u32::MAX) {
+            while let Some(d) = take_data(&mut frames, u32::MAX) {
                 deliver(ctx, d, waits);
             }
         }

@@ -433,36 +433,33 @@ pub fn decode_frame(
 /// The read path's fast lane for the common frame: when the frame at the front of `buf` is a
 /// complete Data frame, decodes it and splits exactly that frame off `buf` (the payload shares
 /// the split-off storage, as with [`take_frame`]) without building a [`Frame`], which is twice
-/// the size of a [`Data`] and moved by value. `Ok(None)` when the front frame is anything else
-/// or not complete yet: call [`take_frame`], which decides. On error `buf` is left untouched.
-pub fn take_data(buf: &mut BytesMut, max_message_bytes: u32) -> Result<Option<Data>, DecodeError> {
-    // Only the common shape is taken here: a whole, well-formed Data frame whose length field
-    // is exactly its header and payload. Anything else (another type, not all there yet, a
-    // length that disagrees or is over the limit) is declined, and `take_frame` decides,
-    // with the same errors as ever; the fast lane itself never fails.
-    let Some(h) = buf.get(..DATA_HEADER_LEN) else {
-        return Ok(None);
-    };
+/// the size of a [`Data`] and moved by value. Only the common shape is taken: a whole,
+/// well-formed Data frame whose length field is exactly its header and payload, within
+/// `max_message_bytes`. Anything else (another type, not all there yet, a length that
+/// disagrees or is over the limit) gives `None` with `buf` untouched: call [`take_frame`],
+/// which decides, with the same errors as ever; the fast lane itself never fails.
+pub fn take_data(buf: &mut BytesMut, max_message_bytes: u32) -> Option<Data> {
+    let h = buf.get(..DATA_HEADER_LEN)?;
     if h[LENGTH_PREFIX_LEN] != FrameType::Data as u8 {
-        return Ok(None);
+        return None;
     }
     let len = u32::from_be_bytes(h[..4].try_into().expect("4 bytes"));
     let payload_len = u32::from_be_bytes(h[54..58].try_into().expect("4 bytes")) as usize;
     let total = LENGTH_PREFIX_LEN + len as usize;
     if len > max_message_bytes || total != DATA_HEADER_LEN + payload_len || buf.len() < total {
-        return Ok(None);
+        return None;
     }
     let field = |at: usize| -> [u8; 16] { h[at..at + 16].try_into().expect("16 bytes") };
     let (src, dst, msg_id, ttl) = (PeerId(field(5)), PeerId(field(21)), MsgId(field(37)), h[53]);
     let mut raw = buf.split_to(total);
     raw.advance(DATA_HEADER_LEN);
-    Ok(Some(Data {
+    Some(Data {
         src,
         dst,
         msg_id,
         ttl,
         payload: raw.freeze(),
-    }))
+    })
 }
 
 /// The read-path helper: decodes the frame at the front of `buf` and, only on success, splits
