@@ -202,25 +202,18 @@ enum How {
 const ARENA_BLOCK: usize = 64 * 1024;
 
 impl MeshSink {
-    /// Broadcasts through `mesh` one message per call.
-    pub fn single(mesh: Mesh) -> MeshSink {
-        MeshSink {
-            how: How::Single {
-                mesh,
-                arena: BytesMut::new(),
-            },
-        }
-    }
-
-    /// Batches of `batch_bytes`, or one message per call when it is 0.
+    /// Broadcasts through `mesh` in batches of `batch_bytes`, or one message per call when
+    /// it is 0.
     pub fn broadcast(mesh: &Mesh, batch_bytes: usize) -> MeshSink {
-        if batch_bytes == 0 {
-            MeshSink::single(mesh.clone())
-        } else {
-            MeshSink {
-                how: How::Batched(mesh.publisher().with_batch_bytes(batch_bytes)),
+        let how = if batch_bytes == 0 {
+            How::Single {
+                mesh: mesh.clone(),
+                arena: BytesMut::new(),
             }
-        }
+        } else {
+            How::Batched(mesh.publisher().with_batch_bytes(batch_bytes))
+        };
+        MeshSink { how }
     }
 }
 

@@ -30,10 +30,10 @@ use crate::error::{Closed, SendError, TryRecvError, TrySendError};
 
 struct Shared<T> {
     queue: ArrayQueue<T>,
-    /// Weighted mode: the weight of an entry (at least 1 counts), the sum queued, its ceiling.
+    /// Weighted mode: the weight of an entry (at least 1 counts) and the sum queued; the
+    /// ceiling is the queue's capacity (every entry weighs at least 1).
     weigh: Option<fn(&T) -> usize>,
     load: AtomicUsize,
-    max_load: usize,
     rx_notify: Notify,
     /// In its own `Arc` so a panicking receiver can hand the final notify to a helper thread.
     room: Arc<Event>,
@@ -52,7 +52,7 @@ impl<T> Shared<T> {
     fn taken(&self, w: usize) {
         // Blocked senders are woken once at most half the queue is taken.
         let half = if self.weigh.is_some() {
-            self.load.fetch_sub(w, Ordering::AcqRel) - w <= self.max_load / 2
+            self.load.fetch_sub(w, Ordering::AcqRel) - w <= self.queue.capacity() / 2
         } else {
             self.queue.len() <= self.queue.capacity() / 2
         };
@@ -66,7 +66,7 @@ impl<T> Shared<T> {
     fn claim(&self, w: usize) -> bool {
         let mut cur = self.load.load(Ordering::Relaxed);
         loop {
-            if cur != 0 && cur + w > self.max_load {
+            if cur != 0 && cur + w > self.queue.capacity() {
                 return false;
             }
             match self
@@ -104,7 +104,6 @@ fn make<T: Send>(
         queue: ArrayQueue::new(capacity.max(1)),
         weigh,
         load: AtomicUsize::new(0),
-        max_load: capacity.max(1),
         rx_notify: Notify::default(),
         room: Arc::new(Event::new()),
         senders: AtomicUsize::new(1),
