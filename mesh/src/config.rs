@@ -156,6 +156,10 @@ pub struct MeshConfig {
     pub dedup_ttl: Duration,
     /// Ceiling of the dedup cache (per node; split across shards). Default 100000.
     pub max_dedup_entries: usize,
+    /// Ceiling of the dedup cache's per-stream floors (per node; split across shards), which
+    /// keep a copy delayed past `max_dedup_entries` / `dedup_ttl` from being delivered twice
+    /// (see `proto::dedup`). Default 65536 (40 bytes each).
+    pub max_dedup_streams: usize,
     /// Ceiling of one link's outbound queue. Default 8 MiB.
     pub max_outbound_queue_bytes: usize,
     /// Largest accepted frame `length`. Default 16 MiB.
@@ -214,6 +218,7 @@ impl Default for MeshConfig {
             initial_ttl: 8,
             dedup_ttl: Duration::from_millis(30000),
             max_dedup_entries: 100_000,
+            max_dedup_streams: crate::proto::DEFAULT_MAX_STREAMS,
             max_outbound_queue_bytes: 8 * 1024 * 1024,
             max_message_bytes: 16 * 1024 * 1024,
             membership_interval: Duration::from_millis(2000),
@@ -252,6 +257,7 @@ impl fmt::Debug for MeshConfig {
             .field("initial_ttl", &self.initial_ttl)
             .field("dedup_ttl", &self.dedup_ttl)
             .field("max_dedup_entries", &self.max_dedup_entries)
+            .field("max_dedup_streams", &self.max_dedup_streams)
             .field("membership_interval", &self.membership_interval)
             .field("membership_timeout", &self.membership_timeout)
             .field("static_peers", &self.static_peers)
@@ -353,6 +359,7 @@ impl MeshConfig {
         for (name, n) in [
             ("initial_ttl", self.initial_ttl as usize),
             ("max_dedup_entries", self.max_dedup_entries),
+            ("max_dedup_streams", self.max_dedup_streams),
             ("max_outbound_queue_bytes", self.max_outbound_queue_bytes),
             ("max_peers", self.max_peers),
             ("max_membership_records", self.max_membership_records),
@@ -446,6 +453,8 @@ macro_rules! mesh_config_setters {
         dedup_ttl: Duration,
         /// Sets `max_dedup_entries`.
         max_dedup_entries: usize,
+        /// Sets `max_dedup_streams`.
+        max_dedup_streams: usize,
         /// Sets `max_outbound_queue_bytes`.
         max_outbound_queue_bytes: usize,
         /// Sets `max_message_bytes`.

@@ -35,7 +35,7 @@ use super::shared::{Channels, NodeShared, Offer};
 use super::stats::{add, inc, raise, Counters};
 use crate::crypto::{OpenError, RecordReader, RecordSealer, SealError};
 use crate::proto::{
-    dedup_shard, CloseReason, DataMeta, DropReason, FrameAction, Link, LinkEvent, LinkId, MsgIdGen,
+    dedup_shard, CloseReason, DedupCache, DataMeta, DropReason, FrameAction, Link, LinkEvent, LinkId, MsgIdGen,
     Route, Router, RoutingTable,
 };
 use crate::wire::{
@@ -250,12 +250,17 @@ pub(crate) async fn run(init: ShardInit) {
     let (senders, mut rx) = endpoint.split();
     let now = Instant::now();
     let cfg = &ns.cfg;
-    let per_shard_dedup = (cfg.max_dedup_entries / ns.shards).max(1);
+    let dedup = DedupCache::with_streams(
+        (cfg.max_dedup_entries / ns.shards).max(1),
+        cfg.dedup_ttl,
+        (cfg.max_dedup_streams / ns.shards).max(1),
+        now,
+    );
     let ctx = Rc::new(Ctx {
         idx,
         ch: Channels::new(senders, ns.shards),
         st: RefCell::new(Shard {
-            router: Router::new(ns.me, cfg.initial_ttl, per_shard_dedup, cfg.dedup_ttl, now),
+            router: Router::with_dedup(ns.me, cfg.initial_ttl, dedup),
             table: RoutingTable::new(),
             owners: AHashMap::new(),
             links: AHashMap::new(),
@@ -844,6 +849,7 @@ fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data, path: Path, waits: &mut Vec<Wait>
         Route::Drop(DropReason::Duplicate) => inc(&c.dropped_duplicate),
         Route::Drop(DropReason::TtlExpired) => inc(&c.dropped_ttl),
         Route::Drop(DropReason::NoRoute) => inc(&c.dropped_no_route),
+        Route::Drop(DropReason::TooOld) => inc(&c.dropped_too_old),
     }
 }
 

@@ -66,6 +66,10 @@ counters! {
     hops_out,
     /// Dropped: the message id was seen before.
     dropped_duplicate,
+    /// Dropped: the message id is older than anything the dedup cache still remembers for
+    /// its originator's id stream (a copy delayed past `max_dedup_entries` / `dedup_ttl`):
+    /// treated as seen, so it is never delivered twice.
+    dropped_too_old,
     /// Dropped: a targeted message for someone else arrived with no hop left.
     dropped_ttl,
     /// Dropped: no link to send it on (or the link went away meanwhile).

@@ -24,6 +24,24 @@
 //! bookkeeping beyond moving the ring's head (a block the sweep requeues is renumbered, and its
 //! hot entry with it). The shard hands the same `now` to a whole batch, so the last `now` and
 //! its millisecond value are kept and reused too.
+//!
+//! **At most once, whatever the delay.** A bounded cache alone cannot promise that: a copy
+//! delayed past the bound (a lossy link, a cut that heals) would find its id forgotten and be
+//! delivered again. So the cache also remembers, per id *stream*, a **floor**: the highest
+//! counter of any block it has forgotten. A stream is one generator's run of counters: every
+//! generator (each originating shard, each `Publisher`, a multimaster node's single counter)
+//! starts at a random 64-bit counter and counts up by one, so one originator's streams lie far
+//! apart and an id belongs to the stream whose seen range `[lo, hi]` it falls in or near
+//! (within [`STREAM_REACH`]). An id whose block is no longer held and whose counter lies in
+//! `[lo, floor]` is older than anything the cache still tracks for its stream: it is reported
+//! [`Seen::TooOld`] and counted, never delivered. That also drops a copy that was never seen
+//! before but arrives after its neighbours were forgotten (lost, then delayed past the bound):
+//! at-most-once wins over late delivery. Streams are touched only when a block is opened or
+//! forgotten (once per 64 ids), so the per-message path is unchanged. Their table is bounded
+//! by `max_streams`; when full, the least recently opened stream (second-chance order) gives
+//! way and is counted (`streams_evicted`): only then can a copy delayed past both bounds come
+//! back. A restarted multimaster or Shoal node draws a new random start, i.e. a new stream, so
+//! its new ids are never taken for old ones.
 
 use crate::MsgId;
 use ahash::AHashMap;
@@ -39,6 +57,30 @@ const BLOCK_SHIFT: u32 = 6;
 
 /// log2 of the number of hot entries.
 const HOT_BITS: u32 = 4;
+
+/// How far (in counters) outside a stream's seen range an id may fall and still belong to it:
+/// a gap of this many ids unseen (lost, or routed elsewhere) starts a second record for the
+/// same generator, which is harmless. Two generators of one originator start at independent
+/// random 64-bit counters, so two streams come within this reach of each other with a
+/// probability of about 2^-30 per pair.
+pub const STREAM_REACH: u64 = 1 << 32;
+
+/// Stream records a cache keeps unless told otherwise ([`DedupCache::with_streams`]): each is
+/// 40 bytes, and a node sees a few streams per originator (one per originating shard and
+/// publisher), so this covers thousands of nodes.
+pub const DEFAULT_MAX_STREAMS: usize = 65_536;
+
+/// What a lookup found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Never seen: now remembered.
+    New,
+    /// Seen before and still remembered.
+    Duplicate,
+    /// Older than anything still remembered for its stream (see the module docs): it may have
+    /// been seen and forgotten, so it is treated as seen.
+    TooOld,
+}
 
 /// The shard (of `shards`) that owns the dedup state of `id`: the originator's hash, the same
 /// value [`crate::PeerId::shard_hash`] gives for the originator, so a message that arrives
@@ -62,6 +104,10 @@ pub struct DedupStats {
     pub evicted_by_size: u64,
     /// Ids forgotten by the age sweep (`dedupTtl` passed).
     pub expired: u64,
+    /// Lookups of ids older than what the cache still remembers for their stream.
+    pub too_old: u64,
+    /// Stream records dropped to make room for new ones (`max_streams` reached).
+    pub streams_evicted: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -80,6 +126,12 @@ impl BlockKey {
         (key, 1u64 << (counter & ((1 << BLOCK_SHIFT) - 1)))
     }
 
+    /// The lowest and highest counter the block covers.
+    fn counters(&self) -> (u64, u64) {
+        let lo = self.block << BLOCK_SHIFT;
+        (lo, lo | ((1 << BLOCK_SHIFT) - 1))
+    }
+
     /// The hot entry this key's originator uses. The originator prefix's low bits pick the
     /// shard, so they are nearly constant within one cache: mix all of them into the top bits.
     fn hot_slot(&self) -> usize {
@@ -96,6 +148,102 @@ struct Block {
     /// Milliseconds since the cache's epoch when the block took its place in the ring: its
     /// first insert, or its latest insert when the sweep found it still in use.
     queued_ms: u64,
+}
+
+/// One id generator's counters as far as this cache has seen them (see the module docs).
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    origin: u64,
+    /// Lowest counter of any block opened in this stream.
+    lo: u64,
+    /// Highest counter of any block opened in this stream.
+    hi: u64,
+    /// Highest counter of any block forgotten; `None` while nothing was.
+    floor: Option<u64>,
+    /// Opened a block since the eviction hand last passed (second chance); false when new.
+    used: bool,
+}
+
+impl Stream {
+    fn reaches(&self, counter: u64) -> bool {
+        self.lo.saturating_sub(STREAM_REACH) <= counter
+            && counter <= self.hi.saturating_add(STREAM_REACH)
+    }
+}
+
+/// The bounded table of [`Stream`]s: a slab of records, an index by originator, and a clock
+/// hand for eviction.
+#[derive(Debug)]
+struct Streams {
+    records: Vec<Stream>,
+    by_origin: AHashMap<u64, Vec<u32>>,
+    hand: usize,
+    max: usize,
+}
+
+impl Streams {
+    fn new(max: usize) -> Streams {
+        Streams {
+            records: Vec::new(),
+            by_origin: AHashMap::new(),
+            hand: 0,
+            max: max.max(1),
+        }
+    }
+
+    /// The record `counter` of `origin` belongs to: the one whose range reaches it, nearest
+    /// first when two do.
+    fn find(&self, origin: u64, counter: u64) -> Option<usize> {
+        let ids = self.by_origin.get(&origin)?;
+        let dist = |s: &Stream| {
+            if counter < s.lo {
+                s.lo - counter
+            } else {
+                counter.saturating_sub(s.hi)
+            }
+        };
+        ids.iter()
+            .map(|&i| i as usize)
+            .filter(|&i| self.records[i].reaches(counter))
+            .min_by_key(|&i| dist(&self.records[i]))
+    }
+
+    /// A new record for the block `[lo, hi]` of `origin`; returns true if another record had
+    /// to give way.
+    fn insert(&mut self, origin: u64, lo: u64, hi: u64) -> bool {
+        let rec = Stream {
+            origin,
+            lo,
+            hi,
+            floor: None,
+            // A stream earns its second chance by opening a second block: under a flood of
+            // one-off ids from made-up originators, those give way before streams in use.
+            used: false,
+        };
+        let (slot, evicted) = if self.records.len() < self.max {
+            self.records.push(rec);
+            (self.records.len() - 1, false)
+        } else {
+            // Second chance: pass over recently used records once, clearing their mark.
+            loop {
+                let i = self.hand % self.records.len();
+                self.hand = i + 1;
+                if std::mem::replace(&mut self.records[i].used, false) {
+                    continue;
+                }
+                let old = std::mem::replace(&mut self.records[i], rec);
+                if let Some(ids) = self.by_origin.get_mut(&old.origin) {
+                    ids.retain(|&j| j as usize != i);
+                    if ids.is_empty() {
+                        self.by_origin.remove(&old.origin);
+                    }
+                }
+                break (i, true);
+            }
+        };
+        self.by_origin.entry(origin).or_default().push(slot as u32);
+        evicted
+    }
 }
 
 /// A recently used block: `seq` is its sequence number in the ring when it was looked up.
@@ -125,13 +273,47 @@ pub struct DedupCache {
     /// The latest `now` converted to milliseconds, and its value.
     clock: (Instant, u64),
     next_sweep: Instant,
+    streams: Streams,
     stats: DedupStats,
+}
+
+/// A block is about to be opened: false if its stream already forgot past it; otherwise the
+/// stream's range now covers it (a new stream if none reaches it).
+fn open_in_stream(streams: &mut Streams, stats: &mut DedupStats, key: BlockKey) -> bool {
+    let (lo, hi) = key.counters();
+    match streams.find(key.origin, lo) {
+        Some(i) => {
+            let s = &mut streams.records[i];
+            if s.floor.is_some_and(|f| lo >= s.lo && lo <= f) {
+                return false;
+            }
+            s.lo = s.lo.min(lo);
+            s.hi = s.hi.max(hi);
+            s.used = true;
+        }
+        None => {
+            if streams.insert(key.origin, lo, hi) {
+                stats.streams_evicted += 1;
+            }
+        }
+    }
+    true
 }
 
 impl DedupCache {
     /// An empty cache holding at most `max_entries` ids (at least 1; rounded up to a whole
-    /// block) for at least `ttl` each.
+    /// block) for at least `ttl` each, and at most [`DEFAULT_MAX_STREAMS`] stream floors.
     pub fn new(max_entries: usize, ttl: Duration, now: Instant) -> DedupCache {
+        DedupCache::with_streams(max_entries, ttl, DEFAULT_MAX_STREAMS, now)
+    }
+
+    /// [`new`](Self::new) with at most `max_streams` stream floors (at least 1).
+    pub fn with_streams(
+        max_entries: usize,
+        ttl: Duration,
+        max_streams: usize,
+        now: Instant,
+    ) -> DedupCache {
         let max_entries = max_entries.max(1);
         let cap = max_entries.min(INITIAL_CAPACITY);
         DedupCache {
@@ -151,6 +333,7 @@ impl DedupCache {
             epoch: now,
             clock: (now, 0),
             next_sweep: now + Self::sweep_period(ttl),
+            streams: Streams::new(max_streams),
             stats: DedupStats::default(),
         }
     }
@@ -169,15 +352,19 @@ impl DedupCache {
         self.clock.1
     }
 
-    /// The sequence number of the block `key`, added (empty, queued at `now_ms`) if missing.
-    fn block_seq(&mut self, key: BlockKey, now_ms: u64) -> u64 {
-        let hot = &mut self.hot[key.hot_slot()];
+    /// The sequence number of the block `key`, added (empty, queued at `now_ms`) if missing;
+    /// `None` when it is missing and older than its stream's floor.
+    fn block_seq(&mut self, key: BlockKey, now_ms: u64) -> Option<u64> {
+        let hot = self.hot[key.hot_slot()];
         if hot.key == key && hot.seq >= self.head_seq {
-            return hot.seq;
+            return Some(hot.seq);
         }
         let seq = match self.index.entry(key) {
             Entry::Occupied(e) => *e.get(),
             Entry::Vacant(e) => {
+                if !open_in_stream(&mut self.streams, &mut self.stats, key) {
+                    return None;
+                }
                 let seq = self.head_seq + self.blocks.len() as u64;
                 e.insert(seq);
                 self.blocks.push_back(Block {
@@ -189,20 +376,28 @@ impl DedupCache {
                 seq
             }
         };
-        *hot = Hot { key, seq };
-        seq
+        self.hot[key.hot_slot()] = Hot { key, seq };
+        Some(seq)
     }
 
     /// Records `id` as seen at `now`. Returns `true` if it was new, `false` for a duplicate
-    /// (which is left untouched).
+    /// or a too-old id (either is left untouched); [`check`](Self::check) tells them apart.
     pub fn check_and_insert(&mut self, id: MsgId, now: Instant) -> bool {
+        self.check(id, now) == Seen::New
+    }
+
+    /// Looks `id` up and records it as seen at `now` if it is new.
+    pub fn check(&mut self, id: MsgId, now: Instant) -> Seen {
         let (key, bit) = BlockKey::of(&id);
         let now_ms = self.ms(now);
-        let seq = self.block_seq(key, now_ms);
+        let Some(seq) = self.block_seq(key, now_ms) else {
+            self.stats.too_old += 1;
+            return Seen::TooOld;
+        };
         let b = &mut self.blocks[(seq - self.head_seq) as usize];
         if b.seen & bit != 0 {
             self.stats.duplicates += 1;
-            return false;
+            return Seen::Duplicate;
         }
         b.seen |= bit;
         b.last_ms = b.last_ms.max(now_ms);
@@ -215,7 +410,7 @@ impl DedupCache {
             };
             self.stats.evicted_by_size += self.forget(&front);
         }
-        true
+        Seen::New
     }
 
     fn pop_front(&mut self) -> Option<Block> {
@@ -224,9 +419,15 @@ impl DedupCache {
         Some(b)
     }
 
-    /// Drops a block already taken off the ring; returns how many ids it held.
+    /// Drops a block already taken off the ring, raising its stream's floor; returns how many
+    /// ids it held.
     fn forget(&mut self, b: &Block) -> u64 {
         self.index.remove(&b.key);
+        let (lo, hi) = b.key.counters();
+        if let Some(i) = self.streams.find(b.key.origin, lo) {
+            let s = &mut self.streams.records[i];
+            s.floor = Some(s.floor.map_or(hi, |f| f.max(hi)));
+        }
         let n = b.seen.count_ones();
         self.ids -= n as usize;
         u64::from(n)
@@ -336,8 +537,14 @@ mod tests {
         assert_eq!(d.stats().evicted_by_size, 2);
         assert!(!d.contains(&sparse(0)) && !d.contains(&sparse(1)));
         assert!(d.contains(&sparse(2)) && d.contains(&sparse(4)));
-        // An evicted id is new again: the size bound trades memory for a possible re-delivery.
-        assert!(d.check_and_insert(sparse(0), t));
+        // An evicted id is not new again: it is older than what its stream still holds, so a
+        // copy delayed past the bound is never delivered twice.
+        assert_eq!(d.check(sparse(0), t), Seen::TooOld);
+        assert_eq!(d.check(sparse(1), t), Seen::TooOld);
+        assert_eq!(d.stats().too_old, 2);
+        assert_eq!(d.len(), 3);
+        // Newer ids of the same stream are still new.
+        assert_eq!(d.check(sparse(5), t), Seen::New);
     }
 
     #[test]
@@ -378,10 +585,11 @@ mod tests {
         // All five share one block: held whole (the bound is rounded up to a block).
         assert_eq!(d.len(), 5);
         assert!(!d.check_and_insert(id(0), t));
-        // A new block pushes the old one out.
+        // A new block pushes the old one out; its ids are too old from then on.
         assert!(d.check_and_insert(sparse(9), t));
         assert_eq!(d.len(), 1);
-        assert!(d.check_and_insert(id(0), t));
+        assert_eq!(d.check(id(0), t), Seen::TooOld);
+        assert_eq!(d.check(id(6), t), Seen::TooOld, "never seen, but below the floor");
     }
 
     #[test]
@@ -487,7 +695,7 @@ mod tests {
     }
 
     #[test]
-    fn a_hot_block_evicted_by_size_is_new_again() {
+    fn a_hot_block_evicted_by_size_is_too_old_and_its_hot_entry_dies() {
         let t = Instant::now();
         let other = PeerId([9; 16]);
         let mut d = DedupCache::new(64, Duration::from_secs(30), t);
@@ -500,25 +708,28 @@ mod tests {
         assert_eq!((d.len(), d.stats().evicted_by_size), (1, 64));
         assert!(!hot_hit(&d, &id(5)), "the hot entry died with its block");
         assert!(!d.contains(&id(5)));
-        assert!(d.check_and_insert(id(5), t), "an evicted id is new again");
-        assert!(!d.check_and_insert(id(5), t));
-        assert_eq!(d.len(), 2);
+        assert_eq!(d.check(id(5), t), Seen::TooOld);
+        assert_eq!(d.len(), 1, "a too-old id opens no block");
+        // The next block of that stream is new, and hot.
+        assert_eq!(d.check(id(64), t), Seen::New);
+        assert!(hot_hit(&d, &id(65)));
         // The other block is the oldest but being written: kept over the bound.
         for n in 1..64 {
             assert!(d.check_and_insert(origin_id(&other, n), t));
         }
         assert_eq!(d.len(), 65);
         assert!(d.check_and_insert(origin_id(&other, 64), t));
-        assert!(!d.contains(&origin_id(&other, 0)) && d.contains(&id(5)));
+        assert!(!d.contains(&origin_id(&other, 0)) && d.contains(&id(64)));
         assert_eq!(d.len(), 2);
-        // The reinserted block, hot again, is evicted in turn once it is the oldest.
-        assert!(d.check_and_insert(id(6), t) && hot_hit(&d, &id(5)));
+        // The block of id 64, hot, is evicted in turn once it is the oldest.
         for n in 65..128 {
             assert!(d.check_and_insert(origin_id(&other, n), t));
         }
-        assert_eq!((d.len(), d.stats().evicted_by_size), (64, 64 + 64 + 2));
-        assert!(!hot_hit(&d, &id(5)) && !d.contains(&id(5)));
-        assert!(d.check_and_insert(id(5), t) && hot_hit(&d, &id(5)));
+        assert_eq!((d.len(), d.stats().evicted_by_size), (64, 64 + 64 + 1));
+        assert!(!hot_hit(&d, &id(64)) && !d.contains(&id(64)));
+        assert_eq!(d.check(id(64), t), Seen::TooOld);
+        assert_eq!(d.check(id(128), t), Seen::New);
+        assert!(hot_hit(&d, &id(129)));
     }
 
     #[test]
@@ -531,9 +742,9 @@ mod tests {
         d.sweep(t + ms(100));
         assert!(!hot_hit(&d, &id(1)) && d.is_empty());
         assert_eq!(d.stats().expired, 1);
-        assert!(d.check_and_insert(id(1), t + ms(100)), "swept: new again");
-        assert!(!d.check_and_insert(id(1), t + ms(100)));
-        assert_eq!(d.len(), 1);
+        assert_eq!(d.check(id(1), t + ms(100)), Seen::TooOld, "swept: still seen");
+        assert!(d.is_empty());
+        assert_eq!(d.check(id(64), t + ms(100)), Seen::New);
 
         // A hot block old at the front but written since goes to the back and stays hot.
         let t = t + ms(1000);
@@ -552,7 +763,8 @@ mod tests {
         assert!(d.contains(&id(1)) && !d.contains(&origin_id(&other, 0)));
         d.sweep(t + ms(200));
         assert!(d.is_empty() && !hot_hit(&d, &id(1)));
-        assert!(d.check_and_insert(id(1), t + ms(200)));
+        assert_eq!(d.check(id(1), t + ms(200)), Seen::TooOld);
+        assert_eq!(d.check(origin_id(&other, 1), t + ms(200)), Seen::TooOld);
     }
 
     #[test]
@@ -608,6 +820,102 @@ mod tests {
         assert!(d.is_empty());
     }
 
+    #[test]
+    fn generators_of_one_originator_keep_separate_floors() {
+        let t = Instant::now();
+        let mut d = DedupCache::new(128, Duration::from_secs(30), t);
+        // A slow generator sends a few ids, then a fast one of the same originator many.
+        let slow = 0x1234_5678_9abc_0000u64;
+        let fast = 0x9000_0000_0000_0000u64;
+        for n in 0..3 {
+            assert!(d.check_and_insert(id(slow + n), t));
+        }
+        for n in 0..10_000 {
+            assert!(d.check_and_insert(id(fast + n), t));
+        }
+        assert_eq!(d.check(id(fast + 5), t), Seen::TooOld);
+        assert_eq!(d.check(id(slow), t), Seen::TooOld, "its block was evicted too");
+        // The slow generator's next ids (from its next block on: the rest of a forgotten
+        // block counts as seen) are new: the fast stream's floor is not theirs.
+        assert_eq!(d.check(id(slow + 3), t), Seen::TooOld);
+        for n in 64..200 {
+            assert_eq!(d.check(id(slow + n), t), Seen::New, "{n}");
+        }
+        assert_eq!(d.streams.records.len(), 2);
+    }
+
+    #[test]
+    fn the_stream_table_is_bounded_and_counts_what_gives_way() {
+        let t = Instant::now();
+        let mut d = DedupCache::with_streams(64, Duration::from_secs(30), 2, t);
+        for o in 1..=5u8 {
+            assert!(d.check_and_insert(MsgId::new(&PeerId([o; 16]), 1000), t));
+        }
+        assert_eq!(d.streams.records.len(), 2);
+        assert_eq!(d.stats().streams_evicted, 3);
+        let held: usize = d.streams.by_origin.values().map(Vec::len).sum();
+        assert_eq!(held, 2, "the index follows the records");
+        // A stream in use gets a second chance over one that is not.
+        let mut d = DedupCache::with_streams(1000, Duration::from_secs(30), 2, t);
+        let (a, b, c) = (PeerId([1; 16]), PeerId([2; 16]), PeerId([3; 16]));
+        assert!(d.check_and_insert(MsgId::new(&a, 0), t));
+        assert!(d.check_and_insert(MsgId::new(&b, 0), t));
+        assert!(d.check_and_insert(MsgId::new(&c, 0), t)); // `a`, the oldest, goes
+        assert!(d.check_and_insert(MsgId::new(&b, 64), t)); // `b` used again
+        assert!(d.check_and_insert(MsgId::new(&a, 64), t)); // `c` (unused since) gives way
+        assert!(d.streams.by_origin.contains_key(&b.shard_hash()));
+        assert!(!d.streams.by_origin.contains_key(&c.shard_hash()));
+    }
+
+    /// At most once, whatever the delay: generators with random starts, every id sent several
+    /// times, copies arriving in random order up to far more ids late than the cache holds,
+    /// with the clock moving past the TTL now and then. No id may ever be reported new twice.
+    #[test]
+    fn no_id_is_new_twice_whatever_the_delay() {
+        let base = Instant::now();
+        let mut total_too_old = 0;
+        for seed in 0..20u64 {
+            let mut rng = Rng(seed + 77);
+            let ttl = Duration::from_millis(50);
+            let mut d = DedupCache::new(200 + rng.below(300) as usize, ttl, base);
+            let origins: Vec<PeerId> = (0..3).map(|o| PeerId([o as u8 + 1; 16])).collect();
+            let mut gens: Vec<(usize, u64)> = (0..6)
+                .map(|g| (g % origins.len(), rng.next()))
+                .collect();
+            let mut pending: Vec<MsgId> = Vec::new();
+            let mut delivered = ahash::AHashSet::new();
+            let mut now_ms = 0u64;
+            for _ in 0..30_000 {
+                match rng.below(10) {
+                    0..=4 => {
+                        let g = rng.below(gens.len() as u64) as usize;
+                        gens[g].1 = gens[g].1.wrapping_add(1);
+                        let m = MsgId::new(&origins[gens[g].0], gens[g].1);
+                        for _ in 0..=rng.below(3) {
+                            pending.push(m);
+                        }
+                    }
+                    5..=8 if !pending.is_empty() => {
+                        // Mostly recent copies, sometimes one from far back.
+                        let back = if rng.below(20) == 0 { pending.len() } else { 32 };
+                        let i = pending.len() - 1 - rng.below(back.min(pending.len()) as u64) as usize;
+                        let m = pending.swap_remove(i);
+                        let now = base + Duration::from_millis(now_ms);
+                        if d.check(m, now) == Seen::New {
+                            assert!(delivered.insert(m), "seed {seed}: {m:?} delivered twice");
+                        }
+                    }
+                    _ => {
+                        now_ms += rng.below(20);
+                        d.handle_timeout(base + Duration::from_millis(now_ms));
+                    }
+                }
+            }
+            total_too_old += d.stats().too_old;
+        }
+        assert!(total_too_old > 100, "late copies were exercised: {total_too_old}");
+    }
+
     /// The cache before the hot entries and the clock cache: blocks in a hash map, the ring
     /// holding keys. The property test below holds the current cache to its results.
     struct Reference {
@@ -619,6 +927,9 @@ mod tests {
         epoch: Instant,
         next_sweep: Instant,
         stats: DedupStats,
+        /// Per originator (one stream each in these tests): lowest block counter opened and
+        /// highest counter forgotten.
+        floors: AHashMap<u64, (u64, Option<u64>)>,
     }
 
     impl Reference {
@@ -632,6 +943,7 @@ mod tests {
                 epoch: now,
                 next_sweep: now + DedupCache::sweep_period(ttl),
                 stats: DedupStats::default(),
+                floors: AHashMap::new(),
             }
         }
 
@@ -652,6 +964,13 @@ mod tests {
                     *last = (*last).max(now_ms);
                 }
                 None => {
+                    let (lo, _) = key.counters();
+                    let f = self.floors.entry(key.origin).or_insert((lo, None));
+                    if f.1.is_some_and(|floor| lo >= f.0 && lo <= floor) {
+                        self.stats.too_old += 1;
+                        return false;
+                    }
+                    f.0 = f.0.min(lo);
                     self.blocks.insert(key, (bit, now_ms));
                     self.ring.push_back((key, now_ms));
                 }
@@ -675,6 +994,10 @@ mod tests {
                 .blocks
                 .remove(key)
                 .map_or(0, |(seen, _)| u64::from(seen.count_ones()));
+            if let Some(f) = self.floors.get_mut(&key.origin) {
+                let (_, hi) = key.counters();
+                f.1 = Some(f.1.map_or(hi, |floor| floor.max(hi)));
+            }
             self.ids -= n as usize;
             n
         }
@@ -814,12 +1137,16 @@ mod tests {
                 total.duplicates += s.duplicates;
                 total.evicted_by_size += s.evicted_by_size;
                 total.expired += s.expired;
+                total.too_old += s.too_old;
             }
         }
         // Every kind of step ran, and the caches did forget both ways.
         assert!(ops.iter().all(|&n| n > 1000), "{ops:?}");
         assert!(
-            total.duplicates > 5_000 && total.evicted_by_size > 10_000 && total.expired > 10_000,
+            total.duplicates > 5_000
+                && total.evicted_by_size > 10_000
+                && total.expired > 10_000
+                && total.too_old > 1_000,
             "{total:?}"
         );
     }

@@ -56,7 +56,7 @@ pub mod peers;
 pub mod router;
 
 pub use announce::{accept_announce, AcceptedAnnounce, AnnounceError, AnnounceSchedule};
-pub use dedup::{dedup_shard, DedupCache, DedupStats};
+pub use dedup::{dedup_shard, DedupCache, DedupStats, Seen, DEFAULT_MAX_STREAMS};
 pub use link::{CloseReason, FrameAction, Link, LinkEvent, LinkState, LinkTimers, Role};
 pub use membership::{Dest, Membership, MembershipEvent, MembershipTransmit, RecordOutcome};
 pub use peers::{DialTarget, PeerAction, PeerEvent, PeerManager, PeerState, PeerStats};

@@ -5,7 +5,7 @@
 //! ([`super::dedup_shard`]) and executes the returned [`Route`]; the decision itself reads only
 //! the shard's [`RoutingTable`] (pushed by the control plane) and allocates nothing.
 
-use super::dedup::{DedupCache, DedupStats};
+use super::dedup::{DedupCache, DedupStats, Seen};
 use super::LinkId;
 use crate::{MsgId, PeerId};
 use ahash::AHashMap;
@@ -96,6 +96,9 @@ pub enum DropReason {
     TtlExpired,
     /// Nowhere to send it: no link besides the one it came from.
     NoRoute,
+    /// The id is older than anything the dedup cache still remembers for its stream: it may
+    /// have been seen and forgotten, so it is never delivered (see [`super::dedup`]).
+    TooOld,
 }
 
 /// What to do with a Data frame. For every variant that sends, the frame goes out with
@@ -148,37 +151,34 @@ pub struct RouterStats {
     pub dropped_ttl: u64,
     /// Dropped for [`DropReason::NoRoute`].
     pub dropped_no_route: u64,
+    /// Dropped for [`DropReason::TooOld`].
+    pub dropped_too_old: u64,
 }
 
 /// Hands out message ids: the originator prefix and a counter seeded randomly at start.
-/// Each shard that originates gets its own generator with `stride = shards` and a distinct
-/// `offset`, so ids never collide and no counter is shared between threads.
+/// Every originating shard and every batching publisher has its own generator with its own
+/// random seed: ids of one generator form one run of counters (a *stream*, which the dedup
+/// cache's floors rely on; see [`super::dedup`]), no counter is shared between threads, and two
+/// generators collide only if their random starts fall within their message counts of each
+/// other (about 2^-40 for two generators of 2^12 million messages each).
 #[derive(Debug, Clone)]
 pub struct MsgIdGen {
     origin: PeerId,
     counter: u64,
-    stride: u64,
 }
 
 impl MsgIdGen {
-    /// A generator for a single originating shard; `seed` should be random.
+    /// A generator for `origin`; `seed` should be random.
     pub fn new(origin: PeerId, seed: u64) -> MsgIdGen {
-        MsgIdGen::strided(origin, seed, 0, 1)
-    }
-
-    /// Generator `offset` of `stride` disjoint generators over the same random `seed`.
-    pub fn strided(origin: PeerId, seed: u64, offset: u64, stride: u64) -> MsgIdGen {
-        let stride = stride.max(1);
         MsgIdGen {
             origin,
-            counter: seed.wrapping_mul(stride).wrapping_add(offset % stride),
-            stride,
+            counter: seed,
         }
     }
 
     /// The next id (the counter is incremented before use, as the C++ library does).
     pub fn next_id(&mut self) -> MsgId {
-        self.counter = self.counter.wrapping_add(self.stride);
+        self.counter = self.counter.wrapping_add(1);
         MsgId::new(&self.origin, self.counter)
     }
 }
@@ -201,10 +201,19 @@ impl Router {
         dedup_ttl: Duration,
         now: Instant,
     ) -> Router {
+        Router::with_dedup(
+            me,
+            initial_ttl,
+            DedupCache::new(max_dedup_entries, dedup_ttl, now),
+        )
+    }
+
+    /// A router for node `me` with the given dedup cache.
+    pub fn with_dedup(me: PeerId, initial_ttl: u8, dedup: DedupCache) -> Router {
         Router {
             me,
             initial_ttl: initial_ttl.max(1),
-            dedup: DedupCache::new(max_dedup_entries, dedup_ttl, now),
+            dedup,
             stats: RouterStats::default(),
         }
     }
@@ -245,8 +254,10 @@ impl Router {
             self.stats.self_echo_suppressed += 1;
             return self.drop(DropReason::Duplicate);
         }
-        if !self.dedup.check_and_insert(meta.msg_id, now) {
-            return self.drop(DropReason::Duplicate);
+        match self.dedup.check(meta.msg_id, now) {
+            Seen::New => {}
+            Seen::Duplicate => return self.drop(DropReason::Duplicate),
+            Seen::TooOld => return self.drop(DropReason::TooOld),
         }
         if meta.dst.is_zero() {
             self.stats.delivered += 1;
@@ -293,7 +304,7 @@ impl Router {
                 Route::Unicast { .. } => self.stats.unicast += more,
                 Route::Drop(DropReason::NoRoute) => self.stats.dropped_no_route += more,
                 // Not decisions `originate` makes.
-                Route::Drop(DropReason::Duplicate | DropReason::TtlExpired)
+                Route::Drop(DropReason::Duplicate | DropReason::TtlExpired | DropReason::TooOld)
                 | Route::DeliverAndForward { .. } => {}
             }
         }
@@ -343,6 +354,7 @@ impl Router {
             DropReason::Duplicate => self.stats.dropped_duplicate += 1,
             DropReason::TtlExpired => self.stats.dropped_ttl += 1,
             DropReason::NoRoute => self.stats.dropped_no_route += 1,
+            DropReason::TooOld => self.stats.dropped_too_old += 1,
         }
         Route::Drop(reason)
     }
@@ -535,15 +547,40 @@ mod tests {
     }
 
     #[test]
-    fn strided_generators_never_collide() {
-        let o = p(5);
-        let mut seen = ahash::AHashSet::new();
-        for shard in 0..4 {
-            let mut g = MsgIdGen::strided(o, 1234, shard, 4);
-            for _ in 0..100 {
-                assert!(seen.insert(g.next_id()));
-            }
+    fn a_generator_counts_up_by_one_from_its_seed() {
+        let mut g = MsgIdGen::new(p(5), u64::MAX - 1);
+        assert_eq!(g.next_id(), MsgId::new(&p(5), u64::MAX));
+        assert_eq!(g.next_id(), MsgId::new(&p(5), 0), "wraps like the C++ counter");
+        assert_eq!(g.next_id(), MsgId::new(&p(5), 1));
+    }
+
+    /// A copy delayed past the dedup bound (a lossy link, a cut that heals) used to find its id
+    /// forgotten and was delivered and flooded again; now it is dropped as too old.
+    #[test]
+    fn a_copy_delayed_past_the_dedup_bound_is_dropped_as_too_old() {
+        let (mut r, t, now) = setup();
+        let mut g = MsgIdGen::new(p(9), 0x7777_0000_0000);
+        let first = g.next_id();
+        let meta = |id| DataMeta {
+            src: p(9),
+            dst: PeerId::ZERO,
+            msg_id: id,
+            ttl: 5,
+        };
+        assert!(matches!(
+            r.on_data(&t, LinkId(2), &meta(first), now),
+            Route::DeliverAndForward { .. }
+        ));
+        for _ in 0..5000 {
+            r.on_data(&t, LinkId(2), &meta(g.next_id()), now);
         }
+        assert!(r.dedup_stats().evicted_by_size > 0, "the bound was reached");
+        assert_eq!(
+            r.on_data(&t, LinkId(3), &meta(first), now),
+            Route::Drop(DropReason::TooOld)
+        );
+        assert_eq!(r.stats().dropped_too_old, 1);
+        assert_eq!(r.stats().delivered, 5001);
     }
 
     #[test]
