@@ -249,3 +249,54 @@ fn a_receiver_busy_for_longer_than_the_heartbeat_timeout_is_not_declared_dead() 
     assert_eq!(s.mesh.stats().total.links_closed, 0, "sender kept the link");
     assert!(!s.rec.has(|e| matches!(e, Event::PeerDisconnected { .. })));
 }
+
+/// Frames queued on a link that dies used to be dropped in teardown with no counter. A raw
+/// peer completes the handshake and never reads, so the node's queue to it fills; when the
+/// peer goes, every message is accounted for: queued (then written or counted lost with the
+/// link) or counted as not fitting.
+#[test]
+fn frames_queued_on_a_link_that_dies_are_counted() {
+    use shoal_mesh::wire::Frame;
+    use std::io::Write;
+    let n = Node::start(
+        fast()
+            .overflow_policy(OverflowPolicy::DropNewest)
+            .max_outbound_queue_bytes(256 * 1024usize)
+            .heartbeat_timeout(Duration::from_secs(30))
+            .heartbeat_interval(Duration::from_secs(10)),
+    );
+    let hello = plain_hello();
+    let peer = hello.node_id;
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", n.port())).unwrap();
+    let mut bytes = Vec::new();
+    Frame::Hello(hello).encode(&mut bytes).unwrap();
+    raw.write_all(&bytes).unwrap();
+    wait_until(10, "node links the raw peer", || {
+        n.mesh.connected_peers().contains(&peer)
+    });
+    // Fill the kernel buffers and then the link queue: the peer never reads.
+    let mut seq = 0u64;
+    wait_until(30, "the link queue is full", || {
+        for _ in 0..200 {
+            let _ = n.mesh.try_broadcast(payload(seq));
+            seq += 1;
+        }
+        n.mesh.stats().total.dropped_queue_full > 0
+    });
+    let queued = n.mesh.stats().total.frames_queued;
+    drop(raw);
+    wait_until(10, "the link is closed", || {
+        n.mesh.stats().total.links_closed == 1
+    });
+    let t = n.mesh.stats().total;
+    assert!(
+        t.dropped_link_closed > 0,
+        "frames still queued when the link closed are counted: {t:?}"
+    );
+    assert!(t.dropped_link_closed <= queued, "{t:?}");
+    assert_eq!(
+        t.originated,
+        t.frames_queued + t.dropped_queue_full + t.dropped_no_route,
+        "every originated message was queued or counted as dropped: {t:?}"
+    );
+}

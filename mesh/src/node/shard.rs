@@ -129,10 +129,10 @@ pub(crate) struct ShardInit {
 pub(crate) enum Out {
     /// One Data frame as its header and payload (written without joining them).
     Data(DataHeader, Bytes),
-    /// Ready-encoded bytes (one frame, or a batching publisher's run of Data frames) and the
+    /// Ready-encoded bytes (one frame, or a batching publisher's run of Data frames), the
     /// budget bytes they hold (0 for the link's own control frames: Hello, Heartbeat,
-    /// Goodbye).
-    Raw(Bytes, usize),
+    /// Goodbye) and the Data frames among them (what is counted if they are lost).
+    Raw(Bytes, usize, u64),
 }
 
 impl Out {
@@ -140,7 +140,15 @@ impl Out {
     fn held(&self) -> usize {
         match self {
             Out::Data(_, p) => DATA_HEADER_LEN + p.len(),
-            Out::Raw(_, n) => *n,
+            Out::Raw(_, n, _) => *n,
+        }
+    }
+
+    /// The Data frames (messages) it carries.
+    fn frames(&self) -> u64 {
+        match self {
+            Out::Data(..) => 1,
+            Out::Raw(_, _, f) => *f,
         }
     }
 }
@@ -168,6 +176,9 @@ struct LinkCtx {
     /// The reader waits on something other than its socket (event room, a hop): it is busy,
     /// not dead, so the timer refreshes its liveness.
     stalled: bool,
+    /// What the writer took off `queue` for the write in progress: lost with the link if it
+    /// closes before the write completes (counted then, with what is still queued).
+    in_flight: Taken,
     finished: bool,
     reader: Option<LocalJoinHandle<()>>,
     writer: Option<LocalJoinHandle<()>>,
@@ -334,7 +345,7 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
                 } else if c.budget.try_reserve(n).is_none() {
                     inc(&ctx.counters().dropped_queue_full);
                 } else {
-                    c.queue.push_back(Out::Raw(frame, n));
+                    c.queue.push_back(Out::Raw(frame, n, 0));
                     c.state.on_sent(ctx.now());
                     c.budget.wake.notify(1);
                 }
@@ -403,6 +414,7 @@ fn add_link(ctx: &Rc<Ctx>, nl: NewLink) {
         queue: VecDeque::new(),
         budget,
         closing: None,
+        in_flight: Taken::default(),
         stalled: false,
         finished: false,
         reader: None,
@@ -433,7 +445,7 @@ fn pull(c: &mut LinkCtx) -> Option<CloseReason> {
     while let Some(f) = c.state.poll_transmit() {
         let mut b = BytesMut::with_capacity(f.encoded_len());
         if f.encode(&mut b).is_ok() {
-            c.queue.push_back(Out::Raw(b.freeze(), 0));
+            c.queue.push_back(Out::Raw(b.freeze(), 0, 0));
         }
     }
     let mut closed = None;
@@ -1038,19 +1050,19 @@ const COPY_MAX: usize = 2048;
 const BATCH_MAX: usize = 1 << 20;
 
 /// Moves queued frames into `bufs` for one vectored write: runs of small frames as one
-/// contiguous arena slice, large payloads as their own `Bytes`. Returns the budget bytes the
-/// taken frames hold.
-fn gather(queue: &mut VecDeque<Out>, bufs: &mut Vec<Bytes>) -> usize {
-    let mut release = 0;
+/// contiguous arena slice, large payloads as their own `Bytes`. Returns what the taken
+/// frames hold.
+fn gather(queue: &mut VecDeque<Out>, bufs: &mut Vec<Bytes>) -> Taken {
+    let mut taken = Taken::default();
     let mut total = 0;
     let mut arena = BytesMut::new();
     // Room for two iovecs (a flushed arena run, then a large payload) is kept at all times.
     while bufs.len() + 3 <= MAX_IOVECS && total < BATCH_MAX {
         let Some(out) = queue.pop_front() else { break };
+        taken.add(&out);
         let large = match out {
             Out::Data(h, p) => {
                 let held = DATA_HEADER_LEN + p.len();
-                release += held;
                 total += held;
                 if held <= COPY_MAX {
                     reserve_arena(&mut arena, queue.len(), held);
@@ -1062,8 +1074,7 @@ fn gather(queue: &mut VecDeque<Out>, bufs: &mut Vec<Bytes>) -> usize {
                 arena.extend_from_slice(&h.0);
                 p
             }
-            Out::Raw(b, n) => {
-                release += n;
+            Out::Raw(b, ..) => {
                 total += b.len();
                 if b.len() <= COPY_MAX {
                     reserve_arena(&mut arena, queue.len(), b.len());
@@ -1081,7 +1092,22 @@ fn gather(queue: &mut VecDeque<Out>, bufs: &mut Vec<Bytes>) -> usize {
     if !arena.is_empty() {
         bufs.push(arena.split().freeze());
     }
-    release
+    taken
+}
+
+/// What a batch taken off a link's queue holds: the budget bytes to release once written, and
+/// the Data frames to count as lost if the write fails.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Taken {
+    held: usize,
+    frames: u64,
+}
+
+impl Taken {
+    fn add(&mut self, o: &Out) {
+        self.held += o.held();
+        self.frames += o.frames();
+    }
 }
 
 /// Makes room for `n` more bytes in the arena, sized once per batch for what is queued
@@ -1097,28 +1123,24 @@ fn reserve_arena(arena: &mut BytesMut, queued: usize, n: usize) {
 }
 
 /// Seals frames from the front of `queue` into records appended to `out` until the queue is
-/// empty or the batch holds [`SEAL_BATCH`] plaintext bytes; returns the budget bytes they held.
+/// empty or the batch holds [`SEAL_BATCH`] plaintext bytes; what they held is added to `taken`
+/// (also when sealing fails, so the caller can count them as lost).
 /// A record is cut when the next frame does not fit it; a frame larger than a whole record
 /// (only possible if the peer's limit is below ours) is split across records.
 fn seal_batch(
     queue: &mut VecDeque<Out>,
     sealer: &mut RecordSealer,
     out: &mut BytesMut,
-) -> Result<usize, SealError> {
-    let mut release = 0usize;
+    taken: &mut Taken,
+) -> Result<(), SealError> {
     let mut batch = 0usize;
     let mut rec = sealer.begin(out);
     while batch < SEAL_BATCH {
         let Some(o) = queue.pop_front() else { break };
+        taken.add(&o);
         let (head, body): (&[u8], &[u8]) = match &o {
-            Out::Data(h, p) => {
-                release += DATA_HEADER_LEN + p.len();
-                (&h.0[..], &p[..])
-            }
-            Out::Raw(b, n) => {
-                release += n;
-                (&b[..], &[])
-            }
+            Out::Data(h, p) => (&h.0[..], &p[..]),
+            Out::Raw(b, ..) => (&b[..], &[]),
         };
         let flen = head.len() + body.len();
         batch += flen;
@@ -1141,7 +1163,7 @@ fn seal_batch(
         rec.seal()?;
     }
     // An empty builder removes its header when dropped.
-    Ok(release)
+    Ok(())
 }
 
 async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf, mut sealer: Option<RecordSealer>) {
@@ -1150,7 +1172,7 @@ async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf, mut sealer: Optio
     // batch once the write is done (reserve on a unique buffer), so no allocation per record.
     let mut sealed = BytesMut::new();
     loop {
-        let mut release = 0usize;
+        let mut taken = Taken::default();
         let idle = {
             let mut c = l.borrow_mut();
             if c.finished {
@@ -1172,8 +1194,10 @@ async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf, mut sealer: Optio
                 if sealed.capacity() > SEAL_BUF_KEEP {
                     sealed = BytesMut::with_capacity(SEAL_BATCH);
                 }
-                match seal_batch(&mut c.queue, sealer, &mut sealed) {
-                    Ok(n) => release = n,
+                let sealed_ok = seal_batch(&mut c.queue, sealer, &mut sealed, &mut taken);
+                c.in_flight = taken;
+                match sealed_ok {
+                    Ok(()) => {}
                     Err(e) => {
                         drop(c);
                         inc(&ctx.counters().record_failures);
@@ -1185,7 +1209,8 @@ async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf, mut sealer: Optio
                 bufs.push(sealed.split().freeze());
                 false
             } else {
-                release = gather(&mut c.queue, &mut bufs);
+                taken = gather(&mut c.queue, &mut bufs);
+                c.in_flight = taken;
                 false
             }
         };
@@ -1207,9 +1232,13 @@ async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf, mut sealer: Optio
         let (res, v) = wr.write_all_vectored(std::mem::take(&mut bufs)).await;
         bufs = v;
         bufs.clear();
-        l.borrow().budget.release(release);
         match res {
-            Ok(()) => add(&ctx.counters().bytes_out, bytes as u64),
+            Ok(()) => {
+                let mut c = l.borrow_mut();
+                c.in_flight = Taken::default();
+                c.budget.release(taken.held);
+                add(&ctx.counters().bytes_out, bytes as u64);
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "link write failed");
                 teardown(&ctx, &l, Who::Writer, None);
@@ -1276,11 +1305,12 @@ fn teardown(ctx: &Rc<Ctx>, l: &LinkRc, who: Who, err: Option<(ErrorKind, String)
             return;
         }
         c.finished = true;
-        let mut rel = 0;
+        let mut lost = std::mem::take(&mut c.in_flight);
         for o in c.queue.drain(..) {
-            rel += o.held();
+            lost.add(&o);
         }
-        c.budget.release(rel);
+        add(&ctx.counters().dropped_link_closed, lost.frames);
+        c.budget.release(lost.held);
         c.budget.close();
         c.state.close(false, Instant::now());
         (c.id, c.peer, c.reader.take(), c.writer.take())
@@ -1476,7 +1506,7 @@ fn queue_run(
         only,
         Path::Origin,
         waits,
-        || Out::Raw(run.clone(), n),
+        || Out::Raw(run.clone(), n, count as u64),
     );
 }
 
@@ -1526,12 +1556,14 @@ mod tests {
             expect.extend_from_slice(&payload);
             queue.push_back(Out::Data(h, payload));
         }
-        queue.push_back(Out::Raw(Bytes::from_static(&[0, 0, 0, 1, 3]), 5));
+        queue.push_back(Out::Raw(Bytes::from_static(&[0, 0, 0, 1, 3]), 5, 0));
         expect.extend_from_slice(&[0, 0, 0, 1, 3]);
         let mut out = BytesMut::new();
-        let released = seal_batch(&mut queue, &mut sealer, &mut out).unwrap();
+        let mut taken = Taken::default();
+        seal_batch(&mut queue, &mut sealer, &mut out, &mut taken).unwrap();
         assert!(queue.is_empty());
-        assert_eq!(released, expect.len());
+        assert_eq!(taken.held, expect.len());
+        assert_eq!(taken.frames, 5, "the Data frames, not the control frame");
         // Walk the records: each within the limit.
         let mut at = 0;
         let mut records = 0;

@@ -72,6 +72,10 @@ counters! {
     dropped_too_old,
     /// Dropped: a targeted message for someone else arrived with no hop left.
     dropped_ttl,
+    /// Dropped: queued on a link (or being written to it) when the link closed; counted per
+    /// message on the link's shard. A write the kernel had taken in part counts whole, so
+    /// this may count a message its peer still received.
+    dropped_link_closed,
     /// Dropped: no link to send it on (or the link went away meanwhile).
     dropped_no_route,
     /// Dropped: the link's outbound queue was at `max_outbound_queue_bytes` (or, for a
