@@ -150,3 +150,48 @@ fn malformed_input_closes_only_that_link() {
         );
     }
 }
+
+/// Before its Hello, a connection could announce a frame of up to `max_message_bytes`
+/// (16 MiB) and make the node buffer all of it (48 such connections: +737 MB). Now a header
+/// announcing more than the largest handshake frame is refused at once, as oversize, without
+/// waiting for its body.
+#[test]
+fn a_giant_frame_before_the_hello_is_refused_at_its_header() {
+    let m = Node::start(fast().handshake_timeout(Duration::from_secs(30)));
+    let mut s = raw_client(m.port());
+    // A "Hello" announcing 16 MiB - 1, and not one byte of it.
+    s.write_all(&[0x00, 0xff, 0xff, 0xff, 1]).unwrap();
+    assert_closed_by_node(s, "giant pre-handshake frame");
+    wait_until(10, "oversize error event", || !error_events(&m).is_empty());
+    assert_eq!(error_events(&m), vec![ErrorKind::Oversize]);
+    assert_eq!(m.mesh.stats().control.oversize_frames, 1);
+}
+
+/// After a Hello, a peer trickling one byte of a frame every 0.3 s kept its link forever (any
+/// byte was liveness). Now it is closed as stalled after the heartbeat timeout, and counted.
+#[test]
+fn a_peer_trickling_a_frame_is_closed_as_stalled() {
+    let m = Node::start(fast());
+    let mut s = raw_client(m.port());
+    s.write_all(&hello_bytes()).unwrap();
+    // A Data frame announcing 1 MiB.
+    s.write_all(&[0x00, 0x10, 0x00, 0x00, 4]).unwrap();
+    let stop = std::time::Instant::now() + Duration::from_secs(30);
+    let mut closed = false;
+    while std::time::Instant::now() < stop {
+        std::thread::sleep(Duration::from_millis(300));
+        if s.write_all(&[7]).is_err() {
+            closed = true;
+            break;
+        }
+        if m.mesh.stats().total.stalled_links > 0 {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "the trickling link was still open after 30 s");
+    wait_until(10, "stalled error event", || {
+        error_events(&m).contains(&ErrorKind::Stalled)
+    });
+    assert_eq!(m.mesh.stats().total.stalled_links, 1);
+}

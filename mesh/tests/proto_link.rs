@@ -240,12 +240,42 @@ fn a_busy_sender_without_heartbeats_stays_alive() {
         l.handle_timeout(now);
     }
     assert_eq!(l.state(), LinkState::Established);
-    // Partial bytes of one huge frame count as well.
+    // Partial bytes of one huge frame count as well, a chunk at a time.
     for k in 101..=120 {
-        l.on_bytes_received(ms(t0, 500 * k));
+        l.on_bytes_read(64 * 1024, ms(t0, 500 * k));
         l.handle_timeout(ms(t0, 500 * k));
     }
     assert_eq!(l.state(), LinkState::Established);
+}
+
+/// A peer trickling a frame (1 byte every 0.7 s) used to keep its link, and the buffer of its
+/// partial frame, forever: any byte counted as liveness. Now it is closed as stalled after
+/// the heartbeat timeout, while a slow but real transfer (PROGRESS_BYTES per timeout) lives.
+#[test]
+fn a_trickle_inside_a_frame_is_closed_as_stalled() {
+    let t0 = Instant::now();
+    let mut l = established(t0);
+    events(&mut l);
+    let mut t = 0;
+    while l.state() == LinkState::Established {
+        t += 700;
+        assert!(t <= 3700, "still open after {t} ms of trickle");
+        l.on_bytes_read(1, ms(t0, t));
+        l.handle_timeout(ms(t0, t));
+    }
+    assert_eq!(
+        events(&mut l),
+        vec![LinkEvent::Closed(CloseReason::Stalled)]
+    );
+
+    let mut slow = established(t0);
+    for k in 1..=40 {
+        // PROGRESS_BYTES in 1 KiB reads, one every 0.5 s: ~2 KiB/s.
+        slow.on_bytes_read(1024, ms(t0, 500 * k));
+        slow.handle_timeout(ms(t0, 500 * k));
+    }
+    assert_eq!(slow.state(), LinkState::Established);
+    assert!(shoal_mesh::proto::PROGRESS_BYTES <= 4096);
 }
 
 #[test]

@@ -6,7 +6,7 @@ use shoal_mesh::wire::{
     decode_frame, peek_frame_len, peer_accepts_frame_type, take_frame, Announce, AnnounceFilter,
     AnnounceReject, Data, DataHeader, DecodeError, DecodeStatus, EncodeError, Features, Frame,
     Hello, HelloIdentity, IdentityRecord, Membership, ShoalExtension, DATA_HEADER_LEN,
-    MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+    MAX_HANDSHAKE_FRAME_LEN, MAX_HELLO_V1_LEN, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
 };
 use shoal_mesh::{MsgId, PeerId};
 
@@ -336,4 +336,30 @@ fn shoal_extension_round_trips_and_malformed_blocks_mean_plain_peer() {
         panic!("whole frame")
     };
     assert_eq!(frame, Frame::Hello(hello()));
+}
+
+/// The pre-handshake frame bound admits the largest valid Hello (every field at its longest,
+/// secured, with identity and Shoal's extension), and nothing near `maxMessageBytes`.
+#[test]
+fn the_largest_hello_fits_the_handshake_frame_bound() {
+    let mut h = hello();
+    h.group_name = "g".repeat(255);
+    h.eph_pub_key = Some([1; 32]);
+    h.identity = Some(HelloIdentity {
+        id_pub_key: [2; 32],
+        node_name: "n".repeat(255),
+    });
+    h.shoal = None;
+    let mut out = Vec::new();
+    Frame::Hello(h.clone()).encode(&mut out).unwrap();
+    assert_eq!(out.len() as u32 - 4, MAX_HELLO_V1_LEN);
+    h.shoal = Some(ShoalExtension::current());
+    let mut out = Vec::new();
+    Frame::Hello(h).encode(&mut out).unwrap();
+    assert!(out.len() as u32 - 4 <= MAX_HANDSHAKE_FRAME_LEN);
+    assert!(matches!(
+        peek_frame_len(&out, MAX_HANDSHAKE_FRAME_LEN),
+        Ok(DecodeStatus::Complete { .. })
+    ));
+    assert!(MAX_HANDSHAKE_FRAME_LEN < MAX_MESSAGE_BYTES / 1000);
 }

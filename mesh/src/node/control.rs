@@ -33,7 +33,7 @@ use crate::proto::{
 };
 use crate::wire::{
     take_frame, Announce, AnnounceFilter, AnnounceReject, Frame, Hello, IdentityRecord,
-    ShoalExtension, PROTOCOL_VERSION,
+    ShoalExtension, MAX_HANDSHAKE_FRAME_LEN, PROTOCOL_VERSION,
 };
 use crate::PeerId;
 use ahash::AHashMap;
@@ -532,7 +532,9 @@ async fn exchange(
     state: &mut Link,
     mut hs: Option<&mut Handshake>,
 ) -> Result<Exchanged, HandshakeFailure> {
-    let max = ctl.ns.cfg.max_message_bytes;
+    // Only handshake frames are valid before the link is up: a stranger may not make this
+    // connection buffer more than the largest of them (see `MAX_HANDSHAKE_FRAME_LEN`).
+    let max = ctl.ns.cfg.max_message_bytes.min(MAX_HANDSHAKE_FRAME_LEN);
     let deadline = Instant::now() + ctl.ns.cfg.handshake_timeout;
     let mut buf = BytesMut::with_capacity(4096);
     let mut established: Option<Established> = None;

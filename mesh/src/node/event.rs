@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Oversize,
     /// A peer stayed blocked past the Disconnect policy's limit; its link was closed.
     SlowPeer,
+    /// A peer sent part of a frame and then too little of it (and no whole frame) for the
+    /// heartbeat timeout: a trickle that would hold the link forever; its link was closed.
+    Stalled,
     /// Multicast discovery could not be set up or failed (not fatal: static/seed peers work).
     Discovery,
     /// A socket operation failed.

@@ -35,8 +35,8 @@ use super::shared::{Channels, NodeShared, Offer};
 use super::stats::{add, inc, raise, Counters};
 use crate::crypto::{OpenError, RecordReader, RecordSealer, SealError};
 use crate::proto::{
-    dedup_shard, CloseReason, DedupCache, DataMeta, DropReason, FrameAction, Link, LinkEvent, LinkId, MsgIdGen,
-    Route, Router, RoutingTable,
+    dedup_shard, CloseReason, DataMeta, DedupCache, DropReason, FrameAction, Link, LinkEvent,
+    LinkId, MsgIdGen, Route, Router, RoutingTable,
 };
 use crate::wire::{
     peek_frame_len, take_data, take_frame, Data, DataHeader, DecodeError, DecodeStatus, Frame,
@@ -61,6 +61,14 @@ use std::time::{Duration, Instant};
 const READ_CHUNK: usize = 64 * 1024;
 /// The largest read a busy link grows to.
 const READ_CHUNK_MAX: usize = 256 * 1024;
+
+/// Room for the next read: a chunk, or inside a frame (a record) that still needs `rest`
+/// bytes, up to as much as is already buffered. The buffer grows with what arrives (at most
+/// doubling per read, so copying stays linear), never to a length a peer merely announced: a
+/// 5-byte header announcing 16 MiB used to reserve 16 MiB for that link.
+fn read_room(rest: usize, buffered: usize, chunk: usize) -> usize {
+    chunk.max(rest.min(buffered))
+}
 
 /// The size of the next read, given the last one: see [`READ_CHUNK`].
 fn next_chunk(chunk: usize, read: usize) -> usize {
@@ -481,7 +489,7 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
             Ok(DecodeStatus::NeedMore { needed }) => needed,
             _ => 0,
         };
-        let want = needed.saturating_sub(buf.len()).max(chunk);
+        let want = read_room(needed.saturating_sub(buf.len()), buf.len(), chunk);
         ctx.read_blocks.borrow_mut().make_room(&mut buf, want, want);
         let (res, b) = rd.read(buf).await;
         buf = b;
@@ -530,8 +538,8 @@ async fn reader_secure(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut rr: Rec
             }
         }
         ctx.wake_receivers();
-        let want = rr.pending_record_bytes().max(chunk);
         let mut buf = rr.take_buffer();
+        let want = read_room(rr.pending_record_bytes(), buf.len(), chunk);
         // Moved whole (same layout) if it must move, so the reader's offsets stay valid.
         ctx.read_blocks.borrow_mut().make_room(&mut buf, want, want);
         let (res, b) = rd.read(buf).await;
@@ -582,7 +590,7 @@ fn closed_inside_frame(ctx: &Ctx, partial: usize) -> Option<(ErrorKind, String)>
 fn on_read(ctx: &Ctx, l: &LinkRc, n: usize) {
     add(&ctx.counters().bytes_in, n as u64);
     let now = ctx.tick();
-    l.borrow_mut().state.on_bytes_received(now);
+    l.borrow_mut().state.on_bytes_read(n, now);
 }
 
 /// The socket failed (reset, or gone): the link goes quietly.
@@ -1279,6 +1287,12 @@ async fn timer(ctx: Rc<Ctx>, l: LinkRc) {
             pull(&mut c)
         };
         if let Some(reason) = closed {
+            if reason == CloseReason::Stalled {
+                inc(&ctx.counters().stalled_links);
+                let err = Some((ErrorKind::Stalled, reason.to_string()));
+                teardown(&ctx, &l, Who::Other, err);
+                return;
+            }
             if reason != CloseReason::Local {
                 tracing::info!(shard = ctx.idx, peer = %l.borrow().peer, %reason, "link closed");
                 teardown(&ctx, &l, Who::Other, None);
@@ -1514,6 +1528,30 @@ fn queue_run(
 mod tests {
     use super::*;
     use crate::crypto::RecordOpener;
+
+    #[test]
+    fn read_buffers_grow_with_what_arrives_not_with_what_is_announced() {
+        // A header announcing 16 MiB, then 5 bytes: one ordinary chunk.
+        assert_eq!(read_room(16 << 20, 5, READ_CHUNK), READ_CHUNK);
+        // A frame that fits a chunk gets a chunk.
+        assert_eq!(read_room(1000, 300_000, READ_CHUNK), READ_CHUNK);
+        // A large frame arriving for real: the room doubles what is buffered, up to the rest.
+        assert_eq!(read_room(16 << 20, 1 << 20, READ_CHUNK), 1 << 20);
+        assert_eq!(read_room(100_000, 1 << 20, READ_CHUNK), 100_000);
+        // Receiving a 16 MiB frame 64 KiB per read never holds more than twice what arrived
+        // plus a chunk.
+        let total = 16 << 20;
+        let mut buffered = 0usize;
+        let mut cap = 0usize;
+        while buffered < total {
+            let want = read_room(total - buffered, buffered, READ_CHUNK);
+            if cap - buffered < want {
+                cap = buffered + want;
+            }
+            assert!(cap <= 2 * buffered + READ_CHUNK, "{cap} for {buffered}");
+            buffered += (64 << 10).min(total - buffered);
+        }
+    }
 
     #[test]
     fn reads_grow_on_a_busy_link_and_shrink_on_an_idle_one() {

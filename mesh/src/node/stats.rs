@@ -83,8 +83,12 @@ counters! {
     dropped_queue_full,
     /// Links closed because a frame did not decode (random bytes, unknown type, bad field).
     malformed_frames,
-    /// Links closed because a frame announced a length above `max_message_bytes`.
+    /// Links closed because a frame announced a length above `max_message_bytes` (before the
+    /// handshake: above the largest handshake frame).
     oversize_frames,
+    /// Links closed because a partial frame made no progress for the heartbeat timeout
+    /// (a trickle; [`super::ErrorKind::Stalled`]).
+    stalled_links,
     /// Control events (peer/member/error) lost because the event queue was full.
     dropped_event_queue_full,
     /// Times a Message event had to wait for room in the event queue (backpressure).

@@ -589,7 +589,11 @@ mod tests {
         assert!(d.check_and_insert(sparse(9), t));
         assert_eq!(d.len(), 1);
         assert_eq!(d.check(id(0), t), Seen::TooOld);
-        assert_eq!(d.check(id(6), t), Seen::TooOld, "never seen, but below the floor");
+        assert_eq!(
+            d.check(id(6), t),
+            Seen::TooOld,
+            "never seen, but below the floor"
+        );
     }
 
     #[test]
@@ -742,7 +746,11 @@ mod tests {
         d.sweep(t + ms(100));
         assert!(!hot_hit(&d, &id(1)) && d.is_empty());
         assert_eq!(d.stats().expired, 1);
-        assert_eq!(d.check(id(1), t + ms(100)), Seen::TooOld, "swept: still seen");
+        assert_eq!(
+            d.check(id(1), t + ms(100)),
+            Seen::TooOld,
+            "swept: still seen"
+        );
         assert!(d.is_empty());
         assert_eq!(d.check(id(64), t + ms(100)), Seen::New);
 
@@ -834,7 +842,11 @@ mod tests {
             assert!(d.check_and_insert(id(fast + n), t));
         }
         assert_eq!(d.check(id(fast + 5), t), Seen::TooOld);
-        assert_eq!(d.check(id(slow), t), Seen::TooOld, "its block was evicted too");
+        assert_eq!(
+            d.check(id(slow), t),
+            Seen::TooOld,
+            "its block was evicted too"
+        );
         // The slow generator's next ids (from its next block on: the rest of a forgotten
         // block counts as seen) are new: the fast stream's floor is not theirs.
         assert_eq!(d.check(id(slow + 3), t), Seen::TooOld);
@@ -879,9 +891,8 @@ mod tests {
             let ttl = Duration::from_millis(50);
             let mut d = DedupCache::new(200 + rng.below(300) as usize, ttl, base);
             let origins: Vec<PeerId> = (0..3).map(|o| PeerId([o as u8 + 1; 16])).collect();
-            let mut gens: Vec<(usize, u64)> = (0..6)
-                .map(|g| (g % origins.len(), rng.next()))
-                .collect();
+            let mut gens: Vec<(usize, u64)> =
+                (0..6).map(|g| (g % origins.len(), rng.next())).collect();
             let mut pending: Vec<MsgId> = Vec::new();
             let mut delivered = ahash::AHashSet::new();
             let mut now_ms = 0u64;
@@ -897,8 +908,13 @@ mod tests {
                     }
                     5..=8 if !pending.is_empty() => {
                         // Mostly recent copies, sometimes one from far back.
-                        let back = if rng.below(20) == 0 { pending.len() } else { 32 };
-                        let i = pending.len() - 1 - rng.below(back.min(pending.len()) as u64) as usize;
+                        let back = if rng.below(20) == 0 {
+                            pending.len()
+                        } else {
+                            32
+                        };
+                        let i =
+                            pending.len() - 1 - rng.below(back.min(pending.len()) as u64) as usize;
                         let m = pending.swap_remove(i);
                         let now = base + Duration::from_millis(now_ms);
                         if d.check(m, now) == Seen::New {
@@ -913,7 +929,10 @@ mod tests {
             }
             total_too_old += d.stats().too_old;
         }
-        assert!(total_too_old > 100, "late copies were exercised: {total_too_old}");
+        assert!(
+            total_too_old > 100,
+            "late copies were exercised: {total_too_old}"
+        );
     }
 
     /// The cache before the hot entries and the clock cache: blocks in a hash map, the ring

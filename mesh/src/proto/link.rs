@@ -8,9 +8,12 @@
 //! `crypto.md`, reports [`Link::auth_confirmed`] or [`Link::auth_failed`].
 //!
 //! Liveness: a Heartbeat goes out only when nothing was sent for `heartbeat_interval`; the link
-//! is dead when nothing at all was received for `heartbeat_timeout`. *Any* received byte counts
-//! ([`Link::on_bytes_received`] for partial frames, [`Link::on_frame`] for whole ones), so a
-//! peer streaming a large frame or a stream of Data never needs heartbeats to stay alive. The
+//! is dead when it made no progress for `heartbeat_timeout`. Progress is a whole frame
+//! ([`Link::on_frame`], [`Link::on_data`]) or, inside a frame, every [`PROGRESS_BYTES`] of it
+//! ([`Link::on_bytes_read`]), so a peer streaming a large frame or a stream of Data never needs
+//! heartbeats to stay alive, while a peer that trickles a frame a byte at a time cannot keep a
+//! link (and the buffer of its partial frame) forever: it is closed with
+//! [`CloseReason::Stalled`]. The
 //! driver must feed all received input before calling [`Link::handle_timeout`]: a receiver that
 //! was too busy to read for a while then sees the backlog first and does not kill a link that
 //! was talking all along (the C++ library's failure mode under load).
@@ -28,6 +31,12 @@ use crate::wire::{peer_accepts_frame_type, Frame, Hello, ShoalExtension};
 use crate::PeerId;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+/// Bytes of a partial frame that count as progress for liveness: a link that receives fewer
+/// than this, and no whole frame, within `heartbeat_timeout` is closed as stalled. A healthy
+/// peer sends a frame or this much of one far more often (about 1.4 KiB/s at the default
+/// 3 s timeout); a peer trickling a giant frame does not.
+pub const PROGRESS_BYTES: usize = 4096;
 
 /// Which side opened the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +96,10 @@ pub enum CloseReason {
     /// Nothing received for `heartbeat_timeout`.
     #[error("nothing received for the heartbeat timeout")]
     HeartbeatTimeout,
+    /// Bytes of a frame arrived, but fewer than [`PROGRESS_BYTES`] and no whole frame within
+    /// `heartbeat_timeout`: a trickle that would hold the link and its buffer forever.
+    #[error("a partial frame made no progress for the heartbeat timeout")]
+    Stalled,
     /// The peer sent Goodbye.
     #[error("peer said goodbye")]
     Goodbye,
@@ -177,6 +190,8 @@ pub struct Link {
     created: Instant,
     last_sent: Instant,
     last_recv: Instant,
+    /// Bytes read since the last progress (see [`PROGRESS_BYTES`]).
+    unframed: usize,
     peer: Option<PeerId>,
     peer_listen_port: u16,
     peer_shoal: Option<ShoalExtension>,
@@ -224,6 +239,7 @@ impl Link {
             created: now,
             last_sent: now,
             last_recv: now,
+            unframed: 0,
             peer: None,
             peer_listen_port: 0,
             peer_shoal: None,
@@ -278,9 +294,20 @@ impl Link {
         }
     }
 
-    /// Bytes arrived (possibly only part of a frame): proof the peer is alive.
+    /// Proof the peer is alive (a whole frame, or the driver's word that the link is busy on
+    /// our side, e.g. its reader waits for room to hand over what it read).
     pub fn on_bytes_received(&mut self, now: Instant) {
         self.last_recv = self.last_recv.max(now);
+        self.unframed = 0;
+    }
+
+    /// `n` bytes were read from the socket (whole frames among them are reported on their
+    /// own): every [`PROGRESS_BYTES`] of them count as progress, fewer do not.
+    pub fn on_bytes_read(&mut self, n: usize, now: Instant) {
+        self.unframed = self.unframed.saturating_add(n);
+        if self.unframed >= PROGRESS_BYTES {
+            self.on_bytes_received(now);
+        }
     }
 
     /// The driver queued a frame of its own (Data, Membership, ...) on this link.
@@ -405,7 +432,11 @@ impl Link {
             LinkState::Closed => {}
             LinkState::Established => {
                 if now.saturating_duration_since(self.last_recv) >= self.timers.heartbeat_timeout {
-                    self.fail(CloseReason::HeartbeatTimeout);
+                    self.fail(if self.unframed > 0 {
+                        CloseReason::Stalled
+                    } else {
+                        CloseReason::HeartbeatTimeout
+                    });
                 } else if now.saturating_duration_since(self.last_sent)
                     >= self.timers.heartbeat_interval
                 {

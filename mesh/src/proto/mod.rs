@@ -57,7 +57,9 @@ pub mod router;
 
 pub use announce::{accept_announce, AcceptedAnnounce, AnnounceError, AnnounceSchedule};
 pub use dedup::{dedup_shard, DedupCache, DedupStats, Seen, DEFAULT_MAX_STREAMS};
-pub use link::{CloseReason, FrameAction, Link, LinkEvent, LinkState, LinkTimers, Role};
+pub use link::{
+    CloseReason, FrameAction, Link, LinkEvent, LinkState, LinkTimers, Role, PROGRESS_BYTES,
+};
 pub use membership::{Dest, Membership, MembershipEvent, MembershipTransmit, RecordOutcome};
 pub use peers::{DialTarget, PeerAction, PeerEvent, PeerManager, PeerState, PeerStats};
 pub use router::{DataMeta, DropReason, MsgIdGen, Route, Router, RouterStats, RoutingTable};

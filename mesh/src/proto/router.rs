@@ -304,7 +304,9 @@ impl Router {
                 Route::Unicast { .. } => self.stats.unicast += more,
                 Route::Drop(DropReason::NoRoute) => self.stats.dropped_no_route += more,
                 // Not decisions `originate` makes.
-                Route::Drop(DropReason::Duplicate | DropReason::TtlExpired | DropReason::TooOld)
+                Route::Drop(
+                    DropReason::Duplicate | DropReason::TtlExpired | DropReason::TooOld,
+                )
                 | Route::DeliverAndForward { .. } => {}
             }
         }
@@ -550,7 +552,11 @@ mod tests {
     fn a_generator_counts_up_by_one_from_its_seed() {
         let mut g = MsgIdGen::new(p(5), u64::MAX - 1);
         assert_eq!(g.next_id(), MsgId::new(&p(5), u64::MAX));
-        assert_eq!(g.next_id(), MsgId::new(&p(5), 0), "wraps like the C++ counter");
+        assert_eq!(
+            g.next_id(),
+            MsgId::new(&p(5), 0),
+            "wraps like the C++ counter"
+        );
         assert_eq!(g.next_id(), MsgId::new(&p(5), 1));
     }
 

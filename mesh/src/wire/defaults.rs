@@ -43,3 +43,19 @@ pub const ID_PUB_KEY_LEN: usize = 32;
 pub const SIG_LEN: usize = 64;
 /// Length of the AuthConfirm PSK confirmation tag.
 pub const CONFIRM_TAG_LEN: usize = 32;
+/// The longest v1 Hello `length` field: type byte, node id, version, port, a 255-byte group
+/// name, nonce, an ephemeral key and an identity with a 255-byte name (606 bytes).
+pub const MAX_HELLO_V1_LEN: u32 = 1
+    + 16
+    + 1
+    + 2
+    + (1 + MAX_STR_LEN as u32)
+    + 8
+    + (1 + EPH_PUB_KEY_LEN as u32)
+    + (1 + ID_PUB_KEY_LEN as u32 + 1 + MAX_STR_LEN as u32);
+/// The largest `length` a frame may announce before the handshake is through. Only Hello,
+/// HelloAck and AuthConfirm (98 bytes) are valid then, and the longest v1 Hello is
+/// [`MAX_HELLO_V1_LEN`]; the rest leaves Shoal's Hello extension room for a tail of about
+/// 3.4 KiB. Without this bound a stranger could make the node buffer a frame of
+/// `maxMessageBytes` (16 MiB) per connection before saying who it is.
+pub const MAX_HANDSHAKE_FRAME_LEN: u32 = 4096;
