@@ -26,5 +26,5 @@ pub use config::MeshConfig;
 pub use id::{MsgId, PeerId};
 pub use node::{
     ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, MeshError, MeshStats, NodeOptions,
-    OverflowPolicy, PublishError, Publisher, ShardStats,
+    OverflowPolicy, PublishError, Publisher, ShardStats, SlowLinkAction, SlowLinkPolicy,
 };

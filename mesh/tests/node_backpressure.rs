@@ -300,3 +300,78 @@ fn frames_queued_on_a_link_that_dies_are_counted() {
         "every originated message was queued or counted as dropped: {t:?}"
     );
 }
+
+/// One link that cannot keep up used to hold a Block publisher to its pace (in the fault
+/// test: ~15 % of the rate for ~30 s, every subscriber starved). Now the congested link is
+/// declared slow after `SlowLinkPolicy::after` and dropped for (counted) while the publisher
+/// and the healthy peer go on; the slow peer gets exactly what was not counted as dropped.
+#[test]
+fn one_stalled_peer_does_not_hold_a_block_publisher_hostage() {
+    use shoal_mesh::{Mesh, SlowLinkAction, SlowLinkPolicy};
+    const N: u64 = 20_000;
+    let b = Node::start(fast());
+    // C's application does not read its events for now: its reader stalls, then its socket,
+    // then the sender's queue to it.
+    let c = fast().event_queue_capacity(16).build().unwrap();
+    let mut c_rx = c.events();
+    c.start().unwrap();
+    let a = Node::start(
+        fast()
+            .max_outbound_queue_bytes(64 * 1024usize)
+            .slow_link(SlowLinkPolicy {
+                after: Duration::from_millis(300),
+                action: SlowLinkAction::Drop,
+            })
+            .static_peer(ep(b.port()))
+            .static_peer(ep(c.listen_port())),
+    );
+    wait_until(10, "a linked to b and c", || {
+        let p = a.mesh.connected_peers();
+        p.contains(&b.id()) && p.contains(&c.id())
+    });
+    let sender: Mesh = a.mesh.clone();
+    let publisher = std::thread::spawn(move || {
+        for seq in 0..N {
+            sender.broadcast_blocking(payload(seq)).expect("accepted");
+        }
+    });
+    wait_until(60, "the publisher finished while c was stalled", || {
+        publisher.is_finished()
+    });
+    publisher.join().unwrap();
+    let st = a.mesh.stats().total;
+    assert!(st.slow_links >= 1, "{st:?}");
+    assert!(st.dropped_slow_link > 0, "{st:?}");
+    assert!(a.rec.has(|e| matches!(
+        e,
+        Event::Error { kind: shoal_mesh::ErrorKind::SlowPeer, peer: Some(p), .. } if *p == c.id()
+    )));
+    // The healthy peer got everything, in order.
+    wait_until(30, "b received every message", || {
+        b.rec.messages().len() as u64 == N
+    });
+    let seqs: Vec<u64> = b
+        .rec
+        .messages()
+        .iter()
+        .map(|m| u64::from_be_bytes(m.1[..8].try_into().unwrap()))
+        .collect();
+    assert_eq!(seqs, (0..N).collect::<Vec<_>>());
+    // Every message was queued on both links or counted as dropped for the slow one...
+    let dropped = a.mesh.stats().total.dropped_slow_link;
+    assert_eq!(a.mesh.stats().total.frames_queued, 2 * N - dropped);
+    // ...and the slow peer gets exactly what was queued for it.
+    let got = drain(&mut c_rx, N - dropped, || {
+        format!("{:?}", a.mesh.stats().total)
+    });
+    assert_eq!(got.len() as u64, N - dropped);
+    assert!(
+        got.windows(2).all(|w| w[0] < w[1]),
+        "in order, no duplicate"
+    );
+    assert_eq!(
+        a.mesh.stats().total.links_closed,
+        0,
+        "the Drop action keeps the link"
+    );
+}

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 pub enum OverflowPolicy {
     /// Messages the application originates wait for room (the publisher API blocks or awaits).
     /// Relayed messages cannot wait without stalling every other link of the shard: they are
-    /// dropped and counted as under `DropNewest`.
+    /// dropped and counted as under `DropNewest`. No single link holds the publisher hostage:
+    /// a link that stays congested for [`SlowLinkPolicy::after`] is declared slow and handled
+    /// by [`SlowLinkPolicy::action`] (see [`SlowLinkPolicy`]).
     #[default]
     Block,
     /// The new frame is dropped and counted (`dropped_queue_full`).
@@ -25,6 +27,50 @@ pub enum OverflowPolicy {
         /// How long a link may stay full before it is dropped.
         after: Duration,
     },
+}
+
+/// What a [`OverflowPolicy::Block`] publisher does about a link that cannot take its share.
+///
+/// A link is **congested** from the first reservation that finds its queue full until its
+/// writer drains it to half the bound. A link congested for longer than `after` while another
+/// link is not (the others take their share, this one does not) is declared **slow** (counted
+/// in `slow_links`, with an [`super::ErrorKind::SlowPeer`] event). One lossy link used to hold
+/// a Block publisher to its pace for as long as the loss lasted (~15 % of the rate for ~30 s
+/// in the fault test); now the publisher waits for one link at most about `after` per
+/// congestion episode. When every link is congested, or there is only one, nothing is slow:
+/// the publisher is faster than the mesh and Block paces it, as before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlowLinkPolicy {
+    /// How long a link may stay congested before it is slow. Default 1 s.
+    pub after: std::time::Duration,
+    /// What happens to a slow link. Default [`SlowLinkAction::Drop`].
+    pub action: SlowLinkAction,
+}
+
+impl Default for SlowLinkPolicy {
+    fn default() -> Self {
+        SlowLinkPolicy {
+            after: std::time::Duration::from_secs(1),
+            action: SlowLinkAction::Drop,
+        }
+    }
+}
+
+/// See [`SlowLinkPolicy::action`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SlowLinkAction {
+    /// The link is treated as under `DropNewest` while it is slow: a message that fits its
+    /// queue is queued, one that does not is dropped and counted (`dropped_slow_link`), and
+    /// nobody waits for it. It is Block again once its writer drained it to half the bound.
+    /// The default: a slow link (a lossy path, a peer briefly starved of CPU) still carries
+    /// what it can, keeps its membership and targeted traffic, and recovers by itself; closing
+    /// it would lose its queue too and add reconnect churn over the same bad path, while a
+    /// peer that is really gone is closed by the heartbeat timeout anyway.
+    #[default]
+    Drop,
+    /// The link is closed (counted in `slow_peer_disconnects`, [`super::ErrorKind::SlowPeer`])
+    /// and redialed with backoff like any lost link.
+    Disconnect,
 }
 
 /// The shared byte budget and wake-ups of one link.
@@ -40,6 +86,11 @@ pub(crate) struct LinkBudget {
     kill: AtomicBool,
     /// Milliseconds since `epoch` (+1) when the queue was first found full; 0 = not full.
     full_since: AtomicU64,
+    /// Milliseconds since `epoch` (+1) when a reservation first found the queue full since it
+    /// was last drained to half the bound; 0 = not congested (see [`SlowLinkPolicy`]).
+    congested_since: AtomicU64,
+    /// Declared slow (see [`SlowLinkPolicy`]); cleared when drained to half the bound.
+    slow: AtomicBool,
     epoch: Instant,
 }
 
@@ -53,8 +104,48 @@ impl LinkBudget {
             closed: AtomicBool::new(false),
             kill: AtomicBool::new(false),
             full_since: AtomicU64::new(0),
+            congested_since: AtomicU64::new(0),
+            slow: AtomicBool::new(false),
             epoch,
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// A reservation found the queue full: starts the congestion clock if it is not running.
+    /// Returns how long the link may still stay congested before it is slow (zero once it is,
+    /// or when `after` has passed).
+    pub(crate) fn congested(&self, after: Duration) -> Duration {
+        if self.is_slow() {
+            return Duration::ZERO;
+        }
+        let now = self.now_ms();
+        let since =
+            match self
+                .congested_since
+                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => now,
+                Err(s) => s,
+            };
+        after.saturating_sub(Duration::from_millis(now.saturating_sub(since)))
+    }
+
+    /// True from a failed reservation until the queue is drained to half the bound.
+    pub(crate) fn is_congested(&self) -> bool {
+        self.congested_since.load(Ordering::Relaxed) != 0
+    }
+
+    /// Declares the link slow; true if it was not already.
+    pub(crate) fn mark_slow(&self) -> bool {
+        !self.slow.swap(true, Ordering::AcqRel)
+    }
+
+    /// True while the link is slow (see [`SlowLinkPolicy`]).
+    pub(crate) fn is_slow(&self) -> bool {
+        self.slow.load(Ordering::Acquire)
     }
 
     /// Reserves `n` bytes if they fit (a frame larger than the whole bound is admitted only
@@ -104,8 +195,13 @@ impl LinkBudget {
     /// "full" period; a small frame squeezing into the last bytes of a stuck queue does not.
     pub(crate) fn release(&self, n: usize) {
         if n > 0 {
-            self.queued.fetch_sub(n, Ordering::AcqRel);
+            let left = self.queued.fetch_sub(n, Ordering::AcqRel) - n;
             self.full_since.store(0, Ordering::Relaxed);
+            if left <= self.max / 2 {
+                // Caught up: no longer congested, and no longer slow.
+                self.congested_since.store(0, Ordering::Relaxed);
+                self.slow.store(false, Ordering::Release);
+            }
             self.room.notify(usize::MAX);
         }
     }
@@ -113,7 +209,7 @@ impl LinkBudget {
     /// Disconnect policy bookkeeping after a failed reservation: true once the queue has been
     /// full for longer than `after` (the link is then marked for killing and its writer woken).
     pub(crate) fn note_full(&self, after: Duration) -> bool {
-        let now_ms = self.epoch.elapsed().as_millis() as u64 + 1;
+        let now_ms = self.now_ms();
         let since =
             match self
                 .full_since
@@ -129,6 +225,13 @@ impl LinkBudget {
             return true;
         }
         false
+    }
+
+    /// Asks the link's writer to close the link as a slow peer.
+    pub(crate) fn kill(&self) {
+        if !self.kill.swap(true, Ordering::AcqRel) {
+            self.wake.notify(usize::MAX);
+        }
     }
 
     /// True once a Disconnect-policy kill was requested.
@@ -152,10 +255,12 @@ impl LinkBudget {
         self.queued.load(Ordering::Relaxed)
     }
 
-    /// True when a frame of `n` bytes would not fit now (the non-waiting `try_*` check).
+    /// True when a frame of `n` bytes would not fit now and would be waited for (the
+    /// non-waiting `try_*` check): a slow link is not waited for, so it never makes the
+    /// application's `try_*` calls fail.
     pub(crate) fn is_full_for(&self, n: usize) -> bool {
         let q = self.queued();
-        q != 0 && q + n > self.max
+        q != 0 && q + n > self.max && !self.is_slow()
     }
 }
 
@@ -175,6 +280,36 @@ mod tests {
         b.close();
         b.release(500);
         assert_eq!(b.try_reserve(1), None);
+    }
+
+    #[test]
+    fn a_link_congested_past_the_limit_is_slow_until_drained_to_half() {
+        let b = LinkBudget::new(100, Instant::now());
+        let after = Duration::from_millis(30);
+        assert_eq!(b.try_reserve(90), Some(90));
+        let left = b.congested(after);
+        assert!(left > Duration::ZERO && left <= after);
+        // Slow draining (never below half) does not end congestion.
+        b.release(20);
+        assert_eq!(b.try_reserve(20), Some(90));
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(
+            b.congested(after),
+            Duration::ZERO,
+            "congested past the limit"
+        );
+        assert!(b.mark_slow());
+        assert!(!b.mark_slow(), "declared once per episode");
+        assert!(b.is_slow());
+        assert!(!b.is_full_for(50), "a slow link is not waited for");
+        b.release(39);
+        assert!(b.is_slow(), "51 of 100 queued: not caught up yet");
+        b.release(1);
+        assert!(!b.is_slow(), "drained to half: Block again");
+        assert!(
+            b.congested(after) > Duration::ZERO,
+            "a new episode starts afresh"
+        );
     }
 
     #[test]

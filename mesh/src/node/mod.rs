@@ -86,7 +86,7 @@ mod shard;
 mod shared;
 mod stats;
 
-pub use budget::OverflowPolicy;
+pub use budget::{OverflowPolicy, SlowLinkAction, SlowLinkPolicy};
 pub use event::{Callback, ErrorKind, Event, EventReceiver};
 pub use publisher::{Publisher, DEFAULT_BATCH_BYTES};
 pub use stats::{MeshStats, ShardStats};
@@ -195,6 +195,9 @@ pub struct NodeOptions {
     pub listen_addr: IpAddr,
     /// What a full outbound queue does. Default [`OverflowPolicy::Block`].
     pub overflow_policy: OverflowPolicy,
+    /// Under `Block`: when a congested link is declared slow and what happens to it. Default
+    /// [`SlowLinkPolicy::default`] (slow after 1 s, then dropped for until it catches up).
+    pub slow_link: SlowLinkPolicy,
     /// Ceiling of the event queue. Default 65536.
     pub event_queue_capacity: usize,
     /// Ceiling (messages) of the application's ingress queue. Default 4096.
@@ -211,6 +214,7 @@ impl Default for NodeOptions {
             pin_cpus: None,
             listen_addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             overflow_policy: OverflowPolicy::Block,
+            slow_link: SlowLinkPolicy::default(),
             event_queue_capacity: 65_536,
             publish_queue_capacity: 4096,
             spin_before_park: Duration::ZERO,
@@ -246,9 +250,18 @@ struct NodeToml {
     listen_addr: IpAddr,
     overflow_policy: PolicyName,
     disconnect_after_ms: u64,
+    slow_link_after_ms: u64,
+    slow_link_action: SlowActionName,
     event_queue_capacity: usize,
     publish_queue_capacity: usize,
     spin_before_park_us: u64,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum SlowActionName {
+    Drop,
+    Disconnect,
 }
 
 #[derive(serde::Deserialize)]
@@ -268,6 +281,8 @@ impl Default for NodeToml {
             listen_addr: d.listen_addr,
             overflow_policy: PolicyName::Block,
             disconnect_after_ms: 5000,
+            slow_link_after_ms: d.slow_link.after.as_millis() as u64,
+            slow_link_action: SlowActionName::Drop,
             event_queue_capacity: d.event_queue_capacity,
             publish_queue_capacity: d.publish_queue_capacity,
             spin_before_park_us: d.spin_before_park.as_micros() as u64,
@@ -280,7 +295,8 @@ impl MeshBuilder {
     /// [`MeshConfig::from_toml_str`]) and the node options in an optional `[node]` table:
     /// `shards`, `pin_cpus = [..]`, `listen_addr = "127.0.0.1"`,
     /// `overflow_policy = "block" | "drop_newest" | "disconnect"`, `disconnect_after_ms`
-    /// (default 5000), `event_queue_capacity`, `publish_queue_capacity`, `spin_before_park_us`. Missing keys keep
+    /// (default 5000), `slow_link_after_ms` (default 1000), `slow_link_action = "drop" |
+    /// "disconnect"` (see [`SlowLinkPolicy`]), `event_queue_capacity`, `publish_queue_capacity`, `spin_before_park_us`. Missing keys keep
     /// their defaults; unknown keys are errors.
     pub fn from_toml_str(text: &str) -> Result<MeshBuilder, MeshError> {
         let bad = |e: &dyn std::fmt::Display| MeshError::Config(ConfigError::Toml(e.to_string()));
@@ -302,6 +318,13 @@ impl MeshBuilder {
             pin_cpus: node.pin_cpus,
             listen_addr: node.listen_addr,
             overflow_policy,
+            slow_link: SlowLinkPolicy {
+                after: Duration::from_millis(node.slow_link_after_ms),
+                action: match node.slow_link_action {
+                    SlowActionName::Drop => SlowLinkAction::Drop,
+                    SlowActionName::Disconnect => SlowLinkAction::Disconnect,
+                },
+            },
             event_queue_capacity: node.event_queue_capacity,
             publish_queue_capacity: node.publish_queue_capacity,
             spin_before_park: Duration::from_micros(node.spin_before_park_us),
@@ -363,6 +386,13 @@ impl MeshBuilder {
     /// Full-queue policy (default [`OverflowPolicy::Block`]).
     pub fn overflow_policy(mut self, p: OverflowPolicy) -> Self {
         self.opts.overflow_policy = p;
+        self
+    }
+
+    /// Under `Block`: how a link that cannot take its share is handled (see
+    /// [`SlowLinkPolicy`]).
+    pub fn slow_link(mut self, p: SlowLinkPolicy) -> Self {
+        self.opts.slow_link = p;
         self
     }
 
@@ -438,6 +468,7 @@ impl MeshBuilder {
         let ns = Arc::new(NodeShared {
             me,
             policy: self.opts.overflow_policy,
+            slow_link: self.opts.slow_link,
             shards,
             counters: (0..=shards).map(|_| Counters::default()).collect(),
             hub: Arc::new(EventHub::new(

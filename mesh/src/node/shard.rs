@@ -27,7 +27,7 @@
 //! consumes a nonce. A record that does not authenticate closes that link only (Crypto error).
 //! The mode is decided once per batch, so the plaintext path pays nothing for it.
 
-use super::budget::{LinkBudget, OverflowPolicy};
+use super::budget::{LinkBudget, OverflowPolicy, SlowLinkAction};
 use super::event::{ErrorKind, Event, Outbox};
 use super::msg::{Msg, NewLink};
 use super::recycle::Recycler;
@@ -670,7 +670,7 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
                 out,
                 frames,
             } => {
-                match budget.reserve(out.held()).await {
+                match reserve_or_slow(ctx, link, &budget, out.held()).await {
                     Some(total) => {
                         let mut later = Vec::new();
                         transmit(
@@ -691,11 +691,76 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
                             }
                         }
                     }
-                    None => inc(&ctx.counters().dropped_no_route),
+                    None if budget.is_closed() => add(&ctx.counters().dropped_no_route, frames),
+                    None => add(&ctx.counters().dropped_slow_link, frames),
                 }
             }
         }
     }
+}
+
+/// Waits for room for `n` bytes on a link under the Block policy, but not for a link that
+/// holds the rest hostage ([`SlowLinkPolicy`]): once it has been congested for `after` while
+/// another link is not congested (the others take their share), it is declared slow, once:
+/// counted, reported, and closed if the policy says so. `None` when the link closed or is
+/// slow. When every link is congested the publisher is simply faster than the mesh and waits
+/// (plain backpressure; a single link is never slow).
+async fn reserve_or_slow(
+    ctx: &Rc<Ctx>,
+    link: LinkId,
+    budget: &Arc<LinkBudget>,
+    n: usize,
+) -> Option<usize> {
+    let policy = ctx.ns.slow_link;
+    let recheck = (policy.after / 4).max(Duration::from_millis(10));
+    loop {
+        let left = budget.congested(policy.after);
+        let wait = if left.is_zero() { recheck } else { left };
+        if let Ok(got) = shoal_runtime::time::timeout(wait, budget.reserve(n)).await {
+            return got;
+        }
+        if budget.is_closed() || budget.is_slow() {
+            return None;
+        }
+        if budget.congested(policy.after).is_zero() && others_flowing(ctx, link) {
+            break;
+        }
+    }
+    if budget.mark_slow() {
+        let c = ctx.counters();
+        inc(&c.slow_links);
+        match policy.action {
+            // The link's writer closes it and reports the SlowPeer error.
+            SlowLinkAction::Disconnect => budget.kill(),
+            SlowLinkAction::Drop => {
+                let peer = ctx.st.borrow().table.peer_on(link);
+                let message = format!(
+                    "link congested for {:?}: dropping for it until it catches up",
+                    policy.after
+                );
+                tracing::warn!(shard = ctx.idx, ?peer, %message, "slow link");
+                let kind = ErrorKind::SlowPeer;
+                ctx.ns.hub.emit_control(
+                    Event::Error {
+                        peer,
+                        kind,
+                        message,
+                    },
+                    c,
+                );
+            }
+        }
+    }
+    None
+}
+
+/// True if some open link other than `link` is not congested.
+fn others_flowing(ctx: &Ctx, link: LinkId) -> bool {
+    ctx.st
+        .borrow()
+        .owners
+        .iter()
+        .any(|(l, (_, b))| *l != link && !b.is_closed() && !b.is_congested())
 }
 
 /// Sends `msg` to executor `to`, waiting for ring room; `reserved` link bytes are given back
@@ -933,7 +998,15 @@ fn fan_out_with(
             return;
         };
         let Some(total) = budget.try_reserve(n) else {
-            if path == Path::Origin && policy == OverflowPolicy::Block && !budget.is_closed() {
+            if path == Path::Origin
+                && policy == OverflowPolicy::Block
+                && !budget.is_closed()
+                && budget.is_slow()
+            {
+                // Nobody waits for a slow link (see `SlowLinkPolicy`).
+                add(&c.dropped_slow_link, frames);
+            } else if path == Path::Origin && policy == OverflowPolicy::Block && !budget.is_closed()
+            {
                 waits.push(Wait::Reserve {
                     link,
                     owner: *owner,
@@ -1304,7 +1377,7 @@ async fn timer(ctx: Rc<Ctx>, l: LinkRc) {
 
 fn slow_peer(ctx: &Rc<Ctx>, l: &LinkRc, who: Who) {
     inc(&ctx.counters().slow_peer_disconnects);
-    let msg = "peer stayed blocked past the Disconnect policy's limit".to_owned();
+    let msg = "peer stayed blocked past the policy's limit (slow link)".to_owned();
     teardown(ctx, l, who, Some((ErrorKind::SlowPeer, msg)));
 }
 

@@ -1,6 +1,6 @@
 //! State shared by the executors of one node and its API handle, and the channel helpers.
 
-use super::budget::{LinkBudget, OverflowPolicy};
+use super::budget::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
 use super::event::EventHub;
 use super::msg::Msg;
 use super::stats::Counters;
@@ -31,6 +31,7 @@ pub(crate) struct NodeShared {
     pub(crate) me: PeerId,
     pub(crate) cfg: MeshConfig,
     pub(crate) policy: OverflowPolicy,
+    pub(crate) slow_link: SlowLinkPolicy,
     pub(crate) shards: usize,
     /// One set per shard, then the control plane's.
     pub(crate) counters: Vec<Counters>,

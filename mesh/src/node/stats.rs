@@ -93,8 +93,15 @@ counters! {
     dropped_event_queue_full,
     /// Times a Message event had to wait for room in the event queue (backpressure).
     event_queue_waits,
-    /// Links closed because their peer stayed blocked past the Disconnect policy's limit.
+    /// Links closed because their peer stayed blocked past the Disconnect policy's limit (or,
+    /// under Block, past [`super::SlowLinkPolicy::after`] with the `Disconnect` action).
     slow_peer_disconnects,
+    /// Links declared slow under the Block policy (see [`super::SlowLinkPolicy`]), once per
+    /// congestion episode.
+    slow_links,
+    /// Dropped: originated under the Block policy for a link declared slow, which no one
+    /// waits for (see [`super::SlowLinkPolicy`]).
+    dropped_slow_link,
     /// Secured mesh: handshakes refused on their crypto, identity or mode checks.
     auth_failures,
     /// Secured mesh: links closed because a record did not authenticate or was cut short.

@@ -50,6 +50,13 @@ impl RoutingTable {
         self.by_peer.get(peer).copied()
     }
 
+    /// The neighbour routed over `link` (a scan: for rare events, not the message path).
+    pub fn peer_on(&self, link: LinkId) -> Option<PeerId> {
+        self.by_peer
+            .iter()
+            .find_map(|(p, l)| (*l == link).then_some(*p))
+    }
+
     /// Every established link, one per neighbour.
     pub fn links(&self) -> &[LinkId] {
         &self.links
