@@ -41,7 +41,19 @@ fn run_child(limit: u64, nodes: usize, shards: usize, as_nobody: bool) -> String
     if drop_to_nobody {
         cmd.uid(NOBODY).gid(NOBODY);
     }
-    let out = cmd.output().expect("spawn child test process");
+    // A copy just written may still be open for writing in a child that another test thread
+    // forked meanwhile (until that child execs): exec then fails with ETXTBSY. It passes as
+    // soon as that child has exec'd, so try again.
+    let mut tries = 0;
+    let out = loop {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => break r.expect("spawn child test process"),
+        }
+    };
     if drop_to_nobody {
         let _ = std::fs::remove_dir_all(&copy_dir);
     }

@@ -30,9 +30,25 @@
 //! frame. Under `Block` (the default) [`Mesh::broadcast`] / [`Mesh::send`] (and their
 //! `_blocking` forms) wait for room; relayed traffic never waits (it would stall the shard)
 //! and is dropped and counted instead. `try_*` never wait and say why with [`PublishError`].
-//! Every message not delivered nor sent on is counted by cause in [`Mesh::stats`]. A reader
-//! that waits for event-queue room or for a hop is busy, not dead: its liveness is refreshed,
-//! and any received byte counts as liveness.
+//!
+//! **No peer holds a publisher hostage.** A link that stays congested for
+//! [`SlowLinkPolicy::after`] (1 s) while another link takes its share is declared slow
+//! (`slow_links`, an [`ErrorKind::SlowPeer`] event) and, by default, dropped for until it has
+//! drained to half its bound (`dropped_slow_link`); [`SlowLinkAction::Disconnect`] closes it
+//! instead. When every link is congested (or there is one) the publisher is faster than the
+//! mesh and simply waits.
+//!
+//! **No silent loss.** Every message not delivered nor sent on is counted by cause in
+//! [`Mesh::stats`], including what was still queued on (or being written to) a link when it
+//! closed (`dropped_link_closed`). **At most once:** a copy delayed past the dedup cache's
+//! bound is dropped as `dropped_too_old`, never delivered twice (see [`crate::proto::dedup`]).
+//!
+//! A reader that waits for event-queue room or for a hop is busy, not dead: its liveness is
+//! refreshed. A whole frame counts as liveness, and so does every 4 KiB of a partial one; a
+//! peer trickling a frame slower than that is closed ([`ErrorKind::Stalled`]). Before its
+//! handshake a connection may announce no frame above 4 KiB
+//! ([`crate::wire::MAX_HANDSHAKE_FRAME_LEN`]), and read buffers grow with the bytes that
+//! arrive, never with a length a peer announced.
 //!
 //! # Events
 //!

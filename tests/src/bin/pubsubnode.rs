@@ -1,12 +1,14 @@
 //! `pubsubnode`: one Shoal node that publishes numbered broadcasts and/or checks the ones it
 //! receives, for the multi-host fault tests. It prints one line per fact on stdout:
 //!
-//! - `ready id=<hex> port=<tcp port>`, `connected peer=<hex>`, `disconnected peer=<hex>`
+//! - `ready id=<hex> port=<tcp port>`, `connected peer=<hex>`, `disconnected peer=<hex>`,
+//!   `error kind=<kind> msg=<text>`
 //! - `pub t_ms=<ms since start> sent=<n>` every report period while publishing, then
 //!   `pub done sent=<n>`
 //! - `sub t_ms=<ms> got=<n> dup=<d> max=<highest seq> missing=<seqs below max not received>
 //!   last_missing=<highest such seq, or -1>` every report period once something arrived
-//! - `stats <counter>=<value> ...`: the node's loss counters, every report period
+//! - `stats <counter>=<value> ... rss_kib=<resident set>`: the node's loss counters and its
+//!   memory, every report period
 //!
 //! A payload starts with the publisher's sequence number (u64, big-endian); `dup` counts
 //! sequence numbers that reached the application twice, which must never happen. It exits by
@@ -151,6 +153,9 @@ fn main() {
             match ev {
                 Event::PeerConnected { peer } => say(&format!("connected peer={peer}")),
                 Event::PeerDisconnected { peer } => say(&format!("disconnected peer={peer}")),
+                Event::Error { kind, message, .. } => {
+                    say(&format!("error kind={kind:?} msg={message}"))
+                }
                 Event::Message { payload, .. } if payload.len() >= 8 => {
                     let seq = u64::from_be_bytes(payload[..8].try_into().expect("8 bytes"));
                     seen.add(seq);
@@ -170,7 +175,11 @@ fn main() {
                     seen.max.unwrap_or(0)
                 ));
             }
-            say(&stats_line(&mesh.stats().total));
+            say(&format!(
+                "{} rss_kib={}",
+                stats_line(&mesh.stats().total),
+                rss_kib()
+            ));
         }
     }
     mesh.stop();
@@ -209,7 +218,8 @@ fn stats_line(t: &ShardStats) -> String {
     format!(
         "stats dropped_too_old={} dropped_duplicate={} dropped_queue_full={} \
          dropped_slow_link={} dropped_link_closed={} dropped_no_route={} slow_links={} \
-         links_closed={}",
+         links_opened={} links_closed={} oversize_frames={} malformed_frames={} \
+         stalled_links={}",
         t.dropped_too_old,
         t.dropped_duplicate,
         t.dropped_queue_full,
@@ -217,8 +227,24 @@ fn stats_line(t: &ShardStats) -> String {
         t.dropped_link_closed,
         t.dropped_no_route,
         t.slow_links,
-        t.links_closed
+        t.links_opened,
+        t.links_closed,
+        t.oversize_frames,
+        t.malformed_frames,
+        t.stalled_links
     )
+}
+
+/// The resident set of this process, from procfs (0 if unreadable).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 fn say(line: &str) {
