@@ -421,8 +421,11 @@ async fn accept_loop(ctl: Rc<Ctl>, listener: Rc<TcpListener>) {
                 st.inbound_tasks.insert(link, task);
             }
         }
-        // The table may have evicted a pending handshake for this one.
-        run_actions(&ctl);
+        // The table may have evicted a pending handshake for this one. (Counters of refusals
+        // reach the stats on the next round, at the latest the next tick.)
+        if ctl.st.borrow().peers.has_output() {
+            run_actions(&ctl);
+        }
     }
 }
 
@@ -1255,11 +1258,16 @@ async fn announce_rx(ctl: Rc<Ctl>, sock: Rc<UdpSocket>) {
         };
         match accept_announce(&buf[..n], from, &filter, verify) {
             Ok(a) => {
-                ctl.st
-                    .borrow_mut()
-                    .peers
-                    .on_announce(a.peer, a.dial_addr, Instant::now());
-                run_actions(&ctl);
+                let output = {
+                    let mut st = ctl.st.borrow_mut();
+                    st.peers.on_announce(a.peer, a.dial_addr, Instant::now());
+                    st.peers.has_output()
+                };
+                // A refresh or a refused stranger changes nothing: no round (floods of them
+                // must stay cheap); counters reach the stats on the next tick.
+                if output {
+                    run_actions(&ctl);
+                }
             }
             Err(e) if e.is_junk() => {
                 inc(&ctl.ns.control_counters().announces_dropped);

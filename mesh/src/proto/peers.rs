@@ -320,6 +320,12 @@ impl<R: rand::RngCore> PeerManager<R> {
         self.events.pop_front()
     }
 
+    /// True when actions or events wait to be polled (a driver may skip its round when
+    /// nothing came out of an input, e.g. a rate-limited announce).
+    pub fn has_output(&self) -> bool {
+        !self.actions.is_empty() || !self.events.is_empty()
+    }
+
     /// Counters.
     pub fn stats(&self) -> PeerStats {
         self.stats
@@ -423,11 +429,11 @@ impl<R: rand::RngCore> PeerManager<R> {
         }
         self.pending_inbound
             .retain(|l| self.conns.get(l).is_some_and(|c| c.peer.is_none()));
-        if self.pending_inbound.len() >= self.max_pending || self.conns.len() >= self.max_conns {
-            if !self.evict_pending() {
-                self.stats.conn_table_full += 1;
-                return None;
-            }
+        let full =
+            self.pending_inbound.len() >= self.max_pending || self.conns.len() >= self.max_conns;
+        if full && !self.evict_pending() {
+            self.stats.conn_table_full += 1;
+            return None;
         }
         let link = self.alloc_link();
         self.conns.insert(
