@@ -46,7 +46,10 @@ fn idle_sockets_in_the_handshake_give_way_to_a_real_peer() {
     });
     let s = ctl();
     assert_eq!(s.connections_refused, 0, "{s:?}");
-    assert!(s.handshakes_evicted > 300 - 128, "B evicted one more: {s:?}");
+    assert!(
+        s.handshakes_evicted > 300 - 128,
+        "B evicted one more: {s:?}"
+    );
     for i in &mut idle {
         i.set_nonblocking(true).unwrap();
     }

@@ -55,7 +55,21 @@
 //!
 //! Peer and member events (and the peer lists of the query methods) are released only once
 //! every shard has applied the routing changes behind them: after `PeerConnected`, a message
-//! to that peer is never lost to a routing table that is not there yet.
+//! to that peer is never lost to a routing table that is not there yet. Peer events pair up
+//! (see [`crate::proto::peers`]): every `PeerDisconnected` follows its `PeerConnected`.
+//!
+//! # Strangers and floods
+//!
+//! The control plane admits never-linked peers from announces, and dials them, within a
+//! budget (`new_peer_rate` node-wide, `new_peer_rate_per_source` per source address), so fake
+//! announces cannot turn the node into a connection amplifier; in a full peer table, peers
+//! that were only announced give way to new ones, and a completed handshake is refused only
+//! when every entry is a linked or static peer. Inbound connections in their handshake are
+//! bounded by `max_pending_handshakes`; a newcomer evicts the oldest of the busiest source
+//! address, so sockets that never send a Hello cannot lock peers out. Junk on the discovery
+//! port is counted. Everything refused or evicted is counted in [`MeshStats::control`], and
+//! the warnings such input triggers are aggregated: the first is logged, then one line with
+//! the count per 10 s.
 //!
 //! # Secured mesh
 //!

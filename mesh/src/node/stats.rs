@@ -142,7 +142,10 @@ pub struct MeshStats {
     pub total: ShardStats,
     /// One entry per data shard, in shard order.
     pub shards: Vec<ShardStats>,
-    /// The control plane's counters (handshake-time malformed input, control events).
+    /// The control plane's counters: handshake-time malformed input, control events, and
+    /// what it refused or evicted from strangers (`announces_dropped`,
+    /// `announces_rate_limited`, `dials_rate_limited`, `peers_evicted`, `peer_table_full`,
+    /// `connections_refused`, `handshakes_evicted`; zero in the shards' sets).
     pub control: ShardStats,
     /// Messages lost because a [`super::Publisher`] was dropped on an executor thread with
     /// a batch the ingress had no room for (or after the node stopped), or because its async
