@@ -32,6 +32,7 @@ mod usage;
 use clap::{Args, Parser, Subcommand};
 use demo::{LocalRun, RunError};
 use shoal::NodeArgs;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -520,6 +521,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: a log file or a pipe gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
     let r = match cli.cmd {

@@ -5,14 +5,28 @@
 //! written in milliseconds with an `_ms` suffix), buildable with [`MeshConfigBuilder`], and
 //! checked by [`MeshConfig::validate`].
 //!
-//! Settings the C++ library does not document and Shoal had to pick:
-//! - `membership_interval_ms = 2000`: a node re-floods its adjacency record this often even when
-//!   nothing changed, so records lost to a cut link are repaired within one interval.
-//! - `membership_timeout_ms = 6000`: three intervals (the same 3x margin as heartbeats), so one
-//!   late flood does not make a member flap; a vanished node leaves the member set after at most
-//!   this long.
+//! Membership timing follows the C++ library's config header (`mesh-v1.md`'s defaults table
+//! does not list it): `membership_interval_ms = 2000` (a node re-floods its adjacency record
+//! this often even when nothing changed, so records lost to a cut link are repaired within one
+//! interval) and `membership_timeout_ms = 8000` (four intervals: a vanished node leaves the
+//! member set after at most this long, and three lost floods in a row do not make a live member
+//! flap).
+//!
+//! `require_identity` follows the C++ library too: unset, it is on exactly when this node has
+//! an identity (an identity mesh refuses identity-less peers unless told otherwise).
+//!
+//! Settings the C++ library does not have and Shoal had to pick:
 //! - `max_peers = 1024`, `max_membership_records = 4096`: ceilings for the peer table and the
 //!   membership store (the C++ library is tuned for tens of nodes).
+//! - `new_peer_rate = 50`, `new_peer_rate_per_source = 10`: how many never-linked peers the
+//!   node admits from announces and dials per second, node-wide and per source address (see
+//!   [`crate::proto::admission`]). A legitimate mesh meets a handful of new peers per second;
+//!   a flood of fake announces gets at most this many outbound connections.
+//! - `max_pending_handshakes = 256`: inbound connections that have not finished their
+//!   handshake. When full, a new connection evicts the oldest such connection from the source
+//!   address holding the most of them (a peer completes its Hello within a round trip; an
+//!   idle socket only waits for the handshake timeout), so idle sockets cannot lock legitimate
+//!   peers out.
 
 use serde::Deserialize;
 use std::fmt;
@@ -167,11 +181,21 @@ pub struct MeshConfig {
     /// Period of the unconditional re-flood of the own adjacency record. Default 2000 ms.
     #[serde(rename = "membership_interval_ms", with = "millis")]
     pub membership_interval: Duration,
-    /// An adjacency record not refreshed for this long expires. Default 6000 ms.
+    /// An adjacency record not refreshed for this long expires. Default 8000 ms (the C++
+    /// library's documented default).
     #[serde(rename = "membership_timeout_ms", with = "millis")]
     pub membership_timeout: Duration,
     /// Ceiling of the peer table (discovered, connected and static peers). Default 1024.
+    /// When full, peers that were only announced and never linked give way to new ones.
     pub max_peers: usize,
+    /// Never-linked peers admitted from announces and dialed per second, node-wide (a
+    /// bucket of one second's worth). Default 50.
+    pub new_peer_rate: u32,
+    /// Like `new_peer_rate`, per source IP address of the announces. Default 10.
+    pub new_peer_rate_per_source: u32,
+    /// Ceiling of inbound connections still in their handshake; when full the oldest one from
+    /// the busiest source address is closed for the new one. Default 256.
+    pub max_pending_handshakes: usize,
     /// Ceiling of the membership record store. Default 4096.
     pub max_membership_records: usize,
     /// `host:port` endpoints kept connected forever (re-resolved on every attempt).
@@ -187,12 +211,14 @@ pub struct MeshConfig {
     /// The name this node signs and sends with its identity (at most 255 bytes).
     pub node_name: String,
     /// Identity keys this node accepts, with local labels; empty accepts any key. Requires
-    /// an identity. The list applies to peers that show an identity: a peer that shows none
-    /// is still admitted unless `require_identity` is set too (crypto.md), so a closed group
-    /// sets both.
+    /// an identity. The list applies to peers that show an identity; a peer that shows none
+    /// is refused too unless `require_identity` is set to false (crypto.md).
     pub trusted_keys: Vec<TrustedKey>,
-    /// Refuse peers that show no identity. Requires an identity.
-    pub require_identity: bool,
+    /// Refuse peers that show no identity. Unset (the default) means: refuse them exactly when
+    /// this node has an identity, as the C++ library does; `Some(false)` admits identity-less
+    /// peers into an identity mesh (PSK only). `Some(true)` requires an identity of our own.
+    /// See [`requires_identity`](Self::requires_identity).
+    pub require_identity: Option<bool>,
     /// Ceiling of the book of identities learned from gossiped identity records. Default 4096.
     pub max_identity_records: usize,
 }
@@ -222,8 +248,11 @@ impl Default for MeshConfig {
             max_outbound_queue_bytes: 8 * 1024 * 1024,
             max_message_bytes: 16 * 1024 * 1024,
             membership_interval: Duration::from_millis(2000),
-            membership_timeout: Duration::from_millis(6000),
+            membership_timeout: Duration::from_millis(8000),
             max_peers: 1024,
+            new_peer_rate: 50,
+            new_peer_rate_per_source: 10,
+            max_pending_handshakes: 256,
             max_membership_records: 4096,
             static_peers: Vec::new(),
             seed_peers: Vec::new(),
@@ -231,7 +260,7 @@ impl Default for MeshConfig {
             identity_seed_hex: String::new(),
             node_name: String::new(),
             trusted_keys: Vec::new(),
-            require_identity: false,
+            require_identity: None,
             max_identity_records: 4096,
         }
     }
@@ -266,7 +295,7 @@ impl fmt::Debug for MeshConfig {
             .field("has_identity", &self.has_identity())
             .field("node_name", &self.node_name)
             .field("trusted_keys", &self.trusted_keys)
-            .field("require_identity", &self.require_identity)
+            .field("require_identity", &self.requires_identity())
             .finish_non_exhaustive()
     }
 }
@@ -292,6 +321,12 @@ impl MeshConfig {
     /// True when an identity is configured (identity mesh).
     pub fn has_identity(&self) -> bool {
         self.identity_file.is_some() || !self.identity_seed_hex.is_empty()
+    }
+
+    /// Whether peers that show no identity are refused: `require_identity` if set, else
+    /// whether this node has an identity.
+    pub fn requires_identity(&self) -> bool {
+        self.require_identity.unwrap_or_else(|| self.has_identity())
     }
 
     /// The trusted keys parsed (validated by [`validate`](Self::validate)).
@@ -330,7 +365,7 @@ impl MeshConfig {
             if !self.trusted_keys.is_empty() {
                 return Err(ConfigError::TrustWithoutIdentity("trusted_keys"));
             }
-            if self.require_identity {
+            if self.require_identity == Some(true) {
                 return Err(ConfigError::TrustWithoutIdentity("require_identity"));
             }
         }
@@ -364,6 +399,12 @@ impl MeshConfig {
             ("max_peers", self.max_peers),
             ("max_membership_records", self.max_membership_records),
             ("max_identity_records", self.max_identity_records),
+            ("new_peer_rate", self.new_peer_rate as usize),
+            (
+                "new_peer_rate_per_source",
+                self.new_peer_rate_per_source as usize,
+            ),
+            ("max_pending_handshakes", self.max_pending_handshakes),
         ] {
             if n == 0 {
                 return Err(ConfigError::Zero(name));
@@ -465,6 +506,12 @@ macro_rules! mesh_config_setters {
         membership_timeout: Duration,
         /// Sets `max_peers`.
         max_peers: usize,
+        /// Sets `new_peer_rate`.
+        new_peer_rate: u32,
+        /// Sets `new_peer_rate_per_source`.
+        new_peer_rate_per_source: u32,
+        /// Sets `max_pending_handshakes`.
+        max_pending_handshakes: usize,
         /// Sets `max_membership_records`.
         max_membership_records: usize,
         /// Sets `static_peers`.
@@ -479,8 +526,8 @@ macro_rules! mesh_config_setters {
         node_name: String,
         /// Sets `trusted_keys`.
         trusted_keys: Vec<$crate::config::TrustedKey>,
-        /// Sets `require_identity`.
-        require_identity: bool,
+        /// Sets `require_identity` (`true`/`false`, or `None` for the default).
+        require_identity: Option<bool>,
         /// Sets `max_identity_records`.
         max_identity_records: usize,
         );
@@ -540,7 +587,37 @@ mod tests {
         assert_eq!(c.max_dedup_entries, 100_000);
         assert_eq!(c.max_outbound_queue_bytes, 8 << 20);
         assert_eq!(c.max_message_bytes, 16 << 20);
+        // The C++ library's config header: membership interval 2000 ms, timeout 8000 ms.
+        assert_eq!(c.membership_interval, Duration::from_millis(2000));
+        assert_eq!(c.membership_timeout, Duration::from_millis(8000));
         assert!(!c.secured());
+        assert!(!c.requires_identity());
+    }
+
+    #[test]
+    fn identity_is_required_by_default_once_an_identity_is_configured() {
+        let seed = "11".repeat(32);
+        let with_id = || {
+            MeshConfig::builder()
+                .psk("k")
+                .identity_seed_hex(seed.clone())
+        };
+        assert!(with_id().build().unwrap().requires_identity());
+        assert!(!with_id()
+            .require_identity(false)
+            .build()
+            .unwrap()
+            .requires_identity());
+        // A PSK-only node has nothing to require with; saying "no" is allowed, "yes" is not.
+        let psk_only = MeshConfig::builder().psk("k");
+        assert!(!psk_only.clone().build().unwrap().requires_identity());
+        assert!(psk_only.clone().require_identity(false).build().is_ok());
+        let c = MeshConfig::from_toml_str(&format!(
+            "psk = \"k\"\nidentity_seed_hex = \"{seed}\"\nrequire_identity = false\n"
+        ))
+        .unwrap();
+        assert_eq!(c.require_identity, Some(false));
+        assert!(!c.requires_identity());
     }
 
     #[test]
@@ -650,7 +727,7 @@ mod tests {
              trusted_keys = [{{ key = \"d04ab232742bb4ab3a1368bd4615e4e6d0224ab71a016baf8520a332c9778737\", label = \"eleven\" }}]\n"
         ))
         .unwrap();
-        assert!(c.has_identity() && c.require_identity);
+        assert!(c.has_identity() && c.requires_identity());
         assert_eq!(c.parsed_trusted_keys().unwrap()[0].1, "eleven");
         // The seed is a secret, like the PSK.
         assert!(!format!("{c:?}").contains(&seed));

@@ -4,7 +4,7 @@
 mod node_support;
 
 use node_support::*;
-use shoal_mesh::Event;
+use shoal_mesh::{Event, PeerId};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -32,9 +32,12 @@ fn nodes_find_each_other_by_multicast_on_loopback() {
     wait_until(10, "A and B discover and connect", || {
         a.connected_to(&b) && b.connected_to(&a)
     });
-    assert!(a
-        .rec
-        .has(|e| matches!(e, Event::PeerDiscovered { peer, .. } if *peer == b.id())));
+    // Discovered whichever came first at A, B's announce or B's connection (the recorder
+    // drains the events on its own thread: wait for it).
+    wait_until(10, "A reports B discovered", || {
+        a.rec
+            .has(|e| matches!(e, Event::PeerDiscovered { peer, .. } if *peer == b.id()))
+    });
     assert!(
         !a.rec.has(|e| matches!(e, Event::Error { .. })),
         "discovery set up without errors: {:?}",
@@ -82,4 +85,101 @@ fn multicast_that_cannot_be_set_up_is_an_error_event_not_a_failure() {
     wait_until(10, "B still connects to its static peer", || {
         a.connected_to(&b) && b.connected_to(&a)
     });
+}
+
+/// Issue 15 item 6: 5 000 fake announces with random ids, all naming one port. The node must
+/// not dial every fake (an amplifier aimed at that port), must keep a table of fakes from
+/// locking out a real node, and must count what it refused.
+#[test]
+fn fake_announce_flood_neither_amplifies_nor_locks_out_a_real_node() {
+    use std::net::{TcpListener, UdpSocket};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+    let port = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let group = format!("node-flood-{}", rand::random::<u64>());
+    let per_source = 10u32;
+    let node = || {
+        fast()
+            .discovery(true)
+            .group_name(group.clone())
+            .multicast_interface(Ipv4Addr::LOCALHOST)
+            .multicast_port(port)
+            .announce_interval(Duration::from_millis(100))
+            .max_peers(8usize)
+            .new_peer_rate_per_source(per_source)
+    };
+    // The victim of the amplifier: counts the connections the node opens to it.
+    let victim = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    victim.set_nonblocking(true).unwrap();
+    let victim_port = victim.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let counter = {
+        let (hits, stop) = (hits.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                match victim.accept() {
+                    Ok(_) => {
+                        hits.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        })
+    };
+    let a = Node::start(node());
+    let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let fake = |id: PeerId| {
+        let mut d = Vec::new();
+        shoal_mesh::wire::Announce::new(id, victim_port, &group, false)
+            .encode_body(&mut d)
+            .unwrap();
+        d
+    };
+    // Every fake dialed takes a token: within any span, at most one bucket (one second's
+    // worth) plus the rate times its length.
+    let start = Instant::now();
+    // The first fake that gets through shows that A's discovery socket is up.
+    wait_until(10, "A hears announces", || {
+        tx.send_to(&fake(PeerId::random()), ("127.0.0.1", port))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        !a.mesh.known_peers().is_empty()
+    });
+    for i in 0..5000 {
+        tx.send_to(&fake(PeerId::random()), ("127.0.0.1", port))
+            .unwrap();
+        if i % 20 == 0 {
+            // Pace a little so the socket buffer keeps them (a lost datagram floods no one).
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // Some datagrams may be lost to the socket's receive buffer; most arrive.
+    wait_until(10, "A refused the fakes over the rate", || {
+        a.mesh.stats().control.announces_rate_limited >= 2500
+    });
+    let b = Node::start(node());
+    wait_until(10, "the real node links despite the flood", || {
+        a.connected_to(&b) && b.connected_to(&a)
+    });
+    stop.store(true, Ordering::Release);
+    counter.join().unwrap();
+    let elapsed = start.elapsed().as_secs_f64();
+    let s = a.mesh.stats().control;
+    // Only fakes name the victim's port, and every dial to a never-linked peer takes one
+    // token from the bucket of 127.0.0.1 (the fakes' source).
+    let budget = f64::from(per_source) * (1.0 + elapsed);
+    let hits = hits.load(Ordering::Acquire);
+    assert!(
+        (hits as f64) <= budget,
+        "{hits} connections to the victim in {elapsed:.1} s (budget {budget}): {s:?}"
+    );
+    assert!(a.mesh.known_peers().len() <= 8);
+    assert!(s.peers_evicted >= 1, "{s:?}");
+    assert_eq!(s.peer_table_full, 0, "{s:?}");
 }

@@ -42,9 +42,9 @@ fn simultaneous_dials_converge_on_one_connection_in_every_arrival_order() {
             };
             let a_out = dial(drain(&mut a));
             let b_out = dial(drain(&mut b));
-            let a_in = a.on_accepted(now).unwrap(); // carries b_out
-            let b_in = b.on_accepted(now).unwrap(); // carries a_out
-                                                    // TCP connection X = (a_out at A, b_in at B); Y = (a_in at A, b_out at B).
+            let a_in = a.on_accepted(None, now).unwrap(); // carries b_out
+            let b_in = b.on_accepted(None, now).unwrap(); // carries a_out
+                                                          // TCP connection X = (a_out at A, b_in at B); Y = (a_in at A, b_out at B).
             let order = |first_out: bool, out: LinkId, inb: LinkId| {
                 if first_out {
                     [out, inb]
@@ -117,8 +117,8 @@ fn same_direction_twice_keeps_the_older() {
     let me = PeerId([5; 16]);
     let peer = PeerId([9; 16]);
     let mut pm = PeerManager::new(me, &MeshConfig::default(), StdRng::seed_from_u64(1), now);
-    let first = pm.on_accepted(now).unwrap();
-    let second = pm.on_accepted(now).unwrap();
+    let first = pm.on_accepted(None, now).unwrap();
+    let second = pm.on_accepted(None, now).unwrap();
     pm.on_handshake(second, peer, None, 1, now);
     pm.on_handshake(first, peer, None, 1, now);
     assert_eq!(pm.link_of(&peer), Some(first));
@@ -388,4 +388,293 @@ fn discovered_peer_restarted_with_new_id_replaces_the_old_one() {
     sim.broadcast(0, b"hello-new");
     sim.run_for(Duration::from_millis(10));
     assert_eq!(sim.count_delivered(1, b"hello-new"), 1);
+}
+
+fn addr(i: u32) -> SocketAddr {
+    SocketAddr::new(std::net::IpAddr::from(i.to_be_bytes()), 7000)
+}
+
+/// Every dial the table asks for fails at once (the fake addresses refuse); returns how many.
+fn refuse_dials(pm: &mut PeerManager<StdRng>, now: Instant) -> usize {
+    let mut n = 0;
+    for a in drain(pm) {
+        if let PeerAction::Dial { link, .. } = a {
+            n += 1;
+            pm.on_closed(link, now);
+        }
+    }
+    n
+}
+
+/// Issue 15 item 12, first order: the peer's announce arrives before its connection. It is
+/// discovered, then connected.
+#[test]
+fn announced_peer_is_discovered_before_it_is_connected() {
+    let now = Instant::now();
+    let (me, peer) = (PeerId([1; 16]), PeerId([2; 16]));
+    let mut pm = PeerManager::new(me, &MeshConfig::default(), StdRng::seed_from_u64(1), now);
+    pm.on_announce(peer, addr(7), now);
+    let link = pm.on_accepted(None, now).unwrap();
+    pm.on_handshake(link, peer, None, 7000, now);
+    pm.on_announce(peer, addr(7), now);
+    assert_eq!(
+        events(&mut pm),
+        [
+            PeerEvent::PeerDiscovered {
+                peer,
+                addr: addr(7)
+            },
+            PeerEvent::Connected { peer, link }
+        ]
+    );
+}
+
+/// Issue 15 item 12, other order: the connection arrives before any announce. The first
+/// announce still discovers the peer (it never did), once.
+#[test]
+fn peer_connected_before_its_first_announce_is_discovered_when_it_arrives() {
+    let now = Instant::now();
+    let (me, peer) = (PeerId([1; 16]), PeerId([2; 16]));
+    let mut pm = PeerManager::new(me, &MeshConfig::default(), StdRng::seed_from_u64(1), now);
+    let link = pm.on_accepted(None, now).unwrap();
+    pm.on_handshake(link, peer, None, 7000, now);
+    assert_eq!(events(&mut pm), [PeerEvent::Connected { peer, link }]);
+    pm.on_announce(peer, addr(7), now);
+    pm.on_announce(peer, addr(7), now + Duration::from_secs(1));
+    assert_eq!(
+        events(&mut pm),
+        [PeerEvent::PeerDiscovered {
+            peer,
+            addr: addr(7)
+        }]
+    );
+}
+
+/// Random inputs in random order (announces, accepts, dials, handshakes naming the expected
+/// or another peer, closes, timeouts, a small table so eviction happens): per peer, events
+/// always pair up.
+#[test]
+fn random_input_sequences_keep_events_paired() {
+    use rand::Rng;
+    for seed in 0..200u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut now = Instant::now();
+        let me = PeerId([0; 16]);
+        let ids: Vec<PeerId> = (1..=8u8).map(|i| PeerId([i; 16])).collect();
+        let cfg = MeshConfig {
+            max_peers: 4,
+            max_pending_handshakes: 3,
+            ..MeshConfig::default()
+        };
+        let mut pm = PeerManager::new(me, &cfg, StdRng::seed_from_u64(seed), now);
+        // Connections in their handshake: link and the peer its dial targeted (None:
+        // inbound); established ones.
+        let mut live: Vec<(LinkId, Option<usize>)> = Vec::new();
+        let mut up: Vec<LinkId> = Vec::new();
+        let mut connected = std::collections::HashMap::<PeerId, bool>::new();
+        let mut discovered = std::collections::HashMap::<PeerId, bool>::new();
+        let mut log = Vec::new();
+        for _ in 0..400 {
+            match rng.gen_range(0..10) {
+                0 | 1 => {
+                    let i = rng.gen_range(0..ids.len());
+                    pm.on_announce(ids[i], addr(i as u32 + 1), now);
+                }
+                2 => {
+                    if let Some(l) = pm.on_accepted(None, now) {
+                        live.push((l, None));
+                    }
+                }
+                3..=5 if !live.is_empty() => {
+                    let (l, target) = live.swap_remove(rng.gen_range(0..live.len()));
+                    let peer = match target {
+                        Some(i) if rng.gen_bool(0.8) => ids[i],
+                        _ => ids[rng.gen_range(0..ids.len())],
+                    };
+                    pm.on_handshake(l, peer, None, 7000, now);
+                    up.push(l);
+                }
+                6 if !live.is_empty() => {
+                    let (l, _) = live.swap_remove(rng.gen_range(0..live.len()));
+                    pm.on_closed(l, now);
+                }
+                7 if !up.is_empty() => {
+                    let l = up.swap_remove(rng.gen_range(0..up.len()));
+                    pm.on_closed(l, now);
+                }
+                _ => {
+                    now += Duration::from_millis(rng.gen_range(1..3000));
+                    pm.handle_timeout(now);
+                }
+            }
+            while let Some(a) = pm.poll_action() {
+                match a {
+                    PeerAction::Dial {
+                        link,
+                        target: DialTarget::Addr(a),
+                    } => {
+                        let [_, _, _, i] = match a.ip() {
+                            std::net::IpAddr::V4(v4) => v4.octets(),
+                            _ => unreachable!(),
+                        };
+                        live.push((link, Some(i as usize - 1)));
+                    }
+                    PeerAction::Close { link, .. } => {
+                        live.retain(|(l, _)| *l != link);
+                        up.retain(|l| *l != link);
+                    }
+                    _ => {}
+                }
+            }
+            while let Some(e) = pm.poll_event() {
+                log.push(e.clone());
+                let fail = |why: &str| panic!("seed {seed}: {why} at {e:?}; log {log:?}");
+                match e {
+                    PeerEvent::PeerDiscovered { peer, .. } => {
+                        if discovered.insert(peer, true) == Some(true) {
+                            fail("discovered twice");
+                        }
+                    }
+                    PeerEvent::Lost { peer } => {
+                        discovered.insert(peer, false);
+                        if connected.get(&peer) == Some(&true) {
+                            fail("lost while connected");
+                        }
+                    }
+                    PeerEvent::Connected { peer, .. } => {
+                        if connected.insert(peer, true) == Some(true) {
+                            fail("connected twice");
+                        }
+                    }
+                    PeerEvent::Disconnected { peer } => {
+                        if connected.insert(peer, false) != Some(true) {
+                            fail("disconnected without connected");
+                        }
+                    }
+                }
+            }
+            assert!(pm.known_peers().count() <= cfg.max_peers);
+        }
+    }
+}
+
+/// Issue 15 item 6, sans-I/O: 100 000 fake announces (random ids, one source, then random
+/// sources) over 10 s. Dials to never-linked peers stay within the configured budget, the
+/// table within its ceiling, and a real peer's completed handshake is never refused because
+/// of announce-only entries.
+#[test]
+fn fake_announce_flood_is_rate_limited_and_gives_way_to_real_peers() {
+    let t0 = Instant::now();
+    let me = PeerId([1; 16]);
+    let cfg = MeshConfig {
+        max_peers: 64,
+        ..MeshConfig::default()
+    };
+    let (global, per_source) = (
+        cfg.new_peer_rate as usize,
+        cfg.new_peer_rate_per_source as usize,
+    );
+    let mut pm = PeerManager::new(me, &cfg, StdRng::seed_from_u64(5), t0);
+    let secs = 10;
+    let n = 100_000u32;
+    let at = |i: u32| t0 + Duration::from_secs(secs) * i / n;
+    let mut dialed = 0;
+    let source = "10.6.6.6".parse().unwrap();
+    for i in 0..n {
+        let now = at(i);
+        pm.on_announce(PeerId::random(), SocketAddr::new(source, 9), now);
+        if i % 100 == 0 {
+            pm.handle_timeout(now);
+        }
+        dialed += refuse_dials(&mut pm, now);
+    }
+    // One source: its bucket (one second's worth) plus its rate over the run.
+    assert!(dialed <= per_source * (1 + secs as usize), "{dialed} dials");
+    assert!(
+        dialed >= per_source,
+        "the budget is used, not zero: {dialed}"
+    );
+    assert!(pm.known_peers().count() <= cfg.max_peers);
+    // Spoofed sources: the node-wide budget holds.
+    let t1 = at(n);
+    let mut dialed = 0;
+    for i in 0..n {
+        let now = t1 + Duration::from_secs(secs) * i / n;
+        pm.on_announce(PeerId::random(), addr(0x0a00_0000 + i), now);
+        if i % 100 == 0 {
+            pm.handle_timeout(now);
+        }
+        dialed += refuse_dials(&mut pm, now);
+    }
+    assert!(dialed <= global * (1 + secs as usize), "{dialed} dials");
+    let s = pm.stats();
+    assert!(s.announces_rate_limited >= 2 * u64::from(n) - 1000, "{s:?}");
+    assert!(s.peers_evicted > 0, "{s:?}");
+    assert_eq!(pm.known_peers().count(), cfg.max_peers);
+    // A real peer connects in: the table is full of announce-only fakes, one gives way.
+    let now = t1 + Duration::from_secs(secs);
+    let real = PeerId([7; 16]);
+    let link = pm
+        .on_accepted(Some("10.0.0.7".parse().unwrap()), now)
+        .unwrap();
+    let _ = events(&mut pm);
+    pm.on_handshake(link, real, None, 7000, now);
+    assert_eq!(pm.link_of(&real), Some(link));
+    assert_eq!(pm.peer_state(&real), Some(PeerState::Connected));
+    let ev = events(&mut pm);
+    assert!(
+        matches!(ev[..], [PeerEvent::Lost { .. }, PeerEvent::Connected { peer, .. }] if peer == real),
+        "{ev:?}"
+    );
+    assert_eq!(pm.stats().peer_table_full, 0);
+    assert_eq!(pm.known_peers().count(), cfg.max_peers);
+    // Announced later, it is discovered; being linked, it is never evicted by fakes.
+    pm.on_announce(real, addr(7), now);
+    for i in 0..1000 {
+        let later = now + Duration::from_secs(2) * i / 1000;
+        pm.on_announce(PeerId::random(), addr(0x0b00_0000 + i), later);
+    }
+    assert_eq!(pm.link_of(&real), Some(link));
+}
+
+/// Issue 15 item 9, sans-I/O: idle inbound connections in their handshake cannot lock a
+/// real peer out. Beyond `max_pending_handshakes`, a new connection evicts the oldest pending
+/// one of the source holding the most; a full table of established links still refuses.
+#[test]
+fn idle_pending_handshakes_give_way_oldest_of_the_busiest_source_first() {
+    let now = Instant::now();
+    let me = PeerId([1; 16]);
+    let cfg = MeshConfig {
+        max_peers: 4,
+        max_pending_handshakes: 4,
+        ..MeshConfig::default()
+    };
+    let mut pm = PeerManager::new(me, &cfg, StdRng::seed_from_u64(5), now);
+    let legit = Some("10.0.0.1".parse().unwrap());
+    let idle = Some("10.0.0.9".parse().unwrap());
+    let real = pm.on_accepted(legit, now).unwrap();
+    let idles: Vec<LinkId> = (0..3).map(|_| pm.on_accepted(idle, now).unwrap()).collect();
+    assert!(drain(&mut pm).is_empty());
+    // Pool full: the oldest idle socket goes, not the older legitimate connection.
+    let newer = pm.on_accepted(idle, now).unwrap();
+    assert_eq!(
+        drain(&mut pm),
+        [PeerAction::Close {
+            link: idles[0],
+            goodbye: false
+        }]
+    );
+    for _ in 0..100 {
+        assert!(pm.on_accepted(idle, now).is_some());
+    }
+    assert_eq!(pm.stats().handshakes_evicted, 101);
+    assert!(!drain(&mut pm)
+        .iter()
+        .any(|a| matches!(a, PeerAction::Close { link, .. } if *link == real)));
+    pm.on_handshake(real, PeerId([2; 16]), None, 7000, now);
+    assert_eq!(pm.established_count(), 1);
+    // An evicted link's late close is ignored.
+    pm.on_closed(newer, now);
+    assert_eq!(pm.established_count(), 1);
+    assert_eq!(pm.stats().conn_table_full, 0);
 }

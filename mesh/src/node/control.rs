@@ -20,20 +20,21 @@ use super::event::{ErrorKind, Event};
 use super::msg::{Msg, NewLink};
 use super::shard::decode_error_kind;
 use super::shared::{Channels, NodeShared, Snapshot};
-use super::stats::inc;
+use super::stats::{inc, raise};
+use super::warn::{flush_summaries, warn_limited, WarnLimiter, WARN_INTERVAL};
 use crate::crypto::{
     node_id_from_key, sign_identity_record, Established, Handshake, HandshakeError, IdentityBook,
     IdentityReject, RecordDrop, RecordOpener, RecordSealer, RecordVersions,
 };
 use crate::proto::membership::Dest;
 use crate::proto::{
-    accept_announce, link_shard, AnnounceError, AnnounceSchedule, CloseReason, DialTarget,
-    FrameAction, Link, LinkEvent, LinkId, LinkTimers, Membership, MembershipEvent, PeerAction,
-    PeerEvent, PeerManager, Role,
+    accept_announce, link_shard, AnnounceSchedule, CloseReason, DialTarget, FrameAction, Link,
+    LinkEvent, LinkId, LinkTimers, Membership, MembershipEvent, PeerAction, PeerEvent, PeerManager,
+    PeerStats, Role,
 };
 use crate::wire::{
-    take_frame, Announce, AnnounceFilter, AnnounceReject, Frame, Hello, IdentityRecord,
-    ShoalExtension, MAX_HANDSHAKE_FRAME_LEN, PROTOCOL_VERSION,
+    take_frame, Announce, AnnounceFilter, Frame, Hello, IdentityRecord, ShoalExtension,
+    MAX_HANDSHAKE_FRAME_LEN, PROTOCOL_VERSION,
 };
 use crate::PeerId;
 use ahash::AHashMap;
@@ -43,8 +44,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shoal_runtime::channel::{ingress, IngressReceiver, MeshEndpoint, MeshReceiver};
 use shoal_runtime::net::{TcpListener, TcpStream, UdpOptions, UdpSocket};
-use shoal_runtime::spawn_local;
 use shoal_runtime::time::{sleep, sleep_until, timeout};
+use shoal_runtime::{spawn_local, LocalJoinHandle};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
@@ -157,6 +158,12 @@ struct State {
     /// The secure context whose revocations were last applied to the links: the sweep runs
     /// once per policy change, since a handshake that finishes later re-checks the policy.
     swept: Option<Arc<crate::crypto::SecureContext>>,
+    /// Inbound handshakes in progress, so the peer table can evict one (abort closes it).
+    inbound_tasks: AHashMap<LinkId, LocalJoinHandle<()>>,
+    /// Evicted handshakes, aborted once the state is no longer borrowed.
+    to_abort: Vec<LocalJoinHandle<()>>,
+    /// The peer table's counters as last copied to the control counters.
+    peer_stats: PeerStats,
 }
 
 struct Ctl {
@@ -165,6 +172,8 @@ struct Ctl {
     listener: Rc<TcpListener>,
     st: RefCell<State>,
     outbox_ready: Signal,
+    /// Aggregates the warnings that hostile input can trigger at will.
+    warns: RefCell<WarnLimiter>,
 }
 
 fn wall_ms() -> u64 {
@@ -245,8 +254,12 @@ pub(crate) async fn run(init: ControlInit) {
             book,
             own_record,
             swept: None,
+            inbound_tasks: AHashMap::new(),
+            to_abort: Vec::new(),
+            peer_stats: PeerStats::default(),
         }),
         outbox_ready: Signal::new(),
+        warns: RefCell::new(WarnLimiter::new(WARN_INTERVAL)),
         ns,
     });
     tracing::info!(id = %ctl.ns.me, port, "mesh node listening");
@@ -372,6 +385,7 @@ async fn tick(ctl: Rc<Ctl>) {
             revoke(&ctl, node);
         }
         run_actions(&ctl);
+        flush_summaries(&mut ctl.warns.borrow_mut(), Instant::now());
     }
 }
 
@@ -381,7 +395,7 @@ async fn accept_loop(ctl: Rc<Ctl>, listener: Rc<TcpListener>) {
             Ok(x) => x,
             Err(_) if ctl.ns.stopping.load(Ordering::Acquire) => return,
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
+                warn_limited!(ctl.warns.borrow_mut(), "accept failed", error = %e);
                 sleep(Duration::from_millis(20)).await;
                 continue;
             }
@@ -389,16 +403,28 @@ async fn accept_loop(ctl: Rc<Ctl>, listener: Rc<TcpListener>) {
         if ctl.ns.stopping.load(Ordering::Acquire) {
             continue;
         }
-        let link = ctl.st.borrow_mut().peers.on_accepted(Instant::now());
+        let link = ctl
+            .st
+            .borrow_mut()
+            .peers
+            .on_accepted(Some(addr.ip()), Instant::now());
         match link {
-            None => tracing::warn!(%addr, "connection table full, connection refused"),
+            None => warn_limited!(
+                ctl.warns.borrow_mut(),
+                "connection table full, connection refused",
+                %addr
+            ),
             Some(link) => {
-                ctl.st
-                    .borrow_mut()
-                    .pending
-                    .insert(link, Pending::Connecting);
-                spawn_local(handshake(ctl.clone(), link, s, Role::Acceptor)).detach();
+                let task = spawn_local(handshake(ctl.clone(), link, s, Role::Acceptor));
+                let mut st = ctl.st.borrow_mut();
+                st.pending.insert(link, Pending::Connecting);
+                st.inbound_tasks.insert(link, task);
             }
+        }
+        // The table may have evicted a pending handshake for this one. (Counters of refusals
+        // reach the stats on the next round, at the latest the next tick.)
+        if ctl.st.borrow().peers.has_output() {
+            run_actions(&ctl);
         }
     }
 }
@@ -658,6 +684,9 @@ async fn handshake(ctl: Rc<Ctl>, link: LinkId, mut s: TcpStream, role: Role) {
     };
     let remote_ip: Option<IpAddr> = s.peer_addr().ok().map(|a| a.ip());
     let result = exchange(&ctl, &mut s, &mut state, hs.as_mut()).await;
+    // Past this point the handshake is never evicted: nothing awaits before the peer table
+    // hears how it ended.
+    ctl.st.borrow_mut().inbound_tasks.remove(&link);
     drop(hs);
     let result = result.and_then(|ex| recheck_identity(&ctl, ex));
     match result {
@@ -701,7 +730,11 @@ async fn handshake(ctl: Rc<Ctl>, link: LinkId, mut s: TcpStream, role: Role) {
         }
         Err(failure) => {
             if let Some((kind, message)) = failure {
-                tracing::warn!(?link, ?kind, %message, "handshake failed on bad input");
+                warn_limited!(
+                    ctl.warns.borrow_mut(),
+                    "handshake failed on bad input",
+                    ?link, ?kind, detail = %message
+                );
                 ctl.ns.hub.emit_control(
                     Event::Error {
                         peer: state.peer(),
@@ -949,10 +982,53 @@ fn run_actions(ctl: &Rc<Ctl>) {
         if let Ok(mut s) = ctl.ns.snapshot.lock() {
             *s = snap;
         }
+        sync_peer_stats(ctl, st);
+    }
+    let aborted = std::mem::take(&mut ctl.st.borrow_mut().to_abort);
+    for task in aborted {
+        task.abort();
     }
     let released: Vec<Event> = std::mem::take(&mut ctl.st.borrow_mut().released);
     for e in released.into_iter().chain(events) {
         ctl.ns.hub.emit_control(e, ctl.ns.control_counters());
+    }
+}
+
+/// Copies the peer table's counters to the control counters, with an aggregated warning for
+/// each kind of refusal that grew (floods raise them by the thousand).
+fn sync_peer_stats(ctl: &Ctl, st: &mut State) {
+    let now = st.peers.stats();
+    let was = std::mem::replace(&mut st.peer_stats, now);
+    if now == was {
+        return;
+    }
+    let c = ctl.ns.control_counters();
+    raise(&c.announces_rate_limited, now.announces_rate_limited);
+    raise(&c.dials_rate_limited, now.dials_rate_limited);
+    raise(&c.peers_evicted, now.peers_evicted);
+    raise(&c.peer_table_full, now.peer_table_full);
+    raise(&c.connections_refused, now.conn_table_full);
+    raise(&c.handshakes_evicted, now.handshakes_evicted);
+    let grew = [
+        (
+            now.announces_rate_limited > was.announces_rate_limited,
+            "announce of a new peer over the new-peer rate, ignored",
+        ),
+        (
+            now.peer_table_full > was.peer_table_full,
+            "peer table full of linked peers, peer refused",
+        ),
+        (
+            now.handshakes_evicted > was.handshakes_evicted,
+            "pending handshakes full, oldest evicted",
+        ),
+    ];
+    for (_, key) in grew.into_iter().filter(|(g, _)| *g) {
+        warn_limited!(
+            ctl.warns.borrow_mut(),
+            key,
+            max_peers = ctl.ns.cfg.max_peers
+        );
     }
 }
 
@@ -1040,6 +1116,12 @@ fn install(ctl: &Rc<Ctl>, st: &mut State, peer: PeerId, link: LinkId) {
 
 fn close(ctl: &Rc<Ctl>, st: &mut State, link: LinkId, goodbye: bool) {
     match st.pending.remove(&link) {
+        Some(Pending::Connecting) if st.inbound_tasks.contains_key(&link) => {
+            // Evicted in its handshake: stop it now (dropping its socket), rather than wait
+            // for the handshake timeout.
+            let task = st.inbound_tasks.remove(&link).expect("checked");
+            st.to_abort.push(task);
+        }
         Some(Pending::Connecting) | Some(Pending::Cancelled) => {
             st.pending.insert(link, Pending::Cancelled);
         }
@@ -1178,23 +1260,26 @@ async fn announce_rx(ctl: Rc<Ctl>, sock: Rc<UdpSocket>) {
         };
         match accept_announce(&buf[..n], from, &filter, verify) {
             Ok(a) => {
-                ctl.st
-                    .borrow_mut()
-                    .peers
-                    .on_announce(a.peer, a.dial_addr, Instant::now());
-                run_actions(&ctl);
-            }
-            Err(e) => {
-                if matches!(
-                    e,
-                    AnnounceError::TooShortForMac
-                        | AnnounceError::BadMac
-                        | AnnounceError::Rejected(AnnounceReject::ModeMismatch { .. })
-                ) {
-                    inc(&ctl.ns.control_counters().announces_dropped);
+                let output = {
+                    let mut st = ctl.st.borrow_mut();
+                    st.peers.on_announce(a.peer, a.dial_addr, Instant::now());
+                    st.peers.has_output()
+                };
+                // A refresh or a refused stranger changes nothing: no round (floods of them
+                // must stay cheap); counters reach the stats on the next tick.
+                if output {
+                    run_actions(&ctl);
                 }
-                tracing::trace!(%from, error = %e, "announce ignored");
             }
+            Err(e) if e.is_junk() => {
+                inc(&ctl.ns.control_counters().announces_dropped);
+                warn_limited!(
+                    ctl.warns.borrow_mut(),
+                    "invalid discovery datagram dropped",
+                    %from, error = %e
+                );
+            }
+            Err(e) => tracing::trace!(%from, error = %e, "announce ignored"),
         }
     }
 }

@@ -55,7 +55,9 @@ pub enum ErrorKind {
 /// Something the node reports to the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// A peer announced itself for the first time (or again after being Lost).
+    /// A peer announced itself for the first time (or again after being Lost). A peer whose
+    /// connection arrived before any announce is discovered at its first announce, after
+    /// its `PeerConnected`; otherwise discovery comes first.
     PeerDiscovered {
         /// The peer.
         peer: PeerId,
@@ -67,12 +69,15 @@ pub enum Event {
         /// The peer.
         peer: PeerId,
     },
-    /// The peer's link went away (a dial-race switch is not a disconnect).
+    /// The peer's link went away (a dial-race switch is not a disconnect). Always preceded
+    /// by its `PeerConnected`: a receiver that lost the `PeerConnected` to a full queue does
+    /// not get this one either (callbacks get both).
     PeerDisconnected {
         /// The peer.
         peer: PeerId,
     },
-    /// The peer was neither announced nor connected for `peer_lost_timeout`: forgotten.
+    /// The peer was neither announced nor connected for `peer_lost_timeout`, or it was only
+    /// ever announced and gave way to another peer in a full peer table: forgotten.
     /// Static peers are never lost.
     PeerLost {
         /// The peer.
@@ -163,6 +168,9 @@ pub(crate) struct EventHub {
     /// `Drop for EventReceiver`); read when the queue is empty.
     spill: Mutex<Vec<Event>>,
     spilled: AtomicBool,
+    /// Peers whose `PeerConnected` the queue dropped: their `PeerDisconnected` is dropped
+    /// too, so queued peer events stay paired. At most the connected peers.
+    unpaired: Mutex<ahash::AHashSet<PeerId>>,
 }
 
 impl EventHub {
@@ -179,6 +187,7 @@ impl EventHub {
             closed: AtomicBool::new(false),
             spill: Mutex::new(Vec::new()),
             spilled: AtomicBool::new(false),
+            unpaired: Mutex::new(ahash::AHashSet::new()),
         }
     }
 
@@ -233,19 +242,37 @@ impl EventHub {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
             return;
         }
+        if let Event::PeerDisconnected { peer } = &ev {
+            if self.unpaired().remove(peer) {
+                inc(&counters.dropped_event_queue_full);
+                return;
+            }
+        }
         if !self.reserve(self.queue.capacity()) {
-            inc(&counters.dropped_event_queue_full);
+            self.dropped_control(&ev, counters);
             return;
         }
         match self.queue.push(Item::One(ev)) {
             Ok(()) => {
                 self.ready.notify(1);
             }
-            Err(_) => {
+            Err(Item::One(ev)) => {
                 // Unreachable while `events` bounds the slots; counted rather than trusted.
                 self.release(1);
-                inc(&counters.dropped_event_queue_full);
+                self.dropped_control(&ev, counters);
             }
+            Err(Item::Batch(_)) => unreachable!("pushed a single event"),
+        }
+    }
+
+    fn unpaired(&self) -> std::sync::MutexGuard<'_, ahash::AHashSet<PeerId>> {
+        self.unpaired.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dropped_control(&self, ev: &Event, counters: &Counters) {
+        inc(&counters.dropped_event_queue_full);
+        if let Event::PeerConnected { peer } = ev {
+            self.unpaired().insert(*peer);
         }
     }
 
@@ -560,6 +587,46 @@ mod tests {
         assert_eq!(c.snapshot().dropped_event_queue_full, 6);
         assert_eq!(rx.try_recv(), Some(joined(0)), "order kept, newest dropped");
         assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Some(joined(1)));
+    }
+
+    /// Issue 15 item 12: a receiver never sees a `PeerDisconnected` whose `PeerConnected` the
+    /// full queue dropped; callbacks see both.
+    #[test]
+    fn a_disconnect_whose_connect_was_dropped_is_dropped_too() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let cb: Callback = {
+            let seen = seen.clone();
+            Arc::new(move |e: &Event| seen.lock().unwrap().push(e.clone()))
+        };
+        let hub = Arc::new(EventHub::new(4, vec![cb]));
+        let c = Counters::default();
+        let mut rx = EventReceiver::new(hub.clone());
+        for n in 0..4 {
+            hub.emit_control(joined(n), &c);
+        }
+        let (p, q) = (PeerId([7; 16]), PeerId([8; 16]));
+        hub.emit_control(Event::PeerConnected { peer: p }, &c);
+        for n in 0..4 {
+            assert_eq!(rx.try_recv(), Some(joined(n)));
+        }
+        hub.emit_control(Event::PeerConnected { peer: q }, &c);
+        hub.emit_control(Event::PeerDisconnected { peer: p }, &c);
+        hub.emit_control(Event::PeerDisconnected { peer: q }, &c);
+        // p's connect was lost to the full queue, so its disconnect is withheld; q pairs up.
+        assert_eq!(rx.try_recv(), Some(Event::PeerConnected { peer: q }));
+        assert_eq!(rx.try_recv(), Some(Event::PeerDisconnected { peer: q }));
+        assert_eq!(rx.try_recv(), None);
+        assert_eq!(c.snapshot().dropped_event_queue_full, 2);
+        // Reconnected later, p pairs up again.
+        hub.emit_control(Event::PeerConnected { peer: p }, &c);
+        hub.emit_control(Event::PeerDisconnected { peer: p }, &c);
+        assert_eq!(rx.try_recv(), Some(Event::PeerConnected { peer: p }));
+        assert_eq!(rx.try_recv(), Some(Event::PeerDisconnected { peer: p }));
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            4 + 4 + 2,
+            "callbacks get every event"
+        );
     }
 
     #[test]

@@ -71,7 +71,21 @@
 //!
 //! Peer and member events (and the peer lists of the query methods) are released only once
 //! every shard has applied the routing changes behind them: after `PeerConnected`, a message
-//! to that peer is never lost to a routing table that is not there yet.
+//! to that peer is never lost to a routing table that is not there yet. Peer events pair up
+//! (see [`crate::proto::peers`]): every `PeerDisconnected` follows its `PeerConnected`.
+//!
+//! # Strangers and floods
+//!
+//! The control plane admits never-linked peers from announces, and dials them, within a
+//! budget (`new_peer_rate` node-wide, `new_peer_rate_per_source` per source address), so fake
+//! announces cannot turn the node into a connection amplifier; in a full peer table, peers
+//! that were only announced give way to new ones, and a completed handshake is refused only
+//! when every entry is a linked or static peer. Inbound connections in their handshake are
+//! bounded by `max_pending_handshakes`; a newcomer evicts the oldest of the busiest source
+//! address, so sockets that never send a Hello cannot lock peers out. Junk on the discovery
+//! port is counted. Everything refused or evicted is counted in [`MeshStats::control`], and
+//! the warnings such input triggers are aggregated: the first is logged, then one line with
+//! the count per 10 s.
 //!
 //! # Secured mesh
 //!
@@ -87,10 +101,12 @@
 //!
 //! With an identity too (`identity_file` or `identity_seed_hex`), the node id is the hash of
 //! the Ed25519 key, the handshake is signed and checked against `trusted_keys` /
-//! `require_identity`, signed identity records are sent to each new neighbour and re-flooded
-//! (deduplicated by version) so [`Mesh::node_name`] knows non-neighbours, and
-//! [`Mesh::revoke_key`] closes a node's link and keeps it out. The [`SecureContext`] is built
-//! once at [`MeshBuilder::build`] and only replaced, never mutated, when a key is revoked.
+//! `require_identity` (on by default in an identity mesh, as in the C++ library: a peer that
+//! shows no identity is refused unless `require_identity` is set to false), signed identity
+//! records are sent to each new neighbour and re-flooded (deduplicated by version) so
+//! [`Mesh::node_name`] knows non-neighbours, and [`Mesh::revoke_key`] closes a node's link and
+//! keeps it out. The [`SecureContext`] is built once at [`MeshBuilder::build`] and only
+//! replaced, never mutated, when a key is revoked.
 
 mod budget;
 mod control;
@@ -101,6 +117,7 @@ mod recycle;
 mod shard;
 mod shared;
 mod stats;
+mod warn;
 
 pub use budget::{OverflowPolicy, SlowLinkAction, SlowLinkPolicy};
 pub use event::{Callback, ErrorKind, Event, EventReceiver};
@@ -459,10 +476,11 @@ impl MeshBuilder {
             ));
         }
         let secure = secure_context(&self.cfg)?;
-        if !self.cfg.trusted_keys.is_empty() && !self.cfg.require_identity {
+        if !self.cfg.trusted_keys.is_empty() && !self.cfg.requires_identity() {
             tracing::warn!(
-                "trusted_keys is set without require_identity: peers that show no identity \
-                 are still admitted (set require_identity to admit only the listed keys)"
+                "trusted_keys is set with require_identity = false: peers that show no \
+                 identity are still admitted (leave require_identity unset to admit only the \
+                 listed keys)"
             );
         }
         let derived = secure
@@ -539,9 +557,9 @@ fn secure_context(cfg: &MeshConfig) -> Result<Option<SecureContext>, MeshError> 
         return Ok(Some(ctx));
     };
     let policy = if cfg.trusted_keys.is_empty() {
-        IdentityPolicy::open(cfg.require_identity)
+        IdentityPolicy::open(cfg.requires_identity())
     } else {
-        IdentityPolicy::allowlist(cfg.parsed_trusted_keys()?, cfg.require_identity)
+        IdentityPolicy::allowlist(cfg.parsed_trusted_keys()?, cfg.requires_identity())
     };
     tracing::info!(id = %identity.node_id(), name = identity.name(), "identity loaded");
     Ok(Some(ctx.with_identity(identity, policy)))
@@ -793,7 +811,7 @@ impl Mesh {
     /// control plane within its 100 ms tick, so this never waits and may be called from an
     /// event callback), its name is forgotten and its identity records are no longer accepted. Returns whether the key was
     /// on the allowlist. Needs a secured mesh. Peers that show no identity are not affected
-    /// (use `require_identity` to refuse those).
+    /// (they are refused anyway unless `require_identity` is set to false).
     pub fn revoke_key(&self, key: &[u8; 32]) -> Result<bool, MeshError> {
         let ns = &self.inner.ns;
         let lock = ns.secure.as_ref().ok_or(MeshError::NotSecured)?;

@@ -106,8 +106,27 @@ counters! {
     auth_failures,
     /// Secured mesh: links closed because a record did not authenticate or was cut short.
     record_failures,
-    /// Discovery datagrams dropped for a missing or wrong MAC or the other mode's flag.
+    /// Discovery datagrams dropped as junk: unparsable, another protocol version, TCP port 0,
+    /// a missing or wrong MAC, or the other mode's flag (plaintext and secured mesh alike).
+    /// Our own multicast echoes and other groups' announces are not counted.
     announces_dropped,
+    /// Control plane: announces of unknown peers ignored because the new-peer budget
+    /// (`new_peer_rate`, `new_peer_rate_per_source`) was spent.
+    announces_rate_limited,
+    /// Control plane: dials to known but never-linked peers postponed by the new-peer budget.
+    dials_rate_limited,
+    /// Control plane: announce-only peers (never linked, not static) evicted from a full peer
+    /// table to make room for a new peer.
+    peers_evicted,
+    /// Control plane: announces and completed handshakes refused because the peer table was
+    /// full of linked or static peers.
+    peer_table_full,
+    /// Control plane: connections refused (accepted sockets closed at once, dials not
+    /// started) because the connection table was full of links past their handshake.
+    connections_refused,
+    /// Control plane: inbound connections closed while still in their handshake to make
+    /// room for a newer one (`max_pending_handshakes` or the connection table reached).
+    handshakes_evicted,
     /// Identity records dropped: untrusted key, bad signature, or the identity book full.
     identity_records_dropped,
     /// Links attached to this shard.
@@ -142,7 +161,10 @@ pub struct MeshStats {
     pub total: ShardStats,
     /// One entry per data shard, in shard order.
     pub shards: Vec<ShardStats>,
-    /// The control plane's counters (handshake-time malformed input, control events).
+    /// The control plane's counters: handshake-time malformed input, control events, and
+    /// what it refused or evicted from strangers (`announces_dropped`,
+    /// `announces_rate_limited`, `dials_rate_limited`, `peers_evicted`, `peer_table_full`,
+    /// `connections_refused`, `handshakes_evicted`; zero in the shards' sets).
     pub control: ShardStats,
     /// Messages lost because a [`super::Publisher`] was dropped on an executor thread with
     /// a batch the ingress had no room for (or after the node stopped), or because its async

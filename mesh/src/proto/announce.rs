@@ -77,6 +77,21 @@ pub enum AnnounceError {
     ZeroPort,
 }
 
+impl AnnounceError {
+    /// True for a datagram that is not a usable announce for anyone: unparsable, another
+    /// protocol version, port 0, a missing or wrong MAC, the other mode's flag. False for our
+    /// own multicast echo and another group's announces, which are valid traffic for other
+    /// nodes sharing the discovery port.
+    pub fn is_junk(&self) -> bool {
+        !matches!(
+            self,
+            AnnounceError::Rejected(
+                AnnounceReject::OwnAnnounce | AnnounceReject::GroupMismatch { .. }
+            )
+        )
+    }
+}
+
 /// An announce that passed every check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcceptedAnnounce {
@@ -222,6 +237,26 @@ mod tests {
             accept_announce(&datagram(peer, 0, "default", false), src(), &f, none),
             Err(AnnounceError::ZeroPort)
         );
+    }
+
+    #[test]
+    fn junk_is_everything_but_own_echoes_and_other_groups() {
+        let f = filter(false);
+        let none = |_: &[u8], _: &[u8; 16]| true;
+        let peer = PeerId([2; 16]);
+        let verdict = |d: &[u8]| accept_announce(d, src(), &f, none).unwrap_err().is_junk();
+        assert!(!verdict(&datagram(me(), 7000, "default", false)));
+        assert!(!verdict(&datagram(peer, 7000, "other", false)));
+        assert!(verdict(b"garbage that is no announce at all"));
+        assert!(verdict(&[]));
+        assert!(verdict(&datagram(peer, 0, "default", false)));
+        let mut v2 = datagram(peer, 7000, "default", false);
+        v2[4] = 2;
+        assert!(verdict(&v2));
+        let mut secured = datagram(peer, 7000, "default", true);
+        secured.extend_from_slice(&[0; 16]);
+        assert!(verdict(&secured));
+        assert!(AnnounceError::BadMac.is_junk() && AnnounceError::TooShortForMac.is_junk());
     }
 
     #[test]

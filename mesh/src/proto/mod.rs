@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | [`announce`] | announce schedule, datagram acceptance, dial-back address | control plane |
 //! | [`peers`] | peer table, dialing, reconnect backoff, dial races, Lost | control plane |
+//! | [`admission`] | budgets for admitting and dialing never-linked peers | control plane |
 //! | [`membership`] | adjacency gossip and member set | control plane |
 //! | [`link`] | one connection: handshake, heartbeat, liveness, Goodbye | the link's data shard |
 //! | [`router`] + [`dedup`] | gossip routing of Data frames | each data shard |
@@ -48,6 +49,7 @@
 //! connection. The control plane pushes each shard a [`router::RoutingTable`] (neighbour to
 //! link) whenever it installs or removes a link; the message path never asks it anything.
 
+pub mod admission;
 pub mod announce;
 pub mod dedup;
 pub mod link;

@@ -16,7 +16,7 @@
 //! Inputs: [`start`](PeerManager::start); [`on_announce`](PeerManager::on_announce) for every
 //! accepted announce; [`on_accepted`](PeerManager::on_accepted) for an accepted socket (it
 //! returns the new link's id, or `None` when the connection ceiling is reached: close the
-//! socket); [`on_handshake`](PeerManager::on_handshake) when a link's handshake completes
+//! socket; it may also evict an older connection still in its handshake with a `Close`); [`on_handshake`](PeerManager::on_handshake) when a link's handshake completes
 //! ([`super::link::LinkEvent::Established`]); [`on_closed`](PeerManager::on_closed) whenever a
 //! link or a dial ends for any reason (connect error, handshake failure, heartbeat timeout,
 //! Goodbye, EOF); [`handle_timeout`](PeerManager::handle_timeout) at
@@ -29,7 +29,36 @@
 //! `Install` of a dial-race winner precedes the `Close` of the loser, so the close is not a
 //! disconnect. Events for the application and for [`super::Membership`] come from
 //! [`poll_event`](PeerManager::poll_event).
+//!
+//! # Strangers and floods
+//!
+//! An announce costs its sender one datagram; acting on it costs this node a table entry and
+//! an outbound connection to an address the datagram chose. So:
+//! - a peer that was never linked is admitted from an announce, and (re)dialed, only within
+//!   the [`NewPeerLimiter`] budget (`new_peer_rate` node-wide, `new_peer_rate_per_source` per
+//!   source address); over budget, a new peer's announce is ignored (`announces_rate_limited`)
+//!   and a known one's dial postponed (`dials_rate_limited`). Peers that were linked once,
+//!   static and seed peers are never limited;
+//! - when the table is full, the oldest entry that was only announced (never linked, not
+//!   static) gives way to a new peer (`peers_evicted`, with a `Lost` event). A completed
+//!   handshake is refused (`peer_table_full`) only when every entry is linked or static;
+//! - inbound connections still in their handshake are at most `max_pending_handshakes`; a new
+//!   one beyond that (or beyond the connection table) evicts the oldest pending connection of
+//!   the source address holding the most of them (`handshakes_evicted`). An idle socket only
+//!   waits for the handshake timeout, a peer completes its Hello within a round trip: eviction
+//!   lets the peer in, where refusing the newcomer would lock it out for as long as the idle
+//!   sockets are renewed.
+//!
+//! # Event pairing
+//!
+//! Per peer record, `PeerDiscovered` comes once (at its first announce) and `Lost` at most
+//! once, when the record is pruned or evicted, never while connected; each `Connected` is
+//! matched by exactly one `Disconnected` unless the node stops first, and a `Disconnected`
+//! never comes without its `Connected`. A peer announced before it connects is discovered
+//! before it is connected; one that connects first is discovered when its first announce
+//! arrives.
 
+use super::admission::NewPeerLimiter;
 use super::{backoff_with_jitter, LinkId};
 use crate::config::MeshConfig;
 use crate::PeerId;
@@ -102,7 +131,8 @@ pub enum PeerEvent {
         /// The peer.
         peer: PeerId,
     },
-    /// The peer has not been announced nor connected for `peer_lost_timeout`: forgotten.
+    /// The peer has not been announced nor connected for `peer_lost_timeout`, or it was only
+    /// announced and gave way to another peer in a full table: forgotten.
     Lost {
         /// The peer.
         peer: PeerId,
@@ -133,12 +163,21 @@ pub struct PeerStats {
     pub races_resolved: u64,
     /// Handshakes that turned out to reach this node itself.
     pub self_connections: u64,
-    /// Announces or handshakes refused because the peer table was full.
+    /// Announces or handshakes refused because the peer table was full of linked or static
+    /// peers.
     pub peer_table_full: u64,
     /// Accepts or dials refused because the connection table was full.
     pub conn_table_full: u64,
     /// Peers declared Lost.
     pub lost: u64,
+    /// Announces of unknown peers ignored: over the new-peer budget.
+    pub announces_rate_limited: u64,
+    /// Dials to known but never-linked peers postponed: over the new-peer budget.
+    pub dials_rate_limited: u64,
+    /// Announce-only peers evicted from a full table for a new peer.
+    pub peers_evicted: u64,
+    /// Inbound connections closed in their handshake to make room for a newer one.
+    pub handshakes_evicted: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +193,8 @@ struct Conn {
     origin: Origin,
     /// The peer behind it, once its handshake completed.
     peer: Option<PeerId>,
+    /// Inbound: the remote address (eviction picks the busiest source).
+    remote: Option<IpAddr>,
 }
 
 impl Conn {
@@ -173,6 +214,10 @@ struct Peer {
     attempt: u32,
     reconnect_at: Option<Instant>,
     is_static: bool,
+    /// A link to it was established at least once (it is no stranger).
+    ever_linked: bool,
+    /// A `PeerDiscovered` was emitted for this record (a `Lost` may follow).
+    discovered: bool,
 }
 
 #[derive(Debug)]
@@ -194,6 +239,13 @@ pub struct PeerManager<R> {
     reconnect_max: Duration,
     max_peers: usize,
     max_conns: usize,
+    max_pending: usize,
+    limiter: NewPeerLimiter,
+    /// Peers admitted from announces, oldest first (eviction candidates; entries that have
+    /// since been linked or removed are skipped lazily).
+    announce_only: VecDeque<PeerId>,
+    /// Inbound connections in their handshake, oldest first.
+    pending_inbound: VecDeque<LinkId>,
     next_link: u64,
     peers: AHashMap<PeerId, Peer>,
     conns: AHashMap<LinkId, Conn>,
@@ -209,7 +261,7 @@ pub struct PeerManager<R> {
 impl<R: rand::RngCore> PeerManager<R> {
     /// A peer table for node `me` with the static and seed endpoints and limits of `cfg`.
     /// `rng` supplies the reconnect jitter.
-    pub fn new(me: PeerId, cfg: &MeshConfig, rng: R, now: Instant) -> PeerManager<R> {
+    pub fn new(me: PeerId, cfg: &MeshConfig, mut rng: R, now: Instant) -> PeerManager<R> {
         let target = |endpoint: &String| Target {
             endpoint: endpoint.clone(),
             peer: None,
@@ -217,6 +269,12 @@ impl<R: rand::RngCore> PeerManager<R> {
             attempt: 0,
             next_dial: now,
         };
+        let seeds = [
+            rng.next_u64(),
+            rng.next_u64(),
+            rng.next_u64(),
+            rng.next_u64(),
+        ];
         PeerManager {
             me,
             rng,
@@ -225,6 +283,15 @@ impl<R: rand::RngCore> PeerManager<R> {
             reconnect_max: cfg.reconnect_max,
             max_peers: cfg.max_peers.max(1),
             max_conns: 2 * cfg.max_peers.max(1) + cfg.static_peers.len() + cfg.seed_peers.len(),
+            max_pending: cfg.max_pending_handshakes.max(1),
+            limiter: NewPeerLimiter::new(
+                cfg.new_peer_rate,
+                cfg.new_peer_rate_per_source,
+                seeds,
+                now,
+            ),
+            announce_only: VecDeque::new(),
+            pending_inbound: VecDeque::new(),
             next_link: 1,
             peers: AHashMap::new(),
             conns: AHashMap::new(),
@@ -251,6 +318,12 @@ impl<R: rand::RngCore> PeerManager<R> {
     /// Next event.
     pub fn poll_event(&mut self) -> Option<PeerEvent> {
         self.events.pop_front()
+    }
+
+    /// True when actions or events wait to be polled (a driver may skip its round when
+    /// nothing came out of an input, e.g. a rate-limited announce).
+    pub fn has_output(&self) -> bool {
+        !self.actions.is_empty() || !self.events.is_empty()
     }
 
     /// Counters.
@@ -291,34 +364,74 @@ impl<R: rand::RngCore> PeerManager<R> {
         if self.stopped || peer == self.me || peer.is_zero() {
             return;
         }
+        let mut paid = false;
         if !self.peers.contains_key(&peer) {
-            if self.peers.len() >= self.max_peers {
+            if !self.limiter.try_admit(addr.ip(), now) {
+                self.stats.announces_rate_limited += 1;
+                return;
+            }
+            paid = true;
+            if !self.make_room() {
                 self.stats.peer_table_full += 1;
-                tracing::warn!(%peer, max = self.max_peers, "peer table full, announce ignored");
+                tracing::debug!(%peer, max = self.max_peers, "peer table full, announce ignored");
                 return;
             }
             self.peers
                 .insert(peer, Peer::new(PeerState::Discovered, now));
-            self.events
-                .push_back(PeerEvent::PeerDiscovered { peer, addr });
+            self.announce_only.push_back(peer);
         }
         let p = self.peers.get_mut(&peer).expect("inserted above");
         p.addr = Some(addr);
         p.last_announce = Some(now);
         p.last_seen = now;
+        if !p.discovered {
+            // Also for a peer that connected before its first announce arrived.
+            p.discovered = true;
+            self.events
+                .push_back(PeerEvent::PeerDiscovered { peer, addr });
+        }
         let due = p.reconnect_at.is_none_or(|t| t <= now);
         if p.link.is_none() && p.dialing.is_none() && !p.is_static && due {
-            self.dial_peer(peer, now);
+            self.dial_peer(peer, paid, now);
         }
     }
 
-    /// An accepted socket. Returns the id of its (acceptor) link, or `None` if the connection
-    /// table is full and the socket must be closed.
-    pub fn on_accepted(&mut self, _now: Instant) -> Option<LinkId> {
+    /// Frees a slot in a full peer table by evicting the oldest announce-only peer. False if
+    /// the table is full of peers that are (or were) linked, or static.
+    fn make_room(&mut self) -> bool {
+        if self.peers.len() < self.max_peers {
+            return true;
+        }
+        while let Some(id) = self.announce_only.pop_front() {
+            let evictable = self
+                .peers
+                .get(&id)
+                .is_some_and(|p| !p.ever_linked && !p.is_static && p.link.is_none());
+            if evictable {
+                self.peers.remove(&id);
+                self.stats.peers_evicted += 1;
+                tracing::debug!(peer = %id, "announce-only peer evicted from a full table");
+                self.events.push_back(PeerEvent::Lost { peer: id });
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A socket accepted from `remote`. Returns the id of its (acceptor) link, or `None` if
+    /// the connection table is full of links past their handshake and dials, and the socket
+    /// must be closed. When the pending-handshake pool (or the table) is full, the oldest
+    /// pending inbound connection of the busiest source is evicted instead: a
+    /// [`PeerAction::Close`] for it is queued.
+    pub fn on_accepted(&mut self, remote: Option<IpAddr>, _now: Instant) -> Option<LinkId> {
         if self.stopped {
             return None;
         }
-        if self.conns.len() >= self.max_conns {
+        self.pending_inbound
+            .retain(|l| self.conns.get(l).is_some_and(|c| c.peer.is_none()));
+        let full =
+            self.pending_inbound.len() >= self.max_pending || self.conns.len() >= self.max_conns;
+        if full && !self.evict_pending() {
             self.stats.conn_table_full += 1;
             return None;
         }
@@ -328,9 +441,41 @@ impl<R: rand::RngCore> PeerManager<R> {
             Conn {
                 origin: Origin::Inbound,
                 peer: None,
+                remote,
             },
         );
+        self.pending_inbound.push_back(link);
         Some(link)
+    }
+
+    /// Closes the oldest pending inbound connection of the source with the most of them.
+    fn evict_pending(&mut self) -> bool {
+        let mut per_source: AHashMap<Option<IpAddr>, usize> = AHashMap::new();
+        for l in &self.pending_inbound {
+            *per_source.entry(self.conns[l].remote).or_insert(0) += 1;
+        }
+        let Some(busiest) = per_source
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(ip, _)| ip)
+        else {
+            return false;
+        };
+        let Some(pos) = self
+            .pending_inbound
+            .iter()
+            .position(|l| self.conns[l].remote == busiest)
+        else {
+            return false;
+        };
+        let link = self.pending_inbound.remove(pos).expect("found");
+        self.conns.remove(&link);
+        self.stats.handshakes_evicted += 1;
+        self.actions.push_back(PeerAction::Close {
+            link,
+            goodbye: false,
+        });
+        true
     }
 
     /// The handshake of `link` completed: the peer is `peer`, listening on `listen_port` at
@@ -361,7 +506,7 @@ impl<R: rand::RngCore> PeerManager<R> {
             return;
         }
         if !self.peers.contains_key(&peer) {
-            if self.peers.len() >= self.max_peers {
+            if !self.make_room() {
                 self.stats.peer_table_full += 1;
                 self.conns.remove(&link);
                 self.actions.push_back(PeerAction::Close {
@@ -413,6 +558,7 @@ impl<R: rand::RngCore> PeerManager<R> {
         p.attempt = 0;
         p.reconnect_at = None;
         p.last_seen = now;
+        p.ever_linked = true;
         self.conns.get_mut(&link).expect("present").peer = Some(peer);
         match p.link {
             None => {
@@ -599,7 +745,12 @@ impl<R: rand::RngCore> PeerManager<R> {
         }
         redial.sort();
         for (_, id) in redial {
-            self.dial_peer(id, now);
+            self.dial_peer(id, false, now);
+        }
+        if self.announce_only.len() > 2 * self.max_peers {
+            let peers = &self.peers;
+            self.announce_only
+                .retain(|id| peers.get(id).is_some_and(|p| !p.ever_linked));
         }
         self.maintain_endpoints(now);
     }
@@ -639,10 +790,22 @@ impl<R: rand::RngCore> PeerManager<R> {
         }
     }
 
-    fn dial_peer(&mut self, peer: PeerId, now: Instant) {
-        let Some(addr) = self.peers.get(&peer).and_then(|p| p.addr) else {
+    /// Dials a discovered peer. A peer never linked needs the new-peer budget, unless `paid`
+    /// (its admission took it); over budget the dial is postponed by `reconnect_base`.
+    fn dial_peer(&mut self, peer: PeerId, paid: bool, now: Instant) {
+        let Some((addr, ever_linked)) = self
+            .peers
+            .get(&peer)
+            .and_then(|p| Some((p.addr?, p.ever_linked)))
+        else {
             return;
         };
+        if !paid && !ever_linked && !self.limiter.try_admit(addr.ip(), now) {
+            self.stats.dials_rate_limited += 1;
+            let p = self.peers.get_mut(&peer).expect("caller checked");
+            p.reconnect_at = Some(now + self.reconnect_base);
+            return;
+        }
         let dialed = self.dial(Origin::Discovered(peer), DialTarget::Addr(addr));
         let p = self.peers.get_mut(&peer).expect("caller checked");
         match dialed {
@@ -663,7 +826,14 @@ impl<R: rand::RngCore> PeerManager<R> {
             return None;
         }
         let link = self.alloc_link();
-        self.conns.insert(link, Conn { origin, peer: None });
+        self.conns.insert(
+            link,
+            Conn {
+                origin,
+                peer: None,
+                remote: None,
+            },
+        );
         self.stats.dials += 1;
         self.actions.push_back(PeerAction::Dial { link, target });
         Some(link)
@@ -733,6 +903,8 @@ impl Peer {
             attempt: 0,
             reconnect_at: None,
             is_static: false,
+            ever_linked: false,
+            discovered: false,
         }
     }
 }

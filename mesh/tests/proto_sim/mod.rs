@@ -577,7 +577,8 @@ impl Sim {
                     );
                     return;
                 }
-                let Some(l) = self.nodes[to].pm.on_accepted(now) else {
+                let from = Some(IpAddr::V4(self.nodes[dialer.0].ip));
+                let Some(l) = self.nodes[to].pm.on_accepted(from, now) else {
                     self.schedule(
                         to,
                         dialer.0,
