@@ -538,8 +538,9 @@ async fn reader_secure(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut rr: Rec
             }
         }
         ctx.wake_receivers();
+        let rest = rr.pending_record_bytes();
         let mut buf = rr.take_buffer();
-        let want = read_room(rr.pending_record_bytes(), buf.len(), chunk);
+        let want = read_room(rest, buf.len(), chunk);
         // Moved whole (same layout) if it must move, so the reader's offsets stay valid.
         ctx.read_blocks.borrow_mut().make_room(&mut buf, want, want);
         let (res, b) = rd.read(buf).await;
