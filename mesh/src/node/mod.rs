@@ -89,7 +89,7 @@ mod stats;
 pub use budget::OverflowPolicy;
 pub use event::{Callback, ErrorKind, Event, EventReceiver};
 pub use publisher::{Publisher, DEFAULT_BATCH_BYTES};
-pub use stats::{MeshStats, ShardStats};
+pub use stats::{MeshStats, ShardStats, StatCounter};
 
 use crate::config::{ConfigError, MeshConfig};
 use crate::crypto::{
