@@ -2,9 +2,9 @@
 # Runs the Shoal vs raw TCP comparison set in one go with the release build of shoal-loadgen
 # and writes a markdown report (to stdout, or to the file given as the first argument):
 # throughput at 64 B, 1 KiB and 64 KiB (Shoal A->B broadcast vs the same frames over bare TCP,
-# in one process), Shoal with a PSK vs plaintext Shoal at 64 B and 1 KiB, and round-trip /
-# one-way latency vs raw TCP. Whole run: about a minute
-# after the build. Latency histograms (.hgrm) and percentile charts (.svg) go to
+# in one process), Shoal with a PSK vs plaintext Shoal at 64 B and 1 KiB, round-trip /
+# one-way latency vs raw TCP in one process, and the same between two processes (`ping` +
+# `pong`; `pub` + `sub`). Whole run: about two minutes after the build. Latency histograms (.hgrm) and percentile charts (.svg) go to
 # $SHOAL_BENCH_OUT (default: target/bench-run).
 set -euo pipefail
 
@@ -47,8 +47,8 @@ report() {
     echo
     echo "## Latency"
     echo
-    echo "| run | transport | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | samples |"
-    echo "|---|---|---|---|---|---|---|---|---|"
+    echo "| run | transport | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | samples | cpu s | pong cpu s |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
     local runs=(
         "pingpong-max|latency --mode ping-pong --size 64 --duration-ms 3000 --inline"
         "pingpong-spin20|latency --mode ping-pong --size 64 --duration-ms 3000 --inline --spin-us 20"
@@ -71,7 +71,96 @@ report() {
     echo
     for c in "${cmds[@]}"; do echo "- $c"; done
     echo
+    echo "cpu s = CPU time of the process over the measured run (in one process: both ends)."
+    echo
+    echo "## Latency between two processes (\`ping\` + \`pong\` on loopback)"
+    echo
+    echo "| run | transport | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | samples | ping cpu s | pong cpu s |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    local rows="" row
+    for form in "shoal|" "shoal-inline|--inline" "raw-tcp|--raw"; do
+        row="$(two_process_ping "2proc-max" "${form#*|}")"
+        echo "$row"
+        rows+="$row"$'\n'
+    done
+    echo
+    ratio_lines "$rows"
+    echo
+    echo "One ping in flight, 64 B, 3 s after a 0.5 s warm-up; the pong in its own process"
+    echo "(\`shoal-loadgen pong --listen 127.0.0.1:0 [--inline|--raw]\`), the ping dialing it"
+    echo "(\`shoal-loadgen ping --static-peer ADDR --size 64 --duration-ms 3000 [--inline|--raw]\`)."
+    echo "ping cpu s covers the measured run; pong cpu s its first probe to the goodbye."
+    echo
+    echo "## Throughput between two processes (\`pub\` + \`sub\` on loopback), 64 B, max rate"
+    echo
+    echo "| run | transport | delivered msg/s | MB/s | delivered | lost | sub cpu s |"
+    echo "|---|---|---|---|---|---|---|"
+    rows=""
+    for form in "shoal|" "raw-tcp|--raw"; do
+        row="$(two_process_throughput "2proc-64" "${form#*|}")"
+        echo "$row"
+        rows+="$row"$'\n'
+    done
+    echo
+    awk -F'|' '{ gsub(/ /, "", $3); r[$3] = $4 } END {
+        if (r["raw-tcp"] > 0) printf "shoal / raw TCP delivered msg/s: %.2fx\n", r["shoal"] / r["raw-tcp"] }' <<<"$rows"
+    echo
+    echo "\`shoal-loadgen sub --listen 127.0.0.1:0 [--raw]\` and \`shoal-loadgen pub --static-peer ADDR"
+    echo "--size 64 --warmup-ms 500 --duration-ms 2000 [--raw]\`, one process each."
+    echo
     echo "Histograms and charts: \`$artifacts/*.hgrm\`, \`$artifacts/*.svg\`."
+}
+
+# Starts `shoal-loadgen ARGS... --listen 127.0.0.1:0` in the background, its stderr to $1 and
+# stdout to $1.out, and sets `addr` to the address it says it listens on, `pid` to its pid.
+start_listener() {
+    local log=$1 i; shift
+    "$bin" "$@" --listen 127.0.0.1:0 >"$log.out" 2>"$log" &
+    pid=$!
+    for i in $(seq 300); do
+        addr="$(sed -n 's/.* ready: .*listen=\([^ ]*\).*/\1/p' "$log" 2>/dev/null | head -1)"
+        [[ -n $addr ]] && return 0
+        sleep 0.1
+    done
+    echo "bench/run.sh: $* did not get ready:" >&2
+    cat "$log" >&2
+    return 1
+}
+
+# One two-process ping-pong row: NAME FLAGS (FLAGS for both ends: "", --inline or --raw).
+# The pong ends by itself after the ping's goodbye.
+two_process_ping() {
+    local name=$1 flags=$2 tag addr pid
+    tag="$name${flags:+-${flags#--}}"
+    # shellcheck disable=SC2086
+    start_listener "$artifacts/$tag-pong.log" pong --quiet $flags
+    # shellcheck disable=SC2086
+    "$bin" ping --listen 127.0.0.1:0 --static-peer "$addr" --size 64 --duration-ms 3000 \
+        --warmup-ms 500 $flags --markdown "$name" --out-prefix "$artifacts/$tag"
+    wait "$pid"
+}
+
+# One two-process throughput row: NAME FLAGS ("" or --raw). The subscriber ends once it has
+# the publisher's end marker.
+two_process_throughput() {
+    local name=$1 flags=$2 tag addr pid
+    tag="$name${flags:+-${flags#--}}"
+    # shellcheck disable=SC2086
+    start_listener "$artifacts/$tag-sub.log" sub --publishers 1 --warmup-ms 500 \
+        --duration-ms 2000 --markdown "$name" $flags
+    # shellcheck disable=SC2086
+    "$bin" pub --static-peer "$addr" --size 64 --warmup-ms 500 --duration-ms 2000 --quiet \
+        $flags >/dev/null 2>"$artifacts/$tag-pub.log"
+    wait "$pid"
+    cat "$artifacts/$tag-sub.log.out"
+}
+
+# Each Shoal row's p50 / p99 against the raw TCP row of the same table.
+ratio_lines() {
+    awk -F'|' '$3 != "" { gsub(/ /, "", $3); p50[$3] = $4; p99[$3] = $6; order[n++] = $3 } END {
+        for (i = 0; i < n; i++) { t = order[i]
+            if (t != "raw-tcp" && p50["raw-tcp"] > 0)
+                printf "- %s / raw TCP: p50 %.2fx, p99 %.2fx\n", t, p50[t] / p50["raw-tcp"], p99[t] / p99["raw-tcp"] } }' <<<"$1"
 }
 
 if [[ -n "$out" ]]; then

@@ -35,6 +35,9 @@ pub enum RunError {
     /// The arguments make no sense.
     #[error("{0}")]
     Usage(String),
+    /// A raw TCP peer closed its connection.
+    #[error("raw tcp: the peer closed the connection")]
+    PeerClosed,
 }
 
 /// Extra time subscribers wait for the end markers after the publisher's run.

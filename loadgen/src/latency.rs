@@ -3,16 +3,17 @@
 
 use crate::demo::{run_raw, run_shoal, start_mesh, LocalRun, RunError};
 use crate::latency_hist::{Latency, Percentiles};
+use crate::latency_inline::PING_PUBLISHER;
 use crate::raw::{write_frame, FrameReader, Framer};
 use crate::shoal::NodeArgs;
 use crate::stamp::{now_ns, Stamp, STAMP_LEN};
 use crate::traffic::{wait_until, Progress, Shape};
 use crate::usage::Usage;
 use bytes::Bytes;
-use shoal_mesh::Event;
+use shoal_mesh::{Event, EventReceiver, Mesh, PeerId};
 use std::io::{ErrorKind, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +45,11 @@ pub struct LatencyRun {
     pub measured: u64,
     /// Round trips whose reply did not come within a second (ping-pong only).
     pub timeouts: u64,
+    /// Pings sent in total, warm-up included (ping-pong only; one-way: messages received).
+    pub round_trips: u64,
+    /// The answering process's report (two-process `ping`, once the pong said goodbye).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pong: Option<crate::pingpong::PongReport>,
     /// Percentiles (corrected for coordinated omission at a fixed rate).
     pub percentiles: Percentiles,
     /// CPU and memory of the process.
@@ -88,19 +94,43 @@ pub(crate) fn finish(
         rate: s.shape.rate,
         measured,
         timeouts,
+        round_trips: measured + timeouts,
+        pong: None,
         percentiles: h.percentiles(),
         usage: u,
         histogram: h,
     }
 }
 
+/// What a loop of round trips measured.
+pub(crate) struct Trips {
+    /// Round-trip times after the warm-up (corrected at a fixed rate).
+    pub hist: Latency,
+    /// Round trips measured.
+    pub measured: u64,
+    /// Round trips without a reply in time.
+    pub timeouts: u64,
+    /// Pings sent (warm-up included).
+    pub sent: u64,
+}
+
+impl Trips {
+    /// The run's result, labelled `transport`.
+    pub(crate) fn finish(self, s: &Settings, transport: &str, usage: Usage) -> LatencyRun {
+        let mut r = finish(s, transport, self.hist, self.measured, self.timeouts, usage);
+        r.round_trips = self.sent;
+        r
+    }
+}
+
 /// A paced loop of round trips: `one(seq)` performs one and returns its time (None on
-/// timeout). Measures after the warm-up; bounded by warm-up + duration.
-fn round_trips(
+/// timeout). Measures after the warm-up; bounded by warm-up + duration. At a fixed rate the
+/// correction for coordinated omission happens here, where the pacing is.
+pub(crate) fn round_trips(
     s: &Settings,
     label: &str,
     mut one: impl FnMut(u64) -> Result<Option<Duration>, RunError>,
-) -> Result<(Latency, u64, u64), RunError> {
+) -> Result<Trips, RunError> {
     let interval = (s.shape.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / s.shape.rate));
     let start = Instant::now();
     let measure_from = start + s.shape.warmup;
@@ -134,13 +164,19 @@ fn round_trips(
         }
     }
     progress.finish();
-    Ok((hist, measured, timeouts))
+    Ok(Trips {
+        hist,
+        measured,
+        timeouts,
+        sent: seq,
+    })
 }
 
-fn stamped(size: usize, seq: u64) -> Vec<u8> {
+/// A ping of `size` bytes: the stamp of `seq`, now.
+pub(crate) fn stamped(size: usize, seq: u64) -> Vec<u8> {
     let mut buf = vec![0u8; size.max(STAMP_LEN)];
     Stamp::Data {
-        publisher: 1,
+        publisher: PING_PUBLISHER,
         seq,
         sent_ns: now_ns(),
     }
@@ -149,65 +185,102 @@ fn stamped(size: usize, seq: u64) -> Vec<u8> {
     buf
 }
 
-fn seq_of(payload: &[u8]) -> Option<u64> {
+/// The sequence number of a ping (or of its echo); `None` for anything else.
+pub(crate) fn seq_of(payload: &[u8]) -> Option<u64> {
     match Stamp::read(payload) {
-        Ok(Stamp::Data { seq, .. }) => Some(seq),
+        Ok(Stamp::Data {
+            publisher: PING_PUBLISHER,
+            seq,
+            ..
+        }) => Some(seq),
         _ => None,
+    }
+}
+
+/// One application-thread round trip over Shoal: a targeted send to `to`, then events until
+/// the echo of `seq` (or [`REPLY_TIMEOUT`]). `other` sees every other event meanwhile.
+pub(crate) fn shoal_round_trip(
+    mesh: &Mesh,
+    events: &mut EventReceiver,
+    to: PeerId,
+    size: usize,
+    seq: u64,
+    other: &mut dyn FnMut(Event),
+) -> Result<Option<Duration>, RunError> {
+    let t0 = Instant::now();
+    mesh.send_blocking(to, Bytes::from(stamped(size, seq)))
+        .map_err(|e| RunError::Usage(format!("shoal send: {e}")))?;
+    let deadline = t0 + REPLY_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        match events.recv_timeout(left) {
+            Some(Event::Message { payload, .. }) if seq_of(&payload) == Some(seq) => {
+                return Ok(Some(t0.elapsed()));
+            }
+            Some(ev) => other(ev),
+            None => {}
+        }
+    }
+}
+
+/// Echoes every message back to its originator as it came (no copy) from this thread until
+/// `stop`; a refused reply (no route yet) is counted in `failed`, not fatal.
+pub(crate) fn echo_events(
+    mesh: &Mesh,
+    events: &mut EventReceiver,
+    stop: &AtomicBool,
+    failed: &AtomicU64,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(Event::Message { from, payload, .. }) =
+            events.recv_timeout(Duration::from_millis(50))
+        {
+            if mesh.send_blocking(from, payload).is_err() {
+                failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 }
 
 /// Ping-pong over two Shoal nodes: targeted send, targeted echo.
 pub fn pingpong_shoal(s: &Settings) -> Result<LatencyRun, RunError> {
+    // Waits until every node lists every other: both ends of the link are up.
     let nodes = start_mesh(2, &s.node)?;
     let mut it = nodes.into_iter();
     let (a, mut a_events) = it.next().expect("node a");
     let (b, mut b_events) = it.next().expect("node b");
     let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicU64::new(0));
     let echo = {
-        let (b, stop) = (b.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                if let Some(Event::Message { from, payload, .. }) =
-                    b_events.recv_timeout(Duration::from_millis(50))
-                {
-                    // The received bytes go back as they are: no copy.
-                    if b.send_blocking(from, payload).is_err() {
-                        return;
-                    }
-                }
-            }
-        })
+        let (b, stop, failed) = (b.clone(), stop.clone(), failed.clone());
+        std::thread::spawn(move || echo_events(&b, &mut b_events, &stop, &failed))
     };
     let before = Usage::now();
     let b_id = b.id();
     let size = s.shape.size;
     let result = round_trips(s, "latency shoal", |seq| {
-        let t0 = Instant::now();
-        a.send_blocking(b_id, Bytes::from(stamped(size, seq)))
-            .map_err(|e| RunError::Usage(format!("shoal send: {e}")))?;
-        let deadline = t0 + REPLY_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            if let Some(Event::Message { payload, .. }) = a_events.recv_timeout(left) {
-                if seq_of(&payload) == Some(seq) {
-                    return Ok(Some(t0.elapsed()));
-                }
-            }
-        }
+        shoal_round_trip(&a, &mut a_events, b_id, size, seq, &mut |_| {})
     });
     stop.store(true, Ordering::Relaxed);
     let _ = echo.join();
     let usage = Usage::now().since(&before);
     a.stop();
     b.stop();
-    let (h, measured, timeouts) = result?;
-    Ok(finish(s, "shoal", h, measured, timeouts, usage))
+    if failed.load(Ordering::Relaxed) > 0 {
+        tracing::warn!(
+            failed = failed.load(Ordering::Relaxed),
+            "some echoes failed"
+        );
+    }
+    Ok(result?.finish(s, "shoal", usage))
 }
 
-fn read_one(
+/// Reads the next frame's payload into `out`; `Ok(false)` when `deadline` passed first,
+/// [`RunError::PeerClosed`] when the peer closed.
+pub(crate) fn read_one(
     stream: &mut TcpStream,
     fr: &mut FrameReader,
     out: &mut Vec<u8>,
@@ -223,7 +296,7 @@ fn read_one(
             return Ok(false);
         }
         match fr.fill(stream) {
-            Ok(0) => return Err(RunError::Usage("raw peer closed".into())),
+            Ok(0) => return Err(RunError::PeerClosed),
             Ok(_) => {}
             Err(e)
                 if matches!(
@@ -273,25 +346,47 @@ pub fn pingpong_raw(s: &Settings) -> Result<LatencyRun, RunError> {
     let mut framer = Framer::default();
     let (mut out, mut reply) = (Vec::new(), Vec::new());
     let result = round_trips(s, "latency raw", |seq| {
-        let t0 = Instant::now();
-        let p = stamped(size, seq);
-        out.clear();
-        write_frame(&mut out, &framer.next_header(p.len()), &p)?;
-        a.write_all(&out)?;
-        let deadline = t0 + REPLY_TIMEOUT;
-        while read_one(&mut a, &mut fr, &mut reply, deadline)? {
-            if seq_of(&reply) == Some(seq) {
-                return Ok(Some(t0.elapsed()));
-            }
-        }
-        Ok(None)
+        raw_round_trip(
+            &mut a,
+            &mut fr,
+            &mut framer,
+            &mut out,
+            &mut reply,
+            size,
+            seq,
+        )
     });
     stop.store(true, Ordering::Relaxed);
     let echoed = echo.join().map_err(|_| RunError::Panicked)?;
     let usage = Usage::now().since(&before);
-    let (h, measured, timeouts) = result?;
+    let trips = result?;
     echoed?;
-    Ok(finish(s, "raw-tcp", h, measured, timeouts, usage))
+    Ok(trips.finish(s, "raw-tcp", usage))
+}
+
+/// One raw TCP round trip: the ping of `seq` as one Data frame, then frames until its echo
+/// (or [`REPLY_TIMEOUT`]).
+pub(crate) fn raw_round_trip(
+    a: &mut TcpStream,
+    fr: &mut FrameReader,
+    framer: &mut Framer,
+    out: &mut Vec<u8>,
+    reply: &mut Vec<u8>,
+    size: usize,
+    seq: u64,
+) -> Result<Option<Duration>, RunError> {
+    let t0 = Instant::now();
+    let p = stamped(size, seq);
+    out.clear();
+    write_frame(out, &framer.next_header(p.len()), &p)?;
+    a.write_all(out)?;
+    let deadline = t0 + REPLY_TIMEOUT;
+    while read_one(a, fr, reply, deadline)? {
+        if seq_of(reply) == Some(seq) {
+            return Ok(Some(t0.elapsed()));
+        }
+    }
+    Ok(None)
 }
 
 fn one_way(s: &Settings, raw: bool) -> Result<LatencyRun, RunError> {
@@ -314,6 +409,8 @@ fn one_way(s: &Settings, raw: bool) -> Result<LatencyRun, RunError> {
         rate: s.shape.rate,
         measured: sum.loss.received,
         timeouts: sum.lost,
+        round_trips: sum.loss.received,
+        pong: None,
         percentiles: sum.latency,
         usage: sum.usage,
         histogram: sum.histogram,
@@ -349,4 +446,10 @@ pub fn print(r: &LatencyRun) {
         "   cpu user {:.2} s | sys {:.2} s | peak rss {} KiB",
         r.usage.cpu_user_s, r.usage.cpu_sys_s, r.usage.peak_rss_kib
     );
+    if let Some(q) = &r.pong {
+        println!(
+            "   pong: echoed {} of {} pings | cpu user {:.2} s | sys {:.2} s | peak rss {} KiB",
+            q.echoed, r.round_trips, q.cpu_user_s, q.cpu_sys_s, q.peak_rss_kib
+        );
+    }
 }

@@ -6,6 +6,11 @@
 //!   (`--raw` runs the same traffic over bare TCP).
 //! - `bench`: Shoal A→B vs raw TCP A→B per payload size, with their ratio.
 //! - `latency`: ping-pong or one-way percentiles, `.hgrm` files and an SVG percentile chart.
+//! - `ping` / `pong`: the two ends of a ping-pong in separate processes (any hosts), with the
+//!   output of `latency`; `chart` draws several runs' `.hgrm` files on one chart.
+//!
+//! The single-node roles (`pub`, `sub`, `relay`, `ping`, `pong`) serve the node's counters in
+//! the Prometheus text format on `--metrics ADDR`.
 //!
 //! Throughput runs (`demo`, `bench`, `pub`) sample the process's resident memory every 250 ms
 //! and report it at the end of the warm-up, its maximum in each half of the measured window,
@@ -14,11 +19,14 @@
 //! process alone gives the sender's.
 
 mod bench;
+mod chart;
 mod demo;
 mod gaps;
 mod latency;
 mod latency_hist;
 mod latency_inline;
+mod metrics;
+mod pingpong;
 mod plot;
 mod raw;
 mod report;
@@ -33,6 +41,7 @@ use clap::{Args, Parser, Subcommand};
 use demo::{LocalRun, RunError};
 use shoal::NodeArgs;
 use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -62,8 +71,16 @@ enum Cmd {
     /// Shoal A→B broadcast vs raw TCP A→B, per payload size (with RSS over each run; both
     /// nodes share this process, so it is their sum).
     Bench(BenchArgs),
-    /// Latency percentiles (ping-pong or one-way), Shoal and/or raw TCP.
+    /// Latency percentiles (ping-pong or one-way), Shoal and/or raw TCP, both ends in this
+    /// process.
     Latency(LatencyArgs),
+    /// The pinging end of a ping-pong with a `pong` in another process (any host): finds it
+    /// (static peer or multicast), measures round trips, says goodbye.
+    Ping(PingPongArgs),
+    /// The answering end of a ping-pong: echoes one `ping` until it says goodbye.
+    Pong(PingPongArgs),
+    /// Draws the percentile curves of several `.hgrm` files on one SVG chart.
+    Chart(ChartArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -137,10 +154,71 @@ struct RoleArgs {
     /// Raw TCP instead of Shoal (pub: --static-peer = subscriber address; sub: --listen).
     #[arg(long)]
     raw: bool,
+    /// Serve the node's counters in the Prometheus text format over HTTP on this address
+    /// (`ip:port`; e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    /// Subscriber: print only a markdown table row labelled NAME (for bench/run.sh).
+    #[arg(long, value_name = "NAME")]
+    markdown: Option<String>,
     #[command(flatten)]
     node: NodeArgs,
     #[command(flatten)]
     out: Output,
+}
+
+#[derive(Args, Debug)]
+struct PingPongArgs {
+    /// Payload bytes (at least 24).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Round trips per second; 0 = max, uncorrected. A fixed rate corrects for coordinated
+    /// omission on the pinging side, where the pacing is.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    /// Measured time, ms (ping; the pong's bound is warm-up + duration + linger).
+    #[arg(long, default_value_t = 3000)]
+    duration_ms: u64,
+    /// Warm-up, ms.
+    #[arg(long, default_value_t = 500)]
+    warmup_ms: u64,
+    /// Pong: how long past warm-up + duration it waits for a ping that never says goodbye.
+    #[arg(long, default_value_t = 30_000)]
+    linger_ms: u64,
+    /// Answer (pong) or send the next ping (ping) in the node's event callback, on the shard
+    /// thread (no application thread on the round trip; ping: max rate only).
+    #[arg(long)]
+    inline: bool,
+    /// Raw TCP with the same frames (pong: --listen; ping: --static-peer = the pong).
+    #[arg(long)]
+    raw: bool,
+    /// Ping: write `<PREFIX>-<transport>.hgrm` and `<PREFIX>.svg`.
+    #[arg(long)]
+    out_prefix: Option<PathBuf>,
+    /// Ping: print only a markdown table row labelled NAME (for bench/run.sh).
+    #[arg(long, value_name = "NAME")]
+    markdown: Option<String>,
+    /// Serve the node's counters in the Prometheus text format over HTTP on this address.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    #[command(flatten)]
+    node: NodeArgs,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args, Debug)]
+struct ChartArgs {
+    /// `.hgrm` files (HdrHistogram percentile distributions, as `--out-prefix` writes them);
+    /// each is labelled with its file name.
+    #[arg(required = true)]
+    hgrm: Vec<PathBuf>,
+    /// The SVG to write.
+    #[arg(long, short = 'o', default_value = "latency.svg")]
+    out: PathBuf,
+    /// Chart title.
+    #[arg(long, default_value = "Round-trip latency")]
+    title: String,
 }
 
 #[derive(Args, Debug)]
@@ -237,6 +315,8 @@ enum MainError {
     Plot(#[from] plot::PlotError),
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Chart(#[from] chart::ChartError),
 }
 
 fn check_size(size: usize) -> Result<(), MainError> {
@@ -334,11 +414,25 @@ fn role(r: roles::Role, a: RoleArgs) -> Result<(), MainError> {
         publishers: a.publishers,
         linger: ms(a.linger_ms),
         raw: a.raw,
-        quiet: a.out.quiet || a.out.json,
+        quiet: a.out.quiet || a.out.json || a.markdown.is_some(),
+        metrics: a.metrics,
     };
     let s = roles::run(&run)?;
     if a.out.json {
         return emit_json(&s);
+    }
+    if let Some(name) = &a.markdown {
+        let u = &s.usage;
+        println!(
+            "| {name} | {} | {:.0} | {:.1} | {} | {} | {:.2} |",
+            s.transport,
+            s.msgs_per_s,
+            s.mb_per_s,
+            s.delivered,
+            s.lost,
+            u.cpu_user_s + u.cpu_sys_s
+        );
+        return Ok(());
     }
     s.print();
     Ok(())
@@ -453,46 +547,77 @@ fn latency_cmd(a: LatencyArgs) -> Result<(), MainError> {
     if transports.contains(&true) {
         runs.push(latency::run(&settings, true)?);
     }
+    let title = format!("{:?} latency, {} B, {}", a.mode, a.size, rate_label(a.rate));
+    report_latency(
+        &runs,
+        a.out_prefix.as_ref(),
+        &title,
+        a.out.json,
+        a.markdown.as_deref(),
+    )
+}
+
+fn rate_label(rate: f64) -> String {
+    if rate > 0.0 {
+        format!("{rate:.0}/s")
+    } else {
+        "max rate".into()
+    }
+}
+
+/// Writes the `.hgrm` files and the chart (with `prefix`) and prints the runs: JSON, markdown
+/// rows, or text with each Shoal run's ratio to the raw TCP run of the same invocation.
+fn report_latency(
+    runs: &[latency::LatencyRun],
+    prefix: Option<&PathBuf>,
+    title: &str,
+    json: bool,
+    markdown: Option<&str>,
+) -> Result<(), MainError> {
     let mut files = Vec::new();
-    if let Some(prefix) = &a.out_prefix {
+    if let Some(prefix) = prefix {
         let base = prefix.display().to_string();
-        for r in &runs {
+        for r in runs {
             files.push(write_file(
                 PathBuf::from(format!("{base}-{}.hgrm", r.transport)),
                 |f| r.histogram.write_hgrm(f),
             )?);
         }
         let svg = PathBuf::from(format!("{base}.svg"));
-        let rate = if a.rate > 0.0 {
-            format!("{:.0}/s", a.rate)
-        } else {
-            "max rate".into()
-        };
         let series: Vec<plot::Series> = runs
             .iter()
             .map(|r| (r.transport.clone(), r.histogram.curve()))
             .collect();
-        plot::percentile_chart(
-            &svg,
-            &format!("{:?} latency, {} B, {rate}", a.mode, a.size),
-            &series,
-        )?;
+        plot::percentile_chart(&svg, title, &series)?;
         files.push(svg);
     }
-    if a.out.json {
+    if json {
         return emit_json(&serde_json::json!({ "runs": runs, "files": files }));
     }
-    if let Some(name) = &a.markdown {
-        for r in &runs {
+    if let Some(name) = markdown {
+        for r in runs {
             let p = &r.percentiles;
+            let cpu = |u: f64, s: f64| format!("{:.2}", u + s);
+            let pong = r
+                .pong
+                .map_or("-".into(), |q| cpu(q.cpu_user_s, q.cpu_sys_s));
             println!(
-                "| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
-                r.transport, p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.p9999_us, p.max_us, p.count
+                "| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
+                r.transport,
+                p.p50_us,
+                p.p90_us,
+                p.p99_us,
+                p.p999_us,
+                p.p9999_us,
+                p.max_us,
+                p.count,
+                cpu(r.usage.cpu_user_s, r.usage.cpu_sys_s),
+                pong
             );
         }
         return Ok(());
     }
-    for r in &runs {
+    for r in runs {
         latency::print(r);
     }
     // Every Shoal run against the raw TCP run of the same invocation.
@@ -514,6 +639,66 @@ fn latency_cmd(a: LatencyArgs) -> Result<(), MainError> {
     Ok(())
 }
 
+fn pingpong_run(a: &PingPongArgs) -> Result<pingpong::PingPongRun, MainError> {
+    check_size(a.size)?;
+    if a.node.psk.as_deref() == Some("") {
+        return Err(MainError::Usage("--psk needs a non-empty key".into()));
+    }
+    Ok(pingpong::PingPongRun {
+        settings: latency::Settings {
+            mode: latency::Mode::PingPong,
+            shape: Shape {
+                size: a.size,
+                size_max: a.size,
+                rate: a.rate,
+                duration: ms(a.duration_ms),
+                warmup: ms(a.warmup_ms),
+            },
+            node: a.node.clone(),
+            quiet: a.out.quiet || a.out.json || a.markdown.is_some(),
+        },
+        inline: a.inline,
+        raw: a.raw,
+        linger: ms(a.linger_ms),
+        metrics: a.metrics,
+    })
+}
+
+fn ping_cmd(a: PingPongArgs) -> Result<(), MainError> {
+    let run = pingpong::run_ping(&pingpong_run(&a)?)?;
+    let title = format!(
+        "Ping-pong latency between two processes, {} B, {}",
+        a.size,
+        rate_label(a.rate)
+    );
+    report_latency(
+        &[run],
+        a.out_prefix.as_ref(),
+        &title,
+        a.out.json,
+        a.markdown.as_deref(),
+    )
+}
+
+fn pong_cmd(a: PingPongArgs) -> Result<(), MainError> {
+    let s = pingpong::run_pong(&pingpong_run(&a)?)?;
+    if a.out.json {
+        return emit_json(&s);
+    }
+    s.print();
+    Ok(())
+}
+
+fn chart_cmd(a: ChartArgs) -> Result<(), MainError> {
+    let mut series = Vec::new();
+    for path in &a.hgrm {
+        series.push(chart::read_series(path)?);
+    }
+    plot::percentile_chart(&a.out, &a.title, &series)?;
+    println!("wrote {}", a.out.display());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -532,6 +717,9 @@ fn main() -> ExitCode {
         Cmd::Relay(a) => role(roles::Role::Relay, a),
         Cmd::Bench(a) => bench_cmd(a),
         Cmd::Latency(a) => latency_cmd(a),
+        Cmd::Ping(a) => ping_cmd(a),
+        Cmd::Pong(a) => pong_cmd(a),
+        Cmd::Chart(a) => chart_cmd(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

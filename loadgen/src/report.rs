@@ -131,8 +131,16 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// The human-readable summary.
+    /// Prints [`Summary::text`].
     pub fn print(&self) {
+        print!("{}", self.text());
+    }
+
+    /// The human-readable summary, one line per topic.
+    pub fn text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        // Writing to a String cannot fail: the results are ignored.
         let size = if self.payload_bytes_max > self.payload_bytes {
             format!(
                 "{}-{} B payload",
@@ -141,7 +149,8 @@ impl Summary {
         } else {
             format!("{} B payload", self.payload_bytes)
         };
-        println!(
+        let _ = writeln!(
+            out,
             "== {} over {}: {} node(s), {} link(s), {size} (+{} B frame header on the wire)",
             self.mode,
             self.transport,
@@ -149,7 +158,8 @@ impl Summary {
             self.links,
             self.wire_bytes - self.payload_bytes
         );
-        println!(
+        let _ = writeln!(
+            out,
             "   window {:.2} s | sent {} ({:.0} msg/s) | delivered {} ({:.0} msg/s, {:.2} MB/s)",
             self.window_s,
             self.sent,
@@ -164,13 +174,15 @@ impl Summary {
             } else {
                 "subscriber"
             };
-            println!(
+            let _ = writeln!(
+                out,
                 "   node {} ({role}) id {} port {} linked to {:?}",
                 n.index, n.id, n.port, n.linked_to
             );
         }
         if self.mode == "relay" {
-            println!(
+            let _ = writeln!(
+                out,
                 "   relayed: frames in {} | data frames queued out {} ({:.0} frames/s in)",
                 self.frames_in,
                 self.frames_out,
@@ -178,27 +190,83 @@ impl Summary {
             );
         }
         let l = &self.loss;
-        println!(
-            "   loss: lost {} | gaps {} | duplicates {} | late (reordered) {} | publishers {} | end markers received {} | publish errors {}",
-            self.lost, l.gaps, l.duplicates, l.late, l.publishers, l.ended, self.publish_errors
+        let _ = writeln!(
+            out,
+            "   loss: lost {} | gaps {} | duplicates {} | late (reordered) {} | too_old {} | publishers {} | end markers received {} | publish errors {}",
+            self.lost,
+            l.gaps,
+            l.duplicates,
+            l.late,
+            l.too_old,
+            l.publishers,
+            l.ended,
+            self.publish_errors
         );
+        if l.untracked > 0 {
+            let _ = writeln!(
+                out,
+                "   untracked: {} messages of publishers beyond the {} tracked",
+                l.untracked,
+                crate::gaps::MAX_PUBLISHERS
+            );
+        }
         let p = &self.latency;
         if p.count > 0 {
-            println!(
+            let _ = writeln!(
+            out,
                 "   latency µs: p50 {:.1} | p90 {:.1} | p99 {:.1} | p99.9 {:.1} | p99.99 {:.1} | max {:.1} ({} samples)",
                 p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.p9999_us, p.max_us, p.count
             );
         }
         if let Some(d) = &self.drops {
-            println!("   drops: {}", d.line());
+            let _ = writeln!(out, "   drops: {}", d.line());
         }
         let u = &self.usage;
-        println!(
+        let _ = writeln!(
+            out,
             "   cpu user {:.2} s | sys {:.2} s | peak rss {} KiB",
             u.cpu_user_s, u.cpu_sys_s, u.peak_rss_kib
         );
         if let Some(m) = &self.memory {
-            println!("   {}", m.line());
+            let _ = writeln!(out, "   {}", m.line());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 15 item 14: arrivals too old to classify were left out of the text summary.
+    #[test]
+    fn the_text_summary_names_every_loss_counter() {
+        let s = Summary {
+            mode: "sub".into(),
+            transport: "shoal".into(),
+            wire_bytes: 122,
+            payload_bytes: 64,
+            loss: LossTotals {
+                too_old: 1_000_003,
+                late: 5,
+                duplicates: 6,
+                gaps: 7,
+                ..LossTotals::default()
+            },
+            ..Summary::default()
+        };
+        let text = s.text();
+        let loss = text
+            .lines()
+            .find(|l| l.contains("loss:"))
+            .expect("loss line");
+        for want in [
+            "too_old 1000003",
+            "late (reordered) 5",
+            "duplicates 6",
+            "gaps 7",
+        ] {
+            assert!(loss.contains(want), "{want:?} missing from {loss:?}");
         }
     }
 }

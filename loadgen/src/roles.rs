@@ -2,6 +2,7 @@
 //! (`--raw`) over bare TCP. Every role is bounded in time and stops by itself.
 
 use crate::demo::{progress_ticker, summarise, LocalRun, RunError};
+use crate::metrics::MetricsServer;
 use crate::raw::{self, RawSink};
 use crate::report::{Drops, Summary};
 use crate::rss::{QueueBound, RssSampler};
@@ -44,6 +45,8 @@ pub struct RoleRun {
     pub raw: bool,
     /// Hide the progress line.
     pub quiet: bool,
+    /// Serve the node's counters in the Prometheus text format here.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl RoleRun {
@@ -54,6 +57,13 @@ impl RoleRun {
             node: self.node.clone(),
             quiet: self.quiet,
             mode,
+        }
+    }
+
+    fn serve_metrics(&self, mesh: &Mesh) -> Result<Option<MetricsServer>, RunError> {
+        match self.metrics {
+            Some(addr) => Ok(Some(crate::metrics::serve_mesh(addr, mesh)?)),
+            None => Ok(None),
         }
     }
 
@@ -74,6 +84,15 @@ pub fn run(r: &RoleRun) -> Result<Summary, RunError> {
             "relay has no raw TCP form: raw TCP connects publisher and subscriber directly".into(),
         )),
     }
+}
+
+/// Says where this node listens, on stderr, so scripts can start its peers.
+fn ready(role: &str, mesh: &Mesh, r: &RoleRun) {
+    eprintln!(
+        "{role} ready: id={} listen={}",
+        mesh.id(),
+        std::net::SocketAddr::new(r.node.listen.ip(), mesh.listen_port())
+    );
 }
 
 fn node_drops(m: &Mesh) -> Drops {
@@ -105,7 +124,8 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let (mesh, events) = r.node.start()?;
     // The publisher does not subscribe: nothing should queue for it.
     drop(events);
-    tracing::info!(id = %mesh.id(), port = mesh.listen_port(), "publisher listening");
+    let _metrics = r.serve_metrics(&mesh)?;
+    ready("pub", &mesh, r);
     wait_peers(
         &mesh,
         r.wait_peers.max(1),
@@ -154,7 +174,8 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
 
 fn shoal_sub(r: &RoleRun) -> Result<Summary, RunError> {
     let (mesh, mut events) = r.node.start()?;
-    tracing::info!(id = %mesh.id(), port = mesh.listen_port(), "subscriber listening");
+    let _metrics = r.serve_metrics(&mesh)?;
+    ready("sub", &mesh, r);
     let before = Usage::now();
     let stop = AtomicBool::new(false);
     let live = Arc::new(AtomicU64::new(0));
@@ -193,7 +214,8 @@ fn shoal_sub(r: &RoleRun) -> Result<Summary, RunError> {
 fn shoal_relay(r: &RoleRun) -> Result<Summary, RunError> {
     let (mesh, events) = r.node.start()?;
     drop(events);
-    tracing::info!(id = %mesh.id(), port = mesh.listen_port(), "relay listening");
+    let _metrics = r.serve_metrics(&mesh)?;
+    ready("relay", &mesh, r);
     let before = Usage::now();
     let end = r.bound();
     let progress = crate::traffic::Progress::new("relay", r.quiet);
@@ -272,7 +294,7 @@ fn raw_pub(r: &RoleRun) -> Result<Summary, RunError> {
 
 fn raw_sub(r: &RoleRun) -> Result<Summary, RunError> {
     let listener = TcpListener::bind(r.node.listen)?;
-    tracing::info!(addr = %listener.local_addr()?, "raw subscriber listening");
+    eprintln!("sub ready: id=raw listen={}", listener.local_addr()?);
     listener.set_nonblocking(true)?;
     let until = r.bound();
     let before = Usage::now();

@@ -80,7 +80,9 @@ pub fn wait_until(due: Instant) {
 }
 
 /// Publishes `shape` into `sink` as publisher `id`, then the end-of-stream marker. Stops early
-/// when `stop` is set. Bounded by `warmup + duration`.
+/// when `stop` is set. Bounded by `warmup + duration`. At a fixed rate each message is
+/// stamped with the time it was due (start + seq × interval), at max rate with the time it
+/// was handed to the sink.
 pub fn publish(
     sink: &mut dyn Sink,
     shape: &Shape,
@@ -130,10 +132,18 @@ pub fn publish(
                 continue;
             }
         }
+        // At a fixed rate the stamp is the time the message was due, not the time it left:
+        // a stalled sender's backlog then shows its wait in every message's latency, which
+        // corrects for coordinated omission where the pacing happens, at one sample per
+        // message on the receiving side.
+        let stamped_at = match interval {
+            Some(iv) => start + iv.mul_f64(seq as f64),
+            None => now,
+        };
         Stamp::Data {
             publisher: id,
             seq,
-            sent_ns: wall_ns(now),
+            sent_ns: wall_ns(stamped_at),
         }
         .write(&mut buf)
         .expect("buffer holds a stamp");
@@ -183,7 +193,6 @@ pub fn publish(
 #[derive(Debug)]
 pub struct Receiver {
     warmup: Duration,
-    correct_ns: Option<u64>,
     /// Loss per publisher.
     pub loss: LossTracker,
     /// One-way latency of in-window messages.
@@ -206,11 +215,12 @@ const END_DRAIN: Duration = Duration::from_secs(1);
 
 impl Receiver {
     /// A receiver of `shape`'s traffic: it starts measuring `warmup` after its first
-    /// message and, for a fixed rate, corrects latency for coordinated omission.
+    /// message. One sample per message, whatever its latency: at a fixed rate the publisher
+    /// stamps each message with the time it was due ([`publish`]), so the correction for
+    /// coordinated omission is already in the stamp.
     pub fn new(shape: &Shape) -> Receiver {
         Receiver {
             warmup: shape.warmup,
-            correct_ns: (shape.rate > 0.0).then(|| (1e9 / shape.rate).max(1.0) as u64),
             loss: LossTracker::default(),
             latency: Latency::default(),
             first: None,
@@ -255,11 +265,7 @@ impl Receiver {
                 let first = *self.first.get_or_insert(now);
                 self.loss.record(publisher, seq);
                 if now >= first + self.warmup {
-                    let ns = wall_ns(now).saturating_sub(sent_ns);
-                    match self.correct_ns {
-                        Some(iv) => self.latency.record_corrected(ns, iv),
-                        None => self.latency.record(ns),
-                    }
+                    self.latency.record(wall_ns(now).saturating_sub(sent_ns));
                     self.in_window += 1;
                     self.bytes_in_window += payload.len() as u64;
                     self.last = Some(now);
@@ -342,5 +348,117 @@ impl Drop for Ticker {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stamp::now_ns;
+
+    fn shape(rate: f64, duration_ms: u64) -> Shape {
+        Shape {
+            size: 64,
+            size_max: 64,
+            rate,
+            duration: Duration::from_millis(duration_ms),
+            warmup: Duration::ZERO,
+        }
+    }
+
+    /// Issue 15 item 13: a late message costs the receiver one sample, not latency ÷ interval
+    /// back-filled ones (a 2 s pause at 20 000 msg/s used to cost 40 000 per message).
+    #[test]
+    fn a_receiver_records_one_sample_per_message_whatever_its_latency() {
+        let mut r = Receiver::new(&shape(20_000.0, 1000));
+        let mut buf = [0u8; 64];
+        Stamp::Data {
+            publisher: 1,
+            seq: 0,
+            sent_ns: now_ns() - 2_000_000_000,
+        }
+        .write(&mut buf)
+        .unwrap();
+        r.on_payload(&buf);
+        let p = r.latency.percentiles();
+        assert_eq!(p.count, 1, "one message, one sample: {p:?}");
+        assert!(p.p50_us >= 2_000_000.0, "{p:?}");
+    }
+
+    /// Records the stamps it is given; stalls once, at message `stall_at`.
+    struct StallingSink {
+        stamps: Vec<u64>,
+        stall_at: usize,
+        stall: Duration,
+    }
+
+    impl Sink for StallingSink {
+        fn send(&mut self, payload: &[u8]) -> Result<(), SinkError> {
+            if let Ok(Stamp::Data { sent_ns, .. }) = Stamp::read(payload) {
+                if self.stamps.len() >= 1000 {
+                    return Ok(());
+                }
+                if self.stamps.len() == self.stall_at {
+                    std::thread::sleep(self.stall);
+                }
+                self.stamps.push(sent_ns);
+            }
+            Ok(())
+        }
+
+        fn flush(&mut self) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    /// Issue 15 item 13, the publishing side: at a fixed rate the stamps are the due times,
+    /// so the messages held up behind a stall carry the wait in their latency.
+    #[test]
+    fn a_paced_publisher_stamps_the_time_each_message_was_due() {
+        let mut sink = StallingSink {
+            stamps: Vec::new(),
+            stall_at: 3,
+            stall: Duration::from_millis(40),
+        };
+        let rep = publish(
+            &mut sink,
+            &shape(1000.0, 80),
+            7,
+            &Live::default(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        assert!(rep.sent >= 10, "{rep:?}");
+        let s = &sink.stamps;
+        for (k, w) in s.windows(2).enumerate() {
+            let step = w[1] as i64 - w[0] as i64;
+            assert!(
+                (step - 1_000_000).abs() <= 1_000,
+                "stamps {k} -> {}: {step} ns apart, not the 1 ms interval: {s:?}",
+                k + 1
+            );
+        }
+    }
+
+    #[test]
+    fn at_max_rate_stamps_are_send_times() {
+        let mut sink = StallingSink {
+            stamps: Vec::new(),
+            stall_at: 2,
+            stall: Duration::from_millis(20),
+        };
+        let before = now_ns();
+        publish(
+            &mut sink,
+            &shape(0.0, 30),
+            7,
+            &Live::default(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        let s = &sink.stamps;
+        assert!(s.len() > 3 && s[0] >= before);
+        assert!(s.windows(2).all(|w| w[1] >= w[0]));
+        assert!(s[3] - s[2] >= 20_000_000, "the stall is between 2 and 3");
     }
 }

@@ -1,6 +1,43 @@
 //! shoal-mesh: the multimaster v1 mesh — nodes that find each other, link over TCP and flood
 //! or relay messages, byte-compatible with the C++ `multimaster` library.
 //!
+//! Two nodes on loopback, one broadcast, one receive (the README's quick start):
+//!
+//! ```rust
+//! use shoal_mesh::{Event, EventReceiver, Mesh, MeshBuilder};
+//! use std::time::Duration;
+//!
+//! /// The next event that `want` accepts (each waited for at most 10 s).
+//! fn next(rx: &mut EventReceiver, want: impl Fn(&Event) -> bool) -> Event {
+//!     loop {
+//!         let ev = rx.recv_timeout(Duration::from_secs(10)).expect("an event");
+//!         if want(&ev) {
+//!             return ev;
+//!         }
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let local = |b: MeshBuilder| b.discovery(false).listen_addr([127, 0, 0, 1].into());
+//!     let a = local(Mesh::builder()).build()?;
+//!     let mut a_events = a.events(); // taken before start: no event is missed
+//!     a.start()?;
+//!     let b = local(Mesh::builder()).static_peer(format!("127.0.0.1:{}", a.listen_port()));
+//!     let b = b.build()?;
+//!     let mut b_events = b.events();
+//!     b.start()?;
+//!
+//!     next(&mut a_events, |ev| matches!(ev, Event::PeerConnected { .. }));
+//!     a.broadcast_blocking("hello, shoal")?;
+//!     let got = next(&mut b_events, |ev| matches!(ev, Event::Message { .. }));
+//!     let Event::Message { from, payload, .. } = got else { unreachable!() };
+//!     assert_eq!((from, &payload[..]), (a.id(), &b"hello, shoal"[..]));
+//!     a.stop();
+//!     b.stop();
+//!     Ok(())
+//! }
+//! ```
+//!
 //! **Owns:** the wire protocol ([`wire`]: the discovery datagram, the eight frame types and
 //! Shoal's Hello extension block), the protocol logic as sans-I/O state machines ([`proto`]:
 //! announce schedule, peer table and dial races, link handshake and liveness, gossip routing
@@ -19,6 +56,8 @@
 pub mod config;
 pub mod crypto;
 pub mod id;
+#[cfg(feature = "prometheus")]
+pub mod metrics;
 pub mod node;
 pub mod proto;
 pub mod wire;
@@ -27,4 +66,35 @@ pub use id::{MsgId, PeerId};
 pub use node::{
     ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, MeshError, MeshStats, NodeOptions,
     OverflowPolicy, PublishError, Publisher, ShardStats, SlowLinkAction, SlowLinkPolicy,
+    StatCounter,
 };
+
+/// The README, so `cargo test` compiles and runs its Rust blocks (the quick start).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    /// The first ```rust block of a Markdown text, or of `//!` doc lines.
+    fn first_rust_block(text: &str) -> String {
+        text.lines()
+            .map(|l| {
+                l.strip_prefix("//!")
+                    .map_or(l, |d| d.strip_prefix(' ').unwrap_or(d))
+            })
+            .skip_while(|l| *l != "```rust")
+            .skip(1)
+            .take_while(|l| *l != "```")
+            .map(|l| format!("{}\n", l.trim_end()))
+            .collect()
+    }
+
+    #[test]
+    fn the_crate_docs_open_with_the_readme_quick_start() {
+        let readme = first_rust_block(include_str!("../../README.md"));
+        let docs = first_rust_block(include_str!("lib.rs"));
+        assert!(readme.contains("broadcast_blocking"), "{readme}");
+        assert_eq!(docs, readme, "lib.rs docs and README quick start differ");
+    }
+}

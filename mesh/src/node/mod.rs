@@ -122,7 +122,7 @@ mod warn;
 pub use budget::{OverflowPolicy, SlowLinkAction, SlowLinkPolicy};
 pub use event::{Callback, ErrorKind, Event, EventReceiver};
 pub use publisher::{Publisher, DEFAULT_BATCH_BYTES};
-pub use stats::{MeshStats, ShardStats};
+pub use stats::{MeshStats, ShardStats, StatCounter};
 
 use crate::config::{ConfigError, MeshConfig};
 use crate::crypto::{

@@ -9,11 +9,11 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 macro_rules! counters {
-    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+    ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
         /// A snapshot of one executor's counters (or their sum, see [`MeshStats::total`]).
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         pub struct ShardStats {
-            $($(#[$doc])* pub $name: u64,)*
+            $($(#[doc = $doc])* pub $name: u64,)*
             /// Highest number of bytes ever reserved in one link's outbound queue by this
             /// executor (the maximum, not the sum, in [`MeshStats::total`]). Never above
             /// `max_outbound_queue_bytes` unless a single frame is larger than the bound.
@@ -40,12 +40,35 @@ macro_rules! counters {
         }
 
         impl ShardStats {
+            /// Every counter (all but the [`peak_queued_bytes`](Self::peak_queued_bytes)
+            /// high-water mark), in declaration order, with its name and its doc comment, so
+            /// exporters (e.g. [`crate::metrics`]) follow new counters without a list of
+            /// their own.
+            pub fn counters(&self) -> Vec<StatCounter> {
+                vec![$(StatCounter {
+                    name: stringify!($name),
+                    doc: concat!($($doc),*),
+                    value: self.$name,
+                }),*]
+            }
+
             fn accumulate(&mut self, o: &ShardStats) {
                 $(self.$name += o.$name;)*
                 self.peak_queued_bytes = self.peak_queued_bytes.max(o.peak_queued_bytes);
             }
         }
     };
+}
+
+/// One counter of a [`ShardStats`], as [`ShardStats::counters`] lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatCounter {
+    /// The field's name (`dropped_duplicate`).
+    pub name: &'static str,
+    /// The field's doc comment, lines joined (Markdown, as written in the source).
+    pub doc: &'static str,
+    /// Its value.
+    pub value: u64,
 }
 
 counters! {
@@ -187,5 +210,36 @@ impl MeshStats {
             control,
             unflushed_discarded: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_list_every_field_with_its_doc() {
+        let s = ShardStats {
+            originated: 3,
+            links_closed: 9,
+            peak_queued_bytes: 77,
+            ..ShardStats::default()
+        };
+        let c = s.counters();
+        assert_eq!(
+            c.first().map(|c| (c.name, c.value)),
+            Some(("originated", 3))
+        );
+        assert!(c.iter().any(|c| c.name == "links_closed" && c.value == 9));
+        assert!(c.iter().all(|c| c.name != "peak_queued_bytes"));
+        assert!(c.iter().all(|c| !c.doc.trim().is_empty()), "{c:?}");
+        assert!(
+            c[0].doc.contains("Messages the application handed"),
+            "{:?}",
+            c[0]
+        );
+        let mut names: Vec<_> = c.iter().map(|c| c.name).collect();
+        names.dedup();
+        assert_eq!(names.len(), c.len());
     }
 }
