@@ -3,7 +3,8 @@
 //! Modes (each bounded in count and time, and it exits by itself):
 //! - `announces`: multicast discovery datagrams with fresh random node ids (valid plaintext
 //!   announces of the victim's group), `--count` of them at `--rate` per second, each naming a
-//!   `--dial-port` on this host as its dial-back address.
+//!   `--dial-port` on this host as its dial-back address; it counts the connections made back
+//!   to that port and prints them at the end (`dialed_back=`).
 //! - `giants`: `--conns` connections to the victim that announce a 16 MiB frame before any
 //!   Hello and then stream junk.
 //! - `trickle`: `--conns` connections that send a valid Hello, announce a 1 MiB Data frame and
@@ -50,8 +51,9 @@ struct Args {
     /// Datagrams per second (announces).
     #[arg(long, default_value_t = 4000)]
     rate: u64,
-    /// Dial-back port named by the fake announces.
-    #[arg(long, default_value_t = 9)]
+    /// Dial-back port named by the fake announces (this mode listens there and counts the
+    /// connections the victim makes back).
+    #[arg(long, default_value_t = 7009)]
     dial_port: u16,
     /// Connections to open (connection modes).
     #[arg(long, default_value_t = 48)]
@@ -70,6 +72,17 @@ fn main() {
 }
 
 fn announces(a: &Args) {
+    // Count the connections the victim makes back to the address the fake announces name:
+    // without a budget for strangers, one datagram bought one outbound connection.
+    let listener = std::net::TcpListener::bind((a.interface, a.dial_port)).expect("listen");
+    let dialed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = dialed.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            drop(s);
+        }
+    });
     let sock = UdpSocket::bind((a.interface, 0)).expect("bind");
     set_multicast_if(&sock, a.interface);
     sock.set_multicast_ttl_v4(1).expect("ttl");
@@ -93,7 +106,14 @@ fn announces(a: &Args) {
         .expect("encodable");
         let _ = sock.send_to(&buf, MULTICAST_ADDR);
     }
-    say(&format!("done mode=announces sent={}", a.count));
+    // Dial-backs still in flight arrive within a moment.
+    std::thread::sleep(Duration::from_secs(1));
+    say(&format!(
+        "done mode=announces sent={} secs={:.1} dialed_back={}",
+        a.count,
+        start.elapsed().as_secs_f64(),
+        dialed.load(std::sync::atomic::Ordering::Relaxed)
+    ));
 }
 
 fn connections(a: &Args) {

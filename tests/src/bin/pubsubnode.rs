@@ -7,8 +7,8 @@
 //!   `pub done sent=<n>`
 //! - `sub t_ms=<ms> got=<n> dup=<d> max=<highest seq> missing=<seqs below max not received>
 //!   last_missing=<highest such seq, or -1>` every report period once something arrived
-//! - `stats <counter>=<value> ... rss_kib=<resident set>`: the node's loss counters and its
-//!   memory, every report period
+//! - `stats <counter>=<value> ... rss_kib=<resident set>`: every counter of the node's stats
+//!   (summed over its executors) and its memory, every report period
 //!
 //! A payload starts with the publisher's sequence number (u64, big-endian); `dup` counts
 //! sequence numbers that reached the application twice, which must never happen. It exits by
@@ -215,24 +215,11 @@ fn publish(m: &Mesh, rate: u64, secs: u64, size: usize, report: Duration, start:
 }
 
 fn stats_line(t: &ShardStats) -> String {
-    format!(
-        "stats dropped_too_old={} dropped_duplicate={} dropped_queue_full={} \
-         dropped_slow_link={} dropped_link_closed={} dropped_no_route={} slow_links={} \
-         links_opened={} links_closed={} oversize_frames={} malformed_frames={} \
-         stalled_links={}",
-        t.dropped_too_old,
-        t.dropped_duplicate,
-        t.dropped_queue_full,
-        t.dropped_slow_link,
-        t.dropped_link_closed,
-        t.dropped_no_route,
-        t.slow_links,
-        t.links_opened,
-        t.links_closed,
-        t.oversize_frames,
-        t.malformed_frames,
-        t.stalled_links
-    )
+    let mut line = String::from("stats");
+    for c in t.counters() {
+        line.push_str(&format!(" {}={}", c.name, c.value));
+    }
+    line
 }
 
 /// The resident set of this process, from procfs (0 if unreadable).
