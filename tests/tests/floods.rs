@@ -159,8 +159,10 @@ fn a_flooded_node_stays_bounded_and_still_admits_a_real_peer() {
         num(&last, "handshakes_evicted") > 0,
         "idle sockets gave way: {last}"
     );
-    // The fake announces bought no amplification: the victim connected back to the address
-    // they named no more than its per-source budget for strangers allows (10/s).
+    // The fake announces bought no amplification: the two nodes that heard them (the victim
+    // and the real node) connected back to the address they named no more than their
+    // per-source budget for strangers allows (10/s each; before it, one datagram bought one
+    // connection: 26 000-31 000 of them in the report).
     let [mut announcer, ..] = attackers;
     let done = announcer
         .wait_line(Instant::now() + Duration::from_secs(30), |l| {
@@ -172,7 +174,7 @@ fn a_flooded_node_stays_bounded_and_still_admits_a_real_peer() {
         .expect("secs");
     let dialed = num(&done, "dialed_back");
     assert!(
-        (dialed as f64) <= 10.0 * (secs + 1.0) + 10.0,
+        (dialed as f64) <= 2.0 * (10.0 * (secs + 1.0) + 10.0),
         "{dialed} connections back to the fake peers' address in {secs:.1} s"
     );
     println!("victim RSS +{growth_mib} MiB, real node linked in {took:?}; {last}; {done}");
