@@ -19,6 +19,30 @@ pub fn shared_dir() -> PathBuf {
     }
 }
 
+/// True when lab tests cannot run here; it prints why, so the test can return (and pass).
+pub fn skip_without_lab() -> bool {
+    match Lab::skip_reason() {
+        Some(why) => {
+            println!("skipped: {why}");
+            true
+        }
+        None => false,
+    }
+}
+
+/// The value of `key=value` in a line of words.
+pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// The integer value of `key=value` in a line; panics with the line when it is missing.
+pub fn num(line: &str, key: &str) -> i64 {
+    field(line, key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+}
+
 /// A network lab of `n` hosts, torn down when dropped.
 ///
 /// Each lab has its own namespace prefix, so several tests may run labs at the same time.

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use shoal_tests::{HostProcess, Lab};
+use shoal_tests::{num, skip_without_lab, HostProcess, Lab};
 
 const NODE: &str = env!("CARGO_BIN_EXE_pubsubnode");
 /// Messages per second and the seconds they are published for.
@@ -21,27 +21,6 @@ const SECS: u64 = 24;
 /// Far below what the delays need (half a second of traffic): without the dedup floors,
 /// delayed copies came through as duplicates.
 const DEDUP_ENTRIES: usize = 2000;
-
-fn skip() -> bool {
-    match Lab::skip_reason() {
-        Some(why) => {
-            println!("skipped: {why}");
-            true
-        }
-        None => false,
-    }
-}
-
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-}
-
-fn num(line: &str, key: &str) -> i64 {
-    field(line, key)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-}
 
 struct Host {
     k: usize,
@@ -170,7 +149,7 @@ fn counted_drops(hosts: &mut [Host]) -> i64 {
 
 #[test]
 fn loss_restart_and_cut_keep_delivery_at_most_once_and_accounted() {
-    if skip() {
+    if skip_without_lab() {
         return;
     }
     let lab = Lab::up("sf", 6);

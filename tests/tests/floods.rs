@@ -5,34 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use shoal_tests::{HostProcess, Lab};
+use shoal_tests::{field, num, skip_without_lab, HostProcess, Lab};
 
 const NODE: &str = env!("CARGO_BIN_EXE_pubsubnode");
 const ATTACKER: &str = env!("CARGO_BIN_EXE_attacker");
 /// How much the victim's resident set may grow under the whole attack. Before the
 /// pre-handshake bound, 48 giant-frame connections alone took a node from 46 MB to 783 MB.
 const RSS_GROWTH_CEILING_MIB: i64 = 96;
-
-fn skip() -> bool {
-    match Lab::skip_reason() {
-        Some(why) => {
-            println!("skipped: {why}");
-            true
-        }
-        None => false,
-    }
-}
-
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-}
-
-fn num(line: &str, key: &str) -> i64 {
-    field(line, key)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-}
 
 fn start(lab: &Lab, k: usize, program: &str, args: &[String], ready: &str) -> HostProcess {
     let mut p = lab.spawn(k, program, args);
@@ -71,7 +50,7 @@ fn wait_stats(p: &mut HostProcess) -> String {
 
 #[test]
 fn a_flooded_node_stays_bounded_and_still_admits_a_real_peer() {
-    if skip() {
+    if skip_without_lab() {
         return;
     }
     let lab = Lab::up("fl", 3);

@@ -8,19 +8,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use shoal_tests::{HostProcess, Lab};
+use shoal_tests::{field, skip_without_lab, HostProcess, Lab};
 
 const NODE: &str = env!("CARGO_BIN_EXE_meshnode");
-
-fn skip() -> bool {
-    match Lab::skip_reason() {
-        Some(why) => {
-            println!("skipped: {why}");
-            true
-        }
-        None => false,
-    }
-}
 
 /// Starts one node on every host of the lab, all in group `group`.
 fn start_nodes(lab: &Lab, group: &str) -> Vec<(HostProcess, String)> {
@@ -45,11 +35,6 @@ fn start_nodes(lab: &Lab, group: &str) -> Vec<(HostProcess, String)> {
             (p, id)
         })
         .collect()
-}
-
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// Parses a `members n=<count> ids=<a,b,...>` line.
@@ -98,7 +83,7 @@ fn all_but(nodes: &[(HostProcess, String)], skip: &[usize]) -> Vec<BTreeSet<Stri
 
 #[test]
 fn four_hosts_form_a_mesh_by_multicast_alone() {
-    if skip() {
+    if skip_without_lab() {
         return;
     }
     let lab = Lab::up("shA", 4);
@@ -111,7 +96,7 @@ fn four_hosts_form_a_mesh_by_multicast_alone() {
 
 #[test]
 fn discovery_converges_with_30_percent_loss_on_one_host() {
-    if skip() {
+    if skip_without_lab() {
         return;
     }
     let lab = Lab::up("shB", 4);
@@ -125,7 +110,7 @@ fn discovery_converges_with_30_percent_loss_on_one_host() {
 
 #[test]
 fn mesh_reforms_after_a_cut_link_heals() {
-    if skip() {
+    if skip_without_lab() {
         return;
     }
     let lab = Lab::up("shC", 4);

@@ -121,16 +121,19 @@ impl LinkBudget {
         if self.is_slow() {
             return Duration::ZERO;
         }
+        let elapsed = self.elapsed_since(&self.congested_since);
+        after.saturating_sub(Duration::from_millis(elapsed))
+    }
+
+    /// Starts the clock `since` (milliseconds since `epoch`, +1; 0 = not running) if it is not
+    /// running, and returns the milliseconds it has been running.
+    fn elapsed_since(&self, since: &AtomicU64) -> u64 {
         let now = self.now_ms();
-        let since =
-            match self
-                .congested_since
-                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => now,
-                Err(s) => s,
-            };
-        after.saturating_sub(Duration::from_millis(now.saturating_sub(since)))
+        let start = match since.compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => now,
+            Err(s) => s,
+        };
+        now.saturating_sub(start)
     }
 
     /// True from a failed reservation until the queue is drained to half the bound.
@@ -209,16 +212,7 @@ impl LinkBudget {
     /// Disconnect policy bookkeeping after a failed reservation: true once the queue has been
     /// full for longer than `after` (the link is then marked for killing and its writer woken).
     pub(crate) fn note_full(&self, after: Duration) -> bool {
-        let now_ms = self.now_ms();
-        let since =
-            match self
-                .full_since
-                .compare_exchange(0, now_ms, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => now_ms,
-                Err(s) => s,
-            };
-        if now_ms.saturating_sub(since) > after.as_millis() as u64
+        if self.elapsed_since(&self.full_since) > after.as_millis() as u64
             && !self.kill.swap(true, Ordering::AcqRel)
         {
             self.wake.notify(usize::MAX);
