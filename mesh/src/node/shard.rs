@@ -999,15 +999,12 @@ fn fan_out_with(
             return;
         };
         let Some(total) = budget.try_reserve(n) else {
-            if path == Path::Origin
-                && policy == OverflowPolicy::Block
-                && !budget.is_closed()
-                && budget.is_slow()
-            {
+            let may_wait =
+                path == Path::Origin && policy == OverflowPolicy::Block && !budget.is_closed();
+            if may_wait && budget.is_slow() {
                 // Nobody waits for a slow link (see `SlowLinkPolicy`).
                 add(&c.dropped_slow_link, frames);
-            } else if path == Path::Origin && policy == OverflowPolicy::Block && !budget.is_closed()
-            {
+            } else if may_wait {
                 waits.push(Wait::Reserve {
                     link,
                     owner: *owner,
