@@ -109,3 +109,31 @@ fn restarted_node_with_same_id_outranks_its_old_record() {
     );
     assert!(!at_a.is_member(&c), "the restarted B no longer links to C");
 }
+
+#[test]
+fn own_record_echoed_by_a_faster_path_is_not_an_outranking() {
+    // Triangle 0–1–2 where 0→1 is slower than 0→2→1: node 1 stores 0's record from node 2
+    // first and relays it on every other link, back to 0. That echo carries 0's current
+    // version; taking it for a record of an earlier run made 0 flood a new version, which
+    // echoed again: a flood loop at the triangle's round-trip rate, forever.
+    let mut sim = Sim::new(21);
+    for j in 0..3 {
+        let mut c = cfg();
+        c.static_peers = (0..j).map(|a| format!("node{a}:{PORT}")).collect();
+        sim.add_node(c);
+    }
+    sim.latency_of.insert((0, 1), Duration::from_millis(5));
+    sim.start_all();
+    sim.run_for(Duration::from_secs(1));
+    let floods = |sim: &Sim| sim.nodes[0].membership.stats().own_floods;
+    let before = floods(&sim);
+    let interval = sim.nodes[0].cfg.membership_interval;
+    sim.run_for(interval * 10);
+    // One periodic flood per interval (and one of slack for the phase).
+    assert!(
+        floods(&sim) - before <= 11,
+        "{} own floods in 10 intervals",
+        floods(&sim) - before
+    );
+    assert_eq!(sim.members(0).len(), 2);
+}

@@ -1,12 +1,30 @@
 //! Mesh-wide membership by adjacency gossip (mesh-v1.md, "Membership").
 //!
 //! Every node floods `(origin = self, version, direct neighbours)` when its neighbour set
-//! changes and every `membership_interval`; a record is stored and re-flooded (except to the
-//! link it came from) only if its version is newer than the stored one. The members are the
-//! nodes reachable from self over the union of all live records' edges (an edge counts when
-//! either end lists it), self excluded. A record not refreshed within `membership_timeout`
+//! changes and every `membership_interval`; a record is stored and relayed only if its
+//! version is newer than the stored one. A record not refreshed within `membership_timeout`
 //! expires. Versions are `max(previous + 1, wall-clock ms)`, so a restarted node outranks
 //! the records of its previous run.
+//!
+//! Where this node relays (a local choice: the records and their bytes are the wire
+//! protocol's, unchanged). The protocol floods a record "to every link except the inbound
+//! one"; in a dense mesh that sends every record over every link, `N³` bytes per interval in
+//! a full mesh. Every origin floods its own record to all its direct neighbours itself, and
+//! those are exactly the neighbours the record lists, so relaying a record to its origin or
+//! to a node the record lists only repeats what that node already received from the origin:
+//! such relays are skipped (counted in [`MembershipStats::relays_pruned`]). When that link
+//! breaks the origin floods a new version without that neighbour, which is relayed to it
+//! normally. The same rule trims the catch-up sent to a new neighbour.
+//!
+//! Members are the nodes reachable from self over the edges of the records. An edge between
+//! two other nodes counts when every end whose record is known lists the other; the edges
+//! of this node are exactly its own neighbours. mesh-v1.md counts an edge when *either* end
+//! lists it; that keeps a crashed node reachable through its own last record, which lists the
+//! neighbours that already dropped it, until that record expires (up to `membership_timeout`
+//! after its last refresh). Requiring both ends lets a node leave as soon as its neighbours'
+//! new records arrive. While a record is unknown its edges count one-sided, so a joining
+//! node is a member as soon as either end's record arrives. The rule is local: it changes no
+//! byte on the wire and no relay decision.
 //!
 //! This runs on the control plane. Drive it with [`Membership::neighbour_up`] /
 //! [`Membership::neighbour_down`] (from the peer table's Connected / Disconnected),
@@ -28,7 +46,8 @@ pub enum Dest {
     All,
     /// Every established link except this one (the record's inbound link).
     AllExcept(LinkId),
-    /// One link (catching a new neighbour up on the stored records).
+    /// One link: catching a new neighbour up on the stored records, or one target of a
+    /// relay that skips some neighbours (one transmit per target link).
     Link(LinkId),
 }
 
@@ -53,9 +72,9 @@ pub enum MembershipEvent {
 /// What [`Membership::on_record`] did with a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordOutcome {
-    /// Newer than what was stored: stored and re-flooded.
+    /// Newer than what was stored: stored and relayed.
     Stored,
-    /// Not newer than the stored version: ignored.
+    /// Not newer than the stored version (or the own current record coming back): ignored.
     Stale,
     /// A record of this node from a previous run with a higher version: the own version
     /// jumped past it and the own record was re-flooded.
@@ -71,21 +90,37 @@ pub enum RecordOutcome {
 pub struct MembershipStats {
     /// Records stored (new or newer).
     pub stored: u64,
-    /// Records ignored as not newer.
+    /// Records ignored as not newer (own current record echoed back included).
     pub stale: u64,
+    /// The own current record coming back over another path (part of `stale`).
+    pub echoes: u64,
     /// Records ignored because the store was full.
     pub rejected_full: u64,
     /// Records that expired.
     pub expired: u64,
     /// Own-record floods sent.
     pub own_floods: u64,
+    /// Relays and catch-up sends skipped because the neighbour already had the record from
+    /// its origin (see the module docs).
+    pub relays_pruned: u64,
+    /// Member-set recomputations (one per change of the known graph).
+    pub recomputes: u64,
 }
 
 #[derive(Debug)]
 struct Stored {
     version: u64,
+    /// As received (relayed and caught up in the origin's order).
     neighbours: Vec<PeerId>,
+    /// Sorted and deduplicated, for lookups.
+    sorted: Vec<PeerId>,
     refreshed: Instant,
+}
+
+impl Stored {
+    fn lists(&self, p: &PeerId) -> bool {
+        self.sorted.binary_search(p).is_ok()
+    }
 }
 
 /// The membership state machine of one node.
@@ -94,12 +129,22 @@ pub struct Membership {
     me: PeerId,
     version: u64,
     neighbours: Vec<PeerId>,
+    /// Link of each direct neighbour (from `neighbour_up`).
+    links: AHashMap<PeerId, LinkId>,
     records: AHashMap<PeerId, Stored>,
+    /// Origins whose stored record lists the key: the edges of a node whose own record is
+    /// not (yet) known.
+    listed_by: AHashMap<PeerId, Vec<PeerId>>,
     members: AHashSet<PeerId>,
     interval: Duration,
     timeout: Duration,
     max_records: usize,
     next_flood: Instant,
+    /// Never later than the earliest record expiry (refreshes only push expiries later, so
+    /// it is lowered on insert and made exact by the expiry scan).
+    next_expiry: Option<Instant>,
+    scratch: Vec<PeerId>,
+    link_scratch: Vec<LinkId>,
     transmits: VecDeque<MembershipTransmit>,
     events: VecDeque<MembershipEvent>,
     stats: MembershipStats,
@@ -123,12 +168,17 @@ impl Membership {
             me,
             version: wall_ms,
             neighbours: Vec::new(),
+            links: AHashMap::new(),
             records: AHashMap::new(),
+            listed_by: AHashMap::new(),
             members: AHashSet::new(),
             interval,
             timeout,
             max_records: max_records.max(1),
             next_flood: now + interval,
+            next_expiry: None,
+            scratch: Vec::new(),
+            link_scratch: Vec::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: MembershipStats::default(),
@@ -171,31 +221,40 @@ impl Membership {
 
     /// A link to `peer` was established on `link`: flood the new own record and send the
     /// stored records of others to the new neighbour so it learns the mesh without waiting
-    /// for the next periodic floods.
+    /// for the next periodic floods (except those it already has from their origin).
     pub fn neighbour_up(&mut self, peer: PeerId, link: LinkId, wall_ms: u64, now: Instant) {
+        let mut added = false;
         if let Err(pos) = self.neighbours.binary_search(&peer) {
-            if self.neighbours.len() < MAX_NEIGHBOURS {
+            if self.neighbours.len() < MAX_NEIGHBOURS && peer != self.me && !peer.is_zero() {
                 self.neighbours.insert(pos, peer);
+                added = true;
             }
         }
+        self.links.insert(peer, link);
         self.flood_own(wall_ms, now);
         for (origin, r) in &self.records {
-            if *origin != peer {
-                self.transmits.push_back(MembershipTransmit {
-                    dest: Dest::Link(link),
-                    record: Record {
-                        origin: *origin,
-                        version: r.version,
-                        neighbours: r.neighbours.clone(),
-                    },
-                });
+            if *origin == peer || r.lists(&peer) {
+                self.stats.relays_pruned += 1;
+                continue;
             }
+            self.transmits.push_back(MembershipTransmit {
+                dest: Dest::Link(link),
+                record: Record {
+                    origin: *origin,
+                    version: r.version,
+                    neighbours: r.neighbours.clone(),
+                },
+            });
         }
-        self.recompute();
+        // One more edge at self: the member set can only grow.
+        if added && !self.members.contains(&peer) {
+            self.expand(peer);
+        }
     }
 
     /// The link to `peer` is gone: flood the new own record.
     pub fn neighbour_down(&mut self, peer: &PeerId, wall_ms: u64, now: Instant) {
+        self.links.remove(peer);
         if let Ok(pos) = self.neighbours.binary_search(peer) {
             self.neighbours.remove(pos);
             self.flood_own(wall_ms, now);
@@ -215,18 +274,17 @@ impl Membership {
             return RecordOutcome::Invalid;
         }
         if rec.origin == self.me {
-            if rec.version < self.version {
-                self.stats.stale += 1;
-                return RecordOutcome::Stale;
-            }
-            // Our previous incarnation is still remembered with a version at least ours
-            // (the wall clock went back): jump past it so our record wins everywhere.
-            self.version = rec.version;
-            self.flood_own(wall_ms, now);
-            return RecordOutcome::OwnOutranked;
+            return self.on_own_record(rec, wall_ms, now);
         }
-        match self.records.get_mut(&rec.origin) {
+        let mut sorted = std::mem::take(&mut self.scratch);
+        sorted.clear();
+        sorted.extend_from_slice(&rec.neighbours);
+        sorted.sort_unstable();
+        sorted.dedup();
+        // `sorted` ends up holding the previous list (None: the origin was unknown).
+        let previous = match self.records.get_mut(&rec.origin) {
             Some(s) if rec.version <= s.version => {
+                self.scratch = sorted;
                 self.stats.stale += 1;
                 return RecordOutcome::Stale;
             }
@@ -235,9 +293,12 @@ impl Membership {
                 s.neighbours.clear();
                 s.neighbours.extend_from_slice(&rec.neighbours);
                 s.refreshed = now;
+                std::mem::swap(&mut s.sorted, &mut sorted);
+                Some(sorted)
             }
             None => {
                 if self.records.len() >= self.max_records {
+                    self.scratch = sorted;
                     self.stats.rejected_full += 1;
                     tracing::warn!(origin = %rec.origin, max = self.max_records, "membership store full, record ignored");
                     return RecordOutcome::StoreFull;
@@ -247,27 +308,88 @@ impl Membership {
                     Stored {
                         version: rec.version,
                         neighbours: rec.neighbours.clone(),
+                        sorted,
                         refreshed: now,
                     },
                 );
+                let expiry = now + self.timeout;
+                self.next_expiry = Some(self.next_expiry.map_or(expiry, |t| t.min(expiry)));
+                None
             }
-        }
+        };
         self.stats.stored += 1;
-        self.transmits.push_back(MembershipTransmit {
-            dest: Dest::AllExcept(from),
-            record: rec.clone(),
-        });
-        self.recompute();
+        self.relay(from, rec);
+        self.record_changed(rec.origin, previous.as_deref());
+        if let Some(v) = previous {
+            self.scratch = v;
+        }
         RecordOutcome::Stored
     }
 
+    fn on_own_record(&mut self, rec: &Record, wall_ms: u64, now: Instant) -> RecordOutcome {
+        let current = rec.version == self.version && {
+            let mut ns = rec.neighbours.clone();
+            ns.sort_unstable();
+            ns.dedup();
+            ns == self.neighbours
+        };
+        if rec.version < self.version || current {
+            // An echo of the current record over a path that beat the direct one is not a
+            // previous run: answering it with a new version made every echo a new flood.
+            if current {
+                self.stats.echoes += 1;
+            }
+            self.stats.stale += 1;
+            return RecordOutcome::Stale;
+        }
+        // Our previous incarnation is still remembered with a version at least ours
+        // (the wall clock went back): jump past it so our record wins everywhere.
+        self.version = rec.version;
+        self.flood_own(wall_ms, now);
+        RecordOutcome::OwnOutranked
+    }
+
+    /// Relays a newly stored record to every link except the inbound one, the origin's and
+    /// those of the neighbours the record lists (they have it from the origin).
+    fn relay(&mut self, from: LinkId, rec: &Record) {
+        let mut targets = std::mem::take(&mut self.link_scratch);
+        targets.clear();
+        let mut pruned = 0;
+        let listed = self.records.get(&rec.origin);
+        for (p, l) in &self.links {
+            if *l == from {
+                continue;
+            }
+            if *p == rec.origin || listed.is_some_and(|s| s.lists(p)) {
+                pruned += 1;
+            } else {
+                targets.push(*l);
+            }
+        }
+        if pruned == 0 {
+            self.transmits.push_back(MembershipTransmit {
+                dest: Dest::AllExcept(from),
+                record: rec.clone(),
+            });
+        } else {
+            self.stats.relays_pruned += pruned;
+            // Deterministic order for simulations (the map's order is not).
+            targets.sort_unstable();
+            for l in &targets {
+                self.transmits.push_back(MembershipTransmit {
+                    dest: Dest::Link(*l),
+                    record: rec.clone(),
+                });
+            }
+        }
+        self.link_scratch = targets;
+    }
+
     /// The next instant [`handle_timeout`](Self::handle_timeout) has work: the periodic flood
-    /// or the earliest record expiry.
+    /// or (at the latest) the earliest record expiry. O(1).
     pub fn poll_timeout(&self) -> Instant {
-        self.records
-            .values()
-            .map(|r| r.refreshed + self.timeout)
-            .fold(self.next_flood, Instant::min)
+        self.next_expiry
+            .map_or(self.next_flood, |t| t.min(self.next_flood))
     }
 
     /// Runs the periodic flood and expires old records.
@@ -275,15 +397,23 @@ impl Membership {
         if now >= self.next_flood {
             self.flood_own(wall_ms, now);
         }
+        if self.next_expiry.is_none_or(|t| now < t) {
+            return;
+        }
         let timeout = self.timeout;
         let before = self.records.len();
+        let listed_by = &mut self.listed_by;
         self.records.retain(|origin, r| {
             let keep = now.saturating_duration_since(r.refreshed) < timeout;
             if !keep {
                 tracing::debug!(%origin, "membership record expired");
+                for x in &r.sorted {
+                    unlist(listed_by, x, origin);
+                }
             }
             keep
         });
+        self.next_expiry = self.records.values().map(|r| r.refreshed + timeout).min();
         let expired = before - self.records.len();
         if expired > 0 {
             self.stats.expired += expired as u64;
@@ -312,33 +442,140 @@ impl Membership {
         });
     }
 
-    /// BFS from self over the union graph, then diff against the previous member set.
-    fn recompute(&mut self) {
-        let mut adj: AHashMap<PeerId, Vec<PeerId>> =
-            AHashMap::with_capacity(self.records.len() + 1);
-        let mut add_edges = |a: PeerId, ns: &[PeerId]| {
-            for &b in ns {
-                if a != b && !b.is_zero() {
-                    adj.entry(a).or_default().push(b);
-                    adj.entry(b).or_default().push(a);
-                }
-            }
-        };
-        add_edges(self.me, &self.neighbours);
-        for (origin, r) in &self.records {
-            add_edges(*origin, &r.neighbours);
+    /// Whether the edge `o`–`x` counts when `o`'s record lists `ol` (sorted; None: no
+    /// record of `o`) and `x` is not self: every end whose record is known lists the other.
+    fn edge_with(&self, o: &PeerId, ol: Option<&[PeerId]>, x: &PeerId) -> bool {
+        let from_o = ol.map(|l| l.binary_search(x).is_ok());
+        let from_x = self.records.get(x).map(|r| r.lists(o));
+        match (from_o, from_x) {
+            (Some(a), Some(b)) => a && b,
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => false,
         }
-        let mut reached: AHashSet<PeerId> = AHashSet::with_capacity(adj.len());
-        let mut queue = VecDeque::from([self.me]);
-        reached.insert(self.me);
-        while let Some(u) = queue.pop_front() {
-            if let Some(ns) = adj.get(&u) {
-                for v in ns {
-                    if reached.insert(*v) {
-                        queue.push_back(*v);
+    }
+
+    /// Calls `f` with every node adjacent to `u` over a counted edge.
+    fn adjacent(&self, u: &PeerId, mut f: impl FnMut(PeerId)) {
+        if *u == self.me {
+            self.neighbours.iter().for_each(|p| f(*p));
+            return;
+        }
+        // Edges at self are exactly the own neighbours.
+        if self.neighbours.binary_search(u).is_ok() {
+            f(self.me);
+        }
+        match self.records.get(u) {
+            Some(r) => {
+                for v in &r.sorted {
+                    if v != u
+                        && *v != self.me
+                        && !v.is_zero()
+                        && self.edge_with(u, Some(&r.sorted), v)
+                    {
+                        f(*v);
                     }
                 }
             }
+            None => {
+                for a in self.listed_by.get(u).into_iter().flatten() {
+                    f(*a);
+                }
+            }
+        }
+    }
+
+    /// `o`'s record changed from `previous` (None: it was unknown) to what is stored now.
+    /// Edges only added: grow the member set from the newly connected nodes (a refresh with
+    /// the same neighbours costs nothing, a join costs the new members). An edge removed:
+    /// recompute from scratch.
+    fn record_changed(&mut self, o: PeerId, previous: Option<&[PeerId]>) {
+        let now_listed = std::mem::take(&mut self.records.get_mut(&o).expect("just stored").sorted);
+        let mut removed = false;
+        let mut added: Vec<PeerId> = Vec::new();
+        {
+            // Every edge of `o` whose standing can differ: those either list names, and,
+            // when `o` was unknown, those held one-sided by the nodes that list `o`.
+            let was_unknown = previous.is_none();
+            let others = self.listed_by.get(&o).filter(|_| was_unknown);
+            let candidates = previous
+                .into_iter()
+                .flatten()
+                .chain(now_listed.iter())
+                .chain(others.into_iter().flatten());
+            for x in candidates {
+                if *x == o || x.is_zero() || *x == self.me {
+                    // Edges at self depend on the own neighbours only.
+                    continue;
+                }
+                let before = self.edge_with(&o, previous, x);
+                let after = self.edge_with(&o, Some(&now_listed), x);
+                if before && !after {
+                    removed = true;
+                    break;
+                }
+                if after && !before {
+                    added.push(*x);
+                }
+            }
+        }
+        for x in previous.into_iter().flatten() {
+            if now_listed.binary_search(x).is_err() {
+                unlist(&mut self.listed_by, x, &o);
+            }
+        }
+        for x in &now_listed {
+            if previous.is_none_or(|p| p.binary_search(x).is_err()) {
+                self.listed_by.entry(*x).or_default().push(o);
+            }
+        }
+        self.records.get_mut(&o).expect("just stored").sorted = now_listed;
+        if removed {
+            self.recompute();
+            return;
+        }
+        for x in added {
+            let reached = |p: &PeerId| *p == self.me || self.members.contains(p);
+            match (reached(&o), reached(&x)) {
+                (true, false) => self.expand(x),
+                (false, true) => self.expand(o),
+                _ => {}
+            }
+        }
+    }
+
+    /// `start` became reachable: add it and every node reachable from it.
+    fn expand(&mut self, start: PeerId) {
+        self.stats.recomputes += 1;
+        let mut members = std::mem::take(&mut self.members);
+        let mut joined = vec![start];
+        members.insert(start);
+        let mut queue = VecDeque::from([start]);
+        while let Some(u) = queue.pop_front() {
+            self.adjacent(&u, |v| {
+                if v != self.me && members.insert(v) {
+                    joined.push(v);
+                    queue.push_back(v);
+                }
+            });
+        }
+        self.members = members;
+        joined.sort();
+        self.events
+            .extend(joined.into_iter().map(MembershipEvent::MemberJoined));
+    }
+
+    /// BFS from self over the counted edges, then diff against the previous member set.
+    fn recompute(&mut self) {
+        self.stats.recomputes += 1;
+        let mut reached: AHashSet<PeerId> = AHashSet::with_capacity(self.members.len() + 1);
+        let mut queue = VecDeque::from([self.me]);
+        reached.insert(self.me);
+        while let Some(u) = queue.pop_front() {
+            self.adjacent(&u, |v| {
+                if reached.insert(v) {
+                    queue.push_back(v);
+                }
+            });
         }
         reached.remove(&self.me);
         let mut left: Vec<PeerId> = self.members.difference(&reached).copied().collect();
@@ -351,6 +588,16 @@ impl Membership {
         self.events
             .extend(joined.into_iter().map(MembershipEvent::MemberJoined));
         self.members = reached;
+    }
+}
+
+/// Removes `origin` from the nodes listing `x`.
+fn unlist(listed_by: &mut AHashMap<PeerId, Vec<PeerId>>, x: &PeerId, origin: &PeerId) {
+    if let Some(v) = listed_by.get_mut(x) {
+        v.retain(|o| o != origin);
+        if v.is_empty() {
+            listed_by.remove(x);
+        }
     }
 }
 
@@ -470,5 +717,133 @@ mod tests {
             "direct neighbour stays a member via the own record"
         );
         assert_eq!(m.stats().expired, 1);
+    }
+
+    /// The member set by the documented rule, from scratch and by brute force: every pair
+    /// of known nodes, an edge when every end with a record lists the other (edges at self:
+    /// the own neighbours).
+    fn reference(m: &Membership) -> AHashSet<PeerId> {
+        let mut nodes: Vec<PeerId> = vec![m.me];
+        for (o, r) in &m.records {
+            nodes.push(*o);
+            nodes.extend(r.neighbours.iter().copied());
+        }
+        nodes.extend(m.neighbours.iter().copied());
+        nodes.sort();
+        nodes.dedup();
+        nodes.retain(|p| !p.is_zero());
+        let lists = |a: &PeerId, b: &PeerId| {
+            if *a == m.me {
+                Some(m.neighbours.contains(b))
+            } else {
+                m.records.get(a).map(|r| r.neighbours.contains(b))
+            }
+        };
+        let edge = |a: &PeerId, b: &PeerId| {
+            if a == b {
+                return false;
+            }
+            if *a == m.me || *b == m.me {
+                let other = if *a == m.me { b } else { a };
+                return m.neighbours.contains(other);
+            }
+            match (lists(a, b), lists(b, a)) {
+                (Some(x), Some(y)) => x && y,
+                (Some(x), None) | (None, Some(x)) => x,
+                (None, None) => false,
+            }
+        };
+        let mut reached = AHashSet::from_iter([m.me]);
+        let mut queue = VecDeque::from([m.me]);
+        while let Some(u) = queue.pop_front() {
+            for v in &nodes {
+                if edge(&u, v) && reached.insert(*v) {
+                    queue.push_back(*v);
+                }
+            }
+        }
+        reached.remove(&m.me);
+        reached
+    }
+
+    #[test]
+    fn incremental_member_set_matches_the_rule_from_scratch() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..40u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let t0 = Instant::now();
+            let mut now = t0;
+            let mut m = Membership::new(
+                p(1),
+                Duration::from_secs(2),
+                Duration::from_secs(6),
+                64,
+                0,
+                now,
+            );
+            let mut versions = [0u64; 10];
+            // Replaying the events must give the member set, too.
+            let mut replay: AHashSet<PeerId> = AHashSet::new();
+            for step in 0..300 {
+                now += Duration::from_millis(rng.gen_range(0..400));
+                match rng.gen_range(0..10) {
+                    0 => m.neighbour_up(p(rng.gen_range(2..10)), LinkId(step), 0, now),
+                    1 => m.neighbour_down(&p(rng.gen_range(2..10)), 0, now),
+                    2 => m.handle_timeout(0, now),
+                    _ => {
+                        let o = rng.gen_range(2..10u8);
+                        versions[o as usize] += rng.gen_range(0..3);
+                        let neighbours = (0..rng.gen_range(0..5))
+                            .map(|_| p(rng.gen_range(1..11)))
+                            .collect();
+                        let r = Record {
+                            origin: p(o),
+                            version: versions[o as usize],
+                            neighbours,
+                        };
+                        m.on_record(LinkId(rng.gen_range(0..4)), &r, 0, now);
+                    }
+                }
+                drain(&mut m);
+                while let Some(e) = m.poll_event() {
+                    match e {
+                        MembershipEvent::MemberJoined(x) => assert!(replay.insert(x)),
+                        MembershipEvent::MemberLeft(x) => assert!(replay.remove(&x)),
+                    }
+                }
+                let want = reference(&m);
+                assert_eq!(m.members, want, "seed {seed} step {step}");
+                assert_eq!(replay, want, "seed {seed} step {step}: events");
+            }
+        }
+    }
+
+    #[test]
+    fn relays_skip_the_origin_and_the_neighbours_it_lists() {
+        let now = Instant::now();
+        let mut m = new(1, now);
+        for (peer, link) in [(2, 12), (3, 13), (4, 14), (5, 15)] {
+            m.neighbour_up(p(peer), LinkId(link), 0, now);
+        }
+        drain(&mut m);
+        // From 3, a record of 2 that lists 3 and 4: 2 sent it to 3 and 4 itself, so only 5
+        // still needs it (and not 2, its origin).
+        let r = Record {
+            origin: p(2),
+            version: 7,
+            neighbours: vec![p(4), p(3), p(1)],
+        };
+        assert_eq!(m.on_record(LinkId(13), &r, 0, now), RecordOutcome::Stored);
+        let t = drain(&mut m);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].dest, Dest::Link(LinkId(15)));
+        assert_eq!(t[0].record, r, "relayed unchanged (the origin's order)");
+        assert_eq!(m.stats().relays_pruned, 2);
+        // A new neighbour 6 gets the record in its catch-up; 4 would not (2 lists it).
+        m.neighbour_up(p(6), LinkId(16), 0, now);
+        let t = drain(&mut m);
+        assert!(t
+            .iter()
+            .any(|t| t.dest == Dest::Link(LinkId(16)) && t.record == r));
     }
 }

@@ -47,6 +47,46 @@ pub struct Node {
     pub close_reasons: Vec<CloseReason>,
     /// (when, target) of every dial issued.
     pub dial_log: Vec<(Instant, DialTarget)>,
+    /// When each entry of `member_events` happened, same order.
+    pub member_event_at: Vec<Instant>,
+    /// Frames and bytes this node wrote to its links.
+    pub tx: Traffic,
+    /// Frames and bytes that arrived at this node's links.
+    pub rx: Traffic,
+}
+
+/// Wire bytes by kind (plaintext framing: length prefix, type, body).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Data frames.
+    pub data_frames: u64,
+    pub data_bytes: u64,
+    /// Everything else: Hello, Heartbeat, Goodbye, Membership, AuthConfirm, IdentityRecord.
+    pub ctl_frames: u64,
+    pub ctl_bytes: u64,
+    /// The Membership part of `ctl_*`.
+    pub membership_frames: u64,
+    pub membership_bytes: u64,
+}
+
+impl Traffic {
+    fn count(&mut self, f: &Frame) {
+        let len = f.encoded_len() as u64;
+        match f {
+            Frame::Data(_) => {
+                self.data_frames += 1;
+                self.data_bytes += len;
+            }
+            _ => {
+                self.ctl_frames += 1;
+                self.ctl_bytes += len;
+                if matches!(f, Frame::Membership(_)) {
+                    self.membership_frames += 1;
+                    self.membership_bytes += len;
+                }
+            }
+        }
+    }
 }
 
 enum Ev {
@@ -77,6 +117,20 @@ enum Ev {
         to: usize,
         link: LinkId,
     },
+}
+
+impl Ev {
+    /// The node whose state handling this event changes.
+    fn target(&self) -> usize {
+        match self {
+            Ev::Announce { to, .. }
+            | Ev::Accept { to, .. }
+            | Ev::Connected { to, .. }
+            | Ev::DialFailed { to, .. }
+            | Ev::Frame { to, .. }
+            | Ev::Eof { to, .. } => *to,
+        }
+    }
 }
 
 pub struct Sim {
@@ -116,7 +170,9 @@ impl Sim {
     /// Adds a node; call [`Sim::start_node`] to boot it.
     pub fn add_node(&mut self, cfg: MeshConfig) -> usize {
         let i = self.nodes.len();
-        let ip = Ipv4Addr::new(10, 0, 0, i as u8 + 1);
+        // 10.0.0.1, 10.0.0.2, ... carrying into the higher octets past 255 nodes.
+        let k = i as u32 + 1;
+        let ip = Ipv4Addr::new(10, (k >> 16) as u8, (k >> 8) as u8, k as u8);
         let node = self.make_node(format!("node{i}"), ip, cfg, None);
         self.nodes.push(node);
         i
@@ -170,6 +226,9 @@ impl Sim {
             member_events: Vec::new(),
             close_reasons: Vec::new(),
             dial_log: Vec::new(),
+            member_event_at: Vec::new(),
+            tx: Traffic::default(),
+            rx: Traffic::default(),
         }
     }
 
@@ -228,6 +287,18 @@ impl Sim {
         self.start_node(i);
     }
 
+    /// The process dies for good: the kernel closes its sockets (every peer sees EOF after
+    /// what was already sent), it never comes back.
+    pub fn crash_node(&mut self, i: usize) {
+        let links = std::mem::take(&mut self.nodes[i].links);
+        for (_, sl) in links {
+            if let Some((r, rl)) = sl.remote {
+                self.schedule(i, r, Ev::Eof { to: r, link: rl });
+            }
+        }
+        self.nodes[i].alive = false;
+    }
+
     /// Closes the TCP connection between `a` and `b` (both see EOF).
     pub fn cut(&mut self, a: usize, b: usize) {
         let pairs: Vec<(LinkId, LinkId)> = self.nodes[a]
@@ -277,6 +348,9 @@ impl Sim {
     }
 
     fn schedule(&mut self, from: usize, to: usize, ev: Ev) {
+        if let Ev::Frame { frame, .. } = &ev {
+            self.nodes[from].tx.count(frame);
+        }
         let blocked = self.blackholed.contains(&(from, to));
         if blocked {
             return;
@@ -535,6 +609,7 @@ impl Sim {
             while let Some(e) = self.nodes[i].membership.poll_event() {
                 progress = true;
                 self.nodes[i].member_events.push(e);
+                self.nodes[i].member_event_at.push(now);
             }
             if !progress {
                 break;
@@ -633,6 +708,7 @@ impl Sim {
                 }
             }
             Ev::Frame { to, link, frame } => {
+                self.nodes[to].rx.count(&frame);
                 let Some(sl) = self.nodes[to].links.get_mut(&link) else {
                     return;
                 };
@@ -741,9 +817,14 @@ impl Sim {
     /// Received frames are always processed before timers of the same instant.
     pub fn run_for(&mut self, d: Duration) {
         let end = self.now + d;
+        // Only a node that handled an event or a timer can have moved its deadline, so the
+        // deadlines are cached and refreshed for those (hundreds of nodes stay cheap).
+        let mut deadlines: Vec<Option<Instant>> =
+            (0..self.nodes.len()).map(|i| self.deadline(i)).collect();
+        let mut touched: Vec<usize> = Vec::new();
         loop {
             let q = self.queue.keys().next().map(|(t, _)| *t);
-            let timers = (0..self.nodes.len()).filter_map(|i| self.deadline(i)).min();
+            let timers = deadlines.iter().flatten().min().copied();
             let next = match (q, timers) {
                 (Some(a), Some(b)) => a.min(b),
                 (a, b) => a.or(b).unwrap_or(end),
@@ -759,16 +840,21 @@ impl Sim {
                     break;
                 }
                 let ev = self.queue.remove(&(t, s)).unwrap();
+                touched.push(ev.target());
                 self.handle(ev);
             }
+            for i in touched.drain(..) {
+                deadlines[i] = self.deadline(i);
+            }
             for i in 0..self.nodes.len() {
-                if self.deadline(i).is_some_and(|t| t <= self.now) {
+                if deadlines[i].is_some_and(|t| t <= self.now) {
                     self.timeouts(i);
+                    deadlines[i] = self.deadline(i);
                 }
             }
             // Anything still due now would spin: step at least 1 ms.
-            let still = (0..self.nodes.len()).filter_map(|i| self.deadline(i)).min();
-            if still.is_some_and(|t| t <= self.now)
+            let still = deadlines.iter().flatten().min();
+            if still.is_some_and(|t| *t <= self.now)
                 && self.queue.keys().next().is_none_or(|(t, _)| *t > self.now)
             {
                 self.now += Duration::from_millis(1);
