@@ -398,7 +398,11 @@ impl RecordOpener {
         let pt_end = total - RECORD_TAG_LEN;
         self.cipher
             .key()
-            .open_in_place(nonce(self.ctr), Aad::empty(), &mut buf[RECORD_HEADER_LEN..total])
+            .open_in_place(
+                nonce(self.ctr),
+                Aad::empty(),
+                &mut buf[RECORD_HEADER_LEN..total],
+            )
             .map_err(|_| OpenError::AuthFailed)?;
         self.ctr += 1;
         Ok(Opened::Record {
@@ -644,7 +648,11 @@ mod tests {
         assert_eq!(rr.plaintext().len(), 510);
         assert!(rr.plaintext()[..10].iter().all(|&x| x == 1));
         assert!(rr.plaintext()[10..].iter().all(|&x| x == 2));
-        assert_eq!(rr.plaintext().as_ptr() as usize + 10, tail, "the tail stayed");
+        assert_eq!(
+            rr.plaintext().as_ptr() as usize + 10,
+            tail,
+            "the tail stayed"
+        );
         assert_eq!(rr.moved_bytes(), 10);
         // Long head, short tail: the tail moves down to the head.
         let s = stream(&[&[1; 500], &[2; 10]]);
