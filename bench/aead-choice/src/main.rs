@@ -31,19 +31,29 @@ impl Aead for Ring {
     const NAME: &'static str = "ring";
     fn new() -> Self {
         use ring::aead::*;
-        Ring(LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &KEY).unwrap()))
+        Ring(LessSafeKey::new(
+            UnboundKey::new(&CHACHA20_POLY1305, &KEY).unwrap(),
+        ))
     }
     fn seal_open(&self, ctr: u64, buf: &mut Vec<u8>, len: usize) {
         use ring::aead::*;
         buf.truncate(len);
         let tag = self
             .0
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce12(ctr)), Aad::empty(), &mut buf[..])
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce12(ctr)),
+                Aad::empty(),
+                &mut buf[..],
+            )
             .unwrap();
         buf.extend_from_slice(tag.as_ref());
         let pt = self
             .0
-            .open_in_place(Nonce::assume_unique_for_key(nonce12(ctr)), Aad::empty(), &mut buf[..])
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce12(ctr)),
+                Aad::empty(),
+                &mut buf[..],
+            )
             .unwrap();
         black_box(pt);
     }
@@ -56,19 +66,29 @@ impl Aead for Lc {
     const NAME: &'static str = "aws-lc-rs";
     fn new() -> Self {
         use aws_lc_rs::aead::*;
-        Lc(LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &KEY).unwrap()))
+        Lc(LessSafeKey::new(
+            UnboundKey::new(&CHACHA20_POLY1305, &KEY).unwrap(),
+        ))
     }
     fn seal_open(&self, ctr: u64, buf: &mut Vec<u8>, len: usize) {
         use aws_lc_rs::aead::*;
         buf.truncate(len);
         let tag = self
             .0
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce12(ctr)), Aad::empty(), &mut buf[..])
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce12(ctr)),
+                Aad::empty(),
+                &mut buf[..],
+            )
             .unwrap();
         buf.extend_from_slice(tag.as_ref());
         let pt = self
             .0
-            .open_in_place(Nonce::assume_unique_for_key(nonce12(ctr)), Aad::empty(), &mut buf[..])
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce12(ctr)),
+                Aad::empty(),
+                &mut buf[..],
+            )
             .unwrap();
         black_box(pt);
     }
@@ -87,18 +107,26 @@ impl Aead for Rc {
         use chacha20poly1305::{AeadInOut, Tag};
         buf.truncate(len);
         let n = nonce12(ctr).into();
-        let tag = self.0.encrypt_inout_detached(&n, &[], (&mut buf[..]).into()).unwrap();
+        let tag = self
+            .0
+            .encrypt_inout_detached(&n, &[], (&mut buf[..]).into())
+            .unwrap();
         buf.extend_from_slice(&tag);
         let (body, t) = buf.split_at_mut(len);
         let t = Tag::try_from(&*t).unwrap();
-        self.0.decrypt_inout_detached(&n, &[], body.into(), &t).unwrap();
+        self.0
+            .decrypt_inout_detached(&n, &[], body.into(), &t)
+            .unwrap();
         black_box(body);
     }
 }
 
 /// This thread's CPU time, ns: on a shared machine, time spent descheduled is not counted.
 fn thread_cpu_ns() -> u128 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid pointer to a timespec; CLOCK_THREAD_CPUTIME_ID is always available on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
@@ -122,7 +150,10 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() {
-    let rounds: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(15);
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(15);
     #[cfg(feature = "ring")]
     let r = Ring::new();
     #[cfg(feature = "aws-lc-rs")]
@@ -136,19 +167,25 @@ fn main() {
             let mut i = 0;
             #[cfg(feature = "ring")]
             {
-                if res.len() <= i { res.push((Ring::NAME, vec![])) }
+                if res.len() <= i {
+                    res.push((Ring::NAME, vec![]))
+                }
                 res[i].1.push(batch(&r, size, &mut ctr));
                 i += 1;
             }
             #[cfg(feature = "aws-lc-rs")]
             {
-                if res.len() <= i { res.push((Lc::NAME, vec![])) }
+                if res.len() <= i {
+                    res.push((Lc::NAME, vec![]))
+                }
                 res[i].1.push(batch(&l, size, &mut ctr));
                 i += 1;
             }
             #[cfg(feature = "chacha20poly1305")]
             {
-                if res.len() <= i { res.push((Rc::NAME, vec![])) }
+                if res.len() <= i {
+                    res.push((Rc::NAME, vec![]))
+                }
                 res[i].1.push(batch(&c, size, &mut ctr));
                 i += 1;
             }
