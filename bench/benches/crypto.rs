@@ -1,13 +1,19 @@
 //! Secured-link record cost: ChaCha20-Poly1305 seal and open per record, beside a `memcpy` of
-//! the same plaintext as the baseline for a ratio, and the benefit of batching small frames
-//! into one record.
+//! the same plaintext and `ring`'s cipher called directly as the baselines for ratios, and the
+//! benefit of batching small frames into one record.
 //!
 //! `cargo bench -p shoal-bench --bench crypto -- --warm-up-time 1 --measurement-time 2`
 //!
-//! - `record/{memcpy,seal,open,seal_open}/{64B,1KiB,64KiB}`: one record per plaintext. `open`
+//! - `record/{memcpy,cipher,seal,open,seal_open}/{64B,1KiB,16KiB,64KiB}`: one record per
+//!   plaintext. `cipher` is ring's seal + open in place with no record layer around it; `open`
 //!   verifies a record sealed in the (unmeasured) setup; `seal_open` is the round trip.
 //! - `batch_16x64B/{memcpy,one_record,16_records}`: sixteen 64-byte frames sealed and opened as
 //!   one record vs as sixteen records.
+//! - `stream_16x1KiB/{cipher,plain_path,record_layer}`: what a loaded link does per batch:
+//!   sixteen 1 KiB frames copied into one record, sealed, pushed into a `RecordReader`, opened
+//!   and split into frames (`record_layer`); the same without records (`plain_path`); and the
+//!   cipher alone on the same 16 KiB. `record_layer - plain_path` is what securing a link
+//!   adds, to be set against `cipher`.
 //!
 //! Sealer and opener share a key and advance their counters in lock step, as the two ends of a
 //! link do; every open checks the tag, so a mismatch would fail the bench, not skew it.
@@ -15,11 +21,17 @@
 use std::hint::black_box;
 
 use criterion::{criterion_main, BatchSize, Criterion, Throughput};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 use shoal_mesh::crypto::{
-    Opened, RecordOpener, RecordSealer, DEFAULT_MAX_MESSAGE_BYTES as MAX_MESSAGE,
+    Opened, RecordOpener, RecordReader, RecordSealer, DEFAULT_MAX_MESSAGE_BYTES as MAX_MESSAGE,
 };
 
-const SIZES: [(usize, &str); 3] = [(64, "64B"), (1024, "1KiB"), (64 * 1024, "64KiB")];
+const SIZES: [(usize, &str); 4] = [
+    (64, "64B"),
+    (1024, "1KiB"),
+    (16 * 1024, "16KiB"),
+    (64 * 1024, "64KiB"),
+];
 const KEY: [u8; 32] = [0x42; 32];
 const FRAMES: usize = 16;
 const SMALL: usize = 64;
@@ -39,6 +51,29 @@ fn open(opener: &mut RecordOpener, buf: &mut [u8]) -> (usize, usize) {
     }
 }
 
+/// ring's ChaCha20-Poly1305 alone: seals `buf` in place with counter `ctr`, appends the tag,
+/// opens it again; the floor under any record layer.
+fn cipher_seal_open(key: &LessSafeKey, ctr: u64, buf: &mut Vec<u8>, len: usize) {
+    let nonce = |ctr: u64| {
+        let mut n = [0u8; 12];
+        n[4..].copy_from_slice(&ctr.to_be_bytes());
+        Nonce::assume_unique_for_key(n)
+    };
+    buf.truncate(len);
+    let tag = key
+        .seal_in_place_separate_tag(nonce(ctr), Aad::empty(), &mut buf[..])
+        .expect("seals");
+    buf.extend_from_slice(tag.as_ref());
+    let pt = key
+        .open_in_place(nonce(ctr), Aad::empty(), &mut buf[..])
+        .expect("opens");
+    black_box(pt);
+}
+
+fn raw_key() -> LessSafeKey {
+    LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &KEY).expect("32-byte key"))
+}
+
 fn bench_record(c: &mut Criterion) {
     let mut g = c.benchmark_group("record");
     for (size, name) in SIZES {
@@ -51,6 +86,16 @@ fn bench_record(c: &mut Criterion) {
                 buf.clear();
                 buf.extend_from_slice(black_box(&pt));
                 black_box(&buf);
+            })
+        });
+
+        let key = raw_key();
+        let mut ctr = 0u64;
+        let mut raw = pt.clone();
+        g.bench_function(format!("cipher/{name}"), |b| {
+            b.iter(|| {
+                cipher_seal_open(&key, ctr, &mut raw, size);
+                ctr += 1;
             })
         });
 
@@ -142,12 +187,95 @@ fn bench_batch(c: &mut Criterion) {
     g.finish();
 }
 
+fn bench_stream(c: &mut Criterion) {
+    const N: usize = 16;
+    const SIZE: usize = 1024;
+    let mut g = c.benchmark_group(format!("stream_{N}x1KiB"));
+    g.throughput(Throughput::Bytes((N * SIZE) as u64));
+    // Frames as the wire has them: a 4-byte length prefix, then the body.
+    let frames: Vec<Vec<u8>> = (0..N)
+        .map(|i| {
+            let mut f = ((SIZE - 4) as u32).to_be_bytes().to_vec();
+            f.resize(SIZE, i as u8);
+            f
+        })
+        .collect();
+
+    let key = raw_key();
+    let mut ctr = 0u64;
+    let mut raw = frames.concat();
+    g.bench_function("cipher", |b| {
+        b.iter(|| {
+            cipher_seal_open(&key, ctr, &mut raw, N * SIZE);
+            ctr += 1;
+        })
+    });
+
+    // What plaintext links do with the same frames: copy them into a batch, land the batch in
+    // a read buffer (the kernel's copy, here a memcpy), split it into frames.
+    let mut batch = bytes::BytesMut::with_capacity(N * SIZE);
+    let mut rbuf = bytes::BytesMut::with_capacity(N * SIZE);
+    g.bench_function("plain_path", |b| {
+        b.iter(|| {
+            batch.clear();
+            for f in &frames {
+                batch.extend_from_slice(black_box(f));
+            }
+            rbuf.extend_from_slice(&batch);
+            let mut got = 0;
+            while rbuf.len() >= 4 {
+                let len = 4 + u32::from_be_bytes(rbuf[..4].try_into().unwrap()) as usize;
+                if rbuf.len() < len {
+                    break;
+                }
+                black_box(rbuf.split_to(len));
+                got += 1;
+            }
+            assert_eq!(got, N);
+        })
+    });
+
+    let (mut sealer, opener) = pair();
+    let mut reader = RecordReader::new(opener, &[]);
+    let mut wire = bytes::BytesMut::with_capacity(N * SIZE + 64);
+    g.bench_function("record_layer", |b| {
+        b.iter(|| {
+            wire.clear();
+            let mut rec = sealer.begin(&mut wire);
+            for f in &frames {
+                rec.try_push(black_box(f)).expect("fits");
+            }
+            rec.seal().expect("fits");
+            reader.push(&wire);
+            let mut got = 0;
+            loop {
+                let p = reader.plaintext();
+                if p.len() >= 4 {
+                    let len = 4 + u32::from_be_bytes(p[..4].try_into().unwrap()) as usize;
+                    if p.len() >= len {
+                        black_box(reader.split_plaintext(len));
+                        got += 1;
+                        continue;
+                    }
+                }
+                if !reader.open_next().expect("opens") {
+                    break;
+                }
+            }
+            assert_eq!(got, N);
+        })
+    });
+    assert_eq!(reader.moved_bytes(), 0, "whole frames are never moved");
+    g.finish();
+}
+
 /// Every crypto bench; a plain fn rather than `criterion_group!`, whose generated `pub fn` has
 /// no docs.
 fn benches() {
     let mut c = shoal_bench::quick_criterion();
     bench_record(&mut c);
     bench_batch(&mut c);
+    bench_stream(&mut c);
 }
 
 criterion_main!(benches);

@@ -4,11 +4,14 @@
 //! - [`psk`]: K and Kd from the PSK; the discovery announce MAC and the receive-side checks.
 //! - [`handshake`]: ephemeral X25519, master/directional keys, AuthConfirm tags, transcript
 //!   signatures, as a sans-I/O state machine.
-//! - [`record`]: ChaCha20-Poly1305 records with counter nonces, sealed and opened in place.
+//! - [`record`]: ChaCha20-Poly1305 records with counter nonces, sealed and opened in place
+//!   (`ring`'s assembly cipher; everything else here is on the dalek and RustCrypto crates).
 //! - [`identity`]: Ed25519 identity, seed file, trust policy; [`idrecord`]: signed identity
 //!   records.
 //!
-//! All secret keys are zeroized on drop; tags are compared in constant time.
+//! All secret keys are zeroized on drop (for the record keys, which `ring` holds, see
+//! [`record`](record#keys) for how and what that does not cover); tags are compared in
+//! constant time.
 
 pub mod handshake;
 pub mod identity;

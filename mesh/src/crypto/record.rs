@@ -5,11 +5,27 @@
 //! *is* the commit, so a frame dropped by a queue policy (which acts on plaintext frames before
 //! sealing) never consumes a nonce. A record may carry several frames, and a frame may span
 //! records: the receiver parses plaintext as one frame stream.
+//!
+//! The cipher is `ring`'s ChaCha20-Poly1305 (assembly, chosen at run time by CPU features; the
+//! same RFC 8439 cipher as before, so the same bytes on the wire). Records are sealed and opened
+//! in place in the caller's buffer. [Keys](self#keys) says how the keys are wiped.
+//!
+//! # Keys
+//!
+//! `ring`'s `LessSafeKey` holds the 32-byte key as it is (ChaCha20 has no key schedule) inline,
+//! owns no heap memory and does not wipe itself. Each sealer and opener therefore keeps its key
+//! in one boxed slot that stays put for the key's life (moving the sealer moves the pointer, not
+//! the key) and overwrites that slot with zeros (volatile writes, `zeroize`) when dropped.
+//! Not covered: the transient copy made while the key is built (a stack temporary that is not
+//! wiped) and the per-record Poly1305 one-time keys inside `ring`'s assembly (each good for one
+//! nonce only, which is never used again).
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use bytes::{Buf, BytesMut};
-use chacha20poly1305::{AeadInOut, ChaCha20Poly1305, Key, KeyInit, Nonce, Tag};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
+use zeroize::Zeroize;
 
 /// Bytes of the record length prefix.
 pub const RECORD_HEADER_LEN: usize = 4;
@@ -21,7 +37,34 @@ pub const RECORD_SLACK: usize = 64;
 fn nonce(ctr: u64) -> Nonce {
     let mut n = [0u8; 12];
     n[4..].copy_from_slice(&ctr.to_be_bytes());
-    n.into()
+    Nonce::assume_unique_for_key(n)
+}
+
+// Wiping the slot without running a destructor leaks nothing only while ring's key has none.
+const _: () = assert!(!std::mem::needs_drop::<LessSafeKey>());
+
+/// One direction's ChaCha20-Poly1305 key, in a heap slot that never moves and is zeroed on drop
+/// (see [Keys](self#keys)).
+struct Cipher(Box<MaybeUninit<LessSafeKey>>);
+
+impl Cipher {
+    fn new(key: &[u8; 32]) -> Cipher {
+        let key = UnboundKey::new(&CHACHA20_POLY1305, key).expect("ChaCha20 takes a 32-byte key");
+        Cipher(Box::new(MaybeUninit::new(LessSafeKey::new(key))))
+    }
+
+    fn key(&self) -> &LessSafeKey {
+        // SAFETY: the slot is initialised in `new` and only overwritten in `drop`, after which
+        // `self` is never used again.
+        unsafe { self.0.assume_init_ref() }
+    }
+}
+
+impl Drop for Cipher {
+    fn drop(&mut self) {
+        // `LessSafeKey` has no destructor (asserted above), so overwriting it is its whole end.
+        self.0.zeroize();
+    }
 }
 
 /// Largest `clen` a receiver with this `maxMessageBytes` accepts.
@@ -124,7 +167,7 @@ impl RecordBuf for BytesMut {
 
 /// The sending half of an established link: seals plaintext into records with `txKey`.
 pub struct RecordSealer {
-    cipher: ChaCha20Poly1305,
+    cipher: Cipher,
     ctr: u64,
     max_plaintext: usize,
 }
@@ -134,7 +177,7 @@ impl RecordSealer {
     /// (16 MiB by default); records are kept within its `clen` limit.
     pub fn new(key: &[u8; 32], peer_max_message_bytes: usize) -> RecordSealer {
         RecordSealer {
-            cipher: ChaCha20Poly1305::new(<&Key>::from(key)),
+            cipher: Cipher::new(key),
             ctr: 0,
             max_plaintext: max_clen(peer_max_message_bytes) - RECORD_TAG_LEN,
         }
@@ -178,9 +221,10 @@ impl RecordSealer {
         }
         let tag = self
             .cipher
-            .encrypt_inout_detached(&nonce(self.ctr), &[], (&mut buf.bytes_mut()[body..]).into())
+            .key()
+            .seal_in_place_separate_tag(nonce(self.ctr), Aad::empty(), &mut buf.bytes_mut()[body..])
             .expect("plaintext is bounded far below ChaCha20's 256 GiB limit");
-        buf.extend_from_slice(&tag);
+        buf.extend_from_slice(tag.as_ref());
         let clen = (len + RECORD_TAG_LEN) as u32;
         buf.bytes_mut()[start..body].copy_from_slice(&clen.to_be_bytes());
         self.ctr += 1;
@@ -294,7 +338,7 @@ pub enum Opened {
 
 /// The receiving half of an established link: verifies and decrypts records with `rxKey`.
 pub struct RecordOpener {
-    cipher: ChaCha20Poly1305,
+    cipher: Cipher,
     ctr: u64,
     max_clen: usize,
     failed: bool,
@@ -304,7 +348,7 @@ impl RecordOpener {
     /// An opener with counter 0 that accepts `16 <= clen <= max_message_bytes + 64`.
     pub fn new(key: &[u8; 32], max_message_bytes: usize) -> RecordOpener {
         RecordOpener {
-            cipher: ChaCha20Poly1305::new(<&Key>::from(key)),
+            cipher: Cipher::new(key),
             ctr: 0,
             max_clen: max_clen(max_message_bytes),
             failed: false,
@@ -352,10 +396,13 @@ impl RecordOpener {
             return Err(OpenError::CounterExhausted);
         }
         let pt_end = total - RECORD_TAG_LEN;
-        let (body, tag) = buf[RECORD_HEADER_LEN..total].split_at_mut(clen - RECORD_TAG_LEN);
-        let tag = Tag::try_from(&*tag).expect("clen >= 16 leaves exactly 16 tag bytes");
         self.cipher
-            .decrypt_inout_detached(&nonce(self.ctr), &[], body.into(), &tag)
+            .key()
+            .open_in_place(
+                nonce(self.ctr),
+                Aad::empty(),
+                &mut buf[RECORD_HEADER_LEN..total],
+            )
             .map_err(|_| OpenError::AuthFailed)?;
         self.ctr += 1;
         Ok(Opened::Record {
@@ -383,16 +430,27 @@ impl std::fmt::Debug for RecordOpener {
     }
 }
 
-/// An opener with its stream buffer: ciphertext is appended at the back, records are decrypted
-/// in place, and their plaintext is packed at the front as one contiguous frame stream (so frames
-/// may span records) for the frame decoder to consume. Each plaintext byte is moved once.
+/// An opener with its stream buffer: ciphertext is appended at the back and records are
+/// opened in place, one at a time, where they lie; their plaintext is exposed as one contiguous
+/// frame stream at the front (frames may span records) for the frame decoder to consume.
+///
+/// Plaintext is not packed: a record opened while no plaintext is pending is exposed where it
+/// was decrypted (the buffer's front just moves past its header). Only when unconsumed plaintext
+/// (the start of a frame that continues in the next record) is pending does opening a record
+/// join the two across the 20 bytes of tag and header between them, by moving the shorter of
+/// the two; so frames that fit their records are never moved, and a frame spanning many
+/// records moves each of its bytes at most once. The node's reader opens the next record only
+/// when the plaintext holds no complete frame ([`open_next`](Self::open_next)).
 pub struct RecordReader {
     opener: RecordOpener,
     buf: BytesMut,
     /// `buf[..plain]` is plaintext not yet consumed.
     plain: usize,
-    /// `buf[cipher..]` is ciphertext not yet opened; `buf[plain..cipher]` is dead space.
+    /// `buf[cipher..]` is ciphertext not yet opened; `buf[plain..cipher]` is dead space (tags
+    /// and headers of opened records).
     cipher: usize,
+    /// Plaintext bytes moved to join records (see [`moved_bytes`](Self::moved_bytes)).
+    moved: u64,
 }
 
 impl std::fmt::Debug for RecordReader {
@@ -416,6 +474,7 @@ impl RecordReader {
             buf,
             plain: 0,
             cipher: 0,
+            moved: 0,
         }
     }
 
@@ -450,25 +509,43 @@ impl RecordReader {
         self.buf.extend_from_slice(ciphertext);
     }
 
-    /// Opens every complete record buffered; returns how many plaintext bytes became available.
-    pub fn decrypt(&mut self) -> Result<usize, OpenError> {
-        let before = self.plain;
-        loop {
-            match self.opener.open_in_place(&mut self.buf[self.cipher..])? {
-                Opened::NeedMore(_) => break,
-                Opened::Record { len, plaintext } => {
-                    let from = self.cipher + plaintext.start..self.cipher + plaintext.end;
-                    let n = from.len();
-                    self.buf.copy_within(from, self.plain);
-                    self.plain += n;
-                    self.cipher += len;
-                }
-            }
+    /// Opens the next record if it is wholly buffered and appends its plaintext to
+    /// [`plaintext`](Self::plaintext); false when it is not complete yet. An error breaks the
+    /// stream for good (the opener is poisoned).
+    pub fn open_next(&mut self) -> Result<bool, OpenError> {
+        let (len, body) = match self.opener.open_in_place(&mut self.buf[self.cipher..])? {
+            Opened::NeedMore(_) => return Ok(false),
+            Opened::Record { len, plaintext } => (len, plaintext),
+        };
+        let start = self.cipher + body.start;
+        let n = body.len();
+        if self.plain <= n {
+            // Move the pending plaintext (none, usually) up against the new plaintext and drop
+            // what lies before it: the consumed space, the old tag, the new header.
+            let gap = start - self.plain;
+            self.buf.copy_within(..self.plain, gap);
+            self.buf.advance(gap);
+            self.cipher = self.cipher + len - gap;
+            self.moved += self.plain as u64;
+        } else {
+            self.buf.copy_within(start..start + n, self.plain);
+            self.cipher += len;
+            self.moved += n as u64;
         }
+        self.plain += n;
         if self.cipher == self.buf.len() {
+            // Nothing more buffered: the next read lands right after the plaintext.
             self.buf.truncate(self.plain);
             self.cipher = self.plain;
         }
+        Ok(true)
+    }
+
+    /// Opens every complete record buffered; returns how many plaintext bytes became
+    /// available. Records opened together are joined as in [`open_next`](Self::open_next).
+    pub fn decrypt(&mut self) -> Result<usize, OpenError> {
+        let before = self.plain;
+        while self.open_next()? {}
         Ok(self.plain - before)
     }
 
@@ -503,8 +580,101 @@ impl RecordReader {
         self.opener.counter()
     }
 
+    /// Plaintext bytes moved so far to join records: 0 while every frame lies within one
+    /// record and is consumed before the next record is opened; never more than the plaintext
+    /// opened.
+    pub fn moved_bytes(&self) -> u64 {
+        self.moved
+    }
+
     /// At end of stream: a record cut short is an error.
     pub fn finish(&self) -> Result<(), OpenError> {
         self.opener.finish(&self.buf[self.cipher..])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: [u8; 32] = [3; 32];
+
+    fn stream(pieces: &[&[u8]]) -> Vec<u8> {
+        let mut sealer = RecordSealer::new(&KEY, 1 << 20);
+        let mut out = Vec::new();
+        for p in pieces {
+            sealer.seal_frame(&mut out, p).unwrap();
+        }
+        out
+    }
+
+    /// Address of `buf[at]` in the reader's buffer.
+    fn addr(rr: &mut RecordReader, at: usize) -> usize {
+        let b = rr.take_buffer();
+        let p = b.as_ptr() as usize + at;
+        rr.restore_buffer(b);
+        p
+    }
+
+    #[test]
+    fn plaintext_of_a_record_is_read_where_it_was_decrypted() {
+        let (a, b) = (vec![0xa1; 300], vec![0xb2; 40]);
+        let s = stream(&[&a, &b]);
+        let mut rr = RecordReader::new(RecordOpener::new(&KEY, 1 << 20), &s);
+        let first = addr(&mut rr, RECORD_HEADER_LEN);
+        let second = addr(&mut rr, 2 * RECORD_HEADER_LEN + a.len() + RECORD_TAG_LEN);
+        assert!(rr.open_next().unwrap());
+        assert_eq!(rr.plaintext(), &a[..]);
+        assert_eq!(rr.plaintext().as_ptr() as usize, first, "not moved");
+        let frame = rr.split_plaintext(a.len());
+        assert_eq!(&frame[..], &a[..]);
+        assert!(rr.open_next().unwrap());
+        assert_eq!(rr.plaintext(), &b[..]);
+        assert_eq!(rr.plaintext().as_ptr() as usize, second, "not moved");
+        assert!(!rr.open_next().unwrap());
+        assert_eq!(rr.moved_bytes(), 0);
+        assert_eq!(rr.pending_ciphertext(), 0);
+        rr.finish().unwrap();
+    }
+
+    #[test]
+    fn a_frame_spanning_records_is_joined_by_moving_the_shorter_part() {
+        // Short head, long tail: the head moves up to the tail.
+        let s = stream(&[&[1; 10], &[2; 500]]);
+        let mut rr = RecordReader::new(RecordOpener::new(&KEY, 1 << 20), &s);
+        let tail = addr(&mut rr, 2 * RECORD_HEADER_LEN + 10 + RECORD_TAG_LEN);
+        assert!(rr.open_next().unwrap());
+        assert!(rr.open_next().unwrap());
+        assert_eq!(rr.plaintext().len(), 510);
+        assert!(rr.plaintext()[..10].iter().all(|&x| x == 1));
+        assert!(rr.plaintext()[10..].iter().all(|&x| x == 2));
+        assert_eq!(
+            rr.plaintext().as_ptr() as usize + 10,
+            tail,
+            "the tail stayed"
+        );
+        assert_eq!(rr.moved_bytes(), 10);
+        // Long head, short tail: the tail moves down to the head.
+        let s = stream(&[&[1; 500], &[2; 10]]);
+        let mut rr = RecordReader::new(RecordOpener::new(&KEY, 1 << 20), &s);
+        let head = addr(&mut rr, RECORD_HEADER_LEN);
+        assert_eq!(rr.decrypt().unwrap(), 510);
+        assert_eq!(rr.plaintext().as_ptr() as usize, head, "the head stayed");
+        assert!(rr.plaintext()[500..].iter().all(|&x| x == 2));
+        assert_eq!(rr.moved_bytes(), 10);
+    }
+
+    #[test]
+    fn a_frame_over_many_records_moves_each_byte_at_most_once() {
+        let pieces: Vec<Vec<u8>> = (0..200u8).map(|i| vec![i; 256]).collect();
+        let refs: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).collect();
+        let s = stream(&refs);
+        let mut rr = RecordReader::new(RecordOpener::new(&KEY, 1 << 20), &[]);
+        for chunk in s.chunks(1000) {
+            rr.push(chunk);
+            rr.decrypt().unwrap();
+        }
+        assert_eq!(rr.plaintext(), &pieces.concat()[..]);
+        assert!(rr.moved_bytes() <= 200 * 256, "moved {}", rr.moved_bytes());
     }
 }

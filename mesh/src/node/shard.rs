@@ -20,8 +20,9 @@
 //! application's receivers are woken once per batch (and before any wait).
 //!
 //! Secured mode: the reader reads ciphertext straight into its [`RecordReader`]'s buffer,
-//! opens the records in place and parses frames from the plaintext exactly as in plaintext
-//! mode (frames may span records; Data payloads still share the buffer). The writer seals each
+//! opens the records in place, one as the parser needs it, and parses frames from the
+//! plaintext where it was decrypted, exactly as in plaintext mode (frames may span records;
+//! Data payloads still share the buffer). The writer seals each
 //! batch of queued frames into as few records as fit, in its own reusable buffer, then writes
 //! it with one `write_all`; sealing is the commit, so a frame the queue policy dropped never
 //! consumes a nonce. A record that does not authenticate closes that link only (Crypto error).
@@ -509,20 +510,23 @@ async fn reader(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut buf: BytesMut)
 }
 
 /// The reader of a secured link: records are opened in place in `rr`'s buffer (the socket
-/// reads straight into it), then frames are parsed from the plaintext as in [`reader`].
+/// reads straight into it), one at a time as the frame parser runs out of plaintext, and frames
+/// are parsed from the plaintext where it lies, as in [`reader`].
 async fn reader_secure(ctx: Rc<Ctx>, l: LinkRc, mut rd: TcpReadHalf, mut rr: RecordReader) {
     let max = ctx.ns.cfg.max_message_bytes;
     let mut waits = Vec::new();
     let mut chunk = READ_CHUNK;
     loop {
-        if let Err(e) = rr.decrypt() {
-            record_failure(&ctx, &l, e);
-            return;
-        }
         loop {
             let len = match peek_frame_len(rr.plaintext(), max) {
                 Ok(DecodeStatus::Complete { len, .. }) => len,
-                Ok(DecodeStatus::NeedMore { .. }) => break,
+                // Frames that fit their records are never moved: the next record is opened
+                // only once the plaintext before it holds no whole frame.
+                Ok(DecodeStatus::NeedMore { .. }) => match rr.open_next() {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(e) => return record_failure(&ctx, &l, e),
+                },
                 Err(e) => return decode_failure(&ctx, &l, e),
             };
             // The frame is split off the buffer, so Data payloads share it (no copy).
