@@ -14,7 +14,12 @@
 //! to a node the record lists only repeats what that node already received from the origin:
 //! such relays are skipped (counted in [`MembershipStats::relays_pruned`]). When that link
 //! breaks the origin floods a new version without that neighbour, which is relayed to it
-//! normally. The same rule trims the catch-up sent to a new neighbour.
+//! normally. The same rule trims the catch-up sent to a new neighbour. A relay that skips
+//! some links comes out as one [`Dest::Link`] transmit per target.
+//!
+//! The own record coming back with the current version and neighbours (a neighbour got it
+//! over a faster path first and relayed it on) is an echo, ignored and counted; only a
+//! record of this id that differs or is newer comes from a previous run.
 //!
 //! Members are the nodes reachable from self over the edges of the records. An edge between
 //! two other nodes counts when every end whose record is known lists the other; the edges

@@ -846,10 +846,10 @@ impl Sim {
             for i in touched.drain(..) {
                 deadlines[i] = self.deadline(i);
             }
-            for i in 0..self.nodes.len() {
-                if deadlines[i].is_some_and(|t| t <= self.now) {
+            for (i, due) in deadlines.iter_mut().enumerate() {
+                if due.is_some_and(|t| t <= self.now) {
                     self.timeouts(i);
-                    deadlines[i] = self.deadline(i);
+                    *due = self.deadline(i);
                 }
             }
             // Anything still due now would spin: step at least 1 ms.
