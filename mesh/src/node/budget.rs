@@ -33,11 +33,12 @@ pub enum OverflowPolicy {
 ///
 /// A link is **congested** from the first reservation that finds its queue full until its
 /// writer drains it to half the bound. A link congested for longer than `after` while another
-/// link is not (the others take their share, this one does not) is declared **slow** (counted
-/// in `slow_links`, with an [`super::ErrorKind::SlowPeer`] event). One lossy link used to hold
+/// link drains at least twice as fast (the others take their share, this one does not; rates
+/// averaged over about a second, so a peer stalled for a moment is not slow) is declared
+/// **slow** (counted in `slow_links`, with an [`super::ErrorKind::SlowPeer`] event). One lossy link used to hold
 /// a Block publisher to its pace for as long as the loss lasted (~15 % of the rate for ~30 s
 /// in the fault test); now the publisher waits for one link at most about `after` per
-/// congestion episode. When every link is congested, or there is only one, nothing is slow:
+/// congestion episode. When the links drain alike, or there is only one, nothing is slow:
 /// the publisher is faster than the mesh and Block paces it, as before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowLinkPolicy {
@@ -91,6 +92,15 @@ pub(crate) struct LinkBudget {
     congested_since: AtomicU64,
     /// Declared slow (see [`SlowLinkPolicy`]); cleared when drained to half the bound.
     slow: AtomicBool,
+    /// How fast the writer puts bytes on the socket (see [`LinkBudget::written`]; written by
+    /// the link's writer only): bytes since the last update, its time (ms since `epoch`), and
+    /// the rate in bytes per ms (`f64` bits), smoothed over about a second.
+    drain_acc: AtomicU64,
+    drain_at: AtomicU64,
+    drain_rate: AtomicU64,
+    /// Bytes written in all, and that total when the current congestion episode began.
+    written_total: AtomicU64,
+    written_at_congestion: AtomicU64,
     epoch: Instant,
 }
 
@@ -106,6 +116,11 @@ impl LinkBudget {
             full_since: AtomicU64::new(0),
             congested_since: AtomicU64::new(0),
             slow: AtomicBool::new(false),
+            drain_acc: AtomicU64::new(0),
+            drain_at: AtomicU64::new(0),
+            drain_rate: AtomicU64::new(0f64.to_bits()),
+            written_total: AtomicU64::new(0),
+            written_at_congestion: AtomicU64::new(0),
             epoch,
         }
     }
@@ -121,8 +136,32 @@ impl LinkBudget {
         if self.is_slow() {
             return Duration::ZERO;
         }
-        let elapsed = self.elapsed_since(&self.congested_since);
-        after.saturating_sub(Duration::from_millis(elapsed))
+        let now = self.now_ms();
+        let since =
+            match self
+                .congested_since
+                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    let total = self.written_total.load(Ordering::Relaxed);
+                    self.written_at_congestion.store(total, Ordering::Relaxed);
+                    now
+                }
+                Err(s) => s,
+            };
+        after.saturating_sub(Duration::from_millis(now.saturating_sub(since)))
+    }
+
+    /// Bytes per millisecond written since the current congestion episode began (0 when not
+    /// congested).
+    pub(crate) fn congested_rate(&self) -> f64 {
+        let since = self.congested_since.load(Ordering::Relaxed);
+        if since == 0 {
+            return 0.0;
+        }
+        let bytes = self.written_total.load(Ordering::Relaxed)
+            - self.written_at_congestion.load(Ordering::Relaxed);
+        bytes as f64 / self.now_ms().saturating_sub(since).max(1) as f64
     }
 
     /// Starts the clock `since` (milliseconds since `epoch`, +1; 0 = not running) if it is not
@@ -134,11 +173,6 @@ impl LinkBudget {
             Err(s) => s,
         };
         now.saturating_sub(start)
-    }
-
-    /// True from a failed reservation until the queue is drained to half the bound.
-    pub(crate) fn is_congested(&self) -> bool {
-        self.congested_since.load(Ordering::Relaxed) != 0
     }
 
     /// Declares the link slow; true if it was not already.
@@ -206,6 +240,44 @@ impl LinkBudget {
                 self.slow.store(false, Ordering::Release);
             }
             self.room.notify(usize::MAX);
+        }
+    }
+
+    /// The link's writer put `n` bytes on the socket: updates the drain rate (every 10 ms at
+    /// most, an average weighted over about the last second). One writer per link, so plain
+    /// loads and stores.
+    pub(crate) fn written(&self, n: usize) {
+        self.written_total.fetch_add(n as u64, Ordering::Relaxed);
+        let now = self.now_ms();
+        let acc = self.drain_acc.load(Ordering::Relaxed) + n as u64;
+        let dt = now.saturating_sub(self.drain_at.load(Ordering::Relaxed));
+        if dt < 10 {
+            self.drain_acc.store(acc, Ordering::Relaxed);
+            return;
+        }
+        let rate = f64::from_bits(self.drain_rate.load(Ordering::Relaxed));
+        let weight = (dt as f64 / 1000.0).min(1.0);
+        let rate = rate + weight * (acc as f64 / dt as f64 - rate);
+        self.drain_rate.store(rate.to_bits(), Ordering::Relaxed);
+        self.drain_acc.store(0, Ordering::Relaxed);
+        self.drain_at.store(now, Ordering::Relaxed);
+    }
+
+    /// Bytes per millisecond the link has been draining lately. A link with bytes queued that
+    /// wrote nothing for a while decays toward zero; one with nothing queued keeps its rate (it
+    /// took all it was given, so it is not slow).
+    pub(crate) fn drain_rate(&self) -> f64 {
+        let rate = f64::from_bits(self.drain_rate.load(Ordering::Relaxed));
+        if self.queued() == 0 {
+            return rate;
+        }
+        let idle = self
+            .now_ms()
+            .saturating_sub(self.drain_at.load(Ordering::Relaxed));
+        if idle > 1000 {
+            rate * 1000.0 / idle as f64
+        } else {
+            rate
         }
     }
 
@@ -303,6 +375,25 @@ mod tests {
         assert!(
             b.congested(after) > Duration::ZERO,
             "a new episode starts afresh"
+        );
+    }
+
+    #[test]
+    fn the_drain_rate_follows_what_is_written_and_decays_when_nothing_is() {
+        let b = LinkBudget::new(100, Instant::now());
+        assert_eq!(b.drain_rate(), 0.0);
+        assert_eq!(b.try_reserve(50), Some(50), "a backlog, so idleness counts");
+        for _ in 0..30 {
+            std::thread::sleep(Duration::from_millis(12));
+            b.written(12_000);
+        }
+        let busy = b.drain_rate();
+        assert!(busy > 100.0, "about 1000 bytes per ms: {busy}");
+        std::thread::sleep(Duration::from_millis(1500));
+        let idle = b.drain_rate();
+        assert!(
+            idle < busy * 0.9,
+            "a link that writes nothing slows down: {idle} vs {busy}"
         );
     }
 

@@ -706,10 +706,10 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<Wait>) {
 
 /// Waits for room for `n` bytes on a link under the Block policy, but not for a link that
 /// holds the rest hostage ([`SlowLinkPolicy`]): once it has been congested for `after` while
-/// another link is not congested (the others take their share), it is declared slow, once:
-/// counted, reported, and closed if the policy says so. `None` when the link closed or is
-/// slow. When every link is congested the publisher is simply faster than the mesh and waits
-/// (plain backpressure; a single link is never slow).
+/// another link drains at least twice as fast, it is declared slow, once: counted, reported,
+/// and closed if the policy says so. `None` when the link closed or is slow. When the links
+/// drain alike the publisher is simply faster than the mesh and waits (plain backpressure; a
+/// single link is never slow).
 async fn reserve_or_slow(
     ctx: &Rc<Ctx>,
     link: LinkId,
@@ -727,7 +727,7 @@ async fn reserve_or_slow(
         if budget.is_closed() || budget.is_slow() {
             return None;
         }
-        if budget.congested(policy.after).is_zero() && others_flowing(ctx, link) {
+        if budget.congested(policy.after).is_zero() && outpaced(ctx, link, budget) {
             break;
         }
     }
@@ -759,13 +759,15 @@ async fn reserve_or_slow(
     None
 }
 
-/// True if some open link other than `link` is not congested.
-fn others_flowing(ctx: &Ctx, link: LinkId) -> bool {
+/// True if some other open link drains at least twice as fast as `link` has since its
+/// congestion began (see [`SlowLinkPolicy`]).
+fn outpaced(ctx: &Ctx, link: LinkId, budget: &LinkBudget) -> bool {
+    let mine = budget.congested_rate();
     ctx.st
         .borrow()
         .owners
         .iter()
-        .any(|(l, (_, b))| *l != link && !b.is_closed() && !b.is_congested())
+        .any(|(l, (_, b))| *l != link && !b.is_closed() && b.drain_rate() >= 2.0 * mine.max(0.001))
 }
 
 /// Sends `msg` to executor `to`, waiting for ring room; `reserved` link bytes are given back
@@ -1319,6 +1321,7 @@ async fn writer(ctx: Rc<Ctx>, l: LinkRc, mut wr: TcpWriteHalf, mut sealer: Optio
             Ok(()) => {
                 let mut c = l.borrow_mut();
                 c.in_flight = Taken::default();
+                c.budget.written(bytes);
                 c.budget.release(taken.held);
                 add(&ctx.counters().bytes_out, bytes as u64);
             }
