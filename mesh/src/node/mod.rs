@@ -32,11 +32,11 @@
 //! and is dropped and counted instead. `try_*` never wait and say why with [`PublishError`].
 //!
 //! **No peer holds a publisher hostage.** A link that stays congested for
-//! [`SlowLinkPolicy::after`] (1 s) while another link takes its share is declared slow
-//! (`slow_links`, an [`ErrorKind::SlowPeer`] event) and, by default, dropped for until it has
-//! drained to half its bound (`dropped_slow_link`); [`SlowLinkAction::Disconnect`] closes it
-//! instead. When every link is congested (or there is one) the publisher is faster than the
-//! mesh and simply waits.
+//! [`SlowLinkPolicy::after`] (1 s) while another link drains at least twice as fast is
+//! declared slow (`slow_links`, an [`ErrorKind::SlowPeer`] event) and, by default, dropped for
+//! until it has drained to half its bound (`dropped_slow_link`);
+//! [`SlowLinkAction::Disconnect`] closes it instead. When the links drain alike (or there is
+//! one) the publisher is faster than the mesh and simply waits.
 //!
 //! **No silent loss.** Every message not delivered nor sent on is counted by cause in
 //! [`Mesh::stats`], including what was still queued on (or being written to) a link when it
