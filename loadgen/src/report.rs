@@ -19,6 +19,12 @@ pub struct Drops {
     pub no_route: u64,
     /// A link's outbound queue was full (relayed copies under Block, any under DropNewest).
     pub queue_full: u64,
+    /// Copies older than anything the dedup cache still remembered for their id stream.
+    pub too_old: u64,
+    /// Originated for a link declared slow under Block (no one waits for it).
+    pub slow_link: u64,
+    /// Still queued on (or being written to) a link when it closed.
+    pub link_closed: u64,
     /// Control events lost on a full event queue.
     pub event_queue_full: u64,
     /// Links closed on undecodable input.
@@ -38,6 +44,9 @@ impl Drops {
         self.ttl += s.dropped_ttl;
         self.no_route += s.dropped_no_route;
         self.queue_full += s.dropped_queue_full;
+        self.too_old += s.dropped_too_old;
+        self.slow_link += s.dropped_slow_link;
+        self.link_closed += s.dropped_link_closed;
         self.event_queue_full += s.dropped_event_queue_full;
         self.malformed_frames += s.malformed_frames;
         self.oversize_frames += s.oversize_frames;
@@ -47,12 +56,16 @@ impl Drops {
 
     fn line(&self) -> String {
         format!(
-            "duplicate {} | ttl {} | no_route {} | queue_full {} | event_queue_full {} | \
-             malformed {} | oversize {} | slow_peer {} (backpressure waits: {})",
+            "duplicate {} | too_old {} | ttl {} | no_route {} | queue_full {} | slow_link {} | \
+             link_closed {} | event_queue_full {} | malformed {} | oversize {} | slow_peer {} \
+             (backpressure waits: {})",
             self.duplicate,
+            self.too_old,
             self.ttl,
             self.no_route,
             self.queue_full,
+            self.slow_link,
+            self.link_closed,
             self.event_queue_full,
             self.malformed_frames,
             self.oversize_frames,
