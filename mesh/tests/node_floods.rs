@@ -79,19 +79,8 @@ fn exchange_messages(a: &Node, b: &Node, tag: &str) {
 /// groups' announces are not junk.
 #[test]
 fn junk_on_the_discovery_port_is_counted_in_plaintext_mode() {
-    let port = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let a = Node::start(
-        fast()
-            .discovery(true)
-            .group_name(format!("junk-{}", rand::random::<u64>()))
-            .multicast_interface(Ipv4Addr::LOCALHOST)
-            .multicast_port(port)
-            .announce_interval(Duration::from_millis(100)),
-    );
+    let (b, port) = loopback_discovery("junk");
+    let a = Node::start(b.announce_interval(Duration::from_millis(100)));
     let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let to = ("127.0.0.1", port);
     let dropped = || a.mesh.stats().control.announces_dropped;

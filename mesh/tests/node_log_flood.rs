@@ -56,18 +56,8 @@ fn garbage_connections_and_junk_datagrams_give_a_bounded_number_of_log_lines() {
         seen: Mutex::new(Vec::new()),
     }));
     tracing::subscriber::set_global_default(counter).expect("first subscriber");
-    let port = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let a = Node::start(
-        fast()
-            .discovery(true)
-            .group_name(format!("log-flood-{}", rand::random::<u64>()))
-            .multicast_interface(Ipv4Addr::LOCALHOST)
-            .multicast_port(port),
-    );
+    let (b, port) = loopback_discovery("log-flood");
+    let a = Node::start(b);
     let start = Instant::now();
     let ctl = || a.mesh.stats().control;
     // 1 000 connections that send a frame of an unknown type instead of a Hello.

@@ -27,6 +27,22 @@ pub fn fast() -> MeshBuilder {
         .membership_timeout(Duration::from_millis(1500))
 }
 
+/// [`fast`] with multicast discovery on loopback, on a port of its own and in a group of its
+/// own (so parallel tests never hear each other); returns the builder and the port.
+pub fn loopback_discovery(group: &str) -> (MeshBuilder, u16) {
+    let port = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let b = fast()
+        .discovery(true)
+        .group_name(format!("{group}-{}", rand::random::<u64>()))
+        .multicast_interface(Ipv4Addr::LOCALHOST)
+        .multicast_port(port);
+    (b, port)
+}
+
 /// A port that was free a moment ago (for topologies that need ports before start).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
