@@ -53,21 +53,19 @@
 //! Start with [`Mesh::builder`]; the threading contract and the backpressure rules are in
 //! the [`node`] module docs, the Hello extension layout in [`wire`].
 
-pub mod config;
-pub mod crypto;
-pub mod id;
+pub mod identity_file;
 #[cfg(feature = "prometheus")]
 pub mod metrics;
 pub mod node;
-pub mod proto;
-pub mod wire;
-pub use config::MeshConfig;
-pub use id::{MsgId, PeerId};
 pub use node::{
     ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, MeshError, MeshStats, NodeOptions,
     OverflowPolicy, PublishError, Publisher, ShardStats, SlowLinkAction, SlowLinkPolicy,
     StatCounter,
 };
+/// The protocol crate, whole: its state machines at the top, [`wire`], [`crypto`], [`config`].
+pub use shoal_proto as proto;
+pub use shoal_proto::{config, crypto, id, wire};
+pub use shoal_proto::{MeshConfig, MsgId, PeerId};
 
 /// The README, so `cargo test` compiles and runs its Rust blocks (the quick start).
 #[cfg(doctest)]

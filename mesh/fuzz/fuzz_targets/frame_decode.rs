@@ -3,7 +3,7 @@
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
-use shoal_mesh::wire::{decode_frame, take_frame, DecodeStatus, MAX_MESSAGE_BYTES};
+use shoal_proto::wire::{decode_frame, take_frame, DecodeStatus, MAX_MESSAGE_BYTES};
 
 fuzz_target!(|data: &[u8]| {
     let buf = Bytes::copy_from_slice(data);

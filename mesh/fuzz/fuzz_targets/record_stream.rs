@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shoal_mesh::crypto::{RecordOpener, RecordReader, RecordSealer};
+use shoal_proto::crypto::{RecordOpener, RecordReader, RecordSealer};
 
 const KEY: [u8; 32] = [7; 32];
 /// A small receiver limit, so records are cut and frames split across records often.

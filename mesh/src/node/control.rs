@@ -224,7 +224,7 @@ pub(crate) async fn run(init: ControlInit) {
     let listener = Rc::new(listener);
     let book = IdentityBook::new(ns.me, cfg.max_identity_records);
     let own_record = ns.secure_ctx().and_then(|c| {
-        let mut versions = RecordVersions::from_clock();
+        let mut versions = RecordVersions::starting_at(wall_ms());
         let frame = own_record_frame(&c, &mut versions)?;
         Some(OwnRecord {
             versions,

@@ -376,7 +376,7 @@ impl MeshBuilder {
         self
     }
 
-    crate::config::mesh_config_setters!(cfg);
+    shoal_proto::mesh_config_setters!(cfg);
 
     /// Adds a static peer (`host:port`, kept connected forever, never Lost).
     pub fn static_peer(mut self, endpoint: impl Into<String>) -> Self {
@@ -540,7 +540,7 @@ fn secure_context(cfg: &MeshConfig) -> Result<Option<SecureContext>, MeshError> 
     let ctx = SecureContext::new(keys, cfg.group_name.as_bytes())?
         .with_max_message_bytes(cfg.max_message_bytes as usize);
     let identity = if let Some(path) = &cfg.identity_file {
-        Some(Identity::load_or_create(
+        Some(crate::identity_file::load_or_create(
             path,
             &cfg.node_name,
             &mut rand::rngs::OsRng,

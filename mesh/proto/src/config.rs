@@ -20,7 +20,7 @@
 //!   membership store (the C++ library is tuned for tens of nodes).
 //! - `new_peer_rate = 50`, `new_peer_rate_per_source = 10`: how many never-linked peers the
 //!   node admits from announces and dials per second, node-wide and per source address (see
-//!   [`crate::proto::admission`]). A legitimate mesh meets a handful of new peers per second;
+//!   [`crate::admission`]). A legitimate mesh meets a handful of new peers per second;
 //!   a flood of fake announces gets at most this many outbound connections.
 //! - `max_pending_handshakes = 256`: inbound connections that have not finished their
 //!   handshake. When full, a new connection evicts the oldest such connection from the source
@@ -244,7 +244,7 @@ impl Default for MeshConfig {
             initial_ttl: 8,
             dedup_ttl: Duration::from_millis(30000),
             max_dedup_entries: 100_000,
-            max_dedup_streams: crate::proto::DEFAULT_MAX_STREAMS,
+            max_dedup_streams: crate::DEFAULT_MAX_STREAMS,
             max_outbound_queue_bytes: 8 * 1024 * 1024,
             max_message_bytes: 16 * 1024 * 1024,
             membership_interval: Duration::from_millis(2000),
@@ -454,10 +454,12 @@ pub struct MeshConfigBuilder(MeshConfig);
 
 /// Expands to one builder setter per [`MeshConfig`] field, writing `self.<cfg>.<field>`.
 /// Shared by [`MeshConfigBuilder`] and the node's `MeshBuilder`, so the list of settings is
-/// written once.
+/// written once. Exported for `shoal-mesh` only (hidden from the docs).
+#[doc(hidden)]
+#[macro_export]
 macro_rules! mesh_config_setters {
     ($cfg:tt) => {
-        $crate::config::mesh_config_setters!(@emit $cfg;
+        $crate::mesh_config_setters!(@emit $cfg;
         /// Sets `group_name`.
         group_name: String,
         /// Sets `psk` (non-empty = secured mesh).
@@ -542,10 +544,9 @@ macro_rules! mesh_config_setters {
         )*
     };
 }
-pub(crate) use mesh_config_setters;
 
 impl MeshConfigBuilder {
-    mesh_config_setters!(0);
+    crate::mesh_config_setters!(0);
 
     /// Validates and returns the configuration.
     pub fn build(self) -> Result<MeshConfig, ConfigError> {

@@ -41,13 +41,18 @@
 //! `Install`/`Uninstall`) before feeding its events to [`membership::Membership`], so a
 //! membership flood triggered by `Connected` already reaches the new link.
 //!
-//! `mesh/tests/proto_sim/mod.rs` is a complete reference driver: it runs whole nodes out of
+//! `mesh/proto/tests/proto_sim/mod.rs` is a complete reference driver: it runs whole nodes out of
 //! these machines over an in-memory network with virtual time.
 //!
 //! Links are named by [`LinkId`]s, allocated by the peer table ([`peers::PeerManager`]) for
 //! every dial and every accepted socket and never reused, so a larger id is a younger
 //! connection. The control plane pushes each shard a [`router::RoutingTable`] (neighbour to
 //! link) whenever it installs or removes a link; the message path never asks it anything.
+
+pub mod config;
+pub mod crypto;
+pub mod id;
+pub mod wire;
 
 pub mod admission;
 pub mod announce;
@@ -66,7 +71,8 @@ pub use membership::{Dest, Membership, MembershipEvent, MembershipTransmit, Reco
 pub use peers::{DialTarget, PeerAction, PeerEvent, PeerManager, PeerState, PeerStats};
 pub use router::{DataMeta, DropReason, MsgIdGen, Route, Router, RouterStats, RoutingTable};
 
-use crate::PeerId;
+pub use config::MeshConfig;
+pub use id::{MsgId, PeerId};
 
 /// Names one connection (dialed or accepted). Allocated by [`peers::PeerManager`], unique for
 /// the node's lifetime and increasing, so comparing two ids tells which connection is older.

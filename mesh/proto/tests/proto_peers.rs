@@ -5,9 +5,9 @@ mod proto_sim;
 use proto_sim::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use shoal_mesh::config::MeshConfig;
-use shoal_mesh::proto::{DialTarget, LinkId, PeerAction, PeerEvent, PeerManager, PeerState};
-use shoal_mesh::PeerId;
+use shoal_proto::config::MeshConfig;
+use shoal_proto::PeerId;
+use shoal_proto::{DialTarget, LinkId, PeerAction, PeerEvent, PeerManager, PeerState};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -209,7 +209,7 @@ fn crashed_peer_is_detected_by_heartbeat_timeout() {
     assert!(sim.connected(0).is_empty());
     assert!(sim.nodes[0]
         .close_reasons
-        .contains(&shoal_mesh::proto::CloseReason::HeartbeatTimeout));
+        .contains(&shoal_proto::CloseReason::HeartbeatTimeout));
 }
 
 #[test]

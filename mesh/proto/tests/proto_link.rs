@@ -2,9 +2,9 @@
 //! any received frame (busy receivers and busy senders), timeouts, Goodbye, extension gating.
 
 use bytes::Bytes;
-use shoal_mesh::proto::{CloseReason, FrameAction, Link, LinkEvent, LinkId, LinkState, LinkTimers};
-use shoal_mesh::wire::{Data, Features, Frame, Hello, ShoalExtension, PROTOCOL_VERSION};
-use shoal_mesh::{MsgId, PeerId};
+use shoal_proto::wire::{Data, Features, Frame, Hello, ShoalExtension, PROTOCOL_VERSION};
+use shoal_proto::{CloseReason, FrameAction, Link, LinkEvent, LinkId, LinkState, LinkTimers};
+use shoal_proto::{MsgId, PeerId};
 use std::time::{Duration, Instant};
 
 const ME: PeerId = PeerId([1; 16]);
@@ -275,7 +275,7 @@ fn a_trickle_inside_a_frame_is_closed_as_stalled() {
         slow.handle_timeout(ms(t0, 500 * k));
     }
     assert_eq!(slow.state(), LinkState::Established);
-    const { assert!(shoal_mesh::proto::PROGRESS_BYTES <= 4096) };
+    const { assert!(shoal_proto::PROGRESS_BYTES <= 4096) };
 }
 
 #[test]

@@ -4,7 +4,7 @@
 mod proto_sim;
 
 use proto_sim::*;
-use shoal_mesh::proto::MembershipEvent;
+use shoal_proto::MembershipEvent;
 use std::time::Duration;
 
 #[test]
@@ -84,8 +84,8 @@ fn healed_cut_rejoins() {
 fn restarted_node_with_same_id_outranks_its_old_record() {
     // Versions come from the wall clock, so a node restarted with the same id (identity
     // mesh) floods a record that beats everything its previous run flooded.
-    use shoal_mesh::proto::{LinkId, Membership, RecordOutcome};
-    use shoal_mesh::PeerId;
+    use shoal_proto::PeerId;
+    use shoal_proto::{LinkId, Membership, RecordOutcome};
     use std::time::Instant;
     let now = Instant::now();
     let (a, b, c) = (PeerId([1; 16]), PeerId([2; 16]), PeerId([3; 16]));

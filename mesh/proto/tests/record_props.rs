@@ -4,7 +4,7 @@
 //! byte anywhere stops the stream before the damaged record's plaintext.
 
 use proptest::prelude::*;
-use shoal_mesh::crypto::{RecordOpener, RecordReader, RecordSealer};
+use shoal_proto::crypto::{RecordOpener, RecordReader, RecordSealer};
 
 const KEY: [u8; 32] = [7; 32];
 /// A small receiver limit, so records are cut and frames split across records often.

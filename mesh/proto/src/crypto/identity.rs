@@ -1,9 +1,9 @@
-//! Ed25519 node identity: the key, its seed file, the handshake transcript signature and the
-//! local trust policy (allowlist with labels, `require_identity`).
+//! Ed25519 node identity: the key, the handshake transcript signature and the local trust
+//! policy (allowlist with labels, `require_identity`). Reading and creating the seed *file* is
+//! the driver's job (`shoal_mesh::identity_file`): nothing here touches the file system.
 
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ahash::{AHashMap, AHashSet};
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
@@ -38,7 +38,7 @@ pub enum IdentityError {
         /// The seed file.
         path: PathBuf,
         /// The underlying error.
-        source: io::Error,
+        source: std::io::Error,
     },
 }
 
@@ -86,47 +86,6 @@ impl Identity {
         Identity::from_seed(&seed, name)
     }
 
-    /// Loads the seed file at `path`, or, when it does not exist, creates it with a fresh random
-    /// seed and mode 0600 (created exclusively, so a concurrent creator's file is read instead).
-    pub fn load_or_create(
-        path: &Path,
-        name: &str,
-        rng: &mut (impl RngCore + CryptoRng),
-    ) -> Result<Identity, IdentityError> {
-        let io_err = |source| IdentityError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        match read_seed_file(path) {
-            Ok(text) => return Identity::from_seed_hex(&text, name),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(e)),
-        }
-        let mut seed = Zeroizing::new([0u8; 32]);
-        rng.fill_bytes(&mut seed[..]);
-        let mut text = Zeroizing::new(hex::encode(&seed[..]));
-        text.push('\n');
-        match create_private(path) {
-            Ok(mut file) => {
-                let written = file
-                    .write_all(text.as_bytes())
-                    .and_then(|()| file.sync_all());
-                if let Err(e) = written {
-                    // A half-written seed would fail every later start; better leave no file.
-                    let _ = std::fs::remove_file(path);
-                    return Err(io_err(e));
-                }
-                tracing::info!(path = %path.display(), "created identity seed file");
-                Identity::from_seed(&seed, name)
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let text = read_seed_file(path).map_err(io_err)?;
-                Identity::from_seed_hex(&text, name)
-            }
-            Err(e) => Err(io_err(e)),
-        }
-    }
-
     /// The Ed25519 public key (`idPubKey` on the wire).
     pub fn public_key(&self) -> &[u8; 32] {
         &self.public
@@ -164,50 +123,6 @@ impl fmt::Debug for Identity {
             .finish_non_exhaustive()
     }
 }
-
-fn read_seed_file(path: &Path) -> io::Result<Zeroizing<String>> {
-    let mut file = std::fs::File::open(path)?;
-    warn_if_loose(path, &file);
-    let mut text = Zeroizing::new(String::new());
-    // 64 hex characters and a newline; anything much longer is not a seed file.
-    Read::by_ref(&mut file)
-        .take(256)
-        .read_to_string(&mut text)?;
-    Ok(text)
-}
-
-#[cfg(unix)]
-fn create_private(path: &Path) -> io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-}
-
-#[cfg(not(unix))]
-fn create_private(path: &Path) -> io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-}
-
-#[cfg(unix)]
-fn warn_if_loose(path: &Path, file: &std::fs::File) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(meta) = file.metadata() {
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            tracing::warn!(path = %path.display(), mode = format_args!("{mode:o}"),
-                "identity seed file is readable by group or others");
-        }
-    }
-}
-
-#[cfg(not(unix))]
-fn warn_if_loose(_path: &Path, _file: &std::fs::File) {}
 
 fn transcript<'b>(
     buf: &'b mut [u8; TRANSCRIPT_MAX],

@@ -5,7 +5,7 @@ mod proto_sim;
 
 use proto_sim::*;
 use rand::{Rng, SeedableRng};
-use shoal_mesh::proto::DropReason;
+use shoal_proto::DropReason;
 use std::time::Duration;
 
 fn assert_links_match(sim: &Sim, n: usize, edges: &[(usize, usize)]) {

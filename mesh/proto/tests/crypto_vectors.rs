@@ -7,17 +7,17 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use crypto_support::Section;
-use shoal_mesh::crypto::{
+use shoal_proto::crypto::{
     node_id_from_key, sign_identity_record, verify_identity_record, verify_transcript,
     AnnounceDrop, AnnounceMacError, DiscoveryGuard, Established, Handshake, Identity, IdentityBook,
     IdentityPolicy, Opened, PskKeys, RecordOpener, RecordReader, RecordSealer, SecureContext,
     SessionKeys,
 };
-use shoal_mesh::wire::{
+use shoal_proto::wire::{
     decode_frame, Announce, AnnounceFilter, AnnounceReject, DecodeStatus, Frame, Hello,
     MAX_MESSAGE_BYTES,
 };
-use shoal_mesh::PeerId;
+use shoal_proto::PeerId;
 
 fn frame(bytes: &[u8]) -> Frame {
     match decode_frame(&Bytes::copy_from_slice(bytes), MAX_MESSAGE_BYTES).expect("frame decodes") {
@@ -398,9 +398,11 @@ fn check_stream(s: &Section, from: &str, to: &str, opener: RecordOpener) -> Vec<
     for chunk in stream[3..].chunks(7) {
         reader.push(chunk);
         reader.decrypt().unwrap();
-        while let Some(f) =
-            shoal_mesh::wire::take_frame(&mut BytesMut::from(reader.plaintext()), MAX_MESSAGE_BYTES)
-                .unwrap()
+        while let Some(f) = shoal_proto::wire::take_frame(
+            &mut BytesMut::from(reader.plaintext()),
+            MAX_MESSAGE_BYTES,
+        )
+        .unwrap()
         {
             let n = f.encoded_len();
             reader.consume(n);
@@ -490,13 +492,13 @@ fn v6_identity_connection() {
             );
             let got = book.accept(&policy, &r.id_pub_key, r.version, r.name.as_bytes(), &r.sig);
             if me.node_id() == id_b.node_id() {
-                assert_eq!(got, Err(shoal_mesh::crypto::RecordDrop::Own));
+                assert_eq!(got, Err(shoal_proto::crypto::RecordDrop::Own));
             } else {
                 assert_eq!(got, Ok(me.node_id()));
                 // A replay of the same version is stale.
                 let again =
                     book.accept(&policy, &r.id_pub_key, r.version, r.name.as_bytes(), &r.sig);
-                assert_eq!(again, Err(shoal_mesh::crypto::RecordDrop::Stale));
+                assert_eq!(again, Err(shoal_proto::crypto::RecordDrop::Stale));
             }
         }
     }

@@ -2,8 +2,6 @@
 //! non-neighbours: `idPubKey(32) | version u64 | sig(64) | name str`, the signature covering
 //! `"mm-idrec-v1" || version (u64 BE) || name`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use ahash::AHashMap;
 
 use super::identity::{verify_strict, Identity, IdentityPolicy, IdentityReject, MAX_NAME_LEN};
@@ -42,23 +40,14 @@ pub fn verify_identity_record(
     Ok(node_id_from_key(key))
 }
 
-/// Mints the versions of this node's identity records: seeded from wall-clock milliseconds at
-/// start (so a restarted node outranks its old records), +1 per record.
+/// Mints the versions of this node's identity records: seeded by the driver from wall-clock milliseconds
+/// at start (so a restarted node outranks its old records), +1 per record.
 #[derive(Debug, Clone)]
 pub struct RecordVersions {
     next: u64,
 }
 
 impl RecordVersions {
-    /// Seeds from the current wall clock.
-    pub fn from_clock() -> RecordVersions {
-        let ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
-        RecordVersions::starting_at(ms)
-    }
-
     /// Seeds from a given value.
     pub fn starting_at(first: u64) -> RecordVersions {
         RecordVersions { next: first }

@@ -1,5 +1,5 @@
 //! A deterministic in-memory network of complete mesh nodes built from the sans-I/O state
-//! machines of `shoal_mesh::proto`, driven the way the real I/O driver is meant to drive them.
+//! machines of `shoal_proto`, driven the way the real I/O driver is meant to drive them.
 //! Time is virtual, frames travel with a per-direction latency in FIFO order (TCP), links can
 //! be cut cleanly (EOF) or silently (black hole), nodes can stop, crash and restart.
 
@@ -8,10 +8,10 @@
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shoal_mesh::config::MeshConfig;
-use shoal_mesh::proto::*;
-use shoal_mesh::wire::{Announce, AnnounceFilter, Data, Frame, Hello, PROTOCOL_VERSION};
-use shoal_mesh::{MsgId, PeerId};
+use shoal_proto::config::MeshConfig;
+use shoal_proto::wire::{Announce, AnnounceFilter, Data, Frame, Hello, PROTOCOL_VERSION};
+use shoal_proto::*;
+use shoal_proto::{MsgId, PeerId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -377,7 +377,7 @@ impl Sim {
             nonce,
             eph_pub_key: n.cfg.secured().then_some([9; 32]),
             identity: None,
-            shoal: Some(shoal_mesh::wire::ShoalExtension::current()),
+            shoal: Some(shoal_proto::wire::ShoalExtension::current()),
         }
     }
 

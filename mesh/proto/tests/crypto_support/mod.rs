@@ -81,7 +81,7 @@ impl Section {
 pub fn shared_dir() -> PathBuf {
     match std::env::var_os("SHOAL_SHARED_DIR") {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared")),
+        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")),
     }
 }
 

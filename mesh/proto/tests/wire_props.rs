@@ -3,12 +3,12 @@
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use shoal_mesh::wire::{
+use shoal_proto::wire::{
     decode_frame, encode_data_into, peek_frame_len, take_data, take_frame, Announce, AuthConfirm,
     Data, DecodeError, DecodeStatus, Features, Frame, Hello, HelloIdentity, IdentityRecord,
     Membership, ShoalExtension, MAX_MESSAGE_BYTES,
 };
-use shoal_mesh::{MsgId, PeerId};
+use shoal_proto::{MsgId, PeerId};
 
 fn peer() -> impl Strategy<Value = PeerId> {
     any::<[u8; 16]>().prop_map(PeerId)

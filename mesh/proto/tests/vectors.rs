@@ -3,18 +3,18 @@
 //! datagram must decode to the fields printed beside it and re-encode to the same bytes.
 
 use bytes::{Bytes, BytesMut};
-use shoal_mesh::wire::{
+use shoal_proto::wire::{
     decode_frame, take_frame, Announce, AuthConfirm, Data, DecodeStatus, Frame, Hello,
     HelloIdentity, IdentityRecord, Membership, ANNOUNCE_FLAG_SECURED, MAX_MESSAGE_BYTES,
 };
-use shoal_mesh::{MsgId, PeerId};
+use shoal_proto::{MsgId, PeerId};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 fn vectors_path() -> PathBuf {
     let dir = std::env::var_os("SHOAL_SHARED_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared")));
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")));
     dir.join("protocol/vectors.txt")
 }
 

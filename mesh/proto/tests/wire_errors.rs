@@ -2,13 +2,13 @@
 //! the extended-frame sending rule.
 
 use bytes::{Bytes, BytesMut};
-use shoal_mesh::wire::{
+use shoal_proto::wire::{
     decode_frame, peek_frame_len, peer_accepts_frame_type, take_frame, Announce, AnnounceFilter,
     AnnounceReject, Data, DataHeader, DecodeError, DecodeStatus, EncodeError, Features, Frame,
     Hello, HelloIdentity, IdentityRecord, Membership, ShoalExtension, DATA_HEADER_LEN,
     MAX_HANDSHAKE_FRAME_LEN, MAX_HELLO_V1_LEN, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
 };
-use shoal_mesh::{MsgId, PeerId};
+use shoal_proto::{MsgId, PeerId};
 
 fn decode(bytes: &[u8]) -> Result<DecodeStatus<Frame>, DecodeError> {
     decode_frame(&Bytes::copy_from_slice(bytes), MAX_MESSAGE_BYTES)
