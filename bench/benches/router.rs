@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_main, Criterion, Throughput};
-use shoal_mesh::proto::{DataMeta, DedupCache, DropReason, LinkId, Route, Router, RoutingTable};
+use shoal_mesh::proto::{DataMeta, DedupCache, DropReason, LinkId, NeighbourLinks, Route, Router};
 use shoal_mesh::wire::INITIAL_TTL;
 use shoal_mesh::{MsgId, PeerId};
 
@@ -37,8 +37,8 @@ fn neighbour(i: usize) -> PeerId {
 }
 
 /// Neighbour `i` on link `i + 1`.
-fn table(links: usize) -> RoutingTable {
-    let mut t = RoutingTable::new();
+fn table(links: usize) -> NeighbourLinks {
+    let mut t = NeighbourLinks::new();
     for i in 0..links {
         t.insert(neighbour(i), LinkId(i as u64 + 1));
     }
@@ -55,7 +55,7 @@ fn meta(dst: PeerId, n: u64) -> DataMeta {
 }
 
 /// A router whose dedup cache holds ids `0..DEDUP_ENTRIES` (full).
-fn full_router(t: &RoutingTable, now: Instant) -> Router {
+fn full_router(t: &NeighbourLinks, now: Instant) -> Router {
     let mut r = Router::new(ME, INITIAL_TTL, DEDUP_ENTRIES, DEDUP_TTL, now);
     for n in 0..DEDUP_ENTRIES as u64 {
         r.on_data(t, INBOUND, &meta(PeerId::ZERO, n), now);
@@ -68,7 +68,7 @@ fn full_router(t: &RoutingTable, now: Instant) -> Router {
 fn bench_new(
     c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     name: &str,
-    t: &RoutingTable,
+    t: &NeighbourLinks,
     dst: PeerId,
     expect: Route,
 ) {

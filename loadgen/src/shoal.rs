@@ -34,10 +34,10 @@ pub struct NodeArgs {
     /// Seed peer `host:port` (repeatable; dialed at start and while isolated).
     #[arg(long = "seed-peer")]
     pub seed_peers: Vec<String>,
-    /// Enable multicast discovery (off by default: use static/seed peers).
+    /// Enable multicast scouting (peer finding) (off by default: use static/seed peers).
     #[arg(long)]
-    pub discovery: bool,
-    /// IPv4 address of the interface for multicast discovery (implies --discovery).
+    pub scouting: bool,
+    /// IPv4 address of the interface for multicast scouting (implies --scouting).
     #[arg(long)]
     pub multicast_interface: Option<Ipv4Addr>,
     /// Data shards per node.
@@ -101,7 +101,7 @@ impl NodeArgs {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             static_peers: Vec::new(),
             seed_peers: Vec::new(),
-            discovery: false,
+            scouting: false,
             multicast_interface: None,
             shards: 1,
             pin: Vec::new(),
@@ -134,7 +134,7 @@ impl NodeArgs {
             .group_name(self.group.clone())
             .listen_addr(self.listen.ip())
             .listen_port(self.listen.port())
-            .discovery(self.discovery || self.multicast_interface.is_some())
+            .scouting(self.scouting || self.multicast_interface.is_some())
             .shards(self.shards)
             .spin_before_park(std::time::Duration::from_micros(self.spin_us))
             .overflow_policy(match self.overflow {

@@ -17,14 +17,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shards = args.get(2).copied().unwrap_or(1);
     let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let b = Mesh::builder()
-        .discovery(false)
+        .scouting(false)
         .listen_addr(lo)
         .shards(shards)
         .build()?;
     let mut rx = b.events();
     b.start()?;
     let a = Mesh::builder()
-        .discovery(false)
+        .scouting(false)
         .listen_addr(lo)
         .shards(shards)
         .static_peer(format!("127.0.0.1:{}", b.listen_port()))

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let a = Mesh::builder()
-        .discovery(false)
+        .scouting(false)
         .listen_addr(localhost)
         .build()?;
     a.start()?;
     let b = Mesh::builder()
-        .discovery(false)
+        .scouting(false)
         .listen_addr(localhost)
         .static_peer(format!("127.0.0.1:{}", a.listen_port()))
         .build()?;

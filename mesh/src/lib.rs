@@ -18,7 +18,7 @@
 //! }
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let local = |b: MeshBuilder| b.discovery(false).listen_addr([127, 0, 0, 1].into());
+//!     let local = |b: MeshBuilder| b.scouting(false).listen_addr([127, 0, 0, 1].into());
 //!     let a = local(Mesh::builder()).build()?;
 //!     let mut a_events = a.events(); // taken before start: no event is missed
 //!     a.start()?;

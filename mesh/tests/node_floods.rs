@@ -79,7 +79,7 @@ fn exchange_messages(a: &Node, b: &Node, tag: &str) {
 /// groups' announces are not junk.
 #[test]
 fn junk_on_the_discovery_port_is_counted_in_plaintext_mode() {
-    let (b, port) = loopback_discovery("junk");
+    let (b, port) = loopback_scouting("junk");
     let a = Node::start(b.announce_interval(Duration::from_millis(100)));
     let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let to = ("127.0.0.1", port);
@@ -91,7 +91,7 @@ fn junk_on_the_discovery_port_is_counted_in_plaintext_mode() {
     });
     let announce = |id: shoal_mesh::PeerId, group: &str| {
         let mut d = Vec::new();
-        shoal_mesh::wire::Announce::new(id, 7, group, false)
+        shoal_mesh::wire::Beacon::new(id, 7, group, false)
             .encode_body(&mut d)
             .unwrap();
         d

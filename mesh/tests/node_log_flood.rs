@@ -56,7 +56,7 @@ fn garbage_connections_and_junk_datagrams_give_a_bounded_number_of_log_lines() {
         seen: Mutex::new(Vec::new()),
     }));
     tracing::subscriber::set_global_default(counter).expect("first subscriber");
-    let (b, port) = loopback_discovery("log-flood");
+    let (b, port) = loopback_scouting("log-flood");
     let a = Node::start(b);
     let start = Instant::now();
     let ctl = || a.mesh.stats().control;

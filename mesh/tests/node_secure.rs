@@ -457,7 +457,7 @@ fn secured_announces_are_maced_and_other_modes_dropped() {
         Node::start(
             fast()
                 .psk(psk)
-                .discovery(true)
+                .scouting(true)
                 .group_name(group.clone())
                 .multicast_interface(Ipv4Addr::LOCALHOST)
                 .multicast_port(port)

@@ -132,7 +132,7 @@ pub struct MeshConfig {
     /// TCP listen port; 0 (default) lets the OS pick one, which is then announced.
     pub listen_port: u16,
     /// Whether multicast discovery runs at all. Default true.
-    pub discovery: bool,
+    pub scouting: bool,
     /// Discovery multicast group. Default 239.255.42.99.
     pub multicast_group: Ipv4Addr,
     /// Discovery UDP port. Default 45454.
@@ -229,7 +229,7 @@ impl Default for MeshConfig {
             group_name: "default".to_owned(),
             psk: String::new(),
             listen_port: 0,
-            discovery: true,
+            scouting: true,
             multicast_group: Ipv4Addr::new(239, 255, 42, 99),
             multicast_port: 45454,
             multicast_ttl: 1,
@@ -273,7 +273,7 @@ impl fmt::Debug for MeshConfig {
             .field("group_name", &self.group_name)
             .field("secured", &self.secured())
             .field("listen_port", &self.listen_port)
-            .field("discovery", &self.discovery)
+            .field("scouting", &self.scouting)
             .field("multicast_group", &self.multicast_group)
             .field("multicast_port", &self.multicast_port)
             .field("announce_interval", &self.announce_interval)
@@ -467,7 +467,7 @@ macro_rules! mesh_config_setters {
         /// Sets `listen_port`.
         listen_port: u16,
         /// Enables or disables multicast discovery.
-        discovery: bool,
+        scouting: bool,
         /// Sets `multicast_group`.
         multicast_group: Ipv4Addr,
         /// Sets `multicast_port`.

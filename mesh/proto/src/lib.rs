@@ -9,7 +9,7 @@
 //!
 //! | module | state machine | lives on |
 //! |---|---|---|
-//! | [`announce`] | announce schedule, datagram acceptance, dial-back address | control plane |
+//! | [`scouting`] | announce schedule, datagram acceptance, dial-back address | control plane |
 //! | [`peers`] | peer table, dialing, reconnect backoff, dial races, Lost | control plane |
 //! | [`admission`] | budgets for admitting and dialing never-linked peers | control plane |
 //! | [`membership`] | adjacency gossip and member set | control plane |
@@ -34,7 +34,7 @@
 //! [`link::LinkEvent::Established`] names the peer. Data is routed on shard
 //! [`dedup_shard`]`(msg_id)` (the originator's shard): frames arriving straight from their
 //! originator are already there; relayed ones hop once. Every shard holds the same
-//! [`router::RoutingTable`]; a `Forward`/`Unicast` route is fanned out to the shards owning
+//! [`router::NeighbourLinks`]; a `Forward`/`Unicast` route is fanned out to the shards owning
 //! the target links (again `link_shard` of each neighbour).
 //!
 //! Order between machines: apply a [`peers::PeerManager`]'s actions (routing-table
@@ -46,7 +46,7 @@
 //!
 //! Links are named by [`LinkId`]s, allocated by the peer table ([`peers::PeerManager`]) for
 //! every dial and every accepted socket and never reused, so a larger id is a younger
-//! connection. The control plane pushes each shard a [`router::RoutingTable`] (neighbour to
+//! connection. The control plane pushes each shard a [`router::NeighbourLinks`] (neighbour to
 //! link) whenever it installs or removes a link; the message path never asks it anything.
 
 pub mod config;
@@ -55,21 +55,23 @@ pub mod id;
 pub mod wire;
 
 pub mod admission;
-pub mod announce;
 pub mod dedup;
 pub mod link;
 pub mod membership;
 pub mod peers;
 pub mod router;
+pub mod scouting;
 
-pub use announce::{accept_announce, AcceptedAnnounce, AnnounceError, AnnounceSchedule};
 pub use dedup::{dedup_shard, DedupCache, DedupStats, Seen, DEFAULT_MAX_STREAMS};
 pub use link::{
     CloseReason, FrameAction, Link, LinkEvent, LinkState, LinkTimers, Role, PROGRESS_BYTES,
 };
-pub use membership::{Dest, Membership, MembershipEvent, MembershipTransmit, RecordOutcome};
+pub use membership::{Dest, MemberEvent, MemberGraph, MemberTransmit, RecordOutcome};
 pub use peers::{DialTarget, PeerAction, PeerEvent, PeerManager, PeerState, PeerStats};
-pub use router::{DataMeta, DropReason, MsgIdGen, Route, Router, RouterStats, RoutingTable};
+pub use router::{
+    DataMeta, DataVerdict, DropReason, MsgIdGen, NeighbourLinks, Router, RouterStats,
+};
+pub use scouting::{accept_beacon, AcceptedBeacon, BeaconError, BeaconSchedule};
 
 pub use config::MeshConfig;
 pub use id::{MsgId, PeerId};

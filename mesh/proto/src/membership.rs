@@ -12,7 +12,7 @@
 //! a full mesh. Every origin floods its own record to all its direct neighbours itself, and
 //! those are exactly the neighbours the record lists, so relaying a record to its origin or
 //! to a node the record lists only repeats what that node already received from the origin:
-//! such relays are skipped (counted in [`MembershipStats::relays_pruned`]). When that link
+//! such relays are skipped (counted in [`MemberStats::relays_pruned`]). When that link
 //! breaks the origin floods a new version without that neighbour, which is relayed to it
 //! normally. The same rule trims the catch-up sent to a new neighbour. A relay that skips
 //! some links comes out as one [`Dest::Link`] transmit per target.
@@ -31,11 +31,11 @@
 //! node is a member as soon as either end's record arrives. The rule is local: it changes no
 //! byte on the wire and no relay decision.
 //!
-//! This runs on the control plane. Drive it with [`Membership::neighbour_up`] /
-//! [`Membership::neighbour_down`] (from the peer table's Connected / Disconnected),
-//! [`Membership::on_record`] (Membership frames relayed from the shards) and
-//! [`Membership::handle_timeout`] at [`Membership::poll_timeout`]; then drain
-//! [`Membership::poll_transmit`] and [`Membership::poll_event`].
+//! This runs on the control plane. Drive it with [`MemberGraph::neighbour_up`] /
+//! [`MemberGraph::neighbour_down`] (from the peer table's Connected / Disconnected),
+//! [`MemberGraph::on_record`] (MemberGraph frames relayed from the shards) and
+//! [`MemberGraph::handle_timeout`] at [`MemberGraph::poll_timeout`]; then drain
+//! [`MemberGraph::poll_transmit`] and [`MemberGraph::poll_event`].
 
 use super::LinkId;
 use crate::wire::Membership as Record;
@@ -44,7 +44,7 @@ use ahash::{AHashMap, AHashSet};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// Where a Membership frame goes.
+/// Where a MemberGraph frame goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dest {
     /// Every established link.
@@ -56,9 +56,9 @@ pub enum Dest {
     Link(LinkId),
 }
 
-/// A Membership frame to send.
+/// A MemberGraph frame to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MembershipTransmit {
+pub struct MemberTransmit {
     /// Where to send it.
     pub dest: Dest,
     /// The record (frame body).
@@ -67,14 +67,14 @@ pub struct MembershipTransmit {
 
 /// A change of the member set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MembershipEvent {
+pub enum MemberEvent {
     /// The node became reachable.
     MemberJoined(PeerId),
     /// The node is no longer reachable (cut off, or its records expired).
     MemberLeft(PeerId),
 }
 
-/// What [`Membership::on_record`] did with a record.
+/// What [`MemberGraph::on_record`] did with a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordOutcome {
     /// Newer than what was stored: stored and relayed.
@@ -90,9 +90,9 @@ pub enum RecordOutcome {
     Invalid,
 }
 
-/// Counters of a [`Membership`].
+/// Counters of a [`MemberGraph`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MembershipStats {
+pub struct MemberStats {
     /// Records stored (new or newer).
     pub stored: u64,
     /// Records ignored as not newer (own current record echoed back included).
@@ -130,7 +130,7 @@ impl Stored {
 
 /// The membership state machine of one node.
 #[derive(Debug)]
-pub struct Membership {
+pub struct MemberGraph {
     me: PeerId,
     version: u64,
     neighbours: Vec<PeerId>,
@@ -150,15 +150,15 @@ pub struct Membership {
     next_expiry: Option<Instant>,
     scratch: Vec<PeerId>,
     link_scratch: Vec<LinkId>,
-    transmits: VecDeque<MembershipTransmit>,
-    events: VecDeque<MembershipEvent>,
-    stats: MembershipStats,
+    transmits: VecDeque<MemberTransmit>,
+    events: VecDeque<MemberEvent>,
+    stats: MemberStats,
 }
 
 /// The wire `count` is a u16.
 const MAX_NEIGHBOURS: usize = u16::MAX as usize;
 
-impl Membership {
+impl MemberGraph {
     /// State for node `me`; `wall_ms` is the wall clock in ms since the Unix epoch (it seeds
     /// the version). The first periodic flood is due one interval after `now`.
     pub fn new(
@@ -168,8 +168,8 @@ impl Membership {
         max_records: usize,
         wall_ms: u64,
         now: Instant,
-    ) -> Membership {
-        Membership {
+    ) -> MemberGraph {
+        MemberGraph {
             me,
             version: wall_ms,
             neighbours: Vec::new(),
@@ -186,7 +186,7 @@ impl Membership {
             link_scratch: Vec::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
-            stats: MembershipStats::default(),
+            stats: MemberStats::default(),
         }
     }
 
@@ -211,7 +211,7 @@ impl Membership {
     }
 
     /// Counters.
-    pub fn stats(&self) -> MembershipStats {
+    pub fn stats(&self) -> MemberStats {
         self.stats
     }
 
@@ -242,7 +242,7 @@ impl Membership {
                 self.stats.relays_pruned += 1;
                 continue;
             }
-            self.transmits.push_back(MembershipTransmit {
+            self.transmits.push_back(MemberTransmit {
                 dest: Dest::Link(link),
                 record: Record {
                     origin: *origin,
@@ -267,7 +267,7 @@ impl Membership {
         }
     }
 
-    /// A Membership frame arrived on `from`.
+    /// A MemberGraph frame arrived on `from`.
     pub fn on_record(
         &mut self,
         from: LinkId,
@@ -372,7 +372,7 @@ impl Membership {
             }
         }
         if pruned == 0 {
-            self.transmits.push_back(MembershipTransmit {
+            self.transmits.push_back(MemberTransmit {
                 dest: Dest::AllExcept(from),
                 record: rec.clone(),
             });
@@ -381,7 +381,7 @@ impl Membership {
             // Deterministic order for simulations (the map's order is not).
             targets.sort_unstable();
             for l in &targets {
-                self.transmits.push_back(MembershipTransmit {
+                self.transmits.push_back(MemberTransmit {
                     dest: Dest::Link(*l),
                     record: rec.clone(),
                 });
@@ -426,13 +426,13 @@ impl Membership {
         }
     }
 
-    /// Next Membership frame to send.
-    pub fn poll_transmit(&mut self) -> Option<MembershipTransmit> {
+    /// Next MemberGraph frame to send.
+    pub fn poll_transmit(&mut self) -> Option<MemberTransmit> {
         self.transmits.pop_front()
     }
 
     /// Next member-set change.
-    pub fn poll_event(&mut self) -> Option<MembershipEvent> {
+    pub fn poll_event(&mut self) -> Option<MemberEvent> {
         self.events.pop_front()
     }
 
@@ -441,7 +441,7 @@ impl Membership {
         self.next_flood = now + self.interval;
         self.stats.own_floods += 1;
         let record = self.own_record();
-        self.transmits.push_back(MembershipTransmit {
+        self.transmits.push_back(MemberTransmit {
             dest: Dest::All,
             record,
         });
@@ -566,7 +566,7 @@ impl Membership {
         self.members = members;
         joined.sort();
         self.events
-            .extend(joined.into_iter().map(MembershipEvent::MemberJoined));
+            .extend(joined.into_iter().map(MemberEvent::MemberJoined));
     }
 
     /// BFS from self over the counted edges, then diff against the previous member set.
@@ -589,9 +589,9 @@ impl Membership {
         left.sort();
         joined.sort();
         self.events
-            .extend(left.into_iter().map(MembershipEvent::MemberLeft));
+            .extend(left.into_iter().map(MemberEvent::MemberLeft));
         self.events
-            .extend(joined.into_iter().map(MembershipEvent::MemberJoined));
+            .extend(joined.into_iter().map(MemberEvent::MemberJoined));
         self.members = reached;
     }
 }
@@ -614,8 +614,8 @@ mod tests {
         PeerId([n; 16])
     }
 
-    fn new(me: u8, now: Instant) -> Membership {
-        Membership::new(
+    fn new(me: u8, now: Instant) -> MemberGraph {
+        MemberGraph::new(
             p(me),
             Duration::from_secs(2),
             Duration::from_secs(6),
@@ -625,7 +625,7 @@ mod tests {
         )
     }
 
-    fn drain(m: &mut Membership) -> Vec<MembershipTransmit> {
+    fn drain(m: &mut MemberGraph) -> Vec<MemberTransmit> {
         std::iter::from_fn(|| m.poll_transmit()).collect()
     }
 
@@ -680,7 +680,7 @@ mod tests {
     #[test]
     fn store_is_bounded() {
         let now = Instant::now();
-        let mut m = Membership::new(
+        let mut m = MemberGraph::new(
             p(1),
             Duration::from_secs(1),
             Duration::from_secs(3),
@@ -727,7 +727,7 @@ mod tests {
     /// The member set by the documented rule, from scratch and by brute force: every pair
     /// of known nodes, an edge when every end with a record lists the other (edges at self:
     /// the own neighbours).
-    fn reference(m: &Membership) -> AHashSet<PeerId> {
+    fn reference(m: &MemberGraph) -> AHashSet<PeerId> {
         let mut nodes: Vec<PeerId> = vec![m.me];
         for (o, r) in &m.records {
             nodes.push(*o);
@@ -778,7 +778,7 @@ mod tests {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             let t0 = Instant::now();
             let mut now = t0;
-            let mut m = Membership::new(
+            let mut m = MemberGraph::new(
                 p(1),
                 Duration::from_secs(2),
                 Duration::from_secs(6),
@@ -812,8 +812,8 @@ mod tests {
                 drain(&mut m);
                 while let Some(e) = m.poll_event() {
                     match e {
-                        MembershipEvent::MemberJoined(x) => assert!(replay.insert(x)),
-                        MembershipEvent::MemberLeft(x) => assert!(replay.remove(&x)),
+                        MemberEvent::MemberJoined(x) => assert!(replay.insert(x)),
+                        MemberEvent::MemberLeft(x) => assert!(replay.remove(&x)),
                     }
                 }
                 let want = reference(&m);

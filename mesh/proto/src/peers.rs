@@ -174,7 +174,7 @@ pub struct PeerStats {
     pub announces_rate_limited: u64,
     /// Dials to known but never-linked peers postponed: over the new-peer budget.
     pub dials_rate_limited: u64,
-    /// Announce-only peers evicted from a full table for a new peer.
+    /// Beacon-only peers evicted from a full table for a new peer.
     pub peers_evicted: u64,
     /// Inbound connections closed in their handshake to make room for a newer one.
     pub handshakes_evicted: u64,

@@ -3,7 +3,7 @@
 //! A [`Router`] lives on each data shard next to that shard's [`DedupCache`]. The driver calls
 //! [`Router::on_data`] on the shard that owns the message's originator
 //! ([`super::dedup_shard`]) and executes the returned [`Route`]; the decision itself reads only
-//! the shard's [`RoutingTable`] (pushed by the control plane) and allocates nothing.
+//! the shard's [`NeighbourLinks`] (pushed by the control plane) and allocates nothing.
 
 use super::dedup::{DedupCache, DedupStats, Seen};
 use super::LinkId;
@@ -14,15 +14,15 @@ use std::time::{Duration, Instant};
 /// Which link reaches each direct neighbour, as pushed by the control plane to every shard.
 /// Bounded by the control plane's peer ceiling: it only installs established peers.
 #[derive(Debug, Clone, Default)]
-pub struct RoutingTable {
+pub struct NeighbourLinks {
     by_peer: AHashMap<PeerId, LinkId>,
     links: Vec<LinkId>,
 }
 
-impl RoutingTable {
+impl NeighbourLinks {
     /// An empty table.
-    pub fn new() -> RoutingTable {
-        RoutingTable::default()
+    pub fn new() -> NeighbourLinks {
+        NeighbourLinks::default()
     }
 
     /// Routes `peer` over `link`, replacing a previous link (dial-race winner takes over).
@@ -111,7 +111,7 @@ pub enum DropReason {
 /// What to do with a Data frame. For every variant that sends, the frame goes out with
 /// `ttl` in place of the received one (payload and other fields unchanged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub enum DataVerdict {
     /// Hand the payload to the local application; send nothing.
     Deliver,
     /// Deliver locally and send to every link except `except`.
@@ -248,11 +248,11 @@ impl Router {
     /// Decides what to do with a Data frame received on `from`.
     pub fn on_data(
         &mut self,
-        table: &RoutingTable,
+        table: &NeighbourLinks,
         from: LinkId,
         meta: &DataMeta,
         now: Instant,
-    ) -> Route {
+    ) -> DataVerdict {
         // Our own message coming back: we sent it on every link when we originated it, so it
         // is a duplicate by definition. Judging it by origin instead of pre-seeding its id in
         // the cache keeps the originating shard off the cache (one insert and, at the bound,
@@ -270,20 +270,20 @@ impl Router {
             self.stats.delivered += 1;
             if meta.ttl <= 1 {
                 self.stats.ttl_exhausted += 1;
-                return Route::Deliver;
+                return DataVerdict::Deliver;
             }
             if !table.has_link_besides(Some(from)) {
-                return Route::Deliver;
+                return DataVerdict::Deliver;
             }
             self.stats.forwarded += 1;
-            return Route::DeliverAndForward {
+            return DataVerdict::DeliverAndForward {
                 except: from,
                 ttl: meta.ttl - 1,
             };
         }
         if meta.dst == self.me {
             self.stats.delivered += 1;
-            return Route::Deliver;
+            return DataVerdict::Deliver;
         }
         if meta.ttl <= 1 {
             return self.drop(DropReason::TtlExpired);
@@ -295,42 +295,47 @@ impl Router {
     /// needs no dedup entry: [`on_data`](Self::on_data) drops every message whose `src` is this
     /// node, which is what pre-seeding the id (the C++ library's way) achieves, minus the cache
     /// traffic and minus the re-flood of an echo that outlived its cache entry.
-    pub fn originate(&mut self, table: &RoutingTable, dst: PeerId) -> Route {
+    pub fn originate(&mut self, table: &NeighbourLinks, dst: PeerId) -> DataVerdict {
         self.originate_many(table, dst, 1)
     }
 
     /// Routes `count` messages this node originates for one destination at once (a batch):
     /// the decision [`originate`](Self::originate) makes for each, counted `count` times.
-    pub fn originate_many(&mut self, table: &RoutingTable, dst: PeerId, count: u64) -> Route {
+    pub fn originate_many(
+        &mut self,
+        table: &NeighbourLinks,
+        dst: PeerId,
+        count: u64,
+    ) -> DataVerdict {
         let route = self.originate_one(table, dst);
         if count > 1 {
             let more = count - 1;
             match route {
-                Route::Deliver => self.stats.delivered += more,
-                Route::Forward { .. } => self.stats.forwarded += more,
-                Route::Unicast { .. } => self.stats.unicast += more,
-                Route::Drop(DropReason::NoRoute) => self.stats.dropped_no_route += more,
+                DataVerdict::Deliver => self.stats.delivered += more,
+                DataVerdict::Forward { .. } => self.stats.forwarded += more,
+                DataVerdict::Unicast { .. } => self.stats.unicast += more,
+                DataVerdict::Drop(DropReason::NoRoute) => self.stats.dropped_no_route += more,
                 // Not decisions `originate` makes.
-                Route::Drop(
+                DataVerdict::Drop(
                     DropReason::Duplicate | DropReason::TtlExpired | DropReason::TooOld,
                 )
-                | Route::DeliverAndForward { .. } => {}
+                | DataVerdict::DeliverAndForward { .. } => {}
             }
         }
         route
     }
 
-    fn originate_one(&mut self, table: &RoutingTable, dst: PeerId) -> Route {
+    fn originate_one(&mut self, table: &NeighbourLinks, dst: PeerId) -> DataVerdict {
         if dst == self.me {
             self.stats.delivered += 1;
-            return Route::Deliver;
+            return DataVerdict::Deliver;
         }
         if dst.is_zero() {
             if !table.has_link_besides(None) {
                 return self.drop(DropReason::NoRoute);
             }
             self.stats.forwarded += 1;
-            return Route::Forward {
+            return DataVerdict::Forward {
                 except: None,
                 ttl: self.initial_ttl,
             };
@@ -343,29 +348,35 @@ impl Router {
         self.initial_ttl
     }
 
-    fn relay(&mut self, table: &RoutingTable, from: Option<LinkId>, dst: PeerId, ttl: u8) -> Route {
+    fn relay(
+        &mut self,
+        table: &NeighbourLinks,
+        from: Option<LinkId>,
+        dst: PeerId,
+        ttl: u8,
+    ) -> DataVerdict {
         if let Some(link) = table.link_to(&dst) {
             // Never bounce a frame back where it came from, even if that is the destination.
             if Some(link) != from {
                 self.stats.unicast += 1;
-                return Route::Unicast { link, ttl };
+                return DataVerdict::Unicast { link, ttl };
             }
         }
         if !table.has_link_besides(from) {
             return self.drop(DropReason::NoRoute);
         }
         self.stats.forwarded += 1;
-        Route::Forward { except: from, ttl }
+        DataVerdict::Forward { except: from, ttl }
     }
 
-    fn drop(&mut self, reason: DropReason) -> Route {
+    fn drop(&mut self, reason: DropReason) -> DataVerdict {
         match reason {
             DropReason::Duplicate => self.stats.dropped_duplicate += 1,
             DropReason::TtlExpired => self.stats.dropped_ttl += 1,
             DropReason::NoRoute => self.stats.dropped_no_route += 1,
             DropReason::TooOld => self.stats.dropped_too_old += 1,
         }
-        Route::Drop(reason)
+        DataVerdict::Drop(reason)
     }
 }
 
@@ -377,10 +388,10 @@ mod tests {
         PeerId([n; 16])
     }
 
-    fn setup() -> (Router, RoutingTable, Instant) {
+    fn setup() -> (Router, NeighbourLinks, Instant) {
         let now = Instant::now();
         let r = Router::new(p(1), 8, 1000, Duration::from_secs(30), now);
-        let mut t = RoutingTable::new();
+        let mut t = NeighbourLinks::new();
         t.insert(p(2), LinkId(2));
         t.insert(p(3), LinkId(3));
         (r, t, now)
@@ -401,14 +412,14 @@ mod tests {
         let m = meta(2, PeerId::ZERO, 1, 8);
         assert_eq!(
             r.on_data(&t, LinkId(2), &m, now),
-            Route::DeliverAndForward {
+            DataVerdict::DeliverAndForward {
                 except: LinkId(2),
                 ttl: 7
             }
         );
         assert_eq!(
             r.on_data(&t, LinkId(3), &m, now),
-            Route::Drop(DropReason::Duplicate)
+            DataVerdict::Drop(DropReason::Duplicate)
         );
         assert_eq!(r.stats().delivered, 1);
         assert_eq!(r.stats().dropped_duplicate, 1);
@@ -419,7 +430,7 @@ mod tests {
         let (mut r, t, now) = setup();
         assert_eq!(
             r.on_data(&t, LinkId(2), &meta(2, PeerId::ZERO, 1, 1), now),
-            Route::Deliver
+            DataVerdict::Deliver
         );
         assert_eq!(r.stats().ttl_exhausted, 1);
     }
@@ -429,25 +440,25 @@ mod tests {
         let (mut r, t, now) = setup();
         assert_eq!(
             r.on_data(&t, LinkId(2), &meta(2, p(1), 1, 3), now),
-            Route::Deliver
+            DataVerdict::Deliver
         );
         assert_eq!(
             r.on_data(&t, LinkId(2), &meta(2, p(3), 2, 3), now),
-            Route::Unicast {
+            DataVerdict::Unicast {
                 link: LinkId(3),
                 ttl: 2
             }
         );
         assert_eq!(
             r.on_data(&t, LinkId(2), &meta(2, p(9), 3, 3), now),
-            Route::Forward {
+            DataVerdict::Forward {
                 except: Some(LinkId(2)),
                 ttl: 2
             }
         );
         assert_eq!(
             r.on_data(&t, LinkId(2), &meta(2, p(9), 4, 1), now),
-            Route::Drop(DropReason::TtlExpired)
+            DataVerdict::Drop(DropReason::TtlExpired)
         );
         assert_eq!(r.stats().dropped_ttl, 1);
     }
@@ -456,11 +467,11 @@ mod tests {
     fn relay_with_no_other_link_is_no_route() {
         let now = Instant::now();
         let mut r = Router::new(p(1), 8, 10, Duration::from_secs(1), now);
-        let mut t = RoutingTable::new();
+        let mut t = NeighbourLinks::new();
         t.insert(p(2), LinkId(2));
         assert_eq!(
             r.on_data(&t, LinkId(2), &meta(2, p(9), 1, 5), now),
-            Route::Drop(DropReason::NoRoute)
+            DataVerdict::Drop(DropReason::NoRoute)
         );
         assert_eq!(r.stats().dropped_no_route, 1);
     }
@@ -473,7 +484,7 @@ mod tests {
         assert_eq!(id.counter(), 42);
         assert_eq!(
             r.originate(&t, PeerId::ZERO),
-            Route::Forward {
+            DataVerdict::Forward {
                 except: None,
                 ttl: 8
             }
@@ -486,18 +497,18 @@ mod tests {
         };
         assert_eq!(
             r.on_data(&t, LinkId(3), &back, now),
-            Route::Drop(DropReason::Duplicate)
+            DataVerdict::Drop(DropReason::Duplicate)
         );
         assert_eq!(
             r.originate(&t, p(2)),
-            Route::Unicast {
+            DataVerdict::Unicast {
                 link: LinkId(2),
                 ttl: 8
             }
         );
         assert_eq!(
             r.originate(&t, p(7)),
-            Route::Forward {
+            DataVerdict::Forward {
                 except: None,
                 ttl: 8
             }
@@ -509,25 +520,25 @@ mod tests {
         let (mut r, t, _) = setup();
         assert_eq!(
             r.originate_many(&t, PeerId::ZERO, 5),
-            Route::Forward {
+            DataVerdict::Forward {
                 except: None,
                 ttl: 8
             }
         );
         assert_eq!(
             r.originate_many(&t, p(2), 3),
-            Route::Unicast {
+            DataVerdict::Unicast {
                 link: LinkId(2),
                 ttl: 8
             }
         );
-        assert_eq!(r.originate_many(&t, p(1), 2), Route::Deliver);
+        assert_eq!(r.originate_many(&t, p(1), 2), DataVerdict::Deliver);
         let s = r.stats();
         assert_eq!((s.forwarded, s.unicast, s.delivered), (5, 3, 2));
-        let empty = RoutingTable::new();
+        let empty = NeighbourLinks::new();
         assert_eq!(
             r.originate_many(&empty, PeerId::ZERO, 4),
-            Route::Drop(DropReason::NoRoute)
+            DataVerdict::Drop(DropReason::NoRoute)
         );
         assert_eq!(r.stats().dropped_no_route, 4);
     }
@@ -543,12 +554,12 @@ mod tests {
         r.on_data(&t, LinkId(2), &meta(2, PeerId::ZERO, 1, 5), now);
         assert_eq!(
             r.on_data(&t, LinkId(2), &mine, now),
-            Route::Drop(DropReason::Duplicate)
+            DataVerdict::Drop(DropReason::Duplicate)
         );
         let targeted_back = meta(1, p(9), 2, 5);
         assert_eq!(
             r.on_data(&t, LinkId(3), &targeted_back, now),
-            Route::Drop(DropReason::Duplicate)
+            DataVerdict::Drop(DropReason::Duplicate)
         );
         assert_eq!(r.stats().self_echo_suppressed, 2);
         assert_eq!(r.stats().dropped_duplicate, 2);
@@ -582,7 +593,7 @@ mod tests {
         };
         assert!(matches!(
             r.on_data(&t, LinkId(2), &meta(first), now),
-            Route::DeliverAndForward { .. }
+            DataVerdict::DeliverAndForward { .. }
         ));
         for _ in 0..5000 {
             r.on_data(&t, LinkId(2), &meta(g.next_id()), now);
@@ -590,7 +601,7 @@ mod tests {
         assert!(r.dedup_stats().evicted_by_size > 0, "the bound was reached");
         assert_eq!(
             r.on_data(&t, LinkId(3), &meta(first), now),
-            Route::Drop(DropReason::TooOld)
+            DataVerdict::Drop(DropReason::TooOld)
         );
         assert_eq!(r.stats().dropped_too_old, 1);
         assert_eq!(r.stats().delivered, 5001);
@@ -598,7 +609,7 @@ mod tests {
 
     #[test]
     fn table_replacement_and_stale_removal() {
-        let mut t = RoutingTable::new();
+        let mut t = NeighbourLinks::new();
         t.insert(p(2), LinkId(1));
         t.insert(p(2), LinkId(5));
         assert_eq!(t.links(), &[LinkId(5)]);

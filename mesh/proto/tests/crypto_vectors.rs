@@ -8,14 +8,12 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use crypto_support::Section;
 use shoal_proto::crypto::{
-    node_id_from_key, sign_identity_record, verify_identity_record, verify_transcript,
-    AnnounceDrop, AnnounceMacError, DiscoveryGuard, Established, Handshake, Identity, IdentityBook,
-    IdentityPolicy, Opened, PskKeys, RecordOpener, RecordReader, RecordSealer, SecureContext,
-    SessionKeys,
+    node_id_from_key, sign_identity_record, verify_identity_record, verify_transcript, BeaconDrop,
+    BeaconMacError, Established, Handshake, Identity, IdentityBook, IdentityPolicy, Opened,
+    PskKeys, RecordOpener, RecordReader, RecordSealer, ScoutGuard, SecureContext, SessionKeys,
 };
 use shoal_proto::wire::{
-    decode_frame, Announce, AnnounceFilter, AnnounceReject, DecodeStatus, Frame, Hello,
-    MAX_MESSAGE_BYTES,
+    decode_frame, Beacon, BeaconFilter, BeaconReject, DecodeStatus, Frame, Hello, MAX_MESSAGE_BYTES,
 };
 use shoal_proto::PeerId;
 
@@ -78,13 +76,13 @@ fn check_announce_section(s: &Section) {
 
     // Sender side: encode the announce from the inputs and append the MAC.
     let node_id = PeerId(s.val_arr("decoded.nodeId"));
-    let announce = Announce::new(
+    let announce = Beacon::new(
         node_id,
         s.val("input.tcpListenPort").parse().unwrap(),
         s.val("input.groupName"),
         true,
     );
-    let guard = DiscoveryGuard::Secured(psk.clone());
+    let guard = ScoutGuard::Secured(psk.clone());
     let mut out = Vec::new();
     announce.encode_body(&mut out).unwrap();
     guard.seal(&mut out);
@@ -92,7 +90,7 @@ fn check_announce_section(s: &Section) {
 
     // Receiver side, in crypto.md's order.
     let other = PeerId([0x77; 16]);
-    let filter = |own: PeerId, secured: bool| AnnounceFilter {
+    let filter = |own: PeerId, secured: bool| BeaconFilter {
         secured,
         protocol_version: 1,
         group_name: s.val("input.groupName"),
@@ -104,41 +102,35 @@ fn check_announce_section(s: &Section) {
     assert_eq!(ok.announce.node_id, node_id);
     assert_eq!(
         guard.accept(datagram, &filter(node_id, true)),
-        Err(AnnounceDrop::Rejected(AnnounceReject::OwnAnnounce))
+        Err(BeaconDrop::Rejected(BeaconReject::OwnAnnounce))
     );
     // A plaintext node drops the secured announce on the flag.
-    let err = DiscoveryGuard::Plaintext
+    let err = ScoutGuard::Plaintext
         .accept(datagram, &filter(other, false))
         .unwrap_err();
     assert!(
-        matches!(
-            err,
-            AnnounceDrop::Rejected(AnnounceReject::ModeMismatch { .. })
-        ),
+        matches!(err, BeaconDrop::Rejected(BeaconReject::ModeMismatch { .. })),
         "{err:?}"
     );
     // Wrong PSK, tampering, truncation: dropped before parsing.
-    let wrong = DiscoveryGuard::Secured(PskKeys::derive(b"other-psk").unwrap());
+    let wrong = ScoutGuard::Secured(PskKeys::derive(b"other-psk").unwrap());
     assert_eq!(
         wrong.accept(datagram, &filter(other, true)),
-        Err(AnnounceDrop::Mac(AnnounceMacError::BadMac))
+        Err(BeaconDrop::Mac(BeaconMacError::BadMac))
     );
     for i in 0..datagram.len() {
         let mut t = datagram.to_vec();
         t[i] ^= 0x01;
         assert_eq!(
             guard.admit(&t),
-            Err(AnnounceMacError::BadMac),
+            Err(BeaconMacError::BadMac),
             "flipped byte {i}"
         );
     }
-    assert_eq!(
-        guard.admit(&datagram[..16]),
-        Err(AnnounceMacError::TooShort)
-    );
+    assert_eq!(guard.admit(&datagram[..16]), Err(BeaconMacError::TooShort));
     assert_eq!(
         guard.admit(&datagram[..datagram.len() - 1]),
-        Err(AnnounceMacError::BadMac)
+        Err(BeaconMacError::BadMac)
     );
 }
 
@@ -174,17 +166,17 @@ fn v1_plaintext_announce_dropped_by_secured_node() {
     let s = &v["V1"];
     let datagram = s.bytes("datagram hex");
     let psk = PskKeys::derive(b"test-psk").unwrap();
-    let filter = |secured| AnnounceFilter {
+    let filter = |secured| BeaconFilter {
         secured,
         protocol_version: 1,
         group_name: s.val("input.groupName"),
         own_id: PeerId([0x77; 16]),
     };
     assert_eq!(
-        DiscoveryGuard::Secured(psk).accept(datagram, &filter(true)),
-        Err(AnnounceDrop::Mac(AnnounceMacError::BadMac))
+        ScoutGuard::Secured(psk).accept(datagram, &filter(true)),
+        Err(BeaconDrop::Mac(BeaconMacError::BadMac))
     );
-    assert!(DiscoveryGuard::Plaintext
+    assert!(ScoutGuard::Plaintext
         .accept(datagram, &filter(false))
         .is_ok());
 }

@@ -1,10 +1,10 @@
-//! Membership gossip over simulated meshes: learning members through a bridge, losing them
+//! MemberGraph gossip over simulated meshes: learning members through a bridge, losing them
 //! after a cut once their records expire, and a restarted node outranking its old record.
 
 mod proto_sim;
 
 use proto_sim::*;
-use shoal_proto::MembershipEvent;
+use shoal_proto::MemberEvent;
 use std::time::Duration;
 
 #[test]
@@ -22,7 +22,7 @@ fn members_are_learned_through_a_bridge() {
     assert_eq!(sim.members(2), want_c);
     assert!(sim.nodes[1]
         .member_events
-        .contains(&MembershipEvent::MemberJoined(c)));
+        .contains(&MemberEvent::MemberJoined(c)));
     // Stable: periodic floods and expiry keep the view unchanged.
     sim.run_for(Duration::from_secs(20));
     assert_eq!(sim.members(1), want_b);
@@ -30,7 +30,7 @@ fn members_are_learned_through_a_bridge() {
         sim.nodes[1]
             .member_events
             .iter()
-            .filter(|e| matches!(e, MembershipEvent::MemberLeft(_)))
+            .filter(|e| matches!(e, MemberEvent::MemberLeft(_)))
             .count(),
         0
     );
@@ -53,7 +53,7 @@ fn member_leaves_after_a_cut_once_its_record_expires() {
     assert!(!sim.members(0).contains(&c), "C must have left A's view");
     assert!(sim.nodes[0]
         .member_events
-        .contains(&MembershipEvent::MemberLeft(c)));
+        .contains(&MemberEvent::MemberLeft(c)));
     assert!(!sim.members(2).contains(&a), "A must have left C's view");
     sim.run_for(Duration::from_secs(10));
     assert!(!sim.members(0).contains(&c));
@@ -75,7 +75,7 @@ fn healed_cut_rejoins() {
     let joins = sim.nodes[0]
         .member_events
         .iter()
-        .filter(|e| **e == MembershipEvent::MemberJoined(c))
+        .filter(|e| **e == MemberEvent::MemberJoined(c))
         .count();
     assert_eq!(joins, 2);
 }
@@ -85,13 +85,13 @@ fn restarted_node_with_same_id_outranks_its_old_record() {
     // Versions come from the wall clock, so a node restarted with the same id (identity
     // mesh) floods a record that beats everything its previous run flooded.
     use shoal_proto::PeerId;
-    use shoal_proto::{LinkId, Membership, RecordOutcome};
+    use shoal_proto::{LinkId, MemberGraph, RecordOutcome};
     use std::time::Instant;
     let now = Instant::now();
     let (a, b, c) = (PeerId([1; 16]), PeerId([2; 16]), PeerId([3; 16]));
     let d = Duration::from_secs(2);
-    let mut at_a = Membership::new(a, d, d * 3, 64, 1_000_000, now);
-    let mut b_run1 = Membership::new(b, d, d * 3, 64, 1_000_000, now);
+    let mut at_a = MemberGraph::new(a, d, d * 3, 64, 1_000_000, now);
+    let mut b_run1 = MemberGraph::new(b, d, d * 3, 64, 1_000_000, now);
     for k in 0..50 {
         b_run1.neighbour_up(PeerId([10 + k; 16]), LinkId(k as u64), 1_000_000, now);
     }
@@ -101,7 +101,7 @@ fn restarted_node_with_same_id_outranks_its_old_record() {
         RecordOutcome::Stored
     );
     // 5 s later B restarts: its first record must not be taken for an old one.
-    let mut b_run2 = Membership::new(b, d, d * 3, 64, 1_005_000, now);
+    let mut b_run2 = MemberGraph::new(b, d, d * 3, 64, 1_005_000, now);
     b_run2.neighbour_up(a, LinkId(1), 1_005_000, now);
     assert_eq!(
         at_a.on_record(LinkId(1), &b_run2.own_record(), 1_005_000, now),

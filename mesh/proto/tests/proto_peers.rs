@@ -135,7 +135,7 @@ fn simultaneous_discovery_ends_with_one_link_on_both_sides() {
     for (seed, skew) in [(21, 0), (22, 3), (23, 7)] {
         let mut sim = Sim::new(seed);
         let mut c = cfg();
-        c.discovery = true;
+        c.scouting = true;
         sim.add_node(c.clone());
         sim.add_node(c);
         sim.latency_of
@@ -166,7 +166,7 @@ fn simultaneous_discovery_ends_with_one_link_on_both_sides() {
 fn stopped_peer_is_disconnected_then_lost() {
     let mut sim = Sim::new(31);
     let mut c = cfg();
-    c.discovery = true;
+    c.scouting = true;
     sim.add_node(c.clone());
     sim.add_node(c);
     sim.start_all();
@@ -341,7 +341,7 @@ fn backoff_grows_and_resets_after_a_handshake() {
 fn discovered_peer_is_redialed_only_while_announced() {
     let mut sim = Sim::new(71);
     let mut c = cfg();
-    c.discovery = true;
+    c.scouting = true;
     sim.add_node(c.clone());
     sim.add_node(c);
     sim.start_all();
@@ -369,7 +369,7 @@ fn discovered_peer_is_redialed_only_while_announced() {
 fn discovered_peer_restarted_with_new_id_replaces_the_old_one() {
     let mut sim = Sim::new(81);
     let mut c = cfg();
-    c.discovery = true;
+    c.scouting = true;
     sim.add_node(c.clone());
     sim.add_node(c);
     sim.start_all();

@@ -4,8 +4,8 @@
 
 use bytes::{Bytes, BytesMut};
 use shoal_proto::wire::{
-    decode_frame, take_frame, Announce, AuthConfirm, Data, DecodeStatus, Frame, Hello,
-    HelloIdentity, IdentityRecord, Membership, ANNOUNCE_FLAG_SECURED, MAX_MESSAGE_BYTES,
+    decode_frame, take_frame, AuthConfirm, Beacon, Data, DecodeStatus, Frame, Hello, HelloIdentity,
+    IdentityRecord, Membership, ANNOUNCE_FLAG_SECURED, MAX_MESSAGE_BYTES,
 };
 use shoal_proto::{MsgId, PeerId};
 use std::collections::HashMap;
@@ -381,14 +381,14 @@ fn every_datagram_decodes_and_reencodes() {
         let what = &v.section;
         assert_eq!(&field(f, "magic")[..8], "4d4d4341");
         let flags = u8::from_str_radix(field(f, "flags").trim_start_matches("0x"), 16).unwrap();
-        let expected = Announce {
+        let expected = Beacon {
             protocol_version: field(f, "protocolVersion").parse().unwrap(),
             flags,
             tcp_listen_port: field(f, "tcpListenPort").parse().unwrap(),
             node_id: PeerId(arr(field(f, "nodeId"))),
             group_name: field(f, "groupName").trim_matches('\'').to_owned(),
         };
-        let d = Announce::decode(&v.bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let d = Beacon::decode(&v.bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(d.announce, expected, "{what}");
         let mut out = Vec::new();
         match &v.mac {

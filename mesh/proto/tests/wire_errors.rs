@@ -3,9 +3,9 @@
 
 use bytes::{Bytes, BytesMut};
 use shoal_proto::wire::{
-    decode_frame, peek_frame_len, peer_accepts_frame_type, take_frame, Announce, AnnounceFilter,
-    AnnounceReject, Data, DataHeader, DecodeError, DecodeStatus, EncodeError, Features, Frame,
-    Hello, HelloIdentity, IdentityRecord, Membership, ShoalExtension, DATA_HEADER_LEN,
+    decode_frame, peek_frame_len, peer_accepts_frame_type, take_frame, Beacon, BeaconFilter,
+    BeaconReject, Data, DataHeader, DecodeError, DecodeStatus, EncodeError, Features, Frame, Hello,
+    HelloIdentity, IdentityRecord, Membership, ShoalExtension, DATA_HEADER_LEN,
     MAX_HANDSHAKE_FRAME_LEN, MAX_HELLO_V1_LEN, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
 };
 use shoal_proto::{MsgId, PeerId};
@@ -200,7 +200,7 @@ fn overlong_strings_fail_to_encode_without_writing() {
         too_many.encode(&mut out),
         Err(EncodeError::TooManyNeighbours { count: 65536 })
     );
-    assert!(Announce::new(PeerId::ZERO, 1, &long, false)
+    assert!(Beacon::new(PeerId::ZERO, 1, &long, false)
         .encode_body(&mut out)
         .is_err());
     assert!(out.is_empty());
@@ -240,13 +240,13 @@ fn data_header_is_the_frame_prefix() {
 fn announce_filter_says_why() {
     let me = PeerId([9; 16]);
     let other = PeerId([3; 16]);
-    let filter = AnnounceFilter {
+    let filter = BeaconFilter {
         secured: false,
         protocol_version: PROTOCOL_VERSION,
         group_name: "grp",
         own_id: me,
     };
-    let enc = |a: &Announce| {
+    let enc = |a: &Beacon| {
         let mut v = Vec::new();
         a.encode_body(&mut v).unwrap();
         if a.is_secured() {
@@ -254,43 +254,43 @@ fn announce_filter_says_why() {
         }
         v
     };
-    let good = Announce::new(other, 5000, "grp", false);
+    let good = Beacon::new(other, 5000, "grp", false);
     assert_eq!(filter.accept(&enc(&good)).unwrap().announce, good);
     assert_eq!(
-        filter.accept(&enc(&Announce::new(other, 5000, "grp", true))),
-        Err(AnnounceReject::ModeMismatch {
+        filter.accept(&enc(&Beacon::new(other, 5000, "grp", true))),
+        Err(BeaconReject::ModeMismatch {
             ours: false,
             theirs: true
         })
     );
-    let v2 = Announce {
+    let v2 = Beacon {
         protocol_version: 2,
         ..good.clone()
     };
     assert_eq!(
         filter.accept(&enc(&v2)),
-        Err(AnnounceReject::VersionMismatch { ours: 1, theirs: 2 })
+        Err(BeaconReject::VersionMismatch { ours: 1, theirs: 2 })
     );
     assert_eq!(
-        filter.accept(&enc(&Announce::new(other, 5000, "other", false))),
-        Err(AnnounceReject::GroupMismatch {
+        filter.accept(&enc(&Beacon::new(other, 5000, "other", false))),
+        Err(BeaconReject::GroupMismatch {
             theirs: "other".into()
         })
     );
     assert_eq!(
-        filter.accept(&enc(&Announce::new(me, 5000, "grp", false))),
-        Err(AnnounceReject::OwnAnnounce)
+        filter.accept(&enc(&Beacon::new(me, 5000, "grp", false))),
+        Err(BeaconReject::OwnAnnounce)
     );
     let mut bad = enc(&good);
     bad[0] = b'X';
     assert_eq!(
         filter.accept(&bad),
-        Err(AnnounceReject::Malformed(DecodeError::BadMagic(*b"XMCA")))
+        Err(BeaconReject::Malformed(DecodeError::BadMagic(*b"XMCA")))
     );
     // A secured announce cut inside its MAC is malformed, not accepted without one.
-    let sec = enc(&Announce::new(other, 5000, "grp", true));
+    let sec = enc(&Beacon::new(other, 5000, "grp", true));
     assert!(matches!(
-        Announce::decode(&sec[..sec.len() - 1]),
+        Beacon::decode(&sec[..sec.len() - 1]),
         Err(DecodeError::Truncated {
             field: "Announce.mac",
             ..

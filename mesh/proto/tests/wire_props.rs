@@ -4,7 +4,7 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use shoal_proto::wire::{
-    decode_frame, encode_data_into, peek_frame_len, take_data, take_frame, Announce, AuthConfirm,
+    decode_frame, encode_data_into, peek_frame_len, take_data, take_frame, AuthConfirm, Beacon,
     Data, DecodeError, DecodeStatus, Features, Frame, Hello, HelloIdentity, IdentityRecord,
     Membership, ShoalExtension, MAX_MESSAGE_BYTES,
 };
@@ -301,7 +301,7 @@ proptest! {
         mac in any::<[u8; 16]>(),
         trailing in proptest::collection::vec(any::<u8>(), 0..8),
     ) {
-        let a = Announce { flags, ..Announce::new(node, port, &group, false) };
+        let a = Beacon { flags, ..Beacon::new(node, port, &group, false) };
         let mut buf = Vec::new();
         let body = if a.is_secured() {
             a.encode_with_mac(&mut buf, &mac).unwrap() - 16
@@ -310,14 +310,14 @@ proptest! {
         };
         prop_assert_eq!(body, a.body_len());
         buf.extend_from_slice(&trailing);
-        let d = Announce::decode(&buf).unwrap();
+        let d = Beacon::decode(&buf).unwrap();
         prop_assert_eq!(&d.announce, &a);
         prop_assert_eq!(d.mac_input, 0..body);
         prop_assert_eq!(d.mac, a.is_secured().then_some(mac));
         // Every strict prefix that cuts a field is rejected, never misread.
         let needed = body + if a.is_secured() { 16 } else { 0 };
         for n in 0..needed {
-            prop_assert!(Announce::decode(&buf[..n]).is_err(), "prefix {} accepted", n);
+            prop_assert!(Beacon::decode(&buf[..n]).is_err(), "prefix {} accepted", n);
         }
     }
 
@@ -328,7 +328,7 @@ proptest! {
             b[..4].copy_from_slice(b"MMCA");
         }
         for input in [&bytes, &b] {
-            if let Ok(d) = Announce::decode(input) {
+            if let Ok(d) = Beacon::decode(input) {
                 prop_assert!(d.mac_input.end <= input.len());
                 prop_assert!(d.mac.is_none() || d.mac_input.end + 16 <= input.len());
             }

@@ -28,12 +28,12 @@ use crate::crypto::{
 };
 use crate::proto::membership::Dest;
 use crate::proto::{
-    accept_announce, link_shard, AnnounceSchedule, CloseReason, DialTarget, FrameAction, Link,
-    LinkEvent, LinkId, LinkTimers, Membership, MembershipEvent, PeerAction, PeerEvent, PeerManager,
+    accept_beacon, link_shard, BeaconSchedule, CloseReason, DialTarget, FrameAction, Link,
+    LinkEvent, LinkId, LinkTimers, MemberEvent, MemberGraph, PeerAction, PeerEvent, PeerManager,
     PeerStats, Role,
 };
 use crate::wire::{
-    take_frame, Announce, AnnounceFilter, Frame, Hello, IdentityRecord, ShoalExtension,
+    take_frame, Beacon, BeaconFilter, Frame, Hello, IdentityRecord, ShoalExtension,
     MAX_HANDSHAKE_FRAME_LEN, PROTOCOL_VERSION,
 };
 use crate::PeerId;
@@ -132,7 +132,7 @@ enum Pending {
 
 struct State {
     peers: PeerManager<StdRng>,
-    membership: Membership,
+    membership: MemberGraph,
     pending: AHashMap<LinkId, Pending>,
     /// Links living on a shard: peer and owning shard.
     placed: AHashMap<LinkId, (PeerId, usize)>,
@@ -213,7 +213,7 @@ pub(crate) async fn run(init: ControlInit) {
     let cfg = &ns.cfg;
     let mut rng = StdRng::seed_from_u64(seed);
     let peers = PeerManager::new(ns.me, cfg, StdRng::seed_from_u64(rng.gen()), now);
-    let membership = Membership::new(
+    let membership = MemberGraph::new(
         ns.me,
         cfg.membership_interval,
         cfg.membership_timeout,
@@ -267,8 +267,8 @@ pub(crate) async fn run(init: ControlInit) {
     spawn_local(inbox(ctl.clone(), rx)).detach();
     spawn_local(accept_loop(ctl.clone(), listener)).detach();
     spawn_local(tick(ctl.clone())).detach();
-    if ctl.ns.cfg.discovery {
-        spawn_local(discovery(ctl.clone())).detach();
+    if ctl.ns.cfg.scouting {
+        spawn_local(scouting(ctl.clone())).detach();
     }
     ctl.st.borrow_mut().peers.start(Instant::now());
     run_actions(&ctl);
@@ -937,8 +937,8 @@ fn run_actions(ctl: &Rc<Ctl>) {
         }
         while let Some(e) = st.membership.poll_event() {
             events.push(match e {
-                MembershipEvent::MemberJoined(peer) => Event::MemberJoined { peer },
-                MembershipEvent::MemberLeft(peer) => {
+                MemberEvent::MemberJoined(peer) => Event::MemberJoined { peer },
+                MemberEvent::MemberLeft(peer) => {
                     // Names stay bounded by the membership: a departed node is forgotten
                     // (its next record or handshake tells it again).
                     st.book.remove(&peer);
@@ -1158,7 +1158,7 @@ fn begin_stop(ctl: &Rc<Ctl>, reply: mpsc::Sender<()>) {
     }
 }
 
-async fn discovery(ctl: Rc<Ctl>) {
+async fn scouting(ctl: Rc<Ctl>) {
     let cfg = &ctl.ns.cfg;
     let iface = cfg.multicast_interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
     let setup = async {
@@ -1182,13 +1182,13 @@ async fn discovery(ctl: Rc<Ctl>) {
     let sock = match setup.await {
         Ok(s) => Rc::new(s),
         Err(e) => {
-            discovery_error(&ctl, format!("multicast discovery unavailable: {e}"));
+            scouting_error(&ctl, format!("multicast discovery unavailable: {e}"));
             return;
         }
     };
     spawn_local(announce_rx(ctl.clone(), sock.clone())).detach();
     let dest = SocketAddr::from((cfg.multicast_group, cfg.multicast_port));
-    let mut sched = AnnounceSchedule::new(cfg.announce_interval, Instant::now());
+    let mut sched = BeaconSchedule::new(cfg.announce_interval, Instant::now());
     let mut reported = false;
     loop {
         sleep_until(sched.poll_timeout()).await;
@@ -1202,7 +1202,7 @@ async fn discovery(ctl: Rc<Ctl>) {
         let port = ctl.st.borrow().listen_port;
         let mut b = BytesMut::new();
         let keys = ctl.ns.secure_ctx();
-        if Announce::new(ctl.ns.me, port, &cfg.group_name, keys.is_some())
+        if Beacon::new(ctl.ns.me, port, &cfg.group_name, keys.is_some())
             .encode_body(&mut b)
             .is_err()
         {
@@ -1215,18 +1215,18 @@ async fn discovery(ctl: Rc<Ctl>) {
         if let Err(e) = sock.send_to(b.freeze(), dest).await {
             if !reported {
                 reported = true;
-                discovery_error(&ctl, format!("sending announce failed: {e}"));
+                scouting_error(&ctl, format!("sending announce failed: {e}"));
             }
         }
     }
 }
 
-fn discovery_error(ctl: &Ctl, message: String) {
+fn scouting_error(ctl: &Ctl, message: String) {
     tracing::warn!(%message, "discovery");
     ctl.ns.hub.emit_control(
         Event::Error {
             peer: None,
-            kind: ErrorKind::Discovery,
+            kind: ErrorKind::Scouting,
             message,
         },
         ctl.ns.control_counters(),
@@ -1247,7 +1247,7 @@ async fn announce_rx(ctl: Rc<Ctl>, sock: Rc<UdpSocket>) {
             }
         };
         let keys = ctl.ns.secure_ctx();
-        let filter = AnnounceFilter {
+        let filter = BeaconFilter {
             secured: keys.is_some(),
             protocol_version: PROTOCOL_VERSION,
             group_name: &ctl.ns.cfg.group_name,
@@ -1258,7 +1258,7 @@ async fn announce_rx(ctl: Rc<Ctl>, sock: Rc<UdpSocket>) {
             keys.as_ref()
                 .is_some_and(|k| k.psk().verify_announce_mac(body, mac))
         };
-        match accept_announce(&buf[..n], from, &filter, verify) {
+        match accept_beacon(&buf[..n], from, &filter, verify) {
             Ok(a) => {
                 let output = {
                     let mut st = ctl.st.borrow_mut();

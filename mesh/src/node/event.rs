@@ -37,8 +37,8 @@ pub enum ErrorKind {
     /// A peer sent part of a frame and then too little of it (and no whole frame) for the
     /// heartbeat timeout: a trickle that would hold the link forever; its link was closed.
     Stalled,
-    /// Multicast discovery could not be set up or failed (not fatal: static/seed peers work).
-    Discovery,
+    /// Multicast scouting (peer finding) could not be set up or failed (not fatal: static/seed peers work).
+    Scouting,
     /// A socket operation failed.
     Io,
     /// The peer runs the other mode (secured vs plaintext); the connection was refused.

@@ -36,8 +36,8 @@ use super::shared::{Channels, NodeShared, Offer};
 use super::stats::{add, inc, raise, Counters};
 use crate::crypto::{OpenError, RecordReader, RecordSealer, SealError};
 use crate::proto::{
-    dedup_shard, CloseReason, DataMeta, DedupCache, DropReason, FrameAction, Link, LinkEvent,
-    LinkId, MsgIdGen, Route, Router, RoutingTable,
+    dedup_shard, CloseReason, DataMeta, DataVerdict, DedupCache, DropReason, FrameAction, Link,
+    LinkEvent, LinkId, MsgIdGen, NeighbourLinks, Router,
 };
 use crate::wire::{
     peek_frame_len, take_data, take_frame, Data, DataHeader, DecodeError, DecodeStatus, Frame,
@@ -197,7 +197,7 @@ type LinkRc = Rc<RefCell<LinkCtx>>;
 
 struct Shard {
     router: Router,
-    table: RoutingTable,
+    table: NeighbourLinks,
     owners: AHashMap<LinkId, (usize, Arc<LinkBudget>)>,
     links: AHashMap<LinkId, LinkRc>,
     gen: MsgIdGen,
@@ -281,7 +281,7 @@ pub(crate) async fn run(init: ShardInit) {
         ch: Channels::new(senders, ns.shards),
         st: RefCell::new(Shard {
             router: Router::with_dedup(ns.me, cfg.initial_ttl, dedup),
-            table: RoutingTable::new(),
+            table: NeighbourLinks::new(),
             owners: AHashMap::new(),
             links: AHashMap::new(),
             gen: MsgIdGen::new(ns.me, seed),
@@ -292,7 +292,7 @@ pub(crate) async fn run(init: ShardInit) {
         read_blocks: RefCell::new(Recycler::new(SPARE_READ_BLOCKS)),
     });
     if let Some(p) = publish {
-        spawn_local(publisher(ctx.clone(), p)).detach();
+        spawn_local(ingress_loop(ctx.clone(), p)).detach();
     }
     spawn_local(dedup_sweeper(ctx.clone())).detach();
     let mut batch = Vec::with_capacity(64);
@@ -927,21 +927,21 @@ fn route(ctx: &Rc<Ctx>, from: LinkId, d: Data, path: Path, waits: &mut Vec<Wait>
     };
     let c = ctx.counters();
     match r {
-        Route::Deliver => deliver(ctx, d, waits),
-        Route::DeliverAndForward { except, ttl } => {
+        DataVerdict::Deliver => deliver(ctx, d, waits),
+        DataVerdict::DeliverAndForward { except, ttl } => {
             fan_out(ctx, &meta, &d.payload, Some(except), None, ttl, path, waits);
             deliver(ctx, d, waits);
         }
-        Route::Forward { except, ttl } => {
+        DataVerdict::Forward { except, ttl } => {
             fan_out(ctx, &meta, &d.payload, except, None, ttl, path, waits)
         }
-        Route::Unicast { link, ttl } => {
+        DataVerdict::Unicast { link, ttl } => {
             fan_out(ctx, &meta, &d.payload, None, Some(link), ttl, path, waits)
         }
-        Route::Drop(DropReason::Duplicate) => inc(&c.dropped_duplicate),
-        Route::Drop(DropReason::TtlExpired) => inc(&c.dropped_ttl),
-        Route::Drop(DropReason::NoRoute) => inc(&c.dropped_no_route),
-        Route::Drop(DropReason::TooOld) => inc(&c.dropped_too_old),
+        DataVerdict::Drop(DropReason::Duplicate) => inc(&c.dropped_duplicate),
+        DataVerdict::Drop(DropReason::TtlExpired) => inc(&c.dropped_ttl),
+        DataVerdict::Drop(DropReason::NoRoute) => inc(&c.dropped_no_route),
+        DataVerdict::Drop(DropReason::TooOld) => inc(&c.dropped_too_old),
     }
 }
 
@@ -1456,7 +1456,7 @@ async fn stop(ctx: Rc<Ctx>) {
 /// are ~50 µs of work, short enough for the link tasks to run in time.
 const PUBLISH_BATCH: usize = 256;
 
-async fn publisher(ctx: Rc<Ctx>, mut rx: IngressReceiver<Publish>) {
+async fn ingress_loop(ctx: Rc<Ctx>, mut rx: IngressReceiver<Publish>) {
     let mut batch = Vec::with_capacity(PUBLISH_BATCH);
     let mut waits = Vec::new();
     while let Ok(n) = rx.recv_batch(&mut batch, PUBLISH_BATCH).await {
@@ -1508,7 +1508,7 @@ fn originate_one(ctx: &Rc<Ctx>, dst: PeerId, payload: Bytes, waits: &mut Vec<Wai
     let c = ctx.counters();
     inc(&c.originated);
     let me = ctx.ns.me;
-    let (msg_id, route): (MsgId, Route) = {
+    let (msg_id, route): (MsgId, DataVerdict) = {
         let mut s = ctx.st.borrow_mut();
         let s = &mut *s;
         let id = s.gen.next_id();
@@ -1521,7 +1521,7 @@ fn originate_one(ctx: &Rc<Ctx>, dst: PeerId, payload: Bytes, waits: &mut Vec<Wai
         ttl: 0,
     };
     match route {
-        Route::Deliver => {
+        DataVerdict::Deliver => {
             let d = Data {
                 src: me,
                 dst,
@@ -1531,10 +1531,10 @@ fn originate_one(ctx: &Rc<Ctx>, dst: PeerId, payload: Bytes, waits: &mut Vec<Wai
             };
             deliver(ctx, d, waits);
         }
-        Route::Forward { except, ttl } => {
+        DataVerdict::Forward { except, ttl } => {
             fan_out(ctx, &meta, &payload, except, None, ttl, Path::Origin, waits)
         }
-        Route::Unicast { link, ttl } => fan_out(
+        DataVerdict::Unicast { link, ttl } => fan_out(
             ctx,
             &meta,
             &payload,
@@ -1544,8 +1544,8 @@ fn originate_one(ctx: &Rc<Ctx>, dst: PeerId, payload: Bytes, waits: &mut Vec<Wai
             Path::Origin,
             waits,
         ),
-        Route::DeliverAndForward { .. } => {}
-        Route::Drop(_) => inc(&c.dropped_no_route),
+        DataVerdict::DeliverAndForward { .. } => {}
+        DataVerdict::Drop(_) => inc(&c.dropped_no_route),
     }
 }
 
@@ -1567,15 +1567,15 @@ fn originate_batch(
         s.router.originate_many(&s.table, dst, count as u64)
     };
     match route {
-        Route::Deliver => {
+        DataVerdict::Deliver => {
             while let Some(d) = take_data(&mut frames, u32::MAX) {
                 deliver(ctx, d, waits);
             }
         }
-        Route::Forward { except, .. } => queue_run(ctx, frames, count, except, None, waits),
-        Route::Unicast { link, .. } => queue_run(ctx, frames, count, None, Some(link), waits),
-        Route::DeliverAndForward { .. } => {}
-        Route::Drop(_) => add(&c.dropped_no_route, count as u64),
+        DataVerdict::Forward { except, .. } => queue_run(ctx, frames, count, except, None, waits),
+        DataVerdict::Unicast { link, .. } => queue_run(ctx, frames, count, None, Some(link), waits),
+        DataVerdict::DeliverAndForward { .. } => {}
+        DataVerdict::Drop(_) => add(&c.dropped_no_route, count as u64),
     }
 }
 

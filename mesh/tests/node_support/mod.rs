@@ -15,7 +15,7 @@ pub const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// A builder with multicast off, loopback listener and short timers so tests stay fast.
 pub fn fast() -> MeshBuilder {
     Mesh::builder()
-        .discovery(false)
+        .scouting(false)
         .listen_addr(LOCALHOST)
         .heartbeat_interval(Duration::from_millis(200))
         .heartbeat_timeout(Duration::from_millis(1500))
@@ -29,14 +29,14 @@ pub fn fast() -> MeshBuilder {
 
 /// [`fast`] with multicast discovery on loopback, on a port of its own and in a group of its
 /// own (so parallel tests never hear each other); returns the builder and the port.
-pub fn loopback_discovery(group: &str) -> (MeshBuilder, u16) {
+pub fn loopback_scouting(group: &str) -> (MeshBuilder, u16) {
     let port = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let b = fast()
-        .discovery(true)
+        .scouting(true)
         .group_name(format!("{group}-{}", rand::random::<u64>()))
         .multicast_interface(Ipv4Addr::LOCALHOST)
         .multicast_port(port);

@@ -19,7 +19,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use shoal_mesh::wire::{Announce, Frame, Hello, MULTICAST_ADDR, PROTOCOL_VERSION};
+use shoal_mesh::wire::{Beacon, Frame, Hello, MULTICAST_ADDR, PROTOCOL_VERSION};
 use shoal_mesh::PeerId;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -95,7 +95,7 @@ fn announces(a: &Args) {
             std::thread::sleep(wait);
         }
         buf.clear();
-        Announce {
+        Beacon {
             protocol_version: PROTOCOL_VERSION,
             flags: 0,
             tcp_listen_port: a.dial_port,

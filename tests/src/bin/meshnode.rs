@@ -29,7 +29,7 @@ struct Args {
     /// Static peers (`host:port`), repeatable.
     #[arg(long = "static-peer")]
     static_peers: Vec<String>,
-    /// Announce interval in milliseconds.
+    /// Beacon interval in milliseconds.
     #[arg(long, default_value_t = 1000)]
     announce_ms: u64,
     /// Exit after this many seconds (a bound, so a forgotten node never runs forever).
@@ -43,7 +43,7 @@ fn main() {
         .group_name(args.group.clone())
         .listen_addr(args.listen.ip())
         .listen_port(args.listen.port())
-        .discovery(true)
+        .scouting(true)
         .announce_interval(Duration::from_millis(args.announce_ms));
     if let Some(ifa) = args.interface {
         builder = builder.multicast_interface(ifa);

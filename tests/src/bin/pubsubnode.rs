@@ -30,7 +30,7 @@ struct Args {
     /// Mesh group name.
     #[arg(long, default_value = "faults")]
     group: String,
-    /// Announce interval in milliseconds.
+    /// Beacon interval in milliseconds.
     #[arg(long, default_value_t = 250)]
     announce_ms: u64,
     /// Publish this many messages per second (0: do not publish).
@@ -110,7 +110,7 @@ fn main() {
         .group_name(args.group.clone())
         .listen_addr(args.interface.into())
         .multicast_interface(args.interface)
-        .discovery(true)
+        .scouting(true)
         .announce_interval(Duration::from_millis(args.announce_ms))
         .max_outbound_queue_bytes(args.queue_bytes)
         .max_dedup_entries(args.dedup_entries)

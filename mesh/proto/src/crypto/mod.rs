@@ -33,7 +33,7 @@ pub use idrecord::{
     RecordVersions,
 };
 pub use kdf::node_id_from_key;
-pub use psk::{AnnounceDrop, AnnounceMacError, DiscoveryGuard, PskError, PskKeys};
+pub use psk::{BeaconDrop, BeaconMacError, PskError, PskKeys, ScoutGuard};
 pub use record::{
     OpenError, Opened, RecordBuf, RecordBuilder, RecordOpener, RecordReader, RecordSealer,
     SealError,

@@ -6,7 +6,7 @@ use subtle::ConstantTimeEq;
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use super::kdf::{mac16, mac32};
-use crate::wire::{Announce, AnnounceFilter, AnnounceReject, DecodeError, DecodedAnnounce};
+use crate::wire::{Beacon, BeaconFilter, BeaconReject, DecodeError, DecodedBeacon};
 
 /// Length of the MAC appended to a secured announce.
 pub const ANNOUNCE_MAC_LEN: usize = 16;
@@ -66,16 +66,16 @@ impl PskKeys {
 
     /// Receive steps 1-3 of a secured node: requires more than 16 bytes, splits off the last 16
     /// and compares them with the recomputed MAC in constant time. Returns the body to parse.
-    pub fn open_announce<'a>(&self, datagram: &'a [u8]) -> Result<&'a [u8], AnnounceMacError> {
+    pub fn open_announce<'a>(&self, datagram: &'a [u8]) -> Result<&'a [u8], BeaconMacError> {
         if datagram.len() <= ANNOUNCE_MAC_LEN {
-            return Err(AnnounceMacError::TooShort);
+            return Err(BeaconMacError::TooShort);
         }
         let (body, mac) = datagram.split_at(datagram.len() - ANNOUNCE_MAC_LEN);
         let mac: &[u8; ANNOUNCE_MAC_LEN] = mac.try_into().expect("split at len - 16");
         if self.verify_announce_mac(body, mac) {
             Ok(body)
         } else {
-            Err(AnnounceMacError::BadMac)
+            Err(BeaconMacError::BadMac)
         }
     }
 
@@ -93,7 +93,7 @@ impl fmt::Debug for PskKeys {
 
 /// Why a secured node drops an announce before parsing it (all drops are silent on the wire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum AnnounceMacError {
+pub enum BeaconMacError {
     /// A secured node needs more than the 16-byte MAC.
     #[error("announce too short to carry a MAC")]
     TooShort,
@@ -104,51 +104,51 @@ pub enum AnnounceMacError {
 
 /// Why an announce is dropped, in the order the checks run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AnnounceDrop {
+pub enum BeaconDrop {
     /// Steps 1-3: length or MAC (secured node only).
     #[error(transparent)]
-    Mac(#[from] AnnounceMacError),
+    Mac(#[from] BeaconMacError),
     /// Steps 4-6: parse, mode flag, version, group, own id.
     #[error(transparent)]
-    Rejected(#[from] AnnounceReject),
+    Rejected(#[from] BeaconReject),
 }
 
 /// A node's discovery mode: plaintext, or secured with the PSK's keys. Runs crypto.md's
 /// receive-side checks in order: MAC first (secured), then parse, mode flag, version, group, own
 /// id (so a secured node drops plaintext announces and a plaintext node drops secured ones).
 #[derive(Debug, Clone)]
-pub enum DiscoveryGuard {
+pub enum ScoutGuard {
     /// Plaintext mesh: nothing is stripped; secured announces fail on the flag.
     Plaintext,
     /// Secured mesh: the MAC is verified first.
     Secured(PskKeys),
 }
 
-impl DiscoveryGuard {
+impl ScoutGuard {
     /// True in a secured mesh.
     pub fn is_secured(&self) -> bool {
-        matches!(self, DiscoveryGuard::Secured(_))
+        matches!(self, ScoutGuard::Secured(_))
     }
 
     /// The bytes the announce parser may read: the whole datagram (plaintext node), or the body
     /// before the verified MAC (secured node).
-    pub fn admit<'a>(&self, datagram: &'a [u8]) -> Result<&'a [u8], AnnounceMacError> {
+    pub fn admit<'a>(&self, datagram: &'a [u8]) -> Result<&'a [u8], BeaconMacError> {
         match self {
-            DiscoveryGuard::Plaintext => Ok(datagram),
-            DiscoveryGuard::Secured(keys) => keys.open_announce(datagram),
+            ScoutGuard::Plaintext => Ok(datagram),
+            ScoutGuard::Secured(keys) => keys.open_announce(datagram),
         }
     }
 
     /// All receive-side checks, in order. The filter's `secured` must equal
-    /// [`DiscoveryGuard::is_secured`].
+    /// [`ScoutGuard::is_secured`].
     pub fn accept(
         &self,
         datagram: &[u8],
-        filter: &AnnounceFilter<'_>,
-    ) -> Result<DecodedAnnounce, AnnounceDrop> {
+        filter: &BeaconFilter<'_>,
+    ) -> Result<DecodedBeacon, BeaconDrop> {
         debug_assert_eq!(filter.secured, self.is_secured());
         let body = self.admit(datagram)?;
-        let decoded = Announce::decode(datagram).map_err(AnnounceReject::from)?;
+        let decoded = Beacon::decode(datagram).map_err(BeaconReject::from)?;
         if decoded.mac_input.end > body.len() {
             // The C++ receiver parses only the body before the MAC: its fields must end there.
             let overrun = DecodeError::Truncated {
@@ -156,7 +156,7 @@ impl DiscoveryGuard {
                 needed: decoded.mac_input.end,
                 available: body.len(),
             };
-            return Err(AnnounceReject::from(overrun).into());
+            return Err(BeaconReject::from(overrun).into());
         }
         filter.check(&decoded.announce)?;
         Ok(decoded)
@@ -164,7 +164,7 @@ impl DiscoveryGuard {
 
     /// Appends the MAC to a finished announce body when secured; no-op when plaintext.
     pub fn seal(&self, datagram: &mut Vec<u8>) {
-        if let DiscoveryGuard::Secured(keys) = self {
+        if let ScoutGuard::Secured(keys) = self {
             keys.seal_announce(datagram);
         }
     }

@@ -21,7 +21,7 @@ pub const MULTICAST_TTL: u32 = 1;
 
 /// Magic at the start of every discovery datagram.
 pub const ANNOUNCE_MAGIC: [u8; 4] = *b"MMCA";
-/// Announce flag bit: the sender runs a secured (PSK) mesh and appended a MAC.
+/// Beacon flag bit: the sender runs a secured (PSK) mesh and appended a MAC.
 pub const ANNOUNCE_FLAG_SECURED: u8 = 0x01;
 /// Length of the keyed MAC that ends a secured announce.
 pub const ANNOUNCE_MAC_LEN: usize = 16;

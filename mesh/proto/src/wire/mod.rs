@@ -12,7 +12,7 @@
 //! # Discovery datagram
 //!
 //! `"MMCA" | protocolVersion u8 | flags u8 (bit0 = secured) | tcpListenPort u16 | nodeId 16 |
-//! groupName str | [MAC 16, secured only]` — see [`Announce`]. Bytes after the group name (after
+//! groupName str | [MAC 16, secured only]` — see [`Beacon`]. Bytes after the group name (after
 //! the MAC when secured) are ignored.
 //!
 //! # TCP frames
@@ -46,7 +46,7 @@
 //! [`Features::EXTENDED_FRAMES`]: the C++ library drops the connection on an unknown type.
 //! [`peer_accepts_frame_type`] encodes that rule. No extended frame types exist yet.
 
-mod announce;
+mod beacon;
 mod cursor;
 mod data;
 mod defaults;
@@ -54,7 +54,7 @@ mod error;
 mod frame;
 mod hello_ext;
 
-pub use announce::{Announce, AnnounceFilter, AnnounceReject, DecodedAnnounce};
+pub use beacon::{Beacon, BeaconFilter, BeaconReject, DecodedBeacon};
 pub use data::{encode_data_into, Data, DataHeader};
 pub use defaults::*;
 pub use error::{DecodeError, DecodeStatus, EncodeError};

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shoal_proto::config::MeshConfig;
-use shoal_proto::wire::{Announce, AnnounceFilter, Data, Frame, Hello, PROTOCOL_VERSION};
+use shoal_proto::wire::{Beacon, BeaconFilter, Data, Frame, Hello, PROTOCOL_VERSION};
 use shoal_proto::*;
 use shoal_proto::{MsgId, PeerId};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -32,18 +32,18 @@ pub struct Node {
     pub cfg: MeshConfig,
     pub pm: PeerManager<StdRng>,
     pub links: BTreeMap<LinkId, SimLink>,
-    pub table: RoutingTable,
+    pub table: NeighbourLinks,
     pub router: Router,
     pub ids: MsgIdGen,
-    pub membership: Membership,
-    pub announce: AnnounceSchedule,
+    pub membership: MemberGraph,
+    pub announce: BeaconSchedule,
     pub rng: StdRng,
     /// (originator, payload) in delivery order.
     pub delivered: Vec<(PeerId, Bytes)>,
     /// Ids of the delivered messages, same order.
     pub delivered_ids: Vec<MsgId>,
     pub peer_events: Vec<PeerEvent>,
-    pub member_events: Vec<MembershipEvent>,
+    pub member_events: Vec<MemberEvent>,
     pub close_reasons: Vec<CloseReason>,
     /// (when, target) of every dial issued.
     pub dial_log: Vec<(Instant, DialTarget)>,
@@ -61,10 +61,10 @@ pub struct Traffic {
     /// Data frames.
     pub data_frames: u64,
     pub data_bytes: u64,
-    /// Everything else: Hello, Heartbeat, Goodbye, Membership, AuthConfirm, IdentityRecord.
+    /// Everything else: Hello, Heartbeat, Goodbye, MemberGraph, AuthConfirm, IdentityRecord.
     pub ctl_frames: u64,
     pub ctl_bytes: u64,
-    /// The Membership part of `ctl_*`.
+    /// The MemberGraph part of `ctl_*`.
     pub membership_frames: u64,
     pub membership_bytes: u64,
 }
@@ -90,7 +90,7 @@ impl Traffic {
 }
 
 enum Ev {
-    Announce {
+    Beacon {
         to: usize,
         from_ip: Ipv4Addr,
         datagram: Vec<u8>,
@@ -123,7 +123,7 @@ impl Ev {
     /// The node whose state handling this event changes.
     fn target(&self) -> usize {
         match self {
-            Ev::Announce { to, .. }
+            Ev::Beacon { to, .. }
             | Ev::Accept { to, .. }
             | Ev::Connected { to, .. }
             | Ev::DialFailed { to, .. }
@@ -200,7 +200,7 @@ impl Sim {
             alive: false,
             pm: PeerManager::new(id, &cfg, StdRng::seed_from_u64(self.rng.gen()), now),
             links: BTreeMap::new(),
-            table: RoutingTable::new(),
+            table: NeighbourLinks::new(),
             router: Router::new(
                 id,
                 cfg.initial_ttl,
@@ -209,7 +209,7 @@ impl Sim {
                 now,
             ),
             ids: MsgIdGen::new(id, self.rng.gen()),
-            membership: Membership::new(
+            membership: MemberGraph::new(
                 id,
                 cfg.membership_interval,
                 cfg.membership_timeout,
@@ -217,7 +217,7 @@ impl Sim {
                 wall,
                 now,
             ),
-            announce: AnnounceSchedule::new(cfg.announce_interval, now),
+            announce: BeaconSchedule::new(cfg.announce_interval, now),
             rng: StdRng::seed_from_u64(self.rng.gen()),
             cfg,
             delivered: Vec::new(),
@@ -416,13 +416,19 @@ impl Sim {
         n.delivered_ids.push(data.msg_id);
     }
 
-    fn execute_route(&mut self, i: usize, route: Route, mut data: Data, from: Option<LinkId>) {
+    fn execute_route(
+        &mut self,
+        i: usize,
+        route: DataVerdict,
+        mut data: Data,
+        from: Option<LinkId>,
+    ) {
         let targets: Vec<LinkId> = match route {
-            Route::Deliver => {
+            DataVerdict::Deliver => {
                 self.deliver(i, &data);
                 return;
             }
-            Route::DeliverAndForward { except, ttl } => {
+            DataVerdict::DeliverAndForward { except, ttl } => {
                 self.deliver(i, &data);
                 data.ttl = ttl;
                 self.nodes[i]
@@ -433,7 +439,7 @@ impl Sim {
                     .filter(|l| *l != except)
                     .collect()
             }
-            Route::Forward { except, ttl } => {
+            DataVerdict::Forward { except, ttl } => {
                 data.ttl = ttl;
                 self.nodes[i]
                     .table
@@ -443,11 +449,11 @@ impl Sim {
                     .filter(|l| Some(*l) != except)
                     .collect()
             }
-            Route::Unicast { link, ttl } => {
+            DataVerdict::Unicast { link, ttl } => {
                 data.ttl = ttl;
                 vec![link]
             }
-            Route::Drop(_) => return,
+            DataVerdict::Drop(_) => return,
         };
         let _ = from;
         for l in targets {
@@ -620,23 +626,23 @@ impl Sim {
     fn handle(&mut self, ev: Ev) {
         let now = self.now;
         match ev {
-            Ev::Announce {
+            Ev::Beacon {
                 to,
                 from_ip,
                 datagram,
             } => {
                 let n = &self.nodes[to];
-                if !n.alive || !n.cfg.discovery {
+                if !n.alive || !n.cfg.scouting {
                     return;
                 }
-                let filter = AnnounceFilter {
+                let filter = BeaconFilter {
                     secured: n.cfg.secured(),
                     protocol_version: PROTOCOL_VERSION,
                     group_name: &n.cfg.group_name,
                     own_id: n.id,
                 };
                 let src = SocketAddr::new(IpAddr::V4(from_ip), 45454);
-                if let Ok(a) = accept_announce(&datagram, src, &filter, |_, _| true) {
+                if let Ok(a) = accept_beacon(&datagram, src, &filter, |_, _| true) {
                     self.nodes[to].pm.on_announce(a.peer, a.dial_addr, now);
                 }
                 self.pump(to);
@@ -767,9 +773,9 @@ impl Sim {
         n.pm.handle_timeout(now);
         n.membership.handle_timeout(wall, now);
         n.router.handle_timeout(now);
-        if n.cfg.discovery && n.announce.handle_timeout(now, &mut n.rng) {
+        if n.cfg.scouting && n.announce.handle_timeout(now, &mut n.rng) {
             let mut d = Vec::new();
-            Announce::new(n.id, PORT, &n.cfg.group_name, n.cfg.secured())
+            Beacon::new(n.id, PORT, &n.cfg.group_name, n.cfg.secured())
                 .encode_body(&mut d)
                 .unwrap();
             if n.cfg.secured() {
@@ -781,7 +787,7 @@ impl Sim {
                     self.schedule(
                         i,
                         j,
-                        Ev::Announce {
+                        Ev::Beacon {
                             to: j,
                             from_ip: ip,
                             datagram: d.clone(),
@@ -799,7 +805,7 @@ impl Sim {
             return None;
         }
         let mut t = n.membership.poll_timeout().min(n.router.poll_timeout());
-        if n.cfg.discovery {
+        if n.cfg.scouting {
             t = t.min(n.announce.poll_timeout());
         }
         if let Some(p) = n.pm.poll_timeout() {
@@ -895,7 +901,7 @@ impl Sim {
 /// A config for simulations: discovery off unless asked, static peers wire the topology.
 pub fn cfg() -> MeshConfig {
     MeshConfig {
-        discovery: false,
+        scouting: false,
         ..MeshConfig::default()
     }
 }

@@ -1,33 +1,33 @@
 //! Discovery announces: when to send them and which received ones to believe.
 //!
 //! Sending: once at start, then every `announce_interval` with ±20% jitter so that nodes
-//! started together do not announce in lockstep ([`AnnounceSchedule`]).
+//! started together do not announce in lockstep ([`BeaconSchedule`]).
 //!
-//! Receiving ([`accept_announce`]), in the order of `mesh-v1.md` / `crypto.md`: on a secured
+//! Receiving ([`accept_beacon`]), in the order of `mesh-v1.md` / `crypto.md`: on a secured
 //! mesh the datagram must be longer than the 16-byte MAC and the MAC over everything before it
 //! must verify; then it must parse (magic included), its secured flag must equal our mode, its
 //! version and group must equal ours, and its node id must not be ours. The dial-back address
 //! is the datagram's source IP with the advertised TCP port. One rule beyond the C++ library:
 //! an advertised port of 0 is rejected, since it cannot be dialed.
 
-use crate::wire::{AnnounceFilter, AnnounceReject, ANNOUNCE_MAC_LEN};
+use crate::wire::{BeaconFilter, BeaconReject, ANNOUNCE_MAC_LEN};
 use crate::PeerId;
 use rand::Rng;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// Announce timing: due at start, then every interval ±20%.
+/// Beacon timing: due at start, then every interval ±20%.
 #[derive(Debug, Clone)]
-pub struct AnnounceSchedule {
+pub struct BeaconSchedule {
     interval: Duration,
     next: Instant,
     sent: u64,
 }
 
-impl AnnounceSchedule {
+impl BeaconSchedule {
     /// A schedule whose first announce is due at `now`.
-    pub fn new(interval: Duration, now: Instant) -> AnnounceSchedule {
-        AnnounceSchedule {
+    pub fn new(interval: Duration, now: Instant) -> BeaconSchedule {
+        BeaconSchedule {
             interval,
             next: now,
             sent: 0,
@@ -62,7 +62,7 @@ pub fn jittered(interval: Duration, rng: &mut dyn rand::RngCore) -> Duration {
 
 /// Why a received datagram was dropped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AnnounceError {
+pub enum BeaconError {
     /// Secured mesh: the datagram is not longer than the MAC.
     #[error("datagram too short to carry a MAC")]
     TooShortForMac,
@@ -71,13 +71,13 @@ pub enum AnnounceError {
     BadMac,
     /// Parse failure, mode/version/group mismatch or own announce.
     #[error(transparent)]
-    Rejected(#[from] AnnounceReject),
+    Rejected(#[from] BeaconReject),
     /// The advertised TCP port is 0: nothing to dial back.
     #[error("announce advertises TCP port 0")]
     ZeroPort,
 }
 
-impl AnnounceError {
+impl BeaconError {
     /// True for a datagram that is not a usable announce for anyone: unparsable, another
     /// protocol version, port 0, a missing or wrong MAC, the other mode's flag. False for our
     /// own multicast echo and another group's announces, which are valid traffic for other
@@ -85,16 +85,14 @@ impl AnnounceError {
     pub fn is_junk(&self) -> bool {
         !matches!(
             self,
-            AnnounceError::Rejected(
-                AnnounceReject::OwnAnnounce | AnnounceReject::GroupMismatch { .. }
-            )
+            BeaconError::Rejected(BeaconReject::OwnAnnounce | BeaconReject::GroupMismatch { .. })
         )
     }
 }
 
 /// An announce that passed every check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AcceptedAnnounce {
+pub struct AcceptedBeacon {
     /// The announcing node.
     pub peer: PeerId,
     /// Where to dial it: the datagram's source IP and the advertised TCP port.
@@ -104,28 +102,28 @@ pub struct AcceptedAnnounce {
 /// Applies the acceptance rules to `datagram` received from `source`. On a secured mesh
 /// `verify_mac(body, mac)` checks the keyed MAC (the crypto layer's job) before anything is
 /// parsed; on a plaintext mesh it is not called.
-pub fn accept_announce(
+pub fn accept_beacon(
     datagram: &[u8],
     source: SocketAddr,
-    filter: &AnnounceFilter<'_>,
+    filter: &BeaconFilter<'_>,
     verify_mac: impl FnOnce(&[u8], &[u8; ANNOUNCE_MAC_LEN]) -> bool,
-) -> Result<AcceptedAnnounce, AnnounceError> {
+) -> Result<AcceptedBeacon, BeaconError> {
     if filter.secured {
         if datagram.len() <= ANNOUNCE_MAC_LEN {
-            return Err(AnnounceError::TooShortForMac);
+            return Err(BeaconError::TooShortForMac);
         }
         let (body, mac) = datagram.split_at(datagram.len() - ANNOUNCE_MAC_LEN);
         let mac: &[u8; ANNOUNCE_MAC_LEN] = mac.try_into().expect("split at len - 16");
         if !verify_mac(body, mac) {
-            return Err(AnnounceError::BadMac);
+            return Err(BeaconError::BadMac);
         }
     }
     let decoded = filter.accept(datagram)?;
     let a = decoded.announce;
     if a.tcp_listen_port == 0 {
-        return Err(AnnounceError::ZeroPort);
+        return Err(BeaconError::ZeroPort);
     }
-    Ok(AcceptedAnnounce {
+    Ok(AcceptedBeacon {
         peer: a.node_id,
         dial_addr: SocketAddr::new(source.ip(), a.tcp_listen_port),
     })
@@ -134,15 +132,15 @@ pub fn accept_announce(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Announce, DecodeError, PROTOCOL_VERSION};
+    use crate::wire::{Beacon, DecodeError, PROTOCOL_VERSION};
     use rand::SeedableRng;
 
     fn me() -> PeerId {
         PeerId([1; 16])
     }
 
-    fn filter(secured: bool) -> AnnounceFilter<'static> {
-        AnnounceFilter {
+    fn filter(secured: bool) -> BeaconFilter<'static> {
+        BeaconFilter {
             secured,
             protocol_version: PROTOCOL_VERSION,
             group_name: "default",
@@ -152,7 +150,7 @@ mod tests {
 
     fn datagram(id: PeerId, port: u16, group: &str, secured: bool) -> Vec<u8> {
         let mut out = Vec::new();
-        Announce::new(id, port, group, secured)
+        Beacon::new(id, port, group, secured)
             .encode_body(&mut out)
             .unwrap();
         out
@@ -166,7 +164,7 @@ mod tests {
     fn schedule_fires_at_start_then_jittered() {
         let t0 = Instant::now();
         let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-        let mut s = AnnounceSchedule::new(Duration::from_millis(1000), t0);
+        let mut s = BeaconSchedule::new(Duration::from_millis(1000), t0);
         assert!(s.handle_timeout(t0, &mut rng));
         assert!(!s.handle_timeout(t0, &mut rng));
         let mut distinct = std::collections::BTreeSet::new();
@@ -185,7 +183,7 @@ mod tests {
     #[test]
     fn accepts_and_builds_dial_back_address() {
         let peer = PeerId([2; 16]);
-        let got = accept_announce(
+        let got = accept_beacon(
             &datagram(peer, 7000, "default", false),
             src(),
             &filter(false),
@@ -202,40 +200,36 @@ mod tests {
         let none = |_: &[u8], _: &[u8; 16]| true;
         let peer = PeerId([2; 16]);
         assert_eq!(
-            accept_announce(&datagram(me(), 7000, "default", false), src(), &f, none),
-            Err(AnnounceError::Rejected(AnnounceReject::OwnAnnounce))
+            accept_beacon(&datagram(me(), 7000, "default", false), src(), &f, none),
+            Err(BeaconError::Rejected(BeaconReject::OwnAnnounce))
         );
         assert!(matches!(
-            accept_announce(&datagram(peer, 7000, "other", false), src(), &f, none),
-            Err(AnnounceError::Rejected(
-                AnnounceReject::GroupMismatch { .. }
-            ))
+            accept_beacon(&datagram(peer, 7000, "other", false), src(), &f, none),
+            Err(BeaconError::Rejected(BeaconReject::GroupMismatch { .. }))
         ));
         let mut secured = datagram(peer, 7000, "default", true);
         secured.extend_from_slice(&[0; 16]);
         assert!(matches!(
-            accept_announce(&secured, src(), &f, none),
-            Err(AnnounceError::Rejected(AnnounceReject::ModeMismatch { .. }))
+            accept_beacon(&secured, src(), &f, none),
+            Err(BeaconError::Rejected(BeaconReject::ModeMismatch { .. }))
         ));
         let mut bad = datagram(peer, 7000, "default", false);
         bad[0] = b'X';
         assert!(matches!(
-            accept_announce(&bad, src(), &f, none),
-            Err(AnnounceError::Rejected(AnnounceReject::Malformed(
+            accept_beacon(&bad, src(), &f, none),
+            Err(BeaconError::Rejected(BeaconReject::Malformed(
                 DecodeError::BadMagic(_)
             )))
         ));
         let mut v2 = datagram(peer, 7000, "default", false);
         v2[4] = 2;
         assert!(matches!(
-            accept_announce(&v2, src(), &f, none),
-            Err(AnnounceError::Rejected(
-                AnnounceReject::VersionMismatch { .. }
-            ))
+            accept_beacon(&v2, src(), &f, none),
+            Err(BeaconError::Rejected(BeaconReject::VersionMismatch { .. }))
         ));
         assert_eq!(
-            accept_announce(&datagram(peer, 0, "default", false), src(), &f, none),
-            Err(AnnounceError::ZeroPort)
+            accept_beacon(&datagram(peer, 0, "default", false), src(), &f, none),
+            Err(BeaconError::ZeroPort)
         );
     }
 
@@ -244,7 +238,7 @@ mod tests {
         let f = filter(false);
         let none = |_: &[u8], _: &[u8; 16]| true;
         let peer = PeerId([2; 16]);
-        let verdict = |d: &[u8]| accept_announce(d, src(), &f, none).unwrap_err().is_junk();
+        let verdict = |d: &[u8]| accept_beacon(d, src(), &f, none).unwrap_err().is_junk();
         assert!(!verdict(&datagram(me(), 7000, "default", false)));
         assert!(!verdict(&datagram(peer, 7000, "other", false)));
         assert!(verdict(b"garbage that is no announce at all"));
@@ -256,7 +250,7 @@ mod tests {
         let mut secured = datagram(peer, 7000, "default", true);
         secured.extend_from_slice(&[0; 16]);
         assert!(verdict(&secured));
-        assert!(AnnounceError::BadMac.is_junk() && AnnounceError::TooShortForMac.is_junk());
+        assert!(BeaconError::BadMac.is_junk() && BeaconError::TooShortForMac.is_junk());
     }
 
     #[test]
@@ -267,14 +261,14 @@ mod tests {
         let body_len = d.len();
         d.extend_from_slice(&[0xaa; 16]);
         assert_eq!(
-            accept_announce(&d[..16], src(), &f, |_, _| true),
-            Err(AnnounceError::TooShortForMac)
+            accept_beacon(&d[..16], src(), &f, |_, _| true),
+            Err(BeaconError::TooShortForMac)
         );
         assert_eq!(
-            accept_announce(&d, src(), &f, |_, mac| mac != &[0xaa; 16]),
-            Err(AnnounceError::BadMac)
+            accept_beacon(&d, src(), &f, |_, mac| mac != &[0xaa; 16]),
+            Err(BeaconError::BadMac)
         );
-        let got = accept_announce(&d, src(), &f, |body, mac| {
+        let got = accept_beacon(&d, src(), &f, |body, mac| {
             body.len() == body_len && mac == &[0xaa; 16]
         })
         .unwrap();
@@ -282,8 +276,8 @@ mod tests {
         // A plaintext announce on a secured mesh fails on its (absent) MAC before parsing.
         let plain = datagram(peer, 7000, "default", false);
         assert_eq!(
-            accept_announce(&plain, src(), &f, |_, _| false),
-            Err(AnnounceError::BadMac)
+            accept_beacon(&plain, src(), &f, |_, _| false),
+            Err(BeaconError::BadMac)
         );
     }
 }

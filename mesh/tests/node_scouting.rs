@@ -20,7 +20,7 @@ fn nodes_find_each_other_by_multicast_on_loopback() {
     let node = || {
         Node::start(
             fast()
-                .discovery(true)
+                .scouting(true)
                 .group_name(group.clone())
                 .multicast_interface(Ipv4Addr::LOCALHOST)
                 .multicast_group(Ipv4Addr::new(239, 255, 42, 99))
@@ -46,7 +46,7 @@ fn nodes_find_each_other_by_multicast_on_loopback() {
     // A node in another group hears the announces but ignores them.
     let other = Node::start(
         fast()
-            .discovery(true)
+            .scouting(true)
             .group_name("some-other-group")
             .multicast_interface(Ipv4Addr::LOCALHOST)
             .multicast_port(port)
@@ -67,7 +67,7 @@ fn multicast_that_cannot_be_set_up_is_an_error_event_not_a_failure() {
     // 192.0.2.1 (TEST-NET-1) is no interface of this host: joining through it fails.
     let b = Node::start(
         fast()
-            .discovery(true)
+            .scouting(true)
             .multicast_interface(Ipv4Addr::new(192, 0, 2, 1))
             .static_peer(ep(a.port())),
     );
@@ -76,7 +76,7 @@ fn multicast_that_cannot_be_set_up_is_an_error_event_not_a_failure() {
             matches!(
                 e,
                 Event::Error {
-                    kind: shoal_mesh::ErrorKind::Discovery,
+                    kind: shoal_mesh::ErrorKind::Scouting,
                     ..
                 }
             )
@@ -105,7 +105,7 @@ fn fake_announce_flood_neither_amplifies_nor_locks_out_a_real_node() {
     let per_source = 10u32;
     let node = || {
         fast()
-            .discovery(true)
+            .scouting(true)
             .group_name(group.clone())
             .multicast_interface(Ipv4Addr::LOCALHOST)
             .multicast_port(port)
@@ -136,7 +136,7 @@ fn fake_announce_flood_neither_amplifies_nor_locks_out_a_real_node() {
     let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let fake = |id: PeerId| {
         let mut d = Vec::new();
-        shoal_mesh::wire::Announce::new(id, victim_port, &group, false)
+        shoal_mesh::wire::Beacon::new(id, victim_port, &group, false)
             .encode_body(&mut d)
             .unwrap();
         d

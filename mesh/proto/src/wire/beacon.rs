@@ -10,7 +10,7 @@ use std::ops::Range;
 
 /// The fields of a discovery announce.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Announce {
+pub struct Beacon {
     /// The sender's protocol version.
     pub protocol_version: u8,
     /// Raw flags byte; bit 0 ([`ANNOUNCE_FLAG_SECURED`]) marks a secured mesh, other bits are
@@ -26,9 +26,9 @@ pub struct Announce {
 
 /// A decoded datagram and where its MAC sits.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecodedAnnounce {
+pub struct DecodedBeacon {
     /// The announce fields.
-    pub announce: Announce,
+    pub announce: Beacon,
     /// The 16 bytes after the group name when the secured flag is set, `None` otherwise.
     pub mac: Option<[u8; ANNOUNCE_MAC_LEN]>,
     /// The bytes of the datagram the MAC covers (`0..25+G`): the crypto layer verifies
@@ -36,10 +36,10 @@ pub struct DecodedAnnounce {
     pub mac_input: Range<usize>,
 }
 
-impl Announce {
+impl Beacon {
     /// An announce of the current protocol version.
     pub fn new(node_id: PeerId, tcp_listen_port: u16, group_name: &str, secured: bool) -> Self {
-        Announce {
+        Beacon {
             protocol_version: super::PROTOCOL_VERSION,
             flags: if secured { ANNOUNCE_FLAG_SECURED } else { 0 },
             tcp_listen_port,
@@ -84,8 +84,8 @@ impl Announce {
     }
 
     /// Parses a datagram. Bytes after the group name (after the MAC when the secured flag is
-    /// set) are ignored. Does not judge whether the announce is acceptable: see [`AnnounceFilter`].
-    pub fn decode(datagram: &[u8]) -> Result<DecodedAnnounce, DecodeError> {
+    /// set) are ignored. Does not judge whether the announce is acceptable: see [`BeaconFilter`].
+    pub fn decode(datagram: &[u8]) -> Result<DecodedBeacon, DecodeError> {
         let mut c = Cursor::new(datagram);
         let magic: [u8; 4] = c.array("Announce.magic")?;
         if magic != ANNOUNCE_MAGIC {
@@ -97,7 +97,7 @@ impl Announce {
         let node_id = PeerId(c.array("Announce.nodeId")?);
         let group_name = c.str("Announce.groupName")?.to_owned();
         let mac_input = 0..c.pos();
-        let announce = Announce {
+        let announce = Beacon {
             protocol_version,
             flags,
             tcp_listen_port,
@@ -109,7 +109,7 @@ impl Announce {
         } else {
             None
         };
-        Ok(DecodedAnnounce {
+        Ok(DecodedBeacon {
             announce,
             mac,
             mac_input,
@@ -119,7 +119,7 @@ impl Announce {
 
 /// Why a receiver drops an announce.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AnnounceReject {
+pub enum BeaconReject {
     /// The datagram does not parse (includes a wrong magic).
     #[error("malformed announce: {0}")]
     Malformed(#[from] DecodeError),
@@ -153,7 +153,7 @@ pub enum AnnounceReject {
 /// The receiver's side of announce acceptance: its own mode, version, group and id.
 /// MAC verification is not done here; on a secured mesh it must pass before [`check`](Self::check).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AnnounceFilter<'a> {
+pub struct BeaconFilter<'a> {
     /// The receiver runs a secured mesh.
     pub secured: bool,
     /// The receiver's protocol version.
@@ -164,36 +164,36 @@ pub struct AnnounceFilter<'a> {
     pub own_id: PeerId,
 }
 
-impl AnnounceFilter<'_> {
+impl BeaconFilter<'_> {
     /// Applies the acceptance rules in the C++ order (mode, version, group, own id).
-    pub fn check(&self, a: &Announce) -> Result<(), AnnounceReject> {
+    pub fn check(&self, a: &Beacon) -> Result<(), BeaconReject> {
         if a.is_secured() != self.secured {
-            return Err(AnnounceReject::ModeMismatch {
+            return Err(BeaconReject::ModeMismatch {
                 ours: self.secured,
                 theirs: a.is_secured(),
             });
         }
         if a.protocol_version != self.protocol_version {
-            return Err(AnnounceReject::VersionMismatch {
+            return Err(BeaconReject::VersionMismatch {
                 ours: self.protocol_version,
                 theirs: a.protocol_version,
             });
         }
         if a.group_name != self.group_name {
-            return Err(AnnounceReject::GroupMismatch {
+            return Err(BeaconReject::GroupMismatch {
                 theirs: a.group_name.clone(),
             });
         }
         if a.node_id == self.own_id {
-            return Err(AnnounceReject::OwnAnnounce);
+            return Err(BeaconReject::OwnAnnounce);
         }
         Ok(())
     }
 
     /// Decodes and checks in one go. The caller still verifies the MAC of a secured announce
     /// (over `mac_input`) before trusting the result.
-    pub fn accept(&self, datagram: &[u8]) -> Result<DecodedAnnounce, AnnounceReject> {
-        let d = Announce::decode(datagram)?;
+    pub fn accept(&self, datagram: &[u8]) -> Result<DecodedBeacon, BeaconReject> {
+        let d = Beacon::decode(datagram)?;
         self.check(&d.announce)?;
         Ok(d)
     }
