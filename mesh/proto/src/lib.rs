@@ -55,12 +55,15 @@ pub mod id;
 pub mod wire;
 
 pub mod admission;
+pub mod budget;
+pub mod cmd;
 pub mod dedup;
 pub mod link;
 pub mod membership;
 pub mod peers;
 pub mod router;
 pub mod scouting;
+pub mod stats;
 
 pub use dedup::{dedup_shard, DedupCache, DedupStats, Seen, DEFAULT_MAX_STREAMS};
 pub use link::{
@@ -73,6 +76,7 @@ pub use router::{
 };
 pub use scouting::{accept_beacon, AcceptedBeacon, BeaconError, BeaconSchedule};
 
+pub use budget::{LinkBudget, OverflowPolicy, SlowLinkAction, SlowLinkPolicy};
 pub use config::MeshConfig;
 pub use id::{MsgId, PeerId};
 

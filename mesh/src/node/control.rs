@@ -15,9 +15,8 @@
 //! records (own one to each new neighbour and every `membership_interval`, others re-flooded
 //! once when new) and revocation are handled here too.
 
-use super::budget::LinkBudget;
 use super::event::{ErrorKind, Event};
-use super::msg::{Msg, NewLink};
+use super::msg::{Msg, ShardCmd};
 use super::shard::decode_error_kind;
 use super::shared::{Channels, NodeShared, Snapshot};
 use super::stats::{inc, raise};
@@ -42,6 +41,8 @@ use bytes::{Bytes, BytesMut};
 use event_listener::Event as Signal;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use shoal_proto::cmd::{NewLink, ToControl, ToShard};
+use shoal_proto::LinkBudget;
 use shoal_runtime::channel::{ingress, IngressReceiver, MeshEndpoint, MeshReceiver};
 use shoal_runtime::net::{TcpListener, TcpStream, UdpOptions, UdpSocket};
 use shoal_runtime::time::{sleep, sleep_until, timeout};
@@ -137,7 +138,7 @@ struct State {
     /// Links living on a shard: peer and owning shard.
     placed: AHashMap<LinkId, (PeerId, usize)>,
     budgets: AHashMap<LinkId, Arc<LinkBudget>>,
-    outbox: VecDeque<(usize, Msg)>,
+    outbox: VecDeque<(usize, ShardCmd)>,
     listen_port: u16,
     stop_reply: Option<mpsc::Sender<()>>,
     stopped_shards: usize,
@@ -279,8 +280,8 @@ pub(crate) async fn run(init: ControlInit) {
     }
 }
 
-fn post(ctl: &Ctl, st: &mut State, to: usize, m: Msg) {
-    if st.outbox.len() >= OUTBOX_CAP && matches!(m, Msg::SendRaw { .. }) {
+fn post(ctl: &Ctl, st: &mut State, to: usize, m: ShardCmd) {
+    if st.outbox.len() >= OUTBOX_CAP && matches!(m, ToShard::SendRaw { .. }) {
         inc(&ctl.ns.control_counters().dropped_queue_full);
         return;
     }
@@ -293,7 +294,7 @@ async fn pump(ctl: Rc<Ctl>) {
         let next = ctl.st.borrow_mut().outbox.pop_front();
         match next {
             Some((to, m)) => {
-                ctl.ch.send(to, m).await;
+                ctl.ch.send(to, Msg::ToShard(m)).await;
             }
             None => {
                 let l = ctl.outbox_ready.listen();
@@ -312,19 +313,21 @@ async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<Msg>) {
             let mut st = ctl.st.borrow_mut();
             let now = Instant::now();
             for (_, m) in batch.drain(..) {
+                // Only shards write to the control plane, and they only send reports.
+                let Msg::ToControl(m) = m else { continue };
                 match m {
-                    Msg::LinkClosed { link } => {
+                    ToControl::LinkClosed { link } => {
                         st.placed.remove(&link);
                         st.budgets.remove(&link);
                         st.peers.on_closed(link, now);
                     }
-                    Msg::MembershipIn { link, record } => {
+                    ToControl::MembershipIn { link, record } => {
                         st.membership.on_record(link, &record, wall_ms(), now);
                     }
-                    Msg::IdentityIn { link, record } => {
+                    ToControl::IdentityIn { link, record } => {
                         on_identity_record(&ctl, &mut st, link, *record);
                     }
-                    Msg::Synced(token) => {
+                    ToControl::Synced(token) => {
                         let n = st.synced.entry(token).or_insert(0);
                         *n += 1;
                         if *n >= ctl.ns.shards {
@@ -332,7 +335,7 @@ async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<Msg>) {
                             release_held(&mut st, token);
                         }
                     }
-                    Msg::Stopped(shard) => {
+                    ToControl::Stopped(shard) => {
                         tracing::debug!(shard, "shard closed its links");
                         st.stopped_shards += 1;
                         if st.stopped_shards >= ctl.ns.shards {
@@ -341,7 +344,6 @@ async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<Msg>) {
                             }
                         }
                     }
-                    _ => {}
                 }
             }
         }
@@ -798,7 +800,7 @@ fn flood(ctl: &Ctl, st: &mut State, frame: &Bytes, except: Option<LinkId>) {
             ctl,
             st,
             owner,
-            Msg::SendRaw {
+            ToShard::SendRaw {
                 link,
                 frame: frame.clone(),
             },
@@ -896,7 +898,7 @@ fn run_actions(ctl: &Rc<Ctl>) {
                     st.placed.remove(&link);
                     st.budgets.remove(&link);
                     for s in 0..shards {
-                        post(ctl, st, s, Msg::Uninstall { peer, link });
+                        post(ctl, st, s, ToShard::Uninstall { peer, link });
                     }
                 }
                 PeerAction::Close { link, goodbye } => close(ctl, st, link, goodbye),
@@ -930,7 +932,7 @@ fn run_actions(ctl: &Rc<Ctl>) {
                 Dest::AllExcept(x) => flood(ctl, st, &frame, Some(x)),
                 Dest::Link(x) => {
                     if let Some(&(_, owner)) = st.placed.get(&x) {
-                        post(ctl, st, owner, Msg::SendRaw { link: x, frame });
+                        post(ctl, st, owner, ToShard::SendRaw { link: x, frame });
                     }
                 }
             }
@@ -954,7 +956,7 @@ fn run_actions(ctl: &Rc<Ctl>) {
             let token = st.next_token;
             st.next_token += 1;
             for s in 0..shards {
-                post(ctl, st, s, Msg::Sync(token));
+                post(ctl, st, s, ToShard::Sync(token));
             }
             st.held.extend(events.drain(..).map(|e| (token, e)));
         } else if let Some(&(token, _)) = st.held.back() {
@@ -1063,10 +1065,10 @@ fn install(ctl: &Rc<Ctl>, st: &mut State, peer: PeerId, link: LinkId) {
                     ctl,
                     st,
                     owner,
-                    Msg::AddLink(Box::new(NewLink {
+                    ToShard::AddLink(Box::new(NewLink {
                         link,
                         peer,
-                        stream,
+                        conn: stream,
                         leftover,
                         state,
                         secure,
@@ -1084,7 +1086,7 @@ fn install(ctl: &Rc<Ctl>, st: &mut State, peer: PeerId, link: LinkId) {
             // Identity mesh: our signed record is the first record a new neighbour gets.
             if let Some(r) = &st.own_record {
                 let frame = r.frame.clone();
-                post(ctl, st, owner, Msg::SendRaw { link, frame });
+                post(ctl, st, owner, ToShard::SendRaw { link, frame });
             }
             budget
         }
@@ -1104,7 +1106,7 @@ fn install(ctl: &Rc<Ctl>, st: &mut State, peer: PeerId, link: LinkId) {
             ctl,
             st,
             s,
-            Msg::Install {
+            ToShard::Install {
                 peer,
                 link,
                 owner,
@@ -1134,7 +1136,7 @@ fn close(ctl: &Rc<Ctl>, st: &mut State, link: LinkId, goodbye: bool) {
         None => {
             if let Some((_, owner)) = st.placed.remove(&link) {
                 st.budgets.remove(&link);
-                post(ctl, st, owner, Msg::Close { link, goodbye });
+                post(ctl, st, owner, ToShard::Close { link, goodbye });
             }
         }
     }
@@ -1154,7 +1156,7 @@ fn begin_stop(ctl: &Rc<Ctl>, reply: mpsc::Sender<()>) {
     run_actions(ctl);
     let mut st = ctl.st.borrow_mut();
     for s in 0..ctl.ns.shards {
-        post(ctl, &mut st, s, Msg::Stop);
+        post(ctl, &mut st, s, ToShard::Stop);
     }
 }
 

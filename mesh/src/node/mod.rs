@@ -108,7 +108,6 @@
 //! keeps it out. The [`SecureContext`] is built once at [`MeshBuilder::build`] and only
 //! replaced, never mutated, when a key is revoked.
 
-mod budget;
 mod control;
 pub mod event;
 mod msg;
@@ -116,12 +115,12 @@ mod publisher;
 mod recycle;
 mod shard;
 mod shared;
-mod stats;
+use shoal_proto::stats;
 mod warn;
 
-pub use budget::{OverflowPolicy, SlowLinkAction, SlowLinkPolicy};
 pub use event::{Callback, ErrorKind, Event, EventReceiver};
 pub use publisher::{Publisher, DEFAULT_BATCH_BYTES};
+pub use shoal_proto::{OverflowPolicy, SlowLinkAction, SlowLinkPolicy};
 pub use stats::{MeshStats, ShardStats, StatCounter};
 
 use crate::config::{ConfigError, MeshConfig};

@@ -28,9 +28,8 @@
 //! consumes a nonce. A record that does not authenticate closes that link only (Crypto error).
 //! The mode is decided once per batch, so the plaintext path pays nothing for it.
 
-use super::budget::{LinkBudget, OverflowPolicy, SlowLinkAction};
 use super::event::{ErrorKind, Event, Outbox};
-use super::msg::{Msg, NewLink};
+use super::msg::{Msg, ShardCmd};
 use super::recycle::Recycler;
 use super::shared::{Channels, NodeShared, Offer};
 use super::stats::{add, inc, raise, Counters};
@@ -46,6 +45,8 @@ use crate::wire::{
 use crate::{MsgId, PeerId};
 use ahash::AHashMap;
 use bytes::{Bytes, BytesMut};
+use shoal_proto::cmd::{NewLink, Out, ShardToShard, ToControl, ToShard};
+use shoal_proto::{LinkBudget, OverflowPolicy, SlowLinkAction};
 use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
 use shoal_runtime::net::{TcpReadHalf, TcpStream, TcpWriteHalf, MAX_IOVECS};
 use shoal_runtime::{spawn_local, LocalJoinHandle};
@@ -131,35 +132,6 @@ pub(crate) struct ShardInit {
     /// Only on the shard that owns this node's own id (it originates every message).
     pub(crate) publish: Option<IngressReceiver<Publish>>,
     pub(crate) seed: u64,
-}
-
-/// Bytes queued on a link.
-#[derive(Debug)]
-pub(crate) enum Out {
-    /// One Data frame as its header and payload (written without joining them).
-    Data(DataHeader, Bytes),
-    /// Ready-encoded bytes (one frame, or a batching publisher's run of Data frames), the
-    /// budget bytes they hold (0 for the link's own control frames: Hello, Heartbeat,
-    /// Goodbye) and the Data frames among them (what is counted if they are lost).
-    Raw(Bytes, usize, u64),
-}
-
-impl Out {
-    /// The link budget bytes it holds.
-    fn held(&self) -> usize {
-        match self {
-            Out::Data(_, p) => DATA_HEADER_LEN + p.len(),
-            Out::Raw(_, n, _) => *n,
-        }
-    }
-
-    /// The Data frames (messages) it carries.
-    fn frames(&self) -> u64 {
-        match self {
-            Out::Data(..) => 1,
-            Out::Raw(_, _, f) => *f,
-        }
-    }
 }
 
 /// Which task routes a frame, which decides what it may wait for.
@@ -316,8 +288,27 @@ async fn dedup_sweeper(ctx: Rc<Ctx>) {
 
 async fn handle(ctx: &Rc<Ctx>, m: Msg) {
     match m {
-        Msg::AddLink(nl) => add_link(ctx, *nl),
-        Msg::Install {
+        Msg::ToShard(c) => command(ctx, c),
+        Msg::Peer(ShardToShard::Relay { from, data }) => {
+            let mut waits = Vec::new();
+            route(ctx, from, data, Path::Inbox, &mut waits);
+            if !waits.is_empty() {
+                settle(ctx, &mut waits).await;
+            }
+        }
+        Msg::Peer(ShardToShard::Transmit { link, out, frames }) => {
+            enqueue_reserved(ctx, link, out, frames, None)
+        }
+        // Reports go to the control plane only.
+        Msg::ToControl(_) => {}
+    }
+}
+
+/// Carries out a control-plane command.
+fn command(ctx: &Rc<Ctx>, c: ShardCmd) {
+    match c {
+        ToShard::AddLink(nl) => add_link(ctx, *nl),
+        ToShard::Install {
             peer,
             link,
             owner,
@@ -330,12 +321,12 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
             s.table.insert(peer, link);
             s.owners.insert(link, (owner, budget));
         }
-        Msg::Uninstall { peer, link } => {
+        ToShard::Uninstall { peer, link } => {
             let mut s = ctx.st.borrow_mut();
             s.table.remove(&peer, link);
             s.owners.remove(&link);
         }
-        Msg::Close { link, goodbye } => {
+        ToShard::Close { link, goodbye } => {
             let l = ctx.st.borrow().links.get(&link).cloned();
             if let Some(l) = l {
                 let mut c = l.borrow_mut();
@@ -344,7 +335,7 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
                 c.budget.wake.notify(usize::MAX);
             }
         }
-        Msg::SendRaw { link, frame } => {
+        ToShard::SendRaw { link, frame } => {
             let l = ctx.st.borrow().links.get(&link).cloned();
             if let Some(l) = l {
                 let mut c = l.borrow_mut();
@@ -360,38 +351,27 @@ async fn handle(ctx: &Rc<Ctx>, m: Msg) {
                 }
             }
         }
-        Msg::Stop => {
+        ToShard::Stop => {
             spawn_local(stop(ctx.clone())).detach();
         }
-        Msg::Sync(token) => {
+        ToShard::Sync(token) => {
             let c2 = ctx.clone();
             spawn_local(async move {
                 let to = c2.control();
-                c2.ch.send(to, Msg::Synced(token)).await;
+                c2.ch
+                    .send(to, Msg::ToControl(ToControl::Synced(token)))
+                    .await;
             })
             .detach();
         }
-        Msg::Relay { from, data } => {
-            let mut waits = Vec::new();
-            route(ctx, from, data, Path::Inbox, &mut waits);
-            if !waits.is_empty() {
-                settle(ctx, &mut waits).await;
-            }
-        }
-        Msg::Transmit { link, out, frames } => enqueue_reserved(ctx, link, out, frames, None),
-        Msg::LinkClosed { .. }
-        | Msg::MembershipIn { .. }
-        | Msg::IdentityIn { .. }
-        | Msg::Stopped(_)
-        | Msg::Synced(_) => {}
     }
 }
 
-fn add_link(ctx: &Rc<Ctx>, nl: NewLink) {
+fn add_link(ctx: &Rc<Ctx>, nl: NewLink<std::net::TcpStream>) {
     let NewLink {
         link,
         peer,
-        stream,
+        conn: stream,
         leftover,
         state,
         secure,
@@ -409,7 +389,9 @@ fn add_link(ctx: &Rc<Ctx>, nl: NewLink) {
             let c2 = ctx.clone();
             spawn_local(async move {
                 let to = c2.control();
-                c2.ch.send(to, Msg::LinkClosed { link }).await;
+                c2.ch
+                    .send(to, Msg::ToControl(ToControl::LinkClosed { link }))
+                    .await;
             })
             .detach();
             return;
@@ -870,12 +852,24 @@ fn on_frame(ctx: &Rc<Ctx>, l: &LinkRc, frame: Frame, waits: &mut Vec<Wait>) -> b
         Frame::Data(d) => route_in(ctx, link, d, waits),
         Frame::Membership(record) => {
             let to = ctx.control();
-            hop(ctx, to, Msg::MembershipIn { link, record }, None, waits);
+            hop(
+                ctx,
+                to,
+                Msg::ToControl(ToControl::MembershipIn { link, record }),
+                None,
+                waits,
+            );
         }
         Frame::IdentityRecord(record) if ctx.ns.secure.is_some() => {
             let to = ctx.control();
             let record = Box::new(record);
-            hop(ctx, to, Msg::IdentityIn { link, record }, None, waits);
+            hop(
+                ctx,
+                to,
+                Msg::ToControl(ToControl::IdentityIn { link, record }),
+                None,
+                waits,
+            );
         }
         // AuthConfirm cannot pass an established link; a plaintext mesh has no
         // identity records to learn from.
@@ -907,7 +901,13 @@ fn route_in(ctx: &Rc<Ctx>, from: LinkId, d: Data, waits: &mut Vec<Wait>) {
     let owner = dedup_shard(&d.msg_id, ctx.ns.shards);
     if owner != ctx.idx {
         inc(&ctx.counters().hops_out);
-        hop(ctx, owner, Msg::Relay { from, data: d }, None, waits);
+        hop(
+            ctx,
+            owner,
+            Msg::Peer(ShardToShard::Relay { from, data: d }),
+            None,
+            waits,
+        );
         return;
     }
     route(ctx, from, d, Path::Reader, waits);
@@ -1075,7 +1075,7 @@ fn transmit(
         return;
     }
     inc(&c.hops_out);
-    let m = Msg::Transmit { link, out, frames };
+    let m = Msg::Peer(ShardToShard::Transmit { link, out, frames });
     match ctx.ch.offer(owner, m) {
         Offer::Sent => {}
         Offer::Gone => budget.release(n),
@@ -1433,7 +1433,9 @@ fn teardown(ctx: &Rc<Ctx>, l: &LinkRc, who: Who, err: Option<(ErrorKind, String)
     let c2 = ctx.clone();
     spawn_local(async move {
         let to = c2.control();
-        c2.ch.send(to, Msg::LinkClosed { link }).await;
+        c2.ch
+            .send(to, Msg::ToControl(ToControl::LinkClosed { link }))
+            .await;
     })
     .detach();
 }
@@ -1448,7 +1450,9 @@ async fn stop(ctx: Rc<Ctx>) {
         teardown(&ctx, &l, Who::Other, None);
     }
     let to = ctx.control();
-    ctx.ch.send(to, Msg::Stopped(ctx.idx)).await;
+    ctx.ch
+        .send(to, Msg::ToControl(ToControl::Stopped(ctx.idx)))
+        .await;
 }
 
 /// Messages the publisher task takes from the ingress per turn. Each turn ends with a yield,

@@ -1,6 +1,5 @@
 //! State shared by the executors of one node and its API handle, and the channel helpers.
 
-use super::budget::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
 use super::event::EventHub;
 use super::msg::Msg;
 use super::stats::Counters;
@@ -8,6 +7,7 @@ use crate::config::MeshConfig;
 use crate::crypto::SecureContext;
 use crate::PeerId;
 use futures_util::lock::Mutex as AsyncMutex;
+use shoal_proto::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
 use shoal_runtime::channel::Sender;
 use shoal_runtime::{ExecutorId, TrySendError};
 use std::rc::Rc;

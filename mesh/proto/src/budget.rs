@@ -4,6 +4,9 @@
 //! only its size in bytes, reserved *before* a frame is queued, by whichever shard queues it,
 //! and released by the link's writer once the frame is on the socket. A policy therefore
 //! always acts on a whole new frame and never touches a frame already queued or half written.
+//!
+//! **Owns:** the byte bound of a link queue and the slow-link clock. **Must not touch:** the
+//! queue itself (the shard core) or any executor: waiting is an `event-listener` notification.
 
 use event_listener::Event as Signal;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -22,7 +25,7 @@ pub enum OverflowPolicy {
     /// The new frame is dropped and counted (`dropped_queue_full`).
     DropNewest,
     /// Like `DropNewest`, and a link whose queue stays full for longer than `after` is closed
-    /// with an [`super::ErrorKind::SlowPeer`] error.
+    /// with an `SlowPeer` error event error.
     Disconnect {
         /// How long a link may stay full before it is dropped.
         after: Duration,
@@ -35,7 +38,7 @@ pub enum OverflowPolicy {
 /// writer drains it to half the bound. A link congested for longer than `after` while another
 /// link drains at least twice as fast (the others take their share, this one does not; rates
 /// averaged over about a second, so a peer stalled for a moment is not slow) is declared
-/// **slow** (counted in `slow_links`, with an [`super::ErrorKind::SlowPeer`] event). One lossy link used to hold
+/// **slow** (counted in `slow_links`, with an `SlowPeer` error event event). One lossy link used to hold
 /// a Block publisher to its pace for as long as the loss lasted (~15 % of the rate for ~30 s
 /// in the fault test); now the publisher waits for one link at most about `after` per
 /// congestion episode. When the links drain alike, or there is only one, nothing is slow:
@@ -69,20 +72,20 @@ pub enum SlowLinkAction {
     /// peer that is really gone is closed by the heartbeat timeout anyway.
     #[default]
     Drop,
-    /// The link is closed (counted in `slow_peer_disconnects`, [`super::ErrorKind::SlowPeer`])
+    /// The link is closed (counted in `slow_peer_disconnects`, `SlowPeer` error event)
     /// and redialed with backoff like any lost link.
     Disconnect,
 }
 
 /// The shared byte budget and wake-ups of one link.
 #[derive(Debug)]
-pub(crate) struct LinkBudget {
+pub struct LinkBudget {
     queued: AtomicUsize,
     max: usize,
     /// Room appeared (writer flushed) or the link closed.
     room: Signal,
     /// Work for the writer (frames queued, link closing, kill requested).
-    pub(crate) wake: Signal,
+    pub wake: Signal,
     closed: AtomicBool,
     kill: AtomicBool,
     /// Milliseconds since `epoch` (+1) when the queue was first found full; 0 = not full.
@@ -105,7 +108,8 @@ pub(crate) struct LinkBudget {
 }
 
 impl LinkBudget {
-    pub(crate) fn new(max: usize, epoch: Instant) -> LinkBudget {
+    /// A budget of `max` bytes (at least 1); congestion times are measured from `epoch`.
+    pub fn new(max: usize, epoch: Instant) -> LinkBudget {
         LinkBudget {
             queued: AtomicUsize::new(0),
             max: max.max(1),
@@ -132,7 +136,7 @@ impl LinkBudget {
     /// A reservation found the queue full: starts the congestion clock if it is not running.
     /// Returns how long the link may still stay congested before it is slow (zero once it is,
     /// or when `after` has passed).
-    pub(crate) fn congested(&self, after: Duration) -> Duration {
+    pub fn congested(&self, after: Duration) -> Duration {
         if self.is_slow() {
             return Duration::ZERO;
         }
@@ -154,7 +158,7 @@ impl LinkBudget {
 
     /// Bytes per millisecond written since the current congestion episode began (0 when not
     /// congested).
-    pub(crate) fn congested_rate(&self) -> f64 {
+    pub fn congested_rate(&self) -> f64 {
         let since = self.congested_since.load(Ordering::Relaxed);
         if since == 0 {
             return 0.0;
@@ -176,18 +180,18 @@ impl LinkBudget {
     }
 
     /// Declares the link slow; true if it was not already.
-    pub(crate) fn mark_slow(&self) -> bool {
+    pub fn mark_slow(&self) -> bool {
         !self.slow.swap(true, Ordering::AcqRel)
     }
 
     /// True while the link is slow (see [`SlowLinkPolicy`]).
-    pub(crate) fn is_slow(&self) -> bool {
+    pub fn is_slow(&self) -> bool {
         self.slow.load(Ordering::Acquire)
     }
 
     /// Reserves `n` bytes if they fit (a frame larger than the whole bound is admitted only
     /// into an empty queue, so it cannot be stuck forever). Returns the new queued total.
-    pub(crate) fn try_reserve(&self, n: usize) -> Option<usize> {
+    pub fn try_reserve(&self, n: usize) -> Option<usize> {
         if self.closed.load(Ordering::Acquire) {
             return None;
         }
@@ -209,7 +213,7 @@ impl LinkBudget {
     }
 
     /// Waits until `n` bytes fit; `None` if the link closed meanwhile.
-    pub(crate) async fn reserve(&self, n: usize) -> Option<usize> {
+    pub async fn reserve(&self, n: usize) -> Option<usize> {
         loop {
             if let Some(t) = self.try_reserve(n) {
                 return Some(t);
@@ -230,7 +234,7 @@ impl LinkBudget {
 
     /// The writer put `n` reserved bytes on the socket (or discarded them). Progress ends a
     /// "full" period; a small frame squeezing into the last bytes of a stuck queue does not.
-    pub(crate) fn release(&self, n: usize) {
+    pub fn release(&self, n: usize) {
         if n > 0 {
             let left = self.queued.fetch_sub(n, Ordering::AcqRel) - n;
             self.full_since.store(0, Ordering::Relaxed);
@@ -246,7 +250,7 @@ impl LinkBudget {
     /// The link's writer put `n` bytes on the socket: updates the drain rate (every 10 ms at
     /// most, an average weighted over about the last second). One writer per link, so plain
     /// loads and stores.
-    pub(crate) fn written(&self, n: usize) {
+    pub fn written(&self, n: usize) {
         self.written_total.fetch_add(n as u64, Ordering::Relaxed);
         let now = self.now_ms();
         let acc = self.drain_acc.load(Ordering::Relaxed) + n as u64;
@@ -266,7 +270,7 @@ impl LinkBudget {
     /// Bytes per millisecond the link has been draining lately. A link with bytes queued that
     /// wrote nothing for a while decays toward zero; one with nothing queued keeps its rate (it
     /// took all it was given, so it is not slow).
-    pub(crate) fn drain_rate(&self) -> f64 {
+    pub fn drain_rate(&self) -> f64 {
         let rate = f64::from_bits(self.drain_rate.load(Ordering::Relaxed));
         if self.queued() == 0 {
             return rate;
@@ -283,7 +287,7 @@ impl LinkBudget {
 
     /// Disconnect policy bookkeeping after a failed reservation: true once the queue has been
     /// full for longer than `after` (the link is then marked for killing and its writer woken).
-    pub(crate) fn note_full(&self, after: Duration) -> bool {
+    pub fn note_full(&self, after: Duration) -> bool {
         if self.elapsed_since(&self.full_since) > after.as_millis() as u64
             && !self.kill.swap(true, Ordering::AcqRel)
         {
@@ -294,37 +298,38 @@ impl LinkBudget {
     }
 
     /// Asks the link's writer to close the link as a slow peer.
-    pub(crate) fn kill(&self) {
+    pub fn kill(&self) {
         if !self.kill.swap(true, Ordering::AcqRel) {
             self.wake.notify(usize::MAX);
         }
     }
 
     /// True once a Disconnect-policy kill was requested.
-    pub(crate) fn kill_requested(&self) -> bool {
+    pub fn kill_requested(&self) -> bool {
         self.kill.load(Ordering::Acquire)
     }
 
     /// Marks the link gone: reservations fail and waiting publishers give up.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.room.notify(usize::MAX);
         self.wake.notify(usize::MAX);
     }
 
-    pub(crate) fn is_closed(&self) -> bool {
+    /// Whether the link closed (reservations fail from then on).
+    pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
     /// Bytes currently reserved.
-    pub(crate) fn queued(&self) -> usize {
+    pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
     }
 
     /// True when a frame of `n` bytes would not fit now and would be waited for (the
     /// non-waiting `try_*` check): a slow link is not waited for, so it never makes the
     /// application's `try_*` calls fail.
-    pub(crate) fn is_full_for(&self, n: usize) -> bool {
+    pub fn is_full_for(&self, n: usize) -> bool {
         let q = self.queued();
         q != 0 && q + n > self.max && !self.is_slow()
     }

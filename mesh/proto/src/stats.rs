@@ -2,7 +2,7 @@
 //!
 //! Each set is written only by the executor that owns it (plain relaxed loads and stores, no
 //! locked instructions and no cache line shared between executors on the message path;
-//! a counter of another executor's set must never be written) and read by [`crate::Mesh::stats`] from any
+//! a counter of another executor's set must never be written) and read by `Mesh::stats` (shoal-mesh) from any
 //! thread. Every message that is neither delivered nor sent on is counted under exactly one
 //! `dropped_*` cause, per link it was meant for.
 
@@ -17,7 +17,7 @@ macro_rules! counters {
             /// Highest number of bytes ever reserved in one link's outbound queue by this
             /// executor (the maximum, not the sum, in [`MeshStats::total`]). Never above
             /// `max_outbound_queue_bytes` unless a single frame is larger than the bound.
-            /// ([`super::Publisher`] batches are at most a quarter of it plus one frame.)
+            /// (`Publisher` batches are at most a quarter of it plus one frame.)
             pub peak_queued_bytes: u64,
         }
 
@@ -25,13 +25,15 @@ macro_rules! counters {
         /// never share a cache line.
         #[derive(Debug, Default)]
         #[repr(align(128))]
-        pub(crate) struct Counters {
-            $(pub(crate) $name: AtomicU64,)*
-            pub(crate) peak_queued_bytes: AtomicU64,
+        pub struct Counters {
+            $($(#[doc = $doc])* pub $name: AtomicU64,)*
+            /// See [`ShardStats::peak_queued_bytes`].
+            pub peak_queued_bytes: AtomicU64,
         }
 
         impl Counters {
-            pub(crate) fn snapshot(&self) -> ShardStats {
+            /// The counters' current values.
+            pub fn snapshot(&self) -> ShardStats {
                 ShardStats {
                     $($name: self.$name.load(Relaxed),)*
                     peak_queued_bytes: self.peak_queued_bytes.load(Relaxed),
@@ -42,7 +44,7 @@ macro_rules! counters {
         impl ShardStats {
             /// Every counter (all but the [`peak_queued_bytes`](Self::peak_queued_bytes)
             /// high-water mark), in declaration order, with its name and its doc comment, so
-            /// exporters (e.g. [`crate::metrics`]) follow new counters without a list of
+            /// exporters (e.g. `shoal_mesh::metrics`) follow new counters without a list of
             /// their own.
             pub fn counters(&self) -> Vec<StatCounter> {
                 vec![$(StatCounter {
@@ -74,7 +76,7 @@ pub struct StatCounter {
 counters! {
     /// Messages the application handed to this node (accepted by the origin shard).
     originated,
-    /// Messages handed to the application as [`super::Event::Message`] (to the callbacks,
+    /// Messages handed to the application as `Event::Message` (to the callbacks,
     /// and to the event queue while a receiver exists).
     delivered,
     /// Data frames queued on a link (originated or relayed), one per link.
@@ -110,20 +112,20 @@ counters! {
     /// handshake: above the largest handshake frame).
     oversize_frames,
     /// Links closed because a partial frame made no progress for the heartbeat timeout
-    /// (a trickle; [`super::ErrorKind::Stalled`]).
+    /// (a trickle; `ErrorKind::Stalled`).
     stalled_links,
     /// Control events (peer/member/error) lost because the event queue was full.
     dropped_event_queue_full,
     /// Times a Message event had to wait for room in the event queue (backpressure).
     event_queue_waits,
     /// Links closed because their peer stayed blocked past the Disconnect policy's limit (or,
-    /// under Block, past [`super::SlowLinkPolicy::after`] with the `Disconnect` action).
+    /// under Block, past [`crate::SlowLinkPolicy::after`] with the `Disconnect` action).
     slow_peer_disconnects,
-    /// Links declared slow under the Block policy (see [`super::SlowLinkPolicy`]), once per
+    /// Links declared slow under the Block policy (see [`crate::SlowLinkPolicy`]), once per
     /// congestion episode.
     slow_links,
     /// Dropped: originated under the Block policy for a link declared slow, which no one
-    /// waits for (see [`super::SlowLinkPolicy`]).
+    /// waits for (see [`crate::SlowLinkPolicy`]).
     dropped_slow_link,
     /// Secured mesh: handshakes refused on their crypto, identity or mode checks.
     auth_failures,
@@ -159,21 +161,21 @@ counters! {
 }
 
 /// Raises a high-water mark of the calling executor's own set to `v`.
-pub(crate) fn raise(c: &AtomicU64, v: u64) {
+pub fn raise(c: &AtomicU64, v: u64) {
     if v > c.load(Relaxed) {
         c.store(v, Relaxed);
     }
 }
 
 /// Adds one to a counter of the calling executor's own set.
-pub(crate) fn inc(c: &AtomicU64) {
+pub fn inc(c: &AtomicU64) {
     add(c, 1);
 }
 
 /// Adds `n` to a counter of the calling executor's own set. Each set has one writer (see the
 /// module doc), so a plain load and store is exact and spares the message path a locked
 /// read-modify-write per counter; readers on other threads see every value whole.
-pub(crate) fn add(c: &AtomicU64, n: u64) {
+pub fn add(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
@@ -189,14 +191,15 @@ pub struct MeshStats {
     /// `announces_rate_limited`, `dials_rate_limited`, `peers_evicted`, `peer_table_full`,
     /// `connections_refused`, `handshakes_evicted`; zero in the shards' sets).
     pub control: ShardStats,
-    /// Messages lost because a [`super::Publisher`] was dropped on an executor thread with
+    /// Messages lost because a `Publisher` was dropped on an executor thread with
     /// a batch the ingress had no room for (or after the node stopped), or because its async
     /// `flush` was cancelled while it waited for room.
     pub unflushed_discarded: u64,
 }
 
 impl MeshStats {
-    pub(crate) fn collect(counters: &[Counters]) -> MeshStats {
+    /// Sums the control plane's set (the last) and the shards' sets.
+    pub fn collect(counters: &[Counters]) -> MeshStats {
         let (shards, control) = counters.split_at(counters.len() - 1);
         let shards: Vec<ShardStats> = shards.iter().map(Counters::snapshot).collect();
         let control = control[0].snapshot();

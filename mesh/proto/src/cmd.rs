@@ -1,0 +1,157 @@
+//! The commands between the executors of one node, one enum per direction: the control plane
+//! to a shard ([`ToShard`]), a shard to another shard ([`ShardToShard`]) and a shard to the
+//! control plane ([`ToControl`]). A receiver matches only what can reach it.
+//!
+//! **Owns:** the vocabulary of the node's internal channels and the bytes a link queues
+//! ([`Out`]). **Must not touch:** how they travel (the driver's channel mesh) or sockets: the
+//! connection handed to a shard is a type parameter `C` (a TCP stream in the live node, nothing
+//! in a simulation).
+
+use crate::budget::LinkBudget;
+use crate::crypto::{RecordOpener, RecordSealer};
+use crate::wire::{Data, DataHeader, IdentityRecord, Membership, DATA_HEADER_LEN};
+use crate::{Link, LinkId, PeerId};
+use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+
+/// An established connection handed from the control plane to its data shard.
+#[derive(Debug)]
+pub struct NewLink<C> {
+    /// The connection's id.
+    pub link: LinkId,
+    /// The peer at the other end.
+    pub peer: PeerId,
+    /// The connection itself (the driver's socket).
+    pub conn: C,
+    /// Bytes read after the peer's Hello, or in a secured mesh after its AuthConfirm (then
+    /// they are records).
+    pub leftover: BytesMut,
+    /// Secured mesh: the link's record keys (counters at 0).
+    pub secure: Option<(RecordSealer, RecordOpener)>,
+    /// The link's state machine, already Established.
+    pub state: Link,
+    /// The link's outbound byte bound, shared with every shard that sends on it.
+    pub budget: Arc<LinkBudget>,
+}
+
+/// Control plane → shard.
+#[derive(Debug)]
+pub enum ToShard<C> {
+    /// Serve this connection.
+    AddLink(Box<NewLink<C>>),
+    /// Route `peer` over `link`, owned by shard `owner`.
+    Install {
+        /// The neighbour.
+        peer: PeerId,
+        /// Its link.
+        link: LinkId,
+        /// The shard that owns the link.
+        owner: usize,
+        /// The link's outbound byte bound.
+        budget: Arc<LinkBudget>,
+    },
+    /// Stop routing `peer` over `link`.
+    Uninstall {
+        /// The neighbour.
+        peer: PeerId,
+        /// The link it was routed over.
+        link: LinkId,
+    },
+    /// Close `link` (owned by the receiving shard), Goodbye first when asked.
+    Close {
+        /// The link.
+        link: LinkId,
+        /// Send Goodbye (after the queue is flushed) before closing.
+        goodbye: bool,
+    },
+    /// Send a ready-encoded control frame (Membership, IdentityRecord) on `link`.
+    SendRaw {
+        /// The link (owned by the receiving shard).
+        link: LinkId,
+        /// The encoded frame.
+        frame: Bytes,
+    },
+    /// Close everything and report [`ToControl::Stopped`].
+    Stop,
+    /// Answer [`ToControl::Synced`] with the same token: everything posted before is applied.
+    Sync(u64),
+}
+
+/// Shard → shard.
+#[derive(Debug)]
+pub enum ShardToShard {
+    /// Route this Data frame received on `from` (sent to the shard owning its dedup state).
+    Relay {
+        /// The inbound link.
+        from: LinkId,
+        /// The frame.
+        data: Data,
+    },
+    /// Queue these bytes, holding `frames` Data frames, on `link` (sent to the link's shard;
+    /// bytes already reserved in the link's budget).
+    Transmit {
+        /// The link.
+        link: LinkId,
+        /// What to queue.
+        out: Out,
+        /// The Data frames in it (counted if they are lost).
+        frames: u64,
+    },
+}
+
+/// Shard → control plane.
+#[derive(Debug)]
+pub enum ToControl {
+    /// `link` ended.
+    LinkClosed {
+        /// The link.
+        link: LinkId,
+    },
+    /// A Membership frame arrived on `link`.
+    MembershipIn {
+        /// The link.
+        link: LinkId,
+        /// The frame.
+        record: Membership,
+    },
+    /// An IdentityRecord frame arrived on `link` (secured mesh).
+    IdentityIn {
+        /// The link.
+        link: LinkId,
+        /// The frame.
+        record: Box<IdentityRecord>,
+    },
+    /// Shard `n` closed its links after [`ToShard::Stop`].
+    Stopped(usize),
+    /// Reply to [`ToShard::Sync`].
+    Synced(u64),
+}
+
+/// Bytes queued on a link.
+#[derive(Debug)]
+pub enum Out {
+    /// One Data frame as its header and payload (written without joining them).
+    Data(DataHeader, Bytes),
+    /// Ready-encoded bytes (one frame, or a batching publisher's run of Data frames), the
+    /// budget bytes they hold (0 for the link's own control frames: Hello, Heartbeat,
+    /// Goodbye) and the Data frames among them (what is counted if they are lost).
+    Raw(Bytes, usize, u64),
+}
+
+impl Out {
+    /// The link budget bytes it holds.
+    pub fn held(&self) -> usize {
+        match self {
+            Out::Data(_, p) => DATA_HEADER_LEN + p.len(),
+            Out::Raw(_, n, _) => *n,
+        }
+    }
+
+    /// The Data frames (messages) it carries.
+    pub fn frames(&self) -> u64 {
+        match self {
+            Out::Data(..) => 1,
+            Out::Raw(_, _, f) => *f,
+        }
+    }
+}
