@@ -33,7 +33,7 @@
 //!
 //! This runs on the control plane. Drive it with [`MemberGraph::neighbour_up`] /
 //! [`MemberGraph::neighbour_down`] (from the peer table's Connected / Disconnected),
-//! [`MemberGraph::on_record`] (MemberGraph frames relayed from the shards) and
+//! [`MemberGraph::on_record`] (Membership frames relayed from the shards) and
 //! [`MemberGraph::handle_timeout`] at [`MemberGraph::poll_timeout`]; then drain
 //! [`MemberGraph::poll_transmit`] and [`MemberGraph::poll_event`].
 
@@ -44,7 +44,7 @@ use ahash::{AHashMap, AHashSet};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// Where a MemberGraph frame goes.
+/// Where a Membership frame goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dest {
     /// Every established link.
@@ -56,7 +56,7 @@ pub enum Dest {
     Link(LinkId),
 }
 
-/// A MemberGraph frame to send.
+/// A Membership frame to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberTransmit {
     /// Where to send it.
@@ -267,7 +267,7 @@ impl MemberGraph {
         }
     }
 
-    /// A MemberGraph frame arrived on `from`.
+    /// A Membership frame arrived on `from`.
     pub fn on_record(
         &mut self,
         from: LinkId,
@@ -426,7 +426,7 @@ impl MemberGraph {
         }
     }
 
-    /// Next MemberGraph frame to send.
+    /// Next Membership frame to send.
     pub fn poll_transmit(&mut self) -> Option<MemberTransmit> {
         self.transmits.pop_front()
     }

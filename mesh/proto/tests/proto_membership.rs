@@ -1,4 +1,4 @@
-//! MemberGraph gossip over simulated meshes: learning members through a bridge, losing them
+//! Membership gossip over simulated meshes: learning members through a bridge, losing them
 //! after a cut once their records expire, and a restarted node outranking its old record.
 
 mod proto_sim;
