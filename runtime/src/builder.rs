@@ -83,7 +83,7 @@ impl Builder {
     /// scheduler wake-up (tens of µs) to notice new work, a spinning one notices it on
     /// its next loop iteration. A spinning executor burns its core for `spin` after every
     /// burst of work; only give it to executors on dedicated cores. Measured numbers are
-    /// in the crate documentation.
+    /// in `BENCHMARKS.md` ("Runtime lab notes").
     pub fn spin_before_park(mut self, spin: Duration) -> Self {
         self.spin = spin;
         self

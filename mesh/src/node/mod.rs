@@ -235,7 +235,7 @@ pub struct NodeOptions {
     /// Ceiling (messages) of the application's ingress queue. Default 4096.
     pub publish_queue_capacity: usize,
     /// How long each executor keeps polling after its last task before it parks (default
-    /// zero: park at once). Trades CPU for latency; see the `shoal-runtime` crate docs.
+    /// zero: park at once). Trades CPU for latency; see `BENCHMARKS.md` ("Runtime lab notes").
     pub spin_before_park: Duration,
 }
 
@@ -396,8 +396,8 @@ impl MeshBuilder {
     }
 
     /// Keeps every executor of the node polling for `spin` after its last task before it
-    /// parks (default zero). Cuts wake-up latency at the cost of a busy core; see the
-    /// `shoal-runtime` crate docs for the measured trade-off.
+    /// parks (default zero). Cuts wake-up latency at the cost of a busy core; see
+    /// `BENCHMARKS.md` ("Runtime lab notes") for the measured trade-off.
     pub fn spin_before_park(mut self, spin: Duration) -> Self {
         self.opts.spin_before_park = spin;
         self

@@ -2,9 +2,10 @@
 //!
 //! Messages go through a lock-free bounded `crossbeam_queue::ArrayQueue`. The receiving
 //! executor is woken through the same fence-based [`Notify`] as the SPSC rings. Senders
-//! waiting for room park on an `event_listener::Event`, which costs one atomic load on
-//! the receive path while nobody waits; its internal list is touched only by senders
-//! that actually block (the slow path).
+//! waiting for room park on an `event_listener::Event`. Its wait list sits behind a short
+//! `std` mutex that `event-listener` (5.4.2 here; smol-rs/event-listener#139) takes on every
+//! `notify`, waiters or not: the receiver takes it once per batch it drains while the queue
+//! is at most half full, uncontended unless a sender is registering to wait at that moment.
 //!
 //! Blocked senders are woken only once the queue has drained to half its capacity, not
 //! after every message taken: a publisher faster than its executor then parks and wakes
