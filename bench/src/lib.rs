@@ -1,4 +1,11 @@
 //! Shared settings for Shoal's criterion benchmarks, which live in `benches/`.
+//!
+//! **Owns:** the criterion benchmarks of every crate (`benches/`, each beside a baseline
+//! measured in the same run so results read as ratios), `run.sh` (the loadgen comparison set
+//! behind `BENCHMARKS.md`) and the cipher choice study (`aead-choice/`, outside the workspace).
+//!
+//! **Must not touch:** the crates' code: it measures through their public APIs and asserts no
+//! timing (performance goals live here and in `BENCHMARKS.md`, never in tests).
 
 use std::time::Duration;
 

@@ -1,4 +1,7 @@
-//! shoal-discovery: the control plane's discovery logic.
+//! shoal-discovery: the discovery logic the control plane will drive.
+//!
+//! A library only, for now: the mesh's control plane will feed it announcements once topics
+//! land (issue 12); nothing in the mesh calls it yet.
 //!
 //! Owns what a participant knows about the mesh and how it decides who talks
 //! to whom: participant and endpoint identities ([`types`]), every QoS policy
@@ -12,8 +15,9 @@
 //! Must not touch: I/O, sockets, timers, threads, the async runtime or the
 //! mesh. It is pure, deterministic logic: time comes in as a [`types::Time`]
 //! value, nothing reads a clock, nothing iterates a hash map to produce
-//! output. Callers (the control plane) feed it announcements and act on what
-//! it returns. None of it runs on the path that publishes a sample.
+//! output. Its caller (the control plane, once topics land) feeds it
+//! announcements and acts on what it returns; none of it is meant to run on
+//! the path that publishes a sample.
 //!
 //! # Costs
 //!

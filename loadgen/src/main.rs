@@ -17,6 +17,13 @@
 //! at the end, and the growth, next to what the nodes' queues may hold. RSS is process-wide:
 //! in `demo` and `bench` it covers the sending and the receiving nodes together; a `pub`
 //! process alone gives the sender's.
+//!
+//! **Owns:** the command line, the traffic it generates, the raw-TCP baselines and what it
+//! measures and reports (rates, latency histograms and charts, RSS, drops by cause).
+//!
+//! **Must not touch:** the mesh's internals: it drives nodes only through `shoal-mesh`'s
+//! public API, so it measures what an application gets; it never hard-codes a result, and it
+//! sends only to the addresses it is given (loopback or lab hosts).
 
 mod bench;
 mod chart;

@@ -38,16 +38,18 @@
 //! }
 //! ```
 //!
-//! **Owns:** the wire protocol ([`wire`]: the discovery datagram, the eight frame types and
-//! Shoal's Hello extension block), the protocol logic as sans-I/O state machines ([`proto`]:
-//! announce schedule, peer table and dial races, link handshake and liveness, gossip routing
-//! and dedup, membership), the secured-mesh cryptography ([`crypto`], byte-exact, driven by
-//! the node when a PSK is set), the settings ([`config`]) and the live node ([`node`], re-exported
-//! here as [`Mesh`]) that drives those state machines on `shoal-runtime`'s executors.
+//! **Owns:** the driver of the protocol: the live node ([`node`], re-exported here as
+//! [`Mesh`]) with its sockets, tasks, timers and threads on `shoal-runtime`'s executors; the
+//! application API (events, callbacks, [`Publisher`], stats and, with the default
+//! `prometheus` feature, their rendering in `metrics`); the node options and the identity
+//! seed file ([`identity_file`]). The protocol itself (wire codec, state machines,
+//! cryptography, settings) is the I/O-free crate `shoal-proto`, re-exported here whole as
+//! [`proto`] and by module as [`wire`], [`crypto`], [`config`] and [`id`].
 //!
-//! **Must not touch:** topics, types, QoS or discovery graphs (that is `shoal-discovery`,
-//! driven from the control plane); the mesh moves opaque payloads along the routes it is
-//! given. It never names compio or io_uring: all I/O goes through `shoal-runtime`, so the
+//! **Must not touch:** protocol logic that needs no I/O (it belongs in `shoal-proto`);
+//! topics, types, QoS or discovery graphs: that is `shoal-discovery`, a library the control
+//! plane will drive once topics land (issue 12); nothing calls it yet. The mesh moves opaque
+//! payloads. It never names compio or io_uring: all I/O goes through `shoal-runtime`, so the
 //! executor can change without touching this crate.
 //!
 //! Start with [`Mesh::builder`]; the threading contract and the backpressure rules are in

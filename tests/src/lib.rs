@@ -4,6 +4,13 @@
 //! machine, made of network namespaces, with multicast between them and fault injection
 //! (random loss, link cut and heal). It needs root; [`Lab::skip_reason`] says why a test
 //! cannot run here so the test can print it and return instead of failing.
+//!
+//! **Owns:** the tests that cross crates or hosts (`tests/`), the netlab handle, and the
+//! helper binaries they run in lab hosts (`meshnode`, `pubsubnode`, `attacker`).
+//!
+//! **Must not touch:** crate internals (tests go through public APIs; a crate's own tests stay
+//! in that crate), `shared/` (read-only: it only runs `lab.sh`), and any host but loopback and
+//! the lab's.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

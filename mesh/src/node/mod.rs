@@ -8,7 +8,7 @@
 //! its own io_uring.
 //!
 //! - **Control plane**: the TCP listener, dialing and reconnecting (the peer table), the Hello
-//!   exchange of every new connection, membership, multicast discovery, the query snapshots.
+//!   exchange of every new connection, membership, multicast scouting, the query snapshots.
 //!   An established connection is detached and handed, with the bytes that followed the
 //!   peer's Hello, to its **data shard** `link_shard(peer, shards)`.
 //! - **Data shards**: each serves the links it owns (reads, batched vectored writes, heartbeat
@@ -56,7 +56,7 @@
 //! `recv_timeout`); see [`event`] for the bounded queue's policy (Message events apply
 //! backpressure to the reading shard; control events never block and are counted when lost).
 //! Callbacks registered with [`MeshBuilder::on_event`] run **on the executor thread that raised
-//! the event** — the control plane for peer/member/discovery events and handshake errors, a
+//! the event** — the control plane for peer and member events, scouting and handshake errors, a
 //! data shard for Message events and link errors — before the event is queued. A callback
 //! must return quickly and never block: it may call the `try_*` methods and the query methods,
 //! but not the waiting or blocking ones. [`Mesh::stop`] may be called: from an executor it
@@ -82,7 +82,7 @@
 //! that were only announced give way to new ones, and a completed handshake is refused only
 //! when every entry is a linked or static peer. Inbound connections in their handshake are
 //! bounded by `max_pending_handshakes`; a newcomer evicts the oldest of the busiest source
-//! address, so sockets that never send a Hello cannot lock peers out. Junk on the discovery
+//! address, so sockets that never send a Hello cannot lock peers out. Junk on the scouting
 //! port is counted. Everything refused or evicted is counted in [`MeshStats::control`], and
 //! the warnings such input triggers are aggregated: the first is logged, then one line with
 //! the count per 10 s.
@@ -628,7 +628,7 @@ impl Mesh {
     }
 
     /// Starts the executors, binds the listener (the port is resolved before anything is
-    /// announced), dials static and seed peers and starts discovery. Returns once listening.
+    /// announced), dials static and seed peers and starts scouting. Returns once listening.
     pub fn start(&self) -> Result<(), MeshError> {
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         if !matches!(*state, RunState::Built) {
