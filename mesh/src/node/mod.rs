@@ -3,9 +3,10 @@
 //!
 //! # Threading model
 //!
-//! A started [`Mesh`] owns one runtime: `shards` data-shard executors (1 by default, unpinned
-//! unless [`MeshBuilder::pin_to_cpus`]) and one control-plane executor, each a thread with
-//! its own io_uring.
+//! A started [`Mesh`] owns one runtime: `shards` data-shard executors (1 by default) and one
+//! control-plane executor, each a thread with its own io_uring. None is pinned unless
+//! [`MeshBuilder::pin_to_cpus`] asks; then the shards take the listed CPUs in turn and the
+//! control plane the last one.
 //!
 //! - **Control plane**: the TCP listener, dialing and reconnecting (the peer table), the Hello
 //!   exchange of every new connection, membership, multicast scouting, the query snapshots.
@@ -136,7 +137,9 @@ use event::EventHub;
 use shard::{Publish, ShardInit};
 use shared::{NodeShared, Snapshot};
 use shoal_runtime::channel::{channel_mesh, ingress, ingress_weighted, IngressSender};
-use shoal_runtime::{ExecutorId, Placement, Runtime, RuntimeError, SpawnError, TrySendError};
+use shoal_runtime::{
+    ControlPlacement, ExecutorId, Placement, Runtime, RuntimeError, SpawnError, TrySendError,
+};
 use stats::Counters;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
@@ -221,7 +224,8 @@ pub enum PublishError {
 pub struct NodeOptions {
     /// Number of data shards. Default 1.
     pub shards: usize,
-    /// Pin shard `i` to `cpus[i % len]`; `None` (default) leaves threads unpinned.
+    /// Pin shard `i` to `cpus[i % len]` and the control plane to the last listed CPU; `None`
+    /// (default) leaves every thread unpinned.
     pub pin_cpus: Option<Vec<usize>>,
     /// Address the TCP listener binds (with `MeshConfig::listen_port`). Default `0.0.0.0`.
     pub listen_addr: IpAddr,
@@ -403,7 +407,8 @@ impl MeshBuilder {
         self
     }
 
-    /// Pins shard `i` to `cpus[i % cpus.len()]` (default: unpinned).
+    /// Pins shard `i` to `cpus[i % cpus.len()]` and the control-plane executor to the last
+    /// listed CPU (shared with a shard when no CPU is left over). Default: nothing is pinned.
     pub fn pin_to_cpus(mut self, cpus: Vec<usize>) -> Self {
         self.opts.pin_cpus = Some(cpus);
         self
@@ -468,6 +473,9 @@ impl MeshBuilder {
         self.cfg.validate()?;
         if self.opts.shards == 0 {
             return Err(MeshError::Option("shards must be at least 1"));
+        }
+        if self.opts.pin_cpus.as_ref().is_some_and(Vec::is_empty) {
+            return Err(MeshError::Option("pin_cpus needs at least one CPU"));
         }
         if self.opts.publish_queue_capacity == 0 {
             return Err(MeshError::Option(
@@ -643,6 +651,13 @@ impl Mesh {
             .spin_before_park(opts.spin_before_park);
         if let Some(cpus) = &opts.pin_cpus {
             b = b.placement(Placement::Pinned(cpus.clone()));
+            // Whoever pins wants the node off the other CPUs, the control plane included. It
+            // takes the last listed CPU: its own when more CPUs than shards are listed, else
+            // shared with the shard pinned there, which costs little because the control
+            // plane wakes for timers, handshakes and gossip, not per message.
+            if let Some(&cpu) = cpus.last() {
+                b = b.control_placement(ControlPlacement::Pinned(cpu));
+            }
         }
         let rt = b.build()?;
         let mut ids: Vec<ExecutorId> = (0..shards).map(ExecutorId::Shard).collect();

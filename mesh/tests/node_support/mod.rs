@@ -27,7 +27,7 @@ pub fn fast() -> MeshBuilder {
         .membership_timeout(Duration::from_millis(1500))
 }
 
-/// [`fast`] with multicast discovery on loopback, on a port of its own and in a group of its
+/// [`fast`] with multicast scouting on loopback, on a port of its own and in a group of its
 /// own (so parallel tests never hear each other); returns the builder and the port.
 pub fn loopback_scouting(group: &str) -> (MeshBuilder, u16) {
     let port = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))

@@ -1,0 +1,105 @@
+//! CPU pinning of a node's executors: with `pin_to_cpus`, the control-plane executor is pinned
+//! too (to the last listed CPU), not only the data shards.
+//!
+//! Each executor's affinity is read from inside it: event callbacks run on the executor that
+//! raised the event (the control plane for `PeerConnected`, a data shard for `Message`), and
+//! `/proc/thread-self/status` there describes that very thread, whatever else runs in the
+//! test process.
+
+mod node_support;
+
+use node_support::*;
+use shoal_mesh::{Event, MeshError};
+use std::sync::{Arc, Mutex};
+
+/// The CPUs the calling thread may run on.
+fn my_cpus() -> Vec<usize> {
+    let status = std::fs::read_to_string("/proc/thread-self/status").expect("thread status");
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc/thread-self/status");
+    parse_cpu_list(list.trim())
+}
+
+/// `0-2,5` → `[0, 1, 2, 5]` (the kernel's list format).
+fn parse_cpu_list(list: &str) -> Vec<usize> {
+    let num = |s: &str| s.parse::<usize>().expect("a CPU number");
+    list.split(',')
+        .filter(|r| !r.is_empty())
+        .flat_map(|r| match r.split_once('-') {
+            Some((lo, hi)) => (num(lo)..=num(hi)).collect::<Vec<_>>(),
+            None => vec![num(r)],
+        })
+        .collect()
+}
+
+/// Where a callback ran: the executor thread's name and the CPUs it may run on.
+type Seen = Arc<Mutex<Option<(String, Vec<usize>)>>>;
+
+fn record(slot: &Seen) {
+    let name = std::thread::current().name().unwrap_or("").to_owned();
+    slot.lock().unwrap().get_or_insert((name, my_cpus()));
+}
+
+#[test]
+fn pinning_puts_the_control_executor_on_the_last_listed_cpu() {
+    assert_eq!(parse_cpu_list("0-2,5"), vec![0, 1, 2, 5]);
+    // CPUs this process may use, so the test pins only where it is allowed (cpusets, CI).
+    // With two or more, the first goes to the one shard and the last to the control plane;
+    // unpinned, the control plane would keep all of them (what this test caught). With a
+    // single CPU both get it and the test cannot tell pinned from unpinned.
+    let cpus = my_cpus();
+    let (shard_cpu, control_cpu) = (cpus[0], *cpus.last().expect("at least one CPU"));
+
+    let control: Seen = Arc::default();
+    let shard: Seen = Arc::default();
+    let (c, s) = (control.clone(), shard.clone());
+    let a = fast()
+        .pin_to_cpus(vec![shard_cpu, control_cpu])
+        .on_event(move |ev| match ev {
+            Event::PeerConnected { .. } => record(&c),
+            Event::Message { .. } => record(&s),
+            _ => {}
+        })
+        .build()
+        .unwrap();
+    a.start().unwrap();
+    let b = fast().static_peer(ep(a.listen_port())).build().unwrap();
+    b.start().unwrap();
+
+    wait_until(10, "a raises PeerConnected", || {
+        control.lock().unwrap().is_some()
+    });
+    wait_until(10, "b has its link to a", || {
+        !b.connected_peers().is_empty()
+    });
+    b.broadcast_blocking("where do you run?").unwrap();
+    wait_until(10, "a raises a Message event", || {
+        shard.lock().unwrap().is_some()
+    });
+
+    let (name, on) = control.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        name, "shoal-mesh-control",
+        "PeerConnected runs on the control plane"
+    );
+    assert_eq!(
+        on,
+        vec![control_cpu],
+        "control executor's CPUs (asked for {cpus:?})"
+    );
+    let (name, on) = shard.lock().unwrap().clone().unwrap();
+    assert_eq!(name, "shoal-mesh-shard-0", "Message runs on the data shard");
+    assert_eq!(on, vec![shard_cpu], "data shard's CPUs");
+    a.stop();
+    b.stop();
+}
+
+#[test]
+fn an_empty_cpu_list_is_refused_at_build() {
+    assert!(matches!(
+        fast().pin_to_cpus(Vec::new()).build(),
+        Err(MeshError::Option(_))
+    ));
+}
