@@ -135,7 +135,7 @@ use bytes::Bytes;
 use control::{Cmd, ControlInit};
 use event::EventHub;
 use shard::{Publish, ShardInit};
-use shared::{NodeShared, Snapshot};
+use shared::{NodeShared, Snapshot, SnapshotCell};
 use shoal_runtime::channel::{channel_mesh, ingress, ingress_weighted, IngressSender};
 use shoal_runtime::{
     ControlPlacement, ExecutorId, Placement, Runtime, RuntimeError, SpawnError, TrySendError,
@@ -516,7 +516,7 @@ impl MeshBuilder {
                 self.opts.event_queue_capacity,
                 self.callbacks,
             )),
-            snapshot: Mutex::new(Snapshot::default()),
+            snapshot: SnapshotCell::new(),
             connected: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             unflushed_discarded: std::sync::atomic::AtomicU64::new(0),
@@ -852,20 +852,15 @@ impl Mesh {
     }
 
     fn snapshot<T>(&self, f: impl FnOnce(&Snapshot) -> T) -> T {
-        let s = self
-            .inner
-            .ns
-            .snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        f(&s)
+        self.inner.ns.snapshot.read(f)
     }
 
     /// Under the Block policy: true when some link's outbound queue has no room for `bytes`
-    /// now (what the `try_*` forms answer [`PublishError::Full`] for).
+    /// now (what the `try_*` forms answer [`PublishError::Full`] for). Takes no lock in the
+    /// steady state (see [`SnapshotCell::any_link_full_for`]).
     fn links_full_for(&self, bytes: usize) -> bool {
         self.inner.ns.policy == OverflowPolicy::Block
-            && self.snapshot(|s| s.budgets.iter().any(|b| b.is_full_for(bytes)))
+            && self.inner.ns.snapshot.any_link_full_for(bytes)
     }
 
     fn admit(&self, dst: PeerId, len: usize) -> Result<&IngressSender<Publish>, PublishError> {

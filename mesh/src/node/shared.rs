@@ -10,9 +10,11 @@ use futures_util::lock::Mutex as AsyncMutex;
 use shoal_proto::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
 use shoal_runtime::channel::Sender;
 use shoal_runtime::{ExecutorId, TrySendError};
+use std::cell::RefCell;
+use std::ops::{Deref, DerefMut};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Instant;
 
 /// What the control plane publishes for the query methods of [`crate::Mesh`].
@@ -25,8 +27,123 @@ pub(crate) struct Snapshot {
     pub(crate) budgets: Vec<Arc<LinkBudget>>,
 }
 
-/// Node-wide, thread-safe state. Nothing on the message path locks it: the shards only touch
-/// their own counters (atomics) and the event hub.
+/// The control plane's [`Snapshot`], for the query methods (which lock it) and for the
+/// non-waiting publish calls, which check the link budgets without taking the lock: each
+/// thread keeps its own copy of a node's budget list and takes the lock only to refresh that
+/// copy after the control plane has replaced the snapshot (links come and go; messages do not
+/// change the list).
+pub(crate) struct SnapshotCell {
+    /// Process-unique, so a thread's copies of several nodes never mix.
+    node: u64,
+    /// Bumped with every replacement of `snap`, while its lock is held.
+    generation: AtomicU64,
+    snap: Mutex<Snapshot>,
+}
+
+/// Exclusive access to a [`SnapshotCell`]'s snapshot; dropping it publishes the change to the
+/// threads' budget copies.
+pub(crate) struct SnapshotGuard<'a> {
+    cell: &'a SnapshotCell,
+    snap: MutexGuard<'a, Snapshot>,
+}
+
+impl Deref for SnapshotGuard<'_> {
+    type Target = Snapshot;
+    fn deref(&self) -> &Snapshot {
+        &self.snap
+    }
+}
+
+impl DerefMut for SnapshotGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Snapshot {
+        &mut self.snap
+    }
+}
+
+impl Drop for SnapshotGuard<'_> {
+    fn drop(&mut self) {
+        // Before `snap` unlocks (fields drop after this body): a thread refreshing its copy
+        // under the lock reads a generation and budgets that belong together.
+        self.cell.generation.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Nodes whose budget lists one thread keeps (an application rarely publishes to more nodes
+/// from one thread); past that the oldest copy goes.
+const CACHED_NODES: usize = 8;
+
+/// One thread's copy of one node's link budgets.
+struct BudgetCopy {
+    node: u64,
+    generation: u64,
+    budgets: Vec<Arc<LinkBudget>>,
+}
+
+thread_local! {
+    static BUDGET_COPIES: RefCell<Vec<BudgetCopy>> = const { RefCell::new(Vec::new()) };
+}
+
+impl SnapshotCell {
+    pub(crate) fn new() -> SnapshotCell {
+        static NEXT_NODE: AtomicU64 = AtomicU64::new(0);
+        SnapshotCell {
+            node: NEXT_NODE.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
+            snap: Mutex::new(Snapshot::default()),
+        }
+    }
+
+    /// Locks the snapshot (a poisoned lock is recovered: the snapshot is replaced whole, never
+    /// left half-written). `Err` never happens; the shape is `Mutex::lock`'s.
+    pub(crate) fn lock(&self) -> Result<SnapshotGuard<'_>, PoisonError<()>> {
+        let snap = self.snap.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(SnapshotGuard { cell: self, snap })
+    }
+
+    /// Reads the snapshot under its lock (the query methods).
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&Snapshot) -> T) -> T {
+        f(&self.snap.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether some installed link's outbound queue has no room for `bytes` now. Reads this
+    /// thread's copy of the budget list: one atomic load and no lock unless the control plane
+    /// replaced the snapshot since this thread last looked.
+    pub(crate) fn any_link_full_for(&self, bytes: usize) -> bool {
+        let now = self.generation.load(Ordering::Acquire);
+        let full = |budgets: &[Arc<LinkBudget>]| budgets.iter().any(|b| b.is_full_for(bytes));
+        BUDGET_COPIES
+            .try_with(|copies| {
+                let mut copies = copies.borrow_mut();
+                let i = match copies.iter().position(|c| c.node == self.node) {
+                    Some(i) => i,
+                    None => {
+                        if copies.len() == CACHED_NODES {
+                            copies.remove(0);
+                        }
+                        copies.push(BudgetCopy {
+                            node: self.node,
+                            generation: now.wrapping_sub(1),
+                            budgets: Vec::new(),
+                        });
+                        copies.len() - 1
+                    }
+                };
+                let copy = &mut copies[i];
+                if copy.generation != now {
+                    let snap = self.snap.lock().unwrap_or_else(|e| e.into_inner());
+                    copy.generation = self.generation.load(Ordering::Relaxed);
+                    copy.budgets.clone_from(&snap.budgets);
+                }
+                full(&copy.budgets)
+            })
+            // This thread is exiting (a publisher dropped by a thread-local destructor).
+            .unwrap_or_else(|_| self.read(|s| full(&s.budgets)))
+    }
+}
+
+/// Node-wide, thread-safe state. Nothing on the path of a message locks it: the shards touch
+/// their own counters (atomics) and the event hub; the non-waiting publish calls read link
+/// budgets from a per-thread copy (see [`SnapshotCell`]).
 pub(crate) struct NodeShared {
     pub(crate) me: PeerId,
     pub(crate) cfg: MeshConfig,
@@ -36,7 +153,7 @@ pub(crate) struct NodeShared {
     /// One set per shard, then the control plane's.
     pub(crate) counters: Vec<Counters>,
     pub(crate) hub: Arc<EventHub>,
-    pub(crate) snapshot: Mutex<Snapshot>,
+    pub(crate) snapshot: SnapshotCell,
     pub(crate) connected: AtomicUsize,
     pub(crate) stopping: AtomicBool,
     /// Messages of [`super::Publisher`]s dropped on an executor thread with no room to hand
@@ -138,5 +255,71 @@ impl Channels {
         }
         let mut g = s.lock().await;
         g.send(msg).await.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A link budget of 100 bytes with 80 queued: full for 50 more.
+    fn busy_link() -> Arc<LinkBudget> {
+        let b = Arc::new(LinkBudget::new(100, Instant::now()));
+        assert!(b.try_reserve(80).is_some());
+        b
+    }
+
+    fn install(cell: &SnapshotCell, budgets: Vec<Arc<LinkBudget>>) {
+        if let Ok(mut s) = cell.lock() {
+            *s = Snapshot {
+                budgets,
+                ..Snapshot::default()
+            };
+        }
+    }
+
+    #[test]
+    fn budget_copies_follow_every_replacement_and_never_mix_nodes() {
+        let (a, b) = (SnapshotCell::new(), SnapshotCell::new());
+        assert!(!a.any_link_full_for(50));
+        install(&a, vec![busy_link()]);
+        assert!(a.any_link_full_for(50), "the copy is refreshed after a replacement");
+        assert!(!a.any_link_full_for(10), "80 + 10 fits in 100");
+        assert!(!b.any_link_full_for(50), "another node's copy is its own");
+        install(&a, Vec::new());
+        assert!(!a.any_link_full_for(50), "a removed link is no longer checked");
+        install(&b, vec![busy_link()]);
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(b.any_link_full_for(50), "another thread sees it too"));
+        });
+    }
+
+    #[test]
+    fn checking_budgets_takes_no_lock_once_the_copy_is_current() {
+        let cell = SnapshotCell::new();
+        install(&cell, vec![busy_link()]);
+        let (ask, asked) = mpsc::channel::<()>();
+        let (tell, told) = mpsc::channel();
+        std::thread::scope(|s| {
+            let cell = &cell;
+            s.spawn(move || {
+                // The first check takes this thread's copy.
+                tell.send(cell.any_link_full_for(50)).unwrap();
+                while asked.recv().is_ok() {
+                    tell.send(cell.any_link_full_for(50)).unwrap();
+                }
+            });
+            assert!(told.recv().unwrap());
+            // Holding the snapshot's lock (as the control plane does while it replaces the
+            // snapshot) must not stop a publisher from checking.
+            let held = cell.snap.lock().unwrap();
+            ask.send(()).unwrap();
+            let answer = told.recv_timeout(Duration::from_secs(30));
+            drop(held);
+            drop(ask);
+            assert_eq!(answer, Ok(true), "the check waited for the snapshot lock");
+        });
     }
 }
