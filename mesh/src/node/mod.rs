@@ -24,6 +24,19 @@
 //!   once, queued on each link as one buffer); the ingress bounds the messages it holds, not
 //!   its entries, so batches run no further ahead than single messages.
 //!
+//! **Locks.** No lock is shared between shards, and Shoal's own code takes none on the path
+//! of a message: rings, queues, budgets and counters are atomics. The non-waiting publish
+//! calls read link budgets from a per-thread copy (`SnapshotCell` in `shared.rs`; its lock is
+//! taken only to refresh the copy after a link came or went). The lock a message does meet is
+//! the short `std` mutex of `event-listener`'s wait list, which that crate takes on every
+//! notify: the origin shard once per batch it drains from the ingress (waking publishers that
+//! wait for room), a shard once per batch of Message events it hands to the event queue, an
+//! [`EventReceiver`] once per queue entry it takes, and any thread that goes to sleep on one
+//! of them. It is uncontended unless a thread is registering to sleep at that moment. Within
+//! one executor, the tasks that send to another executor take turns through an async mutex
+//! (never a blocking lock). The query methods ([`Mesh::connected_peers`], ...), names and the
+//! secured-mesh context are behind mutexes that messages never touch.
+//!
 //! # Backpressure and loss
 //!
 //! Each link's outbound queue is bounded by `max_outbound_queue_bytes`; the bytes of a frame
