@@ -16,7 +16,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_main, Criterion, Throughput};
-use shoal_mesh::proto::{DataMeta, DedupCache, DropReason, LinkId, NeighbourLinks, Route, Router};
+use shoal_mesh::proto::{
+    DataMeta, DataVerdict, DedupCache, DropReason, LinkId, NeighbourLinks, Router,
+};
 use shoal_mesh::wire::INITIAL_TTL;
 use shoal_mesh::{MsgId, PeerId};
 
@@ -70,7 +72,7 @@ fn bench_new(
     name: &str,
     t: &NeighbourLinks,
     dst: PeerId,
-    expect: Route,
+    expect: DataVerdict,
 ) {
     let now = Instant::now();
     let mut r = full_router(t, now);
@@ -117,9 +119,9 @@ fn bench_on_data(c: &mut Criterion) {
     for links in [1usize, 4, 16] {
         let t = table(links);
         let expect = if links == 1 {
-            Route::Deliver
+            DataVerdict::Deliver
         } else {
-            Route::DeliverAndForward {
+            DataVerdict::DeliverAndForward {
                 except: INBOUND,
                 ttl: INITIAL_TTL - 1,
             }
@@ -139,7 +141,7 @@ fn bench_on_data(c: &mut Criterion) {
         "targeted_neighbour/4_links",
         &t,
         neighbour(2),
-        Route::Unicast {
+        DataVerdict::Unicast {
             link: LinkId(3),
             ttl: INITIAL_TTL - 1,
         },
@@ -149,7 +151,7 @@ fn bench_on_data(c: &mut Criterion) {
         "targeted_relay/4_links",
         &t,
         FAR,
-        Route::Forward {
+        DataVerdict::Forward {
             except: Some(INBOUND),
             ttl: INITIAL_TTL - 1,
         },
@@ -160,7 +162,7 @@ fn bench_on_data(c: &mut Criterion) {
     let mut i = 0u64;
     assert_eq!(
         r.on_data(&t, INBOUND, &meta(PeerId::ZERO, 0), now),
-        Route::Drop(DropReason::Duplicate)
+        DataVerdict::Drop(DropReason::Duplicate)
     );
     g.bench_function("broadcast_duplicate/4_links", |b| {
         b.iter(|| {
@@ -174,7 +176,7 @@ fn bench_on_data(c: &mut Criterion) {
     let mut r = full_router(&t, now);
     assert_eq!(
         r.originate(&t, PeerId::ZERO),
-        Route::Forward {
+        DataVerdict::Forward {
             except: None,
             ttl: INITIAL_TTL
         }

@@ -249,19 +249,23 @@ impl EventHub {
             }
         }
         if !self.reserve(self.queue.capacity()) {
-            self.dropped_control(&ev, counters);
+            let connected = match ev {
+                Event::PeerConnected { peer } => Some(peer),
+                _ => None,
+            };
+            self.dropped_control(connected, counters);
             return;
         }
-        match self.queue.push(Item::One(ev)) {
-            Ok(()) => {
-                self.ready.notify(1);
-            }
-            Err(Item::One(ev)) => {
-                // Unreachable while `events` bounds the slots; counted rather than trusted.
-                self.release(1);
-                self.dropped_control(&ev, counters);
-            }
-            Err(Item::Batch(_)) => unreachable!("pushed a single event"),
+        let connected = match &ev {
+            Event::PeerConnected { peer } => Some(*peer),
+            _ => None,
+        };
+        if self.queue.push(Item::One(ev)).is_ok() {
+            self.ready.notify(1);
+        } else {
+            // Unreachable while `events` bounds the slots; counted rather than trusted.
+            self.release(1);
+            self.dropped_control(connected, counters);
         }
     }
 
@@ -269,36 +273,21 @@ impl EventHub {
         self.unpaired.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn dropped_control(&self, ev: &Event, counters: &Counters) {
+    /// A control event was dropped; `connected` is its peer if it was a `PeerConnected`.
+    fn dropped_control(&self, connected: Option<PeerId>, counters: &Counters) {
         inc(&counters.dropped_event_queue_full);
-        if let Event::PeerConnected { peer } = ev {
-            self.unpaired().insert(*peer);
+        if let Some(peer) = connected {
+            self.unpaired().insert(peer);
         }
     }
 
-    /// A Message event: waits for room below the message share of the queue. `on_wait` is
-    /// called before the first wait (the caller marks its link as busy, not dead).
-    ///
-    /// The event goes to the caller's `outbox`: the caller hands the outbox over once per
-    /// batch with [`EventHub::wake_receivers`] (and must do so before it parks). This
-    /// function does it itself before waiting for room.
-    #[cfg(test)]
-    pub(crate) async fn emit_message(
-        &self,
-        ev: Event,
-        counters: &Counters,
-        outbox: &Outbox,
-        on_wait: impl FnMut(bool),
-    ) {
-        if let Err(ev) = self.try_emit_message(ev, outbox) {
-            self.queue_message(ev, counters, outbox, on_wait).await;
-        }
-    }
-
-    /// The first half of [`emit_message`](Self::emit_message), which never waits: runs the
-    /// callbacks and puts the event in `outbox` if there is room (or drops it if nobody
-    /// listens). `Err` hands the event back when the caller must wait with
+    /// A Message event, first step, which never waits: runs the callbacks and puts the event
+    /// in `outbox` if there is room below the message share of the queue (or drops it if
+    /// nobody listens). `Err` hands the event back when the caller must wait for room with
     /// [`EventHub::queue_message`]. Kept apart so the common case costs a shard no future.
+    ///
+    /// The caller hands its outbox over once per batch with [`EventHub::wake_receivers`] (and
+    /// must do so before it parks).
     pub(crate) fn try_emit_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
         self.run_callbacks(&ev);
         self.try_queue_message(ev, outbox)
@@ -320,8 +309,9 @@ impl EventHub {
         Ok(())
     }
 
-    /// The second half of [`emit_message`](Self::emit_message): waits for room, then puts
-    /// the event in `outbox`.
+    /// A Message event that found no room in [`EventHub::try_emit_message`]: hands the outbox
+    /// over, waits for room, then puts the event in `outbox`. `on_wait` is called before the
+    /// first wait (the caller marks its link as busy, not dead).
     pub(crate) async fn queue_message(
         &self,
         ev: Event,
@@ -555,6 +545,21 @@ impl futures_core::Stream for EventReceiver {
 mod tests {
     use super::*;
     use std::task::Waker;
+
+    impl EventHub {
+        /// What a shard does with a Message event: try, and wait for room if need be.
+        async fn emit_message(
+            &self,
+            ev: Event,
+            counters: &Counters,
+            outbox: &Outbox,
+            on_wait: impl FnMut(bool),
+        ) {
+            if let Err(ev) = self.try_emit_message(ev, outbox) {
+                self.queue_message(ev, counters, outbox, on_wait).await;
+            }
+        }
+    }
 
     fn joined(n: u8) -> Event {
         Event::MemberJoined {

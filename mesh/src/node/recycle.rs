@@ -94,12 +94,6 @@ impl Recycler {
         let old = std::mem::replace(buf, next);
         self.give(old);
     }
-
-    /// How many blocks [`take`](Self::take) had to allocate.
-    #[cfg(test)]
-    pub(crate) fn allocated(&self) -> u64 {
-        self.allocated
-    }
 }
 
 #[cfg(test)]
@@ -110,20 +104,20 @@ mod tests {
     fn a_block_is_reused_once_its_slices_are_gone_and_not_before() {
         let mut r = Recycler::new(2);
         let mut buf = r.take(100, 1000);
-        assert_eq!(r.allocated(), 1);
+        assert_eq!(r.allocated, 1);
         buf.extend_from_slice(&[1; 900]);
         let slice = buf.split_to(900).freeze();
         // Not enough room left: a new block, the old one kept as a spare.
         r.make_room(&mut buf, 500, 1000);
-        assert_eq!(r.allocated(), 2);
+        assert_eq!(r.allocated, 2);
         assert!(buf.capacity() >= 500);
         // The spare's slice is alive: it cannot be reclaimed yet.
         let other = r.take(500, 1000);
-        assert_eq!(r.allocated(), 3);
+        assert_eq!(r.allocated, 3);
         r.give(other);
         drop(slice);
         let again = r.take(500, 1000);
-        assert_eq!(r.allocated(), 3, "the first block came back");
+        assert_eq!(r.allocated, 3, "the first block came back");
         assert!(again.capacity() >= 1000);
     }
 
@@ -146,7 +140,7 @@ mod tests {
         buf.extend_from_slice(&[7; 60]);
         drop(buf.split_to(60));
         r.make_room(&mut buf, 64, 64);
-        assert_eq!(r.allocated(), 1, "no new block while the old one is free");
+        assert_eq!(r.allocated, 1, "no new block while the old one is free");
     }
 
     #[test]
@@ -155,11 +149,11 @@ mod tests {
         let small = r.take(16, 16);
         r.give(small);
         let big = r.take(1000, 1000);
-        assert_eq!(r.allocated(), 2);
+        assert_eq!(r.allocated, 2);
         assert!(r.spare.is_empty(), "the free small block was dropped");
         r.give(big);
         assert!(r.take(1000, 1000).capacity() >= 1000);
-        assert_eq!(r.allocated(), 2, "the big one came back");
+        assert_eq!(r.allocated, 2, "the big one came back");
     }
 
     #[test]
@@ -171,9 +165,9 @@ mod tests {
         r.give(busy);
         let free = r.take(64, 64);
         r.give(free);
-        assert_eq!(r.allocated(), 2);
+        assert_eq!(r.allocated, 2);
         let again = r.take(64, 64);
-        assert_eq!(r.allocated(), 2, "the free second spare, not a new block");
+        assert_eq!(r.allocated, 2, "the free second spare, not a new block");
         assert!(again.capacity() >= 64);
         drop(held);
     }
@@ -189,6 +183,6 @@ mod tests {
             r.give(b);
         }
         assert_eq!(r.spare.len(), 2);
-        assert_eq!(r.allocated(), 5);
+        assert_eq!(r.allocated, 5);
     }
 }

@@ -285,11 +285,17 @@ mod tests {
         let (a, b) = (SnapshotCell::new(), SnapshotCell::new());
         assert!(!a.any_link_full_for(50));
         install(&a, vec![busy_link()]);
-        assert!(a.any_link_full_for(50), "the copy is refreshed after a replacement");
+        assert!(
+            a.any_link_full_for(50),
+            "the copy is refreshed after a replacement"
+        );
         assert!(!a.any_link_full_for(10), "80 + 10 fits in 100");
         assert!(!b.any_link_full_for(50), "another node's copy is its own");
         install(&a, Vec::new());
-        assert!(!a.any_link_full_for(50), "a removed link is no longer checked");
+        assert!(
+            !a.any_link_full_for(50),
+            "a removed link is no longer checked"
+        );
         install(&b, vec![busy_link()]);
         std::thread::scope(|s| {
             s.spawn(|| assert!(b.any_link_full_for(50), "another thread sees it too"));
