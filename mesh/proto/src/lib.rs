@@ -13,6 +13,7 @@
 //! | [`peers`] | peer table, dialing, reconnect backoff, dial races, Lost | control plane |
 //! | [`admission`] | budgets for admitting and dialing never-linked peers | control plane |
 //! | [`membership`] | adjacency gossip and member set | control plane |
+//! | [`control`] | the control core: all of the above plus handshakes, identity, placement on shards | control plane |
 //! | [`link`] | one connection: handshake, heartbeat, liveness, Goodbye | the link's data shard |
 //! | [`router`] + [`dedup`] | gossip routing of Data frames | each data shard |
 //!
@@ -57,6 +58,7 @@ pub mod wire;
 pub mod admission;
 pub mod budget;
 pub mod cmd;
+pub mod control;
 pub mod dedup;
 pub mod link;
 pub mod membership;
