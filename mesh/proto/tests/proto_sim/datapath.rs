@@ -85,6 +85,8 @@ pub struct DataPath {
     ids: MsgIdGen,
     /// Install commands applied, per peer (the held-event check compares against it).
     pub installs: HashMap<PeerId, u64>,
+    /// Links handed over with record keys (secured handshakes that completed).
+    pub secured_links: u64,
     /// Probability that a Data, Membership or identity frame is not sent.
     pub loss: f64,
     rng: StdRng,
@@ -106,6 +108,7 @@ impl DataPath {
             ),
             ids: MsgIdGen::new(me, rng.gen()),
             installs: HashMap::new(),
+            secured_links: 0,
             loss: 0.0,
             rng,
         }
@@ -133,6 +136,7 @@ impl DataPath {
         match cmd {
             ToShard::AddLink(nl) => {
                 let nl = *nl;
+                self.secured_links += u64::from(nl.secure.is_some());
                 let (sealer, reader) = match nl.secure {
                     Some((s, o)) => (
                         Some(s),

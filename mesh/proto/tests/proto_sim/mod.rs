@@ -390,17 +390,20 @@ impl Sim {
         self.blackholed.remove(&(b, a));
     }
 
-    pub fn broadcast(&mut self, i: usize, payload: &'static [u8]) -> MsgId {
+    pub fn broadcast(&mut self, i: usize, payload: impl AsRef<[u8]>) -> MsgId {
         self.send(i, PeerId::ZERO, payload)
     }
 
-    pub fn send(&mut self, i: usize, dst: PeerId, payload: &'static [u8]) -> MsgId {
+    pub fn send(&mut self, i: usize, dst: PeerId, payload: impl AsRef<[u8]>) -> MsgId {
         let mut out = Vec::new();
         let (now, src) = (self.now, self.nodes[i].id);
-        let id =
-            self.nodes[i]
-                .shard
-                .originate(src, dst, Bytes::from_static(payload), now, &mut out);
+        let id = self.nodes[i].shard.originate(
+            src,
+            dst,
+            Bytes::copy_from_slice(payload.as_ref()),
+            now,
+            &mut out,
+        );
         self.apply_shard(i, out);
         id
     }
