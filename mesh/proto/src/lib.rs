@@ -42,8 +42,10 @@
 //! `Install`/`Uninstall`) before feeding its events to [`membership::Membership`], so a
 //! membership flood triggered by `Connected` already reaches the new link.
 //!
-//! `mesh/proto/tests/proto_sim/mod.rs` is a complete reference driver: it runs whole nodes out of
-//! these machines over an in-memory network with virtual time.
+//! The control plane composes these machines in one core, [`control::ControlCore`], which the
+//! live node (`shoal-mesh`, `node/control/`) and the simulation
+//! (`mesh/proto/tests/proto_sim/`: whole nodes over an in-memory network with virtual time)
+//! both drive.
 //!
 //! Links are named by [`LinkId`]s, allocated by the peer table ([`peers::PeerManager`]) for
 //! every dial and every accepted socket and never reused, so a larger id is a younger

@@ -7,7 +7,7 @@
 //!
 //! CI runs moderate sizes against the targets scaled to their size; the full curve is an
 //! ignored test that prints the table of BENCHMARKS.md ("Membership at scale (simulation)"):
-//! `cargo test --release -p shoal-mesh --test proto_scale -- --ignored --nocapture`.
+//! `cargo test --release -p shoal-proto --test proto_scale -- --ignored --nocapture`.
 
 mod proto_sim;
 

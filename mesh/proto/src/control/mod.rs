@@ -126,6 +126,9 @@ pub struct ControlCore {
     peer_stats: PeerStats,
     stopping: bool,
     stopped_shards: usize,
+    /// A round ran since [`take_changed`](ControlCore::take_changed): the query views may
+    /// differ.
+    changed: bool,
 }
 
 impl ControlCore {
@@ -178,6 +181,7 @@ impl ControlCore {
             peer_stats: PeerStats::default(),
             stopping: false,
             stopped_shards: 0,
+            changed: true,
             cfg,
         }
     }
@@ -201,6 +205,13 @@ impl ControlCore {
     /// True when shard commands wait in the outbox.
     pub fn has_shard_posts(&self) -> bool {
         !self.outbox.is_empty()
+    }
+
+    /// True once after anything that may change the query views (peers, members, budgets)
+    /// happened: the driver republishes them only then (a flood of ignored datagrams stays
+    /// cheap).
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
     }
 
     /// Counters.
@@ -776,6 +787,7 @@ impl ControlCore {
         }
         self.actions.extend(out.into_iter().map(Action::Event));
         self.sync_peer_stats();
+        self.changed = true;
     }
 
     /// Copies the peer table's counters, with an aggregated warning for each kind of refusal

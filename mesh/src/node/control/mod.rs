@@ -229,20 +229,22 @@ pub(super) fn run_actions(ctl: &Rc<Ctl>) {
     publish(ctl);
 }
 
-/// The query snapshot and the counters, as the core has them now.
+/// The query snapshot (when it may have changed) and the counters, as the core has them now.
 fn publish(ctl: &Ctl) {
-    let core = ctl.core.borrow();
-    let snap = Snapshot {
-        connected: core.connected_peers().copied().collect::<Vec<PeerId>>(),
-        known: core.known_peers().copied().collect(),
-        members: core.members().copied().collect(),
-        budgets: core.budgets().cloned().collect(),
-    };
-    ctl.ns
-        .connected
-        .store(snap.connected.len(), Ordering::Release);
-    if let Ok(mut s) = ctl.ns.snapshot.lock() {
-        *s = snap;
+    let mut core = ctl.core.borrow_mut();
+    if core.take_changed() {
+        let snap = Snapshot {
+            connected: core.connected_peers().copied().collect::<Vec<PeerId>>(),
+            known: core.known_peers().copied().collect(),
+            members: core.members().copied().collect(),
+            budgets: core.budgets().cloned().collect(),
+        };
+        ctl.ns
+            .connected
+            .store(snap.connected.len(), Ordering::Release);
+        if let Ok(mut s) = ctl.ns.snapshot.lock() {
+            *s = snap;
+        }
     }
     let s = core.stats();
     let c = ctl.ns.control_counters();
