@@ -11,163 +11,28 @@
 #![allow(dead_code)]
 
 pub mod datapath;
+mod net;
+mod node;
 
-use bytes::{Bytes, BytesMut};
+use net::Ev;
+pub use node::{secure_context, Node, Traffic};
+use node::{End, Sock};
+
+use bytes::Bytes;
 use datapath::{DataPath, Kind, ShardOut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shoal_proto::cmd::{ToControl, ToShard};
 use shoal_proto::config::MeshConfig;
 use shoal_proto::control::{Action, ControlCore, ControlEvent, ControlInit};
-use shoal_proto::crypto::{Identity, IdentityPolicy, PskKeys, SecureContext};
 use shoal_proto::*;
 use shoal_proto::{MsgId, PeerId};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 pub const PORT: u16 = 7000;
 /// Delay between a node's control plane and its shard (each way): they run on two executors.
 pub const LOCAL: Duration = Duration::from_micros(50);
-
-/// One end of a connection: node, incarnation, link id there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct End {
-    node: usize,
-    gen: u64,
-    link: LinkId,
-}
-
-/// A socket of a node: in its dial or handshake (the control core has it), or on the shard.
-#[derive(Debug, Default)]
-struct Sock {
-    remote: Option<End>,
-    /// Bytes that arrived after the handshake ended and before the shard took the link.
-    pending: BytesMut,
-    eof: bool,
-}
-
-pub struct Node {
-    pub name: String,
-    pub ip: Ipv4Addr,
-    pub id: PeerId,
-    pub alive: bool,
-    /// Incarnation: bumped by every restart, so nothing addressed to the old one arrives.
-    pub gen: u64,
-    pub cfg: MeshConfig,
-    pub core: ControlCore,
-    pub shard: DataPath,
-    socks: BTreeMap<LinkId, Sock>,
-    /// (originator, payload) in delivery order.
-    pub delivered: Vec<(PeerId, Bytes)>,
-    /// Ids of the delivered messages, same order.
-    pub delivered_ids: Vec<MsgId>,
-    /// Peer events (discovered, connected, disconnected, lost) in order.
-    pub peer_events: Vec<ControlEvent>,
-    /// Member events in order, and when each happened.
-    pub member_events: Vec<ControlEvent>,
-    pub member_event_at: Vec<Instant>,
-    /// Error events.
-    pub errors: Vec<ControlEvent>,
-    pub close_reasons: Vec<CloseReason>,
-    /// (when, target) of every dial issued.
-    pub dial_log: Vec<(Instant, DialTarget)>,
-    /// Frames and bytes this node wrote to its links.
-    pub tx: Traffic,
-    /// Frames and bytes that arrived at this node's links.
-    pub rx: Traffic,
-    /// PeerConnected events released, per peer.
-    connected_released: HashMap<PeerId, u64>,
-    /// PeerConnected events released before the shard applied an Install for that peer
-    /// (the held-event ordering forbids it).
-    pub held_violations: u64,
-    /// Frames the simulated loss took.
-    pub lost_frames: u64,
-}
-
-/// Wire bytes by kind (plaintext framing: length prefix, type, body).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Traffic {
-    /// Data frames.
-    pub data_frames: u64,
-    pub data_bytes: u64,
-    /// Everything else: handshake writes, Heartbeat, Goodbye, Membership, IdentityRecord.
-    pub ctl_frames: u64,
-    pub ctl_bytes: u64,
-    /// The Membership part of `ctl_*`.
-    pub membership_frames: u64,
-    pub membership_bytes: u64,
-}
-
-impl Traffic {
-    fn count(&mut self, kind: Kind, len: u64) {
-        match kind {
-            Kind::Data => {
-                self.data_frames += 1;
-                self.data_bytes += len;
-            }
-            _ => {
-                self.ctl_frames += 1;
-                self.ctl_bytes += len;
-                if kind == Kind::Membership {
-                    self.membership_frames += 1;
-                    self.membership_bytes += len;
-                }
-            }
-        }
-    }
-}
-
-enum Ev {
-    Beacon {
-        to: usize,
-        from_ip: Ipv4Addr,
-        datagram: Bytes,
-    },
-    Accept {
-        to: usize,
-        dialer: End,
-    },
-    Connected {
-        to: End,
-        remote: End,
-    },
-    DialFailed {
-        to: End,
-    },
-    Bytes {
-        to: End,
-        bytes: Bytes,
-    },
-    Eof {
-        to: End,
-    },
-    ToShard {
-        node: usize,
-        gen: u64,
-        cmd: ToShard<()>,
-    },
-    ToControl {
-        node: usize,
-        gen: u64,
-        report: ToControl,
-    },
-}
-
-impl Ev {
-    /// The node whose state handling this event changes.
-    fn target(&self) -> usize {
-        match self {
-            Ev::Beacon { to, .. } | Ev::Accept { to, .. } => *to,
-            Ev::Connected { to, .. }
-            | Ev::DialFailed { to }
-            | Ev::Bytes { to, .. }
-            | Ev::Eof { to } => to.node,
-            Ev::ToShard { node, .. } | Ev::ToControl { node, .. } => *node,
-        }
-    }
-}
 
 pub struct Sim {
     pub start: Instant,
@@ -570,142 +435,6 @@ impl Sim {
         n.alive && n.gen == e.gen
     }
 
-    fn handle(&mut self, ev: Ev) {
-        let (now, wall) = (self.now, self.wall_ms());
-        match ev {
-            Ev::Beacon {
-                to,
-                from_ip,
-                datagram,
-            } => {
-                if !self.nodes[to].alive || !self.nodes[to].cfg.scouting {
-                    return;
-                }
-                let src = SocketAddr::new(IpAddr::V4(from_ip), 45454);
-                self.nodes[to].core.on_datagram(src, &datagram, now, wall);
-                self.drive(to);
-            }
-            Ev::Accept { to, dialer } => {
-                if !self.nodes[to].alive {
-                    self.schedule(to, dialer.node, Ev::DialFailed { to: dialer });
-                    return;
-                }
-                let from = Some(IpAddr::V4(self.nodes[dialer.node].ip));
-                let Some(l) = self.nodes[to].core.on_accepted(from, now, wall) else {
-                    self.schedule(to, dialer.node, Ev::DialFailed { to: dialer });
-                    self.drive(to);
-                    return;
-                };
-                // The dialer learns its connect completed before any byte arrives.
-                let me = self.end(to, l);
-                self.schedule(
-                    to,
-                    dialer.node,
-                    Ev::Connected {
-                        to: dialer,
-                        remote: me,
-                    },
-                );
-                self.nodes[to].socks.insert(
-                    l,
-                    Sock {
-                        remote: Some(dialer),
-                        ..Sock::default()
-                    },
-                );
-                self.drive(to);
-            }
-            Ev::Connected { to, remote } => {
-                if !self.current(&to) || !self.nodes[to.node].socks.contains_key(&to.link) {
-                    self.schedule(to.node, remote.node, Ev::Eof { to: remote });
-                    return;
-                }
-                let i = to.node;
-                self.nodes[i].socks.get_mut(&to.link).unwrap().remote = Some(remote);
-                let ip = Some(IpAddr::V4(self.nodes[remote.node].ip));
-                self.nodes[i].core.on_dial_connected(to.link, ip, now, wall);
-                self.drive(i);
-            }
-            Ev::DialFailed { to } => {
-                if self.current(&to) && self.nodes[to.node].socks.remove(&to.link).is_some() {
-                    self.nodes[to.node].core.on_dial_failed(to.link, now, wall);
-                    self.drive(to.node);
-                }
-            }
-            Ev::Bytes { to, bytes } => {
-                if !self.current(&to) {
-                    return;
-                }
-                let (i, link) = (to.node, to.link);
-                let n = &mut self.nodes[i];
-                let Some(sock) = n.socks.get_mut(&link) else {
-                    return;
-                };
-                if n.core.is_handshaking(link) {
-                    n.rx.count(Kind::Other, bytes.len() as u64);
-                    n.core.on_bytes(link, &bytes, now, wall);
-                    self.drive(i);
-                } else if n.shard.owns(link) {
-                    let mut out = Vec::new();
-                    n.shard.on_bytes(link, &bytes, now, &mut out);
-                    self.apply_shard(i, out);
-                } else {
-                    sock.pending.extend_from_slice(&bytes);
-                }
-            }
-            Ev::Eof { to } => {
-                if !self.current(&to) {
-                    return;
-                }
-                let (i, link) = (to.node, to.link);
-                let n = &mut self.nodes[i];
-                let Some(sock) = n.socks.get_mut(&link) else {
-                    return;
-                };
-                if n.core.is_handshaking(link) {
-                    n.core.on_eof(link, now, wall);
-                    self.drive(i);
-                } else if n.shard.owns(link) {
-                    let mut out = Vec::new();
-                    n.shard.on_eof(link, now, &mut out);
-                    self.apply_shard(i, out);
-                } else {
-                    sock.eof = true;
-                }
-            }
-            Ev::ToShard { node, gen, cmd } => {
-                let n = &mut self.nodes[node];
-                if n.gen != gen || !(n.alive || self.inline.is_some()) {
-                    return;
-                }
-                let mut buffered = None;
-                if let ToShard::AddLink(nl) = &cmd {
-                    match n.socks.get_mut(&nl.link) {
-                        Some(s) => buffered = Some((std::mem::take(&mut s.pending), s.eof)),
-                        None => {
-                            // The socket ended before the shard could take it.
-                            let link = nl.link;
-                            n.core.on_handoff_failed(link, now, wall);
-                            self.drive(node);
-                            return;
-                        }
-                    }
-                }
-                let mut out = Vec::new();
-                n.shard.on_cmd(cmd, buffered, now, &mut out);
-                self.apply_shard(node, out);
-            }
-            Ev::ToControl { node, gen, report } => {
-                let n = &mut self.nodes[node];
-                if n.gen != gen || !(n.alive || self.inline.is_some()) {
-                    return;
-                }
-                n.core.on_shard_report(report, now, wall);
-                self.drive(node);
-            }
-        }
-    }
-
     fn timeouts(&mut self, i: usize) {
         if !self.nodes[i].alive {
             return;
@@ -802,24 +531,6 @@ impl Sim {
             .filter(|(_, p)| &p[..] == payload)
             .count()
     }
-}
-
-/// The handshake context of a simulated node's settings, as the live node builds it (minus
-/// the identity file: only `identity_seed_hex` is read).
-pub fn secure_context(cfg: &MeshConfig) -> Option<Arc<SecureContext>> {
-    if !cfg.secured() {
-        return None;
-    }
-    let keys = PskKeys::derive(cfg.psk.as_bytes()).expect("valid psk");
-    let ctx = SecureContext::new(keys, cfg.group_name.as_bytes())
-        .expect("valid group")
-        .with_max_message_bytes(cfg.max_message_bytes as usize);
-    if cfg.identity_seed_hex.is_empty() {
-        return Some(Arc::new(ctx));
-    }
-    let id = Identity::from_seed_hex(&cfg.identity_seed_hex, &cfg.node_name).expect("seed");
-    let policy = IdentityPolicy::open(cfg.requires_identity());
-    Some(Arc::new(ctx.with_identity(id, policy)))
 }
 
 /// A config for simulations: discovery off unless asked, static peers wire the topology.
