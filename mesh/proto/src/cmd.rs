@@ -34,6 +34,22 @@ pub struct NewLink<C> {
     pub budget: Arc<LinkBudget>,
 }
 
+impl<C> NewLink<C> {
+    /// The same link with another connection (the driver attaches its socket to the core's
+    /// connection-less `NewLink<()>`).
+    pub fn with_conn<D>(self, conn: D) -> NewLink<D> {
+        NewLink {
+            link: self.link,
+            peer: self.peer,
+            conn,
+            leftover: self.leftover,
+            secure: self.secure,
+            state: self.state,
+            budget: self.budget,
+        }
+    }
+}
+
 /// Control plane → shard.
 #[derive(Debug)]
 pub enum ToShard<C> {
@@ -75,6 +91,33 @@ pub enum ToShard<C> {
     Stop,
     /// Answer [`ToControl::Synced`] with the same token: everything posted before is applied.
     Sync(u64),
+}
+
+impl<C> ToShard<C> {
+    /// The same command for a connection type `D`; an [`ToShard::AddLink`], which carries a
+    /// connection, comes back as `Err` for the caller to attach one
+    /// ([`NewLink::with_conn`]).
+    pub fn retype<D>(self) -> Result<ToShard<D>, Box<NewLink<C>>> {
+        Ok(match self {
+            ToShard::AddLink(nl) => return Err(nl),
+            ToShard::Install {
+                peer,
+                link,
+                owner,
+                budget,
+            } => ToShard::Install {
+                peer,
+                link,
+                owner,
+                budget,
+            },
+            ToShard::Uninstall { peer, link } => ToShard::Uninstall { peer, link },
+            ToShard::Close { link, goodbye } => ToShard::Close { link, goodbye },
+            ToShard::SendRaw { link, frame } => ToShard::SendRaw { link, frame },
+            ToShard::Stop => ToShard::Stop,
+            ToShard::Sync(t) => ToShard::Sync(t),
+        })
+    }
 }
 
 /// Shard → shard.

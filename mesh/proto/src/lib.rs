@@ -13,6 +13,7 @@
 //! | [`peers`] | peer table, dialing, reconnect backoff, dial races, Lost | control plane |
 //! | [`admission`] | budgets for admitting and dialing never-linked peers | control plane |
 //! | [`membership`] | adjacency gossip and member set | control plane |
+//! | [`control`] | the control core: all of the above plus handshakes, identity, placement on shards | control plane |
 //! | [`link`] | one connection: handshake, heartbeat, liveness, Goodbye | the link's data shard |
 //! | [`router`] + [`dedup`] | gossip routing of Data frames | each data shard |
 //!
@@ -41,8 +42,10 @@
 //! `Install`/`Uninstall`) before feeding its events to [`membership::Membership`], so a
 //! membership flood triggered by `Connected` already reaches the new link.
 //!
-//! `mesh/proto/tests/proto_sim/mod.rs` is a complete reference driver: it runs whole nodes out of
-//! these machines over an in-memory network with virtual time.
+//! The control plane composes these machines in one core, [`control::ControlCore`], which the
+//! live node (`shoal-mesh`, `node/control/`) and the simulation
+//! (`mesh/proto/tests/proto_sim/`: whole nodes over an in-memory network with virtual time)
+//! both drive.
 //!
 //! Links are named by [`LinkId`]s, allocated by the peer table ([`peers::PeerManager`]) for
 //! every dial and every accepted socket and never reused, so a larger id is a younger
@@ -57,6 +60,7 @@ pub mod wire;
 pub mod admission;
 pub mod budget;
 pub mod cmd;
+pub mod control;
 pub mod dedup;
 pub mod link;
 pub mod membership;

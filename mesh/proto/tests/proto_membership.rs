@@ -4,7 +4,7 @@
 mod proto_sim;
 
 use proto_sim::*;
-use shoal_proto::MemberEvent;
+use shoal_proto::control::ControlEvent;
 use std::time::Duration;
 
 #[test]
@@ -22,7 +22,7 @@ fn members_are_learned_through_a_bridge() {
     assert_eq!(sim.members(2), want_c);
     assert!(sim.nodes[1]
         .member_events
-        .contains(&MemberEvent::MemberJoined(c)));
+        .contains(&ControlEvent::MemberJoined { peer: c }));
     // Stable: periodic floods and expiry keep the view unchanged.
     sim.run_for(Duration::from_secs(20));
     assert_eq!(sim.members(1), want_b);
@@ -30,7 +30,7 @@ fn members_are_learned_through_a_bridge() {
         sim.nodes[1]
             .member_events
             .iter()
-            .filter(|e| matches!(e, MemberEvent::MemberLeft(_)))
+            .filter(|e| matches!(e, ControlEvent::MemberLeft { peer: _ }))
             .count(),
         0
     );
@@ -53,7 +53,7 @@ fn member_leaves_after_a_cut_once_its_record_expires() {
     assert!(!sim.members(0).contains(&c), "C must have left A's view");
     assert!(sim.nodes[0]
         .member_events
-        .contains(&MemberEvent::MemberLeft(c)));
+        .contains(&ControlEvent::MemberLeft { peer: c }));
     assert!(!sim.members(2).contains(&a), "A must have left C's view");
     sim.run_for(Duration::from_secs(10));
     assert!(!sim.members(0).contains(&c));
@@ -75,7 +75,7 @@ fn healed_cut_rejoins() {
     let joins = sim.nodes[0]
         .member_events
         .iter()
-        .filter(|e| **e == MemberEvent::MemberJoined(c))
+        .filter(|e| **e == ControlEvent::MemberJoined { peer: c })
         .count();
     assert_eq!(joins, 2);
 }
@@ -125,7 +125,7 @@ fn own_record_echoed_by_a_faster_path_is_not_an_outranking() {
     sim.latency_of.insert((0, 1), Duration::from_millis(5));
     sim.start_all();
     sim.run_for(Duration::from_secs(1));
-    let floods = |sim: &Sim| sim.nodes[0].membership.stats().own_floods;
+    let floods = |sim: &Sim| sim.nodes[0].core.membership().stats().own_floods;
     let before = floods(&sim);
     let interval = sim.nodes[0].cfg.membership_interval;
     sim.run_for(interval * 10);

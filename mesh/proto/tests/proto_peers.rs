@@ -6,6 +6,7 @@ use proto_sim::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use shoal_proto::config::MeshConfig;
+use shoal_proto::control::ControlEvent;
 use shoal_proto::PeerId;
 use shoal_proto::{DialTarget, LinkId, PeerAction, PeerEvent, PeerManager, PeerState};
 use std::net::SocketAddr;
@@ -148,12 +149,14 @@ fn simultaneous_discovery_ends_with_one_link_on_both_sides() {
             let connects = sim.nodes[i]
                 .peer_events
                 .iter()
-                .filter(|e| matches!(e, PeerEvent::Connected { .. }))
+                .filter(|e| matches!(e, ControlEvent::PeerConnected { .. }))
                 .count();
             assert_eq!(connects, 1);
         }
         assert!(
-            sim.nodes[0].pm.stats().races_resolved + sim.nodes[1].pm.stats().races_resolved >= 1
+            sim.nodes[0].core.peers().stats().races_resolved
+                + sim.nodes[1].core.peers().stats().races_resolved
+                >= 1
         );
         // Both ends of the surviving link are the same TCP connection: traffic flows.
         sim.broadcast(0, b"after-race");
@@ -177,19 +180,19 @@ fn stopped_peer_is_disconnected_then_lost() {
     sim.stop_node(1);
     sim.run_for(Duration::from_millis(100));
     assert_eq!(
-        sim.nodes[0].pm.peer_state(&b),
+        sim.nodes[0].core.peers().peer_state(&b),
         Some(PeerState::Disconnected)
     );
     assert!(
-        matches!(sim.nodes[0].peer_events.last(), Some(PeerEvent::Disconnected { peer }) if *peer == b)
+        matches!(sim.nodes[0].peer_events.last(), Some(ControlEvent::PeerDisconnected { peer }) if *peer == b)
     );
     // Still known (it may come back) until peer_lost_timeout passes without an announce.
     sim.run_for(Duration::from_secs(3));
-    assert!(sim.nodes[0].pm.peer_state(&b).is_some());
+    assert!(sim.nodes[0].core.peers().peer_state(&b).is_some());
     sim.run_for(Duration::from_secs(3));
-    assert_eq!(sim.nodes[0].pm.peer_state(&b), None);
+    assert_eq!(sim.nodes[0].core.peers().peer_state(&b), None);
     assert!(
-        matches!(sim.nodes[0].peer_events.last(), Some(PeerEvent::Lost { peer }) if *peer == b)
+        matches!(sim.nodes[0].peer_events.last(), Some(ControlEvent::PeerLost { peer }) if *peer == b)
     );
     assert!(sim.now - stop_at >= sim.nodes[0].cfg.peer_lost_timeout);
     // Lost is final: no more dials to it.
@@ -226,11 +229,11 @@ fn static_peer_restarted_with_new_id_is_redialed_and_reconnected() {
     let ev = &sim.nodes[1].peer_events;
     let disc = ev
         .iter()
-        .position(|e| *e == PeerEvent::Disconnected { peer: old })
+        .position(|e| *e == ControlEvent::PeerDisconnected { peer: old })
         .unwrap();
     let conn = ev
         .iter()
-        .position(|e| matches!(e, PeerEvent::Connected { peer, .. } if *peer == new))
+        .position(|e| matches!(e, ControlEvent::PeerConnected { peer } if *peer == new))
         .unwrap();
     assert!(disc < conn);
     // The endpoint was redialed by name, not by the old id's address.
@@ -242,8 +245,11 @@ fn static_peer_restarted_with_new_id_is_redialed_and_reconnected() {
     sim.run_for(Duration::from_secs(10));
     assert!(sim.nodes[1]
         .peer_events
-        .contains(&PeerEvent::Lost { peer: old }));
-    assert_eq!(sim.nodes[1].pm.peer_state(&new), Some(PeerState::Connected));
+        .contains(&ControlEvent::PeerLost { peer: old }));
+    assert_eq!(
+        sim.nodes[1].core.peers().peer_state(&new),
+        Some(PeerState::Connected)
+    );
 }
 
 #[test]
@@ -253,13 +259,13 @@ fn static_peer_is_never_lost_and_keeps_being_redialed() {
     sim.stop_node(0);
     sim.run_for(Duration::from_secs(60));
     assert_eq!(
-        sim.nodes[1].pm.peer_state(&a),
+        sim.nodes[1].core.peers().peer_state(&a),
         Some(PeerState::Disconnected)
     );
     assert!(!sim.nodes[1]
         .peer_events
         .iter()
-        .any(|e| matches!(e, PeerEvent::Lost { .. })));
+        .any(|e| matches!(e, ControlEvent::PeerLost { .. })));
     let dials_before = sim.nodes[1].dial_log.len();
     sim.run_for(Duration::from_secs(120));
     assert!(
@@ -362,7 +368,7 @@ fn discovered_peer_is_redialed_only_while_announced() {
         .all(|(t, _)| *t <= sim.start + Duration::from_secs(2) + Duration::from_millis(5100)));
     assert!(sim.nodes[0]
         .peer_events
-        .contains(&PeerEvent::Lost { peer: sim.id(1) }));
+        .contains(&ControlEvent::PeerLost { peer: sim.id(1) }));
 }
 
 #[test]
@@ -381,9 +387,9 @@ fn discovered_peer_restarted_with_new_id_replaces_the_old_one() {
     assert_eq!(sim.connected(0), vec![new]);
     assert_eq!(sim.link_count(0), 1);
     let ev = &sim.nodes[0].peer_events;
-    assert!(ev.contains(&PeerEvent::Disconnected { peer: old }));
-    assert!(ev.contains(&PeerEvent::Lost { peer: old }));
-    assert_eq!(sim.nodes[0].pm.peer_state(&old), None);
+    assert!(ev.contains(&ControlEvent::PeerDisconnected { peer: old }));
+    assert!(ev.contains(&ControlEvent::PeerLost { peer: old }));
+    assert_eq!(sim.nodes[0].core.peers().peer_state(&old), None);
     // Messages flow to the new incarnation exactly once.
     sim.broadcast(0, b"hello-new");
     sim.run_for(Duration::from_millis(10));

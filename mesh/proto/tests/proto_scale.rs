@@ -7,7 +7,7 @@
 //!
 //! CI runs moderate sizes against the targets scaled to their size; the full curve is an
 //! ignored test that prints the table of BENCHMARKS.md ("Membership at scale (simulation)"):
-//! `cargo test --release -p shoal-mesh --test proto_scale -- --ignored --nocapture`.
+//! `cargo test --release -p shoal-proto --test proto_scale -- --ignored --nocapture`.
 
 mod proto_sim;
 
@@ -142,11 +142,17 @@ fn truth(sim: &Sim) -> Vec<HashSet<usize>> {
                 return Vec::new();
             }
             sim.nodes[i]
-                .pm
+                .core
+                .peers()
                 .connected_peers()
                 .filter_map(|p| index.get(p).copied())
                 .filter(|&j| {
-                    sim.nodes[j].alive && sim.nodes[j].pm.connected_peers().any(|q| *q == sim.id(i))
+                    sim.nodes[j].alive
+                        && sim.nodes[j]
+                            .core
+                            .peers()
+                            .connected_peers()
+                            .any(|q| *q == sim.id(i))
                 })
                 .collect()
         })
@@ -183,7 +189,7 @@ fn exact(sim: &Sim) -> bool {
     (0..sim.nodes.len())
         .filter(|&i| sim.nodes[i].alive)
         .all(|i| {
-            let m = &sim.nodes[i].membership;
+            let m = sim.nodes[i].core.membership();
             m.members().count() == t[i].len() - 1
                 && t[i].iter().all(|&j| j == i || m.is_member(&sim.id(j)))
         })
@@ -268,7 +274,7 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     let mut boot = None;
     for _ in 0..200 {
         sim.run_for(Duration::from_millis(50));
-        let linked = (0..n).all(|i| sim.nodes[i].pm.connected_peers().count() > 0);
+        let linked = (0..n).all(|i| sim.nodes[i].core.peers().connected_peers().count() > 0);
         if linked && exact(&sim) {
             let (_, last) = changes_since(&sim, t0);
             boot = Some(last.map_or(Duration::ZERO, |l| l - t0));

@@ -9,7 +9,8 @@
 //! control plane the last one.
 //!
 //! - **Control plane**: the TCP listener, dialing and reconnecting (the peer table), the Hello
-//!   exchange of every new connection, membership, multicast scouting, the query snapshots.
+//!   exchange of every new connection, membership, multicast scouting, the query snapshots:
+//!   `node/control/` drives `shoal_proto::control::ControlCore`, which takes every decision.
 //!   An established connection is detached and handed, with the bytes that followed the
 //!   peer's Hello, to its **data shard** `link_shard(peer, shards)`.
 //! - **Data shards**: each serves the links it owns (reads, batched vectored writes, heartbeat

@@ -1,0 +1,460 @@
+//! The control core: everything the control plane of a node decides, as one sans-I/O state
+//! machine ([`ControlCore`]). It composes the peer table and dial races ([`PeerManager`]),
+//! membership ([`MemberGraph`]), scouting (beacon schedule and acceptance), one handshake
+//! machine per connecting socket ([`handshake::Handshaking`]: Hello, Shoal extension,
+//! AuthConfirm, identity), identity records and revocation, the placement of links on shards
+//! and the commands to them, and the ordering rule of [`held`].
+//!
+//! # Driving it
+//!
+//! Inputs, each with `now` (and the wall clock in ms where versions are minted):
+//! [`start`](ControlCore::start); a socket accepted ([`on_accepted`](ControlCore::on_accepted)),
+//! a dial connected or failed ([`on_dial_connected`](ControlCore::on_dial_connected),
+//! [`on_dial_failed`](ControlCore::on_dial_failed)); bytes read on a handshaking socket, its end
+//! ([`on_bytes`](ControlCore::on_bytes), [`on_eof`](ControlCore::on_eof)); a scouting datagram
+//! ([`on_datagram`](ControlCore::on_datagram)); a report of a shard
+//! ([`on_shard_report`](ControlCore::on_shard_report)); a timer
+//! ([`handle_timeout`](ControlCore::handle_timeout) at [`poll_timeout`](ControlCore::poll_timeout));
+//! the application's commands ([`set_secure_context`](ControlCore::set_secure_context) after a
+//! trust change, [`stop`](ControlCore::stop)).
+//!
+//! Outputs: [`poll_action`](ControlCore::poll_action) ([`Action`]: dial, write, close a socket,
+//! send a beacon, events, names, warnings) and, separately, the ordered shard outbox
+//! [`poll_to_shard`](ControlCore::poll_to_shard) (the driver attaches the socket of a
+//! [`ToShard::AddLink`]). Queries for the application: connected peers, known peers, members,
+//! link budgets; counters: [`stats`](ControlCore::stats).
+//!
+//! **Owns:** every protocol decision of the control plane. **Must not touch:** sockets, tasks,
+//! channels, threads, the clock or the OS random source (randomness comes from the seed given
+//! to [`ControlCore::new`]).
+
+mod connecting;
+pub mod handshake;
+pub mod held;
+mod identity;
+pub mod output;
+mod round;
+mod scout;
+
+pub use handshake::{Exchanged, Failure, Handshaking, Progress};
+pub use held::HeldEvents;
+pub use output::{Action, ControlErrorKind, ControlEvent, ControlStats, ShardPost};
+
+use crate::cmd::{ToControl, ToShard};
+use crate::config::MeshConfig;
+use crate::crypto::{IdentityBook, SecureContext};
+use crate::link::Role;
+use crate::{BeaconSchedule, LinkBudget, LinkId, MemberGraph, PeerId, PeerManager, PeerStats};
+use ahash::AHashMap;
+use bytes::BytesMut;
+use identity::OwnRecord;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Ceiling of the shard outbox; only Membership and identity frames are dropped at it (the
+/// next periodic flood repairs them), never link or routing changes.
+pub const OUTBOX_CAP: usize = 65_536;
+
+/// What a control core starts with.
+#[derive(Debug, Clone)]
+pub struct ControlInit {
+    /// This node's id.
+    pub me: PeerId,
+    /// The settings.
+    pub cfg: MeshConfig,
+    /// Number of data shards.
+    pub shards: usize,
+    /// The TCP port this node listens on (sent in Hellos and beacons).
+    pub listen_port: u16,
+    /// Secured mesh: the handshake context (`None`: plaintext).
+    pub secure: Option<Arc<SecureContext>>,
+    /// Seeds every random choice (jitter, nonces, ephemeral keys): the driver takes it from
+    /// the OS, a simulation from its seed.
+    pub seed: [u8; 32],
+    /// The link budgets' clock origin.
+    pub epoch: Instant,
+}
+
+/// A socket the core knows that is not on a shard.
+#[derive(Debug)]
+enum Conn {
+    /// A dial in flight.
+    Dialing,
+    /// In its handshake.
+    Handshaking(Box<Handshaking>),
+    /// Handshake done, waiting for the peer table's verdict in the same round.
+    Ready(Box<Exchanged>),
+}
+
+/// A link living on a shard.
+#[derive(Debug)]
+struct Placed {
+    peer: PeerId,
+    shard: usize,
+    budget: Arc<LinkBudget>,
+}
+
+/// The control plane of one node (see the module docs).
+#[derive(Debug)]
+pub struct ControlCore {
+    me: PeerId,
+    cfg: MeshConfig,
+    shards: usize,
+    listen_port: u16,
+    epoch: Instant,
+    secure: Option<Arc<SecureContext>>,
+    rng: StdRng,
+    peers: PeerManager<StdRng>,
+    membership: MemberGraph,
+    conns: AHashMap<LinkId, Conn>,
+    placed: AHashMap<LinkId, Placed>,
+    held: HeldEvents,
+    book: IdentityBook,
+    own_record: Option<OwnRecord>,
+    beacons: Option<BeaconSchedule>,
+    beacon_failure_reported: bool,
+    actions: VecDeque<Action>,
+    outbox: VecDeque<ShardPost>,
+    stats: ControlStats,
+    peer_stats: PeerStats,
+    stopping: bool,
+    stopped_shards: usize,
+    /// A round ran since [`take_changed`](ControlCore::take_changed): the query views may
+    /// differ.
+    changed: bool,
+}
+
+impl ControlCore {
+    /// A core for the node of `init`, at `now` (`wall_ms`: the wall clock, which seeds the
+    /// membership and identity record versions so a restarted node outranks its old ones).
+    pub fn new(init: ControlInit, now: Instant, wall_ms: u64) -> ControlCore {
+        let ControlInit {
+            me,
+            cfg,
+            shards,
+            listen_port,
+            secure,
+            seed,
+            epoch,
+        } = init;
+        let mut rng = StdRng::from_seed(seed);
+        let peers = PeerManager::new(me, &cfg, StdRng::seed_from_u64(rng.gen()), now);
+        let membership = MemberGraph::new(
+            me,
+            cfg.membership_interval,
+            cfg.membership_timeout,
+            cfg.max_membership_records,
+            wall_ms,
+            now,
+        );
+        let own_record = secure
+            .as_deref()
+            .and_then(|c| OwnRecord::new(c, wall_ms, now + cfg.membership_interval));
+        ControlCore {
+            me,
+            book: IdentityBook::new(me, cfg.max_identity_records),
+            beacons: cfg
+                .scouting
+                .then(|| BeaconSchedule::new(cfg.announce_interval, now)),
+            shards: shards.max(1),
+            listen_port,
+            epoch,
+            secure,
+            rng,
+            peers,
+            membership,
+            conns: AHashMap::new(),
+            placed: AHashMap::new(),
+            held: HeldEvents::new(shards),
+            own_record,
+            beacon_failure_reported: false,
+            actions: VecDeque::new(),
+            outbox: VecDeque::new(),
+            stats: ControlStats::default(),
+            peer_stats: PeerStats::default(),
+            stopping: false,
+            stopped_shards: 0,
+            changed: true,
+            cfg,
+        }
+    }
+
+    /// Dials the static and seed peers.
+    pub fn start(&mut self, now: Instant, wall_ms: u64) {
+        self.peers.start(now);
+        self.round(now, wall_ms);
+    }
+
+    /// Next thing for the driver to do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Next command for a shard, in the order they must arrive.
+    pub fn poll_to_shard(&mut self) -> Option<ShardPost> {
+        self.outbox.pop_front()
+    }
+
+    /// True when shard commands wait in the outbox.
+    pub fn has_shard_posts(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// True once after anything that may change the query views (peers, members, budgets)
+    /// happened: the driver republishes them only then (a flood of ignored datagrams stays
+    /// cheap).
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ControlStats {
+        self.stats
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> PeerId {
+        self.me
+    }
+
+    /// True once [`stop`](Self::stop) was called.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// The peer table (read only).
+    pub fn peers(&self) -> &PeerManager<StdRng> {
+        &self.peers
+    }
+
+    /// The membership (read only).
+    pub fn membership(&self) -> &MemberGraph {
+        &self.membership
+    }
+
+    /// Peers with an established link whose `PeerConnected` went out.
+    pub fn connected_peers(&self) -> impl Iterator<Item = &PeerId> {
+        self.peers
+            .connected_peers()
+            .filter(|p| !self.held.is_hidden(p))
+    }
+
+    /// Every peer in the table.
+    pub fn known_peers(&self) -> impl Iterator<Item = &PeerId> {
+        self.peers.known_peers()
+    }
+
+    /// Nodes reachable through the mesh.
+    pub fn members(&self) -> impl Iterator<Item = &PeerId> {
+        self.membership.members()
+    }
+
+    /// The outbound budgets of the links on shards.
+    pub fn budgets(&self) -> impl Iterator<Item = &Arc<LinkBudget>> {
+        self.placed.values().map(|p| &p.budget)
+    }
+
+    /// Connections in their dial or handshake.
+    pub fn connecting(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Events held until the shards caught up.
+    pub fn held_events(&self) -> usize {
+        self.held.len()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) has work next.
+    pub fn poll_timeout(&self) -> Instant {
+        let mut t = self.membership.poll_timeout();
+        if let Some(p) = self.peers.poll_timeout() {
+            t = t.min(p);
+        }
+        if let Some(r) = &self.own_record {
+            t = t.min(r.next);
+        }
+        if let Some(b) = &self.beacons {
+            if !self.stopping {
+                t = t.min(b.poll_timeout());
+            }
+        }
+        for c in self.conns.values() {
+            if let Conn::Handshaking(h) = c {
+                t = t.min(h.deadline());
+            }
+        }
+        t
+    }
+
+    /// Redials, prunes, expires membership, re-mints our identity record, sends a due beacon
+    /// and fails handshakes past their deadline.
+    pub fn handle_timeout(&mut self, now: Instant, wall_ms: u64) {
+        self.peers.handle_timeout(now);
+        self.membership.handle_timeout(wall_ms, now);
+        self.refresh_own_record(now);
+        self.beacon_due(now);
+        let expired: Vec<LinkId> = self
+            .conns
+            .iter()
+            .filter_map(|(l, c)| match c {
+                Conn::Handshaking(h) if h.deadline() <= now => Some(*l),
+                _ => None,
+            })
+            .collect();
+        for link in expired {
+            if let Some(Conn::Handshaking(mut h)) = self.conns.remove(&link) {
+                let p = h.handle_timeout(now);
+                self.conns.insert(link, Conn::Handshaking(h));
+                self.progress(link, p, BytesMut::new(), now, wall_ms);
+            }
+        }
+        self.round(now, wall_ms);
+    }
+
+    /// A socket was accepted from `remote`. Returns its link id, or `None`: close it (the
+    /// connection table is full, or the node is stopping).
+    pub fn on_accepted(
+        &mut self,
+        remote: Option<IpAddr>,
+        now: Instant,
+        wall_ms: u64,
+    ) -> Option<LinkId> {
+        if self.stopping {
+            return None;
+        }
+        let link = self.peers.on_accepted(remote, now);
+        match link {
+            None => self.warn(
+                "connection table full, connection refused",
+                format!("from {remote:?}"),
+            ),
+            Some(link) => self.begin_handshake(link, Role::Acceptor, remote, now),
+        }
+        // The table may have evicted a pending handshake for this one.
+        if self.peers.has_output() {
+            self.round(now, wall_ms);
+        }
+        link
+    }
+
+    /// The dial of `link` connected to `remote`.
+    pub fn on_dial_connected(
+        &mut self,
+        link: LinkId,
+        remote: Option<IpAddr>,
+        now: Instant,
+        wall_ms: u64,
+    ) {
+        match self.conns.get(&link) {
+            Some(Conn::Dialing) => {
+                self.conns.remove(&link);
+                self.begin_handshake(link, Role::Dialer, remote, now);
+            }
+            // Cancelled while connecting (shutdown, race): nothing to say on it.
+            _ => self.actions.push_back(Action::Close { link }),
+        }
+        self.round(now, wall_ms);
+    }
+
+    /// The dial of `link` failed (no address, refused, timed out).
+    pub fn on_dial_failed(&mut self, link: LinkId, now: Instant, wall_ms: u64) {
+        if matches!(self.conns.get(&link), Some(Conn::Dialing)) {
+            self.conns.remove(&link);
+        }
+        self.peers.on_closed(link, now);
+        self.round(now, wall_ms);
+    }
+
+    /// Bytes read on the handshaking socket of `link`.
+    pub fn on_bytes(&mut self, link: LinkId, bytes: &[u8], now: Instant, wall_ms: u64) {
+        let Some(Conn::Handshaking(h)) = self.conns.get_mut(&link) else {
+            return;
+        };
+        let mut out = BytesMut::new();
+        let p = h.on_bytes(bytes, now, &mut out);
+        self.progress(link, p, out, now, wall_ms);
+        self.round(now, wall_ms);
+    }
+
+    /// The handshaking socket of `link` reached its end or failed.
+    pub fn on_eof(&mut self, link: LinkId, now: Instant, wall_ms: u64) {
+        let Some(Conn::Handshaking(h)) = self.conns.get_mut(&link) else {
+            return;
+        };
+        let p = h.on_eof();
+        self.progress(link, p, BytesMut::new(), now, wall_ms);
+        self.round(now, wall_ms);
+    }
+
+    /// Reading or writing the handshaking socket of `link` failed: it fails quietly.
+    pub fn on_io_error(&mut self, link: LinkId, now: Instant, wall_ms: u64) {
+        if !self.is_handshaking(link) {
+            return;
+        }
+        self.progress(link, Progress::Failed(None), BytesMut::new(), now, wall_ms);
+        self.round(now, wall_ms);
+    }
+
+    /// True while `link` is in its handshake (the driver keeps reading its socket).
+    pub fn is_handshaking(&self, link: LinkId) -> bool {
+        matches!(self.conns.get(&link), Some(Conn::Handshaking(_)))
+    }
+
+    /// The driver could not attach the socket of a [`ToShard::AddLink`]: the link is gone.
+    pub fn on_handoff_failed(&mut self, link: LinkId, now: Instant, wall_ms: u64) {
+        if let Some(p) = self.placed.remove(&link) {
+            p.budget.close();
+        }
+        self.peers.on_closed(link, now);
+        self.round(now, wall_ms);
+    }
+
+    /// A report of a shard.
+    pub fn on_shard_report(&mut self, report: ToControl, now: Instant, wall_ms: u64) {
+        match report {
+            ToControl::LinkClosed { link } => {
+                self.placed.remove(&link);
+                self.peers.on_closed(link, now);
+            }
+            ToControl::MembershipIn { link, record } => {
+                self.membership.on_record(link, &record, wall_ms, now);
+            }
+            ToControl::IdentityIn { link, record } => self.on_identity_record(link, *record),
+            ToControl::Synced(token) => {
+                let mut out = Vec::new();
+                self.held.on_synced(token, &mut out);
+                self.actions.extend(out.into_iter().map(Action::Event));
+            }
+            ToControl::Stopped(shard) => {
+                tracing::debug!(shard, "shard closed its links");
+                self.stopped_shards += 1;
+                if self.stopped_shards == self.shards {
+                    self.actions.push_back(Action::Stopped);
+                }
+            }
+        }
+        self.round(now, wall_ms);
+    }
+
+    /// Says Goodbye to every peer, closes every link and stops dialing and scouting; every
+    /// shard is told to stop ([`Action::Stopped`] follows when all did).
+    pub fn stop(&mut self, now: Instant, wall_ms: u64) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        self.peers.shutdown();
+        self.round(now, wall_ms);
+        for s in 0..self.shards {
+            self.post(s, ToShard::Stop);
+        }
+    }
+
+    fn warn(&mut self, key: &'static str, detail: String) {
+        self.actions.push_back(Action::Warn { key, detail });
+    }
+}

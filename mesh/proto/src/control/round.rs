@@ -1,0 +1,240 @@
+//! One round of the control core: the peer table's actions become shard commands (a link
+//! handed to its shard, routes installed and removed on every shard, frames queued), its and
+//! the membership's events become application events (held while the shards catch up).
+//!
+//! **Owns:** the placement of links on shards and the order of the shard outbox. **Must not
+//! touch:** sockets (a handshaking link is closed through an [`Action`]).
+
+use super::{Action, Conn, ControlCore, ControlEvent, Placed, OUTBOX_CAP};
+use crate::cmd::{NewLink, ToShard};
+use crate::membership::Dest;
+use crate::wire::Frame;
+use crate::{link_shard, LinkBudget, LinkId, MemberEvent, PeerAction, PeerEvent, PeerId};
+use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+use std::time::Instant;
+
+impl ControlCore {
+    /// Queues a command for shard `to`. At the outbox ceiling only frames (which a later
+    /// flood repairs) are dropped, and counted.
+    pub(super) fn post(&mut self, to: usize, cmd: ToShard<()>) {
+        if self.outbox.len() >= OUTBOX_CAP && matches!(cmd, ToShard::SendRaw { .. }) {
+            self.stats.dropped_queue_full += 1;
+            return;
+        }
+        self.outbox.push_back((to, cmd));
+    }
+
+    /// Queues `frame` on every placed link except `except`.
+    pub(super) fn flood(&mut self, frame: &Bytes, except: Option<LinkId>) {
+        let mut targets: Vec<(LinkId, usize)> = self
+            .placed
+            .iter()
+            .filter(|(l, _)| Some(**l) != except)
+            .map(|(l, p)| (*l, p.shard))
+            .collect();
+        // Deterministic order (simulations replay from a seed).
+        targets.sort_unstable();
+        for (link, shard) in targets {
+            self.post(
+                shard,
+                ToShard::SendRaw {
+                    link,
+                    frame: frame.clone(),
+                },
+            );
+        }
+    }
+
+    pub(super) fn install(&mut self, peer: PeerId, link: LinkId) {
+        let owner = link_shard(&peer, self.shards);
+        let budget = match self.conns.remove(&link) {
+            Some(Conn::Ready(ex)) => {
+                let ex = *ex;
+                let budget = Arc::new(LinkBudget::new(
+                    self.cfg.max_outbound_queue_bytes,
+                    self.epoch,
+                ));
+                self.post(
+                    owner,
+                    ToShard::AddLink(Box::new(NewLink {
+                        link,
+                        peer,
+                        conn: (),
+                        leftover: ex.leftover,
+                        state: ex.link,
+                        secure: ex.secure.map(|e| (e.sealer, e.opener)),
+                        budget: budget.clone(),
+                    })),
+                );
+                // Identity mesh: our signed record is the first record a new neighbour gets.
+                if let Some(frame) = self.own_record.as_ref().map(|r| r.frame.clone()) {
+                    self.post(owner, ToShard::SendRaw { link, frame });
+                }
+                budget
+            }
+            Some(other) => {
+                self.conns.insert(link, other);
+                return;
+            }
+            None => match self.placed.get(&link) {
+                Some(p) => p.budget.clone(),
+                None => return,
+            },
+        };
+        self.placed.insert(
+            link,
+            Placed {
+                peer,
+                shard: owner,
+                budget: budget.clone(),
+            },
+        );
+        for s in 0..self.shards {
+            self.post(
+                s,
+                ToShard::Install {
+                    peer,
+                    link,
+                    owner,
+                    budget: budget.clone(),
+                },
+            );
+        }
+    }
+
+    pub(super) fn close(&mut self, link: LinkId, goodbye: bool) {
+        match self.conns.remove(&link) {
+            // The dial's result is reported later; an unknown link is then closed.
+            Some(Conn::Dialing) => {}
+            Some(Conn::Handshaking(_)) => self.actions.push_back(Action::Close { link }),
+            Some(Conn::Ready(ex)) => {
+                if goodbye {
+                    self.goodbye_close(link, *ex);
+                } else {
+                    self.actions.push_back(Action::Close { link });
+                }
+            }
+            None => {
+                if let Some(p) = self.placed.remove(&link) {
+                    self.post(p.shard, ToShard::Close { link, goodbye });
+                }
+            }
+        }
+    }
+
+    /// Executes the peer table's actions, then turns peer and membership output into events
+    /// (held while the shards catch up) and frames.
+    pub(super) fn round(&mut self, now: Instant, wall_ms: u64) {
+        let mut events = Vec::new();
+        let mut installed = false;
+        while let Some(a) = self.peers.poll_action() {
+            installed |= matches!(a, PeerAction::Install { .. });
+            match a {
+                PeerAction::Dial { link, target } => {
+                    self.conns.insert(link, Conn::Dialing);
+                    self.actions.push_back(Action::Dial { link, target });
+                }
+                PeerAction::Install { peer, link } => self.install(peer, link),
+                PeerAction::Uninstall { peer, link } => {
+                    self.placed.remove(&link);
+                    for s in 0..self.shards {
+                        self.post(s, ToShard::Uninstall { peer, link });
+                    }
+                }
+                PeerAction::Close { link, goodbye } => self.close(link, goodbye),
+            }
+        }
+        while let Some(e) = self.peers.poll_event() {
+            events.push(match e {
+                PeerEvent::PeerDiscovered { peer, addr } => {
+                    ControlEvent::PeerDiscovered { peer, addr }
+                }
+                PeerEvent::Connected { peer, link } => {
+                    self.membership.neighbour_up(peer, link, wall_ms, now);
+                    ControlEvent::PeerConnected { peer }
+                }
+                PeerEvent::Disconnected { peer } => {
+                    self.membership.neighbour_down(&peer, wall_ms, now);
+                    ControlEvent::PeerDisconnected { peer }
+                }
+                PeerEvent::Lost { peer } => ControlEvent::PeerLost { peer },
+            });
+        }
+        while let Some(t) = self.membership.poll_transmit() {
+            let mut b = BytesMut::new();
+            if Frame::Membership(t.record).encode(&mut b).is_err() {
+                continue;
+            }
+            let frame = b.freeze();
+            match t.dest {
+                Dest::All => self.flood(&frame, None),
+                Dest::AllExcept(x) => self.flood(&frame, Some(x)),
+                Dest::Link(x) => {
+                    if let Some(shard) = self.placed.get(&x).map(|p| p.shard) {
+                        self.post(shard, ToShard::SendRaw { link: x, frame });
+                    }
+                }
+            }
+        }
+        while let Some(e) = self.membership.poll_event() {
+            events.push(match e {
+                MemberEvent::MemberJoined(peer) => ControlEvent::MemberJoined { peer },
+                MemberEvent::MemberLeft(peer) => {
+                    // Names stay bounded by the membership: a departed node is forgotten
+                    // (its next record or handshake tells it again).
+                    self.book.remove(&peer);
+                    self.actions.push_back(Action::Name {
+                        node: peer,
+                        name: None,
+                    });
+                    ControlEvent::MemberLeft { peer }
+                }
+            });
+        }
+        let mut out = Vec::new();
+        if let Some(token) = self.held.round(installed, events, &mut out) {
+            for s in 0..self.shards {
+                self.post(s, ToShard::Sync(token));
+            }
+        }
+        self.actions.extend(out.into_iter().map(Action::Event));
+        self.sync_peer_stats();
+        self.changed = true;
+    }
+
+    /// Copies the peer table's counters, with an aggregated warning for each kind of refusal
+    /// that grew (floods raise them by the thousand).
+    pub(super) fn sync_peer_stats(&mut self) {
+        let now = self.peers.stats();
+        let was = std::mem::replace(&mut self.peer_stats, now);
+        if now == was {
+            return;
+        }
+        let s = &mut self.stats;
+        s.announces_rate_limited = now.announces_rate_limited;
+        s.dials_rate_limited = now.dials_rate_limited;
+        s.peers_evicted = now.peers_evicted;
+        s.peer_table_full = now.peer_table_full;
+        s.connections_refused = now.conn_table_full;
+        s.handshakes_evicted = now.handshakes_evicted;
+        let grew = [
+            (
+                now.announces_rate_limited > was.announces_rate_limited,
+                "announce of a new peer over the new-peer rate, ignored",
+            ),
+            (
+                now.peer_table_full > was.peer_table_full,
+                "peer table full of linked peers, peer refused",
+            ),
+            (
+                now.handshakes_evicted > was.handshakes_evicted,
+                "pending handshakes full, oldest evicted",
+            ),
+        ];
+        for (_, key) in grew.into_iter().filter(|(g, _)| *g) {
+            let detail = format!("max_peers = {}", self.cfg.max_peers);
+            self.warn(key, detail);
+        }
+    }
+}

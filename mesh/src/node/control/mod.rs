@@ -1,0 +1,290 @@
+//! The control plane's driver: it runs [`shoal_proto::control::ControlCore`] on the control
+//! executor and carries out what the core decides. It owns the listener, the dials (and DNS),
+//! the handshaking sockets, the multicast sockets, the timer and the ordered outbox to the
+//! shards; it takes no protocol decision.
+//!
+//! - [`sockets`]: accept loop, dials, one task per handshaking socket (reads go to the core,
+//!   the core's writes and closes come back through the socket's mailbox), and the detaching
+//!   of an established socket for its shard.
+//! - [`outbox`]: the pump of the core's shard commands (attaching the socket of an `AddLink`)
+//!   and the inbox of the shards' reports.
+//! - [`scout`]: the multicast socket (beacons out, datagrams in).
+//!
+//! Every input is fed to the core under one `RefCell` borrow, followed by [`run_actions`],
+//! which executes the core's actions and publishes the query snapshot and the counters.
+
+mod outbox;
+mod scout;
+mod sockets;
+
+use super::event::{ErrorKind, Event};
+use super::msg::Msg;
+use super::shared::{Channels, NodeShared, Snapshot};
+use super::stats::raise;
+use super::warn::{flush_summaries, warn_limited, WarnLimiter, WARN_INTERVAL};
+use bytes::Bytes;
+use event_listener::Event as Signal;
+use shoal_proto::control::{
+    Action, ControlCore, ControlErrorKind, ControlEvent, ControlInit as CoreInit,
+};
+use shoal_proto::PeerId;
+use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
+use shoal_runtime::net::TcpListener;
+use shoal_runtime::spawn_local;
+use shoal_runtime::time::sleep_until;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Longest the control plane's timer sleeps between checks (a revoked key's link closes
+/// within it).
+const TICK: Duration = Duration::from_millis(100);
+/// Beacons waiting for the multicast socket (older ones are dropped: a beacon only repeats).
+const BEACON_BACKLOG: usize = 4;
+
+/// Requests from the application handle.
+#[derive(Debug)]
+pub(crate) enum Cmd {
+    /// Say Goodbye to every peer, close every link, then answer.
+    Stop(mpsc::Sender<()>),
+}
+
+/// What the control-plane task starts with.
+pub(crate) struct ControlInit {
+    pub(crate) ns: Arc<NodeShared>,
+    pub(crate) endpoint: MeshEndpoint<Msg>,
+    pub(crate) cmds: IngressReceiver<Cmd>,
+    pub(crate) listen: SocketAddr,
+    pub(crate) ready: mpsc::Sender<std::io::Result<u16>>,
+    /// Seeds the core's random choices, ephemeral keys included (from the OS).
+    pub(crate) seed: [u8; 32],
+}
+
+/// The control plane's shared state on its executor.
+pub(super) struct Ctl {
+    ns: Arc<NodeShared>,
+    ch: Channels,
+    listener: Rc<TcpListener>,
+    core: RefCell<ControlCore>,
+    socks: sockets::Sockets,
+    outbox_ready: Signal,
+    beacons: RefCell<VecDeque<Bytes>>,
+    beacon_ready: Signal,
+    /// Aggregates the warnings that hostile input can trigger at will.
+    warns: RefCell<WarnLimiter>,
+    stop_reply: RefCell<Option<mpsc::Sender<()>>>,
+}
+
+impl Ctl {
+    /// Feeds one input to the core (`f` gets it with `now` and the wall clock), then runs its
+    /// actions.
+    fn feed<T>(self: &Rc<Self>, f: impl FnOnce(&mut ControlCore, Instant, u64) -> T) -> T {
+        let r = f(&mut self.core.borrow_mut(), Instant::now(), wall_ms());
+        run_actions(self);
+        r
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The control plane's main task.
+pub(crate) async fn run(init: ControlInit) {
+    let ControlInit {
+        ns,
+        endpoint,
+        mut cmds,
+        listen,
+        ready,
+        seed,
+    } = init;
+    let listener = match TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let port = match listener.local_addr() {
+        Ok(a) => a.port(),
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(port));
+    let (senders, rx) = endpoint.split();
+    let core = ControlCore::new(
+        CoreInit {
+            me: ns.me,
+            cfg: ns.cfg.clone(),
+            shards: ns.shards,
+            listen_port: port,
+            secure: ns.secure_ctx(),
+            seed,
+            epoch: ns.epoch,
+        },
+        Instant::now(),
+        wall_ms(),
+    );
+    let listener = Rc::new(listener);
+    let ctl = Rc::new(Ctl {
+        listener: listener.clone(),
+        ch: Channels::new(senders, ns.shards),
+        core: RefCell::new(core),
+        socks: sockets::Sockets::default(),
+        outbox_ready: Signal::new(),
+        beacons: RefCell::new(VecDeque::new()),
+        beacon_ready: Signal::new(),
+        warns: RefCell::new(WarnLimiter::new(WARN_INTERVAL)),
+        stop_reply: RefCell::new(None),
+        ns,
+    });
+    tracing::info!(id = %ctl.ns.me, port, "mesh node listening");
+    spawn_local(outbox::pump(ctl.clone())).detach();
+    spawn_local(outbox::inbox(ctl.clone(), rx)).detach();
+    spawn_local(sockets::accept_loop(ctl.clone(), listener)).detach();
+    if ctl.ns.cfg.scouting {
+        spawn_local(scout::run(ctl.clone())).detach();
+    }
+    spawn_local(tick(ctl.clone())).detach();
+    ctl.feed(|c, now, wall| c.start(now, wall));
+    while let Ok(cmd) = cmds.recv().await {
+        match cmd {
+            Cmd::Stop(reply) => begin_stop(&ctl, reply),
+        }
+    }
+}
+
+async fn tick(ctl: Rc<Ctl>) {
+    loop {
+        let next = ctl.core.borrow().poll_timeout().min(Instant::now() + TICK);
+        sleep_until(next).await;
+        // `Mesh::revoke_key` only replaces the shared context; the core sees the new policy
+        // here, within one tick, whichever thread revoked (an event callback cannot wait).
+        let ctx = ctl.ns.secure_ctx();
+        ctl.feed(|c, now, wall| {
+            if let Some(ctx) = ctx {
+                c.set_secure_context(ctx, now, wall);
+            }
+            c.handle_timeout(now, wall);
+        });
+        flush_summaries(&mut ctl.warns.borrow_mut(), Instant::now());
+    }
+}
+
+fn begin_stop(ctl: &Rc<Ctl>, reply: mpsc::Sender<()>) {
+    ctl.ns.stopping.store(true, Ordering::Release);
+    // Free the port at once (a restarted node may bind it right after stop returns).
+    if let Err(e) = ctl.listener.shutdown() {
+        tracing::debug!(error = %e, "listener shutdown");
+    }
+    *ctl.stop_reply.borrow_mut() = Some(reply);
+    ctl.feed(|c, now, wall| c.stop(now, wall));
+}
+
+/// Executes the core's actions, then publishes the query snapshot and the counters.
+pub(super) fn run_actions(ctl: &Rc<Ctl>) {
+    loop {
+        let next = ctl.core.borrow_mut().poll_action();
+        let Some(a) = next else { break };
+        match a {
+            Action::Dial { link, target } => sockets::dial(ctl, link, target),
+            Action::Write { link, bytes } => ctl.socks.write(link, bytes),
+            Action::Close { link } => ctl.socks.close(link),
+            Action::Beacon(b) => {
+                let mut q = ctl.beacons.borrow_mut();
+                if q.len() >= BEACON_BACKLOG {
+                    q.pop_front();
+                }
+                q.push_back(b);
+                ctl.beacon_ready.notify(1);
+            }
+            Action::Event(e) => ctl
+                .ns
+                .hub
+                .emit_control(to_event(e), ctl.ns.control_counters()),
+            Action::Name { node, name } => ctl.ns.set_name(node, name.as_deref()),
+            Action::Warn { key, detail } => {
+                warn_limited!(ctl.warns.borrow_mut(), key, detail = %detail)
+            }
+            Action::Stopped => {
+                if let Some(r) = ctl.stop_reply.borrow_mut().take() {
+                    let _ = r.send(());
+                }
+            }
+        }
+    }
+    if ctl.core.borrow().has_shard_posts() {
+        ctl.outbox_ready.notify(1);
+    }
+    publish(ctl);
+}
+
+/// The query snapshot (when it may have changed) and the counters, as the core has them now.
+fn publish(ctl: &Ctl) {
+    let mut core = ctl.core.borrow_mut();
+    if core.take_changed() {
+        let snap = Snapshot {
+            connected: core.connected_peers().copied().collect::<Vec<PeerId>>(),
+            known: core.known_peers().copied().collect(),
+            members: core.members().copied().collect(),
+            budgets: core.budgets().cloned().collect(),
+        };
+        ctl.ns
+            .connected
+            .store(snap.connected.len(), Ordering::Release);
+        if let Ok(mut s) = ctl.ns.snapshot.lock() {
+            *s = snap;
+        }
+    }
+    let s = core.stats();
+    let c = ctl.ns.control_counters();
+    raise(&c.auth_failures, s.auth_failures);
+    raise(&c.malformed_frames, s.malformed_frames);
+    raise(&c.oversize_frames, s.oversize_frames);
+    raise(&c.identity_records_dropped, s.identity_records_dropped);
+    raise(&c.announces_dropped, s.announces_dropped);
+    raise(&c.dropped_queue_full, s.dropped_queue_full);
+    raise(&c.announces_rate_limited, s.announces_rate_limited);
+    raise(&c.dials_rate_limited, s.dials_rate_limited);
+    raise(&c.peers_evicted, s.peers_evicted);
+    raise(&c.peer_table_full, s.peer_table_full);
+    raise(&c.connections_refused, s.connections_refused);
+    raise(&c.handshakes_evicted, s.handshakes_evicted);
+}
+
+fn to_event(e: ControlEvent) -> Event {
+    match e {
+        ControlEvent::PeerDiscovered { peer, addr } => Event::PeerDiscovered { peer, addr },
+        ControlEvent::PeerConnected { peer } => Event::PeerConnected { peer },
+        ControlEvent::PeerDisconnected { peer } => Event::PeerDisconnected { peer },
+        ControlEvent::PeerLost { peer } => Event::PeerLost { peer },
+        ControlEvent::MemberJoined { peer } => Event::MemberJoined { peer },
+        ControlEvent::MemberLeft { peer } => Event::MemberLeft { peer },
+        ControlEvent::Error {
+            peer,
+            kind,
+            message,
+        } => Event::Error {
+            peer,
+            kind: match kind {
+                ControlErrorKind::Malformed => ErrorKind::Malformed,
+                ControlErrorKind::Oversize => ErrorKind::Oversize,
+                ControlErrorKind::Scouting => ErrorKind::Scouting,
+                ControlErrorKind::ModeMismatch => ErrorKind::ModeMismatch,
+                ControlErrorKind::Crypto => ErrorKind::Crypto,
+                ControlErrorKind::Identity => ErrorKind::Identity,
+            },
+            message,
+        },
+    }
+}
