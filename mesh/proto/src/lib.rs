@@ -15,6 +15,7 @@
 //! | [`membership`] | adjacency gossip and member set | control plane |
 //! | [`link`] | one connection: handshake, heartbeat, liveness, Goodbye | the link's data shard |
 //! | [`router`] + [`dedup`] | gossip routing of Data frames | each data shard |
+//! | [`shard`] | the shard core: links served, queues, backpressure, origination, delivery | each data shard |
 //!
 //! # How a driver runs them
 //!
@@ -63,6 +64,7 @@ pub mod membership;
 pub mod peers;
 pub mod router;
 pub mod scouting;
+pub mod shard;
 pub mod stats;
 
 pub use dedup::{dedup_shard, DedupCache, DedupStats, Seen, DEFAULT_MAX_STREAMS};
