@@ -26,7 +26,8 @@
 //! - a link's reader: [`read_buffer`](ShardCore::read_buffer) → read into it →
 //!   [`on_read`](ShardCore::on_read) (or [`on_eof`](ShardCore::on_eof) /
 //!   [`on_link_lost`](ShardCore::on_link_lost)), then [`read_frames`](ShardCore::read_frames)
-//!   (also once before the first read: the handshake's leftover bytes);
+//!   until it says [`ReadStep::NeedBytes`] (also before the first read: the handshake's
+//!   leftover bytes);
 //! - a link's writer: [`next_write`](ShardCore::next_write) fills the iovecs of one write; the
 //!   driver writes them and reports [`on_written`](ShardCore::on_written) (or
 //!   [`on_link_lost`](ShardCore::on_link_lost)); on [`WriteStep::Idle`] it waits for the
@@ -69,6 +70,7 @@ mod tests;
 pub use action::{decode_fault, Delivery, IfBusy, LinkError, LinkFault, ShardAction};
 pub use backpressure::{Blocked, Unblock};
 pub use origin::Publish;
+pub use read::ReadStep;
 pub use write::WriteStep;
 
 use crate::budget::{LinkBudget, OverflowPolicy, SlowLinkPolicy};

@@ -49,6 +49,22 @@ pub(super) fn next_chunk(chunk: usize, read: usize) -> usize {
     }
 }
 
+/// Actions one [`ShardCore::read_frames`] call collects at most before it returns, so the
+/// driver carries them out while they are still in the cache (a 256 KiB read holds thousands
+/// of small frames).
+const ACTIONS_PER_CALL: usize = 64;
+
+/// What a link's reader does after [`ShardCore::read_frames`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadStep {
+    /// More whole frames are buffered: carry out the actions, then call again.
+    More,
+    /// Every whole frame is handled: read more bytes.
+    NeedBytes,
+    /// The link is gone: the reader stops.
+    Gone,
+}
+
 /// A link's read state.
 #[derive(Debug)]
 pub(super) enum Rx {
@@ -104,30 +120,38 @@ fn take_one(buf: &mut BytesMut, max: u32) -> Result<Option<Incoming>, DecodeErro
 }
 
 impl ShardCore {
-    /// Handles every whole frame buffered on `link`; false when the link is gone (its reader
-    /// stops).
-    pub fn read_frames(&mut self, link: LinkId, now: Instant, out: &mut Vec<ShardAction>) -> bool {
+    /// Handles the whole frames buffered on `link`, until they are all handled or a batch of
+    /// actions is collected.
+    pub fn read_frames(
+        &mut self,
+        link: LinkId,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) -> ReadStep {
         let Some(slot) = self.links.slot(link) else {
-            return false;
+            return ReadStep::Gone;
         };
         let max = self.cfg.max_message_bytes;
         loop {
+            if out.len() >= ACTIONS_PER_CALL {
+                return ReadStep::More;
+            }
             let frame = match next_frame(&mut self.links.at(slot).rx, max) {
                 Ok(Some(f)) => f,
-                Ok(None) => return true,
+                Ok(None) => return ReadStep::NeedBytes,
                 Err(Unreadable::Decode(e)) => {
                     let fault = decode_fault(&e, &self.counters);
                     let err = self.error(link, fault, e.to_string());
                     self.teardown(link, err, now, out);
-                    return false;
+                    return ReadStep::Gone;
                 }
                 Err(Unreadable::Open(e)) => {
                     self.record_failure(link, e.to_string(), now, out);
-                    return false;
+                    return ReadStep::Gone;
                 }
             };
             if !self.on_frame(slot, link, frame, now, out) {
-                return false;
+                return ReadStep::Gone;
             }
         }
     }
@@ -273,5 +297,50 @@ fn restore(rx: &mut Rx, buf: BytesMut) {
     match rx {
         Rx::Plain(b) => *b = buf,
         Rx::Secure(rr) => rr.restore_buffer(buf),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_buffers_grow_with_what_arrives_not_with_what_is_announced() {
+        // A header announcing 16 MiB, then 5 bytes: one ordinary chunk.
+        assert_eq!(read_room(16 << 20, 5, READ_CHUNK), READ_CHUNK);
+        // A frame that fits a chunk gets a chunk.
+        assert_eq!(read_room(1000, 300_000, READ_CHUNK), READ_CHUNK);
+        // A large frame arriving for real: the room doubles what is buffered, up to the rest.
+        assert_eq!(read_room(16 << 20, 1 << 20, READ_CHUNK), 1 << 20);
+        assert_eq!(read_room(100_000, 1 << 20, READ_CHUNK), 100_000);
+        // Receiving a 16 MiB frame 64 KiB per read never holds more than twice what arrived
+        // plus a chunk.
+        let total = 16 << 20;
+        let mut buffered = 0usize;
+        let mut cap = 0usize;
+        while buffered < total {
+            let want = read_room(total - buffered, buffered, READ_CHUNK);
+            if cap - buffered < want {
+                cap = buffered + want;
+            }
+            assert!(cap <= 2 * buffered + READ_CHUNK, "{cap} for {buffered}");
+            buffered += (64 << 10).min(total - buffered);
+        }
+    }
+
+    #[test]
+    fn reads_grow_on_a_busy_link_and_shrink_on_an_idle_one() {
+        let mut c = READ_CHUNK;
+        for _ in 0..10 {
+            c = next_chunk(c, c); // every read fills what was asked
+        }
+        assert_eq!(c, READ_CHUNK_MAX, "grows, never past the maximum");
+        assert_eq!(next_chunk(c, c / 2), c, "a half-full read keeps the size");
+        assert_eq!(
+            next_chunk(c, 100),
+            READ_CHUNK,
+            "a small read shrinks it at once"
+        );
+        assert_eq!(next_chunk(READ_CHUNK, 10), READ_CHUNK);
     }
 }

@@ -1,7 +1,7 @@
 //! Unit tests of the shard core, driven as a simulation would: no sockets, no tasks, virtual
 //! time, `C = ()`.
 
-use super::read::{next_chunk, read_room, READ_CHUNK, READ_CHUNK_MAX};
+use super::read::READ_CHUNK;
 use super::write::{seal_batch, Taken};
 use super::*;
 use crate::budget::SlowLinkAction;
@@ -128,7 +128,13 @@ impl Sim {
         assert!(want >= READ_CHUNK);
         buf.extend_from_slice(bytes);
         self.core.on_read(link, buf, bytes.len(), now);
-        self.core.read_frames(link, now, &mut self.out)
+        loop {
+            match self.core.read_frames(link, now, &mut self.out) {
+                ReadStep::More => continue,
+                ReadStep::NeedBytes => return true,
+                ReadStep::Gone => return false,
+            }
+        }
     }
 
     /// Everything `link`'s writer would put on the socket now (all writes succeed).
@@ -589,99 +595,4 @@ fn garbage_closes_the_link_it_came_on_with_a_malformed_error() {
         ]
     ));
     assert!(s.core.read_buffer(B).is_some(), "the other link stays");
-}
-
-#[test]
-fn read_buffers_grow_with_what_arrives_not_with_what_is_announced() {
-    // A header announcing 16 MiB, then 5 bytes: one ordinary chunk.
-    assert_eq!(read_room(16 << 20, 5, READ_CHUNK), READ_CHUNK);
-    // A frame that fits a chunk gets a chunk.
-    assert_eq!(read_room(1000, 300_000, READ_CHUNK), READ_CHUNK);
-    // A large frame arriving for real: the room doubles what is buffered, up to the rest.
-    assert_eq!(read_room(16 << 20, 1 << 20, READ_CHUNK), 1 << 20);
-    assert_eq!(read_room(100_000, 1 << 20, READ_CHUNK), 100_000);
-    // Receiving a 16 MiB frame 64 KiB per read never holds more than twice what arrived
-    // plus a chunk.
-    let total = 16 << 20;
-    let mut buffered = 0usize;
-    let mut cap = 0usize;
-    while buffered < total {
-        let want = read_room(total - buffered, buffered, READ_CHUNK);
-        if cap - buffered < want {
-            cap = buffered + want;
-        }
-        assert!(cap <= 2 * buffered + READ_CHUNK, "{cap} for {buffered}");
-        buffered += (64 << 10).min(total - buffered);
-    }
-}
-
-#[test]
-fn reads_grow_on_a_busy_link_and_shrink_on_an_idle_one() {
-    let mut c = READ_CHUNK;
-    for _ in 0..10 {
-        c = next_chunk(c, c); // every read fills what was asked
-    }
-    assert_eq!(c, READ_CHUNK_MAX, "grows, never past the maximum");
-    assert_eq!(next_chunk(c, c / 2), c, "a half-full read keeps the size");
-    assert_eq!(
-        next_chunk(c, 100),
-        READ_CHUNK,
-        "a small read shrinks it at once"
-    );
-    assert_eq!(next_chunk(READ_CHUNK, 10), READ_CHUNK);
-}
-
-/// A batch sealed for a receiver with a small limit: records are cut between frames when
-/// the next one does not fit, a frame larger than a record spans several, every record
-/// stays within the limit, and the receiver gets back exactly the frames in order.
-#[test]
-fn seal_batch_packs_and_splits_frames_within_the_limit() {
-    let key = [9u8; 32];
-    let limit = 200; // the receiver's maxMessageBytes
-    let mut sealer = RecordSealer::new(&key, limit);
-    let max_pt = sealer.max_plaintext();
-    let mut queue = VecDeque::new();
-    let mut expect = Vec::new();
-    for (i, len) in [10usize, 70, 90, 400, 5].into_iter().enumerate() {
-        let payload = Bytes::from(vec![i as u8 + 1; len]);
-        let h = DataHeader::new(
-            &PeerId([1; 16]),
-            &PeerId::ZERO,
-            &MsgId([i as u8; 16]),
-            3,
-            len,
-        )
-        .unwrap();
-        expect.extend_from_slice(&h.0);
-        expect.extend_from_slice(&payload);
-        queue.push_back(Out::Data(h, payload));
-    }
-    queue.push_back(Out::Raw(Bytes::from_static(&[0, 0, 0, 1, 3]), 5, 0));
-    expect.extend_from_slice(&[0, 0, 0, 1, 3]);
-    let mut out = BytesMut::new();
-    let mut taken = Taken::default();
-    seal_batch(&mut queue, &mut sealer, &mut out, &mut taken).unwrap();
-    assert!(queue.is_empty());
-    assert_eq!(taken.held, expect.len());
-    assert_eq!(taken.frames, 5, "the Data frames, not the control frame");
-    // Walk the records: each within the limit.
-    let mut at = 0;
-    let mut records = 0;
-    while at < out.len() {
-        let clen = u32::from_be_bytes(out[at..at + 4].try_into().unwrap()) as usize;
-        assert!(
-            clen - 16 <= max_pt,
-            "record plaintext {} > {max_pt}",
-            clen - 16
-        );
-        at += 4 + clen;
-        records += 1;
-    }
-    assert_eq!(at, out.len());
-    assert_eq!(sealer.counter(), records);
-    assert!(records >= 3, "the 400-byte frame needs several records");
-    let mut rr = RecordReader::new(RecordOpener::new(&key, limit), &out);
-    rr.decrypt().unwrap();
-    assert_eq!(rr.plaintext(), &expect[..]);
-    assert_eq!(rr.records(), records);
 }

@@ -255,3 +255,66 @@ pub(super) fn seal_batch(
     // An empty builder removes its header when dropped.
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::{RecordOpener, RecordReader};
+    use crate::wire::DataHeader;
+    use crate::{MsgId, PeerId};
+
+    /// A batch sealed for a receiver with a small limit: records are cut between frames when
+    /// the next one does not fit, a frame larger than a record spans several, every record
+    /// stays within the limit, and the receiver gets back exactly the frames in order.
+    #[test]
+    fn seal_batch_packs_and_splits_frames_within_the_limit() {
+        let key = [9u8; 32];
+        let limit = 200; // the receiver's maxMessageBytes
+        let mut sealer = RecordSealer::new(&key, limit);
+        let max_pt = sealer.max_plaintext();
+        let mut queue = VecDeque::new();
+        let mut expect = Vec::new();
+        for (i, len) in [10usize, 70, 90, 400, 5].into_iter().enumerate() {
+            let payload = Bytes::from(vec![i as u8 + 1; len]);
+            let h = DataHeader::new(
+                &PeerId([1; 16]),
+                &PeerId::ZERO,
+                &MsgId([i as u8; 16]),
+                3,
+                len,
+            )
+            .unwrap();
+            expect.extend_from_slice(&h.0);
+            expect.extend_from_slice(&payload);
+            queue.push_back(Out::Data(h, payload));
+        }
+        queue.push_back(Out::Raw(Bytes::from_static(&[0, 0, 0, 1, 3]), 5, 0));
+        expect.extend_from_slice(&[0, 0, 0, 1, 3]);
+        let mut out = BytesMut::new();
+        let mut taken = Taken::default();
+        seal_batch(&mut queue, &mut sealer, &mut out, &mut taken).unwrap();
+        assert!(queue.is_empty());
+        assert_eq!(taken.held, expect.len());
+        assert_eq!(taken.frames, 5, "the Data frames, not the control frame");
+        // Walk the records: each within the limit.
+        let mut at = 0;
+        let mut records = 0;
+        while at < out.len() {
+            let clen = u32::from_be_bytes(out[at..at + 4].try_into().unwrap()) as usize;
+            assert!(
+                clen - 16 <= max_pt,
+                "record plaintext {} > {max_pt}",
+                clen - 16
+            );
+            at += 4 + clen;
+            records += 1;
+        }
+        assert_eq!(at, out.len());
+        assert_eq!(sealer.counter(), records);
+        assert!(records >= 3, "the 400-byte frame needs several records");
+        let mut rr = RecordReader::new(RecordOpener::new(&key, limit), &out);
+        rr.decrypt().unwrap();
+        assert_eq!(rr.plaintext(), &expect[..]);
+        assert_eq!(rr.records(), records);
+    }
+}

@@ -10,7 +10,7 @@
 
 use super::{carry, settle, Ctx, LinkTasks, Who};
 use bytes::Bytes;
-use shoal_proto::shard::{ShardAction, WriteStep};
+use shoal_proto::shard::{ReadStep, ShardAction, WriteStep};
 use shoal_proto::LinkId;
 use shoal_runtime::net::{TcpReadHalf, TcpStream, TcpWriteHalf, MAX_IOVECS};
 use shoal_runtime::spawn_local;
@@ -49,7 +49,7 @@ async fn reader(ctx: Rc<Ctx>, link: LinkId, mut rd: TcpReadHalf) {
     loop {
         // Also before the first read: the handshake may have left whole frames.
         let now = ctx.now();
-        let live = ctx.core.borrow_mut().read_frames(link, now, &mut actions);
+        let step = ctx.core.borrow_mut().read_frames(link, now, &mut actions);
         carry(&ctx, &mut actions, &mut waits, who);
         if !waits.is_empty() {
             // Busy, not dead, while it waits: its timer keeps it alive.
@@ -57,8 +57,10 @@ async fn reader(ctx: Rc<Ctx>, link: LinkId, mut rd: TcpReadHalf) {
             settle(&ctx, &mut waits, who).await;
             ctx.core.borrow_mut().set_stalled(link, false);
         }
-        if !live {
-            return;
+        match step {
+            ReadStep::More => continue,
+            ReadStep::NeedBytes => {}
+            ReadStep::Gone => return,
         }
         ctx.wake_receivers();
         let Some((mut buf, want)) = ctx.core.borrow_mut().read_buffer(link) else {
