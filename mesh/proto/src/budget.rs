@@ -6,7 +6,8 @@
 //! always acts on a whole new frame and never touches a frame already queued or half written.
 //!
 //! **Owns:** the byte bound of a link queue and the slow-link clock. **Must not touch:** the
-//! queue itself (the shard core) or any executor: waiting is an `event-listener` notification.
+//! queue itself (the shard core), the clock (every time-dependent method takes `now`) or any
+//! executor: waiting is an `event-listener` notification.
 
 use event_listener::Event as Signal;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -129,18 +130,19 @@ impl LinkBudget {
         }
     }
 
-    fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64 + 1
+    /// `now` as milliseconds since `epoch`, +1 (0 means "not running" in the clocks).
+    fn ms(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_millis() as u64 + 1
     }
 
     /// A reservation found the queue full: starts the congestion clock if it is not running.
     /// Returns how long the link may still stay congested before it is slow (zero once it is,
     /// or when `after` has passed).
-    pub fn congested(&self, after: Duration) -> Duration {
+    pub fn congested(&self, after: Duration, now: Instant) -> Duration {
         if self.is_slow() {
             return Duration::ZERO;
         }
-        let now = self.now_ms();
+        let now = self.ms(now);
         let since =
             match self
                 .congested_since
@@ -158,20 +160,20 @@ impl LinkBudget {
 
     /// Bytes per millisecond written since the current congestion episode began (0 when not
     /// congested).
-    pub fn congested_rate(&self) -> f64 {
+    pub fn congested_rate(&self, now: Instant) -> f64 {
         let since = self.congested_since.load(Ordering::Relaxed);
         if since == 0 {
             return 0.0;
         }
         let bytes = self.written_total.load(Ordering::Relaxed)
             - self.written_at_congestion.load(Ordering::Relaxed);
-        bytes as f64 / self.now_ms().saturating_sub(since).max(1) as f64
+        bytes as f64 / self.ms(now).saturating_sub(since).max(1) as f64
     }
 
     /// Starts the clock `since` (milliseconds since `epoch`, +1; 0 = not running) if it is not
     /// running, and returns the milliseconds it has been running.
-    fn elapsed_since(&self, since: &AtomicU64) -> u64 {
-        let now = self.now_ms();
+    fn elapsed_since(&self, since: &AtomicU64, now: Instant) -> u64 {
+        let now = self.ms(now);
         let start = match since.compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed) {
             Ok(_) => now,
             Err(s) => s,
@@ -212,24 +214,10 @@ impl LinkBudget {
         }
     }
 
-    /// Waits until `n` bytes fit; `None` if the link closed meanwhile.
-    pub async fn reserve(&self, n: usize) -> Option<usize> {
-        loop {
-            if let Some(t) = self.try_reserve(n) {
-                return Some(t);
-            }
-            if self.is_closed() {
-                return None;
-            }
-            let l = self.room.listen();
-            if let Some(t) = self.try_reserve(n) {
-                return Some(t);
-            }
-            if self.is_closed() {
-                return None;
-            }
-            l.await;
-        }
+    /// A listener notified when room appears (the writer released bytes) or the link closes.
+    /// Take it *before* the check that failed, so a release in between is not missed.
+    pub fn listen_room(&self) -> event_listener::EventListener {
+        self.room.listen()
     }
 
     /// The writer put `n` reserved bytes on the socket (or discarded them). Progress ends a
@@ -250,9 +238,9 @@ impl LinkBudget {
     /// The link's writer put `n` bytes on the socket: updates the drain rate (every 10 ms at
     /// most, an average weighted over about the last second). One writer per link, so plain
     /// loads and stores.
-    pub fn written(&self, n: usize) {
+    pub fn written(&self, n: usize, now: Instant) {
         self.written_total.fetch_add(n as u64, Ordering::Relaxed);
-        let now = self.now_ms();
+        let now = self.ms(now);
         let acc = self.drain_acc.load(Ordering::Relaxed) + n as u64;
         let dt = now.saturating_sub(self.drain_at.load(Ordering::Relaxed));
         if dt < 10 {
@@ -270,13 +258,13 @@ impl LinkBudget {
     /// Bytes per millisecond the link has been draining lately. A link with bytes queued that
     /// wrote nothing for a while decays toward zero; one with nothing queued keeps its rate (it
     /// took all it was given, so it is not slow).
-    pub fn drain_rate(&self) -> f64 {
+    pub fn drain_rate(&self, now: Instant) -> f64 {
         let rate = f64::from_bits(self.drain_rate.load(Ordering::Relaxed));
         if self.queued() == 0 {
             return rate;
         }
         let idle = self
-            .now_ms()
+            .ms(now)
             .saturating_sub(self.drain_at.load(Ordering::Relaxed));
         if idle > 1000 {
             rate * 1000.0 / idle as f64
@@ -287,8 +275,8 @@ impl LinkBudget {
 
     /// Disconnect policy bookkeeping after a failed reservation: true once the queue has been
     /// full for longer than `after` (the link is then marked for killing and its writer woken).
-    pub fn note_full(&self, after: Duration) -> bool {
-        if self.elapsed_since(&self.full_since) > after.as_millis() as u64
+    pub fn note_full(&self, after: Duration, now: Instant) -> bool {
+        if self.elapsed_since(&self.full_since, now) > after.as_millis() as u64
             && !self.kill.swap(true, Ordering::AcqRel)
         {
             self.wake.notify(usize::MAX);
@@ -339,6 +327,10 @@ impl LinkBudget {
 mod tests {
     use super::*;
 
+    fn ms(t0: Instant, n: u64) -> Instant {
+        t0 + Duration::from_millis(n)
+    }
+
     #[test]
     fn reserve_respects_bound_and_admits_big_frame_only_when_empty() {
         let b = LinkBudget::new(100, Instant::now());
@@ -355,17 +347,17 @@ mod tests {
 
     #[test]
     fn a_link_congested_past_the_limit_is_slow_until_drained_to_half() {
-        let b = LinkBudget::new(100, Instant::now());
+        let t0 = Instant::now();
+        let b = LinkBudget::new(100, t0);
         let after = Duration::from_millis(30);
         assert_eq!(b.try_reserve(90), Some(90));
-        let left = b.congested(after);
-        assert!(left > Duration::ZERO && left <= after);
+        assert_eq!(b.congested(after, ms(t0, 5)), after);
+        assert_eq!(b.congested(after, ms(t0, 15)), Duration::from_millis(20));
         // Slow draining (never below half) does not end congestion.
         b.release(20);
         assert_eq!(b.try_reserve(20), Some(90));
-        std::thread::sleep(Duration::from_millis(40));
         assert_eq!(
-            b.congested(after),
+            b.congested(after, ms(t0, 45)),
             Duration::ZERO,
             "congested past the limit"
         );
@@ -377,38 +369,46 @@ mod tests {
         assert!(b.is_slow(), "51 of 100 queued: not caught up yet");
         b.release(1);
         assert!(!b.is_slow(), "drained to half: Block again");
-        assert!(
-            b.congested(after) > Duration::ZERO,
+        assert_eq!(
+            b.congested(after, ms(t0, 50)),
+            after,
             "a new episode starts afresh"
         );
     }
 
     #[test]
     fn the_drain_rate_follows_what_is_written_and_decays_when_nothing_is() {
-        let b = LinkBudget::new(100, Instant::now());
-        assert_eq!(b.drain_rate(), 0.0);
+        let t0 = Instant::now();
+        let b = LinkBudget::new(100, t0);
+        assert_eq!(b.drain_rate(t0), 0.0);
         assert_eq!(b.try_reserve(50), Some(50), "a backlog, so idleness counts");
-        for _ in 0..30 {
-            std::thread::sleep(Duration::from_millis(12));
-            b.written(12_000);
+        for i in 1..=30 {
+            b.written(12_000, ms(t0, 12 * i));
         }
-        let busy = b.drain_rate();
+        let busy = b.drain_rate(ms(t0, 360));
         assert!(busy > 100.0, "about 1000 bytes per ms: {busy}");
-        std::thread::sleep(Duration::from_millis(1500));
-        let idle = b.drain_rate();
+        let idle = b.drain_rate(ms(t0, 1900));
         assert!(
             idle < busy * 0.9,
             "a link that writes nothing slows down: {idle} vs {busy}"
+        );
+        b.release(50);
+        assert_eq!(
+            b.drain_rate(ms(t0, 5000)),
+            busy,
+            "a link with nothing queued took all it was given"
         );
     }
 
     #[test]
     fn disconnect_policy_fires_once_after_the_limit() {
-        let b = LinkBudget::new(10, Instant::now());
-        assert!(!b.note_full(Duration::from_millis(20)));
-        std::thread::sleep(Duration::from_millis(40));
-        assert!(b.note_full(Duration::from_millis(20)));
+        let t0 = Instant::now();
+        let b = LinkBudget::new(10, t0);
+        let after = Duration::from_millis(20);
+        assert!(!b.note_full(after, ms(t0, 1)));
+        assert!(!b.note_full(after, ms(t0, 20)));
+        assert!(b.note_full(after, ms(t0, 41)));
         assert!(b.kill_requested());
-        assert!(!b.note_full(Duration::from_millis(20)));
+        assert!(!b.note_full(after, ms(t0, 60)));
     }
 }

@@ -16,6 +16,7 @@
 //! | [`control`] | the control core: all of the above plus handshakes, identity, placement on shards | control plane |
 //! | [`link`] | one connection: handshake, heartbeat, liveness, Goodbye | the link's data shard |
 //! | [`router`] + [`dedup`] | gossip routing of Data frames | each data shard |
+//! | [`shard`] | the shard core: links served, queues, backpressure, origination, delivery | each data shard |
 //!
 //! # How a driver runs them
 //!
@@ -67,6 +68,7 @@ pub mod membership;
 pub mod peers;
 pub mod router;
 pub mod scouting;
+pub mod shard;
 pub mod stats;
 
 pub use dedup::{dedup_shard, DedupCache, DedupStats, Seen, DEFAULT_MAX_STREAMS};

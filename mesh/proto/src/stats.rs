@@ -198,11 +198,12 @@ pub struct MeshStats {
 }
 
 impl MeshStats {
-    /// Sums the control plane's set (the last) and the shards' sets.
-    pub fn collect(counters: &[Counters]) -> MeshStats {
+    /// Sums the control plane's set (the last) and the shards' sets (each a `Counters`, or a
+    /// shared `Arc<Counters>`).
+    pub fn collect<C: std::borrow::Borrow<Counters>>(counters: &[C]) -> MeshStats {
         let (shards, control) = counters.split_at(counters.len() - 1);
-        let shards: Vec<ShardStats> = shards.iter().map(Counters::snapshot).collect();
-        let control = control[0].snapshot();
+        let shards: Vec<ShardStats> = shards.iter().map(|c| c.borrow().snapshot()).collect();
+        let control = control[0].borrow().snapshot();
         let mut total = ShardStats::default();
         for s in shards.iter().chain(std::iter::once(&control)) {
             total.accumulate(s);

@@ -154,7 +154,6 @@ use shoal_runtime::channel::{channel_mesh, ingress, ingress_weighted, IngressSen
 use shoal_runtime::{
     ControlPlacement, ExecutorId, Placement, Runtime, RuntimeError, SpawnError, TrySendError,
 };
-use stats::Counters;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock, RwLock};
@@ -525,7 +524,7 @@ impl MeshBuilder {
             policy: self.opts.overflow_policy,
             slow_link: self.opts.slow_link,
             shards,
-            counters: (0..=shards).map(|_| Counters::default()).collect(),
+            counters: (0..=shards).map(|_| Arc::default()).collect(),
             hub: Arc::new(EventHub::new(
                 self.opts.event_queue_capacity,
                 self.callbacks,

@@ -151,7 +151,7 @@ pub(crate) struct NodeShared {
     pub(crate) slow_link: SlowLinkPolicy,
     pub(crate) shards: usize,
     /// One set per shard, then the control plane's.
-    pub(crate) counters: Vec<Counters>,
+    pub(crate) counters: Vec<Arc<Counters>>,
     pub(crate) hub: Arc<EventHub>,
     pub(crate) snapshot: SnapshotCell,
     pub(crate) connected: AtomicUsize,
@@ -202,8 +202,8 @@ pub(crate) fn slot(id: ExecutorId, shards: usize) -> usize {
 pub(crate) enum Offer {
     /// Queued.
     Sent,
-    /// The receiving executor is gone; the message is dropped.
-    Gone,
+    /// The receiving executor is gone; the message is handed back.
+    Gone(Msg),
     /// No room now (or another task of this executor is waiting to send there).
     Busy(Msg),
 }
@@ -228,33 +228,38 @@ impl Channels {
     /// caller can wait (see [`Channels::send`]) only when it must.
     pub(crate) fn offer(&self, to: usize, msg: Msg) -> Offer {
         let Some(s) = self.senders.get(to).and_then(|s| s.as_ref()) else {
-            return Offer::Gone;
+            return Offer::Gone(msg);
         };
         let Some(mut g) = s.try_lock() else {
             return Offer::Busy(msg);
         };
         match g.try_send(msg) {
             Ok(()) => Offer::Sent,
-            Err(TrySendError::Closed(_)) => Offer::Gone,
+            Err(TrySendError::Closed(m)) => Offer::Gone(m),
             Err(TrySendError::Full(m)) => Offer::Busy(m),
         }
     }
 
     /// Sends `msg` to executor slot `to`, waiting for room. False if `to` is gone.
     pub(crate) async fn send(&self, to: usize, msg: Msg) -> bool {
+        self.send_or_return(to, msg).await.is_ok()
+    }
+
+    /// [`send`](Self::send), handing `msg` back if `to` is gone.
+    pub(crate) async fn send_or_return(&self, to: usize, msg: Msg) -> Result<(), Msg> {
         let Some(s) = self.senders.get(to).and_then(|s| s.clone()) else {
-            return false;
+            return Err(msg);
         };
         let mut msg = msg;
         if let Some(mut g) = s.try_lock() {
             match g.try_send(msg) {
-                Ok(()) => return true,
-                Err(TrySendError::Closed(_)) => return false,
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Closed(m)) => return Err(m),
                 Err(TrySendError::Full(m)) => msg = m,
             }
         }
         let mut g = s.lock().await;
-        g.send(msg).await.is_ok()
+        g.send(msg).await.map_err(|e| e.0)
     }
 }
 

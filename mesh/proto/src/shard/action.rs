@@ -1,0 +1,103 @@
+//! What the shard core asks its driver to do.
+//!
+//! **Owns:** the output vocabulary of [`super::ShardCore`]. **Must not touch:** how the driver
+//! carries it out (channels, tasks, the application's event queue).
+
+use super::backpressure::Blocked;
+use crate::cmd::{ShardToShard, ToControl};
+use crate::stats::{inc, Counters};
+use crate::wire::DecodeError;
+use crate::{LinkId, PeerId};
+use bytes::Bytes;
+
+/// One output of the shard core, carried out in order.
+#[derive(Debug)]
+pub enum ShardAction {
+    /// Hand `msg` to shard `to`.
+    Post {
+        /// The receiving shard.
+        to: usize,
+        /// The message.
+        msg: ShardToShard,
+        /// What to do when its ring is full.
+        busy: IfBusy,
+    },
+    /// Hand `msg` to the control plane.
+    Report {
+        /// The message.
+        msg: ToControl,
+        /// What to do when its ring is full.
+        busy: IfBusy,
+    },
+    /// Hand a message to the application (waiting for room in its event queue if it is
+    /// full: a Message event is never dropped for want of room).
+    Deliver(Delivery),
+    /// Tell the application about a link error (an `Error` event).
+    Error(LinkError),
+    /// An originated message waits for room on a link (Block policy): see
+    /// [`super::ShardCore::unblock`].
+    Block(Box<Blocked>),
+    /// The core forgot this link: stop its tasks (the caller's own task ends by itself).
+    Ended(LinkId),
+}
+
+/// What the driver does with a post whose receiver's ring is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfBusy {
+    /// Wait for room before carrying out the next action (the caller's path may stall).
+    Wait,
+    /// Send it from a task of its own; the next action does not wait for it.
+    Detach,
+    /// Give it back with [`super::ShardCore::unposted`] (`busy = true`): a shard's inbox never
+    /// waits for another shard's ring, since that shard's inbox may be waiting for ours.
+    Drop,
+}
+
+/// A message for the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Its originator.
+    pub from: PeerId,
+    /// Sent to everyone (rather than to this node).
+    pub broadcast: bool,
+    /// The application bytes (a slice of the read buffer).
+    pub payload: Bytes,
+}
+
+/// Why a link was closed on an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkFault {
+    /// A frame did not decode (or the connection ended inside one).
+    Malformed,
+    /// A frame announced more than `max_message_bytes`.
+    Oversize,
+    /// A record did not authenticate, or a batch could not be sealed.
+    Crypto,
+    /// A partial frame made no progress for the heartbeat timeout.
+    Stalled,
+    /// The peer stayed blocked past the policy's limit (slow link).
+    SlowPeer,
+}
+
+/// An error event for the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkError {
+    /// The peer concerned, if known.
+    pub peer: Option<PeerId>,
+    /// The kind of error.
+    pub fault: LinkFault,
+    /// What happened, for people.
+    pub message: String,
+}
+
+/// Counts a decode failure (`oversize_frames` or `malformed_frames` of `counters`) and
+/// classifies it.
+pub fn decode_fault(e: &DecodeError, counters: &Counters) -> LinkFault {
+    if matches!(e, DecodeError::TooLarge { .. }) {
+        inc(&counters.oversize_frames);
+        LinkFault::Oversize
+    } else {
+        inc(&counters.malformed_frames);
+        LinkFault::Malformed
+    }
+}

@@ -1,0 +1,175 @@
+//! The waits of a Block-policy publisher, and the slow-link rule that bounds them.
+//!
+//! An originated frame that finds its link full under [`OverflowPolicy::Block`] becomes a
+//! [`Blocked`]: the driver waits for room (the budget's room signal) or for the deadline the
+//! core names, then asks again ([`ShardCore::unblock`]). The publisher never waits for a link
+//! that holds the rest hostage ([`SlowLinkPolicy`]): once it has been congested for `after`
+//! while another link drains at least twice as fast, it is declared slow, once: counted,
+//! reported, and closed if the policy says so. When the links drain alike the publisher is
+//! simply faster than the mesh and waits (plain backpressure; a single link is never slow).
+//!
+//! **Owns:** the decision to keep waiting, to queue, or to give up on a link. **Must not
+//! touch:** the waiting itself (the driver's).
+//!
+//! [`OverflowPolicy::Block`]: crate::OverflowPolicy::Block
+//! [`SlowLinkPolicy`]: crate::SlowLinkPolicy
+
+use super::action::{LinkError, LinkFault, ShardAction};
+use super::route::{Path, Queuer};
+use super::ShardCore;
+use crate::budget::{LinkBudget, SlowLinkAction};
+use crate::cmd::Out;
+use crate::stats::{add, inc};
+use crate::LinkId;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// An originated frame (or batch of `frames`) waiting for room on a link.
+#[derive(Debug)]
+pub struct Blocked {
+    link: LinkId,
+    owner: usize,
+    budget: Arc<LinkBudget>,
+    out: Out,
+    frames: u64,
+    /// When to look at the congestion again (set by the first [`ShardCore::unblock`]).
+    deadline: Option<Instant>,
+}
+
+/// What [`ShardCore::unblock`] decided.
+#[derive(Debug)]
+pub enum Unblock {
+    /// Queued, or given up (and counted).
+    Done,
+    /// Still waiting: wait for [`Blocked::listen`] (taken before the call) or `until`, then
+    /// call [`ShardCore::unblock`] again.
+    Wait(Box<Blocked>, Instant),
+}
+
+impl Blocked {
+    pub(super) fn new(
+        link: LinkId,
+        owner: usize,
+        budget: Arc<LinkBudget>,
+        out: Out,
+        frames: u64,
+    ) -> Blocked {
+        Blocked {
+            link,
+            owner,
+            budget,
+            out,
+            frames,
+            deadline: None,
+        }
+    }
+
+    /// The link it waits for.
+    pub fn link(&self) -> LinkId {
+        self.link
+    }
+
+    /// Notified when the link may have room (or closed). Take it before calling
+    /// [`ShardCore::unblock`], so room made in between is not missed.
+    pub fn listen(&self) -> event_listener::EventListener {
+        self.budget.listen_room()
+    }
+}
+
+impl ShardCore {
+    /// Tries a [`Blocked`] frame again: queues it if its link has room, gives up (counted)
+    /// when the link closed or is (now declared) slow, or names the next deadline.
+    pub fn unblock(
+        &mut self,
+        mut b: Box<Blocked>,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) -> Unblock {
+        let policy = self.cfg.slow_link;
+        if let Some(total) = b.budget.try_reserve(b.out.held()) {
+            let Blocked {
+                link,
+                owner,
+                budget,
+                out: o,
+                frames,
+                ..
+            } = *b;
+            let ShardCore {
+                idx,
+                counters: c,
+                links,
+                ..
+            } = self;
+            Queuer {
+                idx: *idx,
+                c,
+                links,
+                now,
+            }
+            .transmit(link, owner, &budget, o, frames, total, Path::Origin, out);
+            return Unblock::Done;
+        }
+        if b.budget.is_closed() {
+            add(&self.counters.dropped_no_route, b.frames);
+            return Unblock::Done;
+        }
+        if b.budget.is_slow() {
+            add(&self.counters.dropped_slow_link, b.frames);
+            return Unblock::Done;
+        }
+        if let Some(d) = b.deadline {
+            if now < d {
+                return Unblock::Wait(b, d);
+            }
+            if b.budget.congested(policy.after, now).is_zero()
+                && self.outpaced(b.link, &b.budget, now)
+            {
+                self.declare_slow(b.link, &b.budget, out);
+                add(&self.counters.dropped_slow_link, b.frames);
+                return Unblock::Done;
+            }
+        }
+        let recheck = (policy.after / 4).max(Duration::from_millis(10));
+        let left = b.budget.congested(policy.after, now);
+        let d = now + if left.is_zero() { recheck } else { left };
+        b.deadline = Some(d);
+        Unblock::Wait(b, d)
+    }
+
+    /// True if some other open link drains at least twice as fast as `link` has since its
+    /// congestion began.
+    fn outpaced(&self, link: LinkId, budget: &LinkBudget, now: Instant) -> bool {
+        let mine = budget.congested_rate(now).max(0.001);
+        self.owners
+            .iter()
+            .any(|(l, (_, b))| *l != link && !b.is_closed() && b.drain_rate(now) >= 2.0 * mine)
+    }
+
+    /// Declares `link` slow (once per congestion episode): counted, and reported or closed
+    /// as the policy says.
+    fn declare_slow(&mut self, link: LinkId, budget: &LinkBudget, out: &mut Vec<ShardAction>) {
+        if !budget.mark_slow() {
+            return;
+        }
+        let policy = self.cfg.slow_link;
+        inc(&self.counters.slow_links);
+        match policy.action {
+            // The link's shard closes it and reports the SlowPeer error.
+            SlowLinkAction::Disconnect => budget.kill(),
+            SlowLinkAction::Drop => {
+                let peer = self.table.peer_on(link);
+                let message = format!(
+                    "link congested for {:?}: dropping for it until it catches up",
+                    policy.after
+                );
+                tracing::warn!(shard = self.idx, ?peer, %message, "slow link");
+                out.push(ShardAction::Error(LinkError {
+                    peer,
+                    fault: LinkFault::SlowPeer,
+                    message,
+                }));
+            }
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! The links a shard serves: their state, their lifecycle (attach, close, timers, teardown)
+//! and the accounting of what a closing link loses.
+//!
+//! **Owns:** each served link's [`Link`] state machine, outbound queue, read and record state,
+//! and the single exit of a link ([`ShardCore::teardown`]). **Must not touch:** routing (see
+//! `route`) or the bytes of reads and writes (see `read` and `write`).
+
+use super::action::{IfBusy, LinkError, LinkFault, ShardAction};
+use super::read::{Rx, READ_CHUNK};
+use super::write::{Taken, Tx};
+use super::ShardCore;
+use crate::budget::LinkBudget;
+use crate::cmd::{NewLink, Out, ToControl};
+use crate::crypto::RecordReader;
+use crate::link::{CloseReason, Link, LinkEvent};
+use crate::stats::{add, inc};
+use crate::{LinkId, PeerId};
+use ahash::AHashMap;
+use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest a link's timer sleeps, so a Disconnect-policy kill is acted on promptly even while
+/// the writer is stuck on a full socket.
+const TIMER_CAP: Duration = Duration::from_millis(200);
+
+/// One link served by this shard.
+#[derive(Debug)]
+pub(super) struct Served {
+    pub(super) id: LinkId,
+    pub(super) peer: PeerId,
+    pub(super) state: Link,
+    pub(super) queue: VecDeque<Out>,
+    pub(super) budget: Arc<LinkBudget>,
+    /// Closing politely: the writer flushes the queue, then Goodbye; nothing more is queued.
+    pub(super) closing: bool,
+    /// The reader waits on something other than its socket (event room, a hop): it is busy,
+    /// not dead, so the timer refreshes its liveness.
+    pub(super) stalled: bool,
+    /// What the writer took off `queue` for the write in progress: lost with the link if it
+    /// closes before the write completes (counted then, with what is still queued).
+    pub(super) in_flight: Taken,
+    pub(super) rx: Rx,
+    /// The size of the next read (see `read::next_chunk`).
+    pub(super) chunk: usize,
+    pub(super) tx: Tx,
+}
+
+/// The served links, in slots so a reader's batch finds its link once, not once per frame.
+#[derive(Debug, Default)]
+pub(super) struct Links {
+    slots: Vec<Option<Served>>,
+    free: Vec<usize>,
+    index: AHashMap<LinkId, usize>,
+}
+
+impl Links {
+    pub(super) fn insert(&mut self, l: Served) {
+        let id = l.id;
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s] = Some(l);
+                s
+            }
+            None => {
+                self.slots.push(Some(l));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(id, slot);
+    }
+
+    pub(super) fn remove(&mut self, id: LinkId) -> Option<Served> {
+        let slot = self.index.remove(&id)?;
+        self.free.push(slot);
+        self.slots[slot].take()
+    }
+
+    pub(super) fn slot(&self, id: LinkId) -> Option<usize> {
+        self.index.get(&id).copied()
+    }
+
+    /// The link in `slot` (from [`Links::slot`], with no removal since).
+    pub(super) fn at(&mut self, slot: usize) -> &mut Served {
+        self.slots[slot].as_mut().expect("a live slot")
+    }
+
+    pub(super) fn get(&self, id: LinkId) -> Option<&Served> {
+        self.slots[*self.index.get(&id)?].as_ref()
+    }
+
+    pub(super) fn get_mut(&mut self, id: LinkId) -> Option<&mut Served> {
+        self.slots[*self.index.get(&id)?].as_mut()
+    }
+
+    pub(super) fn ids(&self) -> impl Iterator<Item = LinkId> + '_ {
+        self.index.keys().copied()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+}
+
+/// Moves the link state machine's control frames into the queue; returns a close reason if
+/// the state machine closed the link.
+pub(super) fn pull(l: &mut Served) -> Option<CloseReason> {
+    while let Some(f) = l.state.poll_transmit() {
+        let mut b = BytesMut::with_capacity(f.encoded_len());
+        if f.encode(&mut b).is_ok() {
+            l.queue.push_back(Out::Raw(b.freeze(), 0, 0));
+        }
+    }
+    let mut closed = None;
+    while let Some(ev) = l.state.poll_event() {
+        if let LinkEvent::Closed(r) = ev {
+            closed = Some(r);
+        }
+    }
+    if !l.queue.is_empty() {
+        l.budget.wake.notify(1);
+    }
+    closed
+}
+
+impl ShardCore {
+    /// Starts serving a link; hands its connection back.
+    pub(super) fn add_link<C>(&mut self, nl: NewLink<C>) -> (LinkId, C) {
+        let NewLink {
+            link,
+            peer,
+            conn,
+            leftover,
+            state,
+            secure,
+            budget,
+        } = nl;
+        let (rx, tx) = match secure {
+            Some((sealer, opener)) => (
+                Rx::Secure(RecordReader::new(opener, &leftover)),
+                Tx::sealed(sealer),
+            ),
+            None => (Rx::Plain(leftover), Tx::plain()),
+        };
+        self.links.insert(Served {
+            id: link,
+            peer,
+            state,
+            queue: VecDeque::new(),
+            budget,
+            closing: false,
+            stalled: false,
+            in_flight: Taken::default(),
+            rx,
+            chunk: READ_CHUNK,
+            tx,
+        });
+        inc(&self.counters.links_opened);
+        tracing::debug!(shard = self.idx, ?link, %peer, "link attached");
+        (link, conn)
+    }
+
+    /// `ToShard::Close`: flush, then Goodbye if asked, then close.
+    pub(super) fn close(&mut self, link: LinkId, goodbye: bool, now: Instant) {
+        if let Some(l) = self.links.get_mut(link) {
+            l.state.close(goodbye, now);
+            l.closing = true;
+            l.budget.wake.notify(usize::MAX);
+        }
+    }
+
+    /// `ToShard::SendRaw`: queues a control frame if the link's budget has room.
+    pub(super) fn send_raw(&mut self, link: LinkId, frame: Bytes, now: Instant) {
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        let n = frame.len();
+        if l.closing {
+            inc(&self.counters.dropped_no_route);
+        } else if l.budget.try_reserve(n).is_none() {
+            inc(&self.counters.dropped_queue_full);
+        } else {
+            l.queue.push_back(Out::Raw(frame, n, 0));
+            l.state.on_sent(now);
+            l.budget.wake.notify(1);
+        }
+    }
+
+    /// The reader of `link` waits (`true`) on something other than its socket, or no longer.
+    pub fn set_stalled(&mut self, link: LinkId, stalled: bool) {
+        if let Some(l) = self.links.get_mut(link) {
+            l.stalled = stalled;
+        }
+    }
+
+    /// The budget of a served link (its writer waits on `wake`).
+    pub fn link_budget(&self, link: LinkId) -> Option<Arc<LinkBudget>> {
+        self.links.get(link).map(|l| l.budget.clone())
+    }
+
+    /// The connection of `link` is unusable: a read or write failed, the writer shut it down
+    /// after the last flush, or the driver could not attach it. The link goes quietly.
+    pub fn on_link_lost(&mut self, link: LinkId, now: Instant, out: &mut Vec<ShardAction>) {
+        self.teardown(link, None, now, out);
+    }
+
+    /// When the link's timer should fire next (`None`: the link is gone or closed, the timer
+    /// task ends).
+    pub fn link_timeout(&self, link: LinkId, now: Instant) -> Option<Instant> {
+        let d = self.links.get(link)?.state.poll_timeout()?;
+        Some(d.min(now + TIMER_CAP))
+    }
+
+    /// The link's timer fired: heartbeat, liveness, a Disconnect-policy kill. False when the
+    /// link is gone (the timer task ends).
+    pub fn on_link_timer(
+        &mut self,
+        link: LinkId,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) -> bool {
+        let Some(l) = self.links.get_mut(link) else {
+            return false;
+        };
+        if l.budget.kill_requested() {
+            self.slow_peer(link, now, out);
+            return false;
+        }
+        if l.stalled {
+            l.state.on_bytes_received(now);
+        }
+        l.state.handle_timeout(now);
+        match pull(l) {
+            Some(reason @ CloseReason::Stalled) => {
+                inc(&self.counters.stalled_links);
+                let e = self.error(link, LinkFault::Stalled, reason.to_string());
+                self.teardown(link, e, now, out);
+                false
+            }
+            Some(reason) if reason != CloseReason::Local => {
+                tracing::info!(shard = self.idx, peer = %l.peer, %reason, "link closed");
+                self.teardown(link, None, now, out);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Closes a link whose peer stayed blocked past the policy's limit.
+    pub(super) fn slow_peer(&mut self, link: LinkId, now: Instant, out: &mut Vec<ShardAction>) {
+        inc(&self.counters.slow_peer_disconnects);
+        let msg = "peer stayed blocked past the policy's limit (slow link)".to_owned();
+        let e = self.error(link, LinkFault::SlowPeer, msg);
+        self.teardown(link, e, now, out);
+    }
+
+    /// An error about served `link`, naming its peer.
+    pub(super) fn error(
+        &self,
+        link: LinkId,
+        fault: LinkFault,
+        message: String,
+    ) -> Option<LinkError> {
+        Some(LinkError {
+            peer: self.links.get(link).map(|l| l.peer),
+            fault,
+            message,
+        })
+    }
+
+    /// The single exit of a link: discards what is still queued or in flight (counted in
+    /// `dropped_link_closed`), releases and closes the budget, and asks the driver to stop
+    /// its tasks and to report the close to the control plane.
+    pub(super) fn teardown(
+        &mut self,
+        link: LinkId,
+        err: Option<LinkError>,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let Some(mut l) = self.links.remove(link) else {
+            return;
+        };
+        let mut lost = std::mem::take(&mut l.in_flight);
+        for o in l.queue.drain(..) {
+            lost.add(&o);
+        }
+        add(&self.counters.dropped_link_closed, lost.frames);
+        l.budget.release(lost.held);
+        l.budget.close();
+        l.state.close(false, now);
+        inc(&self.counters.links_closed);
+        out.push(ShardAction::Ended(link));
+        if let Some(e) = err {
+            tracing::warn!(shard = self.idx, peer = %l.peer, fault = ?e.fault, message = %e.message, "link closed on error");
+            out.push(ShardAction::Error(e));
+        }
+        out.push(ShardAction::Report {
+            msg: ToControl::LinkClosed { link },
+            busy: IfBusy::Detach,
+        });
+        self.check_stopped(out);
+    }
+}

@@ -1,0 +1,317 @@
+//! The shard core: everything a data shard decides, as one sans-I/O state machine.
+//!
+//! A [`ShardCore`] owns the [`Router`] and its dedup state, the [`NeighbourLinks`] table and
+//! the link owners, and every link served on its shard: the link's [`Link`] state machine,
+//! its read buffer (or, secured, its [`crate::crypto::RecordReader`]), its outbound queue of
+//! [`Out`]s, its record sealer and the accounting of its [`LinkBudget`]. It decides the
+//! backpressure (Block waits, DropNewest drops, Disconnect kills, the slow-link rule), the
+//! origination of what the application publishes ([`Publish`]), what reaches the
+//! application ([`Delivery`]), the heartbeat and liveness of each link, the accounting of a
+//! link's teardown, and every counter of the shard ([`Counters`]).
+//!
+//! **Owns:** the decisions of one data shard. **Must not touch:** sockets, tasks, channels,
+//! the clock or the application's event queue: every input carries `now`, every output is a
+//! [`ShardAction`] (or a [`WriteStep`]) the driver carries out.
+//!
+//! # Driving loop
+//!
+//! Inputs, each with `now` and a reusable `out: &mut Vec<ShardAction>` that the driver drains
+//! in order after every call (nothing else happens on the shard in between, except while the
+//! driver awaits one of the actions):
+//!
+//! - from the control plane: [`on_command`](ShardCore::on_command) (`ToShard<C>`; an
+//!   `AddLink` hands the connection back for the driver to serve);
+//! - from another shard: [`on_peer`](ShardCore::on_peer) (`ShardToShard`);
+//! - from the application: [`publish`](ShardCore::publish) (on the origin shard only);
+//! - a link's reader: [`read_buffer`](ShardCore::read_buffer) → read into it →
+//!   [`on_read`](ShardCore::on_read) (or [`on_eof`](ShardCore::on_eof) /
+//!   [`on_link_lost`](ShardCore::on_link_lost)), then [`read_frames`](ShardCore::read_frames)
+//!   until it says [`ReadStep::NeedBytes`] (also before the first read: the handshake's
+//!   leftover bytes);
+//! - a link's writer: [`next_write`](ShardCore::next_write) fills the iovecs of one write; the
+//!   driver writes them and reports [`on_written`](ShardCore::on_written) (or
+//!   [`on_link_lost`](ShardCore::on_link_lost)); on [`WriteStep::Idle`] it waits for the
+//!   link budget's `wake` unless [`write_pending`](ShardCore::write_pending);
+//! - a link's timer: arm [`link_timeout`](ShardCore::link_timeout), call
+//!   [`on_link_timer`](ShardCore::on_link_timer);
+//! - the shard's timer (dedup sweep, stop grace): arm [`poll_timeout`](ShardCore::poll_timeout),
+//!   call [`handle_timeout`](ShardCore::handle_timeout);
+//! - a [`ShardAction::Block`]ed publish: take [`Blocked::listen`], call
+//!   [`unblock`](ShardCore::unblock), and wait for the listener or the returned deadline
+//!   until it says [`Unblock::Done`];
+//! - a post the driver could not make (ring full under [`IfBusy::Drop`], or the receiver
+//!   gone): [`unposted`](ShardCore::unposted).
+//!
+//! The actions: post to another shard or to the control plane ([`IfBusy`] says whether the
+//! driver waits for ring room, sends it from a detached task, or gives it back), hand a
+//! message or an error event to the application, wait for link room (Block), and stop the
+//! tasks of a link the core forgot ([`ShardAction::Ended`]). A simulation drives the same
+//! core with `C = ()` and in-memory queues.
+//!
+//! The per-frame path (parse, route, fan out, deliver) is synchronous and allocates nothing:
+//! outputs go to the caller's reused vector.
+//!
+//! Secured mode lives here too: the core opens records in place in the link's read buffer
+//! and seals each write's batch into the link's reusable buffer, because what a record holds
+//! (frames may span records, a frame dropped by policy must never consume a nonce, a record
+//! that fails closes that link only) is protocol; the driver only moves ciphertext.
+
+mod action;
+mod backpressure;
+mod links;
+mod origin;
+mod read;
+mod route;
+mod write;
+
+#[cfg(test)]
+mod tests;
+
+pub use action::{decode_fault, Delivery, IfBusy, LinkError, LinkFault, ShardAction};
+pub use backpressure::{Blocked, Unblock};
+pub use origin::Publish;
+pub use read::ReadStep;
+pub use write::WriteStep;
+
+use crate::budget::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
+use crate::cmd::{ShardToShard, ToControl, ToShard};
+use crate::config::MeshConfig;
+use crate::dedup::DedupCache;
+use crate::router::{MsgIdGen, NeighbourLinks, Router};
+use crate::stats::{add, Counters};
+use crate::{LinkId, PeerId};
+use ahash::AHashMap;
+use links::Links;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a stopping shard lets its links flush (and say Goodbye) before it closes them.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// What a shard core is configured with.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// This node.
+    pub me: PeerId,
+    /// The TTL originated messages carry.
+    pub initial_ttl: u8,
+    /// The largest frame accepted from a peer.
+    pub max_message_bytes: u32,
+    /// The node's dedup bounds (each shard keeps its share).
+    pub max_dedup_entries: usize,
+    /// How long a message id is remembered.
+    pub dedup_ttl: Duration,
+    /// The node's bound on originator id streams (each shard keeps its share).
+    pub max_dedup_streams: usize,
+    /// What a full link queue does to a new frame.
+    pub policy: OverflowPolicy,
+    /// Under Block: when a congested link is slow, and what happens to it.
+    pub slow_link: SlowLinkPolicy,
+    /// A secured mesh (identity records are passed to the control plane).
+    pub secure: bool,
+    /// The most buffers one vectored write takes (the driver's limit).
+    pub max_iovecs: usize,
+}
+
+impl ShardConfig {
+    /// The settings of `cfg` for node `me`, with the default policies, plaintext, and up to
+    /// 1024 iovecs per write.
+    pub fn new(me: PeerId, cfg: &MeshConfig) -> ShardConfig {
+        ShardConfig {
+            me,
+            initial_ttl: cfg.initial_ttl,
+            max_message_bytes: cfg.max_message_bytes,
+            max_dedup_entries: cfg.max_dedup_entries,
+            dedup_ttl: cfg.dedup_ttl,
+            max_dedup_streams: cfg.max_dedup_streams,
+            policy: OverflowPolicy::default(),
+            slow_link: SlowLinkPolicy::default(),
+            secure: false,
+            max_iovecs: 1024,
+        }
+    }
+}
+
+/// Where a stop stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Running,
+    /// Links may flush until then.
+    Until(Instant),
+    /// [`ToControl::Stopped`] was sent.
+    Done,
+}
+
+/// One data shard's decisions (see the [module docs](self)).
+#[derive(Debug)]
+pub struct ShardCore {
+    idx: usize,
+    shards: usize,
+    cfg: ShardConfig,
+    counters: Arc<Counters>,
+    router: Router,
+    table: NeighbourLinks,
+    /// Every routed link (of any shard): the shard serving it and its budget.
+    owners: AHashMap<LinkId, (usize, Arc<LinkBudget>)>,
+    /// The links this shard serves.
+    links: Links,
+    gen: MsgIdGen,
+    stop: Stop,
+}
+
+impl ShardCore {
+    /// Shard `idx` of `shards`, writing its counters to `counters`; message ids are seeded
+    /// with `seed`.
+    pub fn new(
+        idx: usize,
+        shards: usize,
+        cfg: ShardConfig,
+        counters: Arc<Counters>,
+        seed: u64,
+        now: Instant,
+    ) -> ShardCore {
+        let n = shards.max(1);
+        let dedup = DedupCache::with_streams(
+            (cfg.max_dedup_entries / n).max(1),
+            cfg.dedup_ttl,
+            (cfg.max_dedup_streams / n).max(1),
+            now,
+        );
+        ShardCore {
+            idx,
+            shards: n,
+            router: Router::with_dedup(cfg.me, cfg.initial_ttl, dedup),
+            table: NeighbourLinks::new(),
+            owners: AHashMap::new(),
+            links: Links::default(),
+            gen: MsgIdGen::new(cfg.me, seed),
+            stop: Stop::Running,
+            counters,
+            cfg,
+        }
+    }
+
+    /// This shard's index.
+    pub fn idx(&self) -> usize {
+        self.idx
+    }
+
+    /// The shard's counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The router (for its statistics).
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// The links this shard serves.
+    pub fn served(&self) -> impl Iterator<Item = LinkId> + '_ {
+        self.links.ids()
+    }
+
+    /// Carries out a control-plane command. For `AddLink` the link is served from now on and
+    /// its connection is handed back: the driver starts its reader, writer and timer (or
+    /// reports [`on_link_lost`](Self::on_link_lost) if it cannot).
+    pub fn on_command<C>(
+        &mut self,
+        cmd: ToShard<C>,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) -> Option<(LinkId, C)> {
+        match cmd {
+            ToShard::AddLink(nl) => return Some(self.add_link(*nl)),
+            ToShard::Install {
+                peer,
+                link,
+                owner,
+                budget,
+            } => {
+                if let Some(old) = self.table.link_to(&peer).filter(|old| *old != link) {
+                    self.owners.remove(&old);
+                }
+                self.table.insert(peer, link);
+                self.owners.insert(link, (owner, budget));
+            }
+            ToShard::Uninstall { peer, link } => {
+                self.table.remove(&peer, link);
+                self.owners.remove(&link);
+            }
+            ToShard::Close { link, goodbye } => self.close(link, goodbye, now),
+            ToShard::SendRaw { link, frame } => self.send_raw(link, frame, now),
+            ToShard::Stop => {
+                if self.stop == Stop::Running {
+                    self.stop = Stop::Until(now + STOP_GRACE);
+                }
+                self.check_stopped(out);
+            }
+            ToShard::Sync(token) => out.push(ShardAction::Report {
+                msg: ToControl::Synced(token),
+                busy: IfBusy::Detach,
+            }),
+        }
+        None
+    }
+
+    /// Handles a message from another shard.
+    pub fn on_peer(&mut self, msg: ShardToShard, now: Instant, out: &mut Vec<ShardAction>) {
+        match msg {
+            ShardToShard::Relay { from, data } => {
+                self.route(from, data, route::Path::Inbox, now, out)
+            }
+            ShardToShard::Transmit {
+                link,
+                out: o,
+                frames,
+            } => self.enqueue_reserved(link, o, frames, now),
+        }
+    }
+
+    /// A post the driver could not make: the receiving executor is gone, or (`busy`) its ring
+    /// was full under [`IfBusy::Drop`]. Reserved link bytes are given back; a dropped
+    /// transmission is counted.
+    pub fn unposted(&mut self, msg: ShardToShard, busy: bool) {
+        if let ShardToShard::Transmit { link, out, frames } = msg {
+            if busy {
+                add(&self.counters.dropped_queue_full, frames);
+            }
+            if let Some((_, b)) = self.owners.get(&link) {
+                b.release(out.held());
+            }
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) has work next.
+    pub fn poll_timeout(&self) -> Instant {
+        let at = self.router.poll_timeout();
+        match self.stop {
+            Stop::Until(d) => at.min(d),
+            _ => at,
+        }
+    }
+
+    /// Sweeps the dedup cache when due, and closes what a stop left open past its grace.
+    pub fn handle_timeout(&mut self, now: Instant, out: &mut Vec<ShardAction>) {
+        self.router.handle_timeout(now);
+        if let Stop::Until(d) = self.stop {
+            if now >= d {
+                for link in self.links.ids().collect::<Vec<_>>() {
+                    self.teardown(link, None, now, out);
+                }
+                self.check_stopped(out);
+            }
+        }
+    }
+
+    /// After a stop, reports [`ToControl::Stopped`] once no link is left.
+    fn check_stopped(&mut self, out: &mut Vec<ShardAction>) {
+        if matches!(self.stop, Stop::Until(_)) && self.links.is_empty() {
+            self.stop = Stop::Done;
+            out.push(ShardAction::Report {
+                msg: ToControl::Stopped(self.idx),
+                busy: IfBusy::Detach,
+            });
+        }
+    }
+}

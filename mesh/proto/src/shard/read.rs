@@ -1,0 +1,346 @@
+//! What a link's reader hands the core: read buffers sized by what arrives, and the frames
+//! parsed from them (Data frames through a fast lane that builds no `Frame`; payloads are
+//! slices of the read buffer).
+//!
+//! Secured links read ciphertext straight into their [`RecordReader`]'s buffer; records are
+//! opened in place, one as the parser needs it, and frames are parsed from the plaintext
+//! where it was decrypted, exactly as in plaintext mode (frames may span records). A record
+//! that does not authenticate closes that link only.
+//!
+//! **Owns:** read buffer sizing, frame parsing and the link step of each received frame.
+//! **Must not touch:** the socket (the driver reads into the buffer it is given).
+
+use super::action::{decode_fault, IfBusy, LinkFault, ShardAction};
+use super::links::pull;
+use super::ShardCore;
+use crate::cmd::ToControl;
+use crate::crypto::{OpenError, RecordReader};
+use crate::link::{CloseReason, FrameAction};
+use crate::stats::{add, inc};
+use crate::wire::{peek_frame_len, take_data, take_frame, Data, DecodeError, DecodeStatus, Frame};
+use crate::LinkId;
+use bytes::BytesMut;
+use std::time::Instant;
+
+/// Bytes reserved for a read when the buffer has less room: from [`READ_CHUNK`], doubled
+/// up to [`READ_CHUNK_MAX`] while reads fill what was asked (a busy link), back to the
+/// minimum when a read comes back small, so idle links keep small buffers. Reads of 256 KiB
+/// made 1 KiB throughput ~15 % higher than reads of 64 KiB (BENCHMARKS.md).
+pub(super) const READ_CHUNK: usize = 64 * 1024;
+/// The largest read a busy link grows to.
+pub(super) const READ_CHUNK_MAX: usize = 256 * 1024;
+
+/// Room for the next read: a chunk, or inside a frame (a record) that still needs `rest`
+/// bytes, up to as much as is already buffered. The buffer grows with what arrives (at most
+/// doubling per read, so copying stays linear), never to a length a peer merely announced: a
+/// 5-byte header announcing 16 MiB used to reserve 16 MiB for that link.
+pub(super) fn read_room(rest: usize, buffered: usize, chunk: usize) -> usize {
+    chunk.max(rest.min(buffered))
+}
+
+/// The size of the next read, given the last one: see [`READ_CHUNK`].
+pub(super) fn next_chunk(chunk: usize, read: usize) -> usize {
+    if read >= chunk {
+        (chunk * 2).min(READ_CHUNK_MAX)
+    } else if read < chunk / 4 {
+        READ_CHUNK
+    } else {
+        chunk
+    }
+}
+
+/// Actions one [`ShardCore::read_frames`] call collects at most before it returns, so the
+/// driver carries them out while they are still in the cache (a 256 KiB read holds thousands
+/// of small frames).
+const ACTIONS_PER_CALL: usize = 64;
+
+/// What a link's reader does after [`ShardCore::read_frames`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadStep {
+    /// More whole frames are buffered: carry out the actions, then call again.
+    More,
+    /// Every whole frame is handled: read more bytes.
+    NeedBytes,
+    /// The link is gone: the reader stops.
+    Gone,
+}
+
+/// A link's read state.
+#[derive(Debug)]
+pub(super) enum Rx {
+    /// Plaintext: the bytes read and not yet parsed.
+    Plain(BytesMut),
+    /// Secured: ciphertext, and the plaintext opened in place before it.
+    Secure(RecordReader),
+}
+
+/// A frame taken off a link's read buffer.
+enum Incoming {
+    Data(Data),
+    Frame(Frame),
+}
+
+/// Why a link's bytes cannot be read on.
+enum Unreadable {
+    Decode(DecodeError),
+    Open(OpenError),
+}
+
+/// Takes the next whole frame off `rx`, `None` when more bytes are needed.
+fn next_frame(rx: &mut Rx, max: u32) -> Result<Option<Incoming>, Unreadable> {
+    match rx {
+        Rx::Plain(buf) => take_one(buf, max).map_err(Unreadable::Decode),
+        Rx::Secure(rr) => loop {
+            let len = match peek_frame_len(rr.plaintext(), max) {
+                Ok(DecodeStatus::Complete { len, .. }) => len,
+                // Frames that fit their records are never moved: the next record is opened
+                // only once the plaintext before it holds no whole frame.
+                Ok(DecodeStatus::NeedMore { .. }) => match rr.open_next() {
+                    Ok(true) => continue,
+                    Ok(false) => return Ok(None),
+                    Err(e) => return Err(Unreadable::Open(e)),
+                },
+                Err(e) => return Err(Unreadable::Decode(e)),
+            };
+            // The frame is split off the buffer, so Data payloads share it (no copy).
+            let mut raw = rr.split_plaintext(len);
+            let f = take_one(&mut raw, max).map_err(Unreadable::Decode)?;
+            return Ok(Some(f.expect("peek_frame_len said the frame is complete")));
+        },
+    }
+}
+
+/// Data frames take the fast lane (no `Frame` built); anything else goes through
+/// `take_frame`, which decides.
+fn take_one(buf: &mut BytesMut, max: u32) -> Result<Option<Incoming>, DecodeError> {
+    if let Some(d) = take_data(buf, max) {
+        return Ok(Some(Incoming::Data(d)));
+    }
+    Ok(take_frame(buf, max)?.map(Incoming::Frame))
+}
+
+impl ShardCore {
+    /// Handles the whole frames buffered on `link`, until they are all handled or a batch of
+    /// actions is collected.
+    pub fn read_frames(
+        &mut self,
+        link: LinkId,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) -> ReadStep {
+        let Some(slot) = self.links.slot(link) else {
+            return ReadStep::Gone;
+        };
+        let max = self.cfg.max_message_bytes;
+        loop {
+            if out.len() >= ACTIONS_PER_CALL {
+                return ReadStep::More;
+            }
+            let frame = match next_frame(&mut self.links.at(slot).rx, max) {
+                Ok(Some(f)) => f,
+                Ok(None) => return ReadStep::NeedBytes,
+                Err(Unreadable::Decode(e)) => {
+                    let fault = decode_fault(&e, &self.counters);
+                    let err = self.error(link, fault, e.to_string());
+                    self.teardown(link, err, now, out);
+                    return ReadStep::Gone;
+                }
+                Err(Unreadable::Open(e)) => {
+                    self.record_failure(link, e.to_string(), now, out);
+                    return ReadStep::Gone;
+                }
+            };
+            if !self.on_frame(slot, link, frame, now, out) {
+                return ReadStep::Gone;
+            }
+        }
+    }
+
+    /// Runs a received frame through its link's state machine, then routes it or hands it
+    /// to the control plane; false when the link closed.
+    fn on_frame(
+        &mut self,
+        slot: usize,
+        link: LinkId,
+        frame: Incoming,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) -> bool {
+        inc(&self.counters.frames_in);
+        let l = self.links.at(slot);
+        if l.closing {
+            // Closing politely: the writer flushes and says Goodbye; what the peer still
+            // sends is moot.
+            return true;
+        }
+        let action = match &frame {
+            Incoming::Data(_) => l.state.on_data(now),
+            Incoming::Frame(f) => l.state.on_frame(f, now),
+        };
+        let closed = pull(l);
+        match action {
+            FrameAction::Consumed => true,
+            FrameAction::Close => {
+                let err = match closed {
+                    None | Some(CloseReason::Goodbye) | Some(CloseReason::Local) => None,
+                    Some(r) => {
+                        inc(&self.counters.malformed_frames);
+                        self.error(link, LinkFault::Malformed, r.to_string())
+                    }
+                };
+                self.teardown(link, err, now, out);
+                false
+            }
+            FrameAction::Process => {
+                match frame {
+                    Incoming::Data(d) | Incoming::Frame(Frame::Data(d)) => {
+                        self.route_in(link, d, now, out)
+                    }
+                    Incoming::Frame(Frame::Membership(record)) => out.push(ShardAction::Report {
+                        msg: ToControl::MembershipIn { link, record },
+                        busy: IfBusy::Wait,
+                    }),
+                    Incoming::Frame(Frame::IdentityRecord(record)) if self.cfg.secure => {
+                        out.push(ShardAction::Report {
+                            msg: ToControl::IdentityIn {
+                                link,
+                                record: Box::new(record),
+                            },
+                            busy: IfBusy::Wait,
+                        })
+                    }
+                    // AuthConfirm cannot pass an established link; a plaintext mesh has no
+                    // identity records to learn from.
+                    Incoming::Frame(_) => {}
+                }
+                true
+            }
+        }
+    }
+
+    /// A record did not open (or could not be sealed): the stream can no longer be trusted;
+    /// only this link goes.
+    pub(super) fn record_failure(
+        &mut self,
+        link: LinkId,
+        message: String,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        inc(&self.counters.record_failures);
+        let err = self.error(link, LinkFault::Crypto, message);
+        self.teardown(link, err, now, out);
+    }
+
+    /// The buffer to read `link`'s next bytes into (appending) and how many bytes of room
+    /// to make for them; `None` when the link is gone. Hand it back with
+    /// [`on_read`](Self::on_read) or [`on_eof`](Self::on_eof).
+    pub fn read_buffer(&mut self, link: LinkId) -> Option<(BytesMut, usize)> {
+        let max = self.cfg.max_message_bytes;
+        let l = self.links.get_mut(link)?;
+        let (rest, buf) = match &mut l.rx {
+            Rx::Plain(buf) => {
+                let needed = match peek_frame_len(buf, max) {
+                    Ok(DecodeStatus::NeedMore { needed }) => needed,
+                    _ => 0,
+                };
+                (needed.saturating_sub(buf.len()), std::mem::take(buf))
+            }
+            Rx::Secure(rr) => (rr.pending_record_bytes(), rr.take_buffer()),
+        };
+        let want = read_room(rest, buf.len(), l.chunk);
+        Some((buf, want))
+    }
+
+    /// `n > 0` bytes were read into `buf` (from [`read_buffer`](Self::read_buffer)); call
+    /// [`read_frames`](Self::read_frames) next.
+    pub fn on_read(&mut self, link: LinkId, buf: BytesMut, n: usize, now: Instant) {
+        add(&self.counters.bytes_in, n as u64);
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        restore(&mut l.rx, buf);
+        l.chunk = next_chunk(l.chunk, n);
+        l.state.on_bytes_read(n, now);
+    }
+
+    /// The peer closed `link`'s connection; `buf` is what [`read_buffer`](Self::read_buffer)
+    /// gave out. An error if it ended inside a frame or a record.
+    pub fn on_eof(
+        &mut self,
+        link: LinkId,
+        buf: BytesMut,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        restore(&mut l.rx, buf);
+        let partial = match &l.rx {
+            Rx::Plain(buf) => buf.len(),
+            Rx::Secure(rr) => match rr.finish() {
+                Err(e) => return self.record_failure(link, e.to_string(), now, out),
+                Ok(()) => rr.plaintext().len(),
+            },
+        };
+        let err = (partial > 0).then(|| {
+            inc(&self.counters.malformed_frames);
+            let msg = format!("connection closed inside a frame ({partial} bytes of it received)");
+            self.error(link, LinkFault::Malformed, msg)
+        });
+        self.teardown(link, err.flatten(), now, out);
+    }
+}
+
+fn restore(rx: &mut Rx, buf: BytesMut) {
+    match rx {
+        Rx::Plain(b) => *b = buf,
+        Rx::Secure(rr) => rr.restore_buffer(buf),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_buffers_grow_with_what_arrives_not_with_what_is_announced() {
+        // A header announcing 16 MiB, then 5 bytes: one ordinary chunk.
+        assert_eq!(read_room(16 << 20, 5, READ_CHUNK), READ_CHUNK);
+        // A frame that fits a chunk gets a chunk.
+        assert_eq!(read_room(1000, 300_000, READ_CHUNK), READ_CHUNK);
+        // A large frame arriving for real: the room doubles what is buffered, up to the rest.
+        assert_eq!(read_room(16 << 20, 1 << 20, READ_CHUNK), 1 << 20);
+        assert_eq!(read_room(100_000, 1 << 20, READ_CHUNK), 100_000);
+        // Receiving a 16 MiB frame 64 KiB per read never holds more than twice what arrived
+        // plus a chunk.
+        let total = 16 << 20;
+        let mut buffered = 0usize;
+        let mut cap = 0usize;
+        while buffered < total {
+            let want = read_room(total - buffered, buffered, READ_CHUNK);
+            if cap - buffered < want {
+                cap = buffered + want;
+            }
+            assert!(cap <= 2 * buffered + READ_CHUNK, "{cap} for {buffered}");
+            buffered += (64 << 10).min(total - buffered);
+        }
+    }
+
+    #[test]
+    fn reads_grow_on_a_busy_link_and_shrink_on_an_idle_one() {
+        let mut c = READ_CHUNK;
+        for _ in 0..10 {
+            c = next_chunk(c, c); // every read fills what was asked
+        }
+        assert_eq!(c, READ_CHUNK_MAX, "grows, never past the maximum");
+        assert_eq!(next_chunk(c, c / 2), c, "a half-full read keeps the size");
+        assert_eq!(
+            next_chunk(c, 100),
+            READ_CHUNK,
+            "a small read shrinks it at once"
+        );
+        assert_eq!(next_chunk(READ_CHUNK, 10), READ_CHUNK);
+    }
+}

@@ -1,0 +1,296 @@
+//! Routing and fan-out of Data frames on a shard.
+//!
+//! A Data frame is routed on the shard that owns its originator's dedup state
+//! ([`dedup_shard`]): when that is the reading shard — always for a message straight from its
+//! originator — nothing leaves the shard; otherwise the frame hops once
+//! ([`ShardToShard::Relay`]). Sending on a link of another shard is one more hop
+//! ([`ShardToShard::Transmit`]) with the bytes already reserved in the link's [`LinkBudget`],
+//! so a policy always acts on a whole new frame, never on one already queued.
+//!
+//! **Owns:** the route decision's execution (deliver, fan out, drop and count) and the
+//! reservation of link room. **Must not touch:** waiting (a Block publish that finds no room
+//! becomes a [`ShardAction::Block`]; see `backpressure`).
+
+use super::action::{Delivery, IfBusy, ShardAction};
+use super::backpressure::Blocked;
+use super::ShardCore;
+use crate::budget::{LinkBudget, OverflowPolicy};
+use crate::cmd::{Out, ShardToShard};
+use crate::router::{DataMeta, DataVerdict, DropReason};
+use crate::stats::{add, inc, raise};
+use crate::wire::{Data, DataHeader, DATA_HEADER_LEN};
+use crate::{dedup_shard, LinkId};
+use bytes::Bytes;
+use std::time::Instant;
+
+/// Which input routes a frame, which decides what it may wait for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Path {
+    /// The application's publish: may wait for link room (Block) and ring room.
+    Origin,
+    /// A link's reader: may wait for ring room (that only stalls this link).
+    Reader,
+    /// The shard's inbox: never waits for another shard's ring, since that shard's inbox
+    /// may be waiting for ours; a hop that does not fit is dropped and counted.
+    Inbox,
+}
+
+impl ShardCore {
+    /// A Data frame read on `from`: routed here, or relayed to the shard owning its dedup
+    /// state.
+    pub(super) fn route_in(
+        &mut self,
+        from: LinkId,
+        d: Data,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let owner = dedup_shard(&d.msg_id, self.shards);
+        if owner != self.idx {
+            inc(&self.counters.hops_out);
+            out.push(ShardAction::Post {
+                to: owner,
+                msg: ShardToShard::Relay { from, data: d },
+                busy: IfBusy::Wait,
+            });
+            return;
+        }
+        self.route(from, d, Path::Reader, now, out);
+    }
+
+    /// Routes a Data frame received on `from` whose dedup state is on this shard.
+    pub(super) fn route(
+        &mut self,
+        from: LinkId,
+        d: Data,
+        path: Path,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let meta = DataMeta {
+            src: d.src,
+            dst: d.dst,
+            msg_id: d.msg_id,
+            ttl: d.ttl,
+        };
+        let c = &self.counters;
+        match self.router.on_data(&self.table, from, &meta, now) {
+            DataVerdict::Deliver => self.deliver(d, out),
+            DataVerdict::DeliverAndForward { except, ttl } => {
+                self.fan_out(&meta, &d.payload, Some(except), None, ttl, path, now, out);
+                self.deliver(d, out);
+            }
+            DataVerdict::Forward { except, ttl } => {
+                self.fan_out(&meta, &d.payload, except, None, ttl, path, now, out)
+            }
+            DataVerdict::Unicast { link, ttl } => {
+                self.fan_out(&meta, &d.payload, None, Some(link), ttl, path, now, out)
+            }
+            DataVerdict::Drop(DropReason::Duplicate) => inc(&c.dropped_duplicate),
+            DataVerdict::Drop(DropReason::TtlExpired) => inc(&c.dropped_ttl),
+            DataVerdict::Drop(DropReason::NoRoute) => inc(&c.dropped_no_route),
+            DataVerdict::Drop(DropReason::TooOld) => inc(&c.dropped_too_old),
+        }
+    }
+
+    /// Hands a message to the application.
+    pub(super) fn deliver(&self, d: Data, out: &mut Vec<ShardAction>) {
+        inc(&self.counters.delivered);
+        out.push(ShardAction::Deliver(Delivery {
+            from: d.src,
+            broadcast: d.dst.is_zero(),
+            payload: d.payload,
+        }));
+    }
+
+    /// Sends one Data frame (with `ttl`) on `only`, or on every routed link except `except`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fan_out(
+        &mut self,
+        meta: &DataMeta,
+        payload: &Bytes,
+        except: Option<LinkId>,
+        only: Option<LinkId>,
+        ttl: u8,
+        path: Path,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let Ok(header) = DataHeader::new(&meta.src, &meta.dst, &meta.msg_id, ttl, payload.len())
+        else {
+            inc(&self.counters.oversize_frames);
+            return;
+        };
+        let n = DATA_HEADER_LEN + payload.len();
+        self.fan_out_with(n, 1, except, only, path, now, out, || {
+            Out::Data(header, payload.clone())
+        });
+    }
+
+    /// Queues what `make` builds (`n` bytes holding `frames` Data frames) on `only`, or on
+    /// every routed link except `except`. Reserves each link's bytes first; what does not
+    /// fit is dropped and counted, except that an originated message under the Block policy
+    /// waits for room ([`ShardAction::Block`]), unless the link is slow.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fan_out_with(
+        &mut self,
+        n: usize,
+        frames: u64,
+        except: Option<LinkId>,
+        only: Option<LinkId>,
+        path: Path,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+        make: impl Fn() -> Out,
+    ) {
+        // The routing tables are only read (no budget `Arc` is cloned per target) while the
+        // links are written.
+        let ShardCore {
+            idx,
+            counters: c,
+            table,
+            owners,
+            links,
+            cfg,
+            ..
+        } = self;
+        let mut q = Queuer {
+            idx: *idx,
+            c,
+            links,
+            now,
+        };
+        let policy = cfg.policy;
+        let mut send = |link: LinkId| {
+            let Some((owner, budget)) = owners.get(&link) else {
+                return;
+            };
+            let Some(total) = budget.try_reserve(n) else {
+                let may_wait =
+                    path == Path::Origin && policy == OverflowPolicy::Block && !budget.is_closed();
+                if may_wait && budget.is_slow() {
+                    // Nobody waits for a slow link (see `SlowLinkPolicy`).
+                    add(&q.c.dropped_slow_link, frames);
+                } else if may_wait {
+                    out.push(ShardAction::Block(Box::new(Blocked::new(
+                        link,
+                        *owner,
+                        budget.clone(),
+                        make(),
+                        frames,
+                    ))));
+                } else if budget.is_closed() {
+                    add(&q.c.dropped_no_route, frames);
+                } else {
+                    add(&q.c.dropped_queue_full, frames);
+                    if let OverflowPolicy::Disconnect { after } = policy {
+                        budget.note_full(after, now);
+                    }
+                }
+                return;
+            };
+            q.transmit(link, *owner, budget, make(), frames, total, path, out);
+        };
+        match only {
+            Some(l) => send(l),
+            None => {
+                for &l in table.links() {
+                    if Some(l) != except {
+                        send(l);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `ShardToShard::Transmit`: queues reserved bytes on a link of this shard.
+    pub(super) fn enqueue_reserved(&mut self, link: LinkId, o: Out, frames: u64, now: Instant) {
+        let ShardCore {
+            idx,
+            counters: c,
+            owners,
+            links,
+            ..
+        } = self;
+        let budget = owners.get(&link).map(|(_, b)| &**b);
+        Queuer {
+            idx: *idx,
+            c,
+            links,
+            now,
+        }
+        .enqueue(link, o, frames, budget);
+    }
+}
+
+/// The parts of a shard that queuing on a link writes (split from the routing tables, which
+/// a fan-out reads meanwhile).
+pub(super) struct Queuer<'a> {
+    pub(super) idx: usize,
+    pub(super) c: &'a crate::stats::Counters,
+    pub(super) links: &'a mut super::links::Links,
+    pub(super) now: Instant,
+}
+
+impl Queuer<'_> {
+    /// Queues reserved bytes holding `frames` Data frames (`total` now queued on the link): on
+    /// this shard directly, or as a hop to the link's shard.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn transmit(
+        &mut self,
+        link: LinkId,
+        owner: usize,
+        budget: &LinkBudget,
+        o: Out,
+        frames: u64,
+        total: usize,
+        path: Path,
+        out: &mut Vec<ShardAction>,
+    ) {
+        raise(&self.c.peak_queued_bytes, total as u64);
+        add(&self.c.frames_queued, frames);
+        if owner == self.idx {
+            self.enqueue(link, o, frames, Some(budget));
+            return;
+        }
+        inc(&self.c.hops_out);
+        out.push(ShardAction::Post {
+            to: owner,
+            msg: ShardToShard::Transmit {
+                link,
+                out: o,
+                frames,
+            },
+            busy: if path == Path::Inbox {
+                IfBusy::Drop
+            } else {
+                IfBusy::Wait
+            },
+        });
+    }
+
+    /// Queues bytes holding `frames` Data frames, already reserved on a link of this shard;
+    /// if the link is gone or closing meanwhile, gives the bytes back (to `budget` if the link
+    /// is gone) and counts the frames as dropped.
+    pub(super) fn enqueue(
+        &mut self,
+        link: LinkId,
+        o: Out,
+        frames: u64,
+        budget: Option<&LinkBudget>,
+    ) {
+        let n = o.held();
+        if let Some(l) = self.links.get_mut(link) {
+            if !l.closing {
+                l.queue.push_back(o);
+                l.state.on_sent(self.now);
+                l.budget.wake.notify(1);
+                return;
+            }
+            l.budget.release(n);
+        } else if let Some(b) = budget {
+            b.release(n);
+        }
+        add(&self.c.dropped_no_route, frames);
+    }
+}

@@ -1,0 +1,598 @@
+//! Unit tests of the shard core, driven as a simulation would: no sockets, no tasks, virtual
+//! time, `C = ()`.
+
+use super::read::READ_CHUNK;
+use super::write::{seal_batch, Taken};
+use super::*;
+use crate::budget::SlowLinkAction;
+use crate::cmd::{NewLink, Out};
+use crate::crypto::{RecordOpener, RecordReader, RecordSealer};
+use crate::link::{Link, LinkTimers};
+use crate::wire::{encode_data_into, Data, DataHeader, Frame, Hello, PROTOCOL_VERSION};
+use crate::{dedup_shard, MsgId};
+use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
+
+const ME: PeerId = PeerId([1; 16]);
+const PA: PeerId = PeerId([0xa; 16]);
+const PB: PeerId = PeerId([0xb; 16]);
+const PC: PeerId = PeerId([0xc; 16]);
+const A: LinkId = LinkId(1);
+const B: LinkId = LinkId(2);
+
+fn hello(id: PeerId) -> Hello {
+    Hello {
+        node_id: id,
+        protocol_version: PROTOCOL_VERSION,
+        tcp_listen_port: 7000,
+        group_name: "default".into(),
+        nonce: 42,
+        eph_pub_key: None,
+        identity: None,
+        shoal: None,
+    }
+}
+
+fn timers() -> LinkTimers {
+    LinkTimers {
+        heartbeat_interval: Duration::from_secs(1),
+        heartbeat_timeout: Duration::from_secs(3),
+        handshake_timeout: Duration::from_secs(2),
+    }
+}
+
+/// A link state machine past its handshake, with nothing left to send.
+fn established(id: LinkId, peer: PeerId, t0: Instant) -> Link {
+    let mut l = Link::acceptor(id, hello(ME), timers(), t0);
+    l.on_frame(&Frame::Hello(hello(peer)), t0);
+    while l.poll_transmit().is_some() {}
+    while l.poll_event().is_some() {}
+    l
+}
+
+struct Sim {
+    core: ShardCore,
+    t0: Instant,
+    out: Vec<ShardAction>,
+}
+
+impl Sim {
+    fn new(idx: usize, shards: usize, policy: OverflowPolicy) -> Sim {
+        let t0 = Instant::now();
+        let mut cfg = ShardConfig::new(ME, &MeshConfig::default());
+        cfg.policy = policy;
+        cfg.slow_link = SlowLinkPolicy {
+            after: Duration::from_millis(100),
+            action: SlowLinkAction::Drop,
+        };
+        let core = ShardCore::new(idx, shards, cfg, Arc::default(), 7, t0);
+        Sim {
+            core,
+            t0,
+            out: Vec::new(),
+        }
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.t0 + Duration::from_millis(ms)
+    }
+
+    fn stats(&self) -> crate::stats::ShardStats {
+        self.core.counters().snapshot()
+    }
+
+    /// Serves `link` to `peer` on this shard and routes `peer` over it.
+    fn serve(&mut self, link: LinkId, peer: PeerId, max: usize) -> Arc<LinkBudget> {
+        self.serve_with(link, peer, max, None)
+    }
+
+    fn serve_with(
+        &mut self,
+        link: LinkId,
+        peer: PeerId,
+        max: usize,
+        secure: Option<(RecordSealer, RecordOpener)>,
+    ) -> Arc<LinkBudget> {
+        let budget = Arc::new(LinkBudget::new(max, self.t0));
+        let nl = NewLink {
+            link,
+            peer,
+            conn: (),
+            leftover: BytesMut::new(),
+            secure,
+            state: established(link, peer, self.t0),
+            budget: budget.clone(),
+        };
+        let got = self
+            .core
+            .on_command(ToShard::AddLink(Box::new(nl)), self.t0, &mut self.out);
+        assert_eq!(got, Some((link, ())));
+        self.install(link, peer, self.core.idx(), &budget);
+        budget
+    }
+
+    /// Routes `peer` over `link` served by shard `owner`.
+    fn install(&mut self, link: LinkId, peer: PeerId, owner: usize, budget: &Arc<LinkBudget>) {
+        let cmd: ToShard<()> = ToShard::Install {
+            peer,
+            link,
+            owner,
+            budget: budget.clone(),
+        };
+        assert!(self.core.on_command(cmd, self.t0, &mut self.out).is_none());
+    }
+
+    /// `bytes` arrive on `link`; returns whether it is still up.
+    fn feed(&mut self, link: LinkId, bytes: &[u8], now: Instant) -> bool {
+        let (mut buf, want) = self.core.read_buffer(link).expect("served");
+        assert!(want >= READ_CHUNK);
+        buf.extend_from_slice(bytes);
+        self.core.on_read(link, buf, bytes.len(), now);
+        loop {
+            match self.core.read_frames(link, now, &mut self.out) {
+                ReadStep::More => continue,
+                ReadStep::NeedBytes => return true,
+                ReadStep::Gone => return false,
+            }
+        }
+    }
+
+    /// Everything `link`'s writer would put on the socket now (all writes succeed).
+    fn written(&mut self, link: LinkId, now: Instant) -> Vec<u8> {
+        let mut wire = Vec::new();
+        let mut bufs = Vec::new();
+        while self.core.next_write(link, &mut bufs, now, &mut self.out) == WriteStep::Write {
+            let n: usize = bufs.iter().map(Bytes::len).sum();
+            for b in bufs.drain(..) {
+                wire.extend_from_slice(&b);
+            }
+            self.core.on_written(link, n, now);
+        }
+        wire
+    }
+
+    fn take(&mut self) -> Vec<ShardAction> {
+        std::mem::take(&mut self.out)
+    }
+
+    fn publish(&mut self, dst: PeerId, payload: &'static [u8], now: Instant) {
+        let p = Publish::One {
+            dst,
+            payload: Bytes::from_static(payload),
+        };
+        self.core.publish(p, now, &mut self.out);
+    }
+}
+
+fn data_frame(src: PeerId, dst: PeerId, counter: u64, ttl: u8, payload: &[u8]) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    let id = MsgId::new(&src, counter);
+    encode_data_into(&mut b, &src, &dst, &id, ttl, payload).unwrap();
+    b.to_vec()
+}
+
+/// The Data frames in `wire`.
+fn frames(wire: &[u8]) -> Vec<Data> {
+    let mut b = BytesMut::from(wire);
+    let mut v = Vec::new();
+    while let Some(f) = crate::wire::take_frame(&mut b, u32::MAX).unwrap() {
+        if let Frame::Data(d) = f {
+            v.push(d);
+        }
+    }
+    assert!(b.is_empty());
+    v
+}
+
+fn deliveries(actions: &[ShardAction]) -> Vec<&Delivery> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            ShardAction::Deliver(d) => Some(d),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_broadcast_is_delivered_once_and_forwarded_to_the_other_links_only() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    s.take();
+    let f = data_frame(PC, PeerId::ZERO, 1, 8, b"hello");
+    assert!(s.feed(A, &f, s.at(1)));
+    let acts = s.take();
+    let d = deliveries(&acts);
+    assert_eq!(d.len(), 1);
+    assert_eq!((d[0].from, d[0].broadcast), (PC, true));
+    assert_eq!(&d[0].payload[..], b"hello");
+    assert!(s.written(A, s.at(1)).is_empty(), "split horizon");
+    let on_b = frames(&s.written(B, s.at(1)));
+    assert_eq!(on_b.len(), 1);
+    assert_eq!((on_b[0].ttl, &on_b[0].payload[..]), (7, &b"hello"[..]));
+
+    // The same message again, on the other link: a duplicate, dropped and counted.
+    assert!(s.feed(B, &f, s.at(2)));
+    assert!(deliveries(&s.take()).is_empty());
+    assert!(s.written(A, s.at(2)).is_empty());
+    let st = s.stats();
+    assert_eq!(
+        (
+            st.delivered,
+            st.dropped_duplicate,
+            st.frames_queued,
+            st.frames_in
+        ),
+        (1, 1, 1, 2)
+    );
+    assert_eq!(st.bytes_in, 2 * f.len() as u64);
+}
+
+#[test]
+fn a_frame_whose_dedup_state_is_elsewhere_hops_once_to_its_shard() {
+    let id = MsgId::new(&PC, 1);
+    let owner = dedup_shard(&id, 2);
+    let mut s = Sim::new(1 - owner, 2, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.take();
+    assert!(s.feed(A, &data_frame(PC, PeerId::ZERO, 1, 8, b"x"), s.at(1)));
+    let acts = s.take();
+    assert!(
+        matches!(&acts[..], [ShardAction::Post { to, msg: ShardToShard::Relay { from: A, data }, busy: IfBusy::Wait }]
+            if *to == owner && data.msg_id == id),
+        "{acts:?}"
+    );
+    assert_eq!(s.stats().hops_out, 1);
+    assert_eq!(s.stats().delivered, 0, "routed by the owner only");
+}
+
+#[test]
+fn fan_out_to_a_link_of_another_shard_is_a_reserved_transmit() {
+    let mut s = Sim::new(0, 2, OverflowPolicy::Block);
+    let remote = Arc::new(LinkBudget::new(1 << 20, s.t0));
+    s.install(B, PB, 1, &remote);
+    s.publish(PeerId::ZERO, b"abc", s.at(1));
+    let acts = s.take();
+    let [ShardAction::Post {
+        to: 1,
+        msg:
+            ShardToShard::Transmit {
+                link: B,
+                out,
+                frames: 1,
+            },
+        busy: IfBusy::Wait,
+    }] = &acts[..]
+    else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(out.held(), 58 + 3);
+    assert_eq!(remote.queued(), 58 + 3, "reserved before it hops");
+
+    // A relayed frame routed by the inbox never waits for a ring: it is given back if full.
+    let d = Data {
+        src: PC,
+        dst: PeerId::ZERO,
+        msg_id: MsgId::new(&PC, 9),
+        ttl: 8,
+        payload: Bytes::from_static(b"zz"),
+    };
+    s.core.on_peer(
+        ShardToShard::Relay { from: A, data: d },
+        s.at(2),
+        &mut s.out,
+    );
+    let mut acts = s.take();
+    assert_eq!(deliveries(&acts).len(), 1);
+    let Some(ShardAction::Post { msg, busy, .. }) = acts.drain(..1).next() else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(busy, IfBusy::Drop);
+    s.core.unposted(msg, true);
+    assert_eq!(s.stats().dropped_queue_full, 1);
+    assert_eq!(
+        remote.queued(),
+        58 + 3,
+        "the dropped frame's bytes are back"
+    );
+}
+
+#[test]
+fn a_full_link_makes_block_wait_and_drop_newest_drop() {
+    // DropNewest: the second frame finds the queue full and is dropped, counted.
+    let mut s = Sim::new(0, 1, OverflowPolicy::DropNewest);
+    s.serve(A, PA, 100);
+    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
+    s.publish(PeerId::ZERO, &[8; 60], s.at(1));
+    assert!(s.take().is_empty(), "nothing to wait for");
+    assert_eq!(s.stats().dropped_queue_full, 1);
+    assert_eq!(frames(&s.written(A, s.at(1))).len(), 1);
+
+    // Block: the second frame waits, and goes once the writer made room.
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let budget = s.serve(A, PA, 100);
+    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
+    s.publish(PeerId::ZERO, &[8; 60], s.at(1));
+    let mut acts = s.take();
+    let Some(ShardAction::Block(b)) = acts.pop() else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(b.link(), A);
+    let Unblock::Wait(b, until) = s.core.unblock(b, s.at(2), &mut s.out) else {
+        panic!("no room yet")
+    };
+    assert_eq!(until, s.at(102), "looks again when the link could be slow");
+    assert_eq!(s.stats().dropped_queue_full, 0);
+    let listener = b.listen();
+    let first = frames(&s.written(A, s.at(3)));
+    assert_eq!(first[0].payload[0], 7);
+    assert_eq!(budget.queued(), 0);
+    drop(listener);
+    assert!(matches!(
+        s.core.unblock(b, s.at(4), &mut s.out),
+        Unblock::Done
+    ));
+    let second = frames(&s.written(A, s.at(4)));
+    assert_eq!(second[0].payload[0], 8);
+    let st = s.stats();
+    assert_eq!((st.frames_queued, st.dropped_queue_full), (2, 0));
+}
+
+#[test]
+fn a_link_outpaced_by_another_is_declared_slow_and_not_waited_for() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 100);
+    let fast = s.serve(B, PB, 1 << 20);
+    fast.written(1 << 20, s.at(50));
+    s.publish(PA, &[1; 60], s.at(60));
+    s.publish(PA, &[2; 60], s.at(60));
+    let Some(ShardAction::Block(b)) = s.take().pop() else {
+        panic!()
+    };
+    let Unblock::Wait(b, until) = s.core.unblock(b, s.at(60), &mut s.out) else {
+        panic!()
+    };
+    assert_eq!(until, s.at(160));
+    // Woken early (some room elsewhere): still waiting for the same deadline.
+    let Unblock::Wait(b, again) = s.core.unblock(b, s.at(90), &mut s.out) else {
+        panic!()
+    };
+    assert_eq!(again, until);
+    assert!(matches!(
+        s.core.unblock(b, until, &mut s.out),
+        Unblock::Done
+    ));
+    let acts = s.take();
+    assert!(
+        matches!(
+            &acts[..],
+            [ShardAction::Error(LinkError {
+                peer: Some(PA),
+                fault: LinkFault::SlowPeer,
+                ..
+            })]
+        ),
+        "{acts:?}"
+    );
+    assert_eq!((s.stats().slow_links, s.stats().dropped_slow_link), (1, 1));
+    // Nobody waits for a slow link: the next message for it is dropped at once.
+    s.publish(PA, &[3; 60], s.at(170));
+    assert!(s.take().is_empty());
+    assert_eq!(s.stats().dropped_slow_link, 2);
+}
+
+#[test]
+fn a_single_congested_link_is_never_slow_the_publisher_just_waits() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 100);
+    s.publish(PA, &[1; 60], s.at(0));
+    s.publish(PA, &[2; 60], s.at(0));
+    let Some(ShardAction::Block(mut b)) = s.take().pop() else {
+        panic!()
+    };
+    for t in [0, 100, 125, 150, 1000] {
+        match s.core.unblock(b, s.at(t), &mut s.out) {
+            Unblock::Wait(next, until) => {
+                assert!(until > s.at(t));
+                b = next;
+            }
+            Unblock::Done => panic!("gave up at {t} ms"),
+        }
+    }
+    assert_eq!(s.stats().slow_links, 0);
+}
+
+#[test]
+fn teardown_counts_queued_and_in_flight_frames_and_frees_their_bytes() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let budget = s.serve(A, PA, 1 << 20);
+    s.take();
+    for _ in 0..3 {
+        s.publish(PeerId::ZERO, b"in flight", s.at(1));
+    }
+    let mut bufs = Vec::new();
+    assert_eq!(
+        s.core.next_write(A, &mut bufs, s.at(1), &mut s.out),
+        WriteStep::Write
+    );
+    for _ in 0..2 {
+        s.publish(PeerId::ZERO, b"queued", s.at(2));
+    }
+    assert!(budget.queued() > 0);
+    // The write fails (or the peer resets) before it completes.
+    s.core.on_link_lost(A, s.at(3), &mut s.out);
+    assert_eq!(s.stats().dropped_link_closed, 5);
+    assert_eq!(s.stats().links_closed, 1);
+    assert_eq!(budget.queued(), 0);
+    assert!(budget.is_closed());
+    let acts = s.take();
+    assert!(
+        matches!(
+            &acts[..],
+            [
+                ShardAction::Ended(A),
+                ShardAction::Report {
+                    msg: ToControl::LinkClosed { link: A },
+                    busy: IfBusy::Detach
+                }
+            ]
+        ),
+        "{acts:?}"
+    );
+    assert!(s.core.read_buffer(A).is_none(), "forgotten");
+    // Reserved bytes that reach a gone link come back and are counted.
+    let b2 = Arc::new(LinkBudget::new(1000, s.t0));
+    b2.try_reserve(70).unwrap();
+    s.install(B, PB, 0, &b2);
+    let h = DataHeader::new(&ME, &PeerId::ZERO, &MsgId::new(&ME, 1), 8, 12).unwrap();
+    let t = ShardToShard::Transmit {
+        link: B,
+        out: Out::Data(h, Bytes::from_static(&[0; 12])),
+        frames: 1,
+    };
+    s.core.on_peer(t, s.at(4), &mut s.out);
+    assert_eq!(b2.queued(), 0);
+    assert_eq!(s.stats().dropped_no_route, 1);
+}
+
+#[test]
+fn a_batch_is_routed_once_and_queued_whole() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    let mut run = BytesMut::new();
+    for i in 0..3u8 {
+        let id = MsgId::new(&ME, i as u64);
+        encode_data_into(&mut run, &ME, &PeerId::ZERO, &id, 8, &[i; 10]).unwrap();
+    }
+    let bytes = run.to_vec();
+    let p = Publish::Batch {
+        dst: PeerId::ZERO,
+        frames: run,
+        count: 3,
+    };
+    assert_eq!(p.weight(), 3);
+    s.core.publish(p, s.at(1), &mut s.out);
+    assert!(s.take().is_empty());
+    assert_eq!(s.written(A, s.at(1)), bytes);
+    assert_eq!(s.written(B, s.at(1)), bytes);
+    let st = s.stats();
+    assert_eq!((st.originated, st.frames_queued), (3, 6));
+
+    // A batch for this node itself is delivered message by message.
+    let mut run = BytesMut::new();
+    for i in 0..2u8 {
+        let id = MsgId::new(&ME, 10 + i as u64);
+        encode_data_into(&mut run, &ME, &ME, &id, 8, &[i; 4]).unwrap();
+    }
+    let p = Publish::Batch {
+        dst: ME,
+        frames: run,
+        count: 2,
+    };
+    s.core.publish(p, s.at(2), &mut s.out);
+    let acts = s.take();
+    let d = deliveries(&acts);
+    assert_eq!(d.len(), 2);
+    assert!(d.iter().all(|d| d.from == ME && !d.broadcast));
+}
+
+#[test]
+fn a_stop_waits_for_the_links_to_flush_then_closes_the_rest() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.take();
+    s.core.on_command(ToShard::<()>::Stop, s.at(0), &mut s.out);
+    assert!(s.take().is_empty(), "a link is still up");
+    assert_eq!(s.core.poll_timeout(), s.at(1000));
+    s.core.handle_timeout(s.at(1000), &mut s.out);
+    let acts = s.take();
+    assert!(matches!(
+        acts.last(),
+        Some(ShardAction::Report {
+            msg: ToControl::Stopped(0),
+            ..
+        })
+    ));
+    assert!(acts.iter().any(|a| matches!(a, ShardAction::Ended(A))));
+}
+
+#[test]
+fn a_secured_link_opens_records_in_place_and_a_forged_one_closes_only_it() {
+    let key = [5u8; 32];
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let limit = 1 << 16;
+    let pair = (
+        RecordSealer::new(&key, limit),
+        RecordOpener::new(&key, limit),
+    );
+    s.serve_with(A, PA, 1 << 20, Some(pair));
+    s.take();
+    let mut peer = RecordSealer::new(&key, limit);
+    let mut q = VecDeque::new();
+    for i in 0..2 {
+        let f = data_frame(PC, ME, i, 8, b"secret");
+        q.push_back(Out::Raw(Bytes::from(f), 0, 0));
+    }
+    let mut wire = BytesMut::new();
+    seal_batch(&mut q, &mut peer, &mut wire, &mut Taken::default()).unwrap();
+    // The records arrive in two reads, cut mid-record.
+    let cut = wire.len() / 2;
+    assert!(s.feed(A, &wire[..cut], s.at(1)));
+    assert!(s.feed(A, &wire[cut..], s.at(1)));
+    let acts = s.take();
+    assert_eq!(deliveries(&acts).len(), 2);
+    // A tampered record: this link goes, with a Crypto error.
+    let mut q = VecDeque::from([Out::Raw(Bytes::from(data_frame(PC, ME, 3, 8, b"x")), 0, 0)]);
+    let mut wire = BytesMut::new();
+    seal_batch(&mut q, &mut peer, &mut wire, &mut Taken::default()).unwrap();
+    let last = wire.len() - 1;
+    wire[last] ^= 1;
+    assert!(!s.feed(A, &wire, s.at(2)));
+    assert_eq!(s.stats().record_failures, 1);
+    assert!(s.take().iter().any(|a| matches!(
+        a,
+        ShardAction::Error(LinkError {
+            fault: LinkFault::Crypto,
+            ..
+        })
+    )));
+    // What this side writes is sealed: the peer opens it.
+    let mut s2 = Sim::new(0, 1, OverflowPolicy::Block);
+    let pair = (
+        RecordSealer::new(&key, limit),
+        RecordOpener::new(&key, limit),
+    );
+    s2.serve_with(B, PB, 1 << 20, Some(pair));
+    s2.publish(PeerId::ZERO, b"out", s2.at(1));
+    let sealed = s2.written(B, s2.at(1));
+    let mut rr = RecordReader::new(RecordOpener::new(&key, limit), &sealed);
+    rr.decrypt().unwrap();
+    let got = frames(rr.plaintext());
+    assert_eq!(&got[0].payload[..], b"out");
+}
+
+#[test]
+fn garbage_closes_the_link_it_came_on_with_a_malformed_error() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    s.take();
+    assert!(!s.feed(A, &[0, 0, 0, 1, 0xee], s.at(1)));
+    assert_eq!(s.stats().malformed_frames, 1);
+    let acts = s.take();
+    assert!(matches!(
+        &acts[..],
+        [
+            ShardAction::Ended(A),
+            ShardAction::Error(LinkError {
+                peer: Some(PA),
+                fault: LinkFault::Malformed,
+                ..
+            }),
+            ShardAction::Report { .. }
+        ]
+    ));
+    assert!(s.core.read_buffer(B).is_some(), "the other link stays");
+}

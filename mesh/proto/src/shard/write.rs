@@ -1,0 +1,320 @@
+//! What a link's writer puts on the socket: the queue's frames gathered into the iovecs of one
+//! vectored write (runs of frames up to 2 KiB copied into one arena slice, larger payloads as
+//! their own `Bytes`, uncopied), or, secured, sealed into as few records as fit in the link's
+//! reusable buffer. Sealing is the commit, so a frame the queue policy dropped never consumes
+//! a nonce.
+//!
+//! **Owns:** batching, sealing, and the accounting of what a write holds. **Must not touch:**
+//! the socket (the driver writes what it is given and reports back).
+
+use super::action::ShardAction;
+use super::links::pull;
+use super::ShardCore;
+use crate::cmd::Out;
+use crate::crypto::{RecordSealer, SealError};
+use crate::stats::add;
+use crate::wire::DATA_HEADER_LEN;
+use crate::LinkId;
+use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// Frames (header + payload) at most this long are copied into the batch's arena; longer
+/// payloads go to the socket as their own iovec, uncopied. The kernel walks iovecs one by
+/// one, and for small frames that walk costs more than the copy: two iovecs per 64-byte
+/// message made `_copy_from_iter` the largest cost of a publishing shard. At 1024 a 1 KiB
+/// message (1082 bytes with its header) still went as two iovecs; copying frames up to 2 KiB
+/// made 1 KiB throughput 20-25 % higher (BENCHMARKS.md).
+const COPY_MAX: usize = 2048;
+/// Most bytes gathered into one write (the link budget bounds what is queued anyway).
+const BATCH_MAX: usize = 1 << 20;
+/// Secured writer: stop adding frames to a batch once this much plaintext is in it (records
+/// are cut at the receiver's limit, far above this, so a batch is usually one record).
+pub(super) const SEAL_BATCH: usize = 256 * 1024;
+/// Secured writer: a reusable buffer that grew past this for one huge frame is released.
+const SEAL_BUF_KEEP: usize = 1024 * 1024;
+
+/// What the writer of a link does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteStep {
+    /// Write the buffers filled in, then report [`ShardCore::on_written`].
+    Write,
+    /// Nothing to write: wait for the link budget's `wake` (unless
+    /// [`ShardCore::write_pending`]).
+    Idle,
+    /// The link closed politely and its queue is flushed: shut the connection down, then
+    /// report [`ShardCore::on_link_lost`].
+    Shutdown,
+    /// The link is gone: the writer stops.
+    Gone,
+}
+
+/// A link's write state.
+#[derive(Debug)]
+pub(super) struct Tx {
+    /// Secured mesh: the link's record sealer.
+    sealer: Option<RecordSealer>,
+    /// Secured: the batch's records, sealed in place; its allocation is reclaimed for the next
+    /// batch once the write is done (reserve on a unique buffer), so no allocation per record.
+    sealed: BytesMut,
+}
+
+impl Tx {
+    pub(super) fn plain() -> Tx {
+        Tx {
+            sealer: None,
+            sealed: BytesMut::new(),
+        }
+    }
+
+    pub(super) fn sealed(sealer: RecordSealer) -> Tx {
+        Tx {
+            sealer: Some(sealer),
+            sealed: BytesMut::new(),
+        }
+    }
+}
+
+/// What a batch taken off a link's queue holds: the budget bytes to release once written, and
+/// the Data frames to count as lost if the write fails.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Taken {
+    pub(super) held: usize,
+    pub(super) frames: u64,
+}
+
+impl Taken {
+    pub(super) fn add(&mut self, o: &Out) {
+        self.held += o.held();
+        self.frames += o.frames();
+    }
+}
+
+impl ShardCore {
+    /// Fills `bufs` (empty) with the next write of `link`'s queue.
+    pub fn next_write(
+        &mut self,
+        link: LinkId,
+        bufs: &mut Vec<Bytes>,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) -> WriteStep {
+        let max_iovecs = self.cfg.max_iovecs;
+        let Some(l) = self.links.get_mut(link) else {
+            return WriteStep::Gone;
+        };
+        if l.budget.kill_requested() {
+            self.slow_peer(link, now, out);
+            return WriteStep::Gone;
+        }
+        pull(l);
+        if l.queue.is_empty() {
+            return if l.closing {
+                WriteStep::Shutdown
+            } else {
+                WriteStep::Idle
+            };
+        }
+        let mut taken = Taken::default();
+        let tx = &mut l.tx;
+        if let Some(sealer) = tx.sealer.as_mut() {
+            tx.sealed.reserve(SEAL_BATCH + 4096);
+            if tx.sealed.capacity() > SEAL_BUF_KEEP {
+                tx.sealed = BytesMut::with_capacity(SEAL_BATCH);
+            }
+            let sealed = seal_batch(&mut l.queue, sealer, &mut tx.sealed, &mut taken);
+            l.in_flight = taken;
+            if let Err(e) = sealed {
+                self.record_failure(link, e.to_string(), now, out);
+                return WriteStep::Gone;
+            }
+            bufs.push(tx.sealed.split().freeze());
+        } else {
+            l.in_flight = gather(&mut l.queue, bufs, max_iovecs);
+        }
+        WriteStep::Write
+    }
+
+    /// The write from [`next_write`](Self::next_write) is on the socket (`bytes` long).
+    pub fn on_written(&mut self, link: LinkId, bytes: usize, now: Instant) {
+        if let Some(l) = self.links.get_mut(link) {
+            let taken = std::mem::take(&mut l.in_flight);
+            l.budget.written(bytes, now);
+            l.budget.release(taken.held);
+            add(&self.counters.bytes_out, bytes as u64);
+        }
+    }
+
+    /// Whether an idle writer has work after all (checked after it took its wake listener).
+    pub fn write_pending(&self, link: LinkId) -> bool {
+        match self.links.get(link) {
+            Some(l) => !l.queue.is_empty() || l.closing || l.budget.kill_requested(),
+            None => true,
+        }
+    }
+}
+
+/// Moves queued frames into `bufs` for one vectored write of at most `max_iovecs` buffers:
+/// runs of small frames as one contiguous arena slice, large payloads as their own `Bytes`.
+/// Returns what the taken frames hold.
+pub(super) fn gather(queue: &mut VecDeque<Out>, bufs: &mut Vec<Bytes>, max_iovecs: usize) -> Taken {
+    let mut taken = Taken::default();
+    let mut total = 0;
+    let mut arena = BytesMut::new();
+    // Room for two iovecs (a flushed arena run, then a large payload) is kept at all times.
+    while bufs.len() + 3 <= max_iovecs && total < BATCH_MAX {
+        let Some(out) = queue.pop_front() else { break };
+        taken.add(&out);
+        let large = match out {
+            Out::Data(h, p) => {
+                let held = DATA_HEADER_LEN + p.len();
+                total += held;
+                if held <= COPY_MAX {
+                    reserve_arena(&mut arena, queue.len(), held);
+                    arena.extend_from_slice(&h.0);
+                    arena.extend_from_slice(&p);
+                    continue;
+                }
+                reserve_arena(&mut arena, queue.len(), DATA_HEADER_LEN);
+                arena.extend_from_slice(&h.0);
+                p
+            }
+            Out::Raw(b, ..) => {
+                total += b.len();
+                if b.len() <= COPY_MAX {
+                    reserve_arena(&mut arena, queue.len(), b.len());
+                    arena.extend_from_slice(&b);
+                    continue;
+                }
+                b
+            }
+        };
+        if !arena.is_empty() {
+            bufs.push(arena.split().freeze());
+        }
+        bufs.push(large);
+    }
+    if !arena.is_empty() {
+        bufs.push(arena.split().freeze());
+    }
+    taken
+}
+
+/// Makes room for `n` more bytes in the arena, sized once per batch for what is queued
+/// (assuming the rest is like this frame, and at least a small frame each) rather than grown
+/// frame by frame: growing copies what the arena already holds.
+fn reserve_arena(arena: &mut BytesMut, queued: usize, n: usize) {
+    if arena.capacity() - arena.len() < n {
+        let want = (queued + 1)
+            .saturating_mul(n.max(DATA_HEADER_LEN + 128))
+            .min(BATCH_MAX);
+        arena.reserve(want.max(n));
+    }
+}
+
+/// Seals frames from the front of `queue` into records appended to `out` until the queue is
+/// empty or the batch holds [`SEAL_BATCH`] plaintext bytes; what they held is added to `taken`
+/// (also when sealing fails, so the caller can count them as lost).
+/// A record is cut when the next frame does not fit it; a frame larger than a whole record
+/// (only possible if the peer's limit is below ours) is split across records.
+pub(super) fn seal_batch(
+    queue: &mut VecDeque<Out>,
+    sealer: &mut RecordSealer,
+    out: &mut BytesMut,
+    taken: &mut Taken,
+) -> Result<(), SealError> {
+    let mut batch = 0usize;
+    let mut rec = sealer.begin(out);
+    while batch < SEAL_BATCH {
+        let Some(o) = queue.pop_front() else { break };
+        taken.add(&o);
+        let (head, body): (&[u8], &[u8]) = match &o {
+            Out::Data(h, p) => (&h.0[..], &p[..]),
+            Out::Raw(b, ..) => (&b[..], &[]),
+        };
+        let flen = head.len() + body.len();
+        batch += flen;
+        // A frame that does not fit the rest of this record starts the next one.
+        if rec.plaintext_len() > 0 && flen > rec.remaining() {
+            rec.seal()?;
+            rec = sealer.begin(out);
+        }
+        for mut part in [head, body] {
+            while !part.is_empty() {
+                if rec.remaining() == 0 {
+                    rec.seal()?;
+                    rec = sealer.begin(out);
+                }
+                part = &part[rec.push_some(part)..];
+            }
+        }
+    }
+    if rec.plaintext_len() > 0 {
+        rec.seal()?;
+    }
+    // An empty builder removes its header when dropped.
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::{RecordOpener, RecordReader};
+    use crate::wire::DataHeader;
+    use crate::{MsgId, PeerId};
+
+    /// A batch sealed for a receiver with a small limit: records are cut between frames when
+    /// the next one does not fit, a frame larger than a record spans several, every record
+    /// stays within the limit, and the receiver gets back exactly the frames in order.
+    #[test]
+    fn seal_batch_packs_and_splits_frames_within_the_limit() {
+        let key = [9u8; 32];
+        let limit = 200; // the receiver's maxMessageBytes
+        let mut sealer = RecordSealer::new(&key, limit);
+        let max_pt = sealer.max_plaintext();
+        let mut queue = VecDeque::new();
+        let mut expect = Vec::new();
+        for (i, len) in [10usize, 70, 90, 400, 5].into_iter().enumerate() {
+            let payload = Bytes::from(vec![i as u8 + 1; len]);
+            let h = DataHeader::new(
+                &PeerId([1; 16]),
+                &PeerId::ZERO,
+                &MsgId([i as u8; 16]),
+                3,
+                len,
+            )
+            .unwrap();
+            expect.extend_from_slice(&h.0);
+            expect.extend_from_slice(&payload);
+            queue.push_back(Out::Data(h, payload));
+        }
+        queue.push_back(Out::Raw(Bytes::from_static(&[0, 0, 0, 1, 3]), 5, 0));
+        expect.extend_from_slice(&[0, 0, 0, 1, 3]);
+        let mut out = BytesMut::new();
+        let mut taken = Taken::default();
+        seal_batch(&mut queue, &mut sealer, &mut out, &mut taken).unwrap();
+        assert!(queue.is_empty());
+        assert_eq!(taken.held, expect.len());
+        assert_eq!(taken.frames, 5, "the Data frames, not the control frame");
+        // Walk the records: each within the limit.
+        let mut at = 0;
+        let mut records = 0;
+        while at < out.len() {
+            let clen = u32::from_be_bytes(out[at..at + 4].try_into().unwrap()) as usize;
+            assert!(
+                clen - 16 <= max_pt,
+                "record plaintext {} > {max_pt}",
+                clen - 16
+            );
+            at += 4 + clen;
+            records += 1;
+        }
+        assert_eq!(at, out.len());
+        assert_eq!(sealer.counter(), records);
+        assert!(records >= 3, "the 400-byte frame needs several records");
+        let mut rr = RecordReader::new(RecordOpener::new(&key, limit), &out);
+        rr.decrypt().unwrap();
+        assert_eq!(rr.plaintext(), &expect[..]);
+        assert_eq!(rr.records(), records);
+    }
+}

@@ -1,0 +1,158 @@
+//! The tasks of one link: its reader, writer and timer.
+//!
+//! The reader reads into the buffer the core hands out (reusing blocks the application has
+//! released, see [`super::super::recycle`]) and lets the core parse and route every whole
+//! frame; the writer writes what the core gathers (or seals) into one vectored write per
+//! batch; the timer fires the link's heartbeat and liveness checks when the core says.
+//!
+//! **Owns:** the link's socket halves and tasks. **Must not touch:** what is read, written,
+//! counted or closed (the core's).
+
+use super::{carry, settle, Ctx, LinkTasks, Who};
+use bytes::Bytes;
+use shoal_proto::shard::{ReadStep, ShardAction, WriteStep};
+use shoal_proto::LinkId;
+use shoal_runtime::net::{TcpReadHalf, TcpStream, TcpWriteHalf, MAX_IOVECS};
+use shoal_runtime::spawn_local;
+use std::rc::Rc;
+use std::time::Instant;
+
+/// Starts the tasks of a link the core now serves; if its socket cannot join this shard's
+/// executor, the core hears the link is lost.
+pub(super) fn attach(
+    ctx: &Rc<Ctx>,
+    link: LinkId,
+    stream: std::net::TcpStream,
+    actions: &mut Vec<ShardAction>,
+) {
+    let stream = match TcpStream::from_std(stream) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(?link, error = %e, "could not attach connection to its shard");
+            ctx.core.borrow_mut().on_link_lost(link, ctx.now(), actions);
+            return;
+        }
+    };
+    let (rd, wr) = stream.into_split();
+    let tasks = LinkTasks {
+        reader: Some(spawn_local(reader(ctx.clone(), link, rd))),
+        writer: Some(spawn_local(writer(ctx.clone(), link, wr))),
+    };
+    ctx.tasks.borrow_mut().insert(link, tasks);
+    spawn_local(timer(ctx.clone(), link)).detach();
+}
+
+/// Feeds what a link's reads bring to the core, which parses and routes it.
+async fn reader(ctx: Rc<Ctx>, link: LinkId, mut rd: TcpReadHalf) {
+    let (mut actions, mut waits) = (Vec::new(), Vec::new());
+    let who = Who::Reader(link);
+    loop {
+        // Also before the first read: the handshake may have left whole frames.
+        let now = ctx.now();
+        let step = ctx.core.borrow_mut().read_frames(link, now, &mut actions);
+        carry(&ctx, &mut actions, &mut waits, who);
+        if !waits.is_empty() {
+            // Busy, not dead, while it waits: its timer keeps it alive.
+            ctx.core.borrow_mut().set_stalled(link, true);
+            settle(&ctx, &mut waits, who).await;
+            ctx.core.borrow_mut().set_stalled(link, false);
+        }
+        match step {
+            ReadStep::More => continue,
+            ReadStep::NeedBytes => {}
+            ReadStep::Gone => return,
+        }
+        ctx.wake_receivers();
+        let Some((mut buf, want)) = ctx.core.borrow_mut().read_buffer(link) else {
+            return;
+        };
+        ctx.read_blocks.borrow_mut().make_room(&mut buf, want, want);
+        let (res, buf) = rd.read(buf).await;
+        match res {
+            Ok(0) => {
+                let now = ctx.tick();
+                ctx.core.borrow_mut().on_eof(link, buf, now, &mut actions);
+            }
+            Ok(n) => {
+                let now = ctx.tick();
+                ctx.core.borrow_mut().on_read(link, buf, n, now);
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "link read failed");
+                let now = ctx.tick();
+                ctx.core.borrow_mut().on_link_lost(link, now, &mut actions);
+            }
+        }
+        carry(&ctx, &mut actions, &mut waits, who);
+        settle(&ctx, &mut waits, who).await;
+        return;
+    }
+}
+
+/// Writes what the core takes off the link's queue, one vectored write per batch.
+async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
+    let Some(budget) = ctx.core.borrow().link_budget(link) else {
+        return;
+    };
+    let (mut actions, mut waits) = (Vec::new(), Vec::new());
+    let who = Who::Writer(link);
+    let mut bufs: Vec<Bytes> = Vec::with_capacity(MAX_IOVECS);
+    loop {
+        let now = ctx.now();
+        let step = ctx
+            .core
+            .borrow_mut()
+            .next_write(link, &mut bufs, now, &mut actions);
+        match step {
+            WriteStep::Write => {}
+            WriteStep::Idle => {
+                let listener = budget.wake.listen();
+                if !ctx.core.borrow().write_pending(link) {
+                    listener.await;
+                }
+                continue;
+            }
+            WriteStep::Shutdown => {
+                let _ = wr.shutdown().await;
+                let now = ctx.tick();
+                ctx.core.borrow_mut().on_link_lost(link, now, &mut actions);
+                break;
+            }
+            WriteStep::Gone => break,
+        }
+        let bytes: usize = bufs.iter().map(Bytes::len).sum();
+        let (res, v) = wr.write_all_vectored(std::mem::take(&mut bufs)).await;
+        bufs = v;
+        bufs.clear();
+        let now = ctx.tick();
+        match res {
+            Ok(()) => ctx.core.borrow_mut().on_written(link, bytes, now),
+            Err(e) => {
+                tracing::debug!(error = %e, "link write failed");
+                ctx.core.borrow_mut().on_link_lost(link, now, &mut actions);
+                break;
+            }
+        }
+    }
+    carry(&ctx, &mut actions, &mut waits, who);
+    settle(&ctx, &mut waits, who).await;
+}
+
+/// Fires the link's timer (heartbeat, liveness, a slow-peer kill) when the core says.
+async fn timer(ctx: Rc<Ctx>, link: LinkId) {
+    let (mut actions, mut waits) = (Vec::new(), Vec::new());
+    loop {
+        let Some(deadline) = ctx.core.borrow().link_timeout(link, Instant::now()) else {
+            return;
+        };
+        shoal_runtime::time::sleep_until(deadline).await;
+        let now = Instant::now();
+        let live = ctx.core.borrow_mut().on_link_timer(link, now, &mut actions);
+        carry(&ctx, &mut actions, &mut waits, Who::Other);
+        settle(&ctx, &mut waits, Who::Other).await;
+        if !live {
+            return;
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! A data shard's driver: the tasks, sockets and channels around one
+//! [`ShardCore`](shoal_proto::shard::ShardCore), which takes every decision.
+//!
+//! A shard runs these tasks on its executor:
+//! - the **inbox** ([`run`]): commands of the control plane and messages of the other shards,
+//!   fed to the core in batches;
+//! - the **ingress** (`ingress`, on the shard owning this node's id only): what the
+//!   application publishes;
+//! - the **timer**: the core's dedup sweep and stop grace;
+//! - per link (`link`): a **reader** (reads into the buffer the core hands out, then lets the
+//!   core parse and route what arrived), a **writer** (writes the iovecs the core gathers or
+//!   seals) and a **timer** (heartbeat, liveness, slow-peer kill).
+//!
+//! After every call the driver carries out the core's [`ShardAction`]s in order ([`carry`]):
+//! posting to another executor's ring, handing messages to the application's event queue,
+//! reporting errors, stopping a link's tasks. What cannot be done at once (a full ring, a full
+//! event queue, link room for a Block-policy publish) is awaited in order by [`settle`]
+//! before the task goes on, so the common case builds no future per message. The clock is
+//! read once per batch (a read, an inbox or ingress batch) and the application's receivers
+//! are woken once per batch (and before any wait).
+//!
+//! **Owns:** the shard's tasks, sockets and channel ends. **Must not touch:** any protocol
+//! decision (what to send, route, count, drop or close is the core's).
+
+mod ingress;
+mod link;
+
+use super::event::{ErrorKind, Event, Outbox};
+use super::msg::{Msg, ShardCmd};
+use super::recycle::Recycler;
+use super::shared::{Channels, NodeShared, Offer};
+use super::stats::Counters;
+use crate::wire::DecodeError;
+use ahash::AHashMap;
+use event_listener::Event as Signal;
+use shoal_proto::cmd::ShardToShard;
+use shoal_proto::shard::{
+    decode_fault, IfBusy, LinkError, LinkFault, ShardAction, ShardConfig, ShardCore, Unblock,
+};
+use shoal_proto::LinkId;
+use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
+use shoal_runtime::net::MAX_IOVECS;
+use shoal_runtime::{spawn_local, LocalJoinHandle};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub(crate) use shoal_proto::shard::Publish;
+
+/// Read buffer blocks a shard keeps for reuse (see [`super::recycle`]); in steady state the
+/// spares are about as many as the blocks whose payloads wait in the event queue (bounded by
+/// `event_queue_capacity`), this caps them besides.
+const SPARE_READ_BLOCKS: usize = 256;
+
+/// What a shard task starts with.
+pub(crate) struct ShardInit {
+    pub(crate) idx: usize,
+    pub(crate) ns: Arc<NodeShared>,
+    pub(crate) endpoint: MeshEndpoint<Msg>,
+    /// Only on the shard that owns this node's own id (it originates every message).
+    pub(crate) publish: Option<IngressReceiver<Publish>>,
+    pub(crate) seed: u64,
+}
+
+/// A link's reader and writer tasks (its timer ends by itself).
+#[derive(Default)]
+struct LinkTasks {
+    reader: Option<LocalJoinHandle<()>>,
+    writer: Option<LocalJoinHandle<()>>,
+}
+
+/// The shard's driver state, shared by its tasks.
+struct Ctx {
+    idx: usize,
+    ns: Arc<NodeShared>,
+    ch: Channels,
+    core: RefCell<ShardCore>,
+    tasks: RefCell<AHashMap<LinkId, LinkTasks>>,
+    /// The shard's clock, read once per batch rather than once per frame: a clock read costs
+    /// ~75 ns on this class of VM, more than the rest of routing a frame, and liveness and
+    /// dedup ages need milliseconds, not nanoseconds. Only ever set to a fresh
+    /// `Instant::now()`, so it never goes backwards.
+    clock: Cell<Instant>,
+    /// Message events of the current batch, handed to the application as one queue entry
+    /// with one wake-up (see [`Ctx::wake_receivers`]).
+    outbox: Outbox,
+    /// Read buffer blocks of this shard's links, reused once the application has dropped
+    /// every payload sliced from them (see [`super::recycle`]).
+    read_blocks: RefCell<Recycler>,
+    /// The core's next deadline may have moved earlier (a command arrived).
+    rearm: Signal,
+}
+
+impl Ctx {
+    fn counters(&self) -> &Counters {
+        &self.ns.counters[self.idx]
+    }
+
+    /// The batch's time (see [`Ctx::clock`]).
+    fn now(&self) -> Instant {
+        self.clock.get()
+    }
+
+    /// Reads the clock for a new batch.
+    fn tick(&self) -> Instant {
+        let now = Instant::now();
+        self.clock.set(now);
+        now
+    }
+
+    /// Wakes the application's receivers for the events queued since the last call. Called
+    /// at the end of every batch and before any wait, so an event never sits unannounced
+    /// while this shard is parked.
+    fn wake_receivers(&self) {
+        self.ns.hub.wake_receivers(&self.outbox);
+    }
+
+    fn control(&self) -> usize {
+        self.ns.shards
+    }
+}
+
+/// Which task carries out actions: a link's own task is not stopped by its link's end
+/// (it returns by itself).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Reader(LinkId),
+    Writer(LinkId),
+    Other,
+}
+
+/// The shard's main task: the inbox.
+pub(crate) async fn run(init: ShardInit) {
+    let ShardInit {
+        idx,
+        ns,
+        endpoint,
+        publish,
+        seed,
+    } = init;
+    let (senders, mut rx) = endpoint.split();
+    let now = Instant::now();
+    let mut cfg = ShardConfig::new(ns.me, &ns.cfg);
+    cfg.policy = ns.policy;
+    cfg.slow_link = ns.slow_link;
+    cfg.secure = ns.secure.is_some();
+    cfg.max_iovecs = MAX_IOVECS;
+    let core = ShardCore::new(idx, ns.shards, cfg, ns.counters[idx].clone(), seed, now);
+    let ctx = Rc::new(Ctx {
+        idx,
+        ch: Channels::new(senders, ns.shards),
+        core: RefCell::new(core),
+        tasks: RefCell::new(AHashMap::new()),
+        ns,
+        clock: Cell::new(now),
+        outbox: Outbox::default(),
+        read_blocks: RefCell::new(Recycler::new(SPARE_READ_BLOCKS)),
+        rearm: Signal::new(),
+    });
+    if let Some(p) = publish {
+        spawn_local(ingress::ingress_loop(ctx.clone(), p)).detach();
+    }
+    spawn_local(timer(ctx.clone())).detach();
+    let mut batch = Vec::with_capacity(64);
+    let (mut actions, mut waits) = (Vec::new(), Vec::new());
+    while rx.recv_batch(&mut batch, 64).await.is_ok() {
+        ctx.tick();
+        for (_, m) in batch.drain(..) {
+            let now = ctx.now();
+            match m {
+                Msg::ToShard(c) => command(&ctx, c, now, &mut actions),
+                Msg::Peer(p) => ctx.core.borrow_mut().on_peer(p, now, &mut actions),
+                // Reports go to the control plane only.
+                Msg::ToControl(_) => {}
+            }
+            carry(&ctx, &mut actions, &mut waits, Who::Other);
+            if !waits.is_empty() {
+                settle(&ctx, &mut waits, Who::Other).await;
+            }
+        }
+        ctx.wake_receivers();
+        ingress::YieldNow(false).await;
+    }
+}
+
+/// Feeds a control-plane command to the core; serves the connection of a new link.
+fn command(ctx: &Rc<Ctx>, c: ShardCmd, now: Instant, actions: &mut Vec<ShardAction>) {
+    let added = ctx.core.borrow_mut().on_command(c, now, actions);
+    if let Some((link, stream)) = added {
+        link::attach(ctx, link, stream, actions);
+    }
+    ctx.rearm.notify(1);
+}
+
+/// The core's own timer: the dedup sweep and a stop's grace.
+async fn timer(ctx: Rc<Ctx>) {
+    let (mut actions, mut waits) = (Vec::new(), Vec::new());
+    loop {
+        let rearmed = ctx.rearm.listen();
+        let at = ctx.core.borrow().poll_timeout();
+        let sleep = shoal_runtime::time::sleep_until(at);
+        futures_util::future::select(std::pin::pin!(sleep), rearmed).await;
+        let now = ctx.tick();
+        ctx.core.borrow_mut().handle_timeout(now, &mut actions);
+        carry(&ctx, &mut actions, &mut waits, Who::Other);
+        settle(&ctx, &mut waits, Who::Other).await;
+    }
+}
+
+/// Carries out `actions` in order, as far as nothing must wait; from the first that must, the
+/// rest goes to `waits` (for [`settle`]).
+fn carry(ctx: &Rc<Ctx>, actions: &mut Vec<ShardAction>, waits: &mut Vec<ShardAction>, who: Who) {
+    for a in actions.drain(..) {
+        if !waits.is_empty() {
+            waits.push(a);
+            continue;
+        }
+        if let Some(a) = try_carry(ctx, a, who) {
+            waits.push(a);
+        }
+    }
+}
+
+/// Carries out one action if that needs no waiting; hands it back (`Some`) otherwise.
+fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
+    match a {
+        ShardAction::Post { to, msg, busy } => match ctx.ch.offer(to, Msg::Peer(msg)) {
+            Offer::Sent => {}
+            Offer::Gone(Msg::Peer(msg)) => ctx.core.borrow_mut().unposted(msg, false),
+            Offer::Busy(Msg::Peer(msg)) if busy == IfBusy::Drop => {
+                ctx.core.borrow_mut().unposted(msg, true)
+            }
+            Offer::Busy(Msg::Peer(msg)) => return Some(ShardAction::Post { to, msg, busy }),
+            Offer::Gone(_) | Offer::Busy(_) => unreachable!("offer hands back what it was given"),
+        },
+        ShardAction::Report { msg, busy } => match busy {
+            IfBusy::Detach => {
+                let c2 = ctx.clone();
+                spawn_local(async move {
+                    let to = c2.control();
+                    c2.ch.send(to, Msg::ToControl(msg)).await;
+                })
+                .detach();
+            }
+            _ => match ctx.ch.offer(ctx.control(), Msg::ToControl(msg)) {
+                Offer::Sent | Offer::Gone(_) => {}
+                Offer::Busy(_) if busy == IfBusy::Drop => {}
+                Offer::Busy(Msg::ToControl(msg)) => return Some(ShardAction::Report { msg, busy }),
+                Offer::Busy(_) => unreachable!("offer hands back what it was given"),
+            },
+        },
+        ShardAction::Deliver(d) => {
+            let ev = Event::Message {
+                from: d.from,
+                broadcast: d.broadcast,
+                payload: d.payload,
+            };
+            if let Err(Event::Message {
+                from,
+                broadcast,
+                payload,
+            }) = ctx.ns.hub.try_emit_message(ev, &ctx.outbox)
+            {
+                return Some(ShardAction::Deliver(shoal_proto::shard::Delivery {
+                    from,
+                    broadcast,
+                    payload,
+                }));
+            }
+        }
+        ShardAction::Error(e) => error_event(ctx, e),
+        ShardAction::Block(b) => return Some(ShardAction::Block(b)),
+        ShardAction::Ended(link) => ended(ctx, link, who),
+    }
+    None
+}
+
+/// Awaits what [`carry`] left, in order.
+async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<ShardAction>, who: Who) {
+    if waits.is_empty() {
+        return;
+    }
+    // The application must hear of what is queued before this task parks.
+    ctx.wake_receivers();
+    for a in waits.drain(..) {
+        match a {
+            ShardAction::Post {
+                to,
+                msg,
+                busy: IfBusy::Wait,
+            } => post_waiting(ctx, to, msg).await,
+            ShardAction::Report {
+                msg,
+                busy: IfBusy::Wait,
+            } => {
+                ctx.ch.send(ctx.control(), Msg::ToControl(msg)).await;
+            }
+            ShardAction::Deliver(d) => {
+                let ev = Event::Message {
+                    from: d.from,
+                    broadcast: d.broadcast,
+                    payload: d.payload,
+                };
+                ctx.ns
+                    .hub
+                    .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
+                    .await
+            }
+            ShardAction::Block(b) => {
+                let mut later = Vec::new();
+                unblock(ctx, b, &mut later).await;
+                // A reservation on the Origin path queues nothing but posts to other shards.
+                for a in later {
+                    match a {
+                        ShardAction::Post { to, msg, .. } => post_waiting(ctx, to, msg).await,
+                        other => {
+                            let done = try_carry(ctx, other, who);
+                            debug_assert!(done.is_none(), "only posts wait");
+                        }
+                    }
+                }
+            }
+            // Never waits.
+            other => {
+                let done = try_carry(ctx, other, who);
+                debug_assert!(done.is_none(), "what may wait is handled above");
+            }
+        }
+    }
+}
+
+/// Posts `msg` to shard `to`, waiting for ring room; gives it back to the core if that shard
+/// is gone.
+async fn post_waiting(ctx: &Rc<Ctx>, to: usize, msg: ShardToShard) {
+    if let Err(Msg::Peer(msg)) = ctx.ch.send_or_return(to, Msg::Peer(msg)).await {
+        ctx.core.borrow_mut().unposted(msg, false);
+    }
+}
+
+/// Waits for room on a link for a Block-policy publish, as long as the core says to.
+async fn unblock(
+    ctx: &Rc<Ctx>,
+    mut b: Box<shoal_proto::shard::Blocked>,
+    out: &mut Vec<ShardAction>,
+) {
+    loop {
+        let room = b.listen();
+        let now = ctx.tick();
+        let step = ctx.core.borrow_mut().unblock(b, now, out);
+        match step {
+            Unblock::Done => return,
+            Unblock::Wait(next, until) => {
+                b = next;
+                let sleep = shoal_runtime::time::sleep_until(until);
+                futures_util::future::select(std::pin::pin!(sleep), room).await;
+            }
+        }
+    }
+}
+
+/// The core forgot `link`: its receivers hear of what it delivered, and its tasks stop.
+fn ended(ctx: &Rc<Ctx>, link: LinkId, who: Who) {
+    // Whatever this link's reader queued must not wait for another batch to be announced.
+    ctx.wake_receivers();
+    let Some(t) = ctx.tasks.borrow_mut().remove(&link) else {
+        return;
+    };
+    if who != Who::Reader(link) {
+        if let Some(r) = t.reader {
+            r.abort();
+        }
+    }
+    if who != Who::Writer(link) {
+        if let Some(w) = t.writer {
+            w.abort();
+        }
+    }
+}
+
+/// Raises the application's `Error` event for a link error.
+fn error_event(ctx: &Ctx, e: LinkError) {
+    let ev = Event::Error {
+        peer: e.peer,
+        kind: error_kind(e.fault),
+        message: e.message,
+    };
+    ctx.ns.hub.emit_control(ev, ctx.counters());
+}
+
+fn error_kind(f: LinkFault) -> ErrorKind {
+    match f {
+        LinkFault::Malformed => ErrorKind::Malformed,
+        LinkFault::Oversize => ErrorKind::Oversize,
+        LinkFault::Crypto => ErrorKind::Crypto,
+        LinkFault::Stalled => ErrorKind::Stalled,
+        LinkFault::SlowPeer => ErrorKind::SlowPeer,
+    }
+}
+
+/// Counts a decode failure and classifies it (also for the control plane's handshakes).
+pub(crate) fn decode_error_kind(e: &DecodeError, counters: &Counters) -> ErrorKind {
+    error_kind(decode_fault(e, counters))
+}
