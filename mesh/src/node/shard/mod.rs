@@ -30,12 +30,11 @@ use super::msg::{Msg, ShardCmd};
 use super::recycle::Recycler;
 use super::shared::{Channels, NodeShared, Offer};
 use super::stats::Counters;
-use crate::wire::DecodeError;
 use ahash::AHashMap;
 use event_listener::Event as Signal;
 use shoal_proto::cmd::ShardToShard;
 use shoal_proto::shard::{
-    decode_fault, IfBusy, LinkError, LinkFault, ShardAction, ShardConfig, ShardCore, Unblock,
+    IfBusy, LinkError, LinkFault, ShardAction, ShardConfig, ShardCore, Unblock,
 };
 use shoal_proto::LinkId;
 use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
@@ -396,9 +395,4 @@ fn error_kind(f: LinkFault) -> ErrorKind {
         LinkFault::Stalled => ErrorKind::Stalled,
         LinkFault::SlowPeer => ErrorKind::SlowPeer,
     }
-}
-
-/// Counts a decode failure and classifies it (also for the control plane's handshakes).
-pub(crate) fn decode_error_kind(e: &DecodeError, counters: &Counters) -> ErrorKind {
-    error_kind(decode_fault(e, counters))
 }
