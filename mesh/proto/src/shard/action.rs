@@ -5,9 +5,10 @@
 
 use super::backpressure::Blocked;
 use crate::cmd::{ShardToShard, ToControl};
+use crate::link::CloseReason;
 use crate::stats::{inc, Counters};
 use crate::wire::DecodeError;
-use crate::{LinkId, PeerId};
+use crate::{LinkId, MsgId, PeerId};
 use bytes::Bytes;
 
 /// One output of the shard core, carried out in order.
@@ -37,8 +38,10 @@ pub enum ShardAction {
     /// An originated message waits for room on a link (Block policy): see
     /// [`super::ShardCore::unblock`].
     Block(Box<Blocked>),
-    /// The core forgot this link: stop its tasks (the caller's own task ends by itself).
-    Ended(LinkId),
+    /// The core forgot this link: stop its tasks (the caller's own task ends by itself). The
+    /// reason is the link state machine's when it closed the link itself (heartbeat timeout,
+    /// Goodbye, protocol violation), `None` for an I/O end, a fault or a stop.
+    Ended(LinkId, Option<CloseReason>),
 }
 
 /// What the driver does with a post whose receiver's ring is full.
@@ -58,6 +61,8 @@ pub enum IfBusy {
 pub struct Delivery {
     /// Its originator.
     pub from: PeerId,
+    /// Its id (unique per originator: what the dedup cache keys on).
+    pub msg_id: MsgId,
     /// Sent to everyone (rather than to this node).
     pub broadcast: bool,
     /// The application bytes (a slice of the read buffer).

@@ -202,7 +202,7 @@ impl ShardCore {
     /// The connection of `link` is unusable: a read or write failed, the writer shut it down
     /// after the last flush, or the driver could not attach it. The link goes quietly.
     pub fn on_link_lost(&mut self, link: LinkId, now: Instant, out: &mut Vec<ShardAction>) {
-        self.teardown(link, None, now, out);
+        self.teardown(link, None, None, now, out);
     }
 
     /// When the link's timer should fire next (`None`: the link is gone or closed, the timer
@@ -235,12 +235,12 @@ impl ShardCore {
             Some(reason @ CloseReason::Stalled) => {
                 inc(&self.counters.stalled_links);
                 let e = self.error(link, LinkFault::Stalled, reason.to_string());
-                self.teardown(link, e, now, out);
+                self.teardown(link, e, Some(reason), now, out);
                 false
             }
             Some(reason) if reason != CloseReason::Local => {
                 tracing::info!(shard = self.idx, peer = %l.peer, %reason, "link closed");
-                self.teardown(link, None, now, out);
+                self.teardown(link, None, Some(reason), now, out);
                 false
             }
             _ => true,
@@ -252,7 +252,7 @@ impl ShardCore {
         inc(&self.counters.slow_peer_disconnects);
         let msg = "peer stayed blocked past the policy's limit (slow link)".to_owned();
         let e = self.error(link, LinkFault::SlowPeer, msg);
-        self.teardown(link, e, now, out);
+        self.teardown(link, e, None, now, out);
     }
 
     /// An error about served `link`, naming its peer.
@@ -276,6 +276,7 @@ impl ShardCore {
         &mut self,
         link: LinkId,
         err: Option<LinkError>,
+        reason: Option<CloseReason>,
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
@@ -291,7 +292,7 @@ impl ShardCore {
         l.budget.close();
         l.state.close(false, now);
         inc(&self.counters.links_closed);
-        out.push(ShardAction::Ended(link));
+        out.push(ShardAction::Ended(link, reason));
         if let Some(e) = err {
             tracing::warn!(shard = self.idx, peer = %l.peer, fault = ?e.fault, message = %e.message, "link closed on error");
             out.push(ShardAction::Error(e));

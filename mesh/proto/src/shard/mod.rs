@@ -297,7 +297,7 @@ impl ShardCore {
         if let Stop::Until(d) = self.stop {
             if now >= d {
                 for link in self.links.ids().collect::<Vec<_>>() {
-                    self.teardown(link, None, now, out);
+                    self.teardown(link, None, None, now, out);
                 }
                 self.check_stopped(out);
             }

@@ -142,7 +142,7 @@ impl ShardCore {
                 Err(Unreadable::Decode(e)) => {
                     let fault = decode_fault(&e, &self.counters);
                     let err = self.error(link, fault, e.to_string());
-                    self.teardown(link, err, now, out);
+                    self.teardown(link, err, None, now, out);
                     return ReadStep::Gone;
                 }
                 Err(Unreadable::Open(e)) => {
@@ -181,14 +181,14 @@ impl ShardCore {
         match action {
             FrameAction::Consumed => true,
             FrameAction::Close => {
-                let err = match closed {
+                let err = match &closed {
                     None | Some(CloseReason::Goodbye) | Some(CloseReason::Local) => None,
                     Some(r) => {
                         inc(&self.counters.malformed_frames);
                         self.error(link, LinkFault::Malformed, r.to_string())
                     }
                 };
-                self.teardown(link, err, now, out);
+                self.teardown(link, err, closed, now, out);
                 false
             }
             FrameAction::Process => {
@@ -229,7 +229,7 @@ impl ShardCore {
     ) {
         inc(&self.counters.record_failures);
         let err = self.error(link, LinkFault::Crypto, message);
-        self.teardown(link, err, now, out);
+        self.teardown(link, err, None, now, out);
     }
 
     /// The buffer to read `link`'s next bytes into (appending) and how many bytes of room
@@ -289,7 +289,7 @@ impl ShardCore {
             let msg = format!("connection closed inside a frame ({partial} bytes of it received)");
             self.error(link, LinkFault::Malformed, msg)
         });
-        self.teardown(link, err.flatten(), now, out);
+        self.teardown(link, err.flatten(), None, now, out);
     }
 }
 

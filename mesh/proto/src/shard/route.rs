@@ -98,6 +98,7 @@ impl ShardCore {
         inc(&self.counters.delivered);
         out.push(ShardAction::Deliver(Delivery {
             from: d.src,
+            msg_id: d.msg_id,
             broadcast: d.dst.is_zero(),
             payload: d.payload,
         }));

@@ -431,7 +431,7 @@ fn teardown_counts_queued_and_in_flight_frames_and_frees_their_bytes() {
         matches!(
             &acts[..],
             [
-                ShardAction::Ended(A),
+                ShardAction::Ended(A, _),
                 ShardAction::Report {
                     msg: ToControl::LinkClosed { link: A },
                     busy: IfBusy::Detach
@@ -515,7 +515,7 @@ fn a_stop_waits_for_the_links_to_flush_then_closes_the_rest() {
             ..
         })
     ));
-    assert!(acts.iter().any(|a| matches!(a, ShardAction::Ended(A))));
+    assert!(acts.iter().any(|a| matches!(a, ShardAction::Ended(A, _))));
 }
 
 #[test]
@@ -585,7 +585,7 @@ fn garbage_closes_the_link_it_came_on_with_a_malformed_error() {
     assert!(matches!(
         &acts[..],
         [
-            ShardAction::Ended(A),
+            ShardAction::Ended(A, _),
             ShardAction::Error(LinkError {
                 peer: Some(PA),
                 fault: LinkFault::Malformed,

@@ -1,27 +1,36 @@
-//! THE DATA PATH OF A SIMULATED NODE: a stand-in for the shard core, to be replaced by it.
+//! The data path of a simulated node: the live node's shard core ([`ShardCore`], one shard),
+//! driven the way `shoal-mesh`'s shard driver drives it, over the simulation's byte streams.
 //!
-//! It plays one data shard: it takes the control core's [`ToShard`] commands (links handed
-//! over after their handshake, routing table changes, frames to send, Sync, Stop), reads and
-//! writes the links' byte streams (records in a secured mesh), runs each link's liveness
-//! ([`Link`]) and routes Data with [`Router`], and answers with [`ToControl`] reports. Everything
-//! it does goes out as [`ShardOut`] values; the simulation (`mod.rs`) never looks inside.
+//! It takes the control core's [`ToShard`] commands, feeds the bytes that reach a link to the
+//! core (`read_buffer` → `on_read` → `read_frames`), drains every link's writes
+//! (`next_write` → `on_written`) after each input, and turns the core's actions into
+//! [`ShardOut`] values for the simulation (`mod.rs`), which never looks inside.
 //!
-//! When the shard core lands, this file is the one place to swap: keep `on_cmd`, `on_bytes`,
-//! `on_eof`, `originate`, `poll_timeout`, `handle_timeout` and `ShardOut`.
+//! What the simulation adds on top, and only here: the traffic counters by frame kind (it
+//! parses plaintext streams; a secured stream is counted as opaque bytes) and the simulated
+//! loss. On a plaintext link a lost frame is cut out of the written stream (Data, Membership
+//! and IdentityRecord frames only: losing a Hello or a Heartbeat would be a different
+//! fault). A secured stream cannot lose a frame without failing authentication, and over TCP
+//! it never does: there a loss is what TCP makes of it, a retransmission delay of that write
+//! and of everything behind it on the link ([`ShardOut::Send::delay`]).
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shoal_proto::cmd::{ToControl, ToShard};
 use shoal_proto::config::MeshConfig;
-use shoal_proto::crypto::{RecordReader, RecordSealer};
-use shoal_proto::wire::{take_frame, Data, Frame};
-use shoal_proto::{
-    CloseReason, DataMeta, DataVerdict, FrameAction, Link, LinkEvent, LinkId, MsgId, MsgIdGen,
-    NeighbourLinks, PeerId, Router,
+use shoal_proto::shard::{
+    Delivery, Publish, ReadStep, ShardAction, ShardConfig, ShardCore, Unblock, WriteStep,
 };
+use shoal_proto::stats::Counters;
+use shoal_proto::wire::{peek_frame_len, DecodeStatus, FrameType, DATA_HEADER_LEN};
+use shoal_proto::{CloseReason, LinkId, PeerId, Router};
 use std::collections::{BTreeMap, HashMap};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long TCP takes to resend a lost segment (the simulated retransmission timeout).
+pub const RETRANSMIT_DELAY: Duration = Duration::from_millis(200);
 
 /// What a frame is, for the traffic counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,96 +40,94 @@ pub enum Kind {
     Other,
 }
 
-impl Kind {
-    fn of(f: &Frame) -> Kind {
-        match f {
-            Frame::Data(_) => Kind::Data,
-            Frame::Membership(_) => Kind::Membership,
-            _ => Kind::Other,
-        }
-    }
-}
-
 /// What the data path asks of the simulation.
 #[derive(Debug)]
 pub enum ShardOut {
-    /// Write bytes on `link`'s socket (one frame of `kind`, `len` plaintext bytes).
+    /// Write bytes on `link`'s socket, `delay` later than the link's latency (never before
+    /// the link's earlier writes arrive).
     Send {
         link: LinkId,
         bytes: Bytes,
-        kind: Kind,
-        len: u64,
+        delay: Duration,
     },
-    /// A frame of `kind` (`len` bytes) arrived.
-    Received { kind: Kind, len: u64 },
+    /// A frame of `kind` (`len` bytes) was written (`tx`) or arrived (`!tx`).
+    Traffic { tx: bool, kind: Kind, len: u64 },
     /// Close `link`'s socket (after the sends before).
     Close { link: LinkId },
     /// A report for the control core.
     Report(ToControl),
     /// A message for the application.
-    Deliver(Data),
+    Deliver(Delivery),
     /// A link closed for this reason.
     Closed(CloseReason),
     /// A frame was lost on purpose (simulated loss).
     Lost,
 }
 
-enum Reader {
-    Plain(BytesMut),
-    Sealed(Box<RecordReader>, BytesMut),
-}
-
-struct ShardLink {
-    link: Link,
-    sealer: Option<RecordSealer>,
-    reader: Reader,
+/// The simulation's view of one served link's streams.
+#[derive(Default)]
+struct Conn {
+    secured: bool,
+    /// Plaintext not yet counted, per direction (a frame may span writes and reads).
+    tx_partial: BytesMut,
+    rx_partial: BytesMut,
 }
 
 /// One simulated data shard.
 pub struct DataPath {
-    max: u32,
-    links: BTreeMap<LinkId, ShardLink>,
-    pub table: NeighbourLinks,
-    pub router: Router,
-    ids: MsgIdGen,
+    core: ShardCore,
+    conns: BTreeMap<LinkId, Conn>,
     /// Install commands applied, per peer (the held-event check compares against it).
     pub installs: HashMap<PeerId, u64>,
     /// Links handed over with record keys (secured handshakes that completed).
     pub secured_links: u64,
-    /// Probability that a Data, Membership or identity frame is not sent.
+    /// Probability that a Data, Membership or identity frame is lost.
     pub loss: f64,
+    /// Block waits given up (the simulation never waits for link room).
+    pub blocked: u64,
+    max: u32,
     rng: StdRng,
+    acts: Vec<ShardAction>,
+    bufs: Vec<Bytes>,
 }
 
 impl DataPath {
     pub fn new(me: PeerId, cfg: &MeshConfig, seed: u64, now: Instant) -> DataPath {
         let mut rng = StdRng::seed_from_u64(seed);
+        let mut sc = ShardConfig::new(me, cfg);
+        sc.secure = cfg.secured();
+        let core = ShardCore::new(0, 1, sc, Arc::new(Counters::default()), rng.gen(), now);
         DataPath {
-            max: cfg.max_message_bytes,
-            links: BTreeMap::new(),
-            table: NeighbourLinks::new(),
-            router: Router::new(
-                me,
-                cfg.initial_ttl,
-                cfg.max_dedup_entries,
-                cfg.dedup_ttl,
-                now,
-            ),
-            ids: MsgIdGen::new(me, rng.gen()),
+            core,
+            conns: BTreeMap::new(),
             installs: HashMap::new(),
             secured_links: 0,
             loss: 0.0,
+            blocked: 0,
+            max: cfg.max_message_bytes,
             rng,
+            acts: Vec::new(),
+            bufs: Vec::new(),
         }
     }
 
     /// True when `link` lives here.
     pub fn owns(&self, link: LinkId) -> bool {
-        self.links.contains_key(&link)
+        self.conns.contains_key(&link)
     }
 
     pub fn link_count(&self) -> usize {
-        self.links.len()
+        self.conns.len()
+    }
+
+    /// The core's router (its statistics).
+    pub fn router(&self) -> &Router {
+        self.core.router()
+    }
+
+    /// The core's counters.
+    pub fn counters(&self) -> &Counters {
+        self.core.counters()
     }
 
     /// A command of the control core. `buffered` are bytes that reached an `AddLink`'s socket
@@ -133,245 +140,74 @@ impl DataPath {
         now: Instant,
         out: &mut Vec<ShardOut>,
     ) {
-        match cmd {
-            ToShard::AddLink(nl) => {
-                let nl = *nl;
-                self.secured_links += u64::from(nl.secure.is_some());
-                let (sealer, reader) = match nl.secure {
-                    Some((s, o)) => (
-                        Some(s),
-                        Reader::Sealed(
-                            Box::new(RecordReader::new(o, &nl.leftover)),
-                            BytesMut::new(),
-                        ),
-                    ),
-                    None => (None, Reader::Plain(nl.leftover)),
-                };
-                self.links.insert(
-                    nl.link,
-                    ShardLink {
-                        link: nl.state,
-                        sealer,
-                        reader,
-                    },
-                );
-                let (more, eof) = buffered.unwrap_or_default();
-                self.on_bytes(nl.link, &more, now, out);
-                if eof {
-                    self.on_eof(nl.link, now, out);
-                }
-            }
-            ToShard::Install { peer, link, .. } => {
-                self.table.insert(peer, link);
-                *self.installs.entry(peer).or_insert(0) += 1;
-            }
-            ToShard::Uninstall { peer, link } => {
-                self.table.remove(&peer, link);
-            }
-            ToShard::Close { link, goodbye } => {
-                if let Some(l) = self.links.get_mut(&link) {
-                    l.link.close(goodbye, now);
-                    self.events(link, now, out);
-                }
-            }
-            ToShard::SendRaw { link, frame } => {
-                if let Some(f) = take_frame(&mut BytesMut::from(&frame[..]), self.max)
-                    .ok()
-                    .flatten()
-                {
-                    self.send(link, &f, now, out);
-                }
-            }
-            ToShard::Stop => {
-                let links: Vec<LinkId> = self.links.keys().copied().collect();
-                for link in links {
-                    if let Some(l) = self.links.get_mut(&link) {
-                        l.link.close(true, now);
-                    }
-                    self.events(link, now, out);
-                }
-                out.push(ShardOut::Report(ToControl::Stopped(0)));
-            }
-            ToShard::Sync(t) => out.push(ShardOut::Report(ToControl::Synced(t))),
+        match &cmd {
+            ToShard::Install { peer, .. } => *self.installs.entry(*peer).or_insert(0) += 1,
+            ToShard::AddLink(nl) => self.secured_links += u64::from(nl.secure.is_some()),
+            _ => {}
         }
+        let secured = matches!(&cmd, ToShard::AddLink(nl) if nl.secure.is_some());
+        let mut acts = std::mem::take(&mut self.acts);
+        let added = self.core.on_command(cmd, now, &mut acts);
+        self.apply(&mut acts, now, out);
+        if let Some((link, ())) = added {
+            self.conns.insert(
+                link,
+                Conn {
+                    secured,
+                    ..Conn::default()
+                },
+            );
+            // The handshake's leftover bytes first, as the live reader does.
+            self.read_all(link, now, &mut acts, out);
+            let (more, eof) = buffered.unwrap_or_default();
+            if !more.is_empty() {
+                self.feed(link, &more, now, &mut acts, out);
+            }
+            if eof {
+                self.eof(link, now, &mut acts, out);
+            }
+        }
+        self.acts = acts;
+        self.flush(now, out);
     }
 
     /// Bytes read on `link`.
     pub fn on_bytes(&mut self, link: LinkId, bytes: &[u8], now: Instant, out: &mut Vec<ShardOut>) {
-        let max = self.max;
-        let Some(l) = self.links.get_mut(&link) else {
-            return;
-        };
-        let buf = match &mut l.reader {
-            Reader::Plain(b) => {
-                b.extend_from_slice(bytes);
-                b
-            }
-            Reader::Sealed(r, plain) => {
-                r.push(bytes);
-                if r.decrypt().is_err() {
-                    l.link.close(false, now);
-                    out.push(ShardOut::Closed(CloseReason::ProtocolViolation(
-                        "record did not open",
-                    )));
-                    self.events(link, now, out);
-                    return;
-                }
-                let n = r.plaintext().len();
-                plain.extend_from_slice(&r.split_plaintext(n));
-                plain
-            }
-        };
-        let mut frames = Vec::new();
-        let mut bad = false;
-        loop {
-            match take_frame(buf, max) {
-                Ok(Some(f)) => frames.push(f),
-                Ok(None) => break,
-                Err(_) => {
-                    bad = true;
-                    break;
-                }
-            }
-        }
-        for f in frames {
-            if !self.links.contains_key(&link) {
-                return;
-            }
-            self.on_frame(link, f, now, out);
-        }
-        if bad {
-            if let Some(l) = self.links.get_mut(&link) {
-                l.link.close(false, now);
-                out.push(ShardOut::Closed(CloseReason::ProtocolViolation(
-                    "malformed",
-                )));
-            }
-        }
-        self.events(link, now, out);
+        let mut acts = std::mem::take(&mut self.acts);
+        self.feed(link, bytes, now, &mut acts, out);
+        self.acts = acts;
+        self.flush(now, out);
     }
 
     /// The peer closed `link` (or the connection broke).
     pub fn on_eof(&mut self, link: LinkId, now: Instant, out: &mut Vec<ShardOut>) {
-        if let Some(mut l) = self.links.remove(&link) {
-            l.link.close(false, now);
-            out.push(ShardOut::Closed(CloseReason::ProtocolViolation("eof")));
-            out.push(ShardOut::Close { link });
-            out.push(ShardOut::Report(ToControl::LinkClosed { link }));
-        }
-    }
-
-    fn on_frame(&mut self, link: LinkId, f: Frame, now: Instant, out: &mut Vec<ShardOut>) {
-        out.push(ShardOut::Received {
-            kind: Kind::of(&f),
-            len: f.encoded_len() as u64,
-        });
-        let l = self.links.get_mut(&link).expect("caller checked");
-        if l.link.on_frame(&f, now) != FrameAction::Process {
-            return;
-        }
-        match f {
-            Frame::Data(d) => {
-                let meta = DataMeta {
-                    src: d.src,
-                    dst: d.dst,
-                    msg_id: d.msg_id,
-                    ttl: d.ttl,
-                };
-                let v = self.router.on_data(&self.table, link, &meta, now);
-                self.route(v, d, now, out);
-            }
-            Frame::Membership(record) => {
-                out.push(ShardOut::Report(ToControl::MembershipIn { link, record }))
-            }
-            Frame::IdentityRecord(r) => out.push(ShardOut::Report(ToControl::IdentityIn {
-                link,
-                record: Box::new(r),
-            })),
-            _ => {}
-        }
+        let mut acts = std::mem::take(&mut self.acts);
+        self.eof(link, now, &mut acts, out);
+        self.acts = acts;
+        self.flush(now, out);
     }
 
     /// A message this node sends (`dst` zero: broadcast).
     pub fn originate(
         &mut self,
-        src: PeerId,
         dst: PeerId,
         payload: Bytes,
         now: Instant,
         out: &mut Vec<ShardOut>,
-    ) -> MsgId {
-        let msg_id = self.ids.next_id();
-        let v = self.router.originate(&self.table, dst);
-        let data = Data {
-            src,
-            dst,
-            msg_id,
-            ttl: self.router.initial_ttl(),
-            payload,
-        };
-        self.route(v, data, now, out);
-        msg_id
+    ) {
+        let mut acts = std::mem::take(&mut self.acts);
+        self.core
+            .publish(Publish::One { dst, payload }, now, &mut acts);
+        self.apply(&mut acts, now, out);
+        self.acts = acts;
+        self.flush(now, out);
     }
 
-    fn route(&mut self, v: DataVerdict, mut data: Data, now: Instant, out: &mut Vec<ShardOut>) {
-        let targets: Vec<LinkId> = match v {
-            DataVerdict::Deliver => {
-                out.push(ShardOut::Deliver(data));
-                return;
-            }
-            DataVerdict::DeliverAndForward { except, ttl } => {
-                out.push(ShardOut::Deliver(data.clone()));
-                data.ttl = ttl;
-                self.table
-                    .links()
-                    .iter()
-                    .copied()
-                    .filter(|l| *l != except)
-                    .collect()
-            }
-            DataVerdict::Forward { except, ttl } => {
-                data.ttl = ttl;
-                self.table
-                    .links()
-                    .iter()
-                    .copied()
-                    .filter(|l| Some(*l) != except)
-                    .collect()
-            }
-            DataVerdict::Unicast { link, ttl } => {
-                data.ttl = ttl;
-                vec![link]
-            }
-            DataVerdict::Drop(_) => return,
-        };
-        let f = Frame::Data(data);
-        for l in targets {
-            self.send(l, &f, now, out);
-        }
-    }
-
-    /// Sends `f` on `link` (sealed in a secured mesh), unless the simulated loss takes it.
-    fn send(&mut self, link: LinkId, f: &Frame, now: Instant, out: &mut Vec<ShardOut>) {
-        let lossy = matches!(
-            f,
-            Frame::Data(_) | Frame::Membership(_) | Frame::IdentityRecord(_)
-        );
-        if lossy && self.loss > 0.0 && self.rng.gen_bool(self.loss) {
-            out.push(ShardOut::Lost);
-            return;
-        }
-        let Some(l) = self.links.get_mut(&link) else {
-            return;
-        };
-        l.link.on_sent(now);
-        write(link, l, f, out);
-    }
-
-    pub fn poll_timeout(&self) -> Instant {
-        let mut t = self.router.poll_timeout();
-        for l in self.links.values() {
-            if let Some(d) = l.link.poll_timeout() {
+    /// The earliest deadline of the core and of its links.
+    pub fn poll_timeout(&self, now: Instant) -> Instant {
+        let mut t = self.core.poll_timeout();
+        for link in self.conns.keys() {
+            if let Some(d) = self.core.link_timeout(*link, now) {
                 t = t.min(d);
             }
         }
@@ -379,59 +215,234 @@ impl DataPath {
     }
 
     pub fn handle_timeout(&mut self, now: Instant, out: &mut Vec<ShardOut>) {
-        self.router.handle_timeout(now);
-        let ids: Vec<LinkId> = self.links.keys().copied().collect();
-        for link in ids {
-            if let Some(l) = self.links.get_mut(&link) {
-                l.link.handle_timeout(now);
+        let mut acts = std::mem::take(&mut self.acts);
+        self.core.handle_timeout(now, &mut acts);
+        self.apply(&mut acts, now, out);
+        let links: Vec<LinkId> = self.conns.keys().copied().collect();
+        for link in links {
+            if self.core.link_timeout(link, now).is_some_and(|d| d <= now) {
+                self.core.on_link_timer(link, now, &mut acts);
+                self.apply(&mut acts, now, out);
             }
-            self.events(link, now, out);
+        }
+        self.acts = acts;
+        self.flush(now, out);
+    }
+
+    fn feed(
+        &mut self,
+        link: LinkId,
+        bytes: &[u8],
+        now: Instant,
+        acts: &mut Vec<ShardAction>,
+        out: &mut Vec<ShardOut>,
+    ) {
+        let Some(c) = self.conns.get_mut(&link) else {
+            return;
+        };
+        count(c.secured, &mut c.rx_partial, bytes, false, self.max, out);
+        let Some((mut buf, _room)) = self.core.read_buffer(link) else {
+            return;
+        };
+        buf.extend_from_slice(bytes);
+        self.core.on_read(link, buf, bytes.len(), now);
+        self.read_all(link, now, acts, out);
+    }
+
+    fn read_all(
+        &mut self,
+        link: LinkId,
+        now: Instant,
+        acts: &mut Vec<ShardAction>,
+        out: &mut Vec<ShardOut>,
+    ) {
+        loop {
+            let step = self.core.read_frames(link, now, acts);
+            self.apply(acts, now, out);
+            if step != ReadStep::More {
+                break;
+            }
         }
     }
 
-    /// Sends the link's own frames (Heartbeat, Goodbye) and acts on its events.
-    fn events(&mut self, link: LinkId, _now: Instant, out: &mut Vec<ShardOut>) {
-        let Some(l) = self.links.get_mut(&link) else {
-            return;
-        };
-        while let Some(f) = l.link.poll_transmit() {
-            write(link, l, &f, out);
+    fn eof(
+        &mut self,
+        link: LinkId,
+        now: Instant,
+        acts: &mut Vec<ShardAction>,
+        out: &mut Vec<ShardOut>,
+    ) {
+        if let Some((buf, _)) = self.core.read_buffer(link) {
+            self.core.on_eof(link, buf, now, acts);
+            self.apply(acts, now, out);
         }
-        let mut closed = false;
-        while let Some(ev) = l.link.poll_event() {
-            if let LinkEvent::Closed(reason) = ev {
-                out.push(ShardOut::Closed(reason));
-                closed = true;
+    }
+
+    /// Carries out the core's actions (one shard: posts to other shards cannot happen).
+    fn apply(&mut self, acts: &mut Vec<ShardAction>, now: Instant, out: &mut Vec<ShardOut>) {
+        for a in acts.drain(..) {
+            match a {
+                ShardAction::Report { msg, busy: _ } => out.push(ShardOut::Report(msg)),
+                ShardAction::Deliver(d) => out.push(ShardOut::Deliver(d)),
+                ShardAction::Error(_) => {}
+                ShardAction::Ended(link, reason) => {
+                    self.conns.remove(&link);
+                    if let Some(r) = reason {
+                        out.push(ShardOut::Closed(r));
+                    }
+                    out.push(ShardOut::Close { link });
+                }
+                ShardAction::Post { .. } => {
+                    panic!("one shard owns every link and every dedup stream: nothing to post")
+                }
+                ShardAction::Block(b) => {
+                    // Queues drain after every input here, so a Block wait is tried once more
+                    // and otherwise given up (counted by the core as a lost wait).
+                    let mut more = Vec::new();
+                    if let Unblock::Wait(..) = self.core.unblock(b, now, &mut more) {
+                        self.blocked += 1;
+                    }
+                    self.apply(&mut more, now, out);
+                }
             }
         }
-        if closed {
-            self.links.remove(&link);
-            out.push(ShardOut::Close { link });
-            out.push(ShardOut::Report(ToControl::LinkClosed { link }));
+    }
+
+    /// Drains every link's queue into its socket.
+    fn flush(&mut self, now: Instant, out: &mut Vec<ShardOut>) {
+        let mut acts = std::mem::take(&mut self.acts);
+        let links: Vec<LinkId> = self.conns.keys().copied().collect();
+        for link in links {
+            loop {
+                self.bufs.clear();
+                match self.core.next_write(link, &mut self.bufs, now, &mut acts) {
+                    WriteStep::Write => {
+                        let n: usize = self.bufs.iter().map(|b| b.len()).sum();
+                        let mut all = BytesMut::with_capacity(n);
+                        for b in &self.bufs {
+                            all.extend_from_slice(b);
+                        }
+                        self.core.on_written(link, n, now);
+                        self.send(link, all, out);
+                    }
+                    WriteStep::Shutdown => {
+                        self.core.on_link_lost(link, now, &mut acts);
+                        break;
+                    }
+                    WriteStep::Idle | WriteStep::Gone => break,
+                }
+            }
+            self.apply(&mut acts, now, out);
+        }
+        self.acts = acts;
+    }
+
+    /// Writes `bytes` on `link`, counting its frames and applying the simulated loss.
+    fn send(&mut self, link: LinkId, mut bytes: BytesMut, out: &mut Vec<ShardOut>) {
+        let Some(c) = self.conns.get_mut(&link) else {
+            return;
+        };
+        if c.secured {
+            count(true, &mut c.tx_partial, &bytes, true, self.max, out);
+            let lost = self.loss > 0.0 && self.rng.gen_bool(self.loss);
+            if lost {
+                out.push(ShardOut::Lost);
+            }
+            let delay = if lost {
+                RETRANSMIT_DELAY
+            } else {
+                Duration::ZERO
+            };
+            out.push(ShardOut::Send {
+                link,
+                bytes: bytes.freeze(),
+                delay,
+            });
+            return;
+        }
+        // Plaintext: whole frames, one by one (the core writes whole frames only).
+        let mut kept = BytesMut::with_capacity(bytes.len());
+        while !bytes.is_empty() {
+            let len = match peek_frame_len(&bytes, u32::MAX) {
+                Ok(DecodeStatus::Complete { len, .. }) => len,
+                _ => bytes.len(),
+            };
+            let frame = bytes.split_to(len.min(bytes.len()));
+            let kind = kind_of(&frame);
+            let lossy = frame.len() > 4 && is_lossy(frame[4]);
+            if lossy && self.loss > 0.0 && self.rng.gen_bool(self.loss) {
+                out.push(ShardOut::Lost);
+                continue;
+            }
+            out.push(ShardOut::Traffic {
+                tx: true,
+                kind,
+                len: frame.len() as u64,
+            });
+            kept.extend_from_slice(&frame);
+        }
+        if !kept.is_empty() {
+            out.push(ShardOut::Send {
+                link,
+                bytes: kept.freeze(),
+                delay: Duration::ZERO,
+            });
         }
     }
 }
 
-fn write(link: LinkId, l: &mut ShardLink, f: &Frame, out: &mut Vec<ShardOut>) {
-    let mut plain = BytesMut::new();
-    if f.encode(&mut plain).is_err() {
+/// Data, Membership and IdentityRecord frames may be lost; the link's own frames may not.
+fn is_lossy(frame_type: u8) -> bool {
+    [
+        FrameType::Data,
+        FrameType::Membership,
+        FrameType::IdentityRecord,
+    ]
+    .iter()
+    .any(|t| *t as u8 == frame_type)
+}
+
+fn kind_of(frame: &[u8]) -> Kind {
+    match frame.get(4) {
+        Some(t) if *t == FrameType::Data as u8 => Kind::Data,
+        Some(t) if *t == FrameType::Membership as u8 => Kind::Membership,
+        _ => Kind::Other,
+    }
+}
+
+/// Counts the whole frames of a plaintext stream (`partial` keeps a frame that spans calls);
+/// a secured stream counts as opaque bytes.
+fn count(
+    secured: bool,
+    partial: &mut BytesMut,
+    bytes: &[u8],
+    tx: bool,
+    max: u32,
+    out: &mut Vec<ShardOut>,
+) {
+    if secured {
+        out.push(ShardOut::Traffic {
+            tx,
+            kind: Kind::Other,
+            len: bytes.len() as u64,
+        });
         return;
     }
-    let len = plain.len() as u64;
-    let bytes = match &mut l.sealer {
-        None => plain.freeze(),
-        Some(s) => {
-            let mut rec = BytesMut::new();
-            if s.seal_frame(&mut rec, &plain).is_err() {
-                return;
-            }
-            rec.freeze()
+    if tx {
+        return; // counted frame by frame in `send`
+    }
+    partial.extend_from_slice(bytes);
+    while let Ok(DecodeStatus::Complete { len, .. }) =
+        peek_frame_len(partial, max.max(DATA_HEADER_LEN as u32))
+    {
+        if len > partial.len() {
+            break;
         }
-    };
-    out.push(ShardOut::Send {
-        link,
-        bytes,
-        kind: Kind::of(f),
-        len,
-    });
+        out.push(ShardOut::Traffic {
+            tx,
+            kind: kind_of(partial),
+            len: len as u64,
+        });
+        partial.advance(len);
+    }
 }

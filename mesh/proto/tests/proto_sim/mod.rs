@@ -24,8 +24,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shoal_proto::config::MeshConfig;
 use shoal_proto::control::{Action, ControlCore, ControlEvent, ControlInit};
+use shoal_proto::PeerId;
 use shoal_proto::*;
-use shoal_proto::{MsgId, PeerId};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
@@ -47,6 +47,8 @@ pub struct Sim {
     pub blackholed: HashSet<(usize, usize)>,
     /// Probability that a Data, Membership or identity frame sent on a link is lost.
     loss: f64,
+    /// When the last bytes (or the end) sent to each socket arrive: later ones never earlier.
+    stream_tail: HashMap<End, Instant>,
     /// While a node stops: its local commands run at once, in order.
     inline: Option<VecDeque<Ev>>,
     rng: StdRng,
@@ -65,6 +67,7 @@ impl Sim {
             latency_of: HashMap::new(),
             blackholed: HashSet::new(),
             loss: 0.0,
+            stream_tail: HashMap::new(),
             inline: None,
             rng: StdRng::seed_from_u64(seed),
         }
@@ -255,22 +258,17 @@ impl Sim {
         self.blackholed.remove(&(b, a));
     }
 
-    pub fn broadcast(&mut self, i: usize, payload: impl AsRef<[u8]>) -> MsgId {
+    pub fn broadcast(&mut self, i: usize, payload: impl AsRef<[u8]>) {
         self.send(i, PeerId::ZERO, payload)
     }
 
-    pub fn send(&mut self, i: usize, dst: PeerId, payload: impl AsRef<[u8]>) -> MsgId {
+    pub fn send(&mut self, i: usize, dst: PeerId, payload: impl AsRef<[u8]>) {
         let mut out = Vec::new();
-        let (now, src) = (self.now, self.nodes[i].id);
-        let id = self.nodes[i].shard.originate(
-            src,
-            dst,
-            Bytes::copy_from_slice(payload.as_ref()),
-            now,
-            &mut out,
-        );
+        let now = self.now;
+        self.nodes[i]
+            .shard
+            .originate(dst, Bytes::copy_from_slice(payload.as_ref()), now, &mut out);
         self.apply_shard(i, out);
-        id
     }
 
     fn lat(&self, from: usize, to: usize) -> Duration {
@@ -278,12 +276,28 @@ impl Sim {
     }
 
     fn schedule(&mut self, from: usize, to: usize, ev: Ev) {
+        self.schedule_after(from, to, ev, Duration::ZERO);
+    }
+
+    /// Schedules `ev` `extra` later than the latency; what travels on a connection (bytes,
+    /// its end) never overtakes what was sent on it before (TCP order).
+    fn schedule_after(&mut self, from: usize, to: usize, ev: Ev, extra: Duration) {
         if self.blackholed.contains(&(from, to)) {
             return;
         }
         self.seq += 1;
-        let at = self.now + self.lat(from, to);
+        let mut at = self.now + self.lat(from, to) + extra;
+        if let Ev::Bytes { to: end, .. } | Ev::Eof { to: end } = &ev {
+            let tail = self.stream_tail.entry(*end).or_insert(at);
+            at = at.max(*tail);
+            *tail = at;
+        }
         self.queue.insert((at, self.seq), ev);
+    }
+
+    /// Bytes a data path wrote on its socket `link` toward `r`, `delay` late (a retransmission).
+    fn schedule_stream(&mut self, i: usize, _link: LinkId, r: End, bytes: Bytes, delay: Duration) {
+        self.schedule_after(i, r.node, Ev::Bytes { to: r, bytes }, delay);
     }
 
     /// An event within one node (dial failure, control plane ↔ shard).
@@ -400,18 +414,21 @@ impl Sim {
         let gen = self.nodes[i].gen;
         for o in out {
             match o {
-                ShardOut::Send {
-                    link,
-                    bytes,
-                    kind,
-                    len,
-                } => {
-                    self.nodes[i].tx.count(kind, len);
+                ShardOut::Send { link, bytes, delay } => {
                     if let Some(r) = self.nodes[i].socks.get(&link).and_then(|s| s.remote) {
-                        self.schedule(i, r.node, Ev::Bytes { to: r, bytes });
+                        self.schedule_stream(i, link, r, bytes, delay);
                     }
                 }
-                ShardOut::Received { kind, len } => self.nodes[i].rx.count(kind, len),
+                ShardOut::Traffic {
+                    tx: true,
+                    kind,
+                    len,
+                } => self.nodes[i].tx.count(kind, len),
+                ShardOut::Traffic {
+                    tx: false,
+                    kind,
+                    len,
+                } => self.nodes[i].rx.count(kind, len),
                 ShardOut::Close { link } => self.close_sock(i, link),
                 ShardOut::Report(report) => self.schedule_local(Ev::ToControl {
                     node: i,
@@ -420,7 +437,7 @@ impl Sim {
                 }),
                 ShardOut::Deliver(d) => {
                     let n = &mut self.nodes[i];
-                    n.delivered.push((d.src, d.payload));
+                    n.delivered.push((d.from, d.payload));
                     n.delivered_ids.push(d.msg_id);
                 }
                 ShardOut::Closed(reason) => self.nodes[i].close_reasons.push(reason),
@@ -450,7 +467,7 @@ impl Sim {
     fn deadline(&self, i: usize) -> Option<Instant> {
         let n = &self.nodes[i];
         n.alive
-            .then(|| n.core.poll_timeout().min(n.shard.poll_timeout()))
+            .then(|| n.core.poll_timeout().min(n.shard.poll_timeout(self.now)))
     }
 
     /// Advances virtual time to `self.now + d`, processing everything due on the way.

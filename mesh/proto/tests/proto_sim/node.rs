@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// One end of a connection: node, incarnation, link id there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct End {
     pub node: usize,
     pub gen: u64,

@@ -191,8 +191,11 @@ fn begin_stop(ctl: &Rc<Ctl>, reply: mpsc::Sender<()>) {
     ctl.feed(|c, now, wall| c.stop(now, wall));
 }
 
-/// Executes the core's actions, then publishes the query snapshot and the counters.
+/// Publishes the query snapshot, then executes the core's actions, then publishes the
+/// counters. The snapshot goes first: an application that sees `PeerConnected` may publish at
+/// once, and must then find the peer counted (the publish path answers `NoRoute` otherwise).
 pub(super) fn run_actions(ctl: &Rc<Ctl>) {
+    publish(ctl);
     loop {
         let next = ctl.core.borrow_mut().poll_action();
         let Some(a) = next else { break };

@@ -250,6 +250,7 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
             },
         },
         ShardAction::Deliver(d) => {
+            let msg_id = d.msg_id;
             let ev = Event::Message {
                 from: d.from,
                 broadcast: d.broadcast,
@@ -263,6 +264,7 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
             {
                 return Some(ShardAction::Deliver(shoal_proto::shard::Delivery {
                     from,
+                    msg_id,
                     broadcast,
                     payload,
                 }));
@@ -270,7 +272,7 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
         }
         ShardAction::Error(e) => error_event(ctx, e),
         ShardAction::Block(b) => return Some(ShardAction::Block(b)),
-        ShardAction::Ended(link) => ended(ctx, link, who),
+        ShardAction::Ended(link, _) => ended(ctx, link, who),
     }
     None
 }
