@@ -1,24 +1,37 @@
-//! All protocol logic of the mesh as sans-I/O state machines, in the style of quinn-proto.
+//! shoal-proto: the multimaster v1 mesh protocol as code without I/O, in the style of
+//! quinn-proto: the wire codec, the secured-mesh cryptography, the settings, the state
+//! machines, and the two cores that compose them into a node ([`control::ControlCore`] and
+//! [`shard::ShardCore`]).
 //!
-//! Nothing here touches a socket, a clock or a global RNG: every input carries `now: Instant`
-//! (and, where versions are seeded from it, the wall clock in ms), randomness comes from an
-//! injected [`rand::RngCore`], and every output is a value the caller executes. The same code
-//! therefore runs under the real I/O driver and in deterministic multi-node simulations.
+//! **Owns:** every protocol decision of a node: what goes on the wire and when, whom to dial,
+//! which links win a race, what is routed where, what is counted, dropped or delivered.
+//! **Must not touch:** sockets, executors, tasks, threads, channels, the clock, the file
+//! system or the OS random source. `cargo tree -p shoal-proto` holds no `shoal-runtime`.
+//! Every input carries `now: Instant` (and, where versions are minted from it, the wall clock
+//! in ms); randomness is injected as a seed or an [`rand::RngCore`]; every output is a value
+//! the caller carries out. The same code runs under the live driver (`shoal-mesh`) and in
+//! the deterministic multi-node simulation of `mesh/proto/tests/proto_sim/`.
 //!
-//! # Pieces and where they live
+//! # The house
 //!
-//! | module | state machine | lives on |
+//! | module | what | lives on |
 //! |---|---|---|
-//! | [`scouting`] | announce schedule, datagram acceptance, dial-back address | control plane |
-//! | [`peers`] | peer table, dialing, reconnect backoff, dial races, Lost | control plane |
-//! | [`admission`] | budgets for admitting and dialing never-linked peers | control plane |
-//! | [`membership`] | adjacency gossip and member set | control plane |
-//! | [`control`] | the control core: all of the above plus handshakes, identity, placement on shards | control plane |
-//! | [`link`] | one connection: handshake, heartbeat, liveness, Goodbye | the link's data shard |
-//! | [`router`] + [`dedup`] | gossip routing of Data frames | each data shard |
-//! | [`shard`] | the shard core: links served, queues, backpressure, origination, delivery | each data shard |
+//! | [`wire`] | codec: the scouting beacon, the eight frame types, Shoal's Hello extension | both |
+//! | [`crypto`] | PSK keys, beacon MAC, X25519 handshake, records, Ed25519 identity | both |
+//! | [`config`] | [`MeshConfig`], the settings a user writes (builder and TOML) | both |
+//! | [`control`] | **the control core**: composes the machines below, handshakes, identity records, held events, commands to shards | control plane |
+//! | [`scouting`] | beacon schedule, acceptance, dial-back address | control core |
+//! | [`peers`] | peer table, dialing, reconnect backoff, dial races, Lost | control core |
+//! | [`admission`] | budgets for admitting and dialing never-linked peers | control core |
+//! | [`membership`] | [`MemberGraph`]: adjacency gossip and the member set | control core |
+//! | [`shard`] | **the shard core**: links, queues, backpressure, origination, delivery, teardown | each data shard |
+//! | [`link`] | one connection: handshake, heartbeat, liveness, Goodbye | handshake: control core; then its shard core |
+//! | [`router`] + [`dedup`] | gossip routing of Data frames | shard core |
+//! | [`budget`] | [`LinkBudget`]: a link queue's byte bound, shared by the shards that send on it | shard cores (and the application's `try_*` checks) |
+//! | [`cmd`] | the commands between cores, one enum per direction | between executors |
+//! | [`stats`] | the counters, one set per executor | each core |
 //!
-//! # How a driver runs them
+//! # How a driver runs a state machine
 //!
 //! Every state machine follows the same loop:
 //! 1. feed inputs as they happen (`on_*` methods), always with the current `now`;
@@ -40,7 +53,7 @@
 //! the target links (again `link_shard` of each neighbour).
 //!
 //! Order between machines: apply a [`peers::PeerManager`]'s actions (routing-table
-//! `Install`/`Uninstall`) before feeding its events to [`membership::Membership`], so a
+//! `Install`/`Uninstall`) before feeding its events to [`membership::MemberGraph`], so a
 //! membership flood triggered by `Connected` already reaches the new link.
 //!
 //! The control plane composes these machines in one core, [`control::ControlCore`], which the

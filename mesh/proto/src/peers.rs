@@ -27,7 +27,7 @@
 //! [`PeerAction::Install`] / [`PeerAction::Uninstall`] (update every shard's routing table),
 //! [`PeerAction::Close`] (send Goodbye if asked, then close). Execute them in order: an
 //! `Install` of a dial-race winner precedes the `Close` of the loser, so the close is not a
-//! disconnect. Events for the application and for [`super::Membership`] come from
+//! disconnect. Events for the application and for [`super::MemberGraph`] come from
 //! [`poll_event`](PeerManager::poll_event).
 //!
 //! # Strangers and floods

@@ -2,7 +2,7 @@
 //!
 //! A [`Router`] lives on each data shard next to that shard's [`DedupCache`]. The driver calls
 //! [`Router::on_data`] on the shard that owns the message's originator
-//! ([`super::dedup_shard`]) and executes the returned [`Route`]; the decision itself reads only
+//! ([`super::dedup_shard`]) and executes the returned [`DataVerdict`]; the decision itself reads only
 //! the shard's [`NeighbourLinks`] (pushed by the control plane) and allocates nothing.
 
 use super::dedup::{DedupCache, DedupStats, Seen};

@@ -1,9 +1,9 @@
 //! The shard core: everything a data shard decides, as one sans-I/O state machine.
 //!
 //! A [`ShardCore`] owns the [`Router`] and its dedup state, the [`NeighbourLinks`] table and
-//! the link owners, and every link served on its shard: the link's [`Link`] state machine,
+//! the link owners, and every link served on its shard: the link's [`crate::Link`] state machine,
 //! its read buffer (or, secured, its [`crate::crypto::RecordReader`]), its outbound queue of
-//! [`Out`]s, its record sealer and the accounting of its [`LinkBudget`]. It decides the
+//! [`crate::cmd::Out`]s, its record sealer and the accounting of its [`LinkBudget`]. It decides the
 //! backpressure (Block waits, DropNewest drops, Disconnect kills, the slow-link rule), the
 //! origination of what the application publishes ([`Publish`]), what reaches the
 //! application ([`Delivery`]), the heartbeat and liveness of each link, the accounting of a
