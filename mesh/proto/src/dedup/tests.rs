@@ -386,8 +386,7 @@ fn no_id_is_new_twice_whatever_the_delay() {
         let ttl = Duration::from_millis(50);
         let mut d = DedupCache::new(200 + rng.below(300) as usize, ttl, base);
         let origins: Vec<PeerId> = (0..3).map(|o| PeerId([o as u8 + 1; 16])).collect();
-        let mut gens: Vec<(usize, u64)> =
-            (0..6).map(|g| (g % origins.len(), rng.next())).collect();
+        let mut gens: Vec<(usize, u64)> = (0..6).map(|g| (g % origins.len(), rng.next())).collect();
         let mut pending: Vec<MsgId> = Vec::new();
         let mut delivered = ahash::AHashSet::new();
         let mut now_ms = 0u64;
@@ -408,8 +407,7 @@ fn no_id_is_new_twice_whatever_the_delay() {
                     } else {
                         32
                     };
-                    let i =
-                        pending.len() - 1 - rng.below(back.min(pending.len()) as u64) as usize;
+                    let i = pending.len() - 1 - rng.below(back.min(pending.len()) as u64) as usize;
                     let m = pending.swap_remove(i);
                     let now = base + Duration::from_millis(now_ms);
                     if d.check(m, now) == Seen::New {
