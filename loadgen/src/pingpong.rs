@@ -2,6 +2,10 @@
 //! over Shoal (application threads, or `--inline` in the shard callbacks) or raw TCP
 //! (`--raw`), with the measurement and output of `latency`.
 //!
+//! Length: both ends of one exchange share its payload formats (probe, goodbye, report) defined
+//! here: the ping side over Shoal, inline and raw TCP is ~260 lines, the pong side ~330; the unit
+//! tests are in `pingpong/tests.rs`.
+//!
 //! The exchange, all in stamped payloads ([`crate::stamp`]):
 //! - **probe** (ping → everyone, broadcast, every 100 ms until one comes back): the first echo
 //!   names the pong and proves that both ends of the link are up, since the pong can route its
@@ -687,60 +691,4 @@ fn pong_raw(r: &PingPongRun) -> Result<PongSummary, RunError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_pong_report_round_trips() {
-        let r = PongReport {
-            echoed: 12345,
-            cpu_user_s: 1.5,
-            cpu_sys_s: 0.25,
-            peak_rss_kib: 4096,
-        };
-        assert_eq!(PongReport::decode(&r.encode()), Some(r));
-        assert_eq!(
-            PongReport::decode(&goodbye(3)),
-            None,
-            "a goodbye is no report"
-        );
-        assert_eq!(PongReport::decode(&probe(64, 1)), None);
-    }
-
-    #[test]
-    fn a_pong_echoes_pings_and_probes_and_answers_the_goodbye() {
-        let pong = Pong::default();
-        let ping = crate::latency::stamped(64, 0);
-        assert!(matches!(pong.answer(|| "p".into(), &ping), Answer::Echo));
-        assert!(matches!(
-            pong.answer(|| "q".into(), &probe(64, 0)),
-            Answer::Echo
-        ));
-        assert!(matches!(
-            pong.answer(|| "q".into(), b"short"),
-            Answer::Nothing
-        ));
-        assert!(!pong.said_goodbye());
-        let Answer::Report(rep) = pong.answer(|| "q".into(), &goodbye(1)) else {
-            panic!("a goodbye is answered with the report");
-        };
-        let rep = PongReport::decode(&rep).expect("a report");
-        assert_eq!(rep.echoed, 1);
-        assert!(pong.said_goodbye());
-        assert_eq!(
-            pong.ping.lock().unwrap().as_deref(),
-            Some("p"),
-            "the first sender"
-        );
-        let mut at = None;
-        assert_eq!(
-            pong.done(&mut at, Instant::now() + Duration::from_secs(60)),
-            None
-        );
-        pong.link_down.store(true, Ordering::Relaxed);
-        assert_eq!(
-            pong.done(&mut at, Instant::now() + Duration::from_secs(60)),
-            Some("goodbye")
-        );
-    }
-}
+mod tests;

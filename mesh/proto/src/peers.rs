@@ -1,6 +1,10 @@
 //! The control plane's peer table: who to dial, when to redial, which of two connections to the
 //! same peer survives, and when a peer is Lost (mesh-v1.md, "Connection behaviour").
 //!
+//! Length: one state machine: `PeerManager`'s single impl is ~570 lines of code over private tables
+//! (peers, connections, dial targets) that every input updates together; the rest is its public
+//! types and ~190 lines of docs. Its tests are in `tests/proto_peers.rs`.
+//!
 //! Three sources of dial targets converge on one handshake and dial-race path:
 //! - **discovered** peers (validated announces): dialed at the announced address at once, and
 //!   redialed with backoff only while still announced; Lost (pruned) after `peer_lost_timeout`

@@ -1,0 +1,166 @@
+use super::*;
+
+#[test]
+fn defaults_match_mesh_v1_table_and_validate() {
+    let c = MeshConfig::default();
+    c.validate().unwrap();
+    assert_eq!(c.group_name, "default");
+    assert_eq!(c.multicast_group, Ipv4Addr::new(239, 255, 42, 99));
+    assert_eq!((c.multicast_port, c.multicast_ttl), (45454, 1));
+    assert_eq!(c.announce_interval, Duration::from_millis(1000));
+    assert_eq!(c.peer_lost_timeout, Duration::from_millis(5000));
+    assert_eq!(c.heartbeat_interval, Duration::from_millis(1000));
+    assert_eq!(c.heartbeat_timeout, Duration::from_millis(3000));
+    assert_eq!(c.handshake_timeout, Duration::from_millis(2000));
+    assert_eq!(c.reconnect_base, Duration::from_millis(500));
+    assert_eq!(c.reconnect_max, Duration::from_millis(30000));
+    assert_eq!(c.initial_ttl, 8);
+    assert_eq!(c.dedup_ttl, Duration::from_millis(30000));
+    assert_eq!(c.max_dedup_entries, 100_000);
+    assert_eq!(c.max_outbound_queue_bytes, 8 << 20);
+    assert_eq!(c.max_message_bytes, 16 << 20);
+    // The C++ library's config header: membership interval 2000 ms, timeout 8000 ms.
+    assert_eq!(c.membership_interval, Duration::from_millis(2000));
+    assert_eq!(c.membership_timeout, Duration::from_millis(8000));
+    assert!(!c.secured());
+    assert!(!c.requires_identity());
+}
+
+#[test]
+fn identity_is_required_by_default_once_an_identity_is_configured() {
+    let seed = "11".repeat(32);
+    let with_id = || {
+        MeshConfig::builder()
+            .psk("k")
+            .identity_seed_hex(seed.clone())
+    };
+    assert!(with_id().build().unwrap().requires_identity());
+    assert!(!with_id()
+        .require_identity(false)
+        .build()
+        .unwrap()
+        .requires_identity());
+    // A PSK-only node has nothing to require with; saying "no" is allowed, "yes" is not.
+    let psk_only = MeshConfig::builder().psk("k");
+    assert!(!psk_only.clone().build().unwrap().requires_identity());
+    assert!(psk_only.clone().require_identity(false).build().is_ok());
+    let c = MeshConfig::from_toml_str(&format!(
+        "psk = \"k\"\nidentity_seed_hex = \"{seed}\"\nrequire_identity = false\n"
+    ))
+    .unwrap();
+    assert_eq!(c.require_identity, Some(false));
+    assert!(!c.requires_identity());
+}
+
+#[test]
+fn toml_overrides_only_named_keys() {
+    let c = MeshConfig::from_toml_str(
+        "group_name = \"lab\"\nheartbeat_interval_ms = 200\nheartbeat_timeout_ms = 700\n\
+         static_peers = [\"example.org:7000\"]\n",
+    )
+    .unwrap();
+    assert_eq!(c.group_name, "lab");
+    assert_eq!(c.heartbeat_interval, Duration::from_millis(200));
+    assert_eq!(c.heartbeat_timeout, Duration::from_millis(700));
+    assert_eq!(c.handshake_timeout, Duration::from_millis(2000));
+    assert_eq!(c.static_peers, vec!["example.org:7000".to_owned()]);
+}
+
+#[test]
+fn toml_rejects_unknown_keys_and_bad_relations() {
+    assert!(matches!(
+        MeshConfig::from_toml_str("heartbeat_intervall_ms = 5"),
+        Err(ConfigError::Toml(_))
+    ));
+    assert!(matches!(
+        MeshConfig::from_toml_str("heartbeat_timeout_ms = 1000"),
+        Err(ConfigError::HeartbeatTimeoutTooShort { .. })
+    ));
+}
+
+#[test]
+fn builder_validates() {
+    let err = MeshConfig::builder()
+        .reconnect_base(Duration::from_secs(60))
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::ReconnectBaseAboveMax { .. }));
+    assert_eq!(
+        MeshConfig::builder()
+            .seed_peers(vec!["nohost".to_owned()])
+            .build(),
+        Err(ConfigError::BadEndpoint("nohost".to_owned()))
+    );
+    assert_eq!(
+        MeshConfig::builder().initial_ttl(0).build(),
+        Err(ConfigError::Zero("initial_ttl"))
+    );
+    assert_eq!(
+        MeshConfig::builder().group_name("x".repeat(256)).build(),
+        Err(ConfigError::GroupNameTooLong(256))
+    );
+    let ok = MeshConfig::builder()
+        .group_name("g")
+        .psk("k")
+        .build()
+        .unwrap();
+    assert!(ok.secured());
+    assert!(!format!("{ok:?}").contains("\"k\""));
+}
+
+#[test]
+fn identity_settings_validated() {
+    let seed = "11".repeat(32);
+    assert_eq!(
+        MeshConfig::builder()
+            .identity_seed_hex(seed.clone())
+            .build(),
+        Err(ConfigError::IdentityWithoutPsk("identity_seed_hex"))
+    );
+    assert_eq!(
+        MeshConfig::builder()
+            .identity_file(Some(std::path::PathBuf::from("/tmp/x")))
+            .build(),
+        Err(ConfigError::IdentityWithoutPsk("identity_file"))
+    );
+    assert_eq!(
+        MeshConfig::builder()
+            .psk("k")
+            .require_identity(true)
+            .build(),
+        Err(ConfigError::TrustWithoutIdentity("require_identity"))
+    );
+    assert_eq!(
+        MeshConfig::builder()
+            .psk("k")
+            .identity_seed_hex("abc")
+            .build(),
+        Err(ConfigError::BadIdentitySeed)
+    );
+    assert_eq!(
+        MeshConfig::builder()
+            .psk("k")
+            .identity_seed_hex(seed.clone())
+            .identity_file(Some(std::path::PathBuf::from("/tmp/x")))
+            .build(),
+        Err(ConfigError::IdentityTwice)
+    );
+    assert_eq!(
+        MeshConfig::builder()
+            .psk("k")
+            .identity_seed_hex(seed.clone())
+            .trusted_keys(vec![TrustedKey::new("zz", "bad")])
+            .build(),
+        Err(ConfigError::BadTrustedKey("zz".into()))
+    );
+    let c = MeshConfig::from_toml_str(&format!(
+        "psk = \"k\"\nidentity_seed_hex = \"{seed}\"\nnode_name = \"n1\"\n\
+         require_identity = true\n\
+         trusted_keys = [{{ key = \"d04ab232742bb4ab3a1368bd4615e4e6d0224ab71a016baf8520a332c9778737\", label = \"eleven\" }}]\n"
+    ))
+    .unwrap();
+    assert!(c.has_identity() && c.requires_identity());
+    assert_eq!(c.parsed_trusted_keys().unwrap()[0].1, "eleven");
+    // The seed is a secret, like the PSK.
+    assert!(!format!("{c:?}").contains(&seed));
+}

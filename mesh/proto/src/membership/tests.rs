@@ -1,0 +1,243 @@
+use super::*;
+
+fn p(n: u8) -> PeerId {
+    PeerId([n; 16])
+}
+
+fn new(me: u8, now: Instant) -> MemberGraph {
+    MemberGraph::new(
+        p(me),
+        Duration::from_secs(2),
+        Duration::from_secs(6),
+        16,
+        1_000,
+        now,
+    )
+}
+
+fn drain(m: &mut MemberGraph) -> Vec<MemberTransmit> {
+    std::iter::from_fn(|| m.poll_transmit()).collect()
+}
+
+#[test]
+fn newer_records_are_stored_and_reflooded_except_inbound() {
+    let now = Instant::now();
+    let mut m = new(1, now);
+    let r = Record {
+        origin: p(2),
+        version: 10,
+        neighbours: vec![p(3)],
+    };
+    assert_eq!(
+        m.on_record(LinkId(7), &r, 1_000, now),
+        RecordOutcome::Stored
+    );
+    let t = drain(&mut m);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].dest, Dest::AllExcept(LinkId(7)));
+    assert_eq!(m.on_record(LinkId(8), &r, 1_000, now), RecordOutcome::Stale);
+    assert!(drain(&mut m).is_empty());
+    assert_eq!(m.stats().stale, 1);
+}
+
+#[test]
+fn version_is_seeded_from_wall_clock_and_strictly_increases() {
+    let now = Instant::now();
+    let mut m = new(1, now);
+    m.neighbour_up(p(2), LinkId(1), 500, now);
+    assert_eq!(m.version(), 1_001);
+    m.neighbour_down(&p(2), 5_000, now);
+    assert_eq!(m.version(), 5_000);
+}
+
+#[test]
+fn own_old_incarnation_is_outranked() {
+    let now = Instant::now();
+    let mut m = new(1, now);
+    let old = Record {
+        origin: p(1),
+        version: 9_999,
+        neighbours: vec![],
+    };
+    assert_eq!(
+        m.on_record(LinkId(1), &old, 1_000, now),
+        RecordOutcome::OwnOutranked
+    );
+    assert!(m.version() > 9_999);
+    assert_eq!(drain(&mut m)[0].record.version, m.version());
+}
+
+#[test]
+fn store_is_bounded() {
+    let now = Instant::now();
+    let mut m = MemberGraph::new(
+        p(1),
+        Duration::from_secs(1),
+        Duration::from_secs(3),
+        2,
+        0,
+        now,
+    );
+    for n in 2..5 {
+        let r = Record {
+            origin: p(n),
+            version: 1,
+            neighbours: vec![],
+        };
+        m.on_record(LinkId(1), &r, 0, now);
+    }
+    assert_eq!(m.stats().rejected_full, 1);
+}
+
+#[test]
+fn periodic_flood_and_expiry() {
+    let now = Instant::now();
+    let mut m = new(1, now);
+    m.neighbour_up(p(2), LinkId(1), 0, now);
+    let r = Record {
+        origin: p(2),
+        version: 5,
+        neighbours: vec![p(1), p(3)],
+    };
+    m.on_record(LinkId(1), &r, 0, now);
+    assert!(m.is_member(&p(3)));
+    drain(&mut m);
+    assert_eq!(m.poll_timeout(), now + Duration::from_secs(2));
+    m.handle_timeout(0, now + Duration::from_secs(2));
+    assert_eq!(drain(&mut m).len(), 1);
+    m.handle_timeout(0, now + Duration::from_secs(6));
+    assert!(!m.is_member(&p(3)));
+    assert!(
+        m.is_member(&p(2)),
+        "direct neighbour stays a member via the own record"
+    );
+    assert_eq!(m.stats().expired, 1);
+}
+
+/// The member set by the documented rule, from scratch and by brute force: every pair
+/// of known nodes, an edge when every end with a record lists the other (edges at self:
+/// the own neighbours).
+fn reference(m: &MemberGraph) -> AHashSet<PeerId> {
+    let mut nodes: Vec<PeerId> = vec![m.me];
+    for (o, r) in &m.records {
+        nodes.push(*o);
+        nodes.extend(r.neighbours.iter().copied());
+    }
+    nodes.extend(m.neighbours.iter().copied());
+    nodes.sort();
+    nodes.dedup();
+    nodes.retain(|p| !p.is_zero());
+    let lists = |a: &PeerId, b: &PeerId| {
+        if *a == m.me {
+            Some(m.neighbours.contains(b))
+        } else {
+            m.records.get(a).map(|r| r.neighbours.contains(b))
+        }
+    };
+    let edge = |a: &PeerId, b: &PeerId| {
+        if a == b {
+            return false;
+        }
+        if *a == m.me || *b == m.me {
+            let other = if *a == m.me { b } else { a };
+            return m.neighbours.contains(other);
+        }
+        match (lists(a, b), lists(b, a)) {
+            (Some(x), Some(y)) => x && y,
+            (Some(x), None) | (None, Some(x)) => x,
+            (None, None) => false,
+        }
+    };
+    let mut reached = AHashSet::from_iter([m.me]);
+    let mut queue = VecDeque::from([m.me]);
+    while let Some(u) = queue.pop_front() {
+        for v in &nodes {
+            if edge(&u, v) && reached.insert(*v) {
+                queue.push_back(*v);
+            }
+        }
+    }
+    reached.remove(&m.me);
+    reached
+}
+
+#[test]
+fn incremental_member_set_matches_the_rule_from_scratch() {
+    use rand::{Rng, SeedableRng};
+    for seed in 0..40u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let t0 = Instant::now();
+        let mut now = t0;
+        let mut m = MemberGraph::new(
+            p(1),
+            Duration::from_secs(2),
+            Duration::from_secs(6),
+            64,
+            0,
+            now,
+        );
+        let mut versions = [0u64; 10];
+        // Replaying the events must give the member set, too.
+        let mut replay: AHashSet<PeerId> = AHashSet::new();
+        for step in 0..300 {
+            now += Duration::from_millis(rng.gen_range(0..400));
+            match rng.gen_range(0..10) {
+                0 => m.neighbour_up(p(rng.gen_range(2..10)), LinkId(step), 0, now),
+                1 => m.neighbour_down(&p(rng.gen_range(2..10)), 0, now),
+                2 => m.handle_timeout(0, now),
+                _ => {
+                    let o = rng.gen_range(2..10u8);
+                    versions[o as usize] += rng.gen_range(0..3);
+                    let neighbours = (0..rng.gen_range(0..5))
+                        .map(|_| p(rng.gen_range(1..11)))
+                        .collect();
+                    let r = Record {
+                        origin: p(o),
+                        version: versions[o as usize],
+                        neighbours,
+                    };
+                    m.on_record(LinkId(rng.gen_range(0..4)), &r, 0, now);
+                }
+            }
+            drain(&mut m);
+            while let Some(e) = m.poll_event() {
+                match e {
+                    MemberEvent::MemberJoined(x) => assert!(replay.insert(x)),
+                    MemberEvent::MemberLeft(x) => assert!(replay.remove(&x)),
+                }
+            }
+            let want = reference(&m);
+            assert_eq!(m.members, want, "seed {seed} step {step}");
+            assert_eq!(replay, want, "seed {seed} step {step}: events");
+        }
+    }
+}
+
+#[test]
+fn relays_skip_the_origin_and_the_neighbours_it_lists() {
+    let now = Instant::now();
+    let mut m = new(1, now);
+    for (peer, link) in [(2, 12), (3, 13), (4, 14), (5, 15)] {
+        m.neighbour_up(p(peer), LinkId(link), 0, now);
+    }
+    drain(&mut m);
+    // From 3, a record of 2 that lists 3 and 4: 2 sent it to 3 and 4 itself, so only 5
+    // still needs it (and not 2, its origin).
+    let r = Record {
+        origin: p(2),
+        version: 7,
+        neighbours: vec![p(4), p(3), p(1)],
+    };
+    assert_eq!(m.on_record(LinkId(13), &r, 0, now), RecordOutcome::Stored);
+    let t = drain(&mut m);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].dest, Dest::Link(LinkId(15)));
+    assert_eq!(t[0].record, r, "relayed unchanged (the origin's order)");
+    assert_eq!(m.stats().relays_pruned, 2);
+    // A new neighbour 6 gets the record in its catch-up; 4 would not (2 lists it).
+    m.neighbour_up(p(6), LinkId(16), 0, now);
+    let t = drain(&mut m);
+    assert!(t
+        .iter()
+        .any(|t| t.dest == Dest::Link(LinkId(16)) && t.record == r));
+}

@@ -1,0 +1,275 @@
+use super::*;
+use std::task::Waker;
+
+impl EventHub {
+    /// What a shard does with a Message event: try, and wait for room if need be.
+    async fn emit_message(
+        &self,
+        ev: Event,
+        counters: &Counters,
+        outbox: &Outbox,
+        on_wait: impl FnMut(bool),
+    ) {
+        if let Err(ev) = self.try_emit_message(ev, outbox) {
+            self.queue_message(ev, counters, outbox, on_wait).await;
+        }
+    }
+}
+
+fn joined(n: u8) -> Event {
+    Event::MemberJoined {
+        peer: PeerId([n; 16]),
+    }
+}
+
+fn message(n: u8) -> Event {
+    Event::Message {
+        from: PeerId([n; 16]),
+        payload: Bytes::from_static(b"x"),
+        broadcast: true,
+    }
+}
+
+#[test]
+fn nothing_is_queued_without_a_receiver_and_overflow_is_counted() {
+    let hub = Arc::new(EventHub::new(4, Vec::new()));
+    let c = Counters::default();
+    hub.emit_control(joined(1), &c);
+    let mut rx = EventReceiver::new(hub.clone());
+    assert_eq!(
+        rx.try_recv(),
+        None,
+        "events before subscribing are not queued"
+    );
+    for n in 0..10 {
+        hub.emit_control(joined(n), &c);
+    }
+    assert_eq!(c.snapshot().dropped_event_queue_full, 6);
+    assert_eq!(rx.try_recv(), Some(joined(0)), "order kept, newest dropped");
+    assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Some(joined(1)));
+}
+
+/// Issue 15 item 12: a receiver never sees a `PeerDisconnected` whose `PeerConnected` the
+/// full queue dropped; callbacks see both.
+#[test]
+fn a_disconnect_whose_connect_was_dropped_is_dropped_too() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let cb: Callback = {
+        let seen = seen.clone();
+        Arc::new(move |e: &Event| seen.lock().unwrap().push(e.clone()))
+    };
+    let hub = Arc::new(EventHub::new(4, vec![cb]));
+    let c = Counters::default();
+    let mut rx = EventReceiver::new(hub.clone());
+    for n in 0..4 {
+        hub.emit_control(joined(n), &c);
+    }
+    let (p, q) = (PeerId([7; 16]), PeerId([8; 16]));
+    hub.emit_control(Event::PeerConnected { peer: p }, &c);
+    for n in 0..4 {
+        assert_eq!(rx.try_recv(), Some(joined(n)));
+    }
+    hub.emit_control(Event::PeerConnected { peer: q }, &c);
+    hub.emit_control(Event::PeerDisconnected { peer: p }, &c);
+    hub.emit_control(Event::PeerDisconnected { peer: q }, &c);
+    // p's connect was lost to the full queue, so its disconnect is withheld; q pairs up.
+    assert_eq!(rx.try_recv(), Some(Event::PeerConnected { peer: q }));
+    assert_eq!(rx.try_recv(), Some(Event::PeerDisconnected { peer: q }));
+    assert_eq!(rx.try_recv(), None);
+    assert_eq!(c.snapshot().dropped_event_queue_full, 2);
+    // Reconnected later, p pairs up again.
+    hub.emit_control(Event::PeerConnected { peer: p }, &c);
+    hub.emit_control(Event::PeerDisconnected { peer: p }, &c);
+    assert_eq!(rx.try_recv(), Some(Event::PeerConnected { peer: p }));
+    assert_eq!(rx.try_recv(), Some(Event::PeerDisconnected { peer: p }));
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        4 + 4 + 2,
+        "callbacks get every event"
+    );
+}
+
+#[test]
+fn messages_wait_for_room_below_three_quarters_and_control_events_pass() {
+    let hub = Arc::new(EventHub::new(4, Vec::new()));
+    let c = Counters::default();
+    let mut rx = EventReceiver::new(hub.clone());
+    let mut cx = Context::from_waker(Waker::noop());
+    let outbox = Outbox::default();
+    for n in 0..3 {
+        let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &outbox, |_| {}));
+        assert!(f.as_mut().poll(&mut cx).is_ready());
+    }
+    let mut waited = Vec::new();
+    {
+        let mut f = std::pin::pin!(hub.emit_message(message(3), &c, &outbox, |w| waited.push(w)));
+        assert!(
+            f.as_mut().poll(&mut cx).is_pending(),
+            "three quarters full: wait"
+        );
+        hub.emit_control(joined(9), &c);
+        assert_eq!(
+            c.snapshot().dropped_event_queue_full,
+            0,
+            "control events use the rest"
+        );
+        assert_eq!(rx.try_recv(), Some(message(0)));
+        assert_eq!(rx.try_recv(), Some(message(1)));
+        assert!(f.as_mut().poll(&mut cx).is_ready(), "room again");
+    }
+    // The end of the shard's batch hands its outbox over.
+    hub.wake_receivers(&outbox);
+    assert_eq!(waited, vec![true, false]);
+    assert_eq!(c.snapshot().event_queue_waits, 1);
+    hub.close();
+    let rest: Vec<Event> =
+        std::iter::from_fn(|| rx.recv_timeout(Duration::from_millis(1))).collect();
+    assert_eq!(rest, vec![message(2), joined(9), message(3)]);
+}
+
+#[test]
+fn a_closed_hub_never_makes_a_shard_wait() {
+    let hub = Arc::new(EventHub::new(4, Vec::new()));
+    let c = Counters::default();
+    let _rx = EventReceiver::new(hub.clone());
+    hub.close();
+    let mut cx = Context::from_waker(Waker::noop());
+    let outbox = Outbox::default();
+    for n in 0..10 {
+        let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &outbox, |_| {}));
+        assert!(f.as_mut().poll(&mut cx).is_ready());
+    }
+}
+
+#[test]
+fn receivers_are_woken_once_per_batch_and_always_before_a_wait() {
+    let hub = Arc::new(EventHub::new(8, Vec::new()));
+    let c = Counters::default();
+    let mut rx = EventReceiver::new(hub.clone());
+    let mut cx = Context::from_waker(Waker::noop());
+    let outbox = Outbox::default();
+    let mut parked = hub.ready.listen();
+    for n in 0..3 {
+        let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &outbox, |_| {}));
+        assert!(f.as_mut().poll(&mut cx).is_ready());
+    }
+    assert_eq!(outbox.events.borrow().len(), 3);
+    assert!(
+        Pin::new(&mut parked).poll(&mut cx).is_pending(),
+        "no wake per event"
+    );
+    hub.wake_receivers(&outbox);
+    assert!(outbox.events.borrow().is_empty());
+    assert!(
+        Pin::new(&mut parked).poll(&mut cx).is_ready(),
+        "one wake for the batch"
+    );
+
+    // A shard about to wait for room wakes the receivers first, or nobody would ever
+    // drain the queue (the message limit is 6 of 8).
+    let mut parked = hub.ready.listen();
+    for n in 3..6 {
+        let mut f = std::pin::pin!(hub.emit_message(message(n), &c, &outbox, |_| {}));
+        assert!(f.as_mut().poll(&mut cx).is_ready());
+    }
+    let mut f = std::pin::pin!(hub.emit_message(message(6), &c, &outbox, |_| {}));
+    assert!(f.as_mut().poll(&mut cx).is_pending());
+    assert!(outbox.events.borrow().is_empty());
+    assert!(Pin::new(&mut parked).poll(&mut cx).is_ready());
+    assert_eq!(rx.try_recv(), Some(message(0)));
+    assert!(f.as_mut().poll(&mut cx).is_ready());
+}
+
+#[test]
+fn room_reserved_ahead_stays_within_the_limit_and_returns_with_the_batch() {
+    // Capacity 200: the message limit is 150, more than one chunk of credit.
+    let hub = Arc::new(EventHub::new(200, Vec::new()));
+    let mut rx = EventReceiver::new(hub.clone());
+    let (one, two) = (Outbox::default(), Outbox::default());
+    assert!(hub.try_emit_message(message(0), &one).is_ok());
+    assert_eq!(
+        hub.events.load(Ordering::Relaxed),
+        CREDIT_CHUNK,
+        "one atomic update reserved a chunk"
+    );
+    for n in 1..CREDIT_CHUNK as u8 {
+        assert!(hub.try_emit_message(message(n), &one).is_ok());
+    }
+    assert_eq!(hub.events.load(Ordering::Relaxed), CREDIT_CHUNK);
+    // The other shard gets the rest of the limit, never more.
+    for n in 0..(150 - CREDIT_CHUNK) as u8 {
+        assert!(hub.try_emit_message(message(100 + n), &two).is_ok());
+    }
+    assert!(hub.try_emit_message(message(1), &two).is_err(), "limit");
+    assert!(hub.try_emit_message(message(1), &one).is_err(), "limit");
+    assert_eq!(hub.events.load(Ordering::Relaxed), 150);
+    hub.wake_receivers(&one);
+    hub.wake_receivers(&two);
+    assert_eq!(
+        hub.events.load(Ordering::Relaxed),
+        150,
+        "all of it was used"
+    );
+    // The receiver takes the first batch (64 events) whole and returns its room at once.
+    assert_eq!(rx.try_recv(), Some(message(0)));
+    assert_eq!(hub.events.load(Ordering::Relaxed), 150 - CREDIT_CHUNK);
+    // A new chunk is reserved for one message; the 63 unused go back with the batch.
+    assert!(hub.try_emit_message(message(250), &two).is_ok());
+    assert_eq!(hub.events.load(Ordering::Relaxed), 150);
+    hub.wake_receivers(&two);
+    assert_eq!(hub.events.load(Ordering::Relaxed), 150 - CREDIT_CHUNK + 1);
+    let drained = std::iter::from_fn(|| rx.try_recv()).count();
+    assert_eq!(drained, 150 - 1 + 1);
+    assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_batch_is_one_entry_and_a_dropped_clone_hands_its_rest_on() {
+    let hub = Arc::new(EventHub::new(16, Vec::new()));
+    let c = Counters::default();
+    let mut a = EventReceiver::new(hub.clone());
+    let mut b = a.clone();
+    let outbox = Outbox::default();
+    for n in 0..5 {
+        assert!(hub.try_emit_message(message(n), &outbox).is_ok());
+    }
+    assert_eq!(hub.queue.len(), 0, "nothing queued before the batch ends");
+    hub.wake_receivers(&outbox);
+    assert_eq!(hub.queue.len(), 1, "five events, one entry");
+    assert_eq!(a.try_recv(), Some(message(0)));
+    assert_eq!(a.try_recv(), Some(message(1)));
+    assert_eq!(
+        hub.events.load(Ordering::Relaxed),
+        0,
+        "room back once taken"
+    );
+    hub.emit_control(joined(7), &c);
+    drop(a);
+    let rest: Vec<Event> = std::iter::from_fn(|| b.try_recv()).collect();
+    assert_eq!(rest, vec![joined(7), message(2), message(3), message(4)]);
+    assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_dropped_clone_never_loses_events_even_when_the_queue_is_full() {
+    let hub = Arc::new(EventHub::new(4, Vec::new()));
+    let c = Counters::default();
+    let mut a = EventReceiver::new(hub.clone());
+    let mut b = a.clone();
+    let outbox = Outbox::default();
+    for n in 0..3 {
+        assert!(hub.try_emit_message(message(n), &outbox).is_ok());
+    }
+    hub.wake_receivers(&outbox);
+    assert_eq!(a.try_recv(), Some(message(0)));
+    for n in 0..4 {
+        hub.emit_control(joined(n), &c);
+    }
+    assert_eq!(hub.queue.len(), 4, "every entry taken");
+    drop(a);
+    let rest: Vec<Event> = std::iter::from_fn(|| b.try_recv()).collect();
+    assert_eq!(rest.len(), 6);
+    assert_eq!(&rest[4..], &[message(1), message(2)], "spilled, then read");
+    assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+    assert_eq!(c.snapshot().dropped_event_queue_full, 0);
+}
