@@ -1,6 +1,9 @@
 //! The identity seed file: load it, or create it with a fresh random seed, readable by its
 //! owner only. The only file-system access of the secured mesh; the key itself and everything
 //! done with it live in `shoal_proto::crypto::identity`, which never touches a file.
+//!
+//! **Owns:** the identity seed file on disk. **Must not touch:** the key once loaded
+//! (`shoal_proto::crypto::identity`).
 
 use rand::{CryptoRng, RngCore};
 use shoal_proto::crypto::{Identity, IdentityError};

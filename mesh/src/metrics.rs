@@ -3,6 +3,9 @@
 //! node into an application's own `prometheus_client` registry; serving it is the caller's
 //! business (`shoal-loadgen --metrics ADDR` does it over HTTP).
 //!
+//! **Owns:** the Prometheus text rendering of the counters. **Must not touch:** serving it
+//! (loadgen's `--metrics` does).
+//!
 //! Names follow the Prometheus conventions: prefix `shoal_`, counters end in `_total`, units
 //! in the name (`shoal_link_read_bytes_total`). Every [`ShardStats`] counter is exported as
 //! `shoal_<field>_total` with its doc comment as help text (so new counters appear without a

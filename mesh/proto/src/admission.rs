@@ -4,6 +4,9 @@
 //! a stream of fake announces is an amplifier (one SYN per datagram, aimed wherever the datagram
 //! says) and fills the peer table.
 //!
+//! **Owns:** the budgets that admit and dial never-linked peers (rates per source and overall).
+//! **Must not touch:** the peer table itself or any socket: the control core asks it and acts.
+//!
 //! [`NewPeerLimiter`] is two token buckets checked together: one for the whole node and one
 //! for the source IP address of the announce (which is also the address that would be
 //! dialed), so one flooding source cannot starve the others of the node-wide budget beyond

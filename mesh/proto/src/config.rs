@@ -1,6 +1,9 @@
 //! Mesh settings: every knob of `mesh-v1.md` with the C++ library's defaults, plus the few
 //! ceilings Shoal adds so that every table stays bounded.
 //!
+//! **Owns:** the settings of a mesh, their defaults, validation and TOML form. **Must not touch:**
+//! the node's runtime options (shards, queues, policies: `shoal-mesh`'s builder).
+//!
 //! Loadable from TOML (`#[serde(default)]`, so a file names only what it changes; durations are
 //! written in milliseconds with an `_ms` suffix), buildable with [`MeshConfigBuilder`], and
 //! checked by [`MeshConfig::validate`].

@@ -1,4 +1,6 @@
 //! Node and message identifiers as they appear on the wire.
+//!
+//! **Owns:** the node and message identifiers. **Must not touch:** anything else.
 
 use std::fmt;
 

@@ -1,5 +1,8 @@
 //! One connection's state machine: handshake, mode checks, heartbeat, liveness, Goodbye.
 //!
+//! **Owns:** one connection's state: handshake, heartbeat, liveness, Goodbye. **Must not touch:**
+//! its bytes: the cores feed it frames and send what it returns.
+//!
 //! The acceptor sends HelloAck at once; the dialer sends Hello when its connect completes;
 //! neither waits for the other. The peer's Hello is checked (protocol version, group, secured
 //! mode, not ourselves); a mismatch closes the link with a typed [`CloseReason`]. On a

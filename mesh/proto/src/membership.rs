@@ -1,5 +1,8 @@
 //! Mesh-wide membership by adjacency gossip (mesh-v1.md, "Membership").
 //!
+//! **Owns:** the adjacency gossip and the member set. **Must not touch:** links or routing (the
+//! control core acts on its events).
+//!
 //! Every node floods `(origin = self, version, direct neighbours)` when its neighbour set
 //! changes and every `membership_interval`; a record is stored and relayed only if its
 //! version is newer than the stored one. A record not refreshed within `membership_timeout`

@@ -1,6 +1,9 @@
 //! The control plane's peer table: who to dial, when to redial, which of two connections to the
 //! same peer survives, and when a peer is Lost (mesh-v1.md, "Connection behaviour").
 //!
+//! **Owns:** the peer table, dialing, backoff and dial races. **Must not touch:** sockets or
+//! handshakes: it names links, the control core runs them.
+//!
 //! Length: one state machine: `PeerManager`'s single impl is ~570 lines of code over private tables
 //! (peers, connections, dial targets) that every input updates together; the rest is its public
 //! types and ~190 lines of docs. Its tests are in `tests/proto_peers.rs`.

@@ -1,5 +1,8 @@
 //! Loss and traffic counters, one set per data shard plus one for the control plane.
 //!
+//! **Owns:** the counters, one set per executor, and their snapshots. **Must not touch:** what is
+//! counted when (the cores decide).
+//!
 //! Each set is written only by the executor that owns it (plain relaxed loads and stores, no
 //! locked instructions and no cache line shared between executors on the message path;
 //! a counter of another executor's set must never be written) and read by `Mesh::stats` (shoal-mesh) from any

@@ -1,5 +1,8 @@
 //! What the node tells the application, and the bounded queue that carries it.
 //!
+//! **Owns:** the events the application sees and their bounded queue. **Must not touch:** what
+//! happens in the mesh (the cores decide what to report).
+//!
 //! Queue policy: one queue bounded to `event_queue_capacity` events, fed only while at least
 //! one [`EventReceiver`] exists. Message events may fill it only up to three quarters; a shard
 //! that finds no room waits (backpressure: it stops reading that link, TCP pushes back on the

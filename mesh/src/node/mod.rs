@@ -1,6 +1,9 @@
 //! The live mesh node: the protocol state machines of [`crate::proto`] driven on the
 //! thread-per-core runtime (`shoal-runtime`), behind the application API [`Mesh`].
 //!
+//! **Owns:** the live node and its application API. **Must not touch:** protocol decisions: they
+//! are in `shoal_proto`'s cores.
+//!
 //! # Threading model
 //!
 //! A started [`Mesh`] owns one runtime: `shards` data-shard executors (1 by default) and one

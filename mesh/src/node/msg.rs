@@ -1,5 +1,8 @@
 //! The one message type of the node's channel mesh: the three typed command directions of
 //! [`shoal_proto::cmd`], with the live node's connection type.
+//!
+//! **Owns:** the single message type of the channel mesh. **Must not touch:** the commands' meaning
+//! (`shoal_proto::cmd`).
 
 use shoal_proto::cmd::{ShardToShard, ToControl, ToShard};
 

@@ -1,5 +1,8 @@
 //! [`Publisher`]: many messages per hand-off from an application thread to the origin shard
 //! (the why and the trade-offs are in its docs).
+//!
+//! **Owns:** the batching handle: whole Data frames packed on the application's thread. **Must not
+//! touch:** routing (the origin shard's core does it).
 
 use super::recycle::Recycler;
 use super::shard::Publish;

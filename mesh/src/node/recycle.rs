@@ -1,5 +1,8 @@
 //! Reuse of buffer blocks whose slices travel to other threads.
 //!
+//! **Owns:** reuse of read buffer blocks once the application dropped every slice. **Must not
+//! touch:** reading.
+//!
 //! A shard reads into a block and hands slices of it (message payloads) to the application;
 //! a batching publisher fills a block and hands slices of it (batches) to a shard. The block
 //! is freed by whichever thread drops its last slice, usually not the one that allocated it.

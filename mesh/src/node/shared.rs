@@ -1,4 +1,7 @@
 //! State shared by the executors of one node and its API handle, and the channel helpers.
+//!
+//! **Owns:** what the executors and the application threads share: channels, snapshots, counters.
+//! **Must not touch:** decisions.
 
 use super::event::EventHub;
 use super::msg::Msg;

@@ -2,6 +2,10 @@
 //! and, in an identity mesh, the transcript signatures. Sans-I/O: the link state machine feeds
 //! the peer's Hello and AuthConfirm fields in and sends what comes out.
 //!
+//! **Owns:** the X25519 exchange, key derivation, AuthConfirm tags and the transcript. **Must not
+//! touch:** frames or sockets: the control core feeds it the Hello fields and sends what it
+//! returns.
+//!
 //! Order (crypto.md §3): [`Handshake::fill_hello`] sets the crypto fields of our Hello/HelloAck;
 //! [`Handshake::on_peer_hello`] derives the keys and returns our AuthConfirm (sent in plaintext);
 //! [`Handshake::on_peer_auth_confirm`] checks the peer's tag, then its identity, and returns the

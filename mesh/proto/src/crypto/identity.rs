@@ -1,6 +1,9 @@
 //! Ed25519 node identity: the key, the handshake transcript signature and the local trust
 //! policy (allowlist with labels, `require_identity`). Reading and creating the seed *file* is
 //! the driver's job (`shoal_mesh::identity_file`): nothing here touches the file system.
+//!
+//! **Owns:** the Ed25519 node key, transcript signatures and the trust policy. **Must not touch:**
+//! the seed file (`shoal_mesh::identity_file` reads and writes it).
 
 use std::fmt;
 use std::path::PathBuf;

@@ -1,6 +1,9 @@
 //! Signed identity records (frame type 8), gossiped so nodes learn the keys and names of
 //! non-neighbours: `idPubKey(32) | version u64 | sig(64) | name str`, the signature covering
 //! `"mm-idrec-v1" || version (u64 BE) || name`.
+//!
+//! **Owns:** the signed identity record and its version rule. **Must not touch:** the clock:
+//! versions are seeded by the driver.
 
 use ahash::AHashMap;
 

@@ -1,7 +1,13 @@
 //! Cryptography of the secured mesh, byte-exact with the C++ library (see
-//! `shared/protocol/crypto.md`), as pure I/O-free code:
+//! `shared/protocol/crypto.md`), as pure I/O-free code.
 //!
-//! - [`psk`]: K and Kd from the PSK; the discovery announce MAC and the receive-side checks.
+//! **Owns:** the secured mesh's cryptography, byte-exact. **Must not touch:** frames, sockets,
+//! files or the clock.
+//!
+//! Its modules:
+//!
+//! - [`psk`]: K and Kd from the PSK; the scouting beacon MAC (crypto.md: the announce MAC)
+//!   and the receive-side checks.
 //! - [`handshake`]: ephemeral X25519, master/directional keys, AuthConfirm tags, transcript
 //!   signatures, as a sans-I/O state machine.
 //! - [`record`]: ChaCha20-Poly1305 records with counter nonces, sealed and opened in place

@@ -1,4 +1,7 @@
 //! The pre-shared key: group key K, discovery key Kd and the discovery announce MAC.
+//!
+//! **Owns:** the keys derived from the PSK and the beacon MAC checks. **Must not touch:** the
+//! beacon codec (`wire::beacon`).
 
 use std::fmt;
 

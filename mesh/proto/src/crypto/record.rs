@@ -1,6 +1,9 @@
 //! Sealed records: `u32 clen || ChaCha20-Poly1305(txKey, nonce = 0^4 || ctr_be64, ad = empty, pt)`
 //! with `clen = |pt| + 16` and a per-direction counter starting at 0.
 //!
+//! **Owns:** sealing and opening records, with counters that advance on commit only. **Must not
+//! touch:** what a record holds (the shard core decides) or the socket.
+//!
 //! Unlike the C++ library, the send counter is assigned only when a record is committed: sealing
 //! *is* the commit, so a frame dropped by a queue policy (which acts on plaintext frames before
 //! sealing) never consumes a nonce. A record may carry several frames, and a frame may span

@@ -1,5 +1,8 @@
 //! The discovery datagram: `"MMCA" | version u8 | flags u8 | tcpListenPort u16 | nodeId 16 |
 //! groupName str | [MAC 16 if secured]`.
+//!
+//! **Owns:** the scouting beacon (the spec's announce datagram) and its filter. **Must not touch:**
+//! its MAC (`crypto::psk`) or when beacons are sent (`scouting`).
 
 use super::cursor::{check_str, put_str, Cursor};
 use super::defaults::{ANNOUNCE_FLAG_SECURED, ANNOUNCE_MAC_LEN, ANNOUNCE_MAGIC};

@@ -1,4 +1,6 @@
 //! Bounds-checked big-endian reading and `str` writing shared by the frame and datagram codecs.
+//!
+//! **Owns:** bounds-checked reading of wire fields. **Must not touch:** frame semantics.
 
 use super::error::{DecodeError, EncodeError};
 use bytes::BufMut;

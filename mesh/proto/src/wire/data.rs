@@ -1,4 +1,7 @@
 //! The Data frame (gossip envelope) and its fixed 58-byte header.
+//!
+//! **Owns:** the Data frame fast path: its header, encoded and parsed without a `Frame`. **Must not
+//! touch:** routing.
 
 use super::cursor::Cursor;
 use super::defaults::{DATA_HEADER_LEN, FRAME_HEADER_LEN, LENGTH_PREFIX_LEN};

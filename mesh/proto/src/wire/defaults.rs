@@ -1,4 +1,7 @@
 //! Protocol constants and the C++ library's defaults that the wire format depends on.
+//!
+//! **Owns:** the protocol's constants and defaults. **Must not touch:** anything configurable at
+//! run time (`config`).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 

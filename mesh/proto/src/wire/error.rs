@@ -1,4 +1,7 @@
 //! Decode outcomes and the typed errors of the codec.
+//!
+//! **Owns:** the codec's error and status types. **Must not touch:** recovery: the caller decides
+//! what a bad frame costs.
 
 /// Outcome of a decode that did not fail: either more input is needed, or a value was decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]

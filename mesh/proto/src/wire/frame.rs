@@ -1,4 +1,7 @@
 //! TCP frames: `length u32 | frameType u8 | body`, their bodies, and the framing decoder.
+//!
+//! **Owns:** the eight frame types, their encoding and decoding. **Must not touch:** what a frame
+//! means (the state machines).
 
 use super::cursor::{check_str, put_str, Cursor};
 use super::data::Data;

@@ -1,4 +1,7 @@
 //! Shoal's extension block at the end of Hello/HelloAck (layout in the [module docs](super)).
+//!
+//! **Owns:** Shoal's Hello extension block. **Must not touch:** the Hello frame around it
+//! (`frame`).
 
 use super::cursor::Cursor;
 use super::frame::FrameType;

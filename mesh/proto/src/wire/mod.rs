@@ -1,5 +1,7 @@
-//! The multimaster v1 wire codec: discovery datagrams and TCP frames, byte for byte as the C++
+//! The multimaster v1 wire codec: scouting beacons and TCP frames, byte for byte as the C++
 //! library writes them (`shared/protocol/mesh-v1.md`), plus Shoal's Hello extension block.
+//!
+//! **Owns:** the multimaster v1 bytes. **Must not touch:** I/O, clocks or crypto.
 //!
 //! Everything here is pure: no I/O, no clocks, no crypto. Decoders never consume input; they
 //! answer [`DecodeStatus::NeedMore`], a typed [`DecodeError`], or a value together with the

@@ -3,6 +3,9 @@
 //! the handshaking sockets, the multicast sockets, the timer and the ordered outbox to the
 //! shards; it takes no protocol decision.
 //!
+//! **Owns:** the control executor: feeding the control core and carrying out its actions. **Must
+//! not touch:** protocol decisions (the core takes them all).
+//!
 //! - [`sockets`]: accept loop, dials, one task per handshaking socket (reads go to the core,
 //!   the core's writes and closes come back through the socket's mailbox), and the detaching
 //!   of an established socket for its shard.

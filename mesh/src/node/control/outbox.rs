@@ -1,6 +1,9 @@
 //! The control plane's channels to the shards: the pump sends the core's shard commands in
 //! their order (a shard sees a link's `AddLink` before its `Install` and `Close`), attaching
 //! the detached socket to each `AddLink`; the inbox feeds the shards' reports to the core.
+//!
+//! **Owns:** the ordered hand-off of shard commands and the inbox of shard reports. **Must not
+//! touch:** their content.
 
 use super::{run_actions, Ctl};
 use crate::node::msg::Msg;

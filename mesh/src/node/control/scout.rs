@@ -1,5 +1,8 @@
 //! The multicast socket of scouting: sends the beacons the core queues and feeds it every
 //! datagram received. Which beacon to send and which datagram to believe is the core's call.
+//!
+//! **Owns:** the multicast socket. **Must not touch:** which beacons to send or believe (the
+//! control core).
 
 use super::Ctl;
 use bytes::BytesMut;

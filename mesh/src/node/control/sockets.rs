@@ -2,6 +2,9 @@
 //! helper thread), and one task per socket that feeds what it reads to the core and carries
 //! out the core's writes and close through the socket's mailbox. An established socket is
 //! detached here (converted to a std stream) when the outbox pump hands it to its shard.
+//!
+//! **Owns:** the listener, dials, DNS and the handshaking sockets. **Must not touch:** handshake
+//! logic (the control core's handshake machines).
 
 use super::{run_actions, Ctl};
 use crate::node::warn::warn_limited;
