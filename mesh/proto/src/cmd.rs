@@ -9,7 +9,8 @@
 
 use crate::budget::LinkBudget;
 use crate::crypto::{RecordOpener, RecordSealer};
-use crate::wire::{Data, DataHeader, IdentityRecord, Membership, DATA_HEADER_LEN};
+use crate::topics::SampleRoutes;
+use crate::wire::{Data, DataHeader, Discovery, IdentityRecord, Membership, DATA_HEADER_LEN};
 use crate::{Link, LinkId, PeerId};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
@@ -87,6 +88,8 @@ pub enum ToShard<C> {
         /// The encoded frame.
         frame: Bytes,
     },
+    /// From now on, route topic samples by this table (replacing the previous one).
+    SampleRoutes(Arc<SampleRoutes>),
     /// Close everything and report [`ToControl::Stopped`].
     Stop,
     /// Answer [`ToControl::Synced`] with the same token: everything posted before is applied.
@@ -114,6 +117,7 @@ impl<C> ToShard<C> {
             ToShard::Uninstall { peer, link } => ToShard::Uninstall { peer, link },
             ToShard::Close { link, goodbye } => ToShard::Close { link, goodbye },
             ToShard::SendRaw { link, frame } => ToShard::SendRaw { link, frame },
+            ToShard::SampleRoutes(r) => ToShard::SampleRoutes(r),
             ToShard::Stop => ToShard::Stop,
             ToShard::Sync(t) => ToShard::Sync(t),
         })
@@ -163,6 +167,13 @@ pub enum ToControl {
         link: LinkId,
         /// The frame.
         record: Box<IdentityRecord>,
+    },
+    /// A Discovery frame arrived on `link` (whose peer advertised extended frames).
+    DiscoveryIn {
+        /// The link.
+        link: LinkId,
+        /// The frame.
+        frame: Box<Discovery>,
     },
     /// Shard `n` closed its links after [`ToShard::Stop`].
     Stopped(usize),

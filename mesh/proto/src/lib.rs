@@ -83,6 +83,7 @@ pub mod router;
 pub mod scouting;
 pub mod shard;
 pub mod stats;
+pub mod topics;
 
 pub use dedup::{dedup_shard, DedupCache, DedupStats, Seen, DEFAULT_MAX_STREAMS};
 pub use link::{

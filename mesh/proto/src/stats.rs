@@ -182,6 +182,93 @@ pub fn add(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
+/// One executor's share of a topic's counters (see [`TopicCounters`]).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct TopicCounterSet {
+    /// Samples this node's writers on the topic wrote (accepted by the origin shard).
+    pub written: AtomicU64,
+    /// Samples handed to this node's readers on the topic, one per reader.
+    pub delivered: AtomicU64,
+    /// Sample copies queued on links toward other nodes (one per link).
+    pub forwarded: AtomicU64,
+    /// Dropped: a sample whose sequence number was seen before (a copy over a second path
+    /// while routes changed).
+    pub dropped_duplicate: AtomicU64,
+    /// Samples never received: gaps in a writer's sequence numbers (best-effort loss upstream).
+    pub missed: AtomicU64,
+    /// Dropped: a link's queue toward a reader's node was full (or the ring to its shard).
+    pub dropped_queue_full: AtomicU64,
+    /// Dropped: the link toward a reader's node went away, or it was slow (Block policy).
+    pub dropped_no_route: AtomicU64,
+}
+
+/// A snapshot of a topic's counters, summed over the executors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicStats {
+    /// See [`TopicCounterSet::written`].
+    pub written: u64,
+    /// See [`TopicCounterSet::delivered`].
+    pub delivered: u64,
+    /// See [`TopicCounterSet::forwarded`].
+    pub forwarded: u64,
+    /// See [`TopicCounterSet::dropped_duplicate`].
+    pub dropped_duplicate: u64,
+    /// See [`TopicCounterSet::missed`].
+    pub missed: u64,
+    /// See [`TopicCounterSet::dropped_queue_full`].
+    pub dropped_queue_full: u64,
+    /// See [`TopicCounterSet::dropped_no_route`].
+    pub dropped_no_route: u64,
+}
+
+/// The counters of one topic on one node: one [`TopicCounterSet`] per data shard, each
+/// written only by its shard (the module's one-writer rule), summed by
+/// [`snapshot`](Self::snapshot).
+#[derive(Debug)]
+pub struct TopicCounters {
+    sets: Box<[TopicCounterSet]>,
+}
+
+impl Default for TopicCounters {
+    /// One set (a single-shard node).
+    fn default() -> Self {
+        TopicCounters::new(1)
+    }
+}
+
+impl TopicCounters {
+    /// Counters for a node of `shards` data shards.
+    pub fn new(shards: usize) -> TopicCounters {
+        TopicCounters {
+            sets: (0..shards.max(1))
+                .map(|_| TopicCounterSet::default())
+                .collect(),
+        }
+    }
+
+    /// Shard `idx`'s set (only that shard writes it).
+    #[inline]
+    pub fn shard(&self, idx: usize) -> &TopicCounterSet {
+        &self.sets[idx % self.sets.len()]
+    }
+
+    /// The sum over every shard.
+    pub fn snapshot(&self) -> TopicStats {
+        let mut t = TopicStats::default();
+        for s in self.sets.iter() {
+            t.written += s.written.load(Relaxed);
+            t.delivered += s.delivered.load(Relaxed);
+            t.forwarded += s.forwarded.load(Relaxed);
+            t.dropped_duplicate += s.dropped_duplicate.load(Relaxed);
+            t.missed += s.missed.load(Relaxed);
+            t.dropped_queue_full += s.dropped_queue_full.load(Relaxed);
+            t.dropped_no_route += s.dropped_no_route.load(Relaxed);
+        }
+        t
+    }
+}
+
 /// Counters of a whole node: per data shard, the control plane, and their sum.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MeshStats {

@@ -424,6 +424,9 @@ impl ControlCore {
                 self.membership.on_record(link, &record, wall_ms, now);
             }
             ToControl::IdentityIn { link, record } => self.on_identity_record(link, *record),
+            // Topics (issue 12) are not wired into the control core yet: no link advertises
+            // extended frames, so none can arrive.
+            ToControl::DiscoveryIn { .. } => {}
             ToControl::Synced(token) => {
                 let mut out = Vec::new();
                 self.held.on_synced(token, &mut out);

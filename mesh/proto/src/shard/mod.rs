@@ -79,6 +79,7 @@ use crate::config::MeshConfig;
 use crate::dedup::DedupCache;
 use crate::router::{MsgIdGen, NeighbourLinks, Router};
 use crate::stats::{add, Counters};
+use crate::topics::SampleRoutes;
 use crate::{LinkId, PeerId};
 use ahash::AHashMap;
 use links::Links;
@@ -157,6 +158,8 @@ pub struct ShardCore {
     links: Links,
     gen: MsgIdGen,
     stop: Stop,
+    /// Where topic samples go (the control plane's latest table).
+    sample_routes: Arc<SampleRoutes>,
 }
 
 impl ShardCore {
@@ -186,6 +189,7 @@ impl ShardCore {
             links: Links::default(),
             gen: MsgIdGen::new(cfg.me, seed),
             stop: Stop::Running,
+            sample_routes: Arc::default(),
             counters,
             cfg,
         }
@@ -240,6 +244,7 @@ impl ShardCore {
             }
             ToShard::Close { link, goodbye } => self.close(link, goodbye, now),
             ToShard::SendRaw { link, frame } => self.send_raw(link, frame, now),
+            ToShard::SampleRoutes(r) => self.sample_routes = r,
             ToShard::Stop => {
                 if self.stop == Stop::Running {
                     self.stop = Stop::Until(now + STOP_GRACE);

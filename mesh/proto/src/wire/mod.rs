@@ -55,6 +55,7 @@ mod defaults;
 mod error;
 mod frame;
 mod hello_ext;
+mod topic_frames;
 
 pub use beacon::{Beacon, BeaconFilter, BeaconReject, DecodedBeacon};
 pub use data::{encode_data_into, Data, DataHeader};
@@ -67,4 +68,7 @@ pub use frame::{
 pub use hello_ext::{
     peer_accepts_frame_type, Features, ShoalExtension, SHOAL_EXT_FIXED_LEN, SHOAL_EXT_MAGIC,
     SHOAL_EXT_VERSION,
+};
+pub use topic_frames::{
+    Discovery, DiscoveryEntry, Samples, DISCOVERY_FRAME_TYPE, SAMPLES_FRAME_TYPE,
 };

@@ -1,0 +1,12 @@
+//! Topics: DDS-style discovery and matching of writers and readers over the mesh, and the
+//! sample routes computed from the matches and the membership graph (issue 12).
+//!
+//! **Owns:** what the control core decides about topics: the discovery graph
+//! (`shoal-discovery`), this node's announcement records, the flood of Discovery frames,
+//! admission and lease expiry, match / unmatch / incompatible events, and the route tables
+//! pushed to the shards ([`routes`]). **Must not touch:** sockets, the clock, the sample
+//! path (the shard core carries routes out; it never asks this module anything).
+
+pub mod routes;
+
+pub use routes::{EndpointGuid, SampleRoutes, WriterRoute};

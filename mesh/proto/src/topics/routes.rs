@@ -1,0 +1,127 @@
+//! The sample routes the control plane computes and pushes to every shard: per writer, the
+//! links its samples go out on from this node and the local readers they are delivered to.
+//!
+//! **Owns:** the immutable, epoch-numbered route table and the per-topic counters it points
+//! at. **Must not touch:** how routes are computed (`topics`) or carried out (`shard`).
+//!
+//! A table is built whole by the control core on every change of matches, membership or links
+//! and handed to each shard as an `Arc` (`ToShard::SampleRoutes`); a shard swaps its pointer
+//! and never writes it. On the sample path a shard does one lookup by writer GUID (a 16-byte
+//! key, no string hashing) per run of samples, then indexes its own per-writer state by
+//! [`WriterRoute::slot`], which stays the same for a writer across tables while the writer is
+//! known, so sequence state survives a route change.
+
+use crate::stats::TopicCounters;
+use crate::LinkId;
+use ahash::AHashMap;
+use std::sync::Arc;
+
+/// An endpoint's GUID as the wire carries it: its node's 12-byte id prefix, then a 4-byte
+/// entity id.
+pub type EndpointGuid = [u8; 16];
+
+/// Where one writer's samples go from this node.
+#[derive(Debug, Clone)]
+pub struct WriterRoute {
+    /// The writer.
+    pub writer: EndpointGuid,
+    /// Stable index of the writer's sequence state on a shard, unique among the writers of
+    /// one table and the same in every table while the writer stays known.
+    pub slot: u32,
+    /// The writer's topic's counters (written, delivered, dropped by cause).
+    pub topic: Arc<TopicCounters>,
+    /// The writer is one of this node's own.
+    pub local: bool,
+    /// The links to send each sample on: the branches of the writer's shortest-path tree
+    /// from this node that lead to nodes hosting a matched reader, each a link whose peer
+    /// understands extended frames. Sorted, no duplicates.
+    pub links: Vec<LinkId>,
+    /// The local readers matched with the writer (delivered to on this node). Sorted.
+    pub readers: Vec<EndpointGuid>,
+}
+
+/// An immutable route table (see the [module docs](self)).
+#[derive(Debug, Default)]
+pub struct SampleRoutes {
+    epoch: u64,
+    index: AHashMap<EndpointGuid, u32>,
+    routes: Vec<WriterRoute>,
+}
+
+impl SampleRoutes {
+    /// A table numbered `epoch` (rising with each table the control core builds) holding
+    /// `routes` (at most one per writer; a later duplicate replaces an earlier one).
+    pub fn new(epoch: u64, routes: Vec<WriterRoute>) -> SampleRoutes {
+        let mut t = SampleRoutes {
+            epoch,
+            index: AHashMap::with_capacity(routes.len()),
+            routes: Vec::with_capacity(routes.len()),
+        };
+        for r in routes {
+            match t.index.get(&r.writer) {
+                Some(&i) => t.routes[i as usize] = r,
+                None => {
+                    let i = u32::try_from(t.routes.len()).expect("fewer than 2^32 writers");
+                    t.index.insert(r.writer, i);
+                    t.routes.push(r);
+                }
+            }
+        }
+        t
+    }
+
+    /// The table's number.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The route of `writer`, if this node forwards or delivers its samples.
+    #[inline]
+    pub fn get(&self, writer: &EndpointGuid) -> Option<&WriterRoute> {
+        self.index.get(writer).map(|&i| &self.routes[i as usize])
+    }
+
+    /// Every route, in the order given.
+    pub fn routes(&self) -> &[WriterRoute] {
+        &self.routes
+    }
+
+    /// Number of writers routed.
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// True when no writer is routed.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(w: u8, slot: u32, links: &[u64]) -> WriterRoute {
+        WriterRoute {
+            writer: [w; 16],
+            slot,
+            topic: Arc::new(TopicCounters::default()),
+            local: false,
+            links: links.iter().map(|&l| LinkId(l)).collect(),
+            readers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn lookup_by_writer_and_later_duplicates_replace() {
+        let t = SampleRoutes::new(
+            7,
+            vec![route(1, 0, &[1]), route(2, 1, &[2]), route(1, 0, &[3])],
+        );
+        assert_eq!(t.epoch(), 7);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.get(&[1; 16]).unwrap().links, vec![LinkId(3)]);
+        assert_eq!(t.get(&[2; 16]).unwrap().slot, 1);
+        assert!(t.get(&[3; 16]).is_none());
+    }
+}
