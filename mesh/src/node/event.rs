@@ -206,7 +206,7 @@ impl EventHub {
         self.receivers.load(Ordering::Acquire) > 0
     }
 
-    fn run_callbacks(&self, ev: &Event) {
+    pub(crate) fn run_callbacks(&self, ev: &Event) {
         for cb in &self.callbacks {
             cb(ev);
         }
@@ -284,19 +284,16 @@ impl EventHub {
         }
     }
 
-    /// A Message event, first step, which never waits: runs the callbacks and puts the event
-    /// in `outbox` if there is room below the message share of the queue (or drops it if
-    /// nobody listens). `Err` hands the event back when the caller must wait for room with
+    /// A Message event, first step, which never waits: puts the event in `outbox` if there
+    /// is room below the message share of the queue (or drops it if nobody listens). `Err`
+    /// hands the event back when the caller must wait for room with
     /// [`EventHub::queue_message`]. Kept apart so the common case costs a shard no future.
+    /// The caller runs the callbacks first ([`EventHub::run_callbacks`]; the shard's
+    /// delivery sink does).
     ///
     /// The caller hands its outbox over once per batch with [`EventHub::wake_receivers`] (and
     /// must do so before it parks).
-    pub(crate) fn try_emit_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
-        self.run_callbacks(&ev);
-        self.try_queue_message(ev, outbox)
-    }
-
-    fn try_queue_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
+    pub(crate) fn try_queue_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -312,7 +309,7 @@ impl EventHub {
         Ok(())
     }
 
-    /// A Message event that found no room in [`EventHub::try_emit_message`]: hands the outbox
+    /// A Message event that found no room in [`EventHub::try_queue_message`]: hands the outbox
     /// over, waits for room, then puts the event in `outbox`. `on_wait` is called before the
     /// first wait (the caller marks its link as busy, not dead).
     pub(crate) async fn queue_message(

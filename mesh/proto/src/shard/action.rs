@@ -69,6 +69,36 @@ pub struct Delivery {
     pub payload: Bytes,
 }
 
+/// Where the shard core hands what it delivers, at the moment it decides to: the driver's
+/// event outbox in the live node. Delivering in place, rather than as a
+/// [`ShardAction::Deliver`] per message that the driver reads back and matches, is what keeps
+/// a delivered message at the cost of the pre-core node (BENCHMARKS.md, "The node as two
+/// cores": the action round trip was about a fifth of the receiving shard's message work).
+///
+/// Every delivery of an input call is offered, in order. A delivery the sink gives back is
+/// queued as a [`ShardAction::Deliver`], which the driver waits for in order; so that one
+/// link's messages reach the application in the order they arrived, a sink that gave one
+/// back must give back every later one until the next [`begin_call`](Self::begin_call) (it
+/// may still observe them, e.g. run callbacks).
+pub trait DeliverySink {
+    /// A new input call of the core starts (what earlier calls gave back was carried out).
+    fn begin_call(&mut self) {}
+
+    /// Takes `d` for the application, or gives it back (see the trait docs).
+    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery>;
+}
+
+/// A sink that takes nothing: every delivery becomes a [`ShardAction::Deliver`] (the
+/// default; simulations and unit tests read deliveries off the actions).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoSink;
+
+impl DeliverySink for NoSink {
+    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
+        Err(d)
+    }
+}
+
 /// Why a link was closed on an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkFault {

@@ -67,7 +67,9 @@ mod write;
 #[cfg(test)]
 mod tests;
 
-pub use action::{decode_fault, Delivery, IfBusy, LinkError, LinkFault, ShardAction};
+pub use action::{
+    decode_fault, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink, ShardAction,
+};
 pub use backpressure::{Blocked, Unblock};
 pub use origin::Publish;
 pub use read::ReadStep;
@@ -160,6 +162,18 @@ pub struct ShardCore {
     stop: Stop,
     /// Where topic samples go (the control plane's latest table).
     sample_routes: Arc<SampleRoutes>,
+    /// Where deliveries go first (see [`DeliverySink`]).
+    sink: Sink,
+}
+
+/// The core's [`DeliverySink`] (a box, so the core's type stays the same in the driver and
+/// in simulations).
+struct Sink(Box<dyn DeliverySink>);
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sink")
+    }
 }
 
 impl ShardCore {
@@ -190,9 +204,23 @@ impl ShardCore {
             gen: MsgIdGen::new(cfg.me, seed),
             stop: Stop::Running,
             sample_routes: Arc::default(),
+            sink: Sink(Box::new(NoSink)),
             counters,
             cfg,
         }
+    }
+
+    /// Hands deliveries to `sink` as they are decided (instead of as
+    /// [`ShardAction::Deliver`]s, which remain the fallback when it has no room).
+    pub fn with_sink(mut self, sink: Box<dyn DeliverySink>) -> ShardCore {
+        self.sink = Sink(sink);
+        self
+    }
+
+    /// A new input call that may deliver (see [`DeliverySink::begin_call`]).
+    #[inline]
+    fn begin_call(&mut self) {
+        self.sink.0.begin_call();
     }
 
     /// This shard's index.
@@ -261,6 +289,7 @@ impl ShardCore {
 
     /// Handles a message from another shard.
     pub fn on_peer(&mut self, msg: ShardToShard, now: Instant, out: &mut Vec<ShardAction>) {
+        self.begin_call();
         match msg {
             ShardToShard::Relay { from, data } => {
                 self.route(from, data, route::Path::Inbox, now, out)

@@ -50,6 +50,7 @@ impl Publish {
 impl ShardCore {
     /// Originates what the application published (on the shard owning this node's id).
     pub fn publish(&mut self, p: Publish, now: Instant, out: &mut Vec<ShardAction>) {
+        self.begin_call();
         match p {
             Publish::One { dst, payload } => self.originate_one(dst, payload, now, out),
             Publish::Batch { dst, frames, count } => {

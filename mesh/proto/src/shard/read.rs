@@ -128,6 +128,7 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) -> ReadStep {
+        self.begin_call();
         let Some(slot) = self.links.slot(link) else {
             return ReadStep::Gone;
         };

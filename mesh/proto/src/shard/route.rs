@@ -93,15 +93,20 @@ impl ShardCore {
         }
     }
 
-    /// Hands a message to the application.
-    pub(super) fn deliver(&self, d: Data, out: &mut Vec<ShardAction>) {
+    /// Hands a message to the application: to the sink, or as an action when the sink
+    /// gives it back.
+    #[inline]
+    pub(super) fn deliver(&mut self, d: Data, out: &mut Vec<ShardAction>) {
         inc(&self.counters.delivered);
-        out.push(ShardAction::Deliver(Delivery {
+        let d = Delivery {
             from: d.src,
             msg_id: d.msg_id,
             broadcast: d.dst.is_zero(),
             payload: d.payload,
-        }));
+        };
+        if let Err(d) = self.sink.0.try_deliver(d) {
+            out.push(ShardAction::Deliver(d));
+        }
     }
 
     /// Sends one Data frame (with `ttl`) on `only`, or on every routed link except `except`.
