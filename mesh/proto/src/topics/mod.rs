@@ -8,5 +8,7 @@
 //! path (the shard core carries routes out; it never asks this module anything).
 
 pub mod routes;
+pub mod tree;
 
 pub use routes::{EndpointGuid, SampleRoutes, WriterRoute};
+pub use tree::{compute_routes, RouteOutput, RouteStats, SlotAllocator, SlotsFull, WriterInput};
