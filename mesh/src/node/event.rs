@@ -19,6 +19,7 @@ use crate::PeerId;
 use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
 use event_listener::{Event as Signal, EventListener, Listener};
+use shoal_proto::topics::EndpointGuid;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -104,6 +105,20 @@ pub enum Event {
         payload: Bytes,
         /// True for a broadcast, false for a message targeted at this node.
         broadcast: bool,
+    },
+    /// A topic sample for one of this node's readers; one event
+    /// per matched local reader. Message-class: it applies backpressure like
+    /// [`Event::Message`].
+    Sample {
+        /// The local reader it is for.
+        reader: EndpointGuid,
+        /// The writer that wrote it (its first 12 bytes are the writer's node id prefix).
+        writer: EndpointGuid,
+        /// The writer's sequence number: 1, 2, ... per writer; a gap means samples lost
+        /// upstream (counted as `missed` in the topic's stats).
+        seq: u64,
+        /// The payload (a slice of the read buffer: no copy).
+        payload: Bytes,
     },
     /// Something went wrong that the node survived.
     Error {
