@@ -109,6 +109,8 @@ counters! {
     /// Dropped: the link's outbound queue was at `max_outbound_queue_bytes` (or, for a
     /// relayed frame routed by the shard's inbox, the ring to the link's shard was full).
     dropped_queue_full,
+    /// Samples frames dropped because no topic route table knows their writer.
+    dropped_unrouted_samples,
     /// Links closed because a frame did not decode (random bytes, unknown type, bad field).
     malformed_frames,
     /// Links closed because a frame announced a length above `max_message_bytes` (before the
