@@ -34,6 +34,17 @@ pub enum Publish {
         /// How many frames `frames` holds.
         count: usize,
     },
+    /// TEMPORARY SHIM (branch `api`, reverted when main has the lead's variant): `count`
+    /// samples of `writer` as whole Samples frames packed by a `Writer` handle. Dropped by
+    /// the core until the sample path lands.
+    Samples {
+        /// The writer.
+        writer: crate::topics::EndpointGuid,
+        /// The encoded Samples frames.
+        frames: BytesMut,
+        /// Samples in `frames`.
+        count: usize,
+    },
 }
 
 impl Publish {
@@ -43,6 +54,7 @@ impl Publish {
         match self {
             Publish::One { .. } => 1,
             Publish::Batch { count, .. } => *count,
+            Publish::Samples { count, .. } => *count,
         }
     }
 }
@@ -56,6 +68,7 @@ impl ShardCore {
             Publish::Batch { dst, frames, count } => {
                 self.originate_batch(dst, frames, count, now, out)
             }
+            Publish::Samples { .. } => {}
         }
     }
 
