@@ -336,6 +336,7 @@ impl MeshBuilder {
                 ns,
                 opts: self.opts,
                 publish: OnceLock::new(),
+                cmd: OnceLock::new(),
                 listen_port: AtomicU16::new(0),
                 state: Mutex::new(RunState::Built),
             }),

@@ -15,6 +15,7 @@
 //! (its room is given back then) and hands its events out one by one.
 
 use super::stats::{inc, Counters};
+use crate::topics::{EndpointGuid, LocalSide, Reasons};
 use crate::PeerId;
 use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
@@ -104,6 +105,55 @@ pub enum Event {
         payload: Bytes,
         /// True for a broadcast, false for a message targeted at this node.
         broadcast: bool,
+    },
+    /// A topic sample for one of this node's readers ([`crate::topics::Reader`]); one event
+    /// per matched local reader. Message-class: it applies backpressure like
+    /// [`Event::Message`].
+    Sample {
+        /// The local reader it is for.
+        reader: EndpointGuid,
+        /// The writer that wrote it (its first 12 bytes are the writer's node id prefix).
+        writer: EndpointGuid,
+        /// The writer's sequence number: 1, 2, ... per writer; a gap means samples lost
+        /// upstream (counted as `missed` in the topic's stats).
+        seq: u64,
+        /// The payload (a slice of the read buffer: no copy).
+        payload: Bytes,
+    },
+    /// A writer and a reader, at least one of them on this node, now match.
+    Matched {
+        /// The writer.
+        writer: EndpointGuid,
+        /// The reader.
+        reader: EndpointGuid,
+        /// Their topic.
+        topic: String,
+        /// Which side is this node's.
+        local: LocalSide,
+    },
+    /// A writer and a reader that matched no longer do (one was dropped, withdrawn, expired
+    /// or its node left).
+    Unmatched {
+        /// The writer.
+        writer: EndpointGuid,
+        /// The reader.
+        reader: EndpointGuid,
+        /// Their topic.
+        topic: String,
+        /// Which side is this node's.
+        local: LocalSide,
+    },
+    /// A writer and a reader on one topic, at least one of them on this node, do not match;
+    /// raised once per pair, with every reason (`reasons` prints them in one line).
+    Incompatible {
+        /// The writer.
+        writer: EndpointGuid,
+        /// The reader.
+        reader: EndpointGuid,
+        /// Their topic.
+        topic: String,
+        /// Why: which policy, which partitions, type mismatch.
+        reasons: Reasons,
     },
     /// Something went wrong that the node survived.
     Error {

@@ -78,7 +78,7 @@ fn main() {
                 Event::Error { kind, message, .. } => {
                     say(&format!("error kind={kind:?} msg={message}"))
                 }
-                Event::MemberJoined { .. } | Event::MemberLeft { .. } => {}
+                _ => {}
             }
         }
         let members: BTreeSet<String> = mesh
