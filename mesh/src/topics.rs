@@ -152,9 +152,10 @@ impl Topic {
         &self.type_name
     }
 
-    /// Sets the type hash (16 bytes; all zeros is refused: it never matches).
-    pub fn type_hash(mut self, hash: impl Into<TypeHash>) -> Topic {
-        self.type_hash = Some(hash.into());
+    /// Sets the type hash (16 bytes, e.g. of the type's layout; all zeros is refused: it
+    /// means "unknown" and never matches).
+    pub fn type_hash(mut self, hash: [u8; 16]) -> Topic {
+        self.type_hash = Some(TypeHash(hash));
         self
     }
 
@@ -545,7 +546,7 @@ mod tests {
             })
         ));
         assert_eq!(
-            bad(Topic::new("t", "T").type_hash(TypeHash::UNKNOWN)),
+            bad(Topic::new("t", "T").type_hash([0; 16])),
             TopicSpecError::UnknownTypeHash
         );
     }
