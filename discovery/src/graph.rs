@@ -984,6 +984,25 @@ impl DiscoveryGraph {
         v
     }
 
+    /// Ids of a topic's endpoints of one kind, in insertion order (empty for a topic
+    /// nobody uses). O(its endpoints of that kind).
+    pub fn topic_endpoints(
+        &self,
+        topic: &crate::types::TopicName,
+        kind: EndpointKind,
+    ) -> Vec<EndpointId> {
+        let Some(&ts) = self.by_topic.get(topic) else {
+            return Vec::new();
+        };
+        let mut v: Vec<EndpointId> = self.topics[ts as usize]
+            .list(kind)
+            .iter()
+            .map(|&es| self.endpoints[es as usize].id)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     fn peers(&self, id: EndpointId, kind: EndpointKind) -> impl Iterator<Item = EndpointId> + '_ {
         self.by_id
             .get(&id)
@@ -1165,5 +1184,39 @@ mod footprint {
         assert_eq!(size_of::<(super::EndpointId, u32)>(), 16);
         assert_eq!(size_of::<(crate::types::Guid, u32)>(), 20);
         assert!(size_of::<super::TopicEntry>() <= 72);
+    }
+}
+
+#[cfg(test)]
+mod topic_listing {
+    use super::*;
+    use crate::types::{EntityId, TopicName, TypeHash, TypeName};
+
+    fn ep(prefix: GuidPrefix, e: u8, kind: EndpointKind, topic: &str) -> EndpointInfo {
+        EndpointInfo::new(
+            Guid::new(prefix, EntityId([0, 0, e, 2])),
+            kind,
+            TopicName::new(topic).unwrap(),
+            TypeName::new("T").unwrap(),
+            TypeHash([1; 16]),
+        )
+    }
+
+    #[test]
+    fn topic_endpoints_lists_one_kind_of_one_topic() {
+        let mut g = DiscoveryGraph::new(GraphConfig::default());
+        let p = GuidPrefix([1; 12]);
+        g.add_local_participant(ParticipantInfo::new(p, "a")).unwrap();
+        let w1 = g.add_local_endpoint(ep(p, 1, EndpointKind::Writer, "t")).unwrap().id;
+        let r1 = g.add_local_endpoint(ep(p, 2, EndpointKind::Reader, "t")).unwrap().id;
+        let w2 = g.add_local_endpoint(ep(p, 3, EndpointKind::Writer, "t")).unwrap().id;
+        g.add_local_endpoint(ep(p, 4, EndpointKind::Writer, "u")).unwrap();
+        let t = TopicName::new("t").unwrap();
+        assert_eq!(g.topic_endpoints(&t, EndpointKind::Writer), vec![w1, w2]);
+        assert_eq!(g.topic_endpoints(&t, EndpointKind::Reader), vec![r1]);
+        g.remove_endpoint(&ep(p, 1, EndpointKind::Writer, "t").guid);
+        assert_eq!(g.topic_endpoints(&t, EndpointKind::Writer), vec![w2]);
+        let none = TopicName::new("none").unwrap();
+        assert!(g.topic_endpoints(&none, EndpointKind::Reader).is_empty());
     }
 }

@@ -59,6 +59,7 @@ pub mod identity_file;
 #[cfg(feature = "prometheus")]
 pub mod metrics;
 pub mod node;
+pub mod topics;
 pub use node::{
     ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, MeshError, MeshStats, NodeOptions,
     OverflowPolicy, PublishError, Publisher, ShardStats, SlowLinkAction, SlowLinkPolicy,

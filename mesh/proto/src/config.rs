@@ -101,6 +101,9 @@ pub enum ConfigError {
     /// `node_name` does not fit a wire `str` (255 bytes).
     #[error("node_name is {0} bytes, at most 255 fit on the wire")]
     NodeNameTooLong(usize),
+    /// The `[topics]` table is invalid.
+    #[error(transparent)]
+    Topics(#[from] crate::topics::TopicsConfigError),
 }
 
 /// One `trusted_keys` entry: an identity public key and the local label shown for it.
@@ -224,6 +227,8 @@ pub struct MeshConfig {
     pub require_identity: Option<bool>,
     /// Ceiling of the book of identities learned from gossiped identity records. Default 4096.
     pub max_identity_records: usize,
+    /// Topics (discovery, matching, routes): the `[topics]` table.
+    pub topics: crate::topics::TopicsConfig,
 }
 
 impl Default for MeshConfig {
@@ -265,6 +270,7 @@ impl Default for MeshConfig {
             trusted_keys: Vec::new(),
             require_identity: None,
             max_identity_records: 4096,
+            topics: crate::topics::TopicsConfig::default(),
         }
     }
 }
@@ -299,6 +305,7 @@ impl fmt::Debug for MeshConfig {
             .field("node_name", &self.node_name)
             .field("trusted_keys", &self.trusted_keys)
             .field("require_identity", &self.requires_identity())
+            .field("topics", &self.topics)
             .finish_non_exhaustive()
     }
 }
@@ -439,6 +446,7 @@ impl MeshConfig {
                 return Err(ConfigError::BadEndpoint(ep.clone()));
             }
         }
+        self.topics.validate()?;
         Ok(())
     }
 }
@@ -535,6 +543,8 @@ macro_rules! mesh_config_setters {
         require_identity: Option<bool>,
         /// Sets `max_identity_records`.
         max_identity_records: usize,
+        /// Sets the `[topics]` settings.
+        topics: $crate::topics::TopicsConfig,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {

@@ -164,3 +164,65 @@ fn identity_settings_validated() {
     // The seed is a secret, like the PSK.
     assert!(!format!("{c:?}").contains(&seed));
 }
+
+#[test]
+fn topics_table_defaults_and_overrides() {
+    let d = MeshConfig::default().topics;
+    assert_eq!(d.announce_period, Duration::from_millis(1000));
+    assert_eq!(d.participant_lease, Duration::from_millis(10_000));
+    assert!(!d.dial_participants, "a line of static peers stays a line");
+    let c = MeshConfig::from_toml_str(
+        "group_name = \"lab\"\n[topics]\nannounce_period_ms = 250\nparticipant_lease_ms = 2000\n\
+         max_remote_writers = 10\nmax_matches = 77\nmax_dedup_origins = 5\n\
+         dial_participants = true\nlocators_allow = [\"10.0.0.0/8\"]\n\
+         locators_deny = [\"10.9.0.0/16\"]\nlocators_loopback = false\n\
+         fallback_locators = [\"10.0.0.7:7000\"]\n",
+    )
+    .unwrap();
+    let t = &c.topics;
+    assert_eq!(c.group_name, "lab");
+    assert_eq!(t.announce_period, Duration::from_millis(250));
+    assert_eq!(t.participant_lease, Duration::from_millis(2000));
+    assert_eq!(t.capacities().remote_writers, 10);
+    assert_eq!(t.capacities().matches, 77);
+    assert_eq!(t.capacities().remote_readers, d.max_remote_readers);
+    assert_eq!(t.max_dedup_origins, 5);
+    assert!(t.dial_participants);
+    let p = t.selection_policy().unwrap();
+    assert_eq!((p.allow().len(), p.deny().len(), p.loopback), (1, 1, false));
+    assert_eq!(t.fallbacks().unwrap(), vec!["10.0.0.7:7000".parse().unwrap()]);
+}
+
+#[test]
+fn topics_table_rejects_unknown_keys_and_bad_values() {
+    assert!(matches!(
+        MeshConfig::from_toml_str("[topics]\nannounce_periode_ms = 5\n"),
+        Err(ConfigError::Toml(_))
+    ));
+    use crate::topics::TopicsConfigError as E;
+    let bad = |t: &str| MeshConfig::from_toml_str(&format!("[topics]\n{t}\n")).unwrap_err();
+    assert_eq!(
+        bad("announce_period_ms = 0"),
+        ConfigError::Topics(E::ZeroDuration("announce_period"))
+    );
+    assert_eq!(
+        bad("max_matches = 0"),
+        ConfigError::Topics(E::Zero("max_matches"))
+    );
+    assert!(matches!(
+        bad("participant_lease_ms = 1000"),
+        ConfigError::Topics(E::LeaseTooShort { .. })
+    ));
+    assert!(matches!(
+        bad("max_discovery_frame_bytes = 1000"),
+        ConfigError::Topics(E::FrameTooSmall(1000))
+    ));
+    assert!(matches!(
+        bad("locators_deny = [\"10.0.0.0/40\"]"),
+        ConfigError::Topics(E::Locators(_))
+    ));
+    assert!(matches!(
+        bad("fallback_locators = [\"nohost\"]"),
+        ConfigError::Topics(E::BadFallback(_))
+    ));
+}

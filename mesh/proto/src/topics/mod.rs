@@ -7,8 +7,15 @@
 //! pushed to the shards ([`routes`]). **Must not touch:** sockets, the clock, the sample
 //! path (the shard core carries routes out; it never asks this module anything).
 
+pub mod config;
+pub mod core;
 pub mod routes;
 pub mod tree;
 
+pub use self::config::{TopicsConfig, TopicsConfigError};
+pub use self::core::{
+    DirectPlanner, EndpointView, LocalSide, RouteInput, RoutePlanner, TopicError, TopicEvent,
+    TopicView, TopicsCore, TopicsInit, TopicsOutput, TopicsStats, TopicsView, WriterDemand,
+};
 pub use routes::{EndpointGuid, SampleRoutes, WriterRoute};
 pub use tree::{compute_routes, RouteOutput, RouteStats, SlotAllocator, SlotsFull, WriterInput};

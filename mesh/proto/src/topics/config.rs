@@ -1,0 +1,232 @@
+//! The `[topics]` settings: announce period, participant lease, the capacity of every
+//! discovery table, the bounds of the flood's dedup table and of the set of incompatible
+//! pairs already reported, the address selection policy and whether participants heard
+//! through discovery are dialed.
+//!
+//! **Owns:** the topics settings, their defaults, validation and TOML form. **Must not
+//! touch:** what the settings drive (`topics::core`).
+//!
+//! In TOML every key is optional (`#[serde(default)]`), unknown keys are rejected, and
+//! durations are integer milliseconds with an `_ms` suffix, as in the rest of the file:
+//!
+//! ```toml
+//! [topics]
+//! announce_period_ms = 1000
+//! participant_lease_ms = 10000
+//! max_local_endpoints = 4096
+//! max_matches = 262144
+//! max_remote_participants = 1024
+//! max_remote_writers = 65536
+//! max_remote_readers = 65536
+//! max_dedup_origins = 4096
+//! max_reported_incompatible = 65536
+//! max_discovery_frame_bytes = 61440
+//! dial_participants = false
+//! locators_allow = ["10.0.0.0/8"]
+//! locators_deny = ["10.9.0.0/16"]
+//! locators_loopback = true
+//! locators_wildcard = false
+//! locators_multicast = false
+//! fallback_locators = ["10.0.0.7:7000"]
+//! ```
+
+use serde::Deserialize;
+use shoal_discovery::graph::Capacities;
+use shoal_discovery::locators::{LocatorError, SelectionPolicy};
+use shoal_discovery::record::MAX_RECORD_LEN;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Bytes of a Discovery frame besides its entries: the TCP length and type, then origin,
+/// seq, ttl, cycle, part, parts, count.
+pub const DISCOVERY_HEADER_LEN: usize = 4 + 1 + 16 + 8 + 1 + 4 + 2 + 2 + 2;
+/// Bytes of one entry besides its value: kind and length.
+pub const ENTRY_HEADER_LEN: usize = 1 + 2;
+/// The smallest frame bound that still fits one record of the largest size.
+pub const MIN_DISCOVERY_FRAME_BYTES: usize =
+    DISCOVERY_HEADER_LEN + ENTRY_HEADER_LEN + MAX_RECORD_LEN;
+
+/// Why a `[topics]` configuration was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicsConfigError {
+    /// A duration that must be positive is zero.
+    #[error("topics.{0} must be greater than zero")]
+    ZeroDuration(&'static str),
+    /// A capacity or bound that must be positive is zero.
+    #[error("topics.{0} must be greater than zero")]
+    Zero(&'static str),
+    /// The lease would expire between two announcements of a live participant.
+    #[error("topics.participant_lease ({lease:?}) must exceed announce_period ({period:?})")]
+    LeaseTooShort {
+        /// Configured period.
+        period: Duration,
+        /// Configured lease.
+        lease: Duration,
+    },
+    /// A Discovery frame must fit at least one record of the largest size.
+    #[error("topics.max_discovery_frame_bytes {0} is below {MIN_DISCOVERY_FRAME_BYTES}")]
+    FrameTooSmall(usize),
+    /// An allow or deny prefix list is invalid.
+    #[error("topics.locators_*: {0}")]
+    Locators(#[from] LocatorError),
+    /// A fallback locator is not `ip:port`.
+    #[error("topics.fallback_locators: {0:?} is not ip:port")]
+    BadFallback(String),
+}
+
+/// Topics settings (see the [module docs](self) for the TOML form).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopicsConfig {
+    /// Period of the announce cycle (every own record resent). Default 1000 ms.
+    #[serde(rename = "announce_period_ms", with = "millis")]
+    pub announce_period: Duration,
+    /// Lease this node's participant record carries: a receiver that hears nothing from it
+    /// for this long drops all its endpoints. Default 10000 ms.
+    #[serde(rename = "participant_lease_ms", with = "millis")]
+    pub participant_lease: Duration,
+    /// This node's writers and readers together. Default 4096.
+    pub max_local_endpoints: usize,
+    /// Stored matches (every pair, remote–remote included: relays route them). Default 262144.
+    pub max_matches: usize,
+    /// Participants (nodes) heard through discovery. Default 1024.
+    pub max_remote_participants: usize,
+    /// Remote writers. Default 65536.
+    pub max_remote_writers: usize,
+    /// Remote readers. Default 65536.
+    pub max_remote_readers: usize,
+    /// Origins remembered by the flood's dedup table (highest seq per origin); at the bound
+    /// the least recently refreshed origin is forgotten, counted. Default 4096.
+    pub max_dedup_origins: usize,
+    /// Writer/reader pairs already reported incompatible (each pair is reported once); at
+    /// the bound further pairs are not reported, counted. Default 65536.
+    pub max_reported_incompatible: usize,
+    /// Largest Discovery frame this node builds (records are packed into as few frames of
+    /// at most this size as fit). Default 61440 (60 KiB).
+    pub max_discovery_frame_bytes: usize,
+    /// Dial a participant heard through discovery whose node has no link. Default false (a
+    /// line of static peers stays a line).
+    pub dial_participants: bool,
+    /// Address selection: prefixes a dialed locator must be in (empty: any).
+    pub locators_allow: Vec<String>,
+    /// Address selection: prefixes never dialed (deny wins).
+    pub locators_deny: Vec<String>,
+    /// Address selection: loopback addresses may be dialed. Default true.
+    pub locators_loopback: bool,
+    /// Address selection: wildcard addresses may be dialed. Default false.
+    pub locators_wildcard: bool,
+    /// Address selection: multicast addresses may be dialed. Default false (a TCP dial to a
+    /// multicast address cannot succeed).
+    pub locators_multicast: bool,
+    /// `ip:port` addresses tried after a participant's own locators.
+    pub fallback_locators: Vec<String>,
+}
+
+impl Default for TopicsConfig {
+    fn default() -> Self {
+        let c = Capacities::default();
+        TopicsConfig {
+            announce_period: Duration::from_millis(1000),
+            participant_lease: Duration::from_millis(10_000),
+            max_local_endpoints: c.local_endpoints,
+            max_matches: c.matches,
+            max_remote_participants: c.remote_participants,
+            max_remote_writers: c.remote_writers,
+            max_remote_readers: c.remote_readers,
+            max_dedup_origins: 4096,
+            max_reported_incompatible: 65_536,
+            max_discovery_frame_bytes: 60 * 1024,
+            dial_participants: false,
+            locators_allow: Vec::new(),
+            locators_deny: Vec::new(),
+            locators_loopback: true,
+            locators_wildcard: false,
+            locators_multicast: false,
+            fallback_locators: Vec::new(),
+        }
+    }
+}
+
+impl TopicsConfig {
+    /// The discovery graph's capacities (one local participant: this node).
+    pub fn capacities(&self) -> Capacities {
+        Capacities {
+            local_participants: 1,
+            remote_participants: self.max_remote_participants,
+            local_endpoints: self.max_local_endpoints,
+            remote_writers: self.max_remote_writers,
+            remote_readers: self.max_remote_readers,
+            matches: self.max_matches,
+        }
+    }
+
+    /// The address selection policy.
+    pub fn selection_policy(&self) -> Result<SelectionPolicy, TopicsConfigError> {
+        Ok(
+            SelectionPolicy::new(&self.locators_allow, &self.locators_deny)?
+                .with_loopback(self.locators_loopback)
+                .with_wildcard(self.locators_wildcard)
+                .with_multicast(self.locators_multicast),
+        )
+    }
+
+    /// The fallback locators parsed.
+    pub fn fallbacks(&self) -> Result<Vec<SocketAddr>, TopicsConfigError> {
+        self.fallback_locators
+            .iter()
+            .map(|s| {
+                s.parse()
+                    .map_err(|_| TopicsConfigError::BadFallback(s.clone()))
+            })
+            .collect()
+    }
+
+    /// Checks every setting.
+    pub fn validate(&self) -> Result<(), TopicsConfigError> {
+        for (name, d) in [
+            ("announce_period", self.announce_period),
+            ("participant_lease", self.participant_lease),
+        ] {
+            if d.is_zero() {
+                return Err(TopicsConfigError::ZeroDuration(name));
+            }
+        }
+        for (name, n) in [
+            ("max_local_endpoints", self.max_local_endpoints),
+            ("max_matches", self.max_matches),
+            ("max_remote_participants", self.max_remote_participants),
+            ("max_remote_writers", self.max_remote_writers),
+            ("max_remote_readers", self.max_remote_readers),
+            ("max_dedup_origins", self.max_dedup_origins),
+            ("max_reported_incompatible", self.max_reported_incompatible),
+        ] {
+            if n == 0 {
+                return Err(TopicsConfigError::Zero(name));
+            }
+        }
+        if self.participant_lease <= self.announce_period {
+            return Err(TopicsConfigError::LeaseTooShort {
+                period: self.announce_period,
+                lease: self.participant_lease,
+            });
+        }
+        if self.max_discovery_frame_bytes < MIN_DISCOVERY_FRAME_BYTES {
+            return Err(TopicsConfigError::FrameTooSmall(
+                self.max_discovery_frame_bytes,
+            ));
+        }
+        self.selection_policy()?;
+        self.fallbacks()?;
+        Ok(())
+    }
+}
+
+/// Durations as integer milliseconds in TOML.
+mod millis {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}

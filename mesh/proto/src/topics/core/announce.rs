@@ -1,0 +1,68 @@
+//! This node's announcements: the periodic cycle of every own record, packed into as few
+//! Discovery frames as fit the frame bound, and the immediate frames of a new or removed
+//! endpoint.
+//!
+//! **Owns:** the packing, numbering (`seq`, `cycle`, `part`, `parts`) and order of own
+//! frames. **Must not touch:** the records' bytes (built once by the `Announcer`, resent
+//! unchanged) or anyone else's records ("a node never describes an endpoint that is not its
+//! own": only the announcer's records go out here).
+
+use super::super::config::{DISCOVERY_HEADER_LEN, ENTRY_HEADER_LEN};
+use super::{TopicsCore, TopicsOutput};
+use crate::wire::DiscoveryEntry;
+use bytes::Bytes;
+use shoal_discovery::types::Guid;
+
+impl TopicsCore {
+    /// An immediate frame (`parts = 0`): the participant record first (a receiver that has
+    /// not heard of us yet admits the endpoint only after it), then the new endpoint's record
+    /// or the withdrawal.
+    pub(super) fn announce_now(&mut self, added: Option<Guid>, withdrawn: Option<Guid>) {
+        let mut f = self.frame(self.cycle, 0, 0);
+        f.entries.push(DiscoveryEntry::Record(
+            self.announcer.participant_record().clone(),
+        ));
+        if let Some(rec) = added.and_then(|g| self.announcer.endpoint_record(&g)) {
+            f.entries.push(DiscoveryEntry::Record(rec.clone()));
+        }
+        if let Some(g) = withdrawn {
+            f.entries.push(DiscoveryEntry::Withdraw(super::guid_bytes(&g)));
+        }
+        self.out.push_back(TopicsOutput::Flood {
+            frame: f,
+            except: None,
+        });
+    }
+
+    /// One announce cycle: every own record, the participant record first in every frame.
+    pub(super) fn announce_cycle(&mut self) {
+        let budget = self.cfg.max_discovery_frame_bytes;
+        let participant = self.announcer.participant_record().clone();
+        let first = DISCOVERY_HEADER_LEN + ENTRY_HEADER_LEN + participant.len();
+        let mut frames: Vec<Vec<Bytes>> = vec![vec![participant.clone()]];
+        let mut size = first;
+        let mut endpoints: Vec<Bytes> = Vec::with_capacity(self.announcer.len());
+        self.announcer
+            .announce_cycle(|rec| endpoints.push(rec.clone()));
+        // The announcer hands the participant record first: it is already in every frame.
+        for rec in endpoints.into_iter().skip(1) {
+            let need = ENTRY_HEADER_LEN + rec.len();
+            if size + need > budget {
+                frames.push(vec![participant.clone()]);
+                size = first;
+            }
+            size += need;
+            frames.last_mut().expect("one frame at least").push(rec);
+        }
+        self.cycle = self.cycle.wrapping_add(1);
+        let parts = u16::try_from(frames.len()).unwrap_or(u16::MAX);
+        for (i, recs) in frames.into_iter().enumerate().take(usize::from(parts)) {
+            let mut f = self.frame(self.cycle, i as u16, parts);
+            f.entries = recs.into_iter().map(DiscoveryEntry::Record).collect();
+            self.out.push_back(TopicsOutput::Flood {
+                frame: f,
+                except: None,
+            });
+        }
+    }
+}

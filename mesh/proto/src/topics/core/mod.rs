@@ -1,0 +1,770 @@
+//! The topics state machine of one node ([`TopicsCore`]), owned and driven by the control
+//! core: this node's endpoints and their announcement, the Discovery flood, the discovery
+//! graph (admission, matching, lease expiry), the events the application sees and the sample
+//! route tables.
+//!
+//! **Owns:** every topics decision of the control plane. **Must not touch:** sockets, the
+//! clock, the OS random source, the wire codec (it takes and returns [`Discovery`] structs;
+//! the control core encodes them), the shards (it returns route tables; the control core
+//! posts them).
+//!
+//! # Identity
+//!
+//! The participant GUID prefix is this node's `PeerId` bytes `0..12`. Endpoint GUIDs are the
+//! prefix and a 4-byte entity id: a 24-bit counter seeded from the core's random seed, then
+//! `0x02` for a writer or `0x07` for a reader. A restarted node therefore gives its endpoints
+//! new GUIDs: a new writer incarnation, whose sample sequence numbers restart at 1.
+//!
+//! # Driving it
+//!
+//! Inputs (each with `now`): [`create_endpoint`](TopicsCore::create_endpoint),
+//! [`remove_endpoint`](TopicsCore::remove_endpoint), a Discovery frame from a link
+//! ([`on_discovery`](TopicsCore::on_discovery)), capable links coming and going
+//! ([`link_up`](TopicsCore::link_up), [`link_down`](TopicsCore::link_down)), the timer
+//! ([`handle_timeout`](TopicsCore::handle_timeout) at
+//! [`poll_timeout`](TopicsCore::poll_timeout)). Outputs: [`poll_output`](TopicsCore::poll_output)
+//! (frames to flood, links to close, participants to dial), [`poll_event`](TopicsCore::poll_event)
+//! (matched / unmatched / incompatible), and once per round
+//! [`routes_due`](TopicsCore::routes_due): a new route table when anything it depends on
+//! changed.
+
+mod announce;
+mod plan;
+mod receive;
+#[cfg(test)]
+mod tests;
+mod view;
+
+pub use plan::{DirectPlanner, RouteInput, RoutePlanner, WriterDemand};
+pub use view::{EndpointView, TopicView, TopicsView};
+
+use super::config::TopicsConfig;
+use super::routes::EndpointGuid;
+use crate::stats::TopicCounters;
+use crate::wire::Discovery;
+use crate::{LinkId, PeerId};
+use ahash::{AHashMap, AHashSet};
+use shoal_discovery::announce::{AnnounceError, Announcer};
+use shoal_discovery::graph::{
+    AdmitError, DiscoveryGraph, EndpointId, GraphConfig, MatchScope, Table,
+};
+use shoal_discovery::locators::SelectionPolicy;
+use shoal_discovery::matching::Incompatibility;
+use shoal_discovery::qos::{EndpointQos, QosDuration, QosError};
+use shoal_discovery::types::{
+    EndpointInfo, EndpointKind, EntityId, Guid, GuidPrefix, Locator, LocatorKind,
+    ParticipantInfo, Partitions, Time, TopicName, TypeHash, TypeName, TypesError,
+};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Which side of a matched pair lives on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LocalSide {
+    /// The writer only.
+    Writer,
+    /// The reader only.
+    Reader,
+    /// Both.
+    Both,
+}
+
+impl LocalSide {
+    fn of(writer_local: bool, reader_local: bool) -> Option<LocalSide> {
+        match (writer_local, reader_local) {
+            (true, true) => Some(LocalSide::Both),
+            (true, false) => Some(LocalSide::Writer),
+            (false, true) => Some(LocalSide::Reader),
+            (false, false) => None,
+        }
+    }
+}
+
+/// What the topics core tells the application (the control core forwards each as the
+/// `ControlEvent` of the same name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicEvent {
+    /// A writer and a reader, at least one of them local, now match.
+    Matched {
+        /// The writer.
+        writer: EndpointGuid,
+        /// The reader.
+        reader: EndpointGuid,
+        /// Their topic.
+        topic: String,
+        /// Which side is this node's.
+        local: LocalSide,
+    },
+    /// A writer and a reader, at least one of them local, no longer match (one was removed,
+    /// withdrawn, expired or changed).
+    Unmatched {
+        /// The writer.
+        writer: EndpointGuid,
+        /// The reader.
+        reader: EndpointGuid,
+        /// Their topic.
+        topic: String,
+        /// Which side is this node's.
+        local: LocalSide,
+    },
+    /// A writer and a reader on the same topic, at least one of them local, do not match;
+    /// said once per pair.
+    Incompatible {
+        /// The writer.
+        writer: EndpointGuid,
+        /// The reader.
+        reader: EndpointGuid,
+        /// Their topic.
+        topic: String,
+        /// Why (which policy, which partitions, type mismatch).
+        reasons: Vec<Incompatibility>,
+    },
+}
+
+/// Something the control core must do for the topics core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicsOutput {
+    /// Encode `frame` and send it on every capable link except `except`.
+    Flood {
+        /// The frame.
+        frame: Discovery,
+        /// The link it came from (a re-flood), if any.
+        except: Option<LinkId>,
+    },
+    /// A Discovery frame on this link carried a record that does not decode: a protocol
+    /// error, the link is closed.
+    CloseLink(LinkId),
+    /// `dial_participants`: a participant heard through discovery whose node has no link;
+    /// dial it here (through the peer table, which skips a node it has a link to).
+    Dial {
+        /// The participant's node.
+        peer: PeerId,
+        /// The address [`select_locators`](shoal_discovery::locators::select_locators) picked.
+        addr: SocketAddr,
+    },
+}
+
+/// Why an endpoint was not created or removed. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicError {
+    /// A name or a partition list is out of range.
+    #[error("invalid endpoint: {0}")]
+    Invalid(#[from] TypesError),
+    /// The QoS is out of range or contradicts itself (history depth over its resource
+    /// limit).
+    #[error("invalid QoS: {0}")]
+    Qos(#[from] QosError),
+    /// The discovery graph refused it (its table or the match table is full).
+    #[error("refused: {0}")]
+    Refused(#[from] AdmitError),
+    /// The record could not be built.
+    #[error("announcement: {0}")]
+    Announce(#[from] AnnounceError),
+    /// No local endpoint has this GUID.
+    #[error("no local endpoint {0:02x?}")]
+    UnknownEndpoint(EndpointGuid),
+}
+
+/// The topics core's counters (monotonic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicsStats {
+    /// Discovery frames received (before dedup).
+    pub frames_in: u64,
+    /// Discovery frames this node built (announcements, withdrawals).
+    pub frames_built: u64,
+    /// Frames passed on to other links (ttl left).
+    pub frames_reflooded: u64,
+    /// Our own frames coming back over another path.
+    pub echoes: u64,
+    /// Frames dropped as duplicates (seq not above the highest seen of their origin).
+    pub duplicates: u64,
+    /// Origins forgotten by the dedup table at its bound (their next frame counts as new).
+    pub dedup_evicted: u64,
+    /// Records or withdrawals refused for describing another participant's endpoints.
+    pub foreign_refused: u64,
+    /// Links closed for a record that did not decode or was out of range.
+    pub malformed_records: u64,
+    /// Complete announce cycles received.
+    pub cycles_completed: u64,
+    /// Endpoints removed because a complete cycle of their origin no longer listed them.
+    pub endpoints_pruned: u64,
+    /// Remote endpoints removed by a withdrawal.
+    pub endpoints_withdrawn: u64,
+    /// Participants whose lease ran out.
+    pub participants_expired: u64,
+    /// Endpoints removed with an expired participant.
+    pub endpoints_expired: u64,
+    /// Incompatible pairs not reported: the reported-pairs set was full.
+    pub incompatible_unreported: u64,
+    /// Route tables built.
+    pub route_tables: u64,
+    /// Dials asked for (`dial_participants`).
+    pub dials: u64,
+    /// Participants heard that no selected locator could be dialed at.
+    pub no_dialable_locator: u64,
+}
+
+/// A remote participant this node admitted.
+#[derive(Debug)]
+struct Remote {
+    node: PeerId,
+    /// The graph's expiry (`now + lease` at the last record): kept here so the endpoints an
+    /// expiry takes are known before the graph drops them (their unmatched events).
+    expires: Time,
+    locators: Vec<Locator>,
+}
+
+/// One origin's announce cycle being collected.
+#[derive(Debug, Default)]
+struct Cycle {
+    cycle: u32,
+    parts: u16,
+    got: Vec<bool>,
+    missing: usize,
+    listed: AHashSet<Guid>,
+}
+
+/// The largest cycle whose completeness is tracked (a bigger one repairs nothing; leases
+/// and withdrawals still do).
+const MAX_TRACKED_PARTS: u16 = 1024;
+
+/// The topics state machine (see the module docs).
+#[derive(Debug)]
+pub struct TopicsCore {
+    me: PeerId,
+    prefix: GuidPrefix,
+    cfg: TopicsConfig,
+    policy: SelectionPolicy,
+    fallbacks: Vec<SocketAddr>,
+    ttl: u8,
+    shards: usize,
+    origin: Instant,
+    graph: DiscoveryGraph,
+    announcer: Announcer,
+    /// This node's endpoints (GUID → kind), for removal and the routes of local writers.
+    local: BTreeMap<Guid, EndpointKind>,
+    next_entity: u32,
+    seq: u64,
+    cycle: u32,
+    next_announce: Instant,
+    next_expiry: Instant,
+    /// Capable placed links (their peer advertised extended frames).
+    links: BTreeMap<LinkId, PeerId>,
+    remotes: AHashMap<GuidPrefix, Remote>,
+    cycles: AHashMap<PeerId, Cycle>,
+    /// Flood dedup: origin → (highest seq, refresh tick), and tick → origin for eviction.
+    dedup: AHashMap<PeerId, (u64, u64)>,
+    dedup_lru: BTreeMap<u64, PeerId>,
+    tick: u64,
+    /// (writer, reader) pairs already reported incompatible.
+    reported: AHashSet<(Guid, Guid)>,
+    counters: AHashMap<TopicName, Arc<TopicCounters>>,
+    planner: Box<dyn RoutePlanner>,
+    routes_epoch: u64,
+    routes_dirty: bool,
+    membership_mark: Option<(u64, u64, u64)>,
+    view: Option<Arc<TopicsView>>,
+    events: VecDeque<TopicEvent>,
+    out: VecDeque<TopicsOutput>,
+    stats: TopicsStats,
+}
+
+/// What a topics core starts with.
+#[derive(Debug)]
+pub struct TopicsInit {
+    /// This node.
+    pub me: PeerId,
+    /// The settings (validated by `MeshConfig::validate`).
+    pub cfg: TopicsConfig,
+    /// Hop limit of the frames this node builds (`MeshConfig::initial_ttl`).
+    pub ttl: u8,
+    /// Data shards (one counter set each per topic).
+    pub shards: usize,
+    /// This node's TCP listen addresses, announced in its participant record.
+    pub listen_addrs: Vec<SocketAddr>,
+    /// Wall clock in ms: seeds the frame sequence so a restarted node outranks itself.
+    pub wall_ms: u64,
+    /// Seeds the endpoint entity counter.
+    pub entity_seed: u32,
+    /// Computes the route tables.
+    pub planner: Box<dyn RoutePlanner>,
+}
+
+fn tcp_locator(a: &SocketAddr) -> Locator {
+    let (kind, address) = match a.ip() {
+        std::net::IpAddr::V4(ip) => {
+            let mut address = [0; 16];
+            address[12..].copy_from_slice(&ip.octets());
+            (LocatorKind::TcpV4, address)
+        }
+        std::net::IpAddr::V6(ip) => (LocatorKind::TcpV6, ip.octets()),
+    };
+    Locator {
+        kind,
+        address,
+        port: u32::from(a.port()),
+    }
+}
+
+/// The participant prefix of a node.
+pub fn prefix_of(peer: &PeerId) -> GuidPrefix {
+    let mut p = [0; 12];
+    p.copy_from_slice(&peer.0[..12]);
+    GuidPrefix(p)
+}
+
+fn guid_bytes(g: &Guid) -> EndpointGuid {
+    let mut b = [0; 16];
+    b[..12].copy_from_slice(&g.prefix.0);
+    b[12..].copy_from_slice(&g.entity.0);
+    b
+}
+
+fn guid_of(b: &EndpointGuid) -> Guid {
+    let mut p = [0; 12];
+    p.copy_from_slice(&b[..12]);
+    let mut e = [0; 4];
+    e.copy_from_slice(&b[12..]);
+    Guid::new(GuidPrefix(p), EntityId(e))
+}
+
+impl TopicsCore {
+    /// A core at `now`. Fails only on a configuration `TopicsConfig::validate` refuses.
+    pub fn new(init: TopicsInit, now: Instant) -> Result<TopicsCore, super::TopicsConfigError> {
+        let TopicsInit {
+            me,
+            cfg,
+            ttl,
+            shards,
+            listen_addrs,
+            wall_ms,
+            entity_seed,
+            planner,
+        } = init;
+        cfg.validate()?;
+        let prefix = prefix_of(&me);
+        let mut graph = DiscoveryGraph::new(GraphConfig {
+            capacities: cfg.capacities(),
+            scope: MatchScope::All,
+        });
+        let mut info = ParticipantInfo::new(prefix, hex::encode(me.0));
+        info.lease_duration = QosDuration::from_nanos(
+            u64::try_from(cfg.participant_lease.as_nanos()).unwrap_or(u64::MAX),
+        );
+        info.user_locators = listen_addrs
+            .iter()
+            .take(shoal_discovery::types::MAX_LOCATORS)
+            .map(tcp_locator)
+            .collect();
+        graph
+            .add_local_participant(info.clone())
+            .expect("a fresh graph admits its one local participant");
+        let announcer = Announcer::new(info, cfg.max_local_endpoints)
+            .expect("a participant record of bounded fields encodes");
+        Ok(TopicsCore {
+            me,
+            prefix,
+            policy: cfg.selection_policy()?,
+            fallbacks: cfg.fallbacks()?,
+            ttl: ttl.max(1),
+            shards: shards.max(1),
+            origin: now,
+            graph,
+            announcer,
+            local: BTreeMap::new(),
+            next_entity: entity_seed & 0x00ff_ffff,
+            seq: wall_ms,
+            cycle: 0,
+            next_announce: now + cfg.announce_period,
+            next_expiry: now + cfg.announce_period,
+            links: BTreeMap::new(),
+            remotes: AHashMap::new(),
+            cycles: AHashMap::new(),
+            dedup: AHashMap::new(),
+            dedup_lru: BTreeMap::new(),
+            tick: 0,
+            reported: AHashSet::new(),
+            counters: AHashMap::new(),
+            planner,
+            routes_epoch: 0,
+            routes_dirty: false,
+            membership_mark: None,
+            view: None,
+            events: VecDeque::new(),
+            out: VecDeque::new(),
+            stats: TopicsStats::default(),
+            cfg,
+        })
+    }
+
+    fn time(&self, now: Instant) -> Time {
+        let ns = now.saturating_duration_since(self.origin).as_nanos();
+        Time::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> TopicsStats {
+        self.stats
+    }
+
+    /// Next output for the control core.
+    pub fn poll_output(&mut self) -> Option<TopicsOutput> {
+        self.out.pop_front()
+    }
+
+    /// Next event for the application.
+    pub fn poll_event(&mut self) -> Option<TopicEvent> {
+        self.events.pop_front()
+    }
+
+    /// The discovery graph (read only).
+    pub fn graph(&self) -> &DiscoveryGraph {
+        &self.graph
+    }
+
+    /// The capable links (their peer advertised extended frames): the only links a
+    /// Discovery frame is ever sent on.
+    pub fn capable_links(&self) -> impl Iterator<Item = (&LinkId, &PeerId)> {
+        self.links.iter()
+    }
+
+    /// Creates a local writer or reader and announces it at once. A self-contradicting
+    /// endpoint (history depth over its resource limit) is rejected on the spot.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_endpoint(
+        &mut self,
+        kind: EndpointKind,
+        topic: &str,
+        type_name: &str,
+        type_hash: [u8; 16],
+        qos: EndpointQos,
+        partitions: &[String],
+        _now: Instant,
+    ) -> Result<EndpointGuid, TopicError> {
+        let topic = TopicName::new(topic)?;
+        let type_name = TypeName::new(type_name)?;
+        let partitions = Partitions::new(partitions.iter().map(String::as_str))?;
+        qos.validate()?;
+        qos.consistent()?;
+        let guid = self.fresh_guid(kind);
+        let mut info = EndpointInfo::new(guid, kind, topic, type_name, TypeHash(type_hash));
+        info.partitions = partitions;
+        info.qos = qos;
+        let adm = self.graph.add_local_endpoint(info.clone())?;
+        if let Err(e) = self.announcer.upsert_endpoint(info) {
+            self.graph.remove_endpoint(&guid);
+            return Err(e.into());
+        }
+        self.local.insert(guid, kind);
+        self.matched_events(adm.id, &adm.matched);
+        self.incompatible_events(adm.id);
+        self.announce_now(Some(guid), None);
+        self.changed();
+        Ok(guid_bytes(&guid))
+    }
+
+    /// Removes a local endpoint: its matches end (unmatched events) and a withdrawal goes
+    /// out at once.
+    pub fn remove_endpoint(
+        &mut self,
+        guid: EndpointGuid,
+        _now: Instant,
+    ) -> Result<(), TopicError> {
+        let g = guid_of(&guid);
+        if !self.local.contains_key(&g) {
+            return Err(TopicError::UnknownEndpoint(guid));
+        }
+        self.remove_endpoints(&[g]);
+        self.local.remove(&g);
+        self.announcer.remove_endpoint(&g);
+        self.announce_now(None, Some(g));
+        self.changed();
+        Ok(())
+    }
+
+    fn fresh_guid(&mut self, kind: EndpointKind) -> Guid {
+        let low = match kind {
+            EndpointKind::Writer => 0x02,
+            EndpointKind::Reader => 0x07,
+        };
+        loop {
+            let c = self.next_entity;
+            self.next_entity = (c + 1) & 0x00ff_ffff;
+            let e = EntityId([(c >> 16) as u8, (c >> 8) as u8, c as u8, low]);
+            let g = Guid::new(self.prefix, e);
+            // Capacity is far below 2^24, so a free id is always near.
+            if self.graph.endpoint_id(&g).is_none() {
+                return g;
+            }
+        }
+    }
+
+    /// Something the view or the routes depend on changed.
+    fn changed(&mut self) {
+        self.routes_dirty = true;
+        self.view = None;
+    }
+
+    /// A placed link whose peer advertised extended frames (`capable`); others are
+    /// ignored (a multimaster peer never receives a frame type it does not know).
+    pub fn link_up(&mut self, link: LinkId, peer: PeerId, capable: bool) {
+        if capable && self.links.insert(link, peer) != Some(peer) {
+            self.changed();
+        }
+    }
+
+    /// A link went away.
+    pub fn link_down(&mut self, link: LinkId) {
+        if self.links.remove(&link).is_some() {
+            self.changed();
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) has work next.
+    pub fn poll_timeout(&self) -> Instant {
+        self.next_announce.min(self.next_expiry)
+    }
+
+    /// Runs a due announce cycle and lease expiry.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if now >= self.next_expiry {
+            self.next_expiry = now + self.cfg.announce_period;
+            self.expire(now);
+        }
+        if now >= self.next_announce {
+            self.next_announce = now + self.cfg.announce_period;
+            self.announce_cycle();
+        }
+    }
+
+    /// Lease expiry: a participant silent for its lease loses all its endpoints in one
+    /// pass; its matches go with them, and its node is no longer topic-capable.
+    fn expire(&mut self, now: Instant) {
+        let t = self.time(now);
+        let mut gone: Vec<GuidPrefix> = self
+            .remotes
+            .iter()
+            .filter(|(_, r)| r.expires < t)
+            .map(|(p, _)| *p)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        gone.sort_unstable();
+        let mut ids = Vec::new();
+        for p in &gone {
+            ids.extend(self.graph.endpoints_of(p));
+        }
+        self.unmatched_events(&ids);
+        let removal = self.graph.expire(t);
+        debug_assert_eq!(removal.participants, gone);
+        self.stats.participants_expired += removal.participants.len() as u64;
+        self.stats.endpoints_expired += removal.endpoints.len() as u64;
+        let removed: AHashSet<Guid> = removal.endpoints.iter().map(|(_, g)| *g).collect();
+        self.forget_reported(&removed);
+        for p in &gone {
+            if let Some(r) = self.remotes.remove(p) {
+                self.cycles.remove(&r.node);
+            }
+        }
+        self.changed();
+    }
+
+    /// Removes endpoints (local or remote) with unmatched events for their pairs with a
+    /// local side.
+    fn remove_endpoints(&mut self, guids: &[Guid]) {
+        let ids: Vec<EndpointId> = guids
+            .iter()
+            .filter_map(|g| self.graph.endpoint_id(g))
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        self.unmatched_events(&ids);
+        for g in guids {
+            self.graph.remove_endpoint(g);
+        }
+        let removed: AHashSet<Guid> = guids.iter().copied().collect();
+        self.forget_reported(&removed);
+        self.changed();
+    }
+
+    fn forget_reported(&mut self, removed: &AHashSet<Guid>) {
+        if !removed.is_empty() && !self.reported.is_empty() {
+            self.reported
+                .retain(|(w, r)| !removed.contains(w) && !removed.contains(r));
+        }
+    }
+
+    fn is_local(&self, id: EndpointId) -> bool {
+        self.graph.is_local(id).unwrap_or(false)
+    }
+
+    /// Pair event fields for a matched or unmatched (writer, reader).
+    fn pair(&self, w: EndpointId, r: EndpointId) -> Option<(EndpointGuid, EndpointGuid, String)> {
+        let (wi, ri) = (self.graph.endpoint(w)?, self.graph.endpoint(r)?);
+        Some((
+            guid_bytes(&wi.guid),
+            guid_bytes(&ri.guid),
+            wi.topic.as_str().to_owned(),
+        ))
+    }
+
+    /// Matched events of `id` with each of `peers` (its new matches).
+    fn matched_events(&mut self, id: EndpointId, peers: &[EndpointId]) {
+        let Some(kind) = self.graph.endpoint(id).map(|e| e.kind) else {
+            return;
+        };
+        for &p in peers {
+            let (w, r) = match kind {
+                EndpointKind::Writer => (id, p),
+                EndpointKind::Reader => (p, id),
+            };
+            if let Some(local) = LocalSide::of(self.is_local(w), self.is_local(r)) {
+                if let Some((writer, reader, topic)) = self.pair(w, r) {
+                    self.events.push_back(TopicEvent::Matched {
+                        writer,
+                        reader,
+                        topic,
+                        local,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Unmatched events of every match of `ids` with a local side, each pair once, while
+    /// the graph still holds them.
+    fn unmatched_events(&mut self, ids: &[EndpointId]) {
+        let mut seen: AHashSet<(EndpointId, EndpointId)> = AHashSet::new();
+        for &id in ids {
+            let Some(kind) = self.graph.endpoint(id).map(|e| e.kind) else {
+                continue;
+            };
+            let pairs: Vec<(EndpointId, EndpointId)> = match kind {
+                EndpointKind::Writer => self.graph.readers_of(id).map(|r| (id, r)).collect(),
+                EndpointKind::Reader => self.graph.writers_of(id).map(|w| (w, id)).collect(),
+            };
+            for (w, r) in pairs {
+                self.unmatched_pair(w, r, &mut seen);
+            }
+        }
+    }
+
+    fn unmatched_pair(
+        &mut self,
+        w: EndpointId,
+        r: EndpointId,
+        seen: &mut AHashSet<(EndpointId, EndpointId)>,
+    ) {
+        if !seen.insert((w, r)) {
+            return;
+        }
+        if let Some(local) = LocalSide::of(self.is_local(w), self.is_local(r)) {
+            if let Some((writer, reader, topic)) = self.pair(w, r) {
+                self.events.push_back(TopicEvent::Unmatched {
+                    writer,
+                    reader,
+                    topic,
+                    local,
+                });
+            }
+        }
+    }
+
+    /// Incompatible events of endpoint `id` with the opposite kind on its topic, for pairs
+    /// with a local side not reported yet.
+    fn incompatible_events(&mut self, id: EndpointId) {
+        let Some(info) = self.graph.endpoint(id) else {
+            return;
+        };
+        let (kind, topic) = (info.kind, info.topic.clone());
+        let me_local = self.is_local(id);
+        let other = match kind {
+            EndpointKind::Writer => EndpointKind::Reader,
+            EndpointKind::Reader => EndpointKind::Writer,
+        };
+        for p in self.graph.topic_endpoints(&topic, other) {
+            if p == id || (!me_local && !self.is_local(p)) {
+                continue;
+            }
+            let (w, r) = match kind {
+                EndpointKind::Writer => (id, p),
+                EndpointKind::Reader => (p, id),
+            };
+            if self.graph.is_matched(w, r) {
+                continue;
+            }
+            let Err(reasons) = self.graph.explain(w, r) else {
+                continue;
+            };
+            let (Some(wi), Some(ri)) = (self.graph.endpoint(w), self.graph.endpoint(r)) else {
+                continue;
+            };
+            let key = (wi.guid, ri.guid);
+            if self.reported.contains(&key) {
+                continue;
+            }
+            if self.reported.len() >= self.cfg.max_reported_incompatible {
+                self.stats.incompatible_unreported += 1;
+                continue;
+            }
+            self.reported.insert(key);
+            self.events.push_back(TopicEvent::Incompatible {
+                writer: guid_bytes(&key.0),
+                reader: guid_bytes(&key.1),
+                topic: topic.as_str().to_owned(),
+                reasons,
+            });
+        }
+    }
+
+    /// The topic's counters (one per topic, shared by its route entries).
+    fn counters_of(&mut self, topic: &TopicName) -> Arc<TopicCounters> {
+        let shards = self.shards;
+        self.counters
+            .entry(topic.clone())
+            .or_insert_with(|| Arc::new(TopicCounters::new(shards)))
+            .clone()
+    }
+
+    /// Occupancy and capacity of a discovery table.
+    pub fn occupancy(&self, table: Table) -> (usize, usize) {
+        let c = self.cfg.capacities();
+        let cap = match table {
+            Table::LocalParticipants => c.local_participants,
+            Table::RemoteParticipants => c.remote_participants,
+            Table::LocalEndpoints => c.local_endpoints,
+            Table::RemoteWriters => c.remote_writers,
+            Table::RemoteReaders => c.remote_readers,
+        };
+        (self.graph.occupancy(table), cap)
+    }
+
+    /// Origins held by the flood's dedup table.
+    pub fn dedup_len(&self) -> usize {
+        self.dedup.len()
+    }
+
+    /// Pairs held by the reported-incompatible set.
+    pub fn reported_len(&self) -> usize {
+        self.reported.len()
+    }
+
+    /// The frame a cycle or an immediate announcement starts from.
+    fn frame(&mut self, cycle: u32, part: u16, parts: u16) -> Discovery {
+        self.seq += 1;
+        self.stats.frames_built += 1;
+        Discovery {
+            origin: self.me,
+            seq: self.seq,
+            ttl: self.ttl,
+            cycle,
+            part,
+            parts,
+            entries: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The route tables: what the topics core hands the route computation (every writer this
+//! node may have to carry, with the nodes of its matched readers; the topic-capable nodes;
+//! this node's capable links; the membership graph) and when it rebuilds the table (once per
+//! round in which anything of that changed).
+//!
+//! **Owns:** the inputs of the route computation and the table's epoch. **Must not touch:**
+//! the tree algorithm itself: a [`RoutePlanner`] computes the routes (the shortest-path tree
+//! of `topics::tree`, adapted by the control core's owner; [`DirectPlanner`] until then).
+
+use super::{guid_bytes, TopicsCore};
+use crate::stats::TopicCounters;
+use crate::topics::routes::{EndpointGuid, SampleRoutes, WriterRoute};
+use crate::{LinkId, MemberGraph, PeerId};
+use ahash::AHashMap;
+use shoal_discovery::graph::EndpointId;
+use shoal_discovery::types::{EndpointKind, Guid};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// One writer the route computation must place: this node's own writers (every one, so
+/// its topic counters count what it writes) and every writer with at least one matched
+/// reader.
+#[derive(Debug, Clone)]
+pub struct WriterDemand {
+    /// The writer.
+    pub writer: EndpointGuid,
+    /// Its node (the root of its tree).
+    pub node: PeerId,
+    /// It is one of this node's own.
+    pub local: bool,
+    /// Its topic's counters.
+    pub topic: Arc<TopicCounters>,
+    /// Remote nodes hosting readers matched with it, sorted, no duplicates (this node
+    /// excluded).
+    pub reader_nodes: Vec<PeerId>,
+    /// This node's readers matched with it, sorted.
+    pub local_readers: Vec<EndpointGuid>,
+}
+
+/// Everything a route table is computed from.
+#[derive(Debug)]
+pub struct RouteInput<'a> {
+    /// This node.
+    pub me: PeerId,
+    /// The membership graph (every node's neighbour list: `MemberGraph::adjacency`).
+    pub membership: &'a MemberGraph,
+    /// Nodes that speak topics: this node and the nodes of admitted participants.
+    pub capable: &'a BTreeSet<PeerId>,
+    /// This node's links to capable neighbours (peer advertised extended frames); the
+    /// lowest link id when a peer has several.
+    pub links: &'a BTreeMap<PeerId, LinkId>,
+    /// The writers, sorted by GUID.
+    pub writers: &'a [WriterDemand],
+}
+
+/// Computes the routes of one table. It owns the writers' slots, which must stay the same
+/// for a writer across tables while the writer is in the input, and be reused only after it
+/// left.
+pub trait RoutePlanner: Debug + Send {
+    /// The routes of `input`'s writers from this node.
+    fn plan(&mut self, input: &RouteInput<'_>) -> Vec<WriterRoute>;
+}
+
+/// Stable slots per writer GUID (freed slots reused lowest first).
+#[derive(Debug, Default)]
+struct Slots {
+    of: AHashMap<EndpointGuid, u32>,
+    free: BTreeSet<u32>,
+    next: u32,
+}
+
+impl Slots {
+    fn keep_only(&mut self, writers: &[WriterDemand]) {
+        let live: ahash::AHashSet<&EndpointGuid> = writers.iter().map(|w| &w.writer).collect();
+        let free = &mut self.free;
+        self.of.retain(|g, s| {
+            let keep = live.contains(g);
+            if !keep {
+                free.insert(*s);
+            }
+            keep
+        });
+    }
+
+    fn get(&mut self, g: &EndpointGuid) -> u32 {
+        if let Some(&s) = self.of.get(g) {
+            return s;
+        }
+        let s = match self.free.pop_first() {
+            Some(s) => s,
+            None => {
+                self.next += 1;
+                self.next - 1
+            }
+        };
+        self.of.insert(*g, s);
+        s
+    }
+}
+
+/// The interim planner, used until the shortest-path tree of `topics::tree` is wired in:
+/// a writer of this node is sent on the direct capable link to each node hosting a matched
+/// reader; a remote writer is only delivered to local readers, never relayed. Correct for
+/// meshes where every reader node is a neighbour of the writer's node; a reader node
+/// without a direct link is counted in [`DirectPlanner::unreachable`].
+#[derive(Debug, Default)]
+pub struct DirectPlanner {
+    slots: Slots,
+    unreachable: u64,
+}
+
+impl DirectPlanner {
+    /// Reader nodes of local writers that had no direct capable link, summed over tables.
+    pub fn unreachable(&self) -> u64 {
+        self.unreachable
+    }
+}
+
+impl RoutePlanner for DirectPlanner {
+    fn plan(&mut self, input: &RouteInput<'_>) -> Vec<WriterRoute> {
+        self.slots.keep_only(input.writers);
+        let mut out = Vec::with_capacity(input.writers.len());
+        for w in input.writers {
+            let mut links = Vec::new();
+            if w.node == input.me {
+                for n in &w.reader_nodes {
+                    match input.links.get(n) {
+                        Some(l) => links.push(*l),
+                        None => self.unreachable += 1,
+                    }
+                }
+                links.sort_unstable();
+                links.dedup();
+            }
+            if !w.local && links.is_empty() && w.local_readers.is_empty() {
+                continue;
+            }
+            out.push(WriterRoute {
+                writer: w.writer,
+                slot: self.slots.get(&w.writer),
+                topic: w.topic.clone(),
+                local: w.local,
+                links,
+                readers: w.local_readers.clone(),
+            });
+        }
+        out
+    }
+}
+
+impl TopicsCore {
+    /// A new route table when matches, participants, capable links or the membership graph
+    /// changed since the last one (call once per round), numbered one above the last.
+    pub fn routes_due(&mut self, membership: &MemberGraph) -> Option<Arc<SampleRoutes>> {
+        let s = membership.stats();
+        let mark = (s.stored, s.expired, membership.version());
+        if self.membership_mark != Some(mark) {
+            self.membership_mark = Some(mark);
+            // Only a change of the graph's shape matters, and only when something is routed.
+            if !self.local.is_empty() || self.graph.match_count() > 0 {
+                self.routes_dirty = true;
+            }
+        }
+        if !std::mem::take(&mut self.routes_dirty) {
+            return None;
+        }
+        let writers = self.demands();
+        let mut capable: BTreeSet<PeerId> = self.remotes.values().map(|r| r.node).collect();
+        capable.insert(self.me);
+        let mut links: BTreeMap<PeerId, LinkId> = BTreeMap::new();
+        for (l, p) in &self.links {
+            links.entry(*p).or_insert(*l);
+        }
+        let input = RouteInput {
+            me: self.me,
+            membership,
+            capable: &capable,
+            links: &links,
+            writers: &writers,
+        };
+        let routes = self.planner.plan(&input);
+        self.routes_epoch += 1;
+        self.stats.route_tables += 1;
+        let graph = &self.graph;
+        self.counters.retain(|t, _| {
+            !graph.topic_endpoints(t, EndpointKind::Writer).is_empty()
+                || !graph.topic_endpoints(t, EndpointKind::Reader).is_empty()
+        });
+        self.view = None;
+        Some(Arc::new(SampleRoutes::new(self.routes_epoch, routes)))
+    }
+
+    /// The epoch of the last table built (0: none yet).
+    pub fn routes_epoch(&self) -> u64 {
+        self.routes_epoch
+    }
+
+    fn node_of(&self, g: &Guid) -> Option<PeerId> {
+        if g.prefix == self.prefix {
+            return Some(self.me);
+        }
+        self.remotes.get(&g.prefix).map(|r| r.node)
+    }
+
+    fn demands(&mut self) -> Vec<WriterDemand> {
+        let mut by_writer: BTreeMap<EndpointId, Vec<EndpointId>> = BTreeMap::new();
+        for (w, r) in self.graph.matches() {
+            by_writer.entry(w).or_default().push(r);
+        }
+        let locals: Vec<EndpointId> = self
+            .local
+            .iter()
+            .filter(|(_, k)| **k == EndpointKind::Writer)
+            .filter_map(|(g, _)| self.graph.endpoint_id(g))
+            .collect();
+        for w in locals {
+            by_writer.entry(w).or_default();
+        }
+        let mut out = Vec::with_capacity(by_writer.len());
+        for (w, readers) in by_writer {
+            let Some(info) = self.graph.endpoint(w) else {
+                continue;
+            };
+            let (guid, topic) = (info.guid, info.topic.clone());
+            let Some(node) = self.node_of(&guid) else {
+                continue;
+            };
+            let mut reader_nodes = Vec::new();
+            let mut local_readers = Vec::new();
+            for r in readers {
+                let Some(ri) = self.graph.endpoint(r) else {
+                    continue;
+                };
+                match self.node_of(&ri.guid) {
+                    Some(n) if n == self.me => local_readers.push(guid_bytes(&ri.guid)),
+                    Some(n) => reader_nodes.push(n),
+                    None => {}
+                }
+            }
+            reader_nodes.sort_unstable();
+            reader_nodes.dedup();
+            local_readers.sort_unstable();
+            out.push(WriterDemand {
+                writer: guid_bytes(&guid),
+                node,
+                local: node == self.me,
+                topic: self.counters_of(&topic),
+                reader_nodes,
+                local_readers,
+            });
+        }
+        out.sort_unstable_by_key(|d| d.writer);
+        out
+    }
+}

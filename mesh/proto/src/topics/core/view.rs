@@ -1,0 +1,152 @@
+//! The introspection snapshot of the topics core ([`TopicsView`]): topics, endpoints,
+//! matches, per-topic counters, rejections and table occupancy, rebuilt only after a change
+//! and shared as an `Arc` so the driver can publish it cheaply.
+//!
+//! **Owns:** the view's shape. **Must not touch:** the state it describes.
+
+use super::{guid_bytes, TopicsCore, TopicsStats};
+use crate::stats::TopicCounters;
+use crate::topics::routes::EndpointGuid;
+use crate::PeerId;
+use shoal_discovery::graph::{RejectionCounters, Table};
+use shoal_discovery::types::{EndpointKind, TopicName};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One topic.
+#[derive(Debug, Clone)]
+pub struct TopicView {
+    /// Its name.
+    pub name: String,
+    /// Writers known on it (local and remote).
+    pub writers: usize,
+    /// Readers known on it.
+    pub readers: usize,
+    /// Its counters (shared with the route entries; `None` until a route table used it).
+    pub counters: Option<Arc<TopicCounters>>,
+}
+
+/// One known endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointView {
+    /// Its GUID.
+    pub guid: EndpointGuid,
+    /// Writer or reader.
+    pub kind: EndpointKind,
+    /// Topic.
+    pub topic: String,
+    /// Type name.
+    pub type_name: String,
+    /// Partitions (empty: the default partition).
+    pub partitions: Vec<String>,
+    /// One of this node's own.
+    pub local: bool,
+    /// The node it lives on.
+    pub node: PeerId,
+}
+
+/// A snapshot of the topics core.
+#[derive(Debug, Clone)]
+pub struct TopicsView {
+    /// Topics with at least one endpoint, by name.
+    pub topics: Vec<TopicView>,
+    /// Every known endpoint, by GUID.
+    pub endpoints: Vec<EndpointView>,
+    /// Matched (writer, reader) pairs, sorted.
+    pub matches: Vec<(EndpointGuid, EndpointGuid)>,
+    /// Records refused, by table and cause.
+    pub rejections: RejectionCounters,
+    /// Occupancy and capacity of every discovery table, in [`Table::ALL`] order.
+    pub occupancy: Vec<(Table, usize, usize)>,
+    /// Stored matches and their capacity.
+    pub match_occupancy: (usize, usize),
+    /// Origins in the flood's dedup table and its bound.
+    pub dedup_occupancy: (usize, usize),
+    /// Pairs in the reported-incompatible set and its bound.
+    pub reported_occupancy: (usize, usize),
+    /// The epoch of the last route table.
+    pub routes_epoch: u64,
+    /// Counters.
+    pub stats: TopicsStats,
+}
+
+impl TopicsCore {
+    /// The current snapshot (rebuilt only after a change).
+    pub fn view(&mut self) -> Arc<TopicsView> {
+        if let Some(v) = &self.view {
+            if v.stats == self.stats && v.rejections == *self.graph.rejections() {
+                return v.clone();
+            }
+        }
+        let v = Arc::new(self.build_view());
+        self.view = Some(v.clone());
+        v
+    }
+
+    fn build_view(&self) -> TopicsView {
+        let g = &self.graph;
+        let mut endpoints = Vec::with_capacity(g.endpoint_count());
+        let mut topics: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for id in g.endpoints() {
+            let Some(e) = g.endpoint(id) else { continue };
+            let local = g.is_local(id).unwrap_or(false);
+            let node = if local {
+                self.me
+            } else {
+                self.remotes
+                    .get(&e.guid.prefix)
+                    .map_or(PeerId::ZERO, |r| r.node)
+            };
+            let t = topics.entry(e.topic.as_str().to_owned()).or_default();
+            match e.kind {
+                EndpointKind::Writer => t.0 += 1,
+                EndpointKind::Reader => t.1 += 1,
+            }
+            endpoints.push(EndpointView {
+                guid: guid_bytes(&e.guid),
+                kind: e.kind,
+                topic: e.topic.as_str().to_owned(),
+                type_name: e.type_name.as_str().to_owned(),
+                partitions: e.partitions.names().to_vec(),
+                local,
+                node,
+            });
+        }
+        endpoints.sort_unstable_by_key(|e| e.guid);
+        let mut matches: Vec<(EndpointGuid, EndpointGuid)> = g
+            .matches()
+            .into_iter()
+            .filter_map(|(w, r)| Some((guid_bytes(&g.endpoint(w)?.guid), guid_bytes(&g.endpoint(r)?.guid))))
+            .collect();
+        matches.sort_unstable();
+        let topics = topics
+            .into_iter()
+            .map(|(name, (writers, readers))| TopicView {
+                counters: TopicName::new(name.as_str())
+                    .ok()
+                    .and_then(|t| self.counters.get(&t).cloned()),
+                name,
+                writers,
+                readers,
+            })
+            .collect();
+        TopicsView {
+            topics,
+            endpoints,
+            matches,
+            rejections: g.rejections().clone(),
+            occupancy: Table::ALL
+                .iter()
+                .map(|&t| {
+                    let (o, c) = self.occupancy(t);
+                    (t, o, c)
+                })
+                .collect(),
+            match_occupancy: (g.match_count(), self.cfg.max_matches),
+            dedup_occupancy: (self.dedup.len(), self.cfg.max_dedup_origins),
+            reported_occupancy: (self.reported.len(), self.cfg.max_reported_incompatible),
+            routes_epoch: self.routes_epoch,
+            stats: self.stats,
+        }
+    }
+}
