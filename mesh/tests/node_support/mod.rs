@@ -2,6 +2,8 @@
 //! bounded waits with clear failure messages.
 #![allow(dead_code)]
 
+pub mod wiring;
+
 use shoal_mesh::wire::{Hello, PROTOCOL_VERSION};
 use shoal_mesh::{ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, PeerId};
 use std::net::{IpAddr, Ipv4Addr};
