@@ -47,11 +47,25 @@ fn core(n: u8, now: Instant) -> TopicsCore {
 }
 
 fn writer(c: &mut TopicsCore, topic: &str, parts: &[&str], now: Instant) -> EndpointGuid {
-    endpoint(c, EndpointKind::Writer, topic, EndpointQos::writer_default(), parts, now)
+    endpoint(
+        c,
+        EndpointKind::Writer,
+        topic,
+        EndpointQos::writer_default(),
+        parts,
+        now,
+    )
 }
 
 fn reader(c: &mut TopicsCore, topic: &str, parts: &[&str], now: Instant) -> EndpointGuid {
-    endpoint(c, EndpointKind::Reader, topic, EndpointQos::reader_default(), parts, now)
+    endpoint(
+        c,
+        EndpointKind::Reader,
+        topic,
+        EndpointQos::reader_default(),
+        parts,
+        now,
+    )
 }
 
 fn endpoint(
@@ -110,7 +124,11 @@ fn create_and_remove_endpoints_announce_at_once_and_match_locally() {
     assert_eq!(f.len(), 2, "one immediate frame per new endpoint");
     for (frame, except) in &f {
         assert_eq!((frame.parts, frame.origin, *except), (0, id(1), None));
-        assert_eq!(records(frame).len(), 2, "participant record, then the endpoint's");
+        assert_eq!(
+            records(frame).len(),
+            2,
+            "participant record, then the endpoint's"
+        );
     }
     assert_eq!(f[1].0.seq, f[0].0.seq + 1);
     assert!(f[0].0.seq > 1_000_000, "seq seeded from the wall clock");
@@ -184,12 +202,14 @@ fn the_cycle_resends_the_same_bytes_packed_with_the_participant_first() {
     let participant = a.announcer.participant_record().clone();
     let mut total = 0;
     for (i, (f, _)) in first.iter().enumerate() {
-        assert_eq!((f.part, f.parts, f.cycle), (i as u16, parts, first[0].0.cycle));
+        assert_eq!(
+            (f.part, f.parts, f.cycle),
+            (i as u16, parts, first[0].0.cycle)
+        );
         assert_eq!(f.seq, first[0].0.seq + i as u64, "seq +1 per frame");
         let recs = records(f);
         assert_eq!(recs[0].as_ptr(), participant.as_ptr(), "participant first");
-        let size: usize = DISCOVERY_HEADER_LEN_T
-            + recs.iter().map(|r| 3 + r.len()).sum::<usize>();
+        let size: usize = DISCOVERY_HEADER_LEN_T + recs.iter().map(|r| 3 + r.len()).sum::<usize>();
         assert!(size <= MIN_DISCOVERY_FRAME_BYTES);
         total += recs.len() - 1;
     }
@@ -245,7 +265,11 @@ fn flood_dedup_ttl_and_echoes() {
     a.link_up(LinkId(10), id(2), true);
     a.link_up(LinkId(11), id(3), true);
     a.link_up(LinkId(12), id(4), false);
-    assert_eq!(a.capable_links().count(), 2, "a plain multimaster link never gets one");
+    assert_eq!(
+        a.capable_links().count(),
+        2,
+        "a plain multimaster link never gets one"
+    );
     a.on_discovery(LinkId(10), frame(5, 100, 3, vec![participant_rec(5)]), now);
     let f = floods(&mut a);
     assert_eq!(f.len(), 1);
@@ -304,7 +328,8 @@ fn a_record_claiming_another_participants_endpoint_is_refused() {
     );
     a.on_discovery(LinkId(1), f, now);
     let mut w = frame(5, 2, 1, vec![]);
-    w.entries.push(DiscoveryEntry::Withdraw(guid_bytes(&mine.guid)));
+    w.entries
+        .push(DiscoveryEntry::Withdraw(guid_bytes(&mine.guid)));
     a.on_discovery(LinkId(1), w, now);
     assert_eq!(a.stats().foreign_refused, 4);
     assert!(!a.graph().knows_participant(&prefix_of(&id(6))));
@@ -353,11 +378,13 @@ impl Net {
     }
 
     fn peer(&self, me: usize, l: LinkId) -> Option<usize> {
-        self.links.iter().find_map(|&(a, b, x)| match (x == l, a == me, b == me) {
-            (true, true, _) => Some(b),
-            (true, _, true) => Some(a),
-            _ => None,
-        })
+        self.links
+            .iter()
+            .find_map(|&(a, b, x)| match (x == l, a == me, b == me) {
+                (true, true, _) => Some(b),
+                (true, _, true) => Some(a),
+                _ => None,
+            })
     }
 
     /// Moves every frame until nothing moves.
@@ -366,7 +393,9 @@ impl Net {
             let mut moved = false;
             for i in 0..self.cores.len() {
                 while let Some(o) = self.cores[i].poll_output() {
-                    let TopicsOutput::Flood { frame, except } = o else { continue };
+                    let TopicsOutput::Flood { frame, except } = o else {
+                        continue;
+                    };
                     if self.down[i] {
                         continue;
                     }
@@ -448,15 +477,21 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
     let incompatible: Vec<_> = ec
         .iter()
         .filter_map(|e| match e {
-            TopicEvent::Incompatible { writer, reader, reasons, .. } => {
-                Some((*writer, *reader, reasons.clone()))
-            }
+            TopicEvent::Incompatible {
+                writer,
+                reader,
+                reasons,
+                ..
+            } => Some((*writer, *reader, reasons.clone())),
             _ => None,
         })
         .collect();
     assert_eq!(incompatible.len(), 1, "{ec:?}");
     assert_eq!((incompatible[0].0, incompatible[0].1), (w, rx));
-    assert!(matches!(incompatible[0].2[..], [Incompatibility::Partitions { .. }]));
+    assert!(matches!(
+        incompatible[0].2[..],
+        [Incompatibility::Partitions { .. }]
+    ));
     let ea = net.take_events(0);
     assert!(ea.contains(&matched(w, rb, LocalSide::Writer)));
     assert!(ea.contains(&matched(w, rc, LocalSide::Writer)));
@@ -468,12 +503,21 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
     assert!(ra.local && ra.readers.is_empty());
     let tb = net.cores[1].routes_due(&membership(2, now)).unwrap();
     let rb_route = tb.get(&w).unwrap();
-    assert_eq!((rb_route.links.clone(), rb_route.readers.clone()), (vec![], vec![rb]));
-    assert!(net.cores[0].routes_due(&ma).is_none(), "nothing changed: no new table");
+    assert_eq!(
+        (rb_route.links.clone(), rb_route.readers.clone()),
+        (vec![], vec![rb])
+    );
+    assert!(
+        net.cores[0].routes_due(&ma).is_none(),
+        "nothing changed: no new table"
+    );
     // Cycles keep everyone alive past several leases.
     net.advance(SEC * 10);
     assert!(net.take_events(0).is_empty(), "no flapping while alive");
-    assert!(net.take_events(2).is_empty(), "incompatible said once per pair");
+    assert!(
+        net.take_events(2).is_empty(),
+        "incompatible said once per pair"
+    );
     // C stops: after its lease A is unmatched with C's reader, and routes only to B.
     net.down[2] = true;
     net.advance(SEC * 5);
@@ -539,7 +583,11 @@ fn lease_expiry_removes_every_endpoint_of_a_participant_in_one_pass() {
     a.on_discovery(LinkId(1), frame(5, 1, 1, recs), now);
     assert_eq!(events(&mut a).len(), 3);
     a.handle_timeout(now + SEC * 3);
-    assert_eq!(a.graph().endpoint_count(), 4, "the lease has not run out yet");
+    assert_eq!(
+        a.graph().endpoint_count(),
+        4,
+        "the lease has not run out yet"
+    );
     a.handle_timeout(now + SEC * 4);
     let ev = events(&mut a);
     assert_eq!(ev.len(), 3, "{ev:?}");
@@ -592,24 +640,30 @@ fn incompatible_pairs_say_why_once() {
     let why = |reader: EndpointGuid| -> Vec<Incompatibility> {
         ev.iter()
             .find_map(|e| match e {
-                TopicEvent::Incompatible { reader: r, reasons, writer, .. }
-                    if *r == reader && *writer == guid_bytes(&w.guid) =>
-                {
-                    Some(reasons.clone())
-                }
+                TopicEvent::Incompatible {
+                    reader: r,
+                    reasons,
+                    writer,
+                    ..
+                } if *r == reader && *writer == guid_bytes(&w.guid) => Some(reasons.clone()),
                 _ => None,
             })
             .unwrap_or_else(|| panic!("no incompatible event for {reader:?} in {ev:?}"))
     };
     assert!(why(r_rel).iter().any(|i| matches!(
         i,
-        Incompatibility::Qos { rule: QosRule::ReliabilityKind, .. }
+        Incompatibility::Qos {
+            rule: QosRule::ReliabilityKind,
+            ..
+        }
     )));
     assert!(why(r_part)
         .iter()
         .any(|i| matches!(i, Incompatibility::Partitions { .. })));
     let t = why(r_type);
-    assert!(t.iter().any(|i| matches!(i, Incompatibility::TypeName { .. })));
+    assert!(t
+        .iter()
+        .any(|i| matches!(i, Incompatibility::TypeName { .. })));
     assert!(t.contains(&Incompatibility::TypeHashMismatch));
     assert_eq!(ev.len(), 3);
     // The same announcement again (the next cycle): nothing new.
@@ -644,7 +698,11 @@ fn dial_participants_picks_learned_then_fallback_addresses() {
         }
         let mut p = ParticipantInfo::new(prefix_of(&id(5)), "p");
         p.user_locators = vec![tcp_locator(&"10.0.0.5:7000".parse().unwrap())];
-        a.on_discovery(LinkId(1), frame(5, 1, 1, vec![encode_participant(&p).unwrap()]), now);
+        a.on_discovery(
+            LinkId(1),
+            frame(5, 1, 1, vec![encode_participant(&p).unwrap()]),
+            now,
+        );
         std::iter::from_fn(|| a.poll_output())
             .filter_map(|o| match o {
                 TopicsOutput::Dial { peer, addr } => Some((peer, addr)),
@@ -661,7 +719,10 @@ fn dial_participants_picks_learned_then_fallback_addresses() {
         dials(on.clone(), false),
         vec![(id(5), "10.0.0.5:7000".parse().unwrap())]
     );
-    assert!(dials(on.clone(), true).is_empty(), "a linked node is not dialed");
+    assert!(
+        dials(on.clone(), true).is_empty(),
+        "a linked node is not dialed"
+    );
     let denied = TopicsConfig {
         locators_deny: vec!["10.0.0.0/8".into()],
         fallback_locators: vec!["192.168.1.5:7001".into()],
