@@ -16,7 +16,7 @@
 //!
 //! | module | what | lives on |
 //! |---|---|---|
-//! | [`wire`] | codec: the scouting beacon, the eight frame types, Shoal's Hello extension | both |
+//! | [`wire`] | codec: the scouting beacon, the eight v1 frame types and Shoal's two topic frames (Discovery 9, Samples 10, only to peers advertising extended frames), Shoal's Hello extension | both |
 //! | [`crypto`] | PSK keys, beacon MAC, X25519 handshake, records, Ed25519 identity | both |
 //! | [`config`] | [`MeshConfig`], the settings a user writes (builder and TOML) | both |
 //! | [`control`] | **the control core**: composes the machines below, handshakes, identity records, held events, commands to shards | control plane |

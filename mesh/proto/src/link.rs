@@ -12,7 +12,7 @@
 //!
 //! Liveness: a Heartbeat goes out only when nothing was sent for `heartbeat_interval`; the link
 //! is dead when it made no progress for `heartbeat_timeout`. Progress is a whole frame
-//! ([`Link::on_frame`], [`Link::on_data`]) or, inside a frame, every [`PROGRESS_BYTES`] of it
+//! ([`Link::on_frame`], [`Link::on_data`], [`Link::on_samples`]) or, inside a frame, every [`PROGRESS_BYTES`] of it
 //! ([`Link::on_bytes_read`]), so a peer streaming a large frame or a stream of Data never needs
 //! heartbeats to stay alive, while a peer that trickles a frame a byte at a time cannot keep a
 //! link (and the buffer of its partial frame) forever: it is closed with
@@ -122,8 +122,8 @@ pub enum CloseReason {
 pub enum FrameAction {
     /// Fully handled by the link (Hello, Heartbeat).
     Consumed,
-    /// Hand it on: Data to the router, Membership to the control plane, AuthConfirm and
-    /// IdentityRecord to the crypto/identity layer.
+    /// Hand it on: Data and Samples to the router, Membership and Discovery to the control
+    /// plane, AuthConfirm and IdentityRecord to the crypto/identity layer.
     Process,
     /// The link is closed (reason in [`LinkEvent::Closed`]); drop the frame.
     Close,
@@ -362,9 +362,11 @@ impl Link {
                     ))
                 }
             }
-            Frame::Data(_) | Frame::Membership(_) | Frame::IdentityRecord(_) => {
-                self.payload_frame()
-            }
+            Frame::Data(_)
+            | Frame::Membership(_)
+            | Frame::IdentityRecord(_)
+            | Frame::Discovery(_)
+            | Frame::Samples(_) => self.payload_frame(),
         }
     }
 
@@ -377,6 +379,13 @@ impl Link {
         self.on_bytes_received(now);
         self.stats.frames_received += 1;
         self.payload_frame()
+    }
+
+    /// [`on_frame`](Self::on_frame) for a Samples frame, given without the frame: the read
+    /// path's fast lane ([`crate::wire::take_samples`]) builds no [`Frame`] either.
+    pub fn on_samples(&mut self, now: Instant) -> FrameAction {
+        // The same step as a Data frame: both are payload frames of an established link.
+        self.on_data(now)
     }
 
     fn payload_frame(&mut self) -> FrameAction {

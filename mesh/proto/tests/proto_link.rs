@@ -2,7 +2,10 @@
 //! any received frame (busy receivers and busy senders), timeouts, Goodbye, extension gating.
 
 use bytes::Bytes;
-use shoal_proto::wire::{Data, Features, Frame, Hello, ShoalExtension, PROTOCOL_VERSION};
+use shoal_proto::wire::{
+    Data, Discovery, DiscoveryEntry, Features, Frame, Hello, Samples, ShoalExtension,
+    PROTOCOL_VERSION,
+};
 use shoal_proto::{CloseReason, FrameAction, Link, LinkEvent, LinkId, LinkState, LinkTimers};
 use shoal_proto::{MsgId, PeerId};
 use std::time::{Duration, Instant};
@@ -329,6 +332,59 @@ fn data_before_handshake_and_second_hello_are_violations() {
     );
 }
 
+fn discovery() -> Frame {
+    Frame::Discovery(Discovery {
+        origin: PEER,
+        seq: 1,
+        ttl: 8,
+        cycle: 0,
+        part: 0,
+        parts: 0,
+        entries: vec![DiscoveryEntry::Withdraw([3; 16])],
+    })
+}
+
+fn samples() -> Frame {
+    Frame::Samples(Samples::new(8, [4; 16], 1, [b"s"]).unwrap())
+}
+
+/// Topic frames are payload frames like Data: handed on once established, a protocol
+/// violation before, and liveness either way (a peer streaming samples needs no heartbeat).
+#[test]
+fn topic_frames_are_payload_frames() {
+    let t0 = Instant::now();
+    let mut l = established(t0);
+    for k in 1..=20 {
+        let now = ms(t0, 500 * k);
+        let action = match k % 3 {
+            0 => l.on_frame(&discovery(), now),
+            1 => l.on_frame(&samples(), now),
+            _ => l.on_samples(now),
+        };
+        assert_eq!(action, FrameAction::Process);
+        l.handle_timeout(now);
+    }
+    assert_eq!(l.state(), LinkState::Established);
+    assert_eq!(
+        l.stats().frames_received,
+        21,
+        "the Hello and 20 topic frames"
+    );
+
+    for early in [discovery(), samples()] {
+        let mut l = Link::acceptor(LinkId(1), hello(ME), timers(), t0);
+        assert_eq!(l.on_frame(&early, t0), FrameAction::Close);
+        assert!(matches!(
+            events(&mut l)[..],
+            [LinkEvent::Closed(CloseReason::ProtocolViolation(_))]
+        ));
+    }
+    let mut l = Link::acceptor(LinkId(1), hello(ME), timers(), t0);
+    assert_eq!(l.on_samples(t0), FrameAction::Close);
+    assert_eq!(l.state(), LinkState::Closed);
+    assert_eq!(l.on_samples(t0), FrameAction::Close, "closed stays closed");
+}
+
 #[test]
 fn extended_frames_only_to_peers_that_said_so() {
     let t0 = Instant::now();
@@ -352,7 +408,10 @@ fn extended_frames_only_to_peers_that_said_so() {
     let mut l = Link::acceptor(LinkId(1), hello(ME), timers(), t0);
     l.on_frame(
         &Frame::Hello(Hello {
-            shoal: Some(ShoalExtension::current()),
+            shoal: Some(ShoalExtension {
+                version: 1,
+                features: Features::NONE,
+            }),
             ..hello(PEER)
         }),
         t0,

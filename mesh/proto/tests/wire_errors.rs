@@ -64,7 +64,8 @@ fn oversized_length_is_rejected_from_the_prefix_alone() {
 
 #[test]
 fn unknown_frame_types_are_errors() {
-    for ty in [0u8, 9, 200, 255] {
+    // 9 and 10 are Shoal's topic frames; 11 is the first type nobody defines.
+    for ty in [0u8, 11, 12, 200, 255] {
         assert_eq!(
             decode(&frame_of(ty, &[])),
             Err(DecodeError::UnknownFrameType(ty))
@@ -146,7 +147,7 @@ fn trailing_body_bytes_are_ignored() {
 
 #[test]
 fn errors_leave_the_read_buffer_untouched() {
-    let mut buf = BytesMut::from(&frame_of(9, b"xyz")[..]);
+    let mut buf = BytesMut::from(&frame_of(11, b"xyz")[..]);
     let before = buf.clone();
     assert!(take_frame(&mut buf, MAX_MESSAGE_BYTES).is_err());
     assert_eq!(buf, before);
@@ -301,7 +302,10 @@ fn announce_filter_says_why() {
 #[test]
 fn extended_frames_need_the_feature() {
     let plain = None;
-    let shoal_without = Some(ShoalExtension::current());
+    let shoal_without = Some(ShoalExtension {
+        version: 1,
+        features: Features::NONE,
+    });
     let shoal_with = Some(ShoalExtension {
         version: 1,
         features: Features::EXTENDED_FRAMES,
@@ -313,6 +317,16 @@ fn extended_frames_need_the_feature() {
     assert!(!peer_accepts_frame_type(plain, 9));
     assert!(!peer_accepts_frame_type(shoal_without.as_ref(), 9));
     assert!(peer_accepts_frame_type(shoal_with.as_ref(), 9));
+    assert!(peer_accepts_frame_type(shoal_with.as_ref(), 10));
+    assert!(!peer_accepts_frame_type(shoal_without.as_ref(), 10));
+    // This build implements the topic frames, so it advertises the bit.
+    assert!(ShoalExtension::current()
+        .features
+        .contains(Features::EXTENDED_FRAMES));
+    assert!(peer_accepts_frame_type(
+        Some(&ShoalExtension::current()),
+        10
+    ));
 }
 
 #[test]

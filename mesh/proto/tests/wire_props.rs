@@ -1,12 +1,16 @@
 //! Property tests of the wire codec: round trips for every frame type and the datagram, and
-//! robustness of the framing decoder against arbitrary bytes fed as growing prefixes.
+//! robustness of the framing decoder against arbitrary bytes fed as growing prefixes; the
+//! fast lanes (`take_data`, `take_samples`) agree with `take_frame`; `SampleRunWriter` packs
+//! runs that decode to exactly what was pushed.
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use shoal_proto::wire::{
-    decode_frame, encode_data_into, peek_frame_len, take_data, take_frame, AuthConfirm, Beacon,
-    Data, DecodeError, DecodeStatus, Features, Frame, Hello, HelloIdentity, IdentityRecord,
-    Membership, ShoalExtension, MAX_MESSAGE_BYTES,
+    decode_frame, encode_data_into, peek_frame_len, take_data, take_frame, take_samples,
+    AuthConfirm, Beacon, Data, DecodeError, DecodeStatus, Discovery, DiscoveryEntry, Features,
+    Frame, Hello, HelloIdentity, IdentityRecord, Membership, SampleRunWriter, Samples,
+    ShoalExtension, DISCOVERY_HEADER_LEN, MAX_MESSAGE_BYTES, MAX_RECORD_ENTRY_LEN,
+    SAMPLES_HEADER_LEN,
 };
 use shoal_proto::{MsgId, PeerId};
 
@@ -57,8 +61,59 @@ fn hello() -> impl Strategy<Value = Hello> {
         })
 }
 
+fn entry() -> impl Strategy<Value = DiscoveryEntry> {
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 1..200)
+            .prop_map(|r| DiscoveryEntry::Record(Bytes::from(r))),
+        any::<[u8; 16]>().prop_map(DiscoveryEntry::Withdraw),
+    ]
+}
+
+fn discovery() -> impl Strategy<Value = Discovery> {
+    (
+        peer(),
+        any::<u64>(),
+        any::<u8>(),
+        any::<u32>(),
+        any::<u16>(),
+        any::<u16>(),
+        proptest::collection::vec(entry(), 0..12),
+    )
+        .prop_map(
+            |(origin, seq, ttl, cycle, part, parts, entries)| Discovery {
+                origin,
+                seq,
+                ttl,
+                cycle,
+                part,
+                parts,
+                entries,
+            },
+        )
+}
+
+fn payloads() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..80), 1..24)
+}
+
+/// A valid run: `first_seq` anywhere in `1..` that leaves room for every sample.
+fn samples() -> impl Strategy<Value = Samples> {
+    (
+        any::<u8>(),
+        any::<[u8; 16]>(),
+        payloads(),
+        prop_oneof![1u64..1000, Just(u64::MAX), any::<u64>()],
+    )
+        .prop_map(|(ttl, writer, ps, seq)| {
+            let first = seq.clamp(1, u64::MAX - (ps.len() as u64 - 1));
+            Samples::new(ttl, writer, first, &ps).unwrap()
+        })
+}
+
 fn frame() -> impl Strategy<Value = Frame> {
     prop_oneof![
+        discovery().prop_map(Frame::Discovery),
+        samples().prop_map(Frame::Samples),
         hello().prop_map(Frame::Hello),
         hello().prop_map(Frame::HelloAck),
         Just(Frame::Heartbeat),
@@ -103,13 +158,14 @@ fn frame() -> impl Strategy<Value = Frame> {
 }
 
 /// Bytes that look like a frame header often enough to reach the body decoders: a small length,
-/// a type around 0..=9, then random body bytes (which may be shorter or longer than announced).
+/// a type around 0..=11, then random body bytes (which may be shorter or longer than announced).
 fn framish_bytes() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
+        mutated_topic_frame(),
         proptest::collection::vec(any::<u8>(), 0..200),
         (
             0u32..300,
-            0u8..10,
+            0u8..12,
             proptest::collection::vec(any::<u8>(), 0..320)
         )
             .prop_map(|(len, ty, body)| {
@@ -119,6 +175,31 @@ fn framish_bytes() -> impl Strategy<Value = Vec<u8>> {
                 v
             }),
     ]
+}
+
+/// A valid topic frame with a few bytes overwritten (often a count, a length or a flag), so
+/// the body checks and the fast lane meet near-valid input, not only noise.
+fn mutated_topic_frame() -> impl Strategy<Value = Vec<u8>> {
+    (
+        prop_oneof![
+            discovery().prop_map(Frame::Discovery),
+            samples().prop_map(Frame::Samples)
+        ],
+        proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..3),
+        any::<bool>(),
+    )
+        .prop_map(|(f, edits, keep_length)| {
+            let mut v = Vec::new();
+            f.encode(&mut v).unwrap();
+            for (i, b) in edits {
+                let at = i.index(v.len());
+                // Mostly leave the length prefix alone so the body decoders run.
+                if at >= 4 || !keep_length {
+                    v[at] = b;
+                }
+            }
+            v
+        })
 }
 
 /// Feeds every prefix of `bytes` to the decoder and checks the framing contract: no panic;
@@ -184,6 +265,25 @@ fn check_fast_lane(bytes: &[u8], max: u32) {
             );
         }
     }
+    // The same contract for the Samples lane, with the body sharing the buffer.
+    let mut fast = BytesMut::from(bytes);
+    match take_samples(&mut fast, max) {
+        Some(s) => {
+            assert_eq!(
+                &s.body[..],
+                &bytes[SAMPLES_HEADER_LEN..bytes.len() - fast.len()]
+            );
+            assert_eq!(taken, Ok(Some(Frame::Samples(s))));
+            assert_eq!(fast, slow, "the same rest");
+        }
+        None => {
+            assert_eq!(&fast[..], bytes, "declined: untouched");
+            assert!(
+                !matches!(taken, Ok(Some(Frame::Samples(_)))),
+                "a complete Samples frame was declined"
+            );
+        }
+    }
 }
 
 proptest! {
@@ -201,11 +301,27 @@ proptest! {
         match decode_frame(&bytes, MAX_MESSAGE_BYTES).unwrap() {
             DecodeStatus::Complete { frame, len } => {
                 prop_assert_eq!(len, frame_len);
-                if let Frame::Data(d) = &frame {
-                    // Zero copy: the payload points into the read buffer.
-                    if !d.payload.is_empty() {
+                // Zero copy: payloads, sample bodies and records point into the read buffer.
+                let inside = |b: &Bytes| {
+                    let r = bytes.as_ptr_range();
+                    b.is_empty() || (r.contains(&b.as_ptr()) && b.as_ptr_range().end <= r.end)
+                };
+                match &frame {
+                    Frame::Data(d) if !d.payload.is_empty() => {
                         prop_assert_eq!(d.payload.as_ptr(), bytes[58..].as_ptr());
                     }
+                    Frame::Samples(s) => {
+                        prop_assert_eq!(s.body.as_ptr(), bytes[SAMPLES_HEADER_LEN..].as_ptr());
+                        prop_assert!(s.payloads().all(|p| inside(&p)));
+                    }
+                    Frame::Discovery(d) => {
+                        for e in &d.entries {
+                            if let DiscoveryEntry::Record(r) = e {
+                                prop_assert!(inside(r), "a record copied out of the buffer");
+                            }
+                        }
+                    }
+                    _ => {}
                 }
                 prop_assert_eq!(&frame, &f);
             }
@@ -362,4 +478,222 @@ proptest! {
         }
         prop_assert!(run.is_empty());
     }
+}
+
+/// Reads a run back: every frame of `buf` through the fast lane, checked against
+/// `take_frame`, flattened to (seq, payload).
+fn read_runs(mut buf: BytesMut, max: u32) -> (Vec<(u64, Vec<u8>)>, Vec<Samples>) {
+    let mut got = Vec::new();
+    let mut frames = Vec::new();
+    while !buf.is_empty() {
+        let mut slow = buf.clone();
+        let s = take_samples(&mut buf, max).expect("a whole Samples frame");
+        assert_eq!(
+            take_frame(&mut slow, max),
+            Ok(Some(Frame::Samples(s.clone())))
+        );
+        assert!(
+            s.encoded_len() - 4 <= max as usize,
+            "a frame over the bound"
+        );
+        assert_eq!(s.payloads().count(), usize::from(s.count));
+        got.extend(s.seqs().zip(s.payloads().map(|p| p.to_vec())));
+        frames.push(s);
+    }
+    (got, frames)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever the bound, the writer's frames decode to exactly the pushed payloads with
+    /// consecutive sequence numbers, every frame within the bound and all but the last full
+    /// (the next sample would not have fitted).
+    #[test]
+    fn sample_runs_decode_to_what_was_pushed(
+        writer in any::<[u8; 16]>(),
+        ttl in any::<u8>(),
+        first in 1u64..u64::MAX / 2,
+        ps in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..60),
+        max in prop_oneof![Just(MAX_MESSAGE_BYTES), 157u32..2000],
+        prefix in proptest::collection::vec(any::<u8>(), 0..8),
+    ) {
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&prefix);
+        let mut w = SampleRunWriter::new(&mut buf, writer, ttl, first, max);
+        for (i, p) in ps.iter().enumerate() {
+            prop_assert_eq!(w.push(p).unwrap(), first + i as u64);
+        }
+        prop_assert_eq!(w.samples(), ps.len() as u64);
+        let frames = w.frames();
+        prop_assert_eq!(w.finish(), first + ps.len() as u64);
+        prop_assert_eq!(&buf[..prefix.len()], &prefix[..], "what was there stays");
+        let run = buf.split_off(prefix.len());
+        let (got, runs) = read_runs(run, max);
+        prop_assert_eq!(runs.len(), frames);
+        let want: Vec<(u64, Vec<u8>)> = ps.iter().enumerate().map(|(i, p)| (first + i as u64, p.clone())).collect();
+        prop_assert_eq!(got, want);
+        for (k, s) in runs.iter().enumerate() {
+            prop_assert_eq!(s.writer, writer);
+            prop_assert_eq!(s.ttl, ttl);
+            if k + 1 < runs.len() {
+                let next_len = ps[(s.last_seq() - first + 1) as usize].len();
+                prop_assert!(s.encoded_len() - 4 + 4 + next_len > max as usize, "closed a run early");
+            }
+        }
+    }
+
+    /// A Discovery frame with entries of kinds this build does not know decodes to the known
+    /// entries, in order: a later version's entries are skipped, not errors.
+    #[test]
+    fn unknown_entry_kinds_are_skipped(
+        d in discovery(),
+        unknown in proptest::collection::vec((3u8..=255, proptest::collection::vec(any::<u8>(), 0..40), any::<prop::sample::Index>()), 1..5),
+    ) {
+        let mut entries: Vec<(u8, Vec<u8>)> = d.entries.iter().map(|e| match e {
+            DiscoveryEntry::Record(r) => (1, r.to_vec()),
+            DiscoveryEntry::Withdraw(g) => (2, g.to_vec()),
+        }).collect();
+        for (kind, value, at) in unknown {
+            let i = at.index(entries.len() + 1);
+            entries.insert(i, (kind, value));
+        }
+        let mut body = Vec::new();
+        body.extend_from_slice(&d.origin.0);
+        body.extend_from_slice(&d.seq.to_be_bytes());
+        body.push(d.ttl);
+        body.extend_from_slice(&d.cycle.to_be_bytes());
+        body.extend_from_slice(&d.part.to_be_bytes());
+        body.extend_from_slice(&d.parts.to_be_bytes());
+        body.extend_from_slice(&(entries.len() as u16).to_be_bytes());
+        for (kind, value) in &entries {
+            body.push(*kind);
+            body.extend_from_slice(&(value.len() as u16).to_be_bytes());
+            body.extend_from_slice(value);
+        }
+        let mut frame = ((body.len() + 1) as u32).to_be_bytes().to_vec();
+        frame.push(9);
+        frame.extend_from_slice(&body);
+        let mut buf = BytesMut::from(&frame[..]);
+        prop_assert_eq!(take_frame(&mut buf, MAX_MESSAGE_BYTES), Ok(Some(Frame::Discovery(d))));
+        prop_assert!(buf.is_empty());
+    }
+
+    /// The size helpers say what the encoder writes (the control core packs frames by them).
+    #[test]
+    fn discovery_sizes_add_up(d in discovery()) {
+        let mut out = Vec::new();
+        d.encode(&mut out).unwrap();
+        prop_assert_eq!(out.len(), d.encoded_len());
+        prop_assert_eq!(
+            d.encoded_len(),
+            DISCOVERY_HEADER_LEN + d.entries.iter().map(DiscoveryEntry::encoded_len).sum::<usize>()
+        );
+        let mut via_frame = Vec::new();
+        Frame::Discovery(d).encode(&mut via_frame).unwrap();
+        prop_assert_eq!(out, via_frame);
+    }
+
+    /// A relay's re-send, header with a new ttl plus the received body, is the frame the
+    /// origin would have encoded with that ttl.
+    #[test]
+    fn a_relayed_run_is_header_plus_body(s in samples(), ttl in any::<u8>()) {
+        let mut h = s.header().unwrap();
+        h.set_ttl(ttl);
+        prop_assert_eq!(h.body_len(), s.body.len());
+        let mut relayed = h.as_bytes().to_vec();
+        relayed.extend_from_slice(&s.body);
+        let mut direct = Vec::new();
+        Frame::Samples(Samples { ttl, ..s }).encode(&mut direct).unwrap();
+        prop_assert_eq!(relayed, direct);
+    }
+}
+
+/// A run holds at most `u16::MAX` samples: the next one opens a second frame, numbered on.
+#[test]
+fn sample_runs_split_at_u16_max() {
+    let mut buf = BytesMut::new();
+    let mut w = SampleRunWriter::new(&mut buf, [5; 16], 8, 1, MAX_MESSAGE_BYTES);
+    let n = u64::from(u16::MAX) + 2;
+    for i in 0..n {
+        let p = (i as u32).to_be_bytes();
+        w.push(&p[..(i % 5) as usize]).unwrap();
+    }
+    assert_eq!(w.frames(), 2);
+    assert_eq!(w.finish(), n + 1);
+    let (got, runs) = read_runs(buf, MAX_MESSAGE_BYTES);
+    assert_eq!(
+        runs.iter()
+            .map(|s| (s.first_seq, s.count))
+            .collect::<Vec<_>>(),
+        vec![(1, u16::MAX), (u64::from(u16::MAX) + 1, 2)]
+    );
+    assert_eq!(got.len() as u64, n);
+    for (i, (seq, p)) in got.iter().enumerate() {
+        let want = (i as u32).to_be_bytes();
+        assert_eq!((*seq, &p[..]), (i as u64 + 1, &want[..i % 5]));
+    }
+}
+
+/// The size bound: a frame is closed when the next sample would take it past
+/// `max_message_bytes`, and a frame exactly at the bound is allowed.
+#[test]
+fn sample_runs_split_at_the_size_bound() {
+    // Length field: 29 fixed + 4 per sample + payloads. Two 30-byte samples: 29 + 68 = 97.
+    let max = 97;
+    let mut buf = BytesMut::new();
+    let mut w = SampleRunWriter::new(&mut buf, [6; 16], 3, 10, max);
+    for _ in 0..5 {
+        w.push(&[0xab; 30]).unwrap();
+    }
+    w.finish();
+    let (got, runs) = read_runs(buf, max);
+    assert_eq!(
+        runs.iter()
+            .map(|s| (s.first_seq, s.count, s.encoded_len() - 4))
+            .collect::<Vec<_>>(),
+        vec![(10, 2, 97), (12, 2, 97), (14, 1, 63)]
+    );
+    assert_eq!(
+        got.iter().map(|g| g.0).collect::<Vec<_>>(),
+        vec![10, 11, 12, 13, 14]
+    );
+}
+
+/// Packing allocates nothing when the buffer has room: the storage never moves.
+#[test]
+fn sample_runs_write_in_place() {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let at = buf.as_ptr();
+    let mut w = SampleRunWriter::new(&mut buf, [7; 16], 0, 1, 1000);
+    for i in 0..500u32 {
+        w.push(&i.to_be_bytes()[..(i % 4) as usize + 1]).unwrap();
+    }
+    assert!(w.frames() > 1, "the 1000-byte bound split the batch");
+    drop(w); // closes the open run like finish()
+    assert_eq!(buf.as_ptr(), at, "the buffer was reallocated");
+    let (got, _) = read_runs(buf, 1000);
+    assert_eq!(got.len(), 500);
+}
+
+/// Records at the largest allowed size survive a round trip (the bound is inclusive).
+#[test]
+fn the_largest_record_round_trips() {
+    let d = Discovery {
+        origin: PeerId([1; 16]),
+        seq: 1,
+        ttl: 1,
+        cycle: 1,
+        part: 0,
+        parts: 1,
+        entries: vec![DiscoveryEntry::Record(Bytes::from(
+            vec![9u8; MAX_RECORD_ENTRY_LEN],
+        ))],
+    };
+    let mut buf = BytesMut::new();
+    d.encode(&mut buf).unwrap();
+    assert_eq!(
+        take_frame(&mut buf, MAX_MESSAGE_BYTES),
+        Ok(Some(Frame::Discovery(d)))
+    );
 }

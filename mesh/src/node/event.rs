@@ -19,6 +19,7 @@ use crate::PeerId;
 use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
 use event_listener::{Event as Signal, EventListener, Listener};
+use shoal_proto::topics::EndpointGuid;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -104,6 +105,20 @@ pub enum Event {
         payload: Bytes,
         /// True for a broadcast, false for a message targeted at this node.
         broadcast: bool,
+    },
+    /// A topic sample for one of this node's readers; one event
+    /// per matched local reader. Message-class: it applies backpressure like
+    /// [`Event::Message`].
+    Sample {
+        /// The local reader it is for.
+        reader: EndpointGuid,
+        /// The writer that wrote it (its first 12 bytes are the writer's node id prefix).
+        writer: EndpointGuid,
+        /// The writer's sequence number: 1, 2, ... per writer; a gap means samples lost
+        /// upstream (counted as `missed` in the topic's stats).
+        seq: u64,
+        /// The payload (a slice of the read buffer: no copy).
+        payload: Bytes,
     },
     /// Something went wrong that the node survived.
     Error {
@@ -206,7 +221,7 @@ impl EventHub {
         self.receivers.load(Ordering::Acquire) > 0
     }
 
-    fn run_callbacks(&self, ev: &Event) {
+    pub(crate) fn run_callbacks(&self, ev: &Event) {
         for cb in &self.callbacks {
             cb(ev);
         }
@@ -284,19 +299,16 @@ impl EventHub {
         }
     }
 
-    /// A Message event, first step, which never waits: runs the callbacks and puts the event
-    /// in `outbox` if there is room below the message share of the queue (or drops it if
-    /// nobody listens). `Err` hands the event back when the caller must wait for room with
+    /// A Message event, first step, which never waits: puts the event in `outbox` if there
+    /// is room below the message share of the queue (or drops it if nobody listens). `Err`
+    /// hands the event back when the caller must wait for room with
     /// [`EventHub::queue_message`]. Kept apart so the common case costs a shard no future.
+    /// The caller runs the callbacks first ([`EventHub::run_callbacks`]; the shard's
+    /// delivery sink does).
     ///
     /// The caller hands its outbox over once per batch with [`EventHub::wake_receivers`] (and
     /// must do so before it parks).
-    pub(crate) fn try_emit_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
-        self.run_callbacks(&ev);
-        self.try_queue_message(ev, outbox)
-    }
-
-    fn try_queue_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
+    pub(crate) fn try_queue_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -312,7 +324,7 @@ impl EventHub {
         Ok(())
     }
 
-    /// A Message event that found no room in [`EventHub::try_emit_message`]: hands the outbox
+    /// A Message event that found no room in [`EventHub::try_queue_message`]: hands the outbox
     /// over, waits for room, then puts the event in `outbox`. `on_wait` is called before the
     /// first wait (the caller marks its link as busy, not dead).
     pub(crate) async fn queue_message(

@@ -78,7 +78,8 @@ fn main() {
                 Event::Error { kind, message, .. } => {
                     say(&format!("error kind={kind:?} msg={message}"))
                 }
-                Event::MemberJoined { .. } | Event::MemberLeft { .. } => {}
+                // Membership is reported from `members()` below; topics are not used here.
+                _ => {}
             }
         }
         let members: BTreeSet<String> = mesh

@@ -62,15 +62,20 @@ mod links;
 mod origin;
 mod read;
 mod route;
+mod samples;
 mod write;
 
 #[cfg(test)]
 mod tests;
 
-pub use action::{decode_fault, Delivery, IfBusy, LinkError, LinkFault, ShardAction};
+pub use action::{
+    decode_fault, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink, SampleRun,
+    ShardAction,
+};
 pub use backpressure::{Blocked, Unblock};
 pub use origin::Publish;
 pub use read::ReadStep;
+pub use samples::samples_shard;
 pub use write::WriteStep;
 
 use crate::budget::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
@@ -160,6 +165,20 @@ pub struct ShardCore {
     stop: Stop,
     /// Where topic samples go (the control plane's latest table).
     sample_routes: Arc<SampleRoutes>,
+    /// Sequence state of the writers whose samples this shard checks, by route slot.
+    writer_seqs: Vec<samples::WriterSeq>,
+    /// Where deliveries go first (see [`DeliverySink`]).
+    sink: Sink,
+}
+
+/// The core's [`DeliverySink`] (a box, so the core's type stays the same in the driver and
+/// in simulations).
+struct Sink(Box<dyn DeliverySink>);
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sink")
+    }
 }
 
 impl ShardCore {
@@ -190,9 +209,24 @@ impl ShardCore {
             gen: MsgIdGen::new(cfg.me, seed),
             stop: Stop::Running,
             sample_routes: Arc::default(),
+            writer_seqs: Vec::new(),
+            sink: Sink(Box::new(NoSink)),
             counters,
             cfg,
         }
+    }
+
+    /// Hands deliveries to `sink` as they are decided (instead of as
+    /// [`ShardAction::Deliver`]s, which remain the fallback when it has no room).
+    pub fn with_sink(mut self, sink: Box<dyn DeliverySink>) -> ShardCore {
+        self.sink = Sink(sink);
+        self
+    }
+
+    /// A new input call that may deliver (see [`DeliverySink::begin_call`]).
+    #[inline]
+    fn begin_call(&mut self) {
+        self.sink.0.begin_call();
     }
 
     /// This shard's index.
@@ -261,9 +295,13 @@ impl ShardCore {
 
     /// Handles a message from another shard.
     pub fn on_peer(&mut self, msg: ShardToShard, now: Instant, out: &mut Vec<ShardAction>) {
+        self.begin_call();
         match msg {
             ShardToShard::Relay { from, data } => {
                 self.route(from, data, route::Path::Inbox, now, out)
+            }
+            ShardToShard::RelaySamples { from, samples } => {
+                self.route_samples(from, samples, route::Path::Inbox, now, out)
             }
             ShardToShard::Transmit {
                 link,

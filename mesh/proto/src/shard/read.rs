@@ -1,6 +1,6 @@
 //! What a link's reader hands the core: read buffers sized by what arrives, and the frames
-//! parsed from them (Data frames through a fast lane that builds no `Frame`; payloads are
-//! slices of the read buffer).
+//! parsed from them (Data and Samples frames through fast lanes that build no `Frame`;
+//! payloads are slices of the read buffer).
 //!
 //! Secured links read ciphertext straight into their [`RecordReader`]'s buffer; records are
 //! opened in place, one as the parser needs it, and frames are parsed from the plaintext
@@ -17,7 +17,10 @@ use crate::cmd::ToControl;
 use crate::crypto::{OpenError, RecordReader};
 use crate::link::{CloseReason, FrameAction};
 use crate::stats::{add, inc};
-use crate::wire::{peek_frame_len, take_data, take_frame, Data, DecodeError, DecodeStatus, Frame};
+use crate::wire::{
+    peek_frame_len, take_data, take_frame, take_samples, Data, DecodeError, DecodeStatus, Frame,
+    Samples,
+};
 use crate::LinkId;
 use bytes::BytesMut;
 use std::time::Instant;
@@ -74,11 +77,16 @@ pub(super) enum Rx {
     Secure(RecordReader),
 }
 
-/// A frame taken off a link's read buffer.
+/// A frame taken off a link's read buffer: the two message frames unboxed and apart, since
+/// a `Frame` is larger than either and moved by value.
 enum Incoming {
     Data(Data),
+    Samples(Samples),
     Frame(Frame),
 }
+
+// Moved once per frame on the hot path: keep the fast lanes' values small.
+const _: () = assert!(std::mem::size_of::<Samples>() <= 72);
 
 /// Why a link's bytes cannot be read on.
 enum Unreadable {
@@ -110,11 +118,14 @@ fn next_frame(rx: &mut Rx, max: u32) -> Result<Option<Incoming>, Unreadable> {
     }
 }
 
-/// Data frames take the fast lane (no `Frame` built); anything else goes through
-/// `take_frame`, which decides.
+/// Data and Samples frames take the fast lanes (no `Frame` built); anything else goes
+/// through `take_frame`, which decides.
 fn take_one(buf: &mut BytesMut, max: u32) -> Result<Option<Incoming>, DecodeError> {
     if let Some(d) = take_data(buf, max) {
         return Ok(Some(Incoming::Data(d)));
+    }
+    if let Some(s) = take_samples(buf, max) {
+        return Ok(Some(Incoming::Samples(s)));
     }
     Ok(take_frame(buf, max)?.map(Incoming::Frame))
 }
@@ -128,6 +139,7 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) -> ReadStep {
+        self.begin_call();
         let Some(slot) = self.links.slot(link) else {
             return ReadStep::Gone;
         };
@@ -175,6 +187,7 @@ impl ShardCore {
         }
         let action = match &frame {
             Incoming::Data(_) => l.state.on_data(now),
+            Incoming::Samples(_) => l.state.on_samples(now),
             Incoming::Frame(f) => l.state.on_frame(f, now),
         };
         let closed = pull(l);
@@ -196,6 +209,16 @@ impl ShardCore {
                     Incoming::Data(d) | Incoming::Frame(Frame::Data(d)) => {
                         self.route_in(link, d, now, out)
                     }
+                    Incoming::Samples(s) | Incoming::Frame(Frame::Samples(s)) => {
+                        self.route_samples_in(link, s, now, out)
+                    }
+                    Incoming::Frame(Frame::Discovery(d)) => out.push(ShardAction::Report {
+                        msg: ToControl::DiscoveryIn {
+                            link,
+                            frame: Box::new(d),
+                        },
+                        busy: IfBusy::Wait,
+                    }),
                     Incoming::Frame(Frame::Membership(record)) => out.push(ShardAction::Report {
                         msg: ToControl::MembershipIn { link, record },
                         busy: IfBusy::Wait,

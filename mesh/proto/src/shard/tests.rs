@@ -596,3 +596,71 @@ fn garbage_closes_the_link_it_came_on_with_a_malformed_error() {
     ));
     assert!(s.core.read_buffer(B).is_some(), "the other link stays");
 }
+
+/// A sink with room for `room` deliveries in all, that keeps order as the trait asks: once it
+/// gave one back, it gives back the rest of the call.
+#[derive(Clone, Default)]
+struct RoomSink {
+    taken: std::rc::Rc<std::cell::RefCell<Vec<Delivery>>>,
+    room: std::rc::Rc<std::cell::Cell<usize>>,
+    calls: std::rc::Rc<std::cell::Cell<usize>>,
+    refused: bool,
+}
+
+impl DeliverySink for RoomSink {
+    fn begin_call(&mut self) {
+        self.calls.set(self.calls.get() + 1);
+        self.refused = false;
+    }
+
+    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
+        if self.refused || self.room.get() == 0 {
+            self.refused = true;
+            return Err(d);
+        }
+        self.room.set(self.room.get() - 1);
+        self.taken.borrow_mut().push(d);
+        Ok(())
+    }
+}
+
+#[test]
+fn deliveries_go_to_the_sink_in_place_and_what_it_gives_back_follows_as_actions_in_order() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let sink = RoomSink::default();
+    sink.room.set(3);
+    s.core = std::mem::replace(
+        &mut s.core,
+        ShardCore::new(
+            0,
+            1,
+            ShardConfig::new(ME, &MeshConfig::default()),
+            Arc::default(),
+            1,
+            s.t0,
+        ),
+    )
+    .with_sink(Box::new(sink.clone()));
+    s.serve(A, PA, 1 << 20);
+    let mut wire = Vec::new();
+    for n in 1..=5u64 {
+        wire.extend(data_frame(PA, PeerId::ZERO, n, 1, &[n as u8]));
+    }
+    assert!(s.feed(A, &wire, s.at(1)));
+    // Three fit the sink and became no action; the other two follow, in order, as actions.
+    let taken: Vec<u8> = sink.taken.borrow().iter().map(|d| d.payload[0]).collect();
+    assert_eq!(taken, vec![1, 2, 3]);
+    let actions = s.take();
+    let queued: Vec<u8> = deliveries(&actions).iter().map(|d| d.payload[0]).collect();
+    assert_eq!(queued, vec![4, 5]);
+    assert_eq!(s.stats().delivered, 5, "every delivery is counted once");
+    // Room again: the next read's deliveries go to the sink, not behind old actions.
+    sink.room.set(10);
+    let calls = sink.calls.get();
+    assert!(s.feed(A, &data_frame(PA, PeerId::ZERO, 6, 1, &[6]), s.at(2)));
+    assert!(sink.calls.get() > calls, "each input call begins anew");
+    assert_eq!(sink.taken.borrow().last().map(|d| d.payload[0]), Some(6));
+    assert!(deliveries(&s.take()).is_empty());
+}
+
+mod samples;

@@ -66,6 +66,42 @@ pub enum DecodeError {
     /// A discovery datagram does not start with `"MMCA"`.
     #[error("bad announce magic {0:02x?}")]
     BadMagic([u8; 4]),
+    /// A Discovery Record entry is empty or longer than [`super::MAX_RECORD_ENTRY_LEN`].
+    #[error("Discovery record entry of {len} bytes, expected 1..=32768")]
+    BadRecordLen {
+        /// The entry's `len`.
+        len: u16,
+    },
+    /// A Discovery Withdraw entry does not hold exactly one 16-byte GUID.
+    #[error("Discovery withdraw entry of {len} bytes, expected 16")]
+    BadWithdrawLen {
+        /// The entry's `len`.
+        len: u16,
+    },
+    /// Bytes are left in a topic frame's body after its last entry or sample: the counts and
+    /// lengths must fill it exactly (a frame that says less than it carries is not trusted).
+    #[error("{frame} frame has {extra} bytes after its last entry")]
+    TrailingBytes {
+        /// Which frame (`"Discovery"`, `"Samples"`).
+        frame: &'static str,
+        /// Bytes left over.
+        extra: usize,
+    },
+    /// A Samples frame with `count = 0`.
+    #[error("Samples frame carries no sample")]
+    EmptySamples,
+    /// A Samples frame's `firstSeq` is 0, or its last sequence number
+    /// (`firstSeq + count - 1`) does not fit a `u64`.
+    #[error("Samples run {first_seq} + {count} is outside the sequence numbers 1..=u64::MAX")]
+    BadSampleSeq {
+        /// The frame's `firstSeq`.
+        first_seq: u64,
+        /// The frame's `count`.
+        count: u16,
+    },
+    /// A Samples frame sets flag bits this build does not know.
+    #[error("Samples flags {0:#04x}: unknown bits set")]
+    UnknownSamplesFlags(u8),
 }
 
 /// Why a value could not be encoded. Nothing is written to the output when this is returned.
@@ -84,6 +120,30 @@ pub enum EncodeError {
     TooManyNeighbours {
         /// The number of neighbours.
         count: usize,
+    },
+    /// A Discovery frame holds more entries than its `u16` count can say.
+    #[error("{count} entries do not fit a Discovery frame's u16 count")]
+    TooManyEntries {
+        /// The number of entries.
+        count: usize,
+    },
+    /// A Discovery Record entry is empty or longer than [`super::MAX_RECORD_ENTRY_LEN`].
+    #[error("a Discovery record entry of {len} bytes, expected 1..=32768")]
+    RecordLen {
+        /// The record's length.
+        len: usize,
+    },
+    /// A Samples frame that would not decode: no sample, a sequence number outside
+    /// `1..=u64::MAX`, or a body that `count` length-prefixed payloads do not fill exactly.
+    #[error("malformed Samples frame: {0}")]
+    BadSamples(&'static str),
+    /// One sample is too large for a Samples frame within `max_message_bytes`.
+    #[error("a sample of {len} bytes does not fit a Samples frame of at most {max} bytes")]
+    SampleTooLarge {
+        /// The payload's length.
+        len: usize,
+        /// The frame length bound (`max_message_bytes`).
+        max: u32,
     },
     /// The frame body would not fit the `u32` length field.
     #[error("frame of {len} bytes does not fit the u32 length field")]

@@ -1,18 +1,24 @@
 //! TCP frames: `length u32 | frameType u8 | body`, their bodies, and the framing decoder.
 //!
-//! **Owns:** the eight frame types, their encoding and decoding. **Must not touch:** what a frame
-//! means (the state machines).
+//! **Owns:** the ten frame types (the eight of v1 and Shoal's two topic frames, whose bodies
+//! are in `discovery` and `samples`), their encoding and decoding. **Must not touch:** what a
+//! frame means (the state machines).
 
 use super::cursor::{check_str, put_str, Cursor};
 use super::data::Data;
 use super::defaults::{DATA_HEADER_LEN, FRAME_HEADER_LEN, LENGTH_PREFIX_LEN};
+use super::discovery::Discovery;
 use super::error::{DecodeError, DecodeStatus, EncodeError};
 use super::hello_ext::ShoalExtension;
+use super::samples::Samples;
+use super::topic_frames::{DISCOVERY_FRAME_TYPE, SAMPLES_FRAME_TYPE};
 use crate::id::{MsgId, PeerId};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::ops::Range;
 
-/// The v1 frame types.
+/// The frame types: the eight of multimaster v1 and Shoal's extended ones (above
+/// [`FrameType::MAX_V1`], sent only to peers that advertised
+/// [`super::Features::EXTENDED_FRAMES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum FrameType {
@@ -32,6 +38,10 @@ pub enum FrameType {
     AuthConfirm = 7,
     /// A node's signed name (identity mesh).
     IdentityRecord = 8,
+    /// Extended: a batch of one origin's topic discovery records, flooded.
+    Discovery = DISCOVERY_FRAME_TYPE,
+    /// Extended: a run of one writer's topic samples, sent along its routes.
+    Samples = SAMPLES_FRAME_TYPE,
 }
 
 impl FrameType {
@@ -49,6 +59,8 @@ impl FrameType {
             6 => FrameType::Membership,
             7 => FrameType::AuthConfirm,
             8 => FrameType::IdentityRecord,
+            DISCOVERY_FRAME_TYPE => FrameType::Discovery,
+            SAMPLES_FRAME_TYPE => FrameType::Samples,
             _ => return None,
         })
     }
@@ -273,6 +285,10 @@ pub enum Frame {
     AuthConfirm(AuthConfirm),
     /// Type 8.
     IdentityRecord(IdentityRecord),
+    /// Type 9 (extended); Record entries are slices of the read buffer.
+    Discovery(Discovery),
+    /// Type 10 (extended); the body is a slice of the read buffer.
+    Samples(Samples),
 }
 
 impl Frame {
@@ -287,6 +303,8 @@ impl Frame {
             Frame::Membership(_) => FrameType::Membership,
             Frame::AuthConfirm(_) => FrameType::AuthConfirm,
             Frame::IdentityRecord(_) => FrameType::IdentityRecord,
+            Frame::Discovery(_) => FrameType::Discovery,
+            Frame::Samples(_) => FrameType::Samples,
         }
     }
 
@@ -299,6 +317,8 @@ impl Frame {
             Frame::Membership(m) => 16 + 8 + 2 + 16 * m.neighbours.len(),
             Frame::AuthConfirm(a) => 32 + 1 + a.sig.map_or(0, |s| s.len()),
             Frame::IdentityRecord(r) => 32 + 8 + 64 + 1 + r.name.len(),
+            Frame::Discovery(d) => d.encoded_len() - FRAME_HEADER_LEN,
+            Frame::Samples(s) => s.encoded_len() - FRAME_HEADER_LEN,
         }
     }
 
@@ -316,6 +336,8 @@ impl Frame {
                 })
             }
             Frame::IdentityRecord(r) => check_str(&r.name, "IdentityRecord.name")?,
+            Frame::Discovery(d) => return d.validate(),
+            Frame::Samples(s) => s.validate()?,
             _ => {}
         }
         let len = 1 + self.body_len();
@@ -360,15 +382,24 @@ impl Frame {
                 out.put_slice(&r.sig);
                 put_str(out, &r.name);
             }
+            Frame::Discovery(d) => d.encode_body(out),
+            Frame::Samples(s) => {
+                // validate() already bounded the length, so the header cannot fail.
+                let header = s.header()?;
+                out.put_slice(&header.0[FRAME_HEADER_LEN..]);
+                out.put_slice(&s.body);
+            }
         }
         Ok(())
     }
 
     /// Decodes a whole frame (`buf` holds exactly or at least `4 + length` bytes, already
-    /// framed by [`peek_frame_len`]). Data payload is returned as a range into `buf`.
-    fn parse(buf: &[u8]) -> Result<(Frame, Option<Range<usize>>), DecodeError> {
+    /// framed by [`peek_frame_len`]) and says what the caller slices out of its own `Bytes`
+    /// (a Data payload, a Samples body, Discovery entries), so nothing is copied.
+    fn parse(buf: &[u8]) -> Result<(Frame, Slices), DecodeError> {
         let ty = buf[LENGTH_PREFIX_LEN];
         let body = &buf[FRAME_HEADER_LEN..];
+        let at = |r: Range<usize>| r.start + FRAME_HEADER_LEN..r.end + FRAME_HEADER_LEN;
         let frame = match FrameType::from_u8(ty).ok_or(DecodeError::UnknownFrameType(ty))? {
             FrameType::Hello => Frame::Hello(Hello::decode_body(body)?),
             FrameType::HelloAck => Frame::HelloAck(Hello::decode_body(body)?),
@@ -376,15 +407,44 @@ impl Frame {
             FrameType::Goodbye => Frame::Goodbye,
             FrameType::Data => {
                 let (d, r) = Data::decode_body(body)?;
-                let r = r.start + FRAME_HEADER_LEN..r.end + FRAME_HEADER_LEN;
-                return Ok((Frame::Data(d), Some(r)));
+                return Ok((Frame::Data(d), Slices::Payload(at(r))));
             }
             FrameType::Membership => Frame::Membership(Membership::decode_body(body)?),
             FrameType::AuthConfirm => Frame::AuthConfirm(AuthConfirm::decode_body(body)?),
             FrameType::IdentityRecord => Frame::IdentityRecord(IdentityRecord::decode_body(body)?),
+            FrameType::Discovery => {
+                let (d, known) = Discovery::check_body(body)?;
+                return Ok((Frame::Discovery(d), Slices::Entries(known)));
+            }
+            FrameType::Samples => {
+                let (s, r) = Samples::check_body(body)?;
+                return Ok((Frame::Samples(s), Slices::Payload(at(r))));
+            }
         };
-        Ok((frame, None))
+        Ok((frame, Slices::None))
     }
+
+    /// Fills in what [`parse`](Self::parse) left for the caller to slice out of `frame`,
+    /// the whole frame's bytes (`Slices::Payload` ranges are relative to it).
+    fn slice_from(&mut self, slices: Slices, frame: &Bytes) {
+        match (self, slices) {
+            (Frame::Data(d), Slices::Payload(r)) => d.payload = frame.slice(r),
+            (Frame::Samples(s), Slices::Payload(r)) => s.body = frame.slice(r),
+            (Frame::Discovery(d), Slices::Entries(known)) => {
+                d.fill_entries(&frame.slice(FRAME_HEADER_LEN..), known)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What of a parsed frame still lives only in the read buffer.
+enum Slices {
+    None,
+    /// A Data payload or a Samples body: this range of the frame.
+    Payload(Range<usize>),
+    /// Discovery entries, this many of known kinds.
+    Entries(usize),
 }
 
 /// Reads the frame header at the start of `buf`: the total frame size (`4 + length`) once the
@@ -426,10 +486,8 @@ pub fn decode_frame(
         DecodeStatus::NeedMore { needed } => return Ok(DecodeStatus::NeedMore { needed }),
         DecodeStatus::Complete { len, .. } => len,
     };
-    let (mut frame, payload) = Frame::parse(&buf[..len])?;
-    if let (Frame::Data(d), Some(r)) = (&mut frame, payload) {
-        d.payload = buf.slice(r);
-    }
+    let (mut frame, slices) = Frame::parse(&buf[..len])?;
+    frame.slice_from(slices, &buf.slice(..len));
     Ok(DecodeStatus::Complete { frame, len })
 }
 
@@ -466,7 +524,8 @@ pub fn take_data(buf: &mut BytesMut, max_message_bytes: u32) -> Option<Data> {
 }
 
 /// The read-path helper: decodes the frame at the front of `buf` and, only on success, splits
-/// exactly that frame off `buf` (the Data payload then shares the split-off storage, no copy).
+/// exactly that frame off `buf` (a Data payload, a Samples body and Discovery records then share
+/// the split-off storage, no copy).
 /// `Ok(None)` means more bytes are needed; on error `buf` is left untouched.
 pub fn take_frame(
     buf: &mut BytesMut,
@@ -476,14 +535,21 @@ pub fn take_frame(
         DecodeStatus::NeedMore { .. } => return Ok(None),
         DecodeStatus::Complete { len, .. } => len,
     };
-    let (mut frame, payload) = Frame::parse(&buf[..len])?;
+    let (mut frame, slices) = Frame::parse(&buf[..len])?;
     let mut raw = buf.split_to(len);
-    if let (Frame::Data(d), Some(r)) = (&mut frame, payload) {
+    match (&mut frame, slices) {
         // Trimmed before freezing: one handle to the shared buffer, not a frozen frame plus a
         // slice of it (a refcount increment and decrement saved per Data frame).
-        raw.advance(r.start);
-        raw.truncate(r.len());
-        d.payload = raw.freeze();
+        (
+            Frame::Data(Data { payload: one, .. }) | Frame::Samples(Samples { body: one, .. }),
+            Slices::Payload(r),
+        ) => {
+            raw.advance(r.start);
+            raw.truncate(r.len());
+            *one = raw.freeze();
+        }
+        (_, Slices::None) => {}
+        (frame, slices) => frame.slice_from(slices, &raw.freeze()),
     }
     Ok(Some(frame))
 }

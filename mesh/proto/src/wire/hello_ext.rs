@@ -22,11 +22,12 @@ pub struct Features(pub u64);
 impl Features {
     /// No features: what a plain multimaster peer is assumed to support.
     pub const NONE: Features = Features(0);
-    /// Bit 0: the sender understands frame types above 8 ("extended frames"). Reserved: no
-    /// extended frame type is defined yet, so this build does not advertise it.
+    /// Bit 0: the sender understands frame types above 8 ("extended frames"): today
+    /// Discovery (9) and Samples (10), Shoal's topic frames. A peer without it never receives
+    /// them ([`peer_accepts_frame_type`]).
     pub const EXTENDED_FRAMES: Features = Features(1 << 0);
     /// The features this build implements and therefore advertises.
-    pub const SUPPORTED: Features = Features::NONE;
+    pub const SUPPORTED: Features = Features::EXTENDED_FRAMES;
 
     /// True when every bit of `other` is set in `self`.
     pub fn contains(self, other: Features) -> bool {

@@ -22,6 +22,7 @@
 //! `length u32 (bytes after this field) | frameType u8 | body` — see [`Frame`]. A Data frame is
 //! `58 + P` bytes on the wire; [`DataHeader`] produces the fixed 58-byte prefix so a writer can
 //! send header and payload as one vectored write without copying the payload.
+//! A Samples frame is `33 + body` bytes; [`SamplesHeader`] is its fixed prefix.
 //!
 //! # Shoal Hello extension block
 //!
@@ -46,20 +47,44 @@
 //! Feature bits are only a promise about what the sender understands. A Shoal node must never
 //! send a frame type above [`FrameType::MAX_V1`] (8) to a peer that has not advertised
 //! [`Features::EXTENDED_FRAMES`]: the C++ library drops the connection on an unknown type.
-//! [`peer_accepts_frame_type`] encodes that rule. No extended frame types exist yet.
+//! [`peer_accepts_frame_type`] encodes that rule. Shoal advertises it
+//! ([`Features::SUPPORTED`]) and defines two extended frame types, below.
+//!
+//! # Frame types
+//!
+//! | type | frame | body | |
+//! |---|---|---|---|
+//! | 1 | Hello | [`Hello`] (plus Shoal's extension block) | v1 |
+//! | 2 | HelloAck | same as Hello | v1 |
+//! | 3 | Heartbeat | empty | v1 |
+//! | 4 | Data | [`Data`]: `src 16 \| dst 16 \| msgId 16 \| ttl u8 \| payloadLen u32 \| payload` | v1 |
+//! | 5 | Goodbye | empty | v1 |
+//! | 6 | Membership | [`Membership`]: `origin 16 \| version u64 \| count u16 \| neighbours 16×count` | v1 |
+//! | 7 | AuthConfirm | [`AuthConfirm`]: `tag 32 \| hasSig u8 \| [sig 64]` | v1 |
+//! | 8 | IdentityRecord | [`IdentityRecord`]: `idPubKey 32 \| version u64 \| sig 64 \| name str` | v1 |
+//! | 9 | Discovery | [`Discovery`]: `origin 16 \| seq u64 \| ttl u8 \| cycle u32 \| part u16 \| parts u16 \| count u16 \| entries` | extended |
+//! | 10 | Samples | [`Samples`]: `ttl u8 \| flags u8 \| writer 16 \| firstSeq u64 \| count u16 \| count × (len u32 \| payload)` | extended |
+//!
+//! A v1 body may be followed by bytes the decoder ignores; the two extended frames must be
+//! filled exactly; entry kinds and the rules of both are on [`Discovery`] and [`Samples`]
+//! (and in the `topic_frames` source); [`take_samples`] is their fast lane and
+//! [`SamplesHeader`] / [`SampleRunWriter`] write them without copying payloads.
 
 mod beacon;
 mod cursor;
 mod data;
 mod defaults;
+mod discovery;
 mod error;
 mod frame;
 mod hello_ext;
+mod samples;
 mod topic_frames;
 
 pub use beacon::{Beacon, BeaconFilter, BeaconReject, DecodedBeacon};
 pub use data::{encode_data_into, Data, DataHeader};
 pub use defaults::*;
+pub use discovery::{Discovery, DiscoveryEntry};
 pub use error::{DecodeError, DecodeStatus, EncodeError};
 pub use frame::{
     decode_frame, peek_frame_len, take_data, take_frame, AuthConfirm, Frame, FrameType, Hello,
@@ -69,6 +94,9 @@ pub use hello_ext::{
     peer_accepts_frame_type, Features, ShoalExtension, SHOAL_EXT_FIXED_LEN, SHOAL_EXT_MAGIC,
     SHOAL_EXT_VERSION,
 };
+pub use samples::{take_samples, SamplePayloads, SampleRunWriter, Samples, SamplesHeader};
 pub use topic_frames::{
-    Discovery, DiscoveryEntry, Samples, DISCOVERY_FRAME_TYPE, SAMPLES_FRAME_TYPE,
+    DISCOVERY_ENTRY_HEADER_LEN, DISCOVERY_FRAME_TYPE, DISCOVERY_HEADER_LEN, ENTRY_KIND_RECORD,
+    ENTRY_KIND_WITHDRAW, MAX_RECORD_ENTRY_LEN, SAMPLES_FRAME_TYPE, SAMPLES_HEADER_LEN,
+    SAMPLES_KNOWN_FLAGS, SAMPLE_LEN_PREFIX,
 };

@@ -2,7 +2,8 @@
 //! runs of topic samples. Only links whose peer advertised
 //! [`super::Features::EXTENDED_FRAMES`] in its Hello extension ever carry them.
 //!
-//! **Owns:** the layout of the two topic frames. **Must not touch:** what the records mean
+//! **Owns:** the layout of the two topic frames and its constants (the codecs are in
+//! `discovery` and `samples`). **Must not touch:** what the records mean
 //! (`shoal-discovery`, `topics`) or where samples go (`shard`).
 //!
 //! # Discovery (type 9), flooded with dedup and a hop limit
@@ -28,54 +29,44 @@
 //! A run of `count ≥ 1` samples of one writer with the consecutive sequence numbers
 //! `firstSeq ..`, `firstSeq ≥ 1`. The lengths fill the body exactly. Unknown flag bits reject
 //! the frame.
+//!
+//! The fixed part, `length u32 | type u8 | ttl .. count` (33 bytes, [`SAMPLES_HEADER_LEN`]),
+//! carries everything a relay changes (`ttl`), so it re-sends a run as a fresh
+//! [`SamplesHeader`](super::SamplesHeader) followed by the body it received, two slices and
+//! no copy. [`SampleRunWriter`](super::SampleRunWriter) packs runs on the sending side.
+//!
+//! Unlike the v1 frames, whose decoders ignore bytes after the last field, both topic frames
+//! must be filled exactly by their counts and lengths: the `count` of a frame is what its
+//! receiver trusts, and a body that says less than it carries is malformed.
 
-use bytes::Bytes;
-
-/// Frame type of [`Discovery`].
+/// Frame type of [`Discovery`](super::Discovery).
 pub const DISCOVERY_FRAME_TYPE: u8 = 9;
-/// Frame type of [`Samples`].
+/// Frame type of [`Samples`](super::Samples).
 pub const SAMPLES_FRAME_TYPE: u8 = 10;
 
-/// One entry of a [`Discovery`] frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DiscoveryEntry {
-    /// An encoded `shoal-discovery` record (a slice of the read buffer when decoded).
-    Record(Bytes),
-    /// The GUID of an endpoint its origin removed.
-    Withdraw([u8; 16]),
-}
+/// Discovery entry kind 1: one encoded `shoal-discovery` record.
+pub const ENTRY_KIND_RECORD: u8 = 1;
+/// Discovery entry kind 2: the GUID of a withdrawn endpoint.
+pub const ENTRY_KIND_WITHDRAW: u8 = 2;
+/// The longest Record entry (`shoal-discovery` records are bounded well below it).
+pub const MAX_RECORD_ENTRY_LEN: usize = 32_768;
+/// Bytes of an entry before its value: `kind u8 | len u16`.
+pub const DISCOVERY_ENTRY_HEADER_LEN: usize = 1 + 2;
+/// Bytes of a Discovery frame without its entries: length prefix, type, and
+/// `origin 16 | seq 8 | ttl 1 | cycle 4 | part 2 | parts 2 | count 2`.
+pub const DISCOVERY_HEADER_LEN: usize = 4 + 1 + DISCOVERY_BODY_FIXED;
+/// Discovery body bytes before the entries.
+pub(crate) const DISCOVERY_BODY_FIXED: usize = 16 + 8 + 1 + 4 + 2 + 2 + 2;
 
-/// A Discovery frame (type 9): a batch of one origin's discovery records.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Discovery {
-    /// The node that built the records (the only node allowed to describe its endpoints).
-    pub origin: crate::PeerId,
-    /// Per-origin frame sequence number: the flood's dedup key with `origin`.
-    pub seq: u64,
-    /// Remaining hops.
-    pub ttl: u8,
-    /// The announce cycle this frame belongs to.
-    pub cycle: u32,
-    /// This frame's index in its cycle.
-    pub part: u16,
-    /// Frames in the cycle; 0 for a frame outside any cycle.
-    pub parts: u16,
-    /// The entries, in order.
-    pub entries: Vec<DiscoveryEntry>,
-}
+/// Bytes of a Samples frame before its first sample: length prefix, type, and
+/// `ttl 1 | flags 1 | writer 16 | firstSeq 8 | count 2`.
+pub const SAMPLES_HEADER_LEN: usize = 4 + 1 + SAMPLES_BODY_FIXED;
+/// Samples body bytes before the first sample.
+pub(crate) const SAMPLES_BODY_FIXED: usize = 1 + 1 + 16 + 8 + 2;
+/// Bytes before each sample's payload: its `len u32`.
+pub const SAMPLE_LEN_PREFIX: usize = 4;
+/// The Samples flag bits this build knows (none yet): any other bit rejects the frame.
+pub const SAMPLES_KNOWN_FLAGS: u8 = 0;
 
-/// A Samples frame (type 10), decoded without copying: the header fields and the body after
-/// the header (`count × (len u32 | payload)`), which [`Samples::payloads`] walks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Samples {
-    /// Remaining hops.
-    pub ttl: u8,
-    /// The writer's GUID (its first 12 bytes are its node's id prefix).
-    pub writer: [u8; 16],
-    /// Sequence number of the first sample.
-    pub first_seq: u64,
-    /// Samples in the run (≥ 1).
-    pub count: u16,
-    /// `count × (len u32 | payload)`, checked to fill exactly.
-    pub body: Bytes,
-}
+const _: () = assert!(DISCOVERY_HEADER_LEN == 40);
+const _: () = assert!(SAMPLES_HEADER_LEN == 33);

@@ -2,6 +2,12 @@ use super::*;
 use std::task::Waker;
 
 impl EventHub {
+    /// What a shard's delivery sink does with a Message event first.
+    fn try_emit_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
+        self.run_callbacks(&ev);
+        self.try_queue_message(ev, outbox)
+    }
+
     /// What a shard does with a Message event: try, and wait for room if need be.
     async fn emit_message(
         &self,

@@ -34,7 +34,8 @@ use ahash::AHashMap;
 use event_listener::Event as Signal;
 use shoal_proto::cmd::ShardToShard;
 use shoal_proto::shard::{
-    IfBusy, LinkError, LinkFault, ShardAction, ShardConfig, ShardCore, Unblock,
+    Delivery, DeliverySink, IfBusy, LinkError, LinkFault, SampleRun, ShardAction, ShardConfig,
+    ShardCore, Unblock,
 };
 use shoal_proto::LinkId;
 use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
@@ -82,8 +83,8 @@ struct Ctx {
     /// `Instant::now()`, so it never goes backwards.
     clock: Cell<Instant>,
     /// Message events of the current batch, handed to the application as one queue entry
-    /// with one wake-up (see [`Ctx::wake_receivers`]).
-    outbox: Outbox,
+    /// with one wake-up (see [`Ctx::wake_receivers`]); the core's [`HubSink`] fills it.
+    outbox: Rc<Outbox>,
     /// Read buffer blocks of this shard's links, reused once the application has dropped
     /// every payload sliced from them (see [`super::recycle`]).
     read_blocks: RefCell<Recycler>,
@@ -120,6 +121,104 @@ impl Ctx {
     }
 }
 
+/// The core's [`DeliverySink`]: a delivered message goes to the callbacks and, while the
+/// event queue has room, straight into the shard's outbox (what [`try_carry`] used to do with
+/// every [`ShardAction::Deliver`], minus the action's round trip). Without room it goes back
+/// to the core as an action that [`settle`] waits for; from then until the core's next call,
+/// later messages run their callbacks here and go back too, so their order holds. A
+/// [`ShardAction::Deliver`] therefore has had its callbacks run: carrying it out only queues.
+struct HubSink {
+    ns: Arc<NodeShared>,
+    outbox: Rc<Outbox>,
+    refused: bool,
+}
+
+impl DeliverySink for HubSink {
+    fn begin_call(&mut self) {
+        self.refused = false;
+    }
+
+    #[inline]
+    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
+        let ev = Event::Message {
+            from: d.from,
+            broadcast: d.broadcast,
+            payload: d.payload,
+        };
+        let hub = &self.ns.hub;
+        hub.run_callbacks(&ev);
+        let back = if self.refused {
+            Err(ev)
+        } else {
+            hub.try_queue_message(ev, &self.outbox)
+        };
+        back.map_err(|ev| {
+            self.refused = true;
+            match ev {
+                Event::Message {
+                    from,
+                    broadcast,
+                    payload,
+                } => Delivery {
+                    from,
+                    msg_id: d.msg_id,
+                    broadcast,
+                    payload,
+                },
+                _ => unreachable!("the hub hands back the event it was given"),
+            }
+        })
+    }
+
+    fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
+        let hub = &self.ns.hub;
+        let mut refused_at = None;
+        for (i, (seq, payload)) in run.samples.seqs().zip(run.samples.payloads()).enumerate() {
+            let ev = Event::Sample {
+                reader: run.reader,
+                writer: run.samples.writer,
+                seq,
+                payload,
+            };
+            // Callbacks see every sample, also those given back (see the type's docs).
+            hub.run_callbacks(&ev);
+            if refused_at.is_some() || self.refused {
+                refused_at.get_or_insert(i);
+                continue;
+            }
+            if hub.try_queue_message(ev, &self.outbox).is_err() {
+                refused_at = Some(i);
+            }
+        }
+        match refused_at {
+            None => Ok(()),
+            Some(i) => {
+                self.refused = true;
+                // `i < count`, which fits the count's u16.
+                Err(run.skip(i as u16))
+            }
+        }
+    }
+}
+
+/// Queues the samples of `run` that the event queue has room for, in order; the rest come
+/// back (their callbacks ran in the sink).
+fn try_queue_samples(ctx: &Ctx, run: SampleRun) -> Result<(), SampleRun> {
+    for (i, (seq, payload)) in run.samples.seqs().zip(run.samples.payloads()).enumerate() {
+        let ev = Event::Sample {
+            reader: run.reader,
+            writer: run.samples.writer,
+            seq,
+            payload,
+        };
+        if ctx.ns.hub.try_queue_message(ev, &ctx.outbox).is_err() {
+            // `i < count`, which fits the count's u16.
+            return Err(run.skip(i as u16));
+        }
+    }
+    Ok(())
+}
+
 /// Which task carries out actions: a link's own task is not stopped by its link's end
 /// (it returns by itself).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -145,7 +244,14 @@ pub(crate) async fn run(init: ShardInit) {
     cfg.slow_link = ns.slow_link;
     cfg.secure = ns.secure.is_some();
     cfg.max_iovecs = MAX_IOVECS;
-    let core = ShardCore::new(idx, ns.shards, cfg, ns.counters[idx].clone(), seed, now);
+    let outbox = Rc::new(Outbox::default());
+    let sink = HubSink {
+        ns: ns.clone(),
+        outbox: outbox.clone(),
+        refused: false,
+    };
+    let core = ShardCore::new(idx, ns.shards, cfg, ns.counters[idx].clone(), seed, now)
+        .with_sink(Box::new(sink));
     let ctx = Rc::new(Ctx {
         idx,
         ch: Channels::new(senders, ns.shards),
@@ -153,7 +259,7 @@ pub(crate) async fn run(init: ShardInit) {
         tasks: RefCell::new(AHashMap::new()),
         ns,
         clock: Cell::new(now),
-        outbox: Outbox::default(),
+        outbox,
         read_blocks: RefCell::new(Recycler::new(SPARE_READ_BLOCKS)),
         rearm: Signal::new(),
     });
@@ -249,6 +355,7 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
                 Offer::Busy(_) => unreachable!("offer hands back what it was given"),
             },
         },
+        // Its callbacks ran in the sink (see `HubSink`).
         ShardAction::Deliver(d) => {
             let msg_id = d.msg_id;
             let ev = Event::Message {
@@ -260,14 +367,19 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
                 from,
                 broadcast,
                 payload,
-            }) = ctx.ns.hub.try_emit_message(ev, &ctx.outbox)
+            }) = ctx.ns.hub.try_queue_message(ev, &ctx.outbox)
             {
-                return Some(ShardAction::Deliver(shoal_proto::shard::Delivery {
+                return Some(ShardAction::Deliver(Delivery {
                     from,
                     msg_id,
                     broadcast,
                     payload,
                 }));
+            }
+        }
+        ShardAction::DeliverSamples(run) => {
+            if let Err(rest) = try_queue_samples(ctx, run) {
+                return Some(ShardAction::DeliverSamples(rest));
             }
         }
         ShardAction::Error(e) => error_event(ctx, e),
@@ -307,6 +419,20 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<ShardAction>, who: Who) {
                     .hub
                     .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
                     .await
+            }
+            ShardAction::DeliverSamples(run) => {
+                for (seq, payload) in run.samples.seqs().zip(run.samples.payloads()) {
+                    let ev = Event::Sample {
+                        reader: run.reader,
+                        writer: run.samples.writer,
+                        seq,
+                        payload,
+                    };
+                    ctx.ns
+                        .hub
+                        .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
+                        .await
+                }
             }
             ShardAction::Block(b) => {
                 let mut later = Vec::new();

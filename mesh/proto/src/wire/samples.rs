@@ -1,0 +1,453 @@
+//! The Samples frame (type 10): its value type, the read path's fast lane, the fixed header a
+//! relay re-sends a run with, and the writer that packs runs (layout in `topic_frames`).
+//!
+//! **Owns:** the Samples frame's bytes. **Must not touch:** where samples go (`shard`,
+//! `topics`) or their sequence numbers' meaning (the writer and reader state).
+//!
+//! Nothing here copies a payload or allocates per sample: a decoded run is its header fields
+//! plus one `Bytes` slice of the read buffer ([`Samples::body`]), walked lazily by
+//! [`Samples::payloads`]; a relay sends [`SamplesHeader`] and that body as two slices;
+//! [`SampleRunWriter`] writes into a caller's buffer and only reserves room in it.
+
+use super::cursor::Cursor;
+use super::defaults::LENGTH_PREFIX_LEN;
+use super::error::{DecodeError, EncodeError};
+use super::topic_frames::{
+    SAMPLES_BODY_FIXED, SAMPLES_FRAME_TYPE, SAMPLES_HEADER_LEN, SAMPLES_KNOWN_FLAGS,
+    SAMPLE_LEN_PREFIX,
+};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use std::ops::Range;
+
+/// A Samples frame (type 10), decoded without copying: the header fields and the body after
+/// the header (`count × (len u32 | payload)`), which [`Samples::payloads`] walks.
+///
+/// Body: `ttl u8 | flags u8 | writer 16 | firstSeq u64 | count u16 | count × (len u32 |
+/// payload)`: `count ≥ 1` samples numbered `firstSeq ..= firstSeq + count - 1` (`firstSeq ≥ 1`,
+/// no overflow), lengths filling the body exactly, no flag bit set (none is defined yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Samples {
+    /// Remaining hops.
+    pub ttl: u8,
+    /// The writer's GUID (its first 12 bytes are its node's id prefix).
+    pub writer: [u8; 16],
+    /// Sequence number of the first sample.
+    pub first_seq: u64,
+    /// Samples in the run (≥ 1).
+    pub count: u16,
+    /// `count × (len u32 | payload)`, checked to fill exactly.
+    pub body: Bytes,
+}
+
+impl Samples {
+    /// A run of `payloads` (at least one, at most `u16::MAX`) numbered from `first_seq`,
+    /// copied into a new body: for tests and control traffic; the data path packs runs with
+    /// [`SampleRunWriter`] instead.
+    pub fn new<I>(
+        ttl: u8,
+        writer: [u8; 16],
+        first_seq: u64,
+        payloads: I,
+    ) -> Result<Samples, EncodeError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let mut body = BytesMut::new();
+        let mut count = 0usize;
+        for p in payloads {
+            let p = p.as_ref();
+            let len =
+                u32::try_from(p.len()).map_err(|_| EncodeError::FrameTooLarge { len: p.len() })?;
+            body.put_u32(len);
+            body.put_slice(p);
+            count += 1;
+        }
+        let count = u16::try_from(count)
+            .map_err(|_| EncodeError::BadSamples("more than u16::MAX samples"))?;
+        let s = Samples {
+            ttl,
+            writer,
+            first_seq,
+            count,
+            body: body.freeze(),
+        };
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// The payloads in order, each a slice of [`body`](Self::body) (no copy, no allocation).
+    /// A body that is not `count` well-formed samples (only possible for a hand-built value,
+    /// never a decoded one) ends the walk early.
+    pub fn payloads(&self) -> SamplePayloads<'_> {
+        SamplePayloads {
+            body: &self.body,
+            pos: 0,
+            left: self.count,
+        }
+    }
+
+    /// The sequence numbers of the samples, `first_seq ..= last_seq()`, in the order of
+    /// [`payloads`](Self::payloads).
+    pub fn seqs(&self) -> impl ExactSizeIterator<Item = u64> + 'static {
+        let first = self.first_seq;
+        (0..self.count).map(move |i| first.wrapping_add(u64::from(i)))
+    }
+
+    /// The sequence number of the last sample (`first_seq + count - 1`).
+    pub fn last_seq(&self) -> u64 {
+        self.first_seq
+            .wrapping_add(u64::from(self.count))
+            .wrapping_sub(1)
+    }
+
+    /// Bytes the whole frame occupies on the wire: `33 + body`.
+    pub fn encoded_len(&self) -> usize {
+        SAMPLES_HEADER_LEN + self.body.len()
+    }
+
+    /// The first 33 bytes of this frame; a relay sets a new ttl on it
+    /// ([`SamplesHeader::set_ttl`]) and sends it followed by [`body`](Self::body).
+    pub fn header(&self) -> Result<SamplesHeader, EncodeError> {
+        SamplesHeader::new(
+            self.ttl,
+            &self.writer,
+            self.first_seq,
+            self.count,
+            self.body.len(),
+        )
+    }
+
+    /// Checks what the decoder would reject, so an encoded frame always decodes.
+    pub(crate) fn validate(&self) -> Result<(), EncodeError> {
+        check_head(self.first_seq, self.count, SAMPLES_KNOWN_FLAGS)
+            .and_then(|()| check_run(&self.body, self.count))
+            .map_err(|e| {
+                EncodeError::BadSamples(match e {
+                    DecodeError::EmptySamples => "no sample",
+                    DecodeError::BadSampleSeq { .. } => "sequence numbers outside 1..=u64::MAX",
+                    _ => "the body is not `count` length-prefixed payloads",
+                })
+            })?;
+        let len = self.encoded_len() - LENGTH_PREFIX_LEN;
+        u32::try_from(len).map_err(|_| EncodeError::FrameTooLarge { len })?;
+        Ok(())
+    }
+
+    /// Validates a body (everything after the type byte) without allocating: the frame's
+    /// fields with an empty body, and the range of the body's samples within `body`.
+    pub(crate) fn check_body(body: &[u8]) -> Result<(Samples, Range<usize>), DecodeError> {
+        let mut c = Cursor::new(body);
+        let ttl = c.u8("Samples.ttl")?;
+        let flags = c.u8("Samples.flags")?;
+        let writer = c.array("Samples.writer")?;
+        let first_seq = c.u64("Samples.firstSeq")?;
+        let count = c.u16("Samples.count")?;
+        check_head(first_seq, count, flags)?;
+        check_run(c.rest(), count)?;
+        let s = Samples {
+            ttl,
+            writer,
+            first_seq,
+            count,
+            body: Bytes::new(),
+        };
+        Ok((s, SAMPLES_BODY_FIXED..body.len()))
+    }
+}
+
+/// The header checks, in the order the fields come.
+fn check_head(first_seq: u64, count: u16, flags: u8) -> Result<(), DecodeError> {
+    if flags & !SAMPLES_KNOWN_FLAGS != 0 {
+        return Err(DecodeError::UnknownSamplesFlags(flags));
+    }
+    if count == 0 {
+        return Err(DecodeError::EmptySamples);
+    }
+    if first_seq == 0 || first_seq.checked_add(u64::from(count) - 1).is_none() {
+        return Err(DecodeError::BadSampleSeq { first_seq, count });
+    }
+    Ok(())
+}
+
+/// Checks that `count` length-prefixed payloads fill `run` exactly.
+fn check_run(run: &[u8], count: u16) -> Result<(), DecodeError> {
+    let mut c = Cursor::new(run);
+    for _ in 0..count {
+        let len = c.u32("Samples.len")?;
+        c.take(len as usize, "Samples.payload")?;
+    }
+    match c.remaining() {
+        0 => Ok(()),
+        extra => Err(DecodeError::TrailingBytes {
+            frame: "Samples",
+            extra,
+        }),
+    }
+}
+
+/// The payloads of a [`Samples`] run, as [`Samples::payloads`] yields them.
+#[derive(Debug, Clone)]
+pub struct SamplePayloads<'a> {
+    body: &'a Bytes,
+    pos: usize,
+    left: u16,
+}
+
+impl Iterator for SamplePayloads<'_> {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        if self.left == 0 {
+            return None;
+        }
+        let start = self.pos + SAMPLE_LEN_PREFIX;
+        let len = self
+            .body
+            .get(self.pos..start)
+            .map(|l| u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize);
+        match len {
+            Some(len) if start + len <= self.body.len() => {
+                self.left -= 1;
+                self.pos = start + len;
+                Some(self.body.slice(start..start + len))
+            }
+            _ => {
+                self.left = 0;
+                None
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(usize::from(self.left)))
+    }
+}
+
+/// The read path's fast lane for Samples frames, like [`super::take_data`]: when the frame at
+/// the front of `buf` is a complete, well-formed Samples frame within `max_message_bytes`,
+/// splits exactly that frame off `buf` and returns it, the body sharing the split-off storage
+/// (one handle, no copy), without building a [`super::Frame`]. Anything else (another type,
+/// not all there yet, any malformed field) gives `None` with `buf` untouched: call
+/// [`super::take_frame`], which decides with its typed errors; the fast lane never fails.
+pub fn take_samples(buf: &mut BytesMut, max_message_bytes: u32) -> Option<Samples> {
+    let h = buf.get(..SAMPLES_HEADER_LEN)?;
+    if h[LENGTH_PREFIX_LEN] != SAMPLES_FRAME_TYPE {
+        return None;
+    }
+    let len = u32::from_be_bytes(h[..4].try_into().expect("4 bytes"));
+    let total = LENGTH_PREFIX_LEN + len as usize;
+    if len > max_message_bytes || total < SAMPLES_HEADER_LEN || buf.len() < total {
+        return None;
+    }
+    let (head, _) = Samples::check_body(&buf[LENGTH_PREFIX_LEN + 1..total]).ok()?;
+    let mut raw = buf.split_to(total);
+    raw.advance(SAMPLES_HEADER_LEN);
+    Some(Samples {
+        body: raw.freeze(),
+        ..head
+    })
+}
+
+/// The first 33 bytes of a Samples frame (length prefix, type, ttl, flags, writer, firstSeq,
+/// count), built without the body so a run is sent as `header ++ body` in one vectored write.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SamplesHeader(pub [u8; SAMPLES_HEADER_LEN]);
+
+impl std::fmt::Debug for SamplesHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SamplesHeader(")?;
+        for b in &self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, ")")
+    }
+}
+
+impl SamplesHeader {
+    /// The header of a run of `count` samples from `first_seq` whose body (the samples with
+    /// their length prefixes) is `body_len` bytes. Fails only when the frame length would not
+    /// fit the `u32` length field; the run itself is the caller's to keep well-formed.
+    pub fn new(
+        ttl: u8,
+        writer: &[u8; 16],
+        first_seq: u64,
+        count: u16,
+        body_len: usize,
+    ) -> Result<SamplesHeader, EncodeError> {
+        let frame_len = 1 + SAMPLES_BODY_FIXED + body_len;
+        let len =
+            u32::try_from(frame_len).map_err(|_| EncodeError::FrameTooLarge { len: frame_len })?;
+        let mut h = [0u8; SAMPLES_HEADER_LEN];
+        h[..4].copy_from_slice(&len.to_be_bytes());
+        h[4] = SAMPLES_FRAME_TYPE;
+        h[5] = ttl;
+        h[6] = 0;
+        h[7..23].copy_from_slice(writer);
+        h[23..31].copy_from_slice(&first_seq.to_be_bytes());
+        h[31..33].copy_from_slice(&count.to_be_bytes());
+        Ok(SamplesHeader(h))
+    }
+
+    /// The header bytes.
+    pub fn as_bytes(&self) -> &[u8; SAMPLES_HEADER_LEN] {
+        &self.0
+    }
+
+    /// Appends the header to `out`.
+    pub fn encode<B: BufMut>(&self, out: &mut B) {
+        out.put_slice(&self.0);
+    }
+
+    /// Replaces the ttl (a relay forwards a run with one hop less).
+    pub fn set_ttl(&mut self, ttl: u8) {
+        self.0[5] = ttl;
+    }
+
+    /// The body length the header announces (bytes after the header).
+    pub fn body_len(&self) -> usize {
+        u32::from_be_bytes(self.0[..4].try_into().expect("4 bytes")) as usize
+            - 1
+            - SAMPLES_BODY_FIXED
+    }
+}
+
+/// Packs samples of one writer into runs (Samples frames) appended to a caller's buffer,
+/// numbering them consecutively. A run holds at most `u16::MAX` samples and its frame at most
+/// `max_message_bytes`; the sample that would pass either bound closes the run and opens the
+/// next, so one batch may hold several frames back to back. The open run's length and count
+/// are patched in when it closes: at the bound, at [`finish`](Self::finish), or when the
+/// writer is dropped, so the buffer never holds a half-written frame once the writer is gone.
+/// Allocates nothing when `out` already has the capacity.
+#[derive(Debug)]
+pub struct SampleRunWriter<'a> {
+    out: &'a mut BytesMut,
+    writer: [u8; 16],
+    ttl: u8,
+    max: u32,
+    /// The next sample's number; 0 once `u64::MAX` was used (or if the writer started at 0).
+    next_seq: u64,
+    run: Option<OpenRun>,
+    frames: usize,
+    samples: u64,
+}
+
+/// Where the open run's frame starts in the buffer, and what it holds so far.
+#[derive(Debug, Clone, Copy)]
+struct OpenRun {
+    start: usize,
+    count: u16,
+    /// The frame's length field so far.
+    len: usize,
+}
+
+impl<'a> SampleRunWriter<'a> {
+    /// A writer appending to `out` samples of `writer`, sent with `ttl`, numbered from
+    /// `first_seq` (≥ 1), in frames whose length field is at most `max_message_bytes`.
+    pub fn new(
+        out: &'a mut BytesMut,
+        writer: [u8; 16],
+        ttl: u8,
+        first_seq: u64,
+        max_message_bytes: u32,
+    ) -> SampleRunWriter<'a> {
+        SampleRunWriter {
+            out,
+            writer,
+            ttl,
+            max: max_message_bytes,
+            next_seq: first_seq,
+            run: None,
+            frames: 0,
+            samples: 0,
+        }
+    }
+
+    /// Appends one sample and returns its sequence number. Fails, writing nothing, when the
+    /// sample alone does not fit a frame of `max_message_bytes`
+    /// ([`EncodeError::SampleTooLarge`]) or no sequence number is left (the writer started at
+    /// 0 or used `u64::MAX`).
+    pub fn push(&mut self, payload: &[u8]) -> Result<u64, EncodeError> {
+        let need = SAMPLE_LEN_PREFIX + payload.len();
+        let alone = 1 + SAMPLES_BODY_FIXED + need;
+        if alone > self.max as usize {
+            return Err(EncodeError::SampleTooLarge {
+                len: payload.len(),
+                max: self.max,
+            });
+        }
+        let seq = self.next_seq;
+        if seq == 0 {
+            return Err(EncodeError::BadSamples("no sequence number left"));
+        }
+        if let Some(run) = self.run {
+            if run.count == u16::MAX || run.len + need > self.max as usize {
+                self.close_run();
+            }
+        }
+        match self.run {
+            Some(_) => self.out.reserve(need),
+            None => {
+                self.out.reserve(SAMPLES_HEADER_LEN + need);
+                let start = self.out.len();
+                // Length and count are placeholders until the run closes.
+                let h = SamplesHeader::new(self.ttl, &self.writer, seq, 0, 0)
+                    .expect("an empty run fits the length field");
+                self.out.put_slice(&h.0);
+                self.frames += 1;
+                self.run = Some(OpenRun {
+                    start,
+                    count: 0,
+                    len: 1 + SAMPLES_BODY_FIXED,
+                });
+            }
+        }
+        // `alone` is at most `max`, a u32, so the length fits.
+        self.out.put_u32(payload.len() as u32);
+        self.out.put_slice(payload);
+        if let Some(run) = &mut self.run {
+            run.count += 1;
+            run.len += need;
+        }
+        self.samples += 1;
+        self.next_seq = seq.wrapping_add(1);
+        Ok(seq)
+    }
+
+    /// The sequence number the next sample gets (0: none left).
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Frames started so far (the open run included).
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    /// Samples written so far.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Closes the open run and returns the sequence number the writer's next sample gets
+    /// (0: none left), to start the next batch's writer from.
+    pub fn finish(mut self) -> u64 {
+        self.close_run();
+        self.next_seq
+    }
+
+    fn close_run(&mut self) {
+        if let Some(run) = self.run.take() {
+            let s = run.start;
+            let len = u32::try_from(run.len).expect("bounded by max_message_bytes");
+            self.out[s..s + 4].copy_from_slice(&len.to_be_bytes());
+            self.out[s + 31..s + 33].copy_from_slice(&run.count.to_be_bytes());
+        }
+    }
+}
+
+impl Drop for SampleRunWriter<'_> {
+    fn drop(&mut self) {
+        self.close_run();
+    }
+}
