@@ -3,20 +3,19 @@
 //! link closed on a malformed record, a participant dialed), posts its route tables to every
 //! shard and turns its events into [`ControlEvent`]s.
 //!
-//! **Owns:** the glue between the control core and the topics core, and (until the wire
-//! codec has `Frame::Discovery`) the Discovery frame's encoding. **Must not touch:** topics
-//! decisions (`topics::core`) or sockets.
+//! **Owns:** the glue between the control core and the topics core. **Must not touch:**
+//! topics decisions (`topics::core`), the frame layout (`wire`) or sockets.
 
 use super::{ControlCore, ControlEvent};
 use crate::cmd::ToShard;
 use crate::config::MeshConfig;
 use crate::topics::{
-    DirectPlanner, EndpointGuid, TopicError, TopicEvent, TopicsConfig, TopicsCore, TopicsInit,
-    TopicsOutput, TopicsStats, TopicsView,
+    EndpointGuid, TopicError, TopicEvent, TopicsConfig, TopicsCore, TopicsInit, TopicsOutput,
+    TopicsStats, TopicsView, TreePlanner,
 };
-use crate::wire::{Discovery, DiscoveryEntry, DISCOVERY_FRAME_TYPE};
+use crate::wire::{Discovery, Frame};
 use crate::{LinkId, PeerId};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use shoal_discovery::qos::EndpointQos;
 use shoal_discovery::types::EndpointKind;
 use std::net::SocketAddr;
@@ -34,16 +33,19 @@ pub(super) fn new_topics(
     entity_seed: u32,
     now: Instant,
 ) -> (TopicsCore, Option<String>) {
+    let writer_capacity = |tc: &TopicsConfig| {
+        u32::try_from(tc.max_local_endpoints.saturating_add(tc.max_remote_writers))
+            .unwrap_or(u32::MAX)
+    };
     let init = |tc: TopicsConfig, addrs: Vec<SocketAddr>| TopicsInit {
         me,
-        cfg: tc,
         ttl: cfg.initial_ttl,
         shards,
         listen_addrs: addrs,
         wall_ms,
         entity_seed,
-        // The shortest-path tree planner (`topics::tree`) replaces this one when it lands.
-        planner: Box::new(DirectPlanner::default()),
+        planner: Box::new(TreePlanner::new(writer_capacity(&tc))),
+        cfg: tc,
     };
     match TopicsCore::new(init(cfg.topics.clone(), listen_addrs.clone()), now) {
         Ok(t) => (t, None),
@@ -51,51 +53,6 @@ pub(super) fn new_topics(
             let t = TopicsCore::new(init(TopicsConfig::default(), listen_addrs), now)
                 .expect("the default topics settings are valid");
             (t, Some(e.to_string()))
-        }
-    }
-}
-
-/// Appends the Discovery frame `d` as TCP frame bytes (`wire/topic_frames.rs` layout).
-/// Replaced by `Frame::Discovery(..).encode` once the wire codec has it.
-fn encode_discovery(d: &Discovery, out: &mut BytesMut) {
-    let body: usize = 16
-        + 8
-        + 1
-        + 4
-        + 2
-        + 2
-        + 2
-        + d.entries
-            .iter()
-            .map(|e| {
-                3 + match e {
-                    DiscoveryEntry::Record(b) => b.len(),
-                    DiscoveryEntry::Withdraw(_) => 16,
-                }
-            })
-            .sum::<usize>();
-    out.reserve(5 + body);
-    out.put_u32((1 + body) as u32);
-    out.put_u8(DISCOVERY_FRAME_TYPE);
-    out.put_slice(&d.origin.0);
-    out.put_u64(d.seq);
-    out.put_u8(d.ttl);
-    out.put_u32(d.cycle);
-    out.put_u16(d.part);
-    out.put_u16(d.parts);
-    out.put_u16(d.entries.len() as u16);
-    for e in &d.entries {
-        match e {
-            DiscoveryEntry::Record(b) => {
-                out.put_u8(1);
-                out.put_u16(b.len() as u16);
-                out.put_slice(b);
-            }
-            DiscoveryEntry::Withdraw(g) => {
-                out.put_u8(2);
-                out.put_u16(16);
-                out.put_slice(g);
-            }
         }
     }
 }
@@ -174,7 +131,12 @@ impl ControlCore {
                     }
                     targets.sort_unstable();
                     let mut b = BytesMut::new();
-                    encode_discovery(&frame, &mut b);
+                    if let Err(e) = Frame::Discovery(frame).encode(&mut b) {
+                        // Own records are bounded and packed within the frame bound, and a
+                        // re-flood re-encodes what decoded: this cannot happen.
+                        self.warn("discovery frame not encodable", e.to_string());
+                        continue;
+                    }
                     let bytes: Bytes = b.freeze();
                     for (link, shard) in targets {
                         self.post(
@@ -251,42 +213,5 @@ impl ControlCore {
                 },
             });
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn encodes_the_documented_layout() {
-        let d = Discovery {
-            origin: PeerId([3; 16]),
-            seq: 0x0102,
-            ttl: 7,
-            cycle: 9,
-            part: 1,
-            parts: 2,
-            entries: vec![
-                DiscoveryEntry::Record(Bytes::from_static(b"abc")),
-                DiscoveryEntry::Withdraw([5; 16]),
-            ],
-        };
-        let mut b = BytesMut::new();
-        encode_discovery(&d, &mut b);
-        let mut want = Vec::new();
-        let body = 16 + 8 + 1 + 4 + 2 + 2 + 2 + (3 + 3) + (3 + 16);
-        want.extend_from_slice(&(1 + body as u32).to_be_bytes());
-        want.push(9);
-        want.extend_from_slice(&[3; 16]);
-        want.extend_from_slice(&0x0102u64.to_be_bytes());
-        want.push(7);
-        want.extend_from_slice(&9u32.to_be_bytes());
-        want.extend_from_slice(&[0, 1, 0, 2, 0, 2]);
-        want.extend_from_slice(&[1, 0, 3]);
-        want.extend_from_slice(b"abc");
-        want.extend_from_slice(&[2, 0, 16]);
-        want.extend_from_slice(&[5; 16]);
-        assert_eq!(&b[..], &want[..]);
     }
 }

@@ -36,7 +36,7 @@ mod receive;
 mod tests;
 mod view;
 
-pub use plan::{DirectPlanner, RouteInput, RoutePlanner, WriterDemand};
+pub use plan::{PlannerStats, RouteInput, RoutePlanner, TreePlanner, WriterDemand};
 pub use view::{EndpointView, TopicView, TopicsView};
 
 use super::config::TopicsConfig;

@@ -35,7 +35,7 @@ fn core_with(n: u8, cfg: TopicsConfig, now: Instant) -> TopicsCore {
             listen_addrs: vec![format!("10.0.0.{n}:7000").parse().unwrap()],
             wall_ms: 1_000_000,
             entity_seed: u32::from(n) << 8,
-            planner: Box::new(DirectPlanner::default()),
+            planner: Box::new(TreePlanner::new(1024)),
         },
         now,
     )
@@ -95,8 +95,36 @@ fn events(c: &mut TopicsCore) -> Vec<TopicEvent> {
     std::iter::from_fn(|| c.poll_event()).collect()
 }
 
-fn membership(n: u8, now: Instant) -> MemberGraph {
-    MemberGraph::new(id(n), SEC * 2, SEC * 8, 64, 1, now)
+/// Node `me`'s membership view of a mesh of `n` nodes (ids 1..=n) with these links
+/// (node indices from 0, link ids from 100 in order, as [`Net`] numbers them).
+fn membership(me: usize, n: usize, edges: &[(usize, usize)], now: Instant) -> MemberGraph {
+    let mut m = MemberGraph::new(id(me as u8 + 1), SEC * 2, SEC * 8, 64, 1, now);
+    for (k, &(a, b)) in edges.iter().enumerate() {
+        let l = LinkId(100 + k as u64);
+        if a == me {
+            m.neighbour_up(id(b as u8 + 1), l, 1, now);
+        } else if b == me {
+            m.neighbour_up(id(a as u8 + 1), l, 1, now);
+        }
+    }
+    for x in (0..n).filter(|x| *x != me) {
+        let mut neighbours: Vec<PeerId> = edges
+            .iter()
+            .filter_map(|&(a, b)| match (a == x, b == x) {
+                (true, _) => Some(id(b as u8 + 1)),
+                (_, true) => Some(id(a as u8 + 1)),
+                _ => None,
+            })
+            .collect();
+        neighbours.sort_unstable();
+        let rec = crate::wire::Membership {
+            origin: id(x as u8 + 1),
+            version: 5,
+            neighbours,
+        };
+        m.on_record(LinkId(1), &rec, 1, now);
+    }
+    m
 }
 
 fn records(f: &Discovery) -> Vec<Bytes> {
@@ -496,12 +524,15 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
     assert!(ea.contains(&matched(w, rb, LocalSide::Writer)));
     assert!(ea.contains(&matched(w, rc, LocalSide::Writer)));
     // Routes: A sends on both links, B and C deliver locally and forward nothing.
-    let ma = membership(1, now);
+    let edges = [(0, 1), (0, 2)];
+    let ma = membership(0, 3, &edges, now);
     let ta = net.cores[0].routes_due(&ma).expect("a table");
     let ra = ta.get(&w).expect("the writer is routed");
     assert_eq!(ra.links, vec![LinkId(100), LinkId(101)]);
     assert!(ra.local && ra.readers.is_empty());
-    let tb = net.cores[1].routes_due(&membership(2, now)).unwrap();
+    let tb = net.cores[1]
+        .routes_due(&membership(1, 3, &edges, now))
+        .unwrap();
     let rb_route = tb.get(&w).unwrap();
     assert_eq!(
         (rb_route.links.clone(), rb_route.readers.clone()),
