@@ -261,6 +261,25 @@ impl Sim {
         self.blackholed.remove(&(b, a));
     }
 
+    /// Creates a writer or reader of type "T" on node `i` (default QoS for its kind).
+    pub fn create_endpoint(
+        &mut self,
+        i: usize,
+        kind: shoal_discovery::types::EndpointKind,
+        topic: &str,
+        partitions: &[&str],
+    ) -> shoal_proto::topics::EndpointGuid {
+        let (now, wall) = (self.now, self.wall_ms());
+        let parts: Vec<String> = partitions.iter().map(|p| p.to_string()).collect();
+        let qos = shoal_discovery::qos::EndpointQos::default_for(kind);
+        let g = self.nodes[i]
+            .core
+            .create_endpoint(kind, topic, "T", [7; 16], qos, &parts, now, wall)
+            .expect("a valid endpoint");
+        self.drive(i);
+        g
+    }
+
     pub fn broadcast(&mut self, i: usize, payload: impl AsRef<[u8]>) {
         self.send(i, PeerId::ZERO, payload)
     }

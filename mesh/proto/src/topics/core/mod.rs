@@ -60,7 +60,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Which side of a matched pair lives on this node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LocalSide {
     /// The writer only.
     Writer,
@@ -504,8 +504,13 @@ impl TopicsCore {
 
     /// A placed link whose peer advertised extended frames (`capable`); others are
     /// ignored (a multimaster peer never receives a frame type it does not know).
+    ///
+    /// A new capable neighbour hears a full cycle at once (the next timer tick) rather than
+    /// up to a period later: until a node's participant record is admitted it is not
+    /// topic-capable, and a relay with no endpoints announces nothing else.
     pub fn link_up(&mut self, link: LinkId, peer: PeerId, capable: bool) {
         if capable && self.links.insert(link, peer) != Some(peer) {
+            self.next_announce = self.origin;
             self.changed();
         }
     }
