@@ -66,12 +66,13 @@ fn writer_on_a_readers_on_b_and_c_match_route_and_unmatch_after_a_stop() {
     assert_eq!((why[0].0, why[0].1), (w, rx));
     assert!(matches!(why[0].2[..], [Incompatibility::Partitions { .. }]));
     // A's shard routes the writer on both links; B's and C's deliver locally, forward none.
-    let routes = sim.nodes[0].shard.routes.clone().expect("a table on A's shard");
+    let routes = sim.nodes[0]
+        .shard
+        .routes
+        .clone()
+        .expect("a table on A's shard");
     let r = routes.get(&w).expect("the writer is routed");
-    let mut links = sim.nodes[0].core.budgets().count();
-    assert_eq!(links, 2);
-    links = r.links.len();
-    assert_eq!(links, 2, "{r:?}");
+    assert_eq!(r.links.len(), 2, "{r:?}");
     for l in &r.links {
         assert!(sim.nodes[0].shard.owns(*l), "a live link of A's");
     }
@@ -79,6 +80,24 @@ fn writer_on_a_readers_on_b_and_c_match_route_and_unmatch_after_a_stop() {
     let rb_route = rb_route.get(&w).unwrap();
     assert!(rb_route.links.is_empty());
     assert_eq!(rb_route.readers, vec![rb]);
+    // Samples travel from A's writer to B's and C's matching readers, not to C's other one.
+    sim.write_samples(0, w, 1, &[b"one", b"two"]);
+    sim.run_for(Duration::from_millis(20));
+    for (i, r) in [(1, rb), (2, rc)] {
+        let got: Vec<Vec<u8>> = sim.nodes[i]
+            .samples
+            .iter()
+            .filter(|run| run.reader == r)
+            .flat_map(|run| {
+                run.samples
+                    .payloads()
+                    .map(|p| p.to_vec())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(got, vec![b"one".to_vec(), b"two".to_vec()], "node {i}");
+    }
+    assert!(sim.nodes[2].samples.iter().all(|run| run.reader != rx));
     // Many announce cycles later nothing flapped and nothing was said twice.
     let before: Vec<usize> = sim.nodes.iter().map(|n| n.topic_events.len()).collect();
     sim.run_for(Duration::from_secs(15));
@@ -110,9 +129,18 @@ fn discovery_reaches_a_node_two_hops_away_through_a_relay() {
     let w = sim.create_endpoint(0, EndpointKind::Writer, "t", &[]);
     let r = sim.create_endpoint(2, EndpointKind::Reader, "t", &[]);
     sim.run_for(Duration::from_millis(50));
-    assert_eq!(matched(&sim.nodes[2].topic_events), vec![(w, r, LocalSide::Reader)]);
-    assert_eq!(matched(&sim.nodes[0].topic_events), vec![(w, r, LocalSide::Writer)]);
-    assert!(matched(&sim.nodes[1].topic_events).is_empty(), "no local side on B");
+    assert_eq!(
+        matched(&sim.nodes[2].topic_events),
+        vec![(w, r, LocalSide::Reader)]
+    );
+    assert_eq!(
+        matched(&sim.nodes[0].topic_events),
+        vec![(w, r, LocalSide::Writer)]
+    );
+    assert!(
+        matched(&sim.nodes[1].topic_events).is_empty(),
+        "no local side on B"
+    );
     // B relays: its shard forwards the writer's samples on its link to C.
     let rb = sim.nodes[1].shard.routes.clone().unwrap();
     let rb = rb.get(&w).expect("B relays the writer");
@@ -120,4 +148,43 @@ fn discovery_reaches_a_node_two_hops_away_through_a_relay() {
     assert!(rb.readers.is_empty());
     let ra = sim.nodes[0].shard.routes.clone().unwrap();
     assert_eq!(ra.get(&w).unwrap().links.len(), 1);
+    // A sample crosses B to C's reader.
+    sim.write_samples(0, w, 1, &[b"hop"]);
+    sim.run_for(Duration::from_millis(20));
+    let runs: Vec<_> = sim.nodes[2]
+        .samples
+        .iter()
+        .filter(|s| s.reader == r)
+        .collect();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        runs[0].samples.payloads().next().map(|p| p.to_vec()),
+        Some(b"hop".to_vec())
+    );
+    assert!(sim.nodes[1].samples.is_empty(), "B has no reader");
+    // dial_participants is off by default: a line stays a line.
+    sim.run_for(Duration::from_secs(3));
+    assert!(!sim.connected(0).contains(&sim.id(2)));
+}
+
+#[test]
+fn dial_participants_links_nodes_heard_through_discovery() {
+    // A(0) – B(1) – C(2) by static peers; with dial_participants A and C link directly.
+    let mut sim = Sim::new(33);
+    for j in 0..3 {
+        let mut c = cfg();
+        c.topics.dial_participants = true;
+        if j > 0 {
+            c.static_peers = vec![format!("node{}:{PORT}", j - 1)];
+        }
+        sim.add_node(c);
+    }
+    sim.start_all();
+    sim.run_for(Duration::from_secs(2));
+    assert!(
+        sim.connected(0).contains(&sim.id(2)),
+        "{:?}",
+        sim.connected(0)
+    );
+    assert!(sim.connected(2).contains(&sim.id(0)));
 }

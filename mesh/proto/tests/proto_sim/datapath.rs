@@ -193,6 +193,38 @@ impl DataPath {
         self.flush(now, out);
     }
 
+    /// Samples `first_seq..` of this node's writer `writer`, one run.
+    pub fn write_samples(
+        &mut self,
+        writer: [u8; 16],
+        first_seq: u64,
+        payloads: &[&[u8]],
+        ttl: u8,
+        now: Instant,
+        out: &mut Vec<ShardOut>,
+    ) {
+        let mut frames = BytesMut::new();
+        let mut w =
+            shoal_proto::wire::SampleRunWriter::new(&mut frames, writer, ttl, first_seq, self.max);
+        for p in payloads {
+            w.push(p).expect("a small sample fits");
+        }
+        w.finish();
+        let mut acts = std::mem::take(&mut self.acts);
+        self.core.publish(
+            Publish::Samples {
+                writer,
+                frames,
+                count: payloads.len(),
+            },
+            now,
+            &mut acts,
+        );
+        self.apply(&mut acts, now, out);
+        self.acts = acts;
+        self.flush(now, out);
+    }
+
     /// A message this node sends (`dst` zero: broadcast).
     pub fn originate(
         &mut self,

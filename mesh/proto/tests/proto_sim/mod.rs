@@ -280,6 +280,22 @@ impl Sim {
         g
     }
 
+    /// Node `i`'s writer `writer` writes samples `first_seq..` (ttl from its config).
+    pub fn write_samples(
+        &mut self,
+        i: usize,
+        writer: [u8; 16],
+        first_seq: u64,
+        payloads: &[&[u8]],
+    ) {
+        let mut out = Vec::new();
+        let (now, ttl) = (self.now, self.nodes[i].cfg.initial_ttl);
+        self.nodes[i]
+            .shard
+            .write_samples(writer, first_seq, payloads, ttl, now, &mut out);
+        self.apply_shard(i, out);
+    }
+
     pub fn broadcast(&mut self, i: usize, payload: impl AsRef<[u8]>) {
         self.send(i, PeerId::ZERO, payload)
     }
