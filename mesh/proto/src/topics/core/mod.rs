@@ -27,6 +27,9 @@
 //! (matched / unmatched / incompatible), and once per round
 //! [`routes_due`](TopicsCore::routes_due): a new route table when anything it depends on
 //! changed.
+//!
+//! Length: the core's state and its small entry points (~330 lines of code) with their docs;
+//! frames (`announce`, `receive`), events, routes and the view live in submodules.
 
 mod announce;
 mod events;
