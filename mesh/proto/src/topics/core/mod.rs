@@ -202,6 +202,9 @@ pub struct TopicsStats {
     pub incompatible_unreported: u64,
     /// Route tables built.
     pub route_tables: u64,
+    /// Relays of a frame not sent to a neighbour that has it from its origin (the origin's
+    /// membership record lists it).
+    pub relays_pruned: u64,
     /// Dials asked for (`dial_participants`).
     pub dials: u64,
     /// Participants heard that no selected locator could be dialed at.
@@ -595,6 +598,11 @@ impl TopicsCore {
             Table::RemoteReaders => c.remote_readers,
         };
         (self.graph.occupancy(table), cap)
+    }
+
+    /// Counts relays the control core skipped (see [`TopicsStats::relays_pruned`]).
+    pub fn count_relays_pruned(&mut self, n: u64) {
+        self.stats.relays_pruned += n;
     }
 
     /// Origins held by the flood's dedup table.
