@@ -34,17 +34,6 @@ pub enum Publish {
         /// How many frames `frames` holds.
         count: usize,
     },
-    /// TEMPORARY SHIM (branch `api`, reverted when main has the lead's variant): `count`
-    /// samples of `writer` as whole Samples frames packed by a `Writer` handle. Dropped by
-    /// the core until the sample path lands.
-    Samples {
-        /// The writer.
-        writer: crate::topics::EndpointGuid,
-        /// The encoded Samples frames.
-        frames: BytesMut,
-        /// Samples in `frames`.
-        count: usize,
-    },
 }
 
 impl Publish {
@@ -54,7 +43,6 @@ impl Publish {
         match self {
             Publish::One { .. } => 1,
             Publish::Batch { count, .. } => *count,
-            Publish::Samples { count, .. } => *count,
         }
     }
 }
@@ -68,7 +56,6 @@ impl ShardCore {
             Publish::Batch { dst, frames, count } => {
                 self.originate_batch(dst, frames, count, now, out)
             }
-            Publish::Samples { .. } => {}
         }
     }
 
