@@ -10,7 +10,10 @@
 use crate::budget::LinkBudget;
 use crate::crypto::{RecordOpener, RecordSealer};
 use crate::topics::SampleRoutes;
-use crate::wire::{Data, DataHeader, Discovery, IdentityRecord, Membership, DATA_HEADER_LEN};
+use crate::wire::{
+    Data, DataHeader, Discovery, IdentityRecord, Membership, Samples, SamplesHeader,
+    DATA_HEADER_LEN,
+};
 use crate::{Link, LinkId, PeerId};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
@@ -134,6 +137,14 @@ pub enum ShardToShard {
         /// The frame.
         data: Data,
     },
+    /// Route this run of topic samples received on `from` (sent to the shard owning its
+    /// writer's sequence state).
+    RelaySamples {
+        /// The inbound link.
+        from: LinkId,
+        /// The run.
+        samples: Samples,
+    },
     /// Queue these bytes, holding `frames` Data frames, on `link` (sent to the link's shard;
     /// bytes already reserved in the link's budget).
     Transmit {
@@ -186,6 +197,9 @@ pub enum ToControl {
 pub enum Out {
     /// One Data frame as its header and payload (written without joining them).
     Data(DataHeader, Bytes),
+    /// A run of topic samples as its header (ttl as it leaves) and the received body
+    /// (written without joining them), with the samples it holds.
+    Samples(SamplesHeader, Bytes, u64),
     /// Ready-encoded bytes (one frame, or a batching publisher's run of Data frames), the
     /// budget bytes they hold (0 for the link's own control frames: Hello, Heartbeat,
     /// Goodbye) and the Data frames among them (what is counted if they are lost).
@@ -197,15 +211,16 @@ impl Out {
     pub fn held(&self) -> usize {
         match self {
             Out::Data(_, p) => DATA_HEADER_LEN + p.len(),
+            Out::Samples(h, b, _) => h.0.len() + b.len(),
             Out::Raw(_, n, _) => *n,
         }
     }
 
-    /// The Data frames (messages) it carries.
+    /// The messages (Data frames, or samples) it carries.
     pub fn frames(&self) -> u64 {
         match self {
             Out::Data(..) => 1,
-            Out::Raw(_, _, f) => *f,
+            Out::Samples(_, _, f) | Out::Raw(_, _, f) => *f,
         }
     }
 }

@@ -213,6 +213,18 @@ impl MemberGraph {
         &self.neighbours
     }
 
+    /// The known graph as adjacency lists: this node's own neighbours, then every stored
+    /// record (origin → its neighbours, sorted and deduplicated), in no particular order.
+    /// Raw: an edge listed by one end only is included as that end lists it, and lists may
+    /// name unknown nodes; consumers apply their own edge rule (routes: `topics::tree`).
+    pub fn adjacency(&self) -> impl Iterator<Item = (&PeerId, &[PeerId])> {
+        std::iter::once((&self.me, self.neighbours.as_slice())).chain(
+            self.records
+                .iter()
+                .map(|(origin, r)| (origin, r.sorted.as_slice())),
+        )
+    }
+
     /// Counters.
     pub fn stats(&self) -> MemberStats {
         self.stats

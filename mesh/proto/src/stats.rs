@@ -109,7 +109,9 @@ counters! {
     /// Dropped: the link's outbound queue was at `max_outbound_queue_bytes` (or, for a
     /// relayed frame routed by the shard's inbox, the ring to the link's shard was full).
     dropped_queue_full,
-    /// Samples frames dropped because no topic route table knows their writer.
+    /// Dropped: topic samples of a writer the shard's route table does not know (matched
+    /// with no reader this node serves or relays for, or its table has not arrived yet), one
+    /// per sample.
     dropped_unrouted_samples,
     /// Links closed because a frame did not decode (random bytes, unknown type, bad field).
     malformed_frames,

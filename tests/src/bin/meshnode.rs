@@ -78,6 +78,7 @@ fn main() {
                 Event::Error { kind, message, .. } => {
                     say(&format!("error kind={kind:?} msg={message}"))
                 }
+                // Membership is reported from `members()` below; topics are not used here.
                 _ => {}
             }
         }

@@ -241,3 +241,34 @@ fn relays_skip_the_origin_and_the_neighbours_it_lists() {
         .iter()
         .any(|t| t.dest == Dest::Link(LinkId(16)) && t.record == r));
 }
+
+#[test]
+fn adjacency_lists_own_neighbours_and_stored_records_sorted() {
+    let now = Instant::now();
+    let mut m = new(1, now);
+    m.neighbour_up(p(3), LinkId(1), 1_000, now);
+    m.neighbour_up(p(2), LinkId(2), 1_000, now);
+    let r = Record {
+        origin: p(2),
+        version: 10,
+        neighbours: vec![p(4), p(1), p(4)],
+    };
+    assert_eq!(
+        m.on_record(LinkId(2), &r, 1_000, now),
+        RecordOutcome::Stored
+    );
+    let mut adj: Vec<(PeerId, Vec<PeerId>)> =
+        m.adjacency().map(|(o, l)| (*o, l.to_vec())).collect();
+    adj.sort();
+    assert_eq!(
+        adj,
+        vec![(p(1), vec![p(2), p(3)]), (p(2), vec![p(1), p(4)])]
+    );
+    m.neighbour_down(&p(3), 1_000, now);
+    let own: Vec<PeerId> = m
+        .adjacency()
+        .find(|(o, _)| **o == p(1))
+        .map(|(_, l)| l.to_vec())
+        .unwrap();
+    assert_eq!(own, vec![p(2)]);
+}

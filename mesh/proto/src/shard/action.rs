@@ -7,7 +7,8 @@ use super::backpressure::Blocked;
 use crate::cmd::{ShardToShard, ToControl};
 use crate::link::CloseReason;
 use crate::stats::{inc, Counters};
-use crate::wire::DecodeError;
+use crate::topics::EndpointGuid;
+use crate::wire::{DecodeError, Samples};
 use crate::{LinkId, MsgId, PeerId};
 use bytes::Bytes;
 
@@ -33,6 +34,9 @@ pub enum ShardAction {
     /// Hand a message to the application (waiting for room in its event queue if it is
     /// full: a Message event is never dropped for want of room).
     Deliver(Delivery),
+    /// Hand a run of samples to a local reader (waiting for room in the event queue, as
+    /// [`ShardAction::Deliver`]).
+    DeliverSamples(SampleRun),
     /// Tell the application about a link error (an `Error` event).
     Error(LinkError),
     /// An originated message waits for room on a link (Block policy): see
@@ -86,6 +90,52 @@ pub trait DeliverySink {
 
     /// Takes `d` for the application, or gives it back (see the trait docs).
     fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery>;
+
+    /// Takes a run of samples for one local reader, or gives back what it did not take: the
+    /// run's tail from the first sample it had no room for ([`SampleRun::skip`]), under the
+    /// same order rule. The default takes nothing.
+    fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
+        Err(run)
+    }
+}
+
+/// A run of one writer's samples for one local reader (one hand-off per run and reader).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleRun {
+    /// The local reader.
+    pub reader: EndpointGuid,
+    /// The samples: their writer, first sequence number, count and payloads
+    /// ([`Samples::payloads`], slices of the read buffer).
+    pub samples: Samples,
+}
+
+impl SampleRun {
+    /// The same run without its first `k` samples (`k < count`): the body is re-sliced, no
+    /// payload is copied.
+    pub fn skip(&self, k: u16) -> SampleRun {
+        SampleRun {
+            reader: self.reader,
+            samples: skip_samples(&self.samples, k),
+        }
+    }
+}
+
+/// `s` without its first `k` samples (`k < s.count`): the body re-sliced after their length
+/// prefixes and payloads.
+pub(super) fn skip_samples(s: &Samples, k: u16) -> Samples {
+    debug_assert!(k < s.count, "skip {k} of {}", s.count);
+    let mut at = 0usize;
+    for _ in 0..k {
+        let len = u32::from_be_bytes(s.body[at..at + 4].try_into().expect("4 bytes")) as usize;
+        at += 4 + len;
+    }
+    Samples {
+        ttl: s.ttl,
+        writer: s.writer,
+        first_seq: s.first_seq + u64::from(k),
+        count: s.count - k,
+        body: s.body.slice(at..),
+    }
 }
 
 /// A sink that takes nothing: every delivery becomes a [`ShardAction::Deliver`] (the

@@ -62,17 +62,20 @@ mod links;
 mod origin;
 mod read;
 mod route;
+mod samples;
 mod write;
 
 #[cfg(test)]
 mod tests;
 
 pub use action::{
-    decode_fault, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink, ShardAction,
+    decode_fault, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink, SampleRun,
+    ShardAction,
 };
 pub use backpressure::{Blocked, Unblock};
 pub use origin::Publish;
 pub use read::ReadStep;
+pub use samples::samples_shard;
 pub use write::WriteStep;
 
 use crate::budget::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
@@ -162,6 +165,8 @@ pub struct ShardCore {
     stop: Stop,
     /// Where topic samples go (the control plane's latest table).
     sample_routes: Arc<SampleRoutes>,
+    /// Sequence state of the writers whose samples this shard checks, by route slot.
+    writer_seqs: Vec<samples::WriterSeq>,
     /// Where deliveries go first (see [`DeliverySink`]).
     sink: Sink,
 }
@@ -204,6 +209,7 @@ impl ShardCore {
             gen: MsgIdGen::new(cfg.me, seed),
             stop: Stop::Running,
             sample_routes: Arc::default(),
+            writer_seqs: Vec::new(),
             sink: Sink(Box::new(NoSink)),
             counters,
             cfg,
@@ -293,6 +299,9 @@ impl ShardCore {
         match msg {
             ShardToShard::Relay { from, data } => {
                 self.route(from, data, route::Path::Inbox, now, out)
+            }
+            ShardToShard::RelaySamples { from, samples } => {
+                self.route_samples(from, samples, route::Path::Inbox, now, out)
             }
             ShardToShard::Transmit {
                 link,

@@ -4,7 +4,7 @@
 //! the ingress queue that carries publishes to the shard (the driver's).
 
 use super::action::ShardAction;
-use super::route::Path;
+use super::route::{Path, Targets};
 use super::ShardCore;
 use crate::cmd::Out;
 use crate::router::{DataMeta, DataVerdict};
@@ -34,6 +34,17 @@ pub enum Publish {
         /// How many frames `frames` holds.
         count: usize,
     },
+    /// `count` samples of this node's writer `writer`, packed as whole Samples frames (one
+    /// run or several, sequence numbers and ttl included) by its writer handle on the
+    /// application thread.
+    Samples {
+        /// The writer (one of this node's).
+        writer: crate::topics::EndpointGuid,
+        /// The encoded Samples frames.
+        frames: BytesMut,
+        /// How many samples `frames` holds.
+        count: usize,
+    },
 }
 
 impl Publish {
@@ -42,7 +53,7 @@ impl Publish {
     pub fn weight(&self) -> usize {
         match self {
             Publish::One { .. } => 1,
-            Publish::Batch { count, .. } => *count,
+            Publish::Batch { count, .. } | Publish::Samples { count, .. } => *count,
         }
     }
 }
@@ -56,6 +67,11 @@ impl ShardCore {
             Publish::Batch { dst, frames, count } => {
                 self.originate_batch(dst, frames, count, now, out)
             }
+            Publish::Samples {
+                writer,
+                frames,
+                count,
+            } => self.originate_samples(writer, frames, count, now, out),
         }
     }
 
@@ -146,15 +162,12 @@ impl ShardCore {
     ) {
         let run = frames.freeze();
         let n = run.len();
-        self.fan_out_with(
-            n,
-            count as u64,
-            except,
-            only,
-            Path::Origin,
-            now,
-            out,
-            || Out::Raw(run.clone(), n, count as u64),
-        );
+        let to = match only {
+            Some(l) => Targets::Only(l),
+            None => Targets::AllExcept(except),
+        };
+        self.fan_out_with(n, count as u64, to, Path::Origin, now, out, || {
+            Out::Raw(run.clone(), n, count as u64)
+        });
     }
 }

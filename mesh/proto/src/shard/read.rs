@@ -241,18 +241,6 @@ impl ShardCore {
         }
     }
 
-    /// Placeholder until the sample path exists: no route table knows any writer yet, so
-    /// every Samples frame is dropped and counted.
-    fn route_samples_in(
-        &mut self,
-        _link: LinkId,
-        _samples: Samples,
-        _now: Instant,
-        _out: &mut Vec<ShardAction>,
-    ) {
-        inc(&self.counters.dropped_unrouted_samples);
-    }
-
     /// A record did not open (or could not be sealed): the stream can no longer be trusted;
     /// only this link goes.
     pub(super) fn record_failure(

@@ -17,7 +17,7 @@ use super::ShardCore;
 use crate::budget::{LinkBudget, OverflowPolicy};
 use crate::cmd::{Out, ShardToShard};
 use crate::router::{DataMeta, DataVerdict, DropReason};
-use crate::stats::{add, inc, raise};
+use crate::stats::{add, inc, raise, TopicCounterSet};
 use crate::wire::{Data, DataHeader, DATA_HEADER_LEN};
 use crate::{dedup_shard, LinkId};
 use bytes::Bytes;
@@ -128,13 +128,17 @@ impl ShardCore {
             return;
         };
         let n = DATA_HEADER_LEN + payload.len();
-        self.fan_out_with(n, 1, except, only, path, now, out, || {
+        let to = match only {
+            Some(l) => Targets::Only(l),
+            None => Targets::AllExcept(except),
+        };
+        self.fan_out_with(n, 1, to, path, now, out, || {
             Out::Data(header, payload.clone())
         });
     }
 
-    /// Queues what `make` builds (`n` bytes holding `frames` Data frames) on `only`, or on
-    /// every routed link except `except`. Reserves each link's bytes first; what does not
+    /// Queues what `make` builds (`n` bytes holding `frames` messages) on the links of `to`
+    /// (counting per topic too for samples). Reserves each link's bytes first; what does not
     /// fit is dropped and counted, except that an originated message under the Block policy
     /// waits for room ([`ShardAction::Block`]), unless the link is slow.
     #[allow(clippy::too_many_arguments)]
@@ -142,8 +146,7 @@ impl ShardCore {
         &mut self,
         n: usize,
         frames: u64,
-        except: Option<LinkId>,
-        only: Option<LinkId>,
+        to: Targets<'_>,
         path: Path,
         now: Instant,
         out: &mut Vec<ShardAction>,
@@ -167,6 +170,7 @@ impl ShardCore {
             now,
         };
         let policy = cfg.policy;
+        let topic = to.topic();
         let mut send = |link: LinkId| {
             let Some((owner, budget)) = owners.get(&link) else {
                 return;
@@ -177,6 +181,9 @@ impl ShardCore {
                 if may_wait && budget.is_slow() {
                     // Nobody waits for a slow link (see `SlowLinkPolicy`).
                     add(&q.c.dropped_slow_link, frames);
+                    if let Some(t) = topic {
+                        add(&t.dropped_no_route, frames);
+                    }
                 } else if may_wait {
                     out.push(ShardAction::Block(Box::new(Blocked::new(
                         link,
@@ -187,20 +194,40 @@ impl ShardCore {
                     ))));
                 } else if budget.is_closed() {
                     add(&q.c.dropped_no_route, frames);
+                    if let Some(t) = topic {
+                        add(&t.dropped_no_route, frames);
+                    }
                 } else {
                     add(&q.c.dropped_queue_full, frames);
+                    if let Some(t) = topic {
+                        add(&t.dropped_queue_full, frames);
+                    }
                     if let OverflowPolicy::Disconnect { after } = policy {
                         budget.note_full(after, now);
                     }
                 }
                 return;
             };
+            if let Some(t) = topic {
+                add(&t.forwarded, frames);
+            }
             q.transmit(link, *owner, budget, make(), frames, total, path, out);
         };
-        match only {
-            Some(l) => send(l),
-            None => {
+        match to {
+            Targets::Only(l) => send(l),
+            Targets::AllExcept(except) => {
                 for &l in table.links() {
+                    if Some(l) != except {
+                        send(l);
+                    }
+                }
+            }
+            Targets::Route {
+                links,
+                except,
+                topic: _,
+            } => {
+                for &l in links {
                     if Some(l) != except {
                         send(l);
                     }
@@ -226,6 +253,31 @@ impl ShardCore {
             now,
         }
         .enqueue(link, o, frames, budget);
+    }
+}
+
+/// The links a fan-out sends on.
+#[derive(Clone, Copy)]
+pub(super) enum Targets<'a> {
+    /// One link (a targeted message to a neighbour).
+    Only(LinkId),
+    /// Every routed link except the one it came on (a flood).
+    AllExcept(Option<LinkId>),
+    /// A writer's route from this node (topic samples), except the one it came on; what is
+    /// queued and dropped is counted for its topic too.
+    Route {
+        links: &'a [LinkId],
+        except: Option<LinkId>,
+        topic: &'a TopicCounterSet,
+    },
+}
+
+impl<'a> Targets<'a> {
+    fn topic(&self) -> Option<&'a TopicCounterSet> {
+        match self {
+            Targets::Route { topic, .. } => Some(topic),
+            _ => None,
+        }
     }
 }
 

@@ -662,3 +662,5 @@ fn deliveries_go_to_the_sink_in_place_and_what_it_gives_back_follows_as_actions_
     assert_eq!(sink.taken.borrow().last().map(|d| d.payload[0]), Some(6));
     assert!(deliveries(&s.take()).is_empty());
 }
+
+mod samples;

@@ -179,6 +179,19 @@ pub(super) fn gather(queue: &mut VecDeque<Out>, bufs: &mut Vec<Bytes>, max_iovec
                 arena.extend_from_slice(&h.0);
                 p
             }
+            Out::Samples(h, b, _) => {
+                let held = h.0.len() + b.len();
+                total += held;
+                if held <= COPY_MAX {
+                    reserve_arena(&mut arena, queue.len(), held);
+                    arena.extend_from_slice(&h.0);
+                    arena.extend_from_slice(&b);
+                    continue;
+                }
+                reserve_arena(&mut arena, queue.len(), h.0.len());
+                arena.extend_from_slice(&h.0);
+                b
+            }
             Out::Raw(b, ..) => {
                 total += b.len();
                 if b.len() <= COPY_MAX {
@@ -230,6 +243,7 @@ pub(super) fn seal_batch(
         taken.add(&o);
         let (head, body): (&[u8], &[u8]) = match &o {
             Out::Data(h, p) => (&h.0[..], &p[..]),
+            Out::Samples(h, b, _) => (&h.0[..], &b[..]),
             Out::Raw(b, ..) => (&b[..], &[]),
         };
         let flen = head.len() + body.len();

@@ -10,6 +10,7 @@
 pub mod config;
 pub mod core;
 pub mod routes;
+pub mod tree;
 
 pub use self::config::{TopicsConfig, TopicsConfigError};
 pub use self::core::{
@@ -17,3 +18,4 @@ pub use self::core::{
     TopicView, TopicsCore, TopicsInit, TopicsOutput, TopicsStats, TopicsView, WriterDemand,
 };
 pub use routes::{EndpointGuid, SampleRoutes, WriterRoute};
+pub use tree::{compute_routes, RouteOutput, RouteStats, SlotAllocator, SlotsFull, WriterInput};

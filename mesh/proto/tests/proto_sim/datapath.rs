@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use shoal_proto::cmd::{ToControl, ToShard};
 use shoal_proto::config::MeshConfig;
 use shoal_proto::shard::{
-    Delivery, Publish, ReadStep, ShardAction, ShardConfig, ShardCore, Unblock, WriteStep,
+    Delivery, Publish, ReadStep, SampleRun, ShardAction, ShardConfig, ShardCore, Unblock, WriteStep,
 };
 use shoal_proto::stats::Counters;
 use shoal_proto::wire::{peek_frame_len, DecodeStatus, FrameType, DATA_HEADER_LEN};
@@ -58,6 +58,8 @@ pub enum ShardOut {
     Report(ToControl),
     /// A message for the application.
     Deliver(Delivery),
+    /// A run of topic samples for a local reader.
+    Samples(SampleRun),
     /// A link closed for this reason.
     Closed(CloseReason),
     /// A frame was lost on purpose (simulated loss).
@@ -284,6 +286,7 @@ impl DataPath {
             match a {
                 ShardAction::Report { msg, busy: _ } => out.push(ShardOut::Report(msg)),
                 ShardAction::Deliver(d) => out.push(ShardOut::Deliver(d)),
+                ShardAction::DeliverSamples(r) => out.push(ShardOut::Samples(r)),
                 ShardAction::Error(_) => {}
                 ShardAction::Ended(link, reason) => {
                     self.conns.remove(&link);

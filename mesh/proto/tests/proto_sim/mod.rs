@@ -145,6 +145,7 @@ impl Sim {
             cfg,
             delivered: Vec::new(),
             delivered_ids: Vec::new(),
+            samples: Vec::new(),
             peer_events: Vec::new(),
             member_events: Vec::new(),
             member_event_at: Vec::new(),
@@ -440,6 +441,7 @@ impl Sim {
                     n.delivered.push((d.from, d.payload));
                     n.delivered_ids.push(d.msg_id);
                 }
+                ShardOut::Samples(r) => self.nodes[i].samples.push(r),
                 ShardOut::Closed(reason) => self.nodes[i].close_reasons.push(reason),
                 ShardOut::Lost => self.nodes[i].lost_frames += 1,
             }

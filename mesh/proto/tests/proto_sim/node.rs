@@ -6,6 +6,7 @@ use bytes::{Bytes, BytesMut};
 use shoal_proto::config::MeshConfig;
 use shoal_proto::control::{ControlCore, ControlEvent};
 use shoal_proto::crypto::{Identity, IdentityPolicy, PskKeys, SecureContext};
+use shoal_proto::shard::SampleRun;
 use shoal_proto::{CloseReason, DialTarget, LinkId, MsgId, PeerId};
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
@@ -44,6 +45,8 @@ pub struct Node {
     pub delivered: Vec<(PeerId, Bytes)>,
     /// Ids of the delivered messages, same order.
     pub delivered_ids: Vec<MsgId>,
+    /// Runs of topic samples delivered to this node's readers, in order.
+    pub samples: Vec<SampleRun>,
     /// Peer events (discovered, connected, disconnected, lost) in order.
     pub peer_events: Vec<ControlEvent>,
     /// Member events in order, and when each happened.

@@ -34,8 +34,8 @@ use ahash::AHashMap;
 use event_listener::Event as Signal;
 use shoal_proto::cmd::ShardToShard;
 use shoal_proto::shard::{
-    Delivery, DeliverySink, IfBusy, LinkError, LinkFault, ShardAction, ShardConfig, ShardCore,
-    Unblock,
+    Delivery, DeliverySink, IfBusy, LinkError, LinkFault, SampleRun, ShardAction, ShardConfig,
+    ShardCore, Unblock,
 };
 use shoal_proto::LinkId;
 use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
@@ -169,6 +169,54 @@ impl DeliverySink for HubSink {
             }
         })
     }
+
+    fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
+        let hub = &self.ns.hub;
+        let mut refused_at = None;
+        for (i, (seq, payload)) in run.samples.seqs().zip(run.samples.payloads()).enumerate() {
+            let ev = Event::Sample {
+                reader: run.reader,
+                writer: run.samples.writer,
+                seq,
+                payload,
+            };
+            // Callbacks see every sample, also those given back (see the type's docs).
+            hub.run_callbacks(&ev);
+            if refused_at.is_some() || self.refused {
+                refused_at.get_or_insert(i);
+                continue;
+            }
+            if hub.try_queue_message(ev, &self.outbox).is_err() {
+                refused_at = Some(i);
+            }
+        }
+        match refused_at {
+            None => Ok(()),
+            Some(i) => {
+                self.refused = true;
+                // `i < count`, which fits the count's u16.
+                Err(run.skip(i as u16))
+            }
+        }
+    }
+}
+
+/// Queues the samples of `run` that the event queue has room for, in order; the rest come
+/// back (their callbacks ran in the sink).
+fn try_queue_samples(ctx: &Ctx, run: SampleRun) -> Result<(), SampleRun> {
+    for (i, (seq, payload)) in run.samples.seqs().zip(run.samples.payloads()).enumerate() {
+        let ev = Event::Sample {
+            reader: run.reader,
+            writer: run.samples.writer,
+            seq,
+            payload,
+        };
+        if ctx.ns.hub.try_queue_message(ev, &ctx.outbox).is_err() {
+            // `i < count`, which fits the count's u16.
+            return Err(run.skip(i as u16));
+        }
+    }
+    Ok(())
 }
 
 /// Which task carries out actions: a link's own task is not stopped by its link's end
@@ -329,6 +377,11 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
                 }));
             }
         }
+        ShardAction::DeliverSamples(run) => {
+            if let Err(rest) = try_queue_samples(ctx, run) {
+                return Some(ShardAction::DeliverSamples(rest));
+            }
+        }
         ShardAction::Error(e) => error_event(ctx, e),
         ShardAction::Block(b) => return Some(ShardAction::Block(b)),
         ShardAction::Ended(link, _) => ended(ctx, link, who),
@@ -366,6 +419,20 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<ShardAction>, who: Who) {
                     .hub
                     .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
                     .await
+            }
+            ShardAction::DeliverSamples(run) => {
+                for (seq, payload) in run.samples.seqs().zip(run.samples.payloads()) {
+                    let ev = Event::Sample {
+                        reader: run.reader,
+                        writer: run.samples.writer,
+                        seq,
+                        payload,
+                    };
+                    ctx.ns
+                        .hub
+                        .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
+                        .await
+                }
             }
             ShardAction::Block(b) => {
                 let mut later = Vec::new();

@@ -1,0 +1,265 @@
+//! Topic samples on a shard: what a local writer wrote, and runs of samples read from links,
+//! sent along their writer's route and delivered to the matched local readers.
+//!
+//! A run (one Samples frame: consecutive sequence numbers of one writer) is handled whole:
+//! one route lookup by writer GUID in the control plane's latest [`SampleRoutes`] table, one
+//! sequence check against the writer's state (indexed by the route's stable slot, so it
+//! survives a new table), one reservation per link and one hand-off per local reader. A run's
+//! sequence state lives on one shard, that of its writer's node id prefix
+//! ([`samples_shard`]): for a node's own writers that is the origin shard, where they
+//! publish; a run read on another shard hops there once.
+//!
+//! Sequence numbers make delivery exact and bounded: a run whose numbers were all seen is a
+//! duplicate (a copy over a second path while views of the graph differ), dropped and
+//! counted; the seen head of a run that overlaps is cut off; numbers skipped over are counted
+//! as missed. Nothing reaches a reader twice.
+//!
+//! **Owns:** the sample path's decisions (route, sequence check, fan-out, delivery, counters).
+//! **Must not touch:** how routes are computed (the control plane's `topics`) or how a
+//! delivery reaches the application (the driver's [`super::DeliverySink`]).
+
+use super::action::{skip_samples, IfBusy, SampleRun, ShardAction};
+use super::route::{Path, Targets};
+use super::ShardCore;
+use crate::cmd::{Out, ShardToShard};
+use crate::stats::{add, inc, TopicCounterSet};
+use crate::topics::{EndpointGuid, SampleRoutes, WriterRoute};
+use crate::wire::{decode_frame, DecodeStatus, Frame, Samples};
+use crate::LinkId;
+use bytes::BytesMut;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The shard (of `shards`) that keeps the sequence state of `writer`'s samples: the shard of
+/// its node's id (its first 8 bytes, as [`crate::link_shard`] and [`crate::dedup_shard`]
+/// hash a node), so a node's own writers are checked where they publish.
+pub fn samples_shard(writer: &EndpointGuid, shards: usize) -> usize {
+    let h = u64::from_be_bytes(writer[..8].try_into().expect("16 >= 8"));
+    (h % shards.max(1) as u64) as usize
+}
+
+/// One writer's sequence state on its shard.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct WriterSeq {
+    /// The writer whose state this is (a slot is reused only after its writer is gone).
+    writer: EndpointGuid,
+    /// The next sequence number expected (0: nothing seen yet).
+    next: u64,
+}
+
+/// What a sequence check lets through of a run.
+struct Fresh {
+    /// Samples at the head of the run already seen.
+    skip: u16,
+}
+
+impl ShardCore {
+    /// The sequence check of a run of `route`'s writer: counts duplicates and gaps and
+    /// advances the state; `None` when every sample of the run was seen before.
+    fn check_seq(
+        &mut self,
+        route: &WriterRoute,
+        s: &Samples,
+        c: &TopicCounterSet,
+    ) -> Option<Fresh> {
+        let slot = route.slot as usize;
+        if slot >= self.writer_seqs.len() {
+            self.writer_seqs.resize(slot + 1, WriterSeq::default());
+        }
+        let st = &mut self.writer_seqs[slot];
+        if st.writer != route.writer {
+            *st = WriterSeq {
+                writer: route.writer,
+                next: 0,
+            };
+        }
+        let last = s.last_seq();
+        if st.next > last {
+            add(&c.dropped_duplicate, u64::from(s.count));
+            return None;
+        }
+        let skip = st.next.saturating_sub(s.first_seq);
+        if skip > 0 {
+            add(&c.dropped_duplicate, skip);
+        } else if st.next != 0 && s.first_seq > st.next {
+            add(&c.missed, s.first_seq - st.next);
+        }
+        st.next = last + 1;
+        // `skip` < count here: `next <= last`.
+        Some(Fresh { skip: skip as u16 })
+    }
+
+    /// A Samples frame read on `from`: routed here, or handed to the shard that keeps its
+    /// writer's sequence state.
+    pub(super) fn route_samples_in(
+        &mut self,
+        from: LinkId,
+        s: Samples,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let owner = samples_shard(&s.writer, self.shards);
+        if owner != self.idx {
+            inc(&self.counters.hops_out);
+            out.push(ShardAction::Post {
+                to: owner,
+                msg: ShardToShard::RelaySamples { from, samples: s },
+                busy: IfBusy::Wait,
+            });
+            return;
+        }
+        self.route_samples(from, s, Path::Reader, now, out);
+    }
+
+    /// Routes a run received on `from` whose writer's sequence state is on this shard.
+    pub(super) fn route_samples(
+        &mut self,
+        from: LinkId,
+        s: Samples,
+        path: Path,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        // One reference count per run keeps the table alive while the shard writes itself.
+        let routes: Arc<SampleRoutes> = self.sample_routes.clone();
+        let Some(route) = routes.get(&s.writer) else {
+            add(&self.counters.dropped_unrouted_samples, u64::from(s.count));
+            return;
+        };
+        let c = route.topic.shard(self.idx);
+        let Some(fresh) = self.check_seq(route, &s, c) else {
+            return;
+        };
+        let s = if fresh.skip > 0 {
+            skip_samples(&s, fresh.skip)
+        } else {
+            s
+        };
+        if !route.links.is_empty() {
+            if s.ttl > 1 {
+                self.forward_run(route, &s, Some(from), path, now, out);
+            } else {
+                add(&self.counters.dropped_ttl, u64::from(s.count));
+            }
+        }
+        self.deliver_run(route, s, c, out);
+    }
+
+    /// Sends a run on its writer's route (except `except`), with one hop less.
+    fn forward_run(
+        &mut self,
+        route: &WriterRoute,
+        s: &Samples,
+        except: Option<LinkId>,
+        path: Path,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let Ok(mut header) = s.header() else {
+            inc(&self.counters.oversize_frames);
+            return;
+        };
+        header.set_ttl(s.ttl - 1);
+        let n = header.0.len() + s.body.len();
+        let frames = u64::from(s.count);
+        let to = Targets::Route {
+            links: &route.links,
+            except,
+            topic: route.topic.shard(self.idx),
+        };
+        self.fan_out_with(n, frames, to, path, now, out, || {
+            Out::Samples(header, s.body.clone(), frames)
+        });
+    }
+
+    /// Hands a run to every local reader of its writer's route.
+    fn deliver_run(
+        &mut self,
+        route: &WriterRoute,
+        s: Samples,
+        c: &TopicCounterSet,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let n = u64::from(s.count);
+        let Some((last, rest)) = route.readers.split_last() else {
+            return;
+        };
+        for reader in rest {
+            self.deliver_samples(*reader, s.clone(), c, n, out);
+        }
+        self.deliver_samples(*last, s, c, n, out);
+    }
+
+    fn deliver_samples(
+        &mut self,
+        reader: EndpointGuid,
+        samples: Samples,
+        c: &TopicCounterSet,
+        n: u64,
+        out: &mut Vec<ShardAction>,
+    ) {
+        add(&c.delivered, n);
+        if let Err(rest) = self
+            .sink
+            .0
+            .try_deliver_samples(SampleRun { reader, samples })
+        {
+            out.push(ShardAction::DeliverSamples(rest));
+        }
+    }
+
+    /// What this node's writer `writer` wrote: `count` samples packed as whole Samples
+    /// frames by its handle. Queued on the writer's route as one buffer (untouched, as a
+    /// `Publisher` batch) and delivered to the local readers it is matched with.
+    pub(super) fn originate_samples(
+        &mut self,
+        writer: EndpointGuid,
+        frames: BytesMut,
+        count: usize,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let routes: Arc<SampleRoutes> = self.sample_routes.clone();
+        let Some(route) = routes.get(&writer) else {
+            // The table naming a new writer has not reached the shard yet (or the writer was
+            // just removed): nobody can be matched with it here.
+            add(&self.counters.dropped_unrouted_samples, count as u64);
+            return;
+        };
+        let c = route.topic.shard(self.idx);
+        add(&c.written, count as u64);
+        let batch = frames.freeze();
+        if !route.links.is_empty() {
+            let n = batch.len();
+            let frames = count as u64;
+            let to = Targets::Route {
+                links: &route.links,
+                except: None,
+                topic: c,
+            };
+            self.fan_out_with(n, frames, to, Path::Origin, now, out, || {
+                Out::Raw(batch.clone(), n, frames)
+            });
+        }
+        // Each run passes the sequence check, so a copy that comes back over a loop while
+        // routes change is a duplicate; the handle numbers runs consecutively, so the check
+        // never cuts one of its own.
+        let mut at = 0;
+        while at < batch.len() {
+            let Ok(DecodeStatus::Complete {
+                frame: Frame::Samples(s),
+                len,
+            }) = decode_frame(&batch.slice(at..), u32::MAX)
+            else {
+                // The handle packs whole, well-formed frames; anything else is a bug there,
+                // and what is left of the batch cannot be delivered.
+                debug_assert!(false, "a writer's batch holds only Samples frames");
+                break;
+            };
+            at += len;
+            if self.check_seq(route, &s, c).is_some() {
+                self.deliver_run(route, s, c, out);
+            }
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The sample path of the shard core, driven with virtual time and `C = ()` (deliveries come
+//! back as actions: the default sink takes nothing).
+
+use super::*;
+use crate::shard::samples_shard;
+use crate::stats::{TopicCounters, TopicStats};
+use crate::topics::{EndpointGuid, WriterRoute};
+use crate::wire::{SampleRunWriter, Samples};
+use crate::PeerId;
+
+const W: EndpointGuid = [0xa; 16];
+const R1: EndpointGuid = [0x71; 16];
+const R2: EndpointGuid = [0x72; 16];
+
+/// A run of `payloads` of writer `W` numbered from `first`, with `ttl`, as one frame.
+fn run(first: u64, ttl: u8, payloads: &[&[u8]]) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    let mut w = SampleRunWriter::new(&mut b, W, ttl, first, 1 << 20);
+    for p in payloads {
+        w.push(p).unwrap();
+    }
+    w.finish();
+    b.to_vec()
+}
+
+fn routes(
+    s: &mut Sim,
+    links: &[LinkId],
+    readers: &[EndpointGuid],
+    local: bool,
+) -> Arc<TopicCounters> {
+    let topic = Arc::new(TopicCounters::new(1));
+    let r = WriterRoute {
+        writer: W,
+        slot: 3,
+        topic: topic.clone(),
+        local,
+        links: links.to_vec(),
+        readers: readers.to_vec(),
+    };
+    let t = Arc::new(SampleRoutes::new(1, vec![r]));
+    let cmd: ToShard<()> = ToShard::SampleRoutes(t);
+    assert!(s.core.on_command(cmd, s.t0, &mut s.out).is_none());
+    topic
+}
+
+/// The (reader, seqs, payloads) of every run delivered, in order.
+fn delivered(actions: &[ShardAction]) -> Vec<(EndpointGuid, Vec<u64>, Vec<Vec<u8>>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            ShardAction::DeliverSamples(r) => Some((
+                r.reader,
+                r.samples.seqs().collect(),
+                r.samples.payloads().map(|p| p.to_vec()).collect(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The Samples frames in `wire`.
+fn runs(wire: &[u8]) -> Vec<Samples> {
+    let mut b = BytesMut::from(wire);
+    let mut v = Vec::new();
+    while let Some(f) = crate::wire::take_frame(&mut b, u32::MAX).unwrap() {
+        if let crate::wire::Frame::Samples(s) = f {
+            v.push(s);
+        }
+    }
+    assert!(b.is_empty());
+    v
+}
+
+fn stats(t: &TopicCounters) -> TopicStats {
+    t.snapshot()
+}
+
+#[test]
+fn a_run_goes_out_on_its_route_with_one_hop_less_and_to_each_local_reader_once() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    let topic = routes(&mut s, &[B], &[R1, R2], false);
+    s.take();
+    assert!(s.feed(A, &run(1, 5, &[b"one", b"two"]), s.at(1)));
+    let got = delivered(&s.take());
+    assert_eq!(
+        got,
+        vec![
+            (R1, vec![1, 2], vec![b"one".to_vec(), b"two".to_vec()]),
+            (R2, vec![1, 2], vec![b"one".to_vec(), b"two".to_vec()]),
+        ]
+    );
+    let out = runs(&s.written(B, s.at(1)));
+    assert_eq!(out.len(), 1, "one frame for the run");
+    assert_eq!((out[0].ttl, out[0].first_seq, out[0].count), (4, 1, 2));
+    assert!(
+        runs(&s.written(A, s.at(1))).is_empty(),
+        "never back where it came from"
+    );
+    let t = stats(&topic);
+    assert_eq!((t.delivered, t.forwarded), (4, 2));
+}
+
+#[test]
+fn seen_samples_are_dropped_and_counted_and_gaps_are_counted_as_missed() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    let topic = routes(&mut s, &[B], &[R1], false);
+    assert!(s.feed(A, &run(1, 5, &[b"1", b"2", b"3"]), s.at(1)));
+    // The same run again (another path while routes change): nothing passes.
+    assert!(s.feed(B, &run(1, 5, &[b"1", b"2", b"3"]), s.at(2)));
+    // Overlapping 2..=5: only 4 and 5 pass, delivered and forwarded without the seen head.
+    assert!(s.feed(A, &run(2, 5, &[b"2", b"3", b"4", b"5"]), s.at(3)));
+    // 9..=9 after 5: 6, 7 and 8 were never received.
+    assert!(s.feed(A, &run(9, 5, &[b"9"]), s.at(4)));
+    let got: Vec<Vec<u64>> = delivered(&s.take()).into_iter().map(|d| d.1).collect();
+    assert_eq!(got, vec![vec![1, 2, 3], vec![4, 5], vec![9]]);
+    let fwd: Vec<(u64, u16)> = runs(&s.written(B, s.at(4)))
+        .iter()
+        .map(|r| (r.first_seq, r.count))
+        .collect();
+    assert_eq!(fwd, vec![(1, 3), (4, 2), (9, 1)]);
+    let t = stats(&topic);
+    assert_eq!((t.dropped_duplicate, t.missed, t.delivered), (3 + 2, 3, 6));
+}
+
+#[test]
+fn samples_of_an_unknown_writer_or_out_of_hops_are_counted_not_sent() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    assert!(s.feed(A, &run(1, 5, &[b"x", b"y"]), s.at(1)));
+    assert_eq!(s.stats().dropped_unrouted_samples, 2);
+    let topic = routes(&mut s, &[B], &[R1], false);
+    assert!(s.feed(A, &run(3, 1, &[b"z"]), s.at(2)));
+    assert_eq!(s.stats().dropped_ttl, 1);
+    assert!(runs(&s.written(B, s.at(2))).is_empty());
+    assert_eq!(delivered(&s.take()).len(), 1, "still delivered here");
+    assert_eq!(stats(&topic).delivered, 1);
+}
+
+#[test]
+fn a_run_read_on_another_shard_hops_to_its_writers_shard_once() {
+    let shards = 2;
+    let owner = samples_shard(&W, shards);
+    let mut s = Sim::new(1 - owner, shards, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    routes(&mut s, &[], &[R1], false);
+    s.take();
+    assert!(s.feed(A, &run(1, 5, &[b"x"]), s.at(1)));
+    let a = s.take();
+    assert!(delivered(&a).is_empty(), "not checked here");
+    let hop = a.into_iter().find_map(|a| match a {
+        ShardAction::Post {
+            to,
+            msg: ShardToShard::RelaySamples { from, samples },
+            ..
+        } => Some((to, from, samples.first_seq)),
+        _ => None,
+    });
+    assert_eq!(hop, Some((owner, A, 1)));
+}
+
+#[test]
+fn what_a_local_writer_wrote_is_queued_whole_and_delivered_to_its_local_readers() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    let topic = routes(&mut s, &[A], &[R1], true);
+    s.take();
+    let mut frames = BytesMut::new();
+    let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 64);
+    for n in 0..5u8 {
+        w.push(&[n; 20]).unwrap(); // 64-byte frames: 2 samples each, 3 frames
+    }
+    assert_eq!(w.finish(), 6);
+    let batch = frames.to_vec();
+    s.core.publish(
+        Publish::Samples {
+            writer: W,
+            frames,
+            count: 5,
+        },
+        s.at(1),
+        &mut s.out,
+    );
+    let seqs: Vec<u64> = delivered(&s.take()).into_iter().flat_map(|d| d.1).collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+    assert_eq!(s.written(A, s.at(1)), batch, "the batch's bytes, untouched");
+    assert!(s.written(B, s.at(1)).is_empty(), "only the route's links");
+    let t = stats(&topic);
+    assert_eq!((t.written, t.delivered, t.forwarded), (5, 5, 5));
+    // A copy coming back over a loop is a duplicate.
+    assert!(s.feed(A, &batch, s.at(2)));
+    assert!(delivered(&s.take()).is_empty());
+    assert_eq!(stats(&topic).dropped_duplicate, 5);
+    let _ = PeerId::ZERO;
+}
+
+#[test]
+fn a_full_link_drops_a_relayed_run_whole_and_counts_it_for_its_topic() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::DropNewest);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 40); // less than one run: the first fits an empty queue, no other does
+    let topic = routes(&mut s, &[B], &[], false);
+    assert!(s.feed(A, &run(1, 5, &[b"0123456789", b"0123456789"]), s.at(1)));
+    assert!(s.feed(A, &run(3, 5, &[b"0123456789", b"0123456789"]), s.at(1)));
+    let t = stats(&topic);
+    assert_eq!((t.forwarded, t.dropped_queue_full), (2, 2));
+    assert_eq!(s.stats().dropped_queue_full, 2);
+}
