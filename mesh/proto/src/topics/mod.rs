@@ -14,8 +14,9 @@ pub mod tree;
 
 pub use self::config::{TopicsConfig, TopicsConfigError};
 pub use self::core::{
-    DirectPlanner, EndpointView, LocalSide, RouteInput, RoutePlanner, TopicError, TopicEvent,
-    TopicView, TopicsCore, TopicsInit, TopicsOutput, TopicsStats, TopicsView, WriterDemand,
+    EndpointView, LocalSide, PlannerStats, RouteInput, RoutePlanner, TopicError, TopicEvent,
+    TopicView, TopicsCore, TopicsInit, TopicsOutput, TopicsStats, TopicsView, TreePlanner,
+    WriterDemand,
 };
 pub use routes::{EndpointGuid, SampleRoutes, WriterRoute};
 pub use tree::{compute_routes, RouteOutput, RouteStats, SlotAllocator, SlotsFull, WriterInput};

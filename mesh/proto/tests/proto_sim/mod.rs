@@ -127,6 +127,7 @@ impl Sim {
                 secure,
                 seed,
                 epoch: self.start,
+                listen_addrs: vec![std::net::SocketAddr::new(ip.into(), PORT)],
             },
             now,
             wall,
@@ -150,6 +151,7 @@ impl Sim {
             member_events: Vec::new(),
             member_event_at: Vec::new(),
             errors: Vec::new(),
+            topic_events: Vec::new(),
             close_reasons: Vec::new(),
             dial_log: Vec::new(),
             tx: Traffic::default(),
@@ -399,6 +401,9 @@ impl Sim {
                 n.member_event_at.push(now);
             }
             ControlEvent::Error { .. } => n.errors.push(e),
+            ControlEvent::Matched { .. }
+            | ControlEvent::Unmatched { .. }
+            | ControlEvent::Incompatible { .. } => n.topic_events.push(e),
         }
     }
 

@@ -116,7 +116,12 @@ impl TopicsCore {
         let mut matches: Vec<(EndpointGuid, EndpointGuid)> = g
             .matches()
             .into_iter()
-            .filter_map(|(w, r)| Some((guid_bytes(&g.endpoint(w)?.guid), guid_bytes(&g.endpoint(r)?.guid))))
+            .filter_map(|(w, r)| {
+                Some((
+                    guid_bytes(&g.endpoint(w)?.guid),
+                    guid_bytes(&g.endpoint(r)?.guid),
+                ))
+            })
             .collect();
         matches.sort_unstable();
         let topics = topics
