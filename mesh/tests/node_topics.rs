@@ -262,25 +262,28 @@ fn try_write_says_why_when_a_link_is_full() {
         .unwrap()
         .with_batch_bytes(0);
     let r = silent.reader(Topic::new(IMU, "Imu")).unwrap();
-    wait_until(20, "matched", || {
-        sender.topics().matches().contains(&(w.guid(), r.guid()))
+    // Both sides: the reader's node must route the writer's samples to its reader (whose
+    // events nobody takes), or it drops them and its link never backs up.
+    let pair = (w.guid(), r.guid());
+    wait_until(20, "matched on both nodes", || {
+        sender.topics().matches().contains(&pair) && silent.topics().matches().contains(&pair)
     });
     let payload = vec![5u8; 512];
     let mut accepted = 0u64;
-    let mut err = None;
-    wait_until(30, "try_write reports a full link", || {
+    // As fast as it goes (no pause between writes), for at most 30 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let err = loop {
         match w.try_write(&payload) {
             Ok(seq) => {
                 accepted += 1;
                 assert_eq!(seq, accepted, "numbers only the samples accepted");
-                false
             }
-            Err(e) => {
-                err = Some(e);
-                true
-            }
+            Err(e) => break Some(e),
         }
-    });
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+    };
     assert_eq!(err, Some(PublishError::Full));
     assert_eq!(
         w.next_seq(),
@@ -368,7 +371,10 @@ fn endpoints_open_from_callbacks_without_deadlock() {
     let reader = a.mesh.reader(Topic::new(IMU, "Imu")).unwrap();
     let b = Node::start(fast().static_peer(ep(a.port())));
     let mut w = b.mesh.writer(Topic::new(IMU, "Imu")).unwrap();
-    wait_until(20, "matched", || matched(&b, w.guid(), reader.guid()));
+    // Both sides: samples written before the reader's node routes the writer are lost.
+    wait_until(20, "matched", || {
+        matched(&b, w.guid(), reader.guid()) && matched(&a, w.guid(), reader.guid())
+    });
     w.write_blocking(b"one").unwrap();
     w.flush_blocking().unwrap();
     wait_until(20, "two readers opened from callbacks", || {
@@ -386,4 +392,38 @@ fn endpoints_open_from_callbacks_without_deadlock() {
     assert!(listed >= 2, "the readers exist: {listed}");
     *slot.lock().unwrap() = None;
     keep.lock().unwrap().clear();
+}
+
+#[test]
+fn handles_dropped_while_unwinding_remove_their_endpoints_without_aborting() {
+    let a = Node::start(fast());
+    let m = a.mesh.clone();
+    // Keeps the topic (and its counters) listed after the unwinding handles are gone.
+    let outside = m.reader(Topic::new(IMU, "Imu")).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut w = m
+            .writer(Topic::new(IMU, "Imu"))
+            .unwrap()
+            .with_batch_bytes(1 << 16);
+        let _r = m.reader(Topic::new(IMU, "Imu")).unwrap();
+        w.try_write(b"pending").unwrap();
+        assert_eq!(w.pending(), 1);
+        panic!("unwinding with a pending writer and a reader");
+    }));
+    assert!(
+        r.is_err(),
+        "the closure panicked, and the process is still here"
+    );
+    wait_until(20, "both endpoints removed", || {
+        let t = a.mesh.topics();
+        t.writers().count() == 0 && t.readers().count() == 1
+    });
+    // The pending sample was handed over (written on the topic, or dropped by a shard that
+    // had no route for the writer any more) or counted as discarded: never lost uncounted.
+    wait_until(20, "the pending sample is accounted for", || {
+        let written = a.mesh.topics().topic(IMU).map_or(0, |t| t.stats.written);
+        let s = a.mesh.stats();
+        written + s.total.dropped_unrouted_samples + s.unflushed_discarded == 1
+    });
+    drop(outside);
 }

@@ -43,7 +43,16 @@ pub(crate) struct Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        self.mesh.remove_endpoint(self.guid);
+        if std::thread::panicking() {
+            // The command wakes the control plane's task, and compio aborts the process when
+            // a task is woken from a panicking thread: a helper sends it.
+            let (mesh, guid) = (&self.mesh, self.guid);
+            std::thread::scope(|s| {
+                let _ = s.spawn(|| mesh.remove_endpoint(guid)).join();
+            });
+        } else {
+            self.mesh.remove_endpoint(self.guid);
+        }
     }
 }
 
@@ -115,7 +124,7 @@ impl Mesh {
             Err(shoal_runtime::TrySendError::Closed(_)) => return,
             Err(shoal_runtime::TrySendError::Full(cmd)) => cmd,
         };
-        if shoal_runtime::current_executor().is_some() || std::thread::panicking() {
+        if shoal_runtime::current_executor().is_some() {
             // An executor must not block (its node may be shutting down and never drain the
             // queue); a helper waits for room instead.
             let tx = tx.clone();
