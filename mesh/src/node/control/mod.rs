@@ -58,8 +58,8 @@ pub(crate) enum Cmd {
     Stop(mpsc::Sender<()>),
     /// Create a local writer or reader and answer with its GUID or the refusal.
     CreateEndpoint {
-        /// The validated declaration.
-        spec: EndpointSpec,
+        /// The validated declaration (boxed: commands travel by value through a queue).
+        spec: Box<EndpointSpec>,
         /// Where the answer goes (room for one: the control plane never waits on it).
         reply: mpsc::SyncSender<Result<EndpointGuid, TopicError>>,
     },

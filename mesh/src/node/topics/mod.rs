@@ -91,7 +91,10 @@ impl Mesh {
         let tx = self.inner.cmd.get().ok_or(MeshError::NotRunning)?;
         let topic = spec.topic.clone();
         let (reply, answer) = mpsc::sync_channel(1);
-        let cmd = Cmd::CreateEndpoint { spec, reply };
+        let cmd = Cmd::CreateEndpoint {
+            spec: Box::new(spec),
+            reply,
+        };
         if let Err(cmd) = control::run_here(ns, cmd) {
             // Another thread than this node's control plane: it serves commands without
             // waiting for this one, so waiting for room and for the answer is safe.
