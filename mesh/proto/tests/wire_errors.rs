@@ -2,7 +2,7 @@
 //! the extended-frame sending rule; the topic frames' hand-computed byte vectors (also the
 //! fuzz seeds of `mesh/fuzz/seeds/frame_decode/topic-*`).
 //!
-//! Length: about 750 lines, one short test per malformed case of every frame, which is the
+//! Length: about 860 lines, one short test per malformed case of every frame, which is the
 //! point of the file; splitting it by frame would scatter the shared helpers.
 
 use bytes::{Bytes, BytesMut};
