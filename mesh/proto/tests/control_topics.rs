@@ -15,7 +15,7 @@ use shoal_proto::config::MeshConfig;
 use shoal_proto::control::{Action, ControlCore, ControlEvent, ControlInit, Handshaking};
 use shoal_proto::topics::LocalSide;
 use shoal_proto::wire::{
-    Discovery, DiscoveryEntry, Features, Hello, ShoalExtension, DISCOVERY_FRAME_TYPE,
+    Discovery, DiscoveryEntry, Features, Hello, Membership, ShoalExtension, DISCOVERY_FRAME_TYPE,
     PROTOCOL_VERSION, SHOAL_EXT_VERSION,
 };
 use shoal_proto::{DialTarget, LinkId, LinkTimers, PeerId, Role};
@@ -192,6 +192,21 @@ fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_route
     let sent = discovery_sends(&posts(&mut c, now));
     assert!(!sent.is_empty() && sent.iter().all(|(l, _)| *l == capable));
     actions(&mut c);
+    // The peer's membership record lists us: the edge is usable by the route tree (an edge
+    // listed by one side only is not).
+    c.on_shard_report(
+        ToControl::MembershipIn {
+            link: capable,
+            record: Membership {
+                origin: PeerId([2; 16]),
+                version: WALL,
+                neighbours: vec![PeerId([1; 16])],
+            },
+        },
+        now,
+        WALL,
+    );
+    posts(&mut c, now);
     // The capable peer announces a reader.
     let (r, rec) = reader(2, "t");
     c.on_shard_report(

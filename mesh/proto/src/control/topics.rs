@@ -120,12 +120,30 @@ impl ControlCore {
         while let Some(o) = self.topics.poll_output() {
             match o {
                 TopicsOutput::Flood { frame, except } => {
+                    // A relayed frame skips the neighbours its origin's membership record
+                    // lists, as membership relays do: the origin sent it to them directly
+                    // (a frame lost to a link that just went is repaired by the next cycle).
+                    let listed: &[PeerId] = match except {
+                        Some(_) => self
+                            .membership
+                            .adjacency()
+                            .find(|(o, _)| **o == frame.origin)
+                            .map_or(&[], |(_, n)| n),
+                        None => &[],
+                    };
+                    let mut pruned = 0u64;
                     let mut targets: Vec<(LinkId, usize)> = self
                         .placed
                         .iter()
                         .filter(|(l, p)| p.capable && Some(**l) != except)
+                        .filter(|(_, p)| {
+                            let skip = p.peer == frame.origin || listed.contains(&p.peer);
+                            pruned += u64::from(skip);
+                            !skip
+                        })
                         .map(|(l, p)| (*l, p.shard))
                         .collect();
+                    self.topics.count_relays_pruned(pruned);
                     if targets.is_empty() {
                         continue;
                     }

@@ -261,6 +261,41 @@ impl Sim {
         self.blackholed.remove(&(b, a));
     }
 
+    /// Creates a writer or reader of type "T" on node `i` (default QoS for its kind).
+    pub fn create_endpoint(
+        &mut self,
+        i: usize,
+        kind: shoal_discovery::types::EndpointKind,
+        topic: &str,
+        partitions: &[&str],
+    ) -> shoal_proto::topics::EndpointGuid {
+        let (now, wall) = (self.now, self.wall_ms());
+        let parts: Vec<String> = partitions.iter().map(|p| p.to_string()).collect();
+        let qos = shoal_discovery::qos::EndpointQos::default_for(kind);
+        let g = self.nodes[i]
+            .core
+            .create_endpoint(kind, topic, "T", [7; 16], qos, &parts, now, wall)
+            .expect("a valid endpoint");
+        self.drive(i);
+        g
+    }
+
+    /// Node `i`'s writer `writer` writes samples `first_seq..` (ttl from its config).
+    pub fn write_samples(
+        &mut self,
+        i: usize,
+        writer: [u8; 16],
+        first_seq: u64,
+        payloads: &[&[u8]],
+    ) {
+        let mut out = Vec::new();
+        let (now, ttl) = (self.now, self.nodes[i].cfg.initial_ttl);
+        self.nodes[i]
+            .shard
+            .write_samples(writer, first_seq, payloads, ttl, now, &mut out);
+        self.apply_shard(i, out);
+    }
+
     pub fn broadcast(&mut self, i: usize, payload: impl AsRef<[u8]>) {
         self.send(i, PeerId::ZERO, payload)
     }

@@ -27,6 +27,9 @@
 //! (matched / unmatched / incompatible), and once per round
 //! [`routes_due`](TopicsCore::routes_due): a new route table when anything it depends on
 //! changed.
+//!
+//! Length: the core's state and its small entry points (~330 lines of code) with their docs;
+//! frames (`announce`, `receive`), events, routes and the view live in submodules.
 
 mod announce;
 mod events;
@@ -60,7 +63,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Which side of a matched pair lives on this node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LocalSide {
     /// The writer only.
     Writer,
@@ -199,6 +202,9 @@ pub struct TopicsStats {
     pub incompatible_unreported: u64,
     /// Route tables built.
     pub route_tables: u64,
+    /// Relays of a frame not sent to a neighbour that has it from its origin (the origin's
+    /// membership record lists it).
+    pub relays_pruned: u64,
     /// Dials asked for (`dial_participants`).
     pub dials: u64,
     /// Participants heard that no selected locator could be dialed at.
@@ -504,8 +510,13 @@ impl TopicsCore {
 
     /// A placed link whose peer advertised extended frames (`capable`); others are
     /// ignored (a multimaster peer never receives a frame type it does not know).
+    ///
+    /// A new capable neighbour hears a full cycle at once (the next timer tick) rather than
+    /// up to a period later: until a node's participant record is admitted it is not
+    /// topic-capable, and a relay with no endpoints announces nothing else.
     pub fn link_up(&mut self, link: LinkId, peer: PeerId, capable: bool) {
         if capable && self.links.insert(link, peer) != Some(peer) {
+            self.next_announce = self.origin;
             self.changed();
         }
     }
@@ -587,6 +598,11 @@ impl TopicsCore {
             Table::RemoteReaders => c.remote_readers,
         };
         (self.graph.occupancy(table), cap)
+    }
+
+    /// Counts relays the control core skipped (see [`TopicsStats::relays_pruned`]).
+    pub fn count_relays_pruned(&mut self, n: u64) {
+        self.stats.relays_pruned += n;
     }
 
     /// Origins held by the flood's dedup table.

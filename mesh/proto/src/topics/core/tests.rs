@@ -1,4 +1,8 @@
 //! Unit tests of the topics core on structs, in virtual time.
+//!
+//! Length: one test per behaviour of the brief plus the small in-memory mesh (`Net`) and the
+//! record templates the million-record admission test needs; splitting would scatter the
+//! shared helpers.
 
 use super::*;
 use crate::topics::config::MIN_DISCOVERY_FRAME_BYTES;

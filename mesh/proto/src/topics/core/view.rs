@@ -66,6 +66,9 @@ pub struct TopicsView {
     pub reported_occupancy: (usize, usize),
     /// The epoch of the last route table.
     pub routes_epoch: u64,
+    /// What the route planner counted (unreachable readers, branches without a link,
+    /// writers over the slot capacity).
+    pub planner: super::PlannerStats,
     /// Counters.
     pub stats: TopicsStats,
 }
@@ -151,6 +154,7 @@ impl TopicsCore {
             dedup_occupancy: (self.dedup.len(), self.cfg.max_dedup_origins),
             reported_occupancy: (self.reported.len(), self.cfg.max_reported_incompatible),
             routes_epoch: self.routes_epoch,
+            planner: self.planner.stats(),
             stats: self.stats,
         }
     }
