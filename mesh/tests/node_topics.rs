@@ -490,3 +490,33 @@ fn samples_cross_a_relay_in_order() {
         bt.topic(IMU)
     );
 }
+
+#[test]
+fn dropping_a_writer_flushes_its_samples_then_unmatches() {
+    let nodes = star(1, |_| fast());
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let mut w = a
+        .mesh
+        .writer(Topic::new(IMU, "Imu"))
+        .unwrap()
+        .with_batch_bytes(1 << 16);
+    let r = b.mesh.reader(Topic::new(IMU, "Imu")).unwrap();
+    let (wg, rg) = (w.guid(), r.guid());
+    wait_until(20, "matched on both sides", || {
+        matched(a, wg, rg) && matched(b, wg, rg)
+    });
+    for i in 1..=5u8 {
+        w.write_blocking(&[i]).unwrap();
+    }
+    assert_eq!(w.pending(), 5, "batched, not handed over yet");
+    drop(w);
+    wait_until(20, "the reader has the five samples", || {
+        samples(b, rg).len() >= 5
+    });
+    let seqs: Vec<u64> = samples(b, rg).iter().map(|s| s.1).collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+    wait_until(20, "unmatched on the reader's side", || {
+        b.rec
+            .has(|e| matches!(e, Event::Unmatched { writer, .. } if *writer == wg))
+    });
+}

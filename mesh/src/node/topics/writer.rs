@@ -53,7 +53,10 @@ struct Run {
 /// them. Dropping it flushes (waiting on a plain thread, not on an executor thread or while
 /// unwinding, where what does not fit is counted in
 /// [`MeshStats::unflushed_discarded`](crate::MeshStats::unflushed_discarded)), then removes
-/// the endpoint. Keeps the node alive like a [`Mesh`](crate::Mesh) clone.
+/// the endpoint. The flushed batch and the removal travel different queues (the origin
+/// shard's ingress, the control plane's commands): should the new route table reach the
+/// shard before the batch, the batch is dropped and counted as `dropped_unrouted_samples`.
+/// Keeps the node alive like a [`Mesh`](crate::Mesh) clone.
 #[derive(Debug)]
 pub struct Writer {
     ep: Endpoint,
