@@ -520,3 +520,65 @@ fn dropping_a_writer_flushes_its_samples_then_unmatches() {
             .has(|e| matches!(e, Event::Unmatched { writer, .. } if *writer == wg))
     });
 }
+
+/// Polls `f` on this thread (no executor) for at most `secs` seconds.
+fn block_on<F: std::future::Future>(f: F, secs: u64) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "future not ready after {secs}s"
+        );
+        std::thread::park_timeout(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn async_writes_and_flushes_deliver_like_blocking_ones() {
+    let nodes = star(1, |_| fast());
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let mut w = a
+        .mesh
+        .writer(Topic::new(IMU, "Imu"))
+        .unwrap()
+        .with_batch_bytes(64);
+    let r = b.mesh.reader(Topic::new(IMU, "Imu")).unwrap();
+    wait_until(20, "matched on both sides", || {
+        matched(a, w.guid(), r.guid()) && matched(b, w.guid(), r.guid())
+    });
+    let seqs = block_on(
+        async {
+            let mut seqs = Vec::new();
+            for i in 0..40u8 {
+                seqs.push(w.write(&[i; 10]).await.unwrap());
+            }
+            w.flush().await.unwrap();
+            seqs
+        },
+        20,
+    );
+    assert_eq!(seqs, (1..=40).collect::<Vec<u64>>());
+    wait_until(20, "40 samples", || samples(b, r.guid()).len() >= 40);
+    let got = samples(b, r.guid());
+    assert_eq!(
+        got.iter().map(|s| s.1).collect::<Vec<_>>(),
+        (1..=40).collect::<Vec<u64>>()
+    );
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, s)| s.2 == vec![i as u8; 10]));
+}
