@@ -13,8 +13,14 @@
 //! plane; sum over `shard` for the node. The queue high-water mark is a gauge,
 //! `shoal_peak_queued_bytes`, and the publisher's discarded messages are
 //! `shoal_unflushed_discarded_total`.
+//!
+//! Topics: each [`TopicStats`] counter is `shoal_topic_<field>_total`, labelled
+//! `topic="<name>"` (`shoal_topic_written_total{topic="sensors/imu"}`,
+//! `shoal_topic_dropped_queue_full_total`, ...), one series per topic this node knows
+//! ([`render_with_topics`], and [`MeshCollector`] on every scrape).
 
 use crate::node::{MeshStats, ShardStats};
+use crate::topics::{TopicStats, TopicsSnapshot};
 use crate::Mesh;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -50,29 +56,138 @@ impl MeshCollector {
 }
 
 impl Collector for MeshCollector {
-    fn encode(&self, encoder: DescriptorEncoder<'_>) -> fmt::Result {
-        encode_stats(&self.mesh.stats(), encoder)
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        stats_into(&self.mesh.stats(), &mut encoder)?;
+        topics_into(&self.mesh.topics(), &mut encoder)
     }
 }
 
 /// One snapshot, for [`render`].
 #[derive(Debug)]
-struct Snapshot(MeshStats);
+struct Snapshot(MeshStats, Option<TopicsSnapshot>);
 
 impl Collector for Snapshot {
-    fn encode(&self, encoder: DescriptorEncoder<'_>) -> fmt::Result {
-        encode_stats(&self.0, encoder)
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        stats_into(&self.0, &mut encoder)?;
+        match &self.1 {
+            Some(t) => topics_into(t, &mut encoder),
+            None => Ok(()),
+        }
     }
 }
 
 /// The text-format page of `stats` (names prefixed with [`PREFIX`]), ending in `# EOF`.
 pub fn render(stats: &MeshStats) -> String {
+    page(Snapshot(stats.clone(), None))
+}
+
+/// [`render`] plus the per-topic counters of `topics` (from [`Mesh::topics`]).
+pub fn render_with_topics(stats: &MeshStats, topics: &TopicsSnapshot) -> String {
+    page(Snapshot(stats.clone(), Some(topics.clone())))
+}
+
+fn page(snap: Snapshot) -> String {
     let mut registry = Registry::with_prefix(PREFIX);
-    registry.register_collector(Box::new(Snapshot(stats.clone())));
+    registry.register_collector(Box::new(snap));
     let mut out = String::new();
     // Writing to a String cannot fail, and every value here encodes.
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
     out
+}
+
+/// Every [`TopicStats`] counter with its metric name and help text. The destructuring
+/// fails to compile when a counter is added without a line here.
+fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 7] {
+    let TopicStats {
+        written,
+        delivered,
+        forwarded,
+        dropped_duplicate,
+        missed,
+        dropped_queue_full,
+        dropped_no_route,
+    } = *t;
+    [
+        (
+            "topic_written",
+            "Samples this node's writers on the topic wrote (accepted by the origin shard).",
+            written,
+        ),
+        (
+            "topic_delivered",
+            "Samples handed to this node's readers on the topic, one per reader.",
+            delivered,
+        ),
+        (
+            "topic_forwarded",
+            "Sample copies queued on links toward other nodes (one per link).",
+            forwarded,
+        ),
+        (
+            "topic_dropped_duplicate",
+            "Samples dropped because their sequence number was seen before.",
+            dropped_duplicate,
+        ),
+        (
+            "topic_missed",
+            "Samples never received: gaps in a writer's sequence numbers.",
+            missed,
+        ),
+        (
+            "topic_dropped_queue_full",
+            "Samples dropped because a link's queue toward a reader's node was full.",
+            dropped_queue_full,
+        ),
+        (
+            "topic_dropped_no_route",
+            "Samples dropped because the link toward a reader's node went away or was slow.",
+            dropped_no_route,
+        ),
+    ]
+}
+
+/// A label value in the text format's escaping (`\\`, `\"`, `\n`): topic names are any
+/// text, and `prometheus-client` 0.24 writes label values as given, so a quote in a topic
+/// name would otherwise break the page.
+fn escape_label(v: &str) -> Cow<'_, str> {
+    if !v.contains(['\\', '"', '\n']) {
+        return Cow::Borrowed(v);
+    }
+    let mut out = String::with_capacity(v.len() + 2);
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Encodes the per-topic counters of `topics` (see the module docs for the names).
+pub fn encode_topics(topics: &TopicsSnapshot, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+    topics_into(topics, &mut encoder)
+}
+
+fn topics_into(topics: &TopicsSnapshot, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    if topics.topics.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<_> = topics
+        .topics
+        .iter()
+        .map(|t| (escape_label(&t.name), topic_counters(&t.stats)))
+        .collect();
+    for (i, (name, help, _)) in topic_counters(&TopicStats::default()).iter().enumerate() {
+        let mut family =
+            encoder.encode_descriptor(name, help, None, ConstCounter::new(0u64).metric_type())?;
+        for (topic, counters) in &rows {
+            let labels = [("topic", Cow::Borrowed(topic.as_ref()))];
+            ConstCounter::new(counters[i].2).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
 }
 
 /// The shards of a node, labelled.
@@ -97,6 +212,10 @@ fn help(doc: &str) -> String {
 
 /// Encodes `stats` as metric families (see the module docs for the names).
 pub fn encode_stats(stats: &MeshStats, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+    stats_into(stats, &mut encoder)
+}
+
+fn stats_into(stats: &MeshStats, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
     let shards = labelled(stats);
     let Some((_, first)) = shards.first() else {
         return Ok(());
@@ -213,6 +332,59 @@ mod tests {
             .expect("help line");
         assert!(help.contains("Event::Message"), "{help}");
         assert!(!help.contains('`') && !help.contains('['), "{help}");
+    }
+
+    #[test]
+    fn topic_counters_render_per_topic_with_a_topic_label() {
+        use crate::topics::{TopicSummary, TopicsSnapshot};
+        let summary = |name: &str, n: u64| TopicSummary {
+            name: name.into(),
+            writers: 1,
+            readers: 2,
+            stats: TopicStats {
+                written: n,
+                delivered: n + 1,
+                forwarded: n + 2,
+                dropped_duplicate: n + 3,
+                missed: n + 4,
+                dropped_queue_full: n + 5,
+                dropped_no_route: n + 6,
+            },
+        };
+        let topics = TopicsSnapshot {
+            topics: vec![summary("sensors/imu", 10), summary("cmd\"x\"", 20)],
+            view: None,
+        };
+        let page = render_with_topics(&MeshStats::default(), &topics);
+        assert!(page.ends_with("# EOF\n"), "{page}");
+        let s = samples(&page);
+        let fields = [
+            "written",
+            "delivered",
+            "forwarded",
+            "dropped_duplicate",
+            "missed",
+            "dropped_queue_full",
+            "dropped_no_route",
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            let key = format!("shoal_topic_{f}_total{{topic=\"sensors/imu\"}}");
+            assert_eq!(s.get(&key), Some(&(10 + i as u64)), "{key} in\n{page}");
+            assert!(
+                page.contains(&format!("# TYPE shoal_topic_{f} counter")),
+                "{page}"
+            );
+        }
+        assert_eq!(
+            s.get(r#"shoal_topic_written_total{topic="cmd\"x\""}"#),
+            Some(&20),
+            "label values are escaped: {page}"
+        );
+        // The node's own counters are still there.
+        assert!(s.contains_key(r#"shoal_originated_total{shard="control"}"#));
+        // No topics: no topic families.
+        let page = render_with_topics(&MeshStats::default(), &TopicsSnapshot::of(None));
+        assert!(!page.contains("shoal_topic_"), "{page}");
     }
 
     #[test]

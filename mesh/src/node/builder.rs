@@ -138,8 +138,11 @@ impl MeshBuilder {
     /// `shards`, `pin_cpus = [..]`, `listen_addr = "127.0.0.1"`,
     /// `overflow_policy = "block" | "drop_newest" | "disconnect"`, `disconnect_after_ms`
     /// (default 5000), `slow_link_after_ms` (default 1000), `slow_link_action = "drop" |
-    /// "disconnect"` (see [`SlowLinkPolicy`]), `event_queue_capacity`, `publish_queue_capacity`, `spin_before_park_us`. Missing keys keep
-    /// their defaults; unknown keys are errors.
+    /// "disconnect"` (see [`SlowLinkPolicy`]), `event_queue_capacity`, `publish_queue_capacity`, `spin_before_park_us`. The topics
+    /// settings are the `[topics]` table of [`MeshConfig`] (see
+    /// [`TopicsConfig`](crate::topics::TopicsConfig): announce period, lease, every table's
+    /// admission limit, locator allow/deny lists and gates; also settable with
+    /// [`topics`](Self::topics)). Missing keys keep their defaults; unknown keys are errors.
     pub fn from_toml_str(text: &str) -> Result<MeshBuilder, MeshError> {
         let bad = |e: &dyn std::fmt::Display| MeshError::Config(ConfigError::Toml(e.to_string()));
         let mut table: toml::Table = text.parse().map_err(|e| bad(&e))?;
@@ -336,6 +339,7 @@ impl MeshBuilder {
                 ns,
                 opts: self.opts,
                 publish: OnceLock::new(),
+                cmd: OnceLock::new(),
                 listen_port: AtomicU16::new(0),
                 state: Mutex::new(RunState::Built),
             }),
@@ -408,6 +412,51 @@ mod tests {
         let d = MeshBuilder::from_toml_str("").unwrap();
         assert_eq!(d.opts, NodeOptions::default());
         assert_eq!(d.cfg, MeshConfig::default());
+    }
+
+    #[test]
+    fn the_topics_table_and_setter_reach_the_node() {
+        use crate::topics::TopicsConfig;
+        let b = MeshBuilder::from_toml_str(
+            "[topics]\nannounce_period_ms = 250\nparticipant_lease_ms = 3000\n\
+             max_local_endpoints = 7\nmax_remote_writers = 9\nlocators_deny = [\"10.9.0.0/16\"]\n\
+             locators_loopback = false\n[node]\nshards = 2\n",
+        )
+        .unwrap();
+        let t = &b.cfg.topics;
+        assert_eq!(t.announce_period, Duration::from_millis(250));
+        assert_eq!(t.participant_lease, Duration::from_millis(3000));
+        assert_eq!((t.max_local_endpoints, t.max_remote_writers), (7, 9));
+        assert_eq!(t.locators_deny, vec!["10.9.0.0/16".to_owned()]);
+        assert!(!t.locators_loopback);
+        assert_eq!(b.opts.shards, 2);
+        let m = b.build().unwrap();
+        assert_eq!(m.config().topics.max_local_endpoints, 7);
+        let cfg = TopicsConfig {
+            max_matches: 11,
+            ..TopicsConfig::default()
+        };
+        let m = Mesh::builder().topics(cfg.clone()).build().unwrap();
+        assert_eq!(m.config().topics, cfg);
+        for bad in [
+            "[topics]\nannounce_period_ms = 0\n",
+            "[topics]\nannounce_period_ms = 5000\nparticipant_lease_ms = 1000\n",
+            "[topics]\nmax_local_endpointz = 1\n",
+            "[topics]\nlocators_allow = [\"not a prefix\"]\n",
+        ] {
+            assert!(
+                matches!(MeshBuilder::from_toml_str(bad), Err(MeshError::Config(_))),
+                "{bad:?} must be rejected"
+            );
+        }
+        let bad = TopicsConfig {
+            max_matches: 0,
+            ..TopicsConfig::default()
+        };
+        assert!(matches!(
+            Mesh::builder().topics(bad).build(),
+            Err(MeshError::Config(_))
+        ));
     }
 
     #[test]

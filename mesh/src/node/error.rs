@@ -51,6 +51,20 @@ pub enum MeshError {
     /// [`Mesh::start`](super::Mesh::start) was called twice, or after [`Mesh::stop`](super::Mesh::stop).
     #[error("the node was already started")]
     AlreadyStarted,
+    /// The operation needs a running node (started, not stopped).
+    #[error("the node is not running")]
+    NotRunning,
+    /// A writer or reader declaration is invalid (names, partitions, QoS, type hash);
+    /// nothing reached the control plane.
+    #[error(transparent)]
+    TopicSpec(#[from] crate::topics::TopicSpecError),
+    /// The control plane refused the endpoint (a discovery table or the match table is
+    /// full, or it found the declaration invalid).
+    #[error("endpoint refused: {0}")]
+    Endpoint(#[from] crate::topics::TopicError),
+    /// The control plane did not answer in time (it is stopping, or stalled).
+    #[error("the control plane did not answer")]
+    ControlTimeout,
 }
 
 /// Why a message was not accepted.

@@ -15,11 +15,11 @@
 //! (its room is given back then) and hands its events out one by one.
 
 use super::stats::{inc, Counters};
+use crate::topics::{EndpointGuid, LocalSide, Reasons};
 use crate::PeerId;
 use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
 use event_listener::{Event as Signal, EventListener, Listener};
-use shoal_proto::topics::EndpointGuid;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -106,7 +106,7 @@ pub enum Event {
         /// True for a broadcast, false for a message targeted at this node.
         broadcast: bool,
     },
-    /// A topic sample for one of this node's readers; one event
+    /// A topic sample for one of this node's readers ([`crate::topics::Reader`]); one event
     /// per matched local reader. Message-class: it applies backpressure like
     /// [`Event::Message`].
     Sample {
@@ -119,6 +119,41 @@ pub enum Event {
         seq: u64,
         /// The payload (a slice of the read buffer: no copy).
         payload: Bytes,
+    },
+    /// A writer and a reader, at least one of them on this node, now match.
+    Matched {
+        /// The writer.
+        writer: EndpointGuid,
+        /// The reader.
+        reader: EndpointGuid,
+        /// Their topic.
+        topic: String,
+        /// Which side is this node's.
+        local: LocalSide,
+    },
+    /// A writer and a reader that matched no longer do (one was dropped, withdrawn, expired
+    /// or its node left).
+    Unmatched {
+        /// The writer.
+        writer: EndpointGuid,
+        /// The reader.
+        reader: EndpointGuid,
+        /// Their topic.
+        topic: String,
+        /// Which side is this node's.
+        local: LocalSide,
+    },
+    /// A writer and a reader on one topic, at least one of them on this node, do not match;
+    /// raised once per pair, with every reason (`reasons` prints them in one line).
+    Incompatible {
+        /// The writer.
+        writer: EndpointGuid,
+        /// The reader.
+        reader: EndpointGuid,
+        /// Their topic.
+        topic: String,
+        /// Why: which policy, which partitions, type mismatch.
+        reasons: Reasons,
     },
     /// Something went wrong that the node survived.
     Error {

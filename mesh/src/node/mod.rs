@@ -92,6 +92,19 @@
 //! to that peer is never lost to a routing table that is not there yet. Peer events pair up
 //! (see [`crate::proto::peers`]): every `PeerDisconnected` follows its `PeerConnected`.
 //!
+//! # Topics
+//!
+//! [`Mesh::writer`] and [`Mesh::reader`] ([`crate::topics`]) create endpoints through a
+//! command to the control plane that waits for its answer; from the control executor itself
+//! (a peer or match event callback) the command is carried out on the spot, so it never
+//! waits for its own thread. A [`crate::topics::Writer`] packs Samples frames on the
+//! application thread and hands them to the origin shard as a [`Publisher`] hands Data
+//! frames, with the same backpressure. Samples reach local readers as
+//! [`Event::Sample`] (message-class: callbacks on the shard that read them, backpressure on
+//! the queue); `Matched`, `Unmatched` and `Incompatible` are control events.
+//! [`Mesh::topics`] reads the control plane's published view; dropping a handle's last clone
+//! removes its endpoint.
+//!
 //! # Strangers and floods
 //!
 //! The control plane admits never-linked peers from announces, and dials them, within a
@@ -136,6 +149,7 @@ mod recycle;
 mod shard;
 mod shared;
 use shoal_proto::stats;
+pub(crate) mod topics;
 mod warn;
 
 pub use builder::{MeshBuilder, NodeOptions};
@@ -162,6 +176,9 @@ use std::time::Duration;
 
 /// Capacity (messages) of each ring between two executors of a node.
 const CHANNEL_CAPACITY: usize = 1024;
+/// Commands the application may have queued for the control plane (endpoint creations wait
+/// for room; removals never wait on an executor, see `topics`).
+const CMD_QUEUE_CAPACITY: usize = 256;
 /// Data frame bytes besides the payload inside the `length` field (type byte + fixed fields).
 const DATA_FRAME_OVERHEAD: usize = 54;
 
@@ -178,6 +195,8 @@ struct Inner {
     ns: Arc<NodeShared>,
     opts: NodeOptions,
     publish: OnceLock<IngressSender<Publish>>,
+    /// Commands to the control plane (endpoints, stop), set at start.
+    cmd: OnceLock<IngressSender<Cmd>>,
     listen_port: AtomicU16,
     state: Mutex<RunState>,
 }
@@ -253,7 +272,7 @@ impl Mesh {
         let mut endpoints = channel_mesh(&ids, CHANNEL_CAPACITY);
         let control_ep = endpoints.pop().expect("control endpoint");
         let (ptx, prx) = ingress_weighted(opts.publish_queue_capacity, Publish::weight);
-        let (ctx_tx, ctx_rx) = ingress::<Cmd>(16);
+        let (ctx_tx, ctx_rx) = ingress::<Cmd>(CMD_QUEUE_CAPACITY);
         let origin = link_shard(&ns.me, shards);
         let mut prx = Some(prx);
         let started = (|| -> Result<u16, MeshError> {
@@ -297,6 +316,7 @@ impl Mesh {
             Ok(port) => {
                 self.inner.listen_port.store(port, Ordering::Release);
                 let _ = self.inner.publish.set(ptx);
+                let _ = self.inner.cmd.set(ctx_tx.clone());
                 *state = RunState::Running { rt, cmd: ctx_tx };
                 Ok(())
             }

@@ -28,6 +28,8 @@ pub(crate) struct Snapshot {
     pub(crate) members: Vec<PeerId>,
     /// Budgets of the installed links (for the non-waiting `try_*` checks).
     pub(crate) budgets: Vec<Arc<LinkBudget>>,
+    /// The topics core's view (`Mesh::topics`), replaced whole when it changed.
+    pub(crate) topics: Option<Arc<shoal_proto::topics::TopicsView>>,
 }
 
 /// The control plane's [`Snapshot`], for the query methods (which lock it) and for the

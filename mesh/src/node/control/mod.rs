@@ -19,12 +19,14 @@
 mod outbox;
 mod scout;
 mod sockets;
+mod topics;
 
 use super::event::{ErrorKind, Event};
 use super::msg::Msg;
 use super::shared::{Channels, NodeShared, Snapshot};
 use super::stats::raise;
 use super::warn::{flush_summaries, warn_limited, WarnLimiter, WARN_INTERVAL};
+use crate::topics::{EndpointGuid, EndpointSpec, Reasons, TopicError};
 use bytes::Bytes;
 use event_listener::Event as Signal;
 use shoal_proto::control::{
@@ -38,7 +40,7 @@ use shoal_runtime::time::sleep_until;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -54,6 +56,60 @@ const BEACON_BACKLOG: usize = 4;
 pub(crate) enum Cmd {
     /// Say Goodbye to every peer, close every link, then answer.
     Stop(mpsc::Sender<()>),
+    /// Create a local writer or reader and answer with its GUID or the refusal.
+    CreateEndpoint {
+        /// The validated declaration (boxed: commands travel by value through a queue).
+        spec: Box<EndpointSpec>,
+        /// Where the answer goes (room for one: the control plane never waits on it).
+        reply: mpsc::SyncSender<Result<EndpointGuid, TopicError>>,
+    },
+    /// Remove a local endpoint (its last handle went).
+    RemoveEndpoint(EndpointGuid),
+}
+
+thread_local! {
+    /// The control plane running on this thread (each node's control executor is a thread
+    /// of its own): a command issued here, from a callback, is carried out on the spot.
+    static HERE: RefCell<Option<(*const NodeShared, Weak<Ctl>)>> = const { RefCell::new(None) };
+}
+
+/// Carries `cmd` out at once if this thread runs `ns`'s control plane (a callback there must
+/// not wait for its own executor); hands it back otherwise, for the command queue.
+pub(crate) fn run_here(ns: &Arc<NodeShared>, cmd: Cmd) -> Result<(), Cmd> {
+    let ctl = HERE
+        .try_with(|h| match &*h.borrow() {
+            Some((node, ctl)) if std::ptr::eq(*node, Arc::as_ptr(ns)) => ctl.upgrade(),
+            _ => None,
+        })
+        .ok()
+        .flatten();
+    let Some(ctl) = ctl else {
+        return Err(cmd);
+    };
+    if ctl.core.try_borrow_mut().is_err() {
+        // Unreachable while callbacks run only between the core's calls (`run_actions`);
+        // should that change, the answer is a refusal, never a panic or a hang.
+        if let Cmd::CreateEndpoint { reply, .. } = cmd {
+            drop(reply);
+        }
+        return Ok(());
+    }
+    handle(&ctl, cmd);
+    Ok(())
+}
+
+/// Carries out one command of the application.
+fn handle(ctl: &Rc<Ctl>, cmd: Cmd) {
+    match cmd {
+        Cmd::Stop(reply) => begin_stop(ctl, reply),
+        Cmd::CreateEndpoint { spec, reply } => {
+            let r = ctl.feed(|c, now, wall| topics::create(c, &spec, now, wall));
+            let _ = reply.try_send(r);
+        }
+        Cmd::RemoveEndpoint(guid) => {
+            ctl.feed(|c, now, wall| topics::remove(c, guid, now, wall));
+        }
+    }
 }
 
 /// What the control-plane task starts with.
@@ -80,6 +136,8 @@ pub(super) struct Ctl {
     /// Aggregates the warnings that hostile input can trigger at will.
     warns: RefCell<WarnLimiter>,
     stop_reply: RefCell<Option<mpsc::Sender<()>>>,
+    /// The topics view last published (a new `Arc` from the core means it changed).
+    topics_view: RefCell<Option<Arc<crate::topics::TopicsView>>>,
 }
 
 impl Ctl {
@@ -134,6 +192,9 @@ pub(crate) async fn run(init: ControlInit) {
             secure: ns.secure_ctx(),
             seed,
             epoch: ns.epoch,
+            // The address bound, port resolved; a wildcard address is announced as such and
+            // the receivers' locator gates decide (see `TopicsConfig::locators_wildcard`).
+            listen_addrs: vec![SocketAddr::new(listen.ip(), port)],
         },
         Instant::now(),
         wall_ms(),
@@ -149,8 +210,10 @@ pub(crate) async fn run(init: ControlInit) {
         beacon_ready: Signal::new(),
         warns: RefCell::new(WarnLimiter::new(WARN_INTERVAL)),
         stop_reply: RefCell::new(None),
+        topics_view: RefCell::new(None),
         ns,
     });
+    let _ = HERE.try_with(|h| *h.borrow_mut() = Some((Arc::as_ptr(&ctl.ns), Rc::downgrade(&ctl))));
     tracing::info!(id = %ctl.ns.me, port, "mesh node listening");
     spawn_local(outbox::pump(ctl.clone())).detach();
     spawn_local(outbox::inbox(ctl.clone(), rx)).detach();
@@ -161,9 +224,7 @@ pub(crate) async fn run(init: ControlInit) {
     spawn_local(tick(ctl.clone())).detach();
     ctl.feed(|c, now, wall| c.start(now, wall));
     while let Ok(cmd) = cmds.recv().await {
-        match cmd {
-            Cmd::Stop(reply) => begin_stop(&ctl, reply),
-        }
+        handle(&ctl, cmd);
     }
 }
 
@@ -238,18 +299,34 @@ pub(super) fn run_actions(ctl: &Rc<Ctl>) {
 /// The query snapshot (when it may have changed) and the counters, as the core has them now.
 fn publish(ctl: &Ctl) {
     let mut core = ctl.core.borrow_mut();
+    let view = topics::view(&mut core);
+    let new_view = {
+        let mut last = ctl.topics_view.borrow_mut();
+        let same = match (&*last, &view) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        *last = view.clone();
+        !same
+    };
     if core.take_changed() {
         let snap = Snapshot {
             connected: core.connected_peers().copied().collect::<Vec<PeerId>>(),
             known: core.known_peers().copied().collect(),
             members: core.members().copied().collect(),
             budgets: core.budgets().cloned().collect(),
+            topics: view,
         };
         ctl.ns
             .connected
             .store(snap.connected.len(), Ordering::Release);
         if let Ok(mut s) = ctl.ns.snapshot.lock() {
             *s = snap;
+        }
+    } else if new_view {
+        if let Ok(mut s) = ctl.ns.snapshot.lock() {
+            s.topics = view;
         }
     }
     let s = core.stats();
@@ -276,6 +353,39 @@ fn to_event(e: ControlEvent) -> Event {
         ControlEvent::PeerLost { peer } => Event::PeerLost { peer },
         ControlEvent::MemberJoined { peer } => Event::MemberJoined { peer },
         ControlEvent::MemberLeft { peer } => Event::MemberLeft { peer },
+        ControlEvent::Matched {
+            writer,
+            reader,
+            topic,
+            local,
+        } => Event::Matched {
+            writer,
+            reader,
+            topic,
+            local,
+        },
+        ControlEvent::Unmatched {
+            writer,
+            reader,
+            topic,
+            local,
+        } => Event::Unmatched {
+            writer,
+            reader,
+            topic,
+            local,
+        },
+        ControlEvent::Incompatible {
+            writer,
+            reader,
+            topic,
+            reasons,
+        } => Event::Incompatible {
+            writer,
+            reader,
+            topic,
+            reasons: Reasons(reasons),
+        },
         ControlEvent::Error {
             peer,
             kind,

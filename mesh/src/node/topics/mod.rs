@@ -1,0 +1,143 @@
+//! The topic handles of a live node: [`Mesh::writer`], [`Mesh::reader`] and
+//! [`Mesh::topics`], and the endpoint's lifetime (created by a command to the control plane
+//! that waits for its answer, removed when its last handle goes).
+//!
+//! **Owns:** the application side of endpoints: the create / remove commands and the
+//! handles ([`Writer`], [`Reader`]). **Must not touch:** matching, admission or routes (the
+//! control core decides them), the sample path (the shard core).
+//!
+//! # Waiting for the control plane from anywhere
+//!
+//! Creating an endpoint is a command to the control executor with a reply. From a plain
+//! thread, or from a data shard's thread (an [`Event::Sample`](crate::Event::Sample)
+//! callback), the caller waits for the reply: the control plane serves commands in a task of
+//! its own that waits for no shard, so this cannot deadlock (a shard callback waiting for it
+//! stalls that shard for the command's duration: a few microseconds). From the control
+//! executor itself (a `PeerConnected` or `Matched` callback) the command is carried out on
+//! the spot instead, since waiting there would wait for itself.
+
+mod reader;
+mod writer;
+
+pub use reader::Reader;
+pub use writer::Writer;
+
+use super::control::{self, Cmd};
+use super::{Mesh, MeshError};
+use crate::topics::{EndpointGuid, EndpointKind, EndpointSpec, Topic, TopicsSnapshot};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Longest a caller waits for the control plane's answer to a create command: far above
+/// what a live control plane takes (one pass of its executor), short enough that a stalled
+/// one is reported rather than hanging the caller.
+const CONTROL_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One local endpoint: its GUID and the node that removes it when the last handle goes.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub(crate) mesh: Mesh,
+    pub(crate) guid: EndpointGuid,
+    pub(crate) topic: String,
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The command wakes the control plane's task, and compio aborts the process when
+            // a task is woken from a panicking thread: a helper sends it.
+            let (mesh, guid) = (&self.mesh, self.guid);
+            std::thread::scope(|s| {
+                let _ = s.spawn(|| mesh.remove_endpoint(guid)).join();
+            });
+        } else {
+            self.mesh.remove_endpoint(self.guid);
+        }
+    }
+}
+
+impl Mesh {
+    /// Opens a writer on `topic` (see [`Writer`]). Validates the declaration here (a typed
+    /// [`MeshError::TopicSpec`] without touching the node), then waits for the control
+    /// plane to admit it ([`MeshError::Endpoint`] when a discovery table or the match table
+    /// is full). Works from any thread and from an event callback.
+    pub fn writer(&self, topic: Topic) -> Result<Writer, MeshError> {
+        let spec = topic.validate(EndpointKind::Writer)?;
+        let ep = self.create_endpoint(spec)?;
+        Ok(Writer::new(ep))
+    }
+
+    /// Opens a reader on `topic` (see [`Reader`]); validated and admitted as
+    /// [`writer`](Self::writer) is. Its samples arrive as
+    /// [`Event::Sample`](crate::Event::Sample) events (receiver and callbacks) naming its GUID.
+    pub fn reader(&self, topic: Topic) -> Result<Reader, MeshError> {
+        let spec = topic.validate(EndpointKind::Reader)?;
+        let ep = self.create_endpoint(spec)?;
+        Ok(Reader::new(ep))
+    }
+
+    /// The topics, writers, readers and matches this node knows, with per-topic counters.
+    /// Reads the control plane's last published snapshot (no query to it) and the counters
+    /// as they are now; empty before [`start`](Self::start).
+    pub fn topics(&self) -> TopicsSnapshot {
+        TopicsSnapshot::of(self.snapshot(|s| s.topics.clone()))
+    }
+
+    fn create_endpoint(&self, spec: EndpointSpec) -> Result<Endpoint, MeshError> {
+        let ns = &self.inner.ns;
+        if ns.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(MeshError::NotRunning);
+        }
+        let tx = self.inner.cmd.get().ok_or(MeshError::NotRunning)?;
+        let topic = spec.topic.clone();
+        let (reply, answer) = mpsc::sync_channel(1);
+        let cmd = Cmd::CreateEndpoint {
+            spec: Box::new(spec),
+            reply,
+        };
+        if let Err(cmd) = control::run_here(ns, cmd) {
+            // Another thread than this node's control plane: it serves commands without
+            // waiting for this one, so waiting for room and for the answer is safe.
+            tx.send_blocking(cmd).map_err(|_| MeshError::NotRunning)?;
+        }
+        let guid = match answer.recv_timeout(CONTROL_REPLY_TIMEOUT) {
+            Ok(r) => r?,
+            Err(mpsc::RecvTimeoutError::Timeout) => return Err(MeshError::ControlTimeout),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(MeshError::NotRunning),
+        };
+        Ok(Endpoint {
+            mesh: self.clone(),
+            guid,
+            topic,
+        })
+    }
+
+    /// Removes a local endpoint (its last handle went). Never waits on an executor thread.
+    fn remove_endpoint(&self, guid: EndpointGuid) {
+        let ns = &self.inner.ns;
+        let Some(tx) = self.inner.cmd.get() else {
+            return;
+        };
+        let Err(cmd) = control::run_here(ns, Cmd::RemoveEndpoint(guid)) else {
+            return;
+        };
+        let cmd = match tx.try_send(cmd) {
+            Ok(()) => return,
+            // Stopped: the endpoint went with the control plane.
+            Err(shoal_runtime::TrySendError::Closed(_)) => return,
+            Err(shoal_runtime::TrySendError::Full(cmd)) => cmd,
+        };
+        if shoal_runtime::current_executor().is_some() {
+            // An executor must not block (its node may be shutting down and never drain the
+            // queue); a helper waits for room instead.
+            let tx = tx.clone();
+            let _ = std::thread::Builder::new()
+                .name("shoal-mesh-remove".into())
+                .spawn(move || {
+                    let _ = tx.send_blocking(cmd);
+                });
+        } else {
+            let _ = tx.send_blocking(cmd);
+        }
+    }
+}

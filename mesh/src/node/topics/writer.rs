@@ -1,0 +1,466 @@
+//! [`Writer`]: a local writer endpoint's batching handle: whole Samples frames packed on the
+//! application's thread, as [`Publisher`](crate::Publisher) packs Data frames.
+//!
+//! **Owns:** the writer's sequence counter and its batch of Samples frames. **Must not
+//! touch:** where samples go (the origin shard routes the batch by the writer's route).
+
+use super::Endpoint;
+use crate::node::recycle::Recycler;
+use crate::node::shard::Publish;
+use crate::node::PublishError;
+use crate::topics::EndpointGuid;
+use crate::wire::{SamplesHeader, SAMPLES_HEADER_LEN, SAMPLE_LEN_PREFIX};
+use bytes::{BufMut, BytesMut};
+use shoal_runtime::channel::IngressSender;
+use shoal_runtime::TrySendError;
+use std::sync::atomic::Ordering;
+
+/// Buffers allocated per this many bytes of batches (as [`Publisher`](crate::Publisher)).
+const ARENA_BATCHES: usize = 4;
+/// Spare blocks a writer keeps for reuse (as [`Publisher`](crate::Publisher)).
+const SPARE_BLOCKS: usize = 256;
+/// A Samples frame's length field counts everything after the 4-byte length prefix.
+const FRAME_FIXED: usize = SAMPLES_HEADER_LEN - 4;
+
+/// The open run of the batch: a Samples frame whose header is rewritten as samples join.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// Offset of the frame in the batch.
+    start: usize,
+    first_seq: u64,
+    count: u16,
+    /// Bytes after the header: `count × (len u32 | payload)`.
+    body: usize,
+}
+
+/// A writer on one topic, opened with [`Mesh::writer`](crate::Mesh::writer): the batching
+/// path of [`Publisher`](crate::Publisher) for topic samples. Each write numbers its sample
+/// (1, 2, ... per writer; the writer owns the counter) and appends it to the batch's open
+/// Samples frame on this thread; the batch goes to the origin shard as one ingress entry
+/// once it holds [`batch_bytes`](Self::batch_bytes) (0 or 1: one hand-off per sample), at
+/// [`flush`](Self::flush) (or one of its forms), or when the writer is dropped. The shard
+/// routes it by the writer's route (its matched readers, local and remote) without reading
+/// the samples. Flush before waiting for anything, as with a buffered writer.
+///
+/// Backpressure is [`Publisher`](crate::Publisher)'s: the blocking and async forms wait for
+/// ingress room (and, under the Block policy, the shard waits for link room), `try_write`
+/// never waits and says why it failed ([`PublishError::Full`]: no room now, sample not
+/// added; [`PublishError::TooLarge`]; [`PublishError::Stopped`]). Unlike a broadcast, a
+/// write needs no connected peer: a writer may have only local readers, or none yet (its
+/// samples are then counted as written and go nowhere, as in DDS).
+///
+/// Not `Clone`: one writer's samples keep their sequence order only if one thread packs
+/// them. Dropping it flushes (waiting on a plain thread, not on an executor thread or while
+/// unwinding, where what does not fit is counted in
+/// [`MeshStats::unflushed_discarded`](crate::MeshStats::unflushed_discarded)), then removes
+/// the endpoint. The flushed batch and the removal travel different queues (the origin
+/// shard's ingress, the control plane's commands): should the new route table reach the
+/// shard before the batch, the batch is dropped and counted as `dropped_unrouted_samples`.
+/// Keeps the node alive like a [`Mesh`](crate::Mesh) clone.
+#[derive(Debug)]
+pub struct Writer {
+    ep: Endpoint,
+    buf: BytesMut,
+    run: Option<Run>,
+    /// Samples in `buf`.
+    count: usize,
+    /// The next sample's sequence number (0: none left after `u64::MAX`).
+    next_seq: u64,
+    batch_bytes: usize,
+    ttl: u8,
+    /// The longest frame the mesh accepts (`max_message_bytes`, the length field's bound).
+    max_frame: usize,
+    blocks: Recycler,
+}
+
+/// How a hand-over may wait.
+enum Wait {
+    Block,
+    Never,
+}
+
+impl Writer {
+    pub(super) fn new(ep: Endpoint) -> Writer {
+        let cfg = &ep.mesh.inner.ns.cfg;
+        let (ttl, max_frame) = (cfg.initial_ttl, cfg.max_message_bytes as usize);
+        Writer {
+            ep,
+            buf: BytesMut::new(),
+            run: None,
+            count: 0,
+            next_seq: 1,
+            batch_bytes: 0,
+            ttl,
+            max_frame,
+            blocks: Recycler::new(SPARE_BLOCKS),
+        }
+        .with_batch_bytes(crate::node::DEFAULT_BATCH_BYTES)
+    }
+
+    /// Hands a batch over once it holds at least `bytes` (frames included; at least one
+    /// sample per batch whatever the value: 0 hands every sample over alone). Default
+    /// [`DEFAULT_BATCH_BYTES`](crate::node::DEFAULT_BATCH_BYTES); capped at a quarter of
+    /// `max_outbound_queue_bytes`, as for [`Publisher`](crate::Publisher).
+    pub fn with_batch_bytes(mut self, bytes: usize) -> Writer {
+        let cap = self.ep.mesh.inner.ns.cfg.max_outbound_queue_bytes / 4;
+        self.batch_bytes = bytes.min(cap).max(1);
+        self
+    }
+
+    /// The batch size this writer hands over at.
+    pub fn batch_bytes(&self) -> usize {
+        self.batch_bytes
+    }
+
+    /// The writer's GUID (the `writer` of its samples' [`Event::Sample`](crate::Event::Sample)).
+    pub fn guid(&self) -> EndpointGuid {
+        self.ep.guid
+    }
+
+    /// The topic name.
+    pub fn topic(&self) -> &str {
+        &self.ep.topic
+    }
+
+    /// The sequence number the next sample gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Samples written but not handed over yet.
+    pub fn pending(&self) -> usize {
+        self.count
+    }
+
+    /// The largest payload one sample may carry (one Samples frame of `max_message_bytes`).
+    pub fn max_payload(&self) -> usize {
+        self.max_frame
+            .saturating_sub(FRAME_FIXED + SAMPLE_LEN_PREFIX)
+    }
+
+    /// Writes a sample and returns its sequence number; hands the batch over when it is
+    /// full, blocking this thread while the ingress has no room. Never call it on an
+    /// executor thread.
+    pub fn write_blocking(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
+        let seq = self.add(payload)?;
+        if self.buf.len() >= self.batch_bytes {
+            self.flush_blocking()?;
+        }
+        Ok(seq)
+    }
+
+    /// Writes a sample and returns its sequence number; hands the batch over when it is
+    /// full, waiting asynchronously for ingress room.
+    pub async fn write(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
+        let seq = self.add(payload)?;
+        if self.buf.len() >= self.batch_bytes {
+            self.flush().await?;
+        }
+        Ok(seq)
+    }
+
+    /// Writes a sample without ever waiting and returns its sequence number.
+    /// [`PublishError::Full`] (sample not added, its number not used) when the batch is
+    /// full and cannot be handed over now: the ingress is full or, under the Block policy, a
+    /// link's outbound queue has no room for it.
+    pub fn try_write(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
+        // What can never be accepted is said first, whatever the room.
+        self.check(payload)?;
+        if self.count > 0 && self.buf.len() >= self.batch_bytes {
+            self.try_flush()?;
+        }
+        let seq = self.add(payload)?;
+        if self.buf.len() >= self.batch_bytes {
+            // Written either way; a batch that does not fit now goes with the next call.
+            match self.try_flush() {
+                Ok(()) | Err(PublishError::Full) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(seq)
+    }
+
+    /// Hands the pending samples over, blocking this thread while the ingress has no room.
+    pub fn flush_blocking(&mut self) -> Result<(), PublishError> {
+        self.hand_over(Wait::Block)
+    }
+
+    /// Hands the pending samples over without waiting; [`PublishError::Full`] (batch kept)
+    /// when the ingress or, under the Block policy, a link's outbound queue has no room now.
+    pub fn try_flush(&mut self) -> Result<(), PublishError> {
+        self.hand_over(Wait::Never)
+    }
+
+    /// Hands the pending samples over, waiting asynchronously for ingress room. If this
+    /// future is dropped before it completes, the batch is dropped with it and counted in
+    /// [`MeshStats::unflushed_discarded`](crate::MeshStats::unflushed_discarded).
+    pub async fn flush(&mut self) -> Result<(), PublishError> {
+        let ns = self.ep.mesh.inner.ns.clone();
+        let Some((tx, batch)) = self.take_batch()? else {
+            return Ok(());
+        };
+        let mut guard = Cancelled {
+            ns: &ns,
+            lost: batch.weight() as u64,
+        };
+        let r = tx.send(batch).await.map_err(|_| PublishError::Stopped);
+        guard.lost = 0;
+        r
+    }
+
+    /// Checks the sample as a publish is checked (node running, size) and appends it to the
+    /// open run, or to a new one when the run is at `u16::MAX` samples or its frame would
+    /// pass `max_message_bytes`.
+    fn add(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
+        self.check(payload)?;
+        let seq = self.next_seq;
+        let need = SAMPLE_LEN_PREFIX + payload.len();
+        let fits = self
+            .run
+            .is_some_and(|r| r.count < u16::MAX && FRAME_FIXED + r.body + need <= self.max_frame);
+        let want = if fits {
+            need
+        } else {
+            SAMPLES_HEADER_LEN + need
+        };
+        if self.buf.capacity() - self.buf.len() < want {
+            // A block for several batches; batches already handed over keep the old one
+            // alive until their writes are done. Offsets within `buf` survive the move.
+            let block = self.batch_bytes.saturating_mul(ARENA_BATCHES);
+            self.blocks.make_room(&mut self.buf, want, block);
+        }
+        if !fits {
+            self.close_run();
+            let start = self.buf.len();
+            // Count and length are patched in as samples join (see `close_run`).
+            self.buf.put_slice(self.header(seq, 0, 0).as_bytes());
+            self.run = Some(Run {
+                start,
+                first_seq: seq,
+                count: 0,
+                body: 0,
+            });
+        }
+        self.buf.put_u32(payload.len() as u32);
+        self.buf.put_slice(payload);
+        if let Some(r) = &mut self.run {
+            r.count += 1;
+            r.body += need;
+        }
+        self.count += 1;
+        self.next_seq = seq.wrapping_add(1);
+        Ok(seq)
+    }
+
+    /// What a publish checks: node running, size; and a sequence number left.
+    fn check(&self, payload: &[u8]) -> Result<(), PublishError> {
+        let inner = &self.ep.mesh.inner;
+        if inner.ns.stopping.load(Ordering::Acquire) || inner.publish.get().is_none() {
+            return Err(PublishError::Stopped);
+        }
+        let max = self.max_payload();
+        if payload.len() > max {
+            return Err(PublishError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        if self.next_seq == 0 {
+            // 2^64 - 1 samples written: a writer never gets there; refusing beats wrapping.
+            return Err(PublishError::Stopped);
+        }
+        Ok(())
+    }
+
+    fn header(&self, first_seq: u64, count: u16, body: usize) -> SamplesHeader {
+        // `body` is bounded by `max_message_bytes`, a u32: the length always fits.
+        SamplesHeader::new(self.ttl, &self.ep.guid, first_seq, count, body)
+            .expect("a run within max_message_bytes fits the length field")
+    }
+
+    /// Writes the open run's final header.
+    fn close_run(&mut self) {
+        if let Some(r) = self.run.take() {
+            let h = self.header(r.first_seq, r.count, r.body);
+            self.buf[r.start..r.start + SAMPLES_HEADER_LEN].copy_from_slice(h.as_bytes());
+        }
+    }
+
+    /// The pending batch and the ingress to hand it to, or `None` when nothing is pending.
+    fn take_batch(&mut self) -> Result<Option<(&IngressSender<Publish>, Publish)>, PublishError> {
+        if self.count == 0 {
+            return Ok(None);
+        }
+        self.close_run();
+        let inner = &self.ep.mesh.inner;
+        let tx = inner.publish.get().ok_or(PublishError::Stopped)?;
+        if inner.ns.stopping.load(Ordering::Acquire) {
+            return Err(PublishError::Stopped);
+        }
+        let batch = Publish::Samples {
+            writer: self.ep.guid,
+            frames: self.buf.split(),
+            count: std::mem::take(&mut self.count),
+        };
+        Ok(Some((tx, batch)))
+    }
+
+    fn hand_over(&mut self, wait: Wait) -> Result<(), PublishError> {
+        if let Wait::Never = wait {
+            if self.count > 0 && self.ep.mesh.links_full_for(self.buf.len()) {
+                return Err(PublishError::Full);
+            }
+        }
+        let Some((tx, batch)) = self.take_batch()? else {
+            return Ok(());
+        };
+        let refused = match wait {
+            Wait::Block => return tx.send_blocking(batch).map_err(|_| PublishError::Stopped),
+            Wait::Never => match tx.try_send(batch) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Closed(_)) => return Err(PublishError::Stopped),
+                Err(TrySendError::Full(b)) => b,
+            },
+        };
+        // Put the batch back in front of whatever room the buffer has left; its runs are
+        // closed, so the next sample opens a new one.
+        if let Publish::Samples {
+            mut frames, count, ..
+        } = refused
+        {
+            frames.unsplit(std::mem::take(&mut self.buf));
+            self.buf = frames;
+            self.count = count;
+        }
+        Err(PublishError::Full)
+    }
+}
+
+/// Counts a batch whose async hand-over was dropped before it completed.
+struct Cancelled<'a> {
+    ns: &'a crate::node::shared::NodeShared,
+    lost: u64,
+}
+
+impl Drop for Cancelled<'_> {
+    fn drop(&mut self) {
+        if self.lost > 0 {
+            self.ns
+                .unflushed_discarded
+                .fetch_add(self.lost, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let pending = self.count as u64;
+        if pending == 0 {
+            return;
+        }
+        // As `Publisher`: never wait on an executor thread nor while unwinding. Unwinding,
+        // the hand-over happens on a helper: it wakes the shard's task, and compio aborts the
+        // process when a task is woken from a panicking thread.
+        let r = if std::thread::panicking() {
+            std::thread::scope(|s| {
+                s.spawn(|| self.try_flush())
+                    .join()
+                    .unwrap_or(Err(PublishError::Stopped))
+            })
+        } else if shoal_runtime::current_executor().is_some() {
+            self.try_flush()
+        } else {
+            self.flush_blocking()
+        };
+        if let Err(e) = r {
+            self.ep
+                .mesh
+                .inner
+                .ns
+                .unflushed_discarded
+                .fetch_add(pending, Ordering::Relaxed);
+            tracing::warn!(error = %e, lost = pending, "writer dropped with samples it could not hand over");
+        }
+        // `ep` drops after this body: the endpoint is removed once its samples are handed over.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Endpoint, Writer};
+    use crate::wire::take_samples;
+    use crate::Mesh;
+
+    /// A writer handle on `m` with a made-up GUID: the packing needs no control plane.
+    fn writer(m: &Mesh) -> Writer {
+        Writer::new(Endpoint {
+            mesh: m.clone(),
+            guid: [9; 16],
+            topic: "t".into(),
+        })
+        .with_batch_bytes(1 << 20)
+    }
+
+    /// A started single node on loopback (no peers: writes still work).
+    fn node() -> Mesh {
+        let m = Mesh::builder()
+            .scouting(false)
+            .listen_addr([127, 0, 0, 1].into())
+            .build()
+            .unwrap();
+        m.start().unwrap();
+        m
+    }
+
+    #[test]
+    fn samples_pack_into_runs_numbered_from_one() {
+        let m = node();
+        let mut w = writer(&m);
+        for i in 0..5u8 {
+            assert_eq!(w.try_write(&[i; 3]).unwrap(), u64::from(i) + 1);
+        }
+        assert_eq!(w.pending(), 5);
+        w.close_run();
+        let mut frames = w.buf.split();
+        w.count = 0;
+        let max = m.config().max_message_bytes;
+        let run = take_samples(&mut frames, max).expect("one whole frame");
+        assert!(frames.is_empty(), "the five samples share one frame");
+        assert_eq!((run.writer, run.first_seq, run.count), (w.guid(), 1, 5));
+        let got: Vec<Vec<u8>> = run.payloads().map(|p| p.to_vec()).collect();
+        assert_eq!(got, (0..5u8).map(|i| vec![i; 3]).collect::<Vec<_>>());
+        assert_eq!(w.next_seq(), 6);
+        m.stop();
+    }
+
+    #[test]
+    fn a_run_closes_at_the_frame_bound_and_the_next_continues_the_numbers() {
+        let m = Mesh::builder()
+            .scouting(false)
+            .listen_addr([127, 0, 0, 1].into())
+            .max_message_bytes(4096u32)
+            .build()
+            .unwrap();
+        m.start().unwrap();
+        let mut w = writer(&m);
+        let big = vec![7u8; 1500];
+        for _ in 0..5 {
+            w.try_write(&big).unwrap();
+        }
+        assert!(matches!(
+            w.try_write(&vec![0; w.max_payload() + 1]),
+            Err(crate::PublishError::TooLarge { .. })
+        ));
+        w.close_run();
+        let mut frames = w.buf.split();
+        w.count = 0;
+        let mut seqs = Vec::new();
+        while let Some(run) = take_samples(&mut frames, 4096) {
+            assert!(run.count <= 2, "two 1500 B samples fill a 4 KiB frame");
+            seqs.extend(run.seqs());
+        }
+        assert!(frames.is_empty());
+        assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+        m.stop();
+    }
+}
