@@ -31,6 +31,7 @@
 mod bench;
 mod chart;
 mod demo;
+mod demo_topics;
 mod gaps;
 mod latency;
 mod latency_hist;
@@ -44,6 +45,8 @@ mod roles;
 mod rss;
 mod shoal;
 mod stamp;
+mod topic_bench;
+mod topics;
 mod traffic;
 mod usage;
 
@@ -132,6 +135,11 @@ struct DemoArgs {
     /// Also run the same shape over raw TCP and print the ratio.
     #[arg(long)]
     compare: bool,
+    /// Then the topics part: a fresh 3-node mesh with writers and readers on a few topics and
+    /// partitions (who matched whom, what did not and why, per-topic rates), writing for
+    /// this many ms (0 = no topics part).
+    #[arg(long, default_value_t = 1000)]
+    topics_ms: u64,
     #[command(flatten)]
     out: Output,
 }
@@ -173,6 +181,8 @@ struct RoleArgs {
     markdown: Option<String>,
     #[command(flatten)]
     node: NodeArgs,
+    #[command(flatten)]
+    topic: topics::TopicArgs,
     #[command(flatten)]
     out: Output,
 }
@@ -255,6 +265,14 @@ struct BenchArgs {
     /// PSK/plain ratio (the key is `--psk`, or a fixed one).
     #[arg(long)]
     compare_psk: bool,
+    /// Instead of Shoal vs raw TCP: per size, broadcast A→B, topic samples A→B (one writer,
+    /// one matched reader) and bare TCP of `u32 length | payload` (raw-lp), interleaved, with
+    /// topic/broadcast and topic/raw-lp; then a fan-out to readers on `--fanout` nodes.
+    #[arg(long, conflicts_with = "compare_psk")]
+    topics: bool,
+    /// With --topics: reader nodes of the fan-out run (0 = none).
+    #[arg(long, default_value_t = 3)]
+    fanout: usize,
     #[command(flatten)]
     out: Output,
 }
@@ -384,9 +402,25 @@ fn demo(a: DemoArgs) -> Result<(), MainError> {
         );
     }
     let shoal = demo::run_shoal(&run)?;
+    let mut template = run.node.clone();
+    template.batch_bytes = a.batch_bytes;
+    let topics_part = |quiet: bool| -> Result<Option<demo_topics::TopicsDemo>, MainError> {
+        if a.topics_ms == 0 {
+            return Ok(None);
+        }
+        Ok(Some(demo_topics::run(&template, ms(a.topics_ms), quiet)?))
+    };
+    let with_topics = |v: &dyn erased::Json, t: &Option<demo_topics::TopicsDemo>| {
+        let mut v = v.value()?;
+        if let Some(t) = t {
+            v["topics"] = serde_json::to_value(t)?;
+        }
+        Ok::<_, MainError>(v)
+    };
     if !a.compare {
+        let topics = topics_part(a.out.quiet || a.out.json)?;
         if a.out.json {
-            return emit_json(&shoal);
+            return emit_json(&with_topics(&shoal, &topics)?);
         }
         shoal.print();
         if a.rate <= 0.0 {
@@ -395,17 +429,39 @@ fn demo(a: DemoArgs) -> Result<(), MainError> {
                  try --rate 20000 for latency under a steady load)"
             );
         }
+        if let Some(t) = &topics {
+            t.print();
+        }
         return Ok(());
     }
     let raw = demo::run_raw(&run)?;
     let cmp = bench::pair(a.size_min, shoal, raw);
+    let topics = topics_part(a.out.quiet || a.out.json)?;
     if a.out.json {
-        return emit_json(&cmp);
+        return emit_json(&with_topics(&cmp, &topics)?);
     }
     cmp.shoal.print();
     cmp.raw.print();
     println!("shoal / raw TCP delivered msgs/s: {:.2}x", cmp.ratio);
+    if let Some(t) = &topics {
+        t.print();
+    }
     Ok(())
+}
+
+/// Serialisation behind a trait object, so one closure can take either summary type.
+mod erased {
+    /// Something that serialises to a JSON value.
+    pub trait Json {
+        /// The JSON value.
+        fn value(&self) -> Result<serde_json::Value, serde_json::Error>;
+    }
+
+    impl<T: serde::Serialize> Json for T {
+        fn value(&self) -> Result<serde_json::Value, serde_json::Error> {
+            serde_json::to_value(self)
+        }
+    }
 }
 
 fn role(r: roles::Role, a: RoleArgs) -> Result<(), MainError> {
@@ -426,6 +482,7 @@ fn role(r: roles::Role, a: RoleArgs) -> Result<(), MainError> {
         raw: a.raw,
         quiet: a.out.quiet || a.out.json || a.markdown.is_some(),
         metrics: a.metrics,
+        topic: a.topic,
     };
     let s = roles::run(&run)?;
     if a.out.json {
@@ -476,6 +533,14 @@ fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
             return emit_json(&rows);
         }
         bench::print_psk_table(&rows);
+        return Ok(());
+    }
+    if a.topics {
+        let rows = topic_bench::compare(&template, &a.sizes, a.fanout)?;
+        if a.out.json {
+            return emit_json(&rows);
+        }
+        topic_bench::print_table(&rows);
         return Ok(());
     }
     let rows = bench::compare(&template, &a.sizes)?;
