@@ -4,6 +4,9 @@
 //! incompatible), lets the writers write for a while, and reports who matched whom, what did
 //! not match and why (as the mesh said it), and per-topic rates from `Mesh::topics()`.
 //!
+//! Length: the layout, the wait for the mesh's verdicts, the write phase and the report (its
+//! rows and text) belong together and come to about 600 lines.
+//!
 //! **Owns:** the demo's endpoint layout and its report. **Must not touch:** matching (the
 //! verdicts are the mesh's, read from its events and snapshots, never computed here).
 
@@ -215,10 +218,10 @@ pub fn run(template: &NodeArgs, duration: Duration, quiet: bool) -> Result<Topic
     }
     let guids: Vec<EndpointGuid> = handles.iter().map(Handle::guid).collect();
     let label = |g: &EndpointGuid| -> String {
-        guids
-            .iter()
-            .position(|x| x == g)
-            .map_or_else(|| shoal_mesh::topics::guid_hex(g), |i| specs[i].label.into())
+        guids.iter().position(|x| x == g).map_or_else(
+            || shoal_mesh::topics::guid_hex(g),
+            |i| specs[i].label.into(),
+        )
     };
     // Every same-topic (writer, reader) pair, by index into `specs`.
     let mut pairs: Vec<(usize, usize)> = Vec::new();
@@ -255,7 +258,11 @@ pub fn run(template: &NodeArgs, duration: Duration, quiet: bool) -> Result<Topic
             writer: label(w),
             reader: label(r),
             reasons: reasons.to_string(),
-            policies: reasons.policies().iter().map(|p| format!("{p:?}")).collect(),
+            policies: reasons
+                .policies()
+                .iter()
+                .map(|p| format!("{p:?}"))
+                .collect(),
             partitions: reasons.partitions(),
             type_mismatch: reasons.type_mismatch(),
         })
@@ -439,6 +446,9 @@ type Incompatible = (
     shoal_mesh::topics::Reasons,
 );
 
+/// The matched pairs (by spec index) and the reported incompatibilities.
+type Verdicts = (Vec<(usize, usize)>, Vec<Incompatible>);
+
 /// Waits until each pair is in the match table of both its nodes or was reported
 /// incompatible by one of them; returns the matched pairs (by spec index) and the reported
 /// incompatibilities (deduplicated).
@@ -448,7 +458,7 @@ fn verdicts(
     specs: &[Spec],
     guids: &[EndpointGuid],
     pairs: &[(usize, usize)],
-) -> Result<(Vec<(usize, usize)>, Vec<Incompatible>), RunError> {
+) -> Result<Verdicts, RunError> {
     let deadline = Instant::now() + Duration::from_secs(VERDICT_SECS);
     let mut incompatible: Vec<Incompatible> = Vec::new();
     loop {
@@ -478,10 +488,7 @@ fn verdicts(
             let in_table = |n: usize| snaps[n].matches().contains(&key);
             if in_table(specs[w].node) && in_table(specs[r].node) {
                 matched.push((w, r));
-            } else if !incompatible
-                .iter()
-                .any(|(a, b, _, _)| (*a, *b) == key)
-            {
+            } else if !incompatible.iter().any(|(a, b, _, _)| (*a, *b) == key) {
                 open += 1;
             }
         }

@@ -1,13 +1,15 @@
 //! `shoal-loadgen`: the demo, load roles, throughput comparison with raw TCP, and the latency
 //! harness of Shoal. Every run is bounded in time and stops by itself.
 //!
-//! Length: the clap definitions of every subcommand (~250 lines) and one function per subcommand
-//! (~400 lines) that wires its arguments to the role modules and prints their results.
+//! Length: the clap definitions of every subcommand (~300 lines) and one function per subcommand
+//! (~450 lines) that wires its arguments to the role modules and prints their results.
 //!
-//! - `demo`: a 3-node mesh in this process on loopback, one publisher, two subscribers.
+//! - `demo`: a 3-node mesh in this process on loopback, one publisher, two subscribers; then
+//!   writers and readers on a few topics (who matched whom, what did not and why, rates).
 //! - `pub` / `sub` / `relay`: one node per process for multi-process and multi-host runs
-//!   (`--raw` runs the same traffic over bare TCP).
-//! - `bench`: Shoal A→B vs raw TCP A→B per payload size, with their ratio.
+//!   (`--raw` runs the same traffic over bare TCP; `--topic` a topic writer / readers).
+//! - `bench`: Shoal A→B vs raw TCP A→B per payload size, with their ratio; `--topics`: topic
+//!   samples A→B vs broadcast A→B vs length-prefixed raw TCP, and a fan-out.
 //! - `latency`: ping-pong or one-way percentiles, `.hgrm` files and an SVG percentile chart.
 //! - `ping` / `pong`: the two ends of a ping-pong in separate processes (any hosts), with the
 //!   output of `latency`; `chart` draws several runs' `.hgrm` files on one chart.
@@ -46,6 +48,7 @@ mod rss;
 mod shoal;
 mod stamp;
 mod topic_bench;
+mod topic_report;
 mod topics;
 mod traffic;
 mod usage;

@@ -294,7 +294,12 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
         .as_secs()
         .max(1);
     shoal::wait_for(secs, &format!("{want} matched reader(s)"), || {
-        mesh.topics().matches().iter().filter(|(w, _)| *w == guid).count() >= want
+        mesh.topics()
+            .matches()
+            .iter()
+            .filter(|(w, _)| *w == guid)
+            .count()
+            >= want
     })?;
     let links = mesh.connected_peers().len();
     let me = [&mesh];
@@ -335,8 +340,7 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
         r.shape.size,
     );
     s.memory = memory;
-    s.samples =
-        Some(SampleReport::of(&[], &counts, writing_s, 0).with_bytes_out(bytes));
+    s.samples = Some(SampleReport::of(&[], &counts, writing_s, 0).with_bytes_out(bytes));
     Ok(s)
 }
 

@@ -126,7 +126,8 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
         m.stop();
     }
     let published = published?;
-    let report = SampleReport::of(&states, &counts, writing_s, foreign).with_bytes_out(bytes)
+    let report = SampleReport::of(&states, &counts, writing_s, foreign)
+        .with_bytes_out(bytes)
         .with_unrouted(unrouted);
     let recvs: Vec<Receiver> = states.into_iter().map(|s| s.recv).collect();
     let mut summary = summarise(
