@@ -165,7 +165,8 @@ struct RoleArgs {
     /// Subscriber and relay: extra run time for late starters and draining, ms.
     #[arg(long, default_value_t = 10_000)]
     linger_ms: u64,
-    /// Publisher: connected peers to wait for (at most 30 s) before publishing.
+    /// Publisher: connected peers to wait for (at most 30 s) before publishing (with
+    /// --topic: and as many readers its node lists as matched with its writer).
     #[arg(long, default_value_t = 1)]
     wait_peers: usize,
     /// Subscriber: stop once this many publishers sent their end marker (0 = run the full
