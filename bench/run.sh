@@ -2,9 +2,11 @@
 # Runs the Shoal vs raw TCP comparison set in one go with the release build of shoal-loadgen
 # and writes a markdown report (to stdout, or to the file given as the first argument):
 # throughput at 64 B, 1 KiB and 64 KiB (Shoal A->B broadcast vs the same frames over bare TCP,
-# in one process), Shoal with a PSK vs plaintext Shoal at 64 B and 1 KiB, round-trip /
+# in one process), topic samples A->B vs broadcast A->B vs bare TCP of length-prefixed payloads
+# at 64 B and 1 KiB with a fan-out to 3 reader nodes (issue 12's ratios), Shoal with a PSK vs
+# plaintext Shoal at 64 B and 1 KiB, round-trip /
 # one-way latency vs raw TCP in one process, and the same between two processes (`ping` +
-# `pong`; `pub` + `sub`). Whole run: about two minutes after the build. Latency histograms (.hgrm) and percentile charts (.svg) go to
+# `pong`; `pub` + `sub`). Whole run: about two and a half minutes after the build. Latency histograms (.hgrm) and percentile charts (.svg) go to
 # $SHOAL_BENCH_OUT (default: target/bench-run).
 set -euo pipefail
 
@@ -37,6 +39,20 @@ report() {
     echo
     echo "Same bytes on the wire per message on both sides (58-byte Data header + payload);"
     echo "raw TCP = one writer thread with a 64 KiB BufWriter, one reader thread."
+    echo
+    echo "## Topics: samples A -> B vs broadcast A -> B vs raw TCP (length-prefixed)"
+    echo
+    local topics=("$bin" bench --topics --sizes 64,1024 --fanout 3 --duration-ms 2000 --warmup-ms 500 --quiet)
+    echo "\`shoal-loadgen ${topics[*]:1}\`"
+    echo
+    "${topics[@]}"
+    echo
+    echo "Interleaved in one process, per size: broadcast A->B (as above), topic samples A->B (one"
+    echo "writer on A, one matched reader on B, started once both nodes list the match) and bare TCP"
+    echo "of \`u32 length | payload\` (raw-lp; one writer thread with a 64 KiB BufWriter, one reader"
+    echo "thread that splits, parses and counts every message as the raw-tcp baseline does)."
+    echo "Fan-out: one writer, a reader on each of 3 other nodes (full mesh); bytes out/sample ="
+    echo "bytes every node wrote to links over the run / samples delivered to the readers."
     echo
     echo "## Secured (PSK) vs plaintext Shoal"
     echo
@@ -96,17 +112,21 @@ report() {
     echo "| run | transport | delivered msg/s | MB/s | delivered | lost | sub cpu s |"
     echo "|---|---|---|---|---|---|---|"
     rows=""
-    for form in "shoal|" "raw-tcp|--raw"; do
+    for form in "shoal|" "shoal-topic|--topic bench/samples" "raw-tcp|--raw"; do
         row="$(two_process_throughput "2proc-64" "${form#*|}")"
         echo "$row"
         rows+="$row"$'\n'
     done
     echo
     awk -F'|' '{ gsub(/ /, "", $3); r[$3] = $4 } END {
-        if (r["raw-tcp"] > 0) printf "shoal / raw TCP delivered msg/s: %.2fx\n", r["shoal"] / r["raw-tcp"] }' <<<"$rows"
+        if (r["raw-tcp"] > 0) printf "shoal / raw TCP delivered msg/s: %.2fx\n", r["shoal"] / r["raw-tcp"]
+        if (r["shoal"] > 0) printf "shoal-topic / shoal broadcast delivered msg/s: %.2fx\n", r["shoal-topic"] / r["shoal"] }' <<<"$rows"
     echo
-    echo "\`shoal-loadgen sub --listen 127.0.0.1:0 [--raw]\` and \`shoal-loadgen pub --static-peer ADDR"
-    echo "--size 64 --warmup-ms 500 --duration-ms 2000 [--raw]\`, one process each."
+    echo "\`shoal-loadgen sub --listen 127.0.0.1:0 [--raw|--topic bench/samples]\` and \`shoal-loadgen"
+    echo "pub --static-peer ADDR --size 64 --warmup-ms 500 --duration-ms 2000 [--raw|--topic"
+    echo "bench/samples]\`, one process each. shoal-topic: one writer, one reader; the pub starts once"
+    echo "its own node lists the match, so samples it writes before the sub's node routes the writer"
+    echo "are dropped there and counted (\`dropped_unrouted_samples\`): they show as lost."
     echo
     echo "Histograms and charts: \`$artifacts/*.hgrm\`, \`$artifacts/*.svg\`."
 }
@@ -140,11 +160,12 @@ two_process_ping() {
     wait "$pid"
 }
 
-# One two-process throughput row: NAME FLAGS ("" or --raw). The subscriber ends once it has
-# the publisher's end marker.
+# One two-process throughput row: NAME FLAGS ("", --raw or "--topic NAME", for both ends). The
+# subscriber ends once it has the publisher's end marker.
 two_process_throughput() {
     local name=$1 flags=$2 tag addr pid
     tag="$name${flags:+-${flags#--}}"
+    tag="${tag//[ \/]/-}"
     # shellcheck disable=SC2086
     start_listener "$artifacts/$tag-sub.log" sub --publishers 1 --warmup-ms 500 \
         --duration-ms 2000 --markdown "$name" $flags

@@ -1206,11 +1206,22 @@ mod topic_listing {
     fn topic_endpoints_lists_one_kind_of_one_topic() {
         let mut g = DiscoveryGraph::new(GraphConfig::default());
         let p = GuidPrefix([1; 12]);
-        g.add_local_participant(ParticipantInfo::new(p, "a")).unwrap();
-        let w1 = g.add_local_endpoint(ep(p, 1, EndpointKind::Writer, "t")).unwrap().id;
-        let r1 = g.add_local_endpoint(ep(p, 2, EndpointKind::Reader, "t")).unwrap().id;
-        let w2 = g.add_local_endpoint(ep(p, 3, EndpointKind::Writer, "t")).unwrap().id;
-        g.add_local_endpoint(ep(p, 4, EndpointKind::Writer, "u")).unwrap();
+        g.add_local_participant(ParticipantInfo::new(p, "a"))
+            .unwrap();
+        let w1 = g
+            .add_local_endpoint(ep(p, 1, EndpointKind::Writer, "t"))
+            .unwrap()
+            .id;
+        let r1 = g
+            .add_local_endpoint(ep(p, 2, EndpointKind::Reader, "t"))
+            .unwrap()
+            .id;
+        let w2 = g
+            .add_local_endpoint(ep(p, 3, EndpointKind::Writer, "t"))
+            .unwrap()
+            .id;
+        g.add_local_endpoint(ep(p, 4, EndpointKind::Writer, "u"))
+            .unwrap();
         let t = TopicName::new("t").unwrap();
         assert_eq!(g.topic_endpoints(&t, EndpointKind::Writer), vec![w1, w2]);
         assert_eq!(g.topic_endpoints(&t, EndpointKind::Reader), vec![r1]);

@@ -262,6 +262,11 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
 /// The same shape over raw TCP: one publisher thread writing every frame to a connection per
 /// subscriber (as a broadcast to its neighbours), one reader thread per subscriber.
 pub fn run_raw(run: &LocalRun) -> Result<Summary, RunError> {
+    run_raw_framed(run, raw::Framing::Data)
+}
+
+/// [`run_raw`] with the messages framed as `framing` (transport label `framing.label()`).
+pub fn run_raw_framed(run: &LocalRun, framing: raw::Framing) -> Result<Summary, RunError> {
     if run.nodes < 2 {
         return Err(RunError::Usage("a run needs at least 2 nodes".into()));
     }
@@ -282,14 +287,14 @@ pub fn run_raw(run: &LocalRun) -> Result<Summary, RunError> {
         handles.push(std::thread::spawn(
             move || -> Result<Receiver, raw::FrameError> {
                 let mut r = Receiver::new(&shape);
-                raw::subscribe(stream, &mut r, 1, until, &stop, &live)?;
+                raw::subscribe_framed(stream, framing, &mut r, 1, until, &stop, &live)?;
                 Ok(r)
             },
         ));
     }
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker(run.mode, run.quiet, sent.clone(), counters);
-    let mut sink = RawSink::new(conns);
+    let mut sink = RawSink::with_framing(conns, framing);
     let sampler = RssSampler::start_run(&run.shape, run.nodes);
     let published = traffic::publish(&mut sink, &run.shape, rand::random(), &sent, &stop);
     if published.is_err() {
@@ -306,7 +311,7 @@ pub fn run_raw(run: &LocalRun) -> Result<Summary, RunError> {
     let usage = Usage::now().since(&before);
     let mut summary = summarise(
         run,
-        "raw-tcp",
+        framing.label(),
         run.nodes - 1,
         published?,
         &subscribers,
@@ -314,5 +319,8 @@ pub fn run_raw(run: &LocalRun) -> Result<Summary, RunError> {
         usage,
     );
     summary.memory = memory;
+    if framing == raw::Framing::LengthPrefixed {
+        summary.wire_bytes = summary.payload_bytes + shoal_mesh::wire::LENGTH_PREFIX_LEN;
+    }
     Ok(summary)
 }

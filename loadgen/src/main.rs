@@ -1,13 +1,15 @@
 //! `shoal-loadgen`: the demo, load roles, throughput comparison with raw TCP, and the latency
 //! harness of Shoal. Every run is bounded in time and stops by itself.
 //!
-//! Length: the clap definitions of every subcommand (~250 lines) and one function per subcommand
-//! (~400 lines) that wires its arguments to the role modules and prints their results.
+//! Length: the clap definitions of every subcommand (~300 lines) and one function per subcommand
+//! (~450 lines) that wires its arguments to the role modules and prints their results.
 //!
-//! - `demo`: a 3-node mesh in this process on loopback, one publisher, two subscribers.
+//! - `demo`: a 3-node mesh in this process on loopback, one publisher, two subscribers; then
+//!   writers and readers on a few topics (who matched whom, what did not and why, rates).
 //! - `pub` / `sub` / `relay`: one node per process for multi-process and multi-host runs
-//!   (`--raw` runs the same traffic over bare TCP).
-//! - `bench`: Shoal A→B vs raw TCP A→B per payload size, with their ratio.
+//!   (`--raw` runs the same traffic over bare TCP; `--topic` a topic writer / readers).
+//! - `bench`: Shoal A→B vs raw TCP A→B per payload size, with their ratio; `--topics`: topic
+//!   samples A→B vs broadcast A→B vs length-prefixed raw TCP, and a fan-out.
 //! - `latency`: ping-pong or one-way percentiles, `.hgrm` files and an SVG percentile chart.
 //! - `ping` / `pong`: the two ends of a ping-pong in separate processes (any hosts), with the
 //!   output of `latency`; `chart` draws several runs' `.hgrm` files on one chart.
@@ -31,6 +33,7 @@
 mod bench;
 mod chart;
 mod demo;
+mod demo_topics;
 mod gaps;
 mod latency;
 mod latency_hist;
@@ -44,6 +47,9 @@ mod roles;
 mod rss;
 mod shoal;
 mod stamp;
+mod topic_bench;
+mod topic_report;
+mod topics;
 mod traffic;
 mod usage;
 
@@ -132,6 +138,11 @@ struct DemoArgs {
     /// Also run the same shape over raw TCP and print the ratio.
     #[arg(long)]
     compare: bool,
+    /// Then the topics part: a fresh 3-node mesh with writers and readers on a few topics and
+    /// partitions (who matched whom, what did not and why, per-topic rates), writing for
+    /// this many ms (0 = no topics part).
+    #[arg(long, default_value_t = 1000)]
+    topics_ms: u64,
     #[command(flatten)]
     out: Output,
 }
@@ -154,7 +165,8 @@ struct RoleArgs {
     /// Subscriber and relay: extra run time for late starters and draining, ms.
     #[arg(long, default_value_t = 10_000)]
     linger_ms: u64,
-    /// Publisher: connected peers to wait for (at most 30 s) before publishing.
+    /// Publisher: connected peers to wait for (at most 30 s) before publishing (with
+    /// --topic: and as many readers its node lists as matched with its writer).
     #[arg(long, default_value_t = 1)]
     wait_peers: usize,
     /// Subscriber: stop once this many publishers sent their end marker (0 = run the full
@@ -173,6 +185,8 @@ struct RoleArgs {
     markdown: Option<String>,
     #[command(flatten)]
     node: NodeArgs,
+    #[command(flatten)]
+    topic: topics::TopicArgs,
     #[command(flatten)]
     out: Output,
 }
@@ -255,6 +269,14 @@ struct BenchArgs {
     /// PSK/plain ratio (the key is `--psk`, or a fixed one).
     #[arg(long)]
     compare_psk: bool,
+    /// Instead of Shoal vs raw TCP: per size, broadcast A→B, topic samples A→B (one writer,
+    /// one matched reader) and bare TCP of `u32 length | payload` (raw-lp), interleaved, with
+    /// topic/broadcast and topic/raw-lp; then a fan-out to readers on `--fanout` nodes.
+    #[arg(long, conflicts_with = "compare_psk")]
+    topics: bool,
+    /// With --topics: reader nodes of the fan-out run (0 = none).
+    #[arg(long, default_value_t = 3)]
+    fanout: usize,
     #[command(flatten)]
     out: Output,
 }
@@ -384,9 +406,25 @@ fn demo(a: DemoArgs) -> Result<(), MainError> {
         );
     }
     let shoal = demo::run_shoal(&run)?;
+    let mut template = run.node.clone();
+    template.batch_bytes = a.batch_bytes;
+    let topics_part = |quiet: bool| -> Result<Option<demo_topics::TopicsDemo>, MainError> {
+        if a.topics_ms == 0 {
+            return Ok(None);
+        }
+        Ok(Some(demo_topics::run(&template, ms(a.topics_ms), quiet)?))
+    };
+    let with_topics = |v: &dyn erased::Json, t: &Option<demo_topics::TopicsDemo>| {
+        let mut v = v.value()?;
+        if let Some(t) = t {
+            v["topics"] = serde_json::to_value(t)?;
+        }
+        Ok::<_, MainError>(v)
+    };
     if !a.compare {
+        let topics = topics_part(a.out.quiet || a.out.json)?;
         if a.out.json {
-            return emit_json(&shoal);
+            return emit_json(&with_topics(&shoal, &topics)?);
         }
         shoal.print();
         if a.rate <= 0.0 {
@@ -395,17 +433,39 @@ fn demo(a: DemoArgs) -> Result<(), MainError> {
                  try --rate 20000 for latency under a steady load)"
             );
         }
+        if let Some(t) = &topics {
+            t.print();
+        }
         return Ok(());
     }
     let raw = demo::run_raw(&run)?;
     let cmp = bench::pair(a.size_min, shoal, raw);
+    let topics = topics_part(a.out.quiet || a.out.json)?;
     if a.out.json {
-        return emit_json(&cmp);
+        return emit_json(&with_topics(&cmp, &topics)?);
     }
     cmp.shoal.print();
     cmp.raw.print();
     println!("shoal / raw TCP delivered msgs/s: {:.2}x", cmp.ratio);
+    if let Some(t) = &topics {
+        t.print();
+    }
     Ok(())
+}
+
+/// Serialisation behind a trait object, so one closure can take either summary type.
+mod erased {
+    /// Something that serialises to a JSON value.
+    pub trait Json {
+        /// The JSON value.
+        fn value(&self) -> Result<serde_json::Value, serde_json::Error>;
+    }
+
+    impl<T: serde::Serialize> Json for T {
+        fn value(&self) -> Result<serde_json::Value, serde_json::Error> {
+            serde_json::to_value(self)
+        }
+    }
 }
 
 fn role(r: roles::Role, a: RoleArgs) -> Result<(), MainError> {
@@ -426,6 +486,7 @@ fn role(r: roles::Role, a: RoleArgs) -> Result<(), MainError> {
         raw: a.raw,
         quiet: a.out.quiet || a.out.json || a.markdown.is_some(),
         metrics: a.metrics,
+        topic: a.topic,
     };
     let s = roles::run(&run)?;
     if a.out.json {
@@ -476,6 +537,14 @@ fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
             return emit_json(&rows);
         }
         bench::print_psk_table(&rows);
+        return Ok(());
+    }
+    if a.topics {
+        let rows = topic_bench::compare(&template, &a.sizes, a.fanout)?;
+        if a.out.json {
+            return emit_json(&rows);
+        }
+        topic_bench::print_table(&rows);
         return Ok(());
     }
     let rows = bench::compare(&template, &a.sizes)?;

@@ -1,6 +1,8 @@
-//! The physical-limit baseline: the same frames (58-byte Data header + payload, byte for byte
-//! what a Shoal link carries) over bare blocking TCP with std threads and a `BufWriter`, so a
-//! run can compare Shoal with what the kernel and loopback allow.
+//! The physical-limit baselines over bare blocking TCP with std threads and a `BufWriter`, so
+//! a run can compare Shoal with what the kernel and loopback allow: [`Framing::Data`] carries
+//! the same frames as a Shoal link (58-byte Data header + payload, byte for byte), and
+//! [`Framing::LengthPrefixed`] the payload alone behind a 4-byte big-endian length (the
+//! smallest framing a stream of messages can have: the topic benchmark's baseline).
 
 use crate::traffic::{Receiver, Sink, SinkError};
 use shoal_mesh::wire::{DataHeader, DATA_HEADER_LEN, LENGTH_PREFIX_LEN};
@@ -17,6 +19,26 @@ pub const BATCH_BYTES: usize = 64 * 1024;
 const BODY_BEFORE_PAYLOAD: usize = DATA_HEADER_LEN - LENGTH_PREFIX_LEN;
 /// Largest frame a raw reader accepts (the mesh default `max_message_bytes`).
 const MAX_FRAME: usize = shoal_mesh::wire::MAX_MESSAGE_BYTES as usize;
+
+/// How a raw stream delimits its messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Framing {
+    /// Shoal's Data frames (58-byte header + payload).
+    #[default]
+    Data,
+    /// `u32 length (big-endian) | payload`.
+    LengthPrefixed,
+}
+
+impl Framing {
+    /// The transport label of runs with this framing.
+    pub fn label(self) -> &'static str {
+        match self {
+            Framing::Data => "raw-tcp",
+            Framing::LengthPrefixed => "raw-lp",
+        }
+    }
+}
 
 /// Builds Data headers as a Shoal originator would (own id, counting message ids).
 #[derive(Debug, Clone)]
@@ -47,12 +69,19 @@ impl Framer {
 pub struct RawSink {
     conns: Vec<BufWriter<TcpStream>>,
     framer: Framer,
+    framing: Framing,
 }
 
 impl RawSink {
-    /// Sends to every stream in `conns` (TCP_NODELAY set here).
+    /// Sends Data frames to every stream in `conns` (TCP_NODELAY set here).
     pub fn new(conns: Vec<TcpStream>) -> RawSink {
+        RawSink::with_framing(conns, Framing::Data)
+    }
+
+    /// Sends messages framed as `framing` to every stream in `conns` (TCP_NODELAY set here).
+    pub fn with_framing(conns: Vec<TcpStream>, framing: Framing) -> RawSink {
         RawSink {
+            framing,
             conns: conns
                 .into_iter()
                 .map(|s| {
@@ -71,6 +100,21 @@ fn fatal(e: std::io::Error) -> SinkError {
 
 impl Sink for RawSink {
     fn send(&mut self, payload: &[u8]) -> Result<(), SinkError> {
+        if self.framing == Framing::LengthPrefixed {
+            let len = u32::try_from(payload.len())
+                .map_err(|_| SinkError::Fatal("payload over 4 GiB".into()))?
+                .to_be_bytes();
+            for c in &mut self.conns {
+                if payload.len() >= BATCH_BYTES / 2 {
+                    c.flush().map_err(fatal)?;
+                    write_all_vectored(c.get_mut(), &len, payload).map_err(fatal)?;
+                } else {
+                    c.write_all(&len).map_err(fatal)?;
+                    c.write_all(payload).map_err(fatal)?;
+                }
+            }
+            return Ok(());
+        }
         let h = self.framer.next_header(payload.len());
         for c in &mut self.conns {
             if payload.len() >= BATCH_BYTES / 2 {
@@ -116,8 +160,8 @@ pub enum FrameError {
     /// The socket failed or closed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
-    /// The bytes are not a Data frame.
-    #[error("not a Data frame: {0}")]
+    /// The bytes are not a frame of the stream's framing.
+    #[error("malformed frame: {0}")]
     Malformed(&'static str),
 }
 
@@ -133,19 +177,26 @@ pub struct FrameReader {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    framing: Framing,
 }
 
 impl Default for FrameReader {
     fn default() -> Self {
-        FrameReader {
-            buf: vec![0; 2 * BATCH_BYTES],
-            start: 0,
-            end: 0,
-        }
+        FrameReader::with_framing(Framing::Data)
     }
 }
 
 impl FrameReader {
+    /// A reader of `framing`'s frames.
+    pub fn with_framing(framing: Framing) -> FrameReader {
+        FrameReader {
+            buf: vec![0; 2 * BATCH_BYTES],
+            start: 0,
+            end: 0,
+            framing,
+        }
+    }
+
     /// The payload of the next complete frame in the buffer, if any.
     pub fn next_payload(&mut self) -> Result<Option<&[u8]>, FrameError> {
         let avail = &self.buf[self.start..self.end];
@@ -153,6 +204,21 @@ impl FrameReader {
             return Ok(None);
         }
         let len = u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize;
+        if self.framing == Framing::LengthPrefixed {
+            if len > MAX_FRAME {
+                return Err(FrameError::Malformed("length above max_message_bytes"));
+            }
+            let total = LENGTH_PREFIX_LEN + len;
+            if avail.len() < total {
+                if total > self.buf.len() {
+                    self.buf.resize(total, 0);
+                }
+                return Ok(None);
+            }
+            let at = self.start + LENGTH_PREFIX_LEN;
+            self.start += total;
+            return Ok(Some(&self.buf[at..self.start]));
+        }
         if !(BODY_BEFORE_PAYLOAD..=MAX_FRAME).contains(&len) {
             return Err(FrameError::Malformed("frame length out of range"));
         }
@@ -192,10 +258,24 @@ impl FrameReader {
     }
 }
 
-/// Receives frames from `stream` into `recv` until `until`, `stop`, the peer closes, or
+/// Receives Data frames from `stream` into `recv` until `until`, `stop`, the peer closes, or
 /// `publishers` end markers arrived.
 pub fn subscribe(
+    stream: TcpStream,
+    recv: &mut Receiver,
+    publishers: usize,
+    until: Instant,
+    stop: &AtomicBool,
+    live: &AtomicU64,
+) -> Result<(), FrameError> {
+    subscribe_framed(stream, Framing::Data, recv, publishers, until, stop, live)
+}
+
+/// [`subscribe`] for a stream of `framing`'s frames: each frame is split off, its payload
+/// parsed (stamp) and counted by `recv`.
+pub fn subscribe_framed(
     mut stream: TcpStream,
+    framing: Framing,
     recv: &mut Receiver,
     publishers: usize,
     until: Instant,
@@ -204,7 +284,7 @@ pub fn subscribe(
 ) -> Result<(), FrameError> {
     // A read timeout lets the loop notice the deadline while the publisher is silent.
     stream.set_read_timeout(Some(Duration::from_millis(100)))?;
-    let mut fr = FrameReader::default();
+    let mut fr = FrameReader::with_framing(framing);
     let mut n = 0u64;
     loop {
         if Instant::now() >= until || stop.load(Ordering::Relaxed) || recv.done(publishers) {
@@ -286,6 +366,29 @@ mod tests {
         let mut t = Trickle(Vec::new());
         write_all_vectored(&mut t, b"header-bytes", b"and the payload").unwrap();
         assert_eq!(t.0, b"header-bytesand the payload");
+    }
+
+    #[test]
+    fn length_prefixed_frames_round_trip_split_anywhere() {
+        let payloads: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; i as usize * 11]).collect();
+        let mut wire = Vec::new();
+        for p in &payloads {
+            wire.extend_from_slice(&(p.len() as u32).to_be_bytes());
+            wire.extend_from_slice(p);
+        }
+        let mut fr = FrameReader::with_framing(Framing::LengthPrefixed);
+        let mut got = Vec::new();
+        for chunk in wire.chunks(7) {
+            fr.fill(&mut &chunk[..]).unwrap();
+            while let Some(p) = fr.next_payload().unwrap() {
+                got.push(p.to_vec());
+            }
+        }
+        assert_eq!(got, payloads);
+        // A length past the bound is refused, not allocated.
+        let mut fr = FrameReader::with_framing(Framing::LengthPrefixed);
+        fr.fill(&mut &u32::MAX.to_be_bytes()[..]).unwrap();
+        assert!(matches!(fr.next_payload(), Err(FrameError::Malformed(_))));
     }
 
     #[test]

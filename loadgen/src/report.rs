@@ -138,6 +138,9 @@ pub struct Summary {
     /// Resident memory sampled over the run (process-wide: every node in this process),
     /// with the queue bound it is compared to.
     pub memory: Option<Memory>,
+    /// Topic runs: per topic, per writer, the nodes' topic counters, bytes per sample.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<crate::topics::SampleReport>,
     /// The latency histogram behind `latency` (for `.hgrm` files and plots).
     #[serde(skip)]
     pub histogram: Latency,
@@ -233,6 +236,9 @@ impl Summary {
         }
         if let Some(d) = &self.drops {
             let _ = writeln!(out, "   drops: {}", d.line());
+        }
+        if let Some(t) = &self.samples {
+            out.push_str(&t.text());
         }
         let u = &self.usage;
         let _ = writeln!(

@@ -6,7 +6,8 @@ use crate::metrics::MetricsServer;
 use crate::raw::{self, RawSink};
 use crate::report::{Drops, Summary};
 use crate::rss::{QueueBound, RssSampler};
-use crate::shoal::{self, MeshSink, NodeArgs};
+use crate::shoal::{self, MeshSink, NodeArgs, SetupError};
+use crate::topics::{self, ReaderState, SampleReport, TopicArgs, TopicSink, WriterSeqs};
 use crate::traffic::{self, Live, PubReport, Receiver, Shape};
 use crate::usage::Usage;
 use shoal_mesh::Mesh;
@@ -47,6 +48,8 @@ pub struct RoleRun {
     pub quiet: bool,
     /// Serve the node's counters in the Prometheus text format here.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Topic mode (`--topic`): a writer (pub) or readers (sub) instead of broadcasts.
+    pub topic: TopicArgs,
 }
 
 impl RoleRun {
@@ -74,6 +77,22 @@ impl RoleRun {
 
 /// Runs the role; returns its summary.
 pub fn run(r: &RoleRun) -> Result<Summary, RunError> {
+    if r.topic.enabled() {
+        return match (r.role, r.raw) {
+            (_, true) => Err(RunError::Usage(
+                "--topic is Shoal's: raw TCP has no topics".into(),
+            )),
+            (Role::Pub, false) if r.topic.topics.len() > 1 => Err(RunError::Usage(
+                "pub opens one writer: give one --topic".into(),
+            )),
+            (Role::Pub, false) => topic_pub(r),
+            (Role::Sub, false) => topic_sub(r),
+            (Role::Relay, false) => Err(RunError::Usage(
+                "relay opens no endpoint (it forwards the samples of every topic): drop --topic"
+                    .into(),
+            )),
+        };
+    }
     match (r.role, r.raw) {
         (Role::Pub, false) => shoal_pub(r),
         (Role::Sub, false) => shoal_sub(r),
@@ -250,6 +269,150 @@ fn shoal_relay(r: &RoleRun) -> Result<Summary, RunError> {
     s.window_s = (r.shape.warmup + r.shape.duration + r.linger).as_secs_f64();
     s.frames_in = total.frames_in;
     s.frames_out = total.frames_queued;
+    Ok(s)
+}
+
+fn mesh_err(e: shoal_mesh::MeshError) -> RunError {
+    RunError::Setup(SetupError::Mesh(e))
+}
+
+/// `pub --topic`: one writer; waits for `--wait-peers` peers and as many matched readers.
+fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
+    let (mesh, events) = r.node.start()?;
+    drop(events);
+    let _metrics = r.serve_metrics(&mesh)?;
+    let writer = mesh
+        .writer(r.topic.declaration(&r.topic.topics[0]))
+        .map_err(mesh_err)?;
+    ready("pub", &mesh, r);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let want = r.wait_peers.max(1);
+    wait_peers(&mesh, want, deadline)?;
+    let guid = writer.guid();
+    let secs = deadline
+        .saturating_duration_since(Instant::now())
+        .as_secs()
+        .max(1);
+    shoal::wait_for(secs, &format!("{want} matched reader(s)"), || {
+        mesh.topics()
+            .matches()
+            .iter()
+            .filter(|(w, _)| *w == guid)
+            .count()
+            >= want
+    })?;
+    let links = mesh.connected_peers().len();
+    let me = [&mesh];
+    let counts_before = topics::topic_counts(&me);
+    let bytes_before = topics::bytes_out(&me);
+    let before = Usage::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(Live::default());
+    let (progress, ticker) = progress_ticker("pub", r.quiet, sent.clone(), Vec::new());
+    let mut sink = TopicSink::new(writer, r.node.batch_bytes);
+    let sampler = RssSampler::start_run(&r.shape, 1);
+    let t0 = Instant::now();
+    let rep = traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop);
+    let writing_s = t0.elapsed().as_secs_f64();
+    let memory = sampler.and_then(|s| s.finish(None));
+    drop(ticker);
+    progress.finish();
+    let usage = Usage::now().since(&before);
+    let drops = node_drops(&mesh);
+    let counts = topics::counts_since(&topics::topic_counts(&me), &counts_before);
+    let bytes = topics::bytes_out(&me).saturating_sub(bytes_before);
+    // Stopped with the writer alive: its queued samples go out before the links close, and
+    // no withdrawal overtakes them (a receiver drops samples of a writer it stopped routing).
+    mesh.stop();
+    drop(sink);
+    let rep = rep?;
+    let mut s = with_send_rate(
+        summarise(
+            &r.local("pub"),
+            "shoal-topic",
+            links,
+            rep,
+            &[],
+            Some(drops),
+            usage,
+        ),
+        &rep,
+        r.shape.size,
+    );
+    s.memory = memory;
+    s.samples = Some(SampleReport::of(&[], &counts, writing_s, 0).with_bytes_out(bytes));
+    Ok(s)
+}
+
+/// `sub --topic`: a reader per topic; per writer counts and sequence checks, per topic rates.
+fn topic_sub(r: &RoleRun) -> Result<Summary, RunError> {
+    let (mesh, mut events) = r.node.start()?;
+    let _metrics = r.serve_metrics(&mesh)?;
+    let mut handles = Vec::new();
+    let mut states = Vec::new();
+    for name in &r.topic.topics {
+        let reader = mesh.reader(r.topic.declaration(name)).map_err(mesh_err)?;
+        states.push(ReaderState {
+            guid: reader.guid(),
+            topic: name.clone(),
+            recv: Receiver::new(&r.shape),
+            seqs: WriterSeqs::default(),
+            // Run the full time when told to wait for no end marker.
+            expect_writers: if r.publishers == 0 {
+                usize::MAX
+            } else {
+                r.publishers
+            },
+        });
+        handles.push(reader);
+    }
+    ready("sub", &mesh, r);
+    let me = [&mesh];
+    let counts_before = topics::topic_counts(&me);
+    let unrouted_before = topics::unrouted(&me);
+    let before = Usage::now();
+    let started = Instant::now();
+    let stop = AtomicBool::new(false);
+    let live = Arc::new(AtomicU64::new(0));
+    let (progress, ticker) = progress_ticker(
+        "sub",
+        r.quiet,
+        Arc::new(Live::default()),
+        vec![live.clone()],
+    );
+    let foreign = topics::subscribe_samples(&mut events, &mut states, r.bound(), &stop, &live);
+    drop(ticker);
+    progress.finish();
+    let usage = Usage::now().since(&before);
+    let links = mesh.connected_peers().len();
+    let drops = node_drops(&mesh);
+    let counts = topics::counts_since(&topics::topic_counts(&me), &counts_before);
+    let unrouted = topics::unrouted(&me).saturating_sub(unrouted_before);
+    drop(handles);
+    mesh.stop();
+    // The nodes' rates are over the readers' longest measured window (the whole run when
+    // nothing arrived in a window).
+    let window = states
+        .iter()
+        .map(|s| s.recv.window().2)
+        .fold(0.0f64, f64::max);
+    let window = if window > 0.0 {
+        window
+    } else {
+        started.elapsed().as_secs_f64()
+    };
+    let report = SampleReport::of(&states, &counts, window, foreign).with_unrouted(unrouted);
+    let recvs: Vec<Receiver> = states.into_iter().map(|s| s.recv).collect();
+    let mut s = summarise(
+        &r.local("sub"),
+        "shoal-topic",
+        links,
+        PubReport::default(),
+        &recvs,
+        Some(drops),
+        usage,
+    );
+    s.samples = Some(report);
     Ok(s)
 }
 

@@ -217,7 +217,8 @@ impl MeshSink {
     }
 }
 
-fn sink_error(e: PublishError) -> SinkError {
+/// A publish error as the traffic loop sees it (fatal or refused this once).
+pub(crate) fn sink_error(e: PublishError) -> SinkError {
     match e {
         PublishError::Stopped => SinkError::Fatal("node stopped".into()),
         e @ PublishError::TooLarge { .. } => SinkError::Fatal(e.to_string()),

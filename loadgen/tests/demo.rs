@@ -1,5 +1,6 @@
 //! The README's "run the main job" command, end to end: the built binary runs a short demo on
-//! loopback and its JSON summary shows delivery without loss.
+//! loopback and its JSON summary shows delivery without loss, then its topics part: who
+//! matched whom, what did not and why, per-topic rates.
 
 use std::process::Command;
 
@@ -75,6 +76,133 @@ fn demo_delivers_everything_on_loopback() {
             >= 6 * b["max_outbound_queue_bytes"].as_u64().unwrap_or(u64::MAX),
         "{v}"
     );
+    check_topics_part(&v["topics"]);
+}
+
+/// The rows of `list` whose `key` is `value`.
+fn rows<'a>(list: &'a serde_json::Value, key: &str, value: &str) -> Vec<&'a serde_json::Value> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not an array: {list}"))
+        .iter()
+        .filter(|r| r[key].as_str() == Some(value))
+        .collect()
+}
+
+/// The demo's topics part (issue 12): the partition pattern matches one reader and not the
+/// other, the reliable reader names Reliability, the type mismatch is named, and every
+/// matched reader got every sample of its writer in order while the others got none.
+fn check_topics_part(t: &serde_json::Value) {
+    assert_eq!(t["nodes"].as_u64(), Some(3), "{t}");
+    let pairs: Vec<(&str, &str)> = t["matched"]
+        .as_array()
+        .expect("matched")
+        .iter()
+        .map(|p| (p["writer"].as_str().unwrap(), p["reader"].as_str().unwrap()))
+        .collect();
+    assert_eq!(pairs.len(), 2, "{t}");
+    assert!(pairs.contains(&("imu-writer@n0", "imu-arm@n1")), "{t}");
+    assert!(pairs.contains(&("vel-writer@n1", "vel-reader@n0")), "{t}");
+    let inc = &t["incompatible"];
+    assert_eq!(inc.as_array().map(Vec::len), Some(3), "{t}");
+    let one = |reader: &str| {
+        let r = rows(inc, "reader", reader);
+        assert_eq!(r.len(), 1, "{reader}: {t}");
+        r[0].clone()
+    };
+    let telemetry = one("imu-telemetry@n2");
+    assert_eq!(telemetry["partitions"].as_bool(), Some(true), "{t}");
+    assert!(
+        telemetry["reasons"]
+            .as_str()
+            .unwrap()
+            .contains("partitions do not overlap"),
+        "{t}"
+    );
+    let reliable = one("vel-reliable@n2");
+    assert_eq!(reliable["writer"].as_str(), Some("vel-writer@n1"));
+    assert!(
+        reliable["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str() == Some("Reliability")),
+        "the reliability policy is named: {t}"
+    );
+    let odom = one("odom-v2@n0");
+    assert_eq!(odom["type_mismatch"].as_bool(), Some(true), "{t}");
+    assert!(odom["reasons"].as_str().unwrap().contains("type"), "{t}");
+    // Rates from the nodes' topic counters.
+    for topic in ["sensors/imu", "cmd/vel"] {
+        let r = rows(&t["topics"], "topic", topic);
+        assert_eq!(r.len(), 1, "{topic}: {t}");
+        let c = &r[0]["counts"];
+        assert!(c["delivered"].as_u64().unwrap() > 0, "{topic}: {t}");
+        assert_eq!(c["delivered"], c["written"], "one matched reader each: {t}");
+        assert!(r[0]["delivered_per_s"].as_f64().unwrap() > 0.0, "{t}");
+    }
+    let odom_rate = rows(&t["topics"], "topic", "odom");
+    assert!(
+        odom_rate[0]["counts"]["written"].as_u64().unwrap() > 0,
+        "{t}"
+    );
+    assert_eq!(odom_rate[0]["counts"]["delivered"].as_u64(), Some(0), "{t}");
+    // Readers: a matched one has its writer's every sample (data + end marker), in order.
+    for w in t["writers"].as_array().expect("writers") {
+        let sent = w["sent"].as_u64().unwrap();
+        assert!(sent > 0, "{t}");
+        for p in pairs.iter().filter(|p| Some(p.0) == w["writer"].as_str()) {
+            let r = rows(&t["readers"], "reader", p.1);
+            assert_eq!(r[0]["samples"].as_u64(), Some(sent + 1), "{t}");
+            for k in ["gaps", "reorders", "lost"] {
+                assert_eq!(r[0][k].as_u64(), Some(0), "{k}: {t}");
+            }
+            assert_eq!(r[0]["end_markers"].as_u64(), Some(1), "{t}");
+        }
+    }
+    for reader in ["imu-telemetry@n2", "vel-reliable@n2", "odom-v2@n0"] {
+        let r = rows(&t["readers"], "reader", reader);
+        assert_eq!(r[0]["samples"].as_u64(), Some(0), "{reader}: {t}");
+    }
+    assert_eq!(t["unrouted_samples"].as_u64(), Some(0), "{t}");
+}
+
+/// The demo's text output, as a newcomer reads it, has the topics part after the throughput.
+#[test]
+fn demo_prints_the_topics_part_after_the_throughput() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal-loadgen"))
+        .args([
+            "demo",
+            "--duration-ms",
+            "300",
+            "--topics-ms",
+            "300",
+            "--quiet",
+        ])
+        .output()
+        .expect("run shoal-loadgen");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let throughput = text.find("== demo over shoal").expect("throughput part");
+    let topics = text.find("== topics: 3 nodes").expect("topics part");
+    assert!(throughput < topics, "{text}");
+    for want in [
+        "matched (writer -> reader):",
+        "imu-writer@n0 -> imu-arm@n1",
+        "did not match, as the mesh reported:",
+        "partitions do not overlap",
+        "Reliability",
+        "type name",
+        "samples/s",
+    ] {
+        assert!(
+            text[topics..].contains(want),
+            "{want:?} missing from:\n{text}"
+        );
+    }
 }
 
 #[test]

@@ -2,7 +2,8 @@
 """Writes the fuzz seed corpus for frame_decode from shared/protocol/vectors.txt.
 
 Every plaintext frame in the vectors file (handshake frames and the decrypted frames of the
-secured captures) becomes one seed, plus each V4 direction as one stream of frames in a row.
+secured captures) becomes one seed, plus each V4 direction as one stream of frames in a row,
+a Hello with Shoal's extension, and Shoal's two topic frames (hand-written, below).
 Usage: python3 mesh/fuzz/seed_corpus.py [path/to/vectors.txt]
 """
 import os
@@ -55,4 +56,28 @@ body = hello[4:] + ext
 with open(os.path.join(out_dir, "shoal-ext-Hello"), "wb") as f:
     f.write(len(body).to_bytes(4, "big") + body)
 count += 1
+# Shoal's topic frames, written out by hand from the layout (mesh/proto/src/wire/topic_frames.rs);
+# mesh/proto/tests/wire_errors.rs holds the same bytes and checks these files against them.
+# Discovery: a Record, an entry of an unknown kind (skipped) and a Withdraw.
+discovery = bytes.fromhex(
+    "00000044" "09"  # length 68, type Discovery
+    + "11" * 16  # origin
+    + "0102030405060708" "08" "0000002a" "0001" "0003" "0003"  # seq ttl cycle part parts count
+    + "01" "0005" "deadbeef01"  # Record
+    + "7f" "0002" "aabb"  # kind 127, skipped
+    + "02" "0010" + "22" * 16  # Withdraw
+)
+# Samples: writer a0..af, firstSeq 255, the samples "hi", "" and "abc".
+samples = bytes.fromhex(
+    "0000002e" "0a" "07" "00" "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf" "00000000000000ff" "0003"
+    "00000002" "6869" "00000000" "00000003" "616263"
+)
+for name, data in [
+    ("topic-Discovery", discovery),
+    ("topic-Samples", samples),
+    ("topic-stream", discovery + samples),
+]:
+    with open(os.path.join(out_dir, name), "wb") as f:
+        f.write(data)
+    count += 1
 print(f"wrote {count + len(streams)} seeds to {out_dir}")

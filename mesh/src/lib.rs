@@ -1,9 +1,11 @@
 //! shoal-mesh: the multimaster v1 mesh — nodes that find each other, link over TCP and flood
 //! or relay messages, byte-compatible with the C++ `multimaster` library.
 //!
-//! Two nodes on loopback, one broadcast, one receive (the README's quick start):
+//! Two nodes on loopback, one broadcast, one receive, one topic sample (the README's quick
+//! start):
 //!
 //! ```rust
+//! use shoal_mesh::topics::Topic;
 //! use shoal_mesh::{Event, EventReceiver, Mesh, MeshBuilder};
 //! use std::time::Duration;
 //!
@@ -32,6 +34,18 @@
 //!     let got = next(&mut b_events, |ev| matches!(ev, Event::Message { .. }));
 //!     let Event::Message { from, payload, .. } = got else { unreachable!() };
 //!     assert_eq!((from, &payload[..]), (a.id(), &b"hello, shoal"[..]));
+//!
+//!     // Topics: a writer on `a`, a reader on `b`; both nodes report the match.
+//!     let imu = Topic::new("sensors/imu", "Imu").reliable().partitions(["robot/1"]);
+//!     let reader = b.reader(imu.clone())?;
+//!     let mut writer = a.writer(imu)?;
+//!     next(&mut a_events, |ev| matches!(ev, Event::Matched { .. }));
+//!     next(&mut b_events, |ev| matches!(ev, Event::Matched { .. }));
+//!     writer.write_blocking(b"x=1")?; // sequence number 1
+//!     writer.flush_blocking()?;
+//!     let got = next(&mut b_events, |ev| reader.is_for(ev) && matches!(ev, Event::Sample { .. }));
+//!     let Event::Sample { writer: w, seq, payload, .. } = got else { unreachable!() };
+//!     assert_eq!((w, seq, &payload[..]), (writer.guid(), 1, &b"x=1"[..]));
 //!     a.stop();
 //!     b.stop();
 //!     Ok(())
@@ -40,16 +54,16 @@
 //!
 //! **Owns:** the driver of the protocol: the live node ([`node`], re-exported here as
 //! [`Mesh`]) with its sockets, tasks, timers and threads on `shoal-runtime`'s executors; the
-//! application API (events, callbacks, [`Publisher`], stats and, with the default
-//! `prometheus` feature, their rendering in `metrics`); the node options and the identity
+//! application API (events, callbacks, [`Publisher`], the [`topics`] handles, stats and,
+//! with the default `prometheus` feature, their rendering in `metrics`); the node options and the identity
 //! seed file ([`identity_file`]). The protocol itself (wire codec, state machines,
 //! cryptography, settings) is the I/O-free crate `shoal-proto`, re-exported here whole as
 //! [`proto`] and by module as [`wire`], [`crypto`], [`config`] and [`id`].
 //!
-//! **Must not touch:** protocol logic that needs no I/O (it belongs in `shoal-proto`);
-//! topics, types, QoS or discovery graphs: that is `shoal-discovery`, a library the control
-//! plane will drive once topics land (issue 12); nothing calls it yet. The mesh moves opaque
-//! payloads. It never names compio or io_uring: all I/O goes through `shoal-runtime`, so the
+//! **Must not touch:** protocol logic that needs no I/O (it belongs in `shoal-proto`):
+//! matching, admission and sample routes are the control core's (`shoal_proto::topics`,
+//! on `shoal-discovery`), whose QoS and name types [`topics`] re-exports. The mesh moves
+//! opaque payloads. It never names compio or io_uring: all I/O goes through `shoal-runtime`, so the
 //! executor can change without touching this crate.
 //!
 //! Start with [`Mesh::builder`]; the threading contract and the backpressure rules are in

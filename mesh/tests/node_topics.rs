@@ -262,25 +262,28 @@ fn try_write_says_why_when_a_link_is_full() {
         .unwrap()
         .with_batch_bytes(0);
     let r = silent.reader(Topic::new(IMU, "Imu")).unwrap();
-    wait_until(20, "matched", || {
-        sender.topics().matches().contains(&(w.guid(), r.guid()))
+    // Both sides: the reader's node must route the writer's samples to its reader (whose
+    // events nobody takes), or it drops them and its link never backs up.
+    let pair = (w.guid(), r.guid());
+    wait_until(20, "matched on both nodes", || {
+        sender.topics().matches().contains(&pair) && silent.topics().matches().contains(&pair)
     });
     let payload = vec![5u8; 512];
     let mut accepted = 0u64;
-    let mut err = None;
-    wait_until(30, "try_write reports a full link", || {
+    // As fast as it goes (no pause between writes), for at most 30 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let err = loop {
         match w.try_write(&payload) {
             Ok(seq) => {
                 accepted += 1;
                 assert_eq!(seq, accepted, "numbers only the samples accepted");
-                false
             }
-            Err(e) => {
-                err = Some(e);
-                true
-            }
+            Err(e) => break Some(e),
         }
-    });
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+    };
     assert_eq!(err, Some(PublishError::Full));
     assert_eq!(
         w.next_seq(),
@@ -368,7 +371,10 @@ fn endpoints_open_from_callbacks_without_deadlock() {
     let reader = a.mesh.reader(Topic::new(IMU, "Imu")).unwrap();
     let b = Node::start(fast().static_peer(ep(a.port())));
     let mut w = b.mesh.writer(Topic::new(IMU, "Imu")).unwrap();
-    wait_until(20, "matched", || matched(&b, w.guid(), reader.guid()));
+    // Both sides: samples written before the reader's node routes the writer are lost.
+    wait_until(20, "matched", || {
+        matched(&b, w.guid(), reader.guid()) && matched(&a, w.guid(), reader.guid())
+    });
     w.write_blocking(b"one").unwrap();
     w.flush_blocking().unwrap();
     wait_until(20, "two readers opened from callbacks", || {
@@ -386,4 +392,193 @@ fn endpoints_open_from_callbacks_without_deadlock() {
     assert!(listed >= 2, "the readers exist: {listed}");
     *slot.lock().unwrap() = None;
     keep.lock().unwrap().clear();
+}
+
+#[test]
+fn handles_dropped_while_unwinding_remove_their_endpoints_without_aborting() {
+    let a = Node::start(fast());
+    let m = a.mesh.clone();
+    // Keeps the topic (and its counters) listed after the unwinding handles are gone.
+    let outside = m.reader(Topic::new(IMU, "Imu")).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut w = m
+            .writer(Topic::new(IMU, "Imu"))
+            .unwrap()
+            .with_batch_bytes(1 << 16);
+        let _r = m.reader(Topic::new(IMU, "Imu")).unwrap();
+        w.try_write(b"pending").unwrap();
+        assert_eq!(w.pending(), 1);
+        panic!("unwinding with a pending writer and a reader");
+    }));
+    assert!(
+        r.is_err(),
+        "the closure panicked, and the process is still here"
+    );
+    wait_until(20, "both endpoints removed", || {
+        let t = a.mesh.topics();
+        t.writers().count() == 0 && t.readers().count() == 1
+    });
+    // The pending sample was handed over (written on the topic, or dropped by a shard that
+    // had no route for the writer any more) or counted as discarded: never lost uncounted.
+    wait_until(20, "the pending sample is accounted for", || {
+        let written = a.mesh.topics().topic(IMU).map_or(0, |t| t.stats.written);
+        let s = a.mesh.stats();
+        written + s.total.dropped_unrouted_samples + s.unflushed_discarded == 1
+    });
+    drop(outside);
+}
+
+#[test]
+fn samples_cross_a_relay_in_order() {
+    // A line a - b - c: c's reader hears a's writer through b, which has no endpoint.
+    let a = Node::start(fast());
+    let b = Node::start(fast().static_peer(ep(a.port())));
+    let c = Node::start(fast().static_peer(ep(b.port())));
+    let nodes = [a, b, c];
+    wait_connected(&nodes, &[(0, 1), (1, 2)]);
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    let w = a.mesh.writer(Topic::new(IMU, "Imu")).unwrap();
+    let r = c.mesh.reader(Topic::new(IMU, "Imu")).unwrap();
+    wait_until(20, "matched at both ends", || {
+        matched(a, w.guid(), r.guid()) && matched(c, w.guid(), r.guid())
+    });
+    // `Matched` can come before the relay's route does (the route needs b's membership
+    // records of both links): probe, one sample at a time, until c hears one.
+    let mut w = w.with_batch_bytes(0);
+    let mut probes = 0u64;
+    wait_until(20, "a sample reaches c through b", || {
+        probes += 1;
+        w.write_blocking(b"probe").unwrap();
+        !samples(c, r.guid()).is_empty()
+    });
+    // Then one batch of many samples and single ones: every one arrives, once, in order.
+    let mut w = w.with_batch_bytes(1 << 16);
+    for i in 0..100u32 {
+        w.write_blocking(&i.to_be_bytes()).unwrap();
+    }
+    w.flush_blocking().unwrap();
+    let mut w = w.with_batch_bytes(0);
+    for i in 100..110u32 {
+        w.write_blocking(&i.to_be_bytes()).unwrap();
+    }
+    let last = probes + 110;
+    wait_until(20, "c has every sample after the first it heard", || {
+        samples(c, r.guid()).last().is_some_and(|s| s.1 == last)
+    });
+    let got = samples(c, r.guid());
+    let first = got[0].1;
+    let seqs: Vec<u64> = got.iter().map(|s| s.1).collect();
+    assert_eq!(
+        seqs,
+        (first..=last).collect::<Vec<_>>(),
+        "once each, in order"
+    );
+    for (writer, seq, payload) in &got {
+        assert_eq!(*writer, w.guid());
+        if *seq > probes {
+            assert_eq!(payload[..], ((seq - probes - 1) as u32).to_be_bytes());
+        }
+    }
+    assert!(
+        !b.rec.has(|e| matches!(e, Event::Sample { .. })),
+        "the relay delivers nothing locally"
+    );
+    let bt = b.mesh.topics();
+    assert!(
+        bt.topic(IMU).is_some_and(|t| t.stats.forwarded >= 110),
+        "the relay counts what it forwarded: {:?}",
+        bt.topic(IMU)
+    );
+}
+
+#[test]
+fn dropping_a_writer_flushes_its_samples_then_unmatches() {
+    let nodes = star(1, |_| fast());
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let mut w = a
+        .mesh
+        .writer(Topic::new(IMU, "Imu"))
+        .unwrap()
+        .with_batch_bytes(1 << 16);
+    let r = b.mesh.reader(Topic::new(IMU, "Imu")).unwrap();
+    let (wg, rg) = (w.guid(), r.guid());
+    wait_until(20, "matched on both sides", || {
+        matched(a, wg, rg) && matched(b, wg, rg)
+    });
+    for i in 1..=5u8 {
+        w.write_blocking(&[i]).unwrap();
+    }
+    assert_eq!(w.pending(), 5, "batched, not handed over yet");
+    drop(w);
+    wait_until(20, "the reader has the five samples", || {
+        samples(b, rg).len() >= 5
+    });
+    let seqs: Vec<u64> = samples(b, rg).iter().map(|s| s.1).collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+    wait_until(20, "unmatched on the reader's side", || {
+        b.rec
+            .has(|e| matches!(e, Event::Unmatched { writer, .. } if *writer == wg))
+    });
+}
+
+/// Polls `f` on this thread (no executor) for at most `secs` seconds.
+fn block_on<F: std::future::Future>(f: F, secs: u64) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "future not ready after {secs}s"
+        );
+        std::thread::park_timeout(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn async_writes_and_flushes_deliver_like_blocking_ones() {
+    let nodes = star(1, |_| fast());
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let mut w = a
+        .mesh
+        .writer(Topic::new(IMU, "Imu"))
+        .unwrap()
+        .with_batch_bytes(64);
+    let r = b.mesh.reader(Topic::new(IMU, "Imu")).unwrap();
+    wait_until(20, "matched on both sides", || {
+        matched(a, w.guid(), r.guid()) && matched(b, w.guid(), r.guid())
+    });
+    let seqs = block_on(
+        async {
+            let mut seqs = Vec::new();
+            for i in 0..40u8 {
+                seqs.push(w.write(&[i; 10]).await.unwrap());
+            }
+            w.flush().await.unwrap();
+            seqs
+        },
+        20,
+    );
+    assert_eq!(seqs, (1..=40).collect::<Vec<u64>>());
+    wait_until(20, "40 samples", || samples(b, r.guid()).len() >= 40);
+    let got = samples(b, r.guid());
+    assert_eq!(
+        got.iter().map(|s| s.1).collect::<Vec<_>>(),
+        (1..=40).collect::<Vec<u64>>()
+    );
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, s)| s.2 == vec![i as u8; 10]));
 }

@@ -3,7 +3,9 @@
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
-use shoal_proto::wire::{decode_frame, take_frame, DecodeStatus, MAX_MESSAGE_BYTES};
+use shoal_proto::wire::{
+    decode_frame, take_data, take_frame, take_samples, DecodeStatus, Frame, MAX_MESSAGE_BYTES,
+};
 
 fuzz_target!(|data: &[u8]| {
     let buf = Bytes::copy_from_slice(data);
@@ -22,6 +24,26 @@ fuzz_target!(|data: &[u8]| {
             }
             Ok(DecodeStatus::NeedMore { needed }) => assert!(needed > data.len()),
             Err(_) => {}
+        }
+        // The fast lanes take exactly what take_frame would, or decline leaving the buffer as
+        // it was.
+        let mut slow = BytesMut::from(data);
+        let taken = take_frame(&mut slow, max);
+        let mut fast = BytesMut::from(data);
+        match take_data(&mut fast, max) {
+            Some(d) => assert_eq!((taken.clone(), &fast), (Ok(Some(Frame::Data(d))), &slow)),
+            None => assert_eq!(&fast[..], data),
+        }
+        let mut fast = BytesMut::from(data);
+        match take_samples(&mut fast, max) {
+            Some(s) => assert_eq!((taken, &fast), (Ok(Some(Frame::Samples(s))), &slow)),
+            None => {
+                assert_eq!(&fast[..], data);
+                assert!(
+                    !matches!(taken, Ok(Some(Frame::Samples(_)))),
+                    "declined a Samples frame"
+                );
+            }
         }
         // The read path: split frames off a stream until it stops; never more than was given.
         let mut stream = BytesMut::from(data);

@@ -324,6 +324,7 @@ fn core(id: u8, statics: Vec<String>, now: Instant) -> ControlCore {
             secure: None,
             seed: [id; 32],
             epoch: now,
+            listen_addrs: Vec::new(),
         },
         now,
         1_700_000_000_000,

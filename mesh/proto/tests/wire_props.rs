@@ -2,6 +2,9 @@
 //! robustness of the framing decoder against arbitrary bytes fed as growing prefixes; the
 //! fast lanes (`take_data`, `take_samples`) agree with `take_frame`; `SampleRunWriter` packs
 //! runs that decode to exactly what was pushed.
+//!
+//! Length: about 700 lines: the frame strategies and the framing contract checks are shared
+//! by every property, the topic frames' included, so they stay in one file.
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;

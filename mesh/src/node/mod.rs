@@ -92,6 +92,19 @@
 //! to that peer is never lost to a routing table that is not there yet. Peer events pair up
 //! (see [`crate::proto::peers`]): every `PeerDisconnected` follows its `PeerConnected`.
 //!
+//! # Topics
+//!
+//! [`Mesh::writer`] and [`Mesh::reader`] ([`crate::topics`]) create endpoints through a
+//! command to the control plane that waits for its answer; from the control executor itself
+//! (a peer or match event callback) the command is carried out on the spot, so it never
+//! waits for its own thread. A [`crate::topics::Writer`] packs Samples frames on the
+//! application thread and hands them to the origin shard as a [`Publisher`] hands Data
+//! frames, with the same backpressure. Samples reach local readers as
+//! [`Event::Sample`] (message-class: callbacks on the shard that read them, backpressure on
+//! the queue); `Matched`, `Unmatched` and `Incompatible` are control events.
+//! [`Mesh::topics`] reads the control plane's published view; dropping a handle's last clone
+//! removes its endpoint.
+//!
 //! # Strangers and floods
 //!
 //! The control plane admits never-linked peers from announces, and dials them, within a

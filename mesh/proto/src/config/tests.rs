@@ -190,7 +190,10 @@ fn topics_table_defaults_and_overrides() {
     assert!(t.dial_participants);
     let p = t.selection_policy().unwrap();
     assert_eq!((p.allow().len(), p.deny().len(), p.loopback), (1, 1, false));
-    assert_eq!(t.fallbacks().unwrap(), vec!["10.0.0.7:7000".parse().unwrap()]);
+    assert_eq!(
+        t.fallbacks().unwrap(),
+        vec!["10.0.0.7:7000".parse().unwrap()]
+    );
 }
 
 #[test]

@@ -35,6 +35,7 @@ mod identity;
 pub mod output;
 mod round;
 mod scout;
+mod topics;
 
 pub use handshake::{Exchanged, Failure, Handshaking, Progress};
 pub use held::HeldEvents;
@@ -51,7 +52,7 @@ use identity::OwnRecord;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -77,6 +78,9 @@ pub struct ControlInit {
     pub seed: [u8; 32],
     /// The link budgets' clock origin.
     pub epoch: Instant,
+    /// This node's TCP listen addresses, announced in its topics participant record (a
+    /// node with `topics.dial_participants` dials them).
+    pub listen_addrs: Vec<SocketAddr>,
 }
 
 /// A socket the core knows that is not on a shard.
@@ -96,6 +100,8 @@ struct Placed {
     peer: PeerId,
     shard: usize,
     budget: Arc<LinkBudget>,
+    /// The peer advertised extended frames: it may get Discovery frames.
+    capable: bool,
 }
 
 /// The control plane of one node (see the module docs).
@@ -126,6 +132,7 @@ pub struct ControlCore {
     /// A round ran since [`take_changed`](ControlCore::take_changed): the query views may
     /// differ.
     changed: bool,
+    topics: crate::topics::TopicsCore,
 }
 
 impl ControlCore {
@@ -140,8 +147,11 @@ impl ControlCore {
             secure,
             seed,
             epoch,
+            listen_addrs,
         } = init;
         let mut rng = StdRng::from_seed(seed);
+        let (topics, topics_warning) =
+            topics::new_topics(me, &cfg, shards, listen_addrs, wall_ms, rng.gen(), now);
         let peers = PeerManager::new(me, &cfg, StdRng::seed_from_u64(rng.gen()), now);
         let membership = MemberGraph::new(
             me,
@@ -154,7 +164,7 @@ impl ControlCore {
         let own_record = secure
             .as_deref()
             .and_then(|c| OwnRecord::new(c, wall_ms, now + cfg.membership_interval));
-        ControlCore {
+        let mut core = ControlCore {
             me,
             book: IdentityBook::new(me, cfg.max_identity_records),
             beacons: cfg
@@ -179,8 +189,13 @@ impl ControlCore {
             stopping: false,
             stopped_shards: 0,
             changed: true,
+            topics,
             cfg,
+        };
+        if let Some(detail) = topics_warning {
+            core.warn("invalid [topics] settings, defaults used", detail);
         }
+        core
     }
 
     /// Dials the static and seed peers.
@@ -277,6 +292,9 @@ impl ControlCore {
         if let Some(r) = &self.own_record {
             t = t.min(r.next);
         }
+        if !self.stopping {
+            t = t.min(self.topics.poll_timeout());
+        }
         if let Some(b) = &self.beacons {
             if !self.stopping {
                 t = t.min(b.poll_timeout());
@@ -297,6 +315,9 @@ impl ControlCore {
         self.membership.handle_timeout(wall_ms, now);
         self.refresh_own_record(now);
         self.beacon_due(now);
+        if !self.stopping {
+            self.topics.handle_timeout(now);
+        }
         let expired: Vec<LinkId> = self
             .conns
             .iter()
@@ -406,7 +427,7 @@ impl ControlCore {
 
     /// The driver could not attach the socket of a [`ToShard::AddLink`]: the link is gone.
     pub fn on_handoff_failed(&mut self, link: LinkId, now: Instant, wall_ms: u64) {
-        if let Some(p) = self.placed.remove(&link) {
+        if let Some(p) = self.unplace(link) {
             p.budget.close();
         }
         self.peers.on_closed(link, now);
@@ -417,16 +438,14 @@ impl ControlCore {
     pub fn on_shard_report(&mut self, report: ToControl, now: Instant, wall_ms: u64) {
         match report {
             ToControl::LinkClosed { link } => {
-                self.placed.remove(&link);
+                self.unplace(link);
                 self.peers.on_closed(link, now);
             }
             ToControl::MembershipIn { link, record } => {
                 self.membership.on_record(link, &record, wall_ms, now);
             }
             ToControl::IdentityIn { link, record } => self.on_identity_record(link, *record),
-            // Topics (issue 12) are not wired into the control core yet: no link advertises
-            // extended frames, so none can arrive.
-            ToControl::DiscoveryIn { .. } => {}
+            ToControl::DiscoveryIn { link, frame } => self.on_discovery(link, *frame, now),
             ToControl::Synced(token) => {
                 let mut out = Vec::new();
                 self.held.on_synced(token, &mut out);

@@ -8,7 +8,7 @@
 use super::{Action, Conn, ControlCore, ControlEvent, Placed, OUTBOX_CAP};
 use crate::cmd::{NewLink, ToShard};
 use crate::membership::Dest;
-use crate::wire::Frame;
+use crate::wire::{Frame, DISCOVERY_FRAME_TYPE};
 use crate::{link_shard, LinkBudget, LinkId, MemberEvent, PeerAction, PeerEvent, PeerId};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
@@ -48,6 +48,7 @@ impl ControlCore {
 
     pub(super) fn install(&mut self, peer: PeerId, link: LinkId) {
         let owner = link_shard(&peer, self.shards);
+        let capable: bool;
         let budget = match self.conns.remove(&link) {
             Some(Conn::Ready(ex)) => {
                 let ex = *ex;
@@ -55,6 +56,7 @@ impl ControlCore {
                     self.cfg.max_outbound_queue_bytes,
                     self.epoch,
                 ));
+                capable = ex.link.can_send_frame_type(DISCOVERY_FRAME_TYPE);
                 self.post(
                     owner,
                     ToShard::AddLink(Box::new(NewLink {
@@ -78,7 +80,10 @@ impl ControlCore {
                 return;
             }
             None => match self.placed.get(&link) {
-                Some(p) => p.budget.clone(),
+                Some(p) => {
+                    capable = p.capable;
+                    p.budget.clone()
+                }
                 None => return,
             },
         };
@@ -88,8 +93,10 @@ impl ControlCore {
                 peer,
                 shard: owner,
                 budget: budget.clone(),
+                capable,
             },
         );
+        self.topics.link_up(link, peer, capable);
         for s in 0..self.shards {
             self.post(
                 s,
@@ -116,7 +123,7 @@ impl ControlCore {
                 }
             }
             None => {
-                if let Some(p) = self.placed.remove(&link) {
+                if let Some(p) = self.unplace(link) {
                     self.post(p.shard, ToShard::Close { link, goodbye });
                 }
             }
@@ -127,6 +134,8 @@ impl ControlCore {
     /// (held while the shards catch up) and frames.
     pub(super) fn round(&mut self, now: Instant, wall_ms: u64) {
         let mut events = Vec::new();
+        // Topics first: a dial it asks for becomes a peer action of this round.
+        self.topics_outputs(now);
         let mut installed = false;
         while let Some(a) = self.peers.poll_action() {
             installed |= matches!(a, PeerAction::Install { .. });
@@ -137,7 +146,7 @@ impl ControlCore {
                 }
                 PeerAction::Install { peer, link } => self.install(peer, link),
                 PeerAction::Uninstall { peer, link } => {
-                    self.placed.remove(&link);
+                    self.unplace(link);
                     for s in 0..self.shards {
                         self.post(s, ToShard::Uninstall { peer, link });
                     }
@@ -192,6 +201,11 @@ impl ControlCore {
                 }
             });
         }
+        // Once per round, after every link and membership change: the routes, then the
+        // topics events, held like the others until the shards applied the new table.
+        self.topics_outputs(now);
+        installed |= self.topics_routes();
+        self.topics_events(&mut events);
         let mut out = Vec::new();
         if let Some(token) = self.held.round(installed, events, &mut out) {
             for s in 0..self.shards {

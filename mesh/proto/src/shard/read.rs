@@ -326,6 +326,114 @@ fn restore(rx: &mut Rx, buf: BytesMut) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::LinkBudget;
+    use crate::cmd::{NewLink, ToShard};
+    use crate::config::MeshConfig;
+    use crate::link::{Link, LinkTimers};
+    use crate::shard::ShardConfig;
+    use crate::wire::{Discovery, DiscoveryEntry, Hello, SampleRunWriter, PROTOCOL_VERSION};
+    use crate::PeerId;
+    use bytes::Bytes;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A shard core serving `link`, established, whose peer sent `bytes` after its Hello.
+    fn core_reading(link: LinkId, bytes: &[u8], t0: Instant) -> ShardCore {
+        let hello = |node_id| Hello {
+            node_id,
+            protocol_version: PROTOCOL_VERSION,
+            tcp_listen_port: 7000,
+            group_name: "default".into(),
+            nonce: 1,
+            eph_pub_key: None,
+            identity: None,
+            shoal: None,
+        };
+        let (me, peer) = (PeerId([1; 16]), PeerId([0xa; 16]));
+        let timers = LinkTimers {
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(3),
+            handshake_timeout: Duration::from_secs(2),
+        };
+        let mut state = Link::acceptor(link, hello(me), timers, t0);
+        state.on_frame(&Frame::Hello(hello(peer)), t0);
+        let cfg = ShardConfig::new(me, &MeshConfig::default());
+        let mut core = ShardCore::new(0, 1, cfg, Arc::default(), 7, t0);
+        let nl = NewLink {
+            link,
+            peer,
+            conn: (),
+            leftover: BytesMut::from(bytes),
+            secure: None,
+            state,
+            budget: Arc::new(LinkBudget::new(1 << 20, t0)),
+        };
+        core.on_command(ToShard::AddLink(Box::new(nl)), t0, &mut Vec::new());
+        core
+    }
+
+    /// Discovery frames go to the control plane whole; Samples frames, by either lane, reach
+    /// the (for now counting) sample path; the link stays up.
+    #[test]
+    fn topic_frames_are_routed_by_kind() {
+        let t0 = Instant::now();
+        let link = LinkId(1);
+        let d = Discovery {
+            origin: PeerId([0xa; 16]),
+            seq: 9,
+            ttl: 4,
+            cycle: 1,
+            part: 0,
+            parts: 1,
+            entries: vec![DiscoveryEntry::Record(Bytes::from_static(b"record"))],
+        };
+        let mut bytes = BytesMut::new();
+        d.encode(&mut bytes).unwrap();
+        let mut w = SampleRunWriter::new(&mut bytes, [0xa; 16], 8, 1, 130);
+        for _ in 0..3 {
+            w.push(&[7; 40]).unwrap(); // two frames: 29 + 2 × 44 = 117 fits 130, a third not
+        }
+        assert_eq!(w.frames(), 2);
+        drop(w);
+        let mut core = core_reading(link, &bytes, t0);
+        let mut out = Vec::new();
+        assert_eq!(core.read_frames(link, t0, &mut out), ReadStep::NeedBytes);
+        let reports: Vec<&Discovery> = out
+            .iter()
+            .filter_map(|a| match a {
+                ShardAction::Report {
+                    msg: ToControl::DiscoveryIn { link: l, frame },
+                    busy: IfBusy::Wait,
+                } if *l == link => Some(&**frame),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reports, vec![&d]);
+        assert_eq!(out.len(), 1, "nothing else: {out:?}");
+        let s = core.counters().snapshot();
+        assert_eq!((s.frames_in, s.dropped_unrouted_samples), (3, 2));
+        assert_eq!(core.served().collect::<Vec<_>>(), vec![link]);
+    }
+
+    /// A malformed Samples frame, declined by the fast lane, is `take_frame`'s to reject: the
+    /// link goes, counted as malformed.
+    #[test]
+    fn a_malformed_samples_frame_drops_the_link() {
+        let t0 = Instant::now();
+        let link = LinkId(1);
+        let mut bytes = BytesMut::new();
+        SampleRunWriter::new(&mut bytes, [0xa; 16], 8, 1, 100)
+            .push(b"abc")
+            .unwrap();
+        bytes[6] = 0x01; // an unknown flag bit
+        let mut core = core_reading(link, &bytes, t0);
+        let mut out = Vec::new();
+        assert_eq!(core.read_frames(link, t0, &mut out), ReadStep::Gone);
+        let s = core.counters().snapshot();
+        assert_eq!((s.malformed_frames, s.dropped_unrouted_samples), (1, 0));
+        assert!(out.iter().any(|a| matches!(a, ShardAction::Error(_))));
+        assert_eq!(core.served().count(), 0);
+    }
 
     #[test]
     fn read_buffers_grow_with_what_arrives_not_with_what_is_announced() {

@@ -14,8 +14,12 @@ pub mod tree;
 
 pub use self::config::{TopicsConfig, TopicsConfigError};
 pub use self::core::{
-    DirectPlanner, EndpointView, LocalSide, RouteInput, RoutePlanner, TopicError, TopicEvent,
-    TopicView, TopicsCore, TopicsInit, TopicsOutput, TopicsStats, TopicsView, WriterDemand,
+    EndpointView, LocalSide, PlannerStats, RouteInput, RoutePlanner, TopicError, TopicEvent,
+    TopicView, TopicsCore, TopicsInit, TopicsOutput, TopicsStats, TopicsView, TreePlanner,
+    WriterDemand,
 };
 pub use routes::{EndpointGuid, SampleRoutes, WriterRoute};
+/// The discovery library the public API speaks in (`EndpointKind`, `EndpointQos`,
+/// `Incompatibility`, rejection tables), for crates that do not depend on it themselves.
+pub use shoal_discovery;
 pub use tree::{compute_routes, RouteOutput, RouteStats, SlotAllocator, SlotsFull, WriterInput};

@@ -87,6 +87,8 @@ pub struct DataPath {
     pub loss: f64,
     /// Block waits given up (the simulation never waits for link room).
     pub blocked: u64,
+    /// The last sample route table the control core posted.
+    pub routes: Option<Arc<shoal_proto::topics::SampleRoutes>>,
     max: u32,
     rng: StdRng,
     acts: Vec<ShardAction>,
@@ -106,6 +108,7 @@ impl DataPath {
             secured_links: 0,
             loss: 0.0,
             blocked: 0,
+            routes: None,
             max: cfg.max_message_bytes,
             rng,
             acts: Vec::new(),
@@ -145,6 +148,7 @@ impl DataPath {
         match &cmd {
             ToShard::Install { peer, .. } => *self.installs.entry(*peer).or_insert(0) += 1,
             ToShard::AddLink(nl) => self.secured_links += u64::from(nl.secure.is_some()),
+            ToShard::SampleRoutes(t) => self.routes = Some(t.clone()),
             _ => {}
         }
         let secured = matches!(&cmd, ToShard::AddLink(nl) if nl.secure.is_some());
@@ -185,6 +189,38 @@ impl DataPath {
     pub fn on_eof(&mut self, link: LinkId, now: Instant, out: &mut Vec<ShardOut>) {
         let mut acts = std::mem::take(&mut self.acts);
         self.eof(link, now, &mut acts, out);
+        self.acts = acts;
+        self.flush(now, out);
+    }
+
+    /// Samples `first_seq..` of this node's writer `writer`, one run.
+    pub fn write_samples(
+        &mut self,
+        writer: [u8; 16],
+        first_seq: u64,
+        payloads: &[&[u8]],
+        ttl: u8,
+        now: Instant,
+        out: &mut Vec<ShardOut>,
+    ) {
+        let mut frames = BytesMut::new();
+        let mut w =
+            shoal_proto::wire::SampleRunWriter::new(&mut frames, writer, ttl, first_seq, self.max);
+        for p in payloads {
+            w.push(p).expect("a small sample fits");
+        }
+        w.finish();
+        let mut acts = std::mem::take(&mut self.acts);
+        self.core.publish(
+            Publish::Samples {
+                writer,
+                frames,
+                count: payloads.len(),
+            },
+            now,
+            &mut acts,
+        );
+        self.apply(&mut acts, now, out);
         self.acts = acts;
         self.flush(now, out);
     }

@@ -127,6 +127,7 @@ impl Sim {
                 secure,
                 seed,
                 epoch: self.start,
+                listen_addrs: vec![std::net::SocketAddr::new(ip.into(), PORT)],
             },
             now,
             wall,
@@ -150,6 +151,7 @@ impl Sim {
             member_events: Vec::new(),
             member_event_at: Vec::new(),
             errors: Vec::new(),
+            topic_events: Vec::new(),
             close_reasons: Vec::new(),
             dial_log: Vec::new(),
             tx: Traffic::default(),
@@ -257,6 +259,41 @@ impl Sim {
     pub fn heal(&mut self, a: usize, b: usize) {
         self.blackholed.remove(&(a, b));
         self.blackholed.remove(&(b, a));
+    }
+
+    /// Creates a writer or reader of type "T" on node `i` (default QoS for its kind).
+    pub fn create_endpoint(
+        &mut self,
+        i: usize,
+        kind: shoal_discovery::types::EndpointKind,
+        topic: &str,
+        partitions: &[&str],
+    ) -> shoal_proto::topics::EndpointGuid {
+        let (now, wall) = (self.now, self.wall_ms());
+        let parts: Vec<String> = partitions.iter().map(|p| p.to_string()).collect();
+        let qos = shoal_discovery::qos::EndpointQos::default_for(kind);
+        let g = self.nodes[i]
+            .core
+            .create_endpoint(kind, topic, "T", [7; 16], qos, &parts, now, wall)
+            .expect("a valid endpoint");
+        self.drive(i);
+        g
+    }
+
+    /// Node `i`'s writer `writer` writes samples `first_seq..` (ttl from its config).
+    pub fn write_samples(
+        &mut self,
+        i: usize,
+        writer: [u8; 16],
+        first_seq: u64,
+        payloads: &[&[u8]],
+    ) {
+        let mut out = Vec::new();
+        let (now, ttl) = (self.now, self.nodes[i].cfg.initial_ttl);
+        self.nodes[i]
+            .shard
+            .write_samples(writer, first_seq, payloads, ttl, now, &mut out);
+        self.apply_shard(i, out);
     }
 
     pub fn broadcast(&mut self, i: usize, payload: impl AsRef<[u8]>) {
@@ -399,6 +436,9 @@ impl Sim {
                 n.member_event_at.push(now);
             }
             ControlEvent::Error { .. } => n.errors.push(e),
+            ControlEvent::Matched { .. }
+            | ControlEvent::Unmatched { .. }
+            | ControlEvent::Incompatible { .. } => n.topic_events.push(e),
         }
     }
 

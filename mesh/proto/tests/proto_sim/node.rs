@@ -54,6 +54,8 @@ pub struct Node {
     pub member_event_at: Vec<Instant>,
     /// Error events.
     pub errors: Vec<ControlEvent>,
+    /// Topic events (matched, unmatched, incompatible) in order.
+    pub topic_events: Vec<ControlEvent>,
     pub close_reasons: Vec<CloseReason>,
     /// (when, target) of every dial issued.
     pub dial_log: Vec<(Instant, DialTarget)>,

@@ -26,7 +26,7 @@ use super::msg::Msg;
 use super::shared::{Channels, NodeShared, Snapshot};
 use super::stats::raise;
 use super::warn::{flush_summaries, warn_limited, WarnLimiter, WARN_INTERVAL};
-use crate::topics::{EndpointGuid, EndpointSpec, TopicError};
+use crate::topics::{EndpointGuid, EndpointSpec, Reasons, TopicError};
 use bytes::Bytes;
 use event_listener::Event as Signal;
 use shoal_proto::control::{
@@ -58,8 +58,8 @@ pub(crate) enum Cmd {
     Stop(mpsc::Sender<()>),
     /// Create a local writer or reader and answer with its GUID or the refusal.
     CreateEndpoint {
-        /// The validated declaration.
-        spec: EndpointSpec,
+        /// The validated declaration (boxed: commands travel by value through a queue).
+        spec: Box<EndpointSpec>,
         /// Where the answer goes (room for one: the control plane never waits on it).
         reply: mpsc::SyncSender<Result<EndpointGuid, TopicError>>,
     },
@@ -103,11 +103,11 @@ fn handle(ctl: &Rc<Ctl>, cmd: Cmd) {
     match cmd {
         Cmd::Stop(reply) => begin_stop(ctl, reply),
         Cmd::CreateEndpoint { spec, reply } => {
-            let r = ctl.feed(|c, now, _| topics::create(c, &spec, now));
+            let r = ctl.feed(|c, now, wall| topics::create(c, &spec, now, wall));
             let _ = reply.try_send(r);
         }
         Cmd::RemoveEndpoint(guid) => {
-            ctl.feed(|c, now, _| topics::remove(c, guid, now));
+            ctl.feed(|c, now, wall| topics::remove(c, guid, now, wall));
         }
     }
 }
@@ -192,6 +192,9 @@ pub(crate) async fn run(init: ControlInit) {
             secure: ns.secure_ctx(),
             seed,
             epoch: ns.epoch,
+            // The address bound, port resolved; a wildcard address is announced as such and
+            // the receivers' locator gates decide (see `TopicsConfig::locators_wildcard`).
+            listen_addrs: vec![SocketAddr::new(listen.ip(), port)],
         },
         Instant::now(),
         wall_ms(),
@@ -350,6 +353,39 @@ fn to_event(e: ControlEvent) -> Event {
         ControlEvent::PeerLost { peer } => Event::PeerLost { peer },
         ControlEvent::MemberJoined { peer } => Event::MemberJoined { peer },
         ControlEvent::MemberLeft { peer } => Event::MemberLeft { peer },
+        ControlEvent::Matched {
+            writer,
+            reader,
+            topic,
+            local,
+        } => Event::Matched {
+            writer,
+            reader,
+            topic,
+            local,
+        },
+        ControlEvent::Unmatched {
+            writer,
+            reader,
+            topic,
+            local,
+        } => Event::Unmatched {
+            writer,
+            reader,
+            topic,
+            local,
+        },
+        ControlEvent::Incompatible {
+            writer,
+            reader,
+            topic,
+            reasons,
+        } => Event::Incompatible {
+            writer,
+            reader,
+            topic,
+            reasons: Reasons(reasons),
+        },
         ControlEvent::Error {
             peer,
             kind,

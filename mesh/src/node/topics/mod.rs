@@ -43,7 +43,16 @@ pub(crate) struct Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        self.mesh.remove_endpoint(self.guid);
+        if std::thread::panicking() {
+            // The command wakes the control plane's task, and compio aborts the process when
+            // a task is woken from a panicking thread: a helper sends it.
+            let (mesh, guid) = (&self.mesh, self.guid);
+            std::thread::scope(|s| {
+                let _ = s.spawn(|| mesh.remove_endpoint(guid)).join();
+            });
+        } else {
+            self.mesh.remove_endpoint(self.guid);
+        }
     }
 }
 
@@ -82,7 +91,10 @@ impl Mesh {
         let tx = self.inner.cmd.get().ok_or(MeshError::NotRunning)?;
         let topic = spec.topic.clone();
         let (reply, answer) = mpsc::sync_channel(1);
-        let cmd = Cmd::CreateEndpoint { spec, reply };
+        let cmd = Cmd::CreateEndpoint {
+            spec: Box::new(spec),
+            reply,
+        };
         if let Err(cmd) = control::run_here(ns, cmd) {
             // Another thread than this node's control plane: it serves commands without
             // waiting for this one, so waiting for room and for the answer is safe.
@@ -115,7 +127,7 @@ impl Mesh {
             Err(shoal_runtime::TrySendError::Closed(_)) => return,
             Err(shoal_runtime::TrySendError::Full(cmd)) => cmd,
         };
-        if shoal_runtime::current_executor().is_some() || std::thread::panicking() {
+        if shoal_runtime::current_executor().is_some() {
             // An executor must not block (its node may be shutting down and never drain the
             // queue); a helper waits for room instead.
             let tx = tx.clone();

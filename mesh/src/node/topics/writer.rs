@@ -53,7 +53,10 @@ struct Run {
 /// them. Dropping it flushes (waiting on a plain thread, not on an executor thread or while
 /// unwinding, where what does not fit is counted in
 /// [`MeshStats::unflushed_discarded`](crate::MeshStats::unflushed_discarded)), then removes
-/// the endpoint. Keeps the node alive like a [`Mesh`](crate::Mesh) clone.
+/// the endpoint. The flushed batch and the removal travel different queues (the origin
+/// shard's ingress, the control plane's commands): should the new route table reach the
+/// shard before the batch, the batch is dropped and counted as `dropped_unrouted_samples`.
+/// Keeps the node alive like a [`Mesh`](crate::Mesh) clone.
 #[derive(Debug)]
 pub struct Writer {
     ep: Endpoint,
@@ -161,6 +164,8 @@ impl Writer {
     /// full and cannot be handed over now: the ingress is full or, under the Block policy, a
     /// link's outbound queue has no room for it.
     pub fn try_write(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
+        // What can never be accepted is said first, whatever the room.
+        self.check(payload)?;
         if self.count > 0 && self.buf.len() >= self.batch_bytes {
             self.try_flush()?;
         }
@@ -207,22 +212,8 @@ impl Writer {
     /// open run, or to a new one when the run is at `u16::MAX` samples or its frame would
     /// pass `max_message_bytes`.
     fn add(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
-        let ns = &self.ep.mesh.inner.ns;
-        if ns.stopping.load(Ordering::Acquire) || self.ep.mesh.inner.publish.get().is_none() {
-            return Err(PublishError::Stopped);
-        }
-        let max = self.max_payload();
-        if payload.len() > max {
-            return Err(PublishError::TooLarge {
-                len: payload.len(),
-                max,
-            });
-        }
+        self.check(payload)?;
         let seq = self.next_seq;
-        if seq == 0 {
-            // 2^64 - 1 samples written: a writer never gets there; refusing beats wrapping.
-            return Err(PublishError::Stopped);
-        }
         let need = SAMPLE_LEN_PREFIX + payload.len();
         let fits = self
             .run
@@ -259,6 +250,26 @@ impl Writer {
         self.count += 1;
         self.next_seq = seq.wrapping_add(1);
         Ok(seq)
+    }
+
+    /// What a publish checks: node running, size; and a sequence number left.
+    fn check(&self, payload: &[u8]) -> Result<(), PublishError> {
+        let inner = &self.ep.mesh.inner;
+        if inner.ns.stopping.load(Ordering::Acquire) || inner.publish.get().is_none() {
+            return Err(PublishError::Stopped);
+        }
+        let max = self.max_payload();
+        if payload.len() > max {
+            return Err(PublishError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        if self.next_seq == 0 {
+            // 2^64 - 1 samples written: a writer never gets there; refusing beats wrapping.
+            return Err(PublishError::Stopped);
+        }
+        Ok(())
     }
 
     fn header(&self, first_seq: u64, count: u16, body: usize) -> SamplesHeader {
@@ -347,9 +358,16 @@ impl Drop for Writer {
         if pending == 0 {
             return;
         }
-        // As `Publisher`: never wait on an executor thread nor while unwinding.
-        let no_wait = shoal_runtime::current_executor().is_some() || std::thread::panicking();
-        let r = if no_wait {
+        // As `Publisher`: never wait on an executor thread nor while unwinding. Unwinding,
+        // the hand-over happens on a helper: it wakes the shard's task, and compio aborts the
+        // process when a task is woken from a panicking thread.
+        let r = if std::thread::panicking() {
+            std::thread::scope(|s| {
+                s.spawn(|| self.try_flush())
+                    .join()
+                    .unwrap_or(Err(PublishError::Stopped))
+            })
+        } else if shoal_runtime::current_executor().is_some() {
             self.try_flush()
         } else {
             self.flush_blocking()

@@ -26,7 +26,8 @@ impl TopicsCore {
             f.entries.push(DiscoveryEntry::Record(rec.clone()));
         }
         if let Some(g) = withdrawn {
-            f.entries.push(DiscoveryEntry::Withdraw(super::guid_bytes(&g)));
+            f.entries
+                .push(DiscoveryEntry::Withdraw(super::guid_bytes(&g)));
         }
         self.out.push_back(TopicsOutput::Flood {
             frame: f,

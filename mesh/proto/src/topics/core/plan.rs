@@ -3,15 +3,16 @@
 //! this node's capable links; the membership graph) and when it rebuilds the table (once per
 //! round in which anything of that changed).
 //!
-//! **Owns:** the inputs of the route computation and the table's epoch. **Must not touch:**
-//! the tree algorithm itself: a [`RoutePlanner`] computes the routes (the shortest-path tree
-//! of `topics::tree`, adapted by the control core's owner; [`DirectPlanner`] until then).
+//! **Owns:** the inputs of the route computation, the writers' slots and the table's epoch.
+//! **Must not touch:** the tree algorithm itself (`topics::tree`, which [`TreePlanner`]
+//! calls).
 
 use super::{guid_bytes, TopicsCore};
 use crate::stats::TopicCounters;
 use crate::topics::routes::{EndpointGuid, SampleRoutes, WriterRoute};
+use crate::topics::tree::{compute_routes, SlotAllocator, WriterInput};
 use crate::{LinkId, MemberGraph, PeerId};
-use ahash::AHashMap;
+use ahash::{AHashMap, AHashSet};
 use shoal_discovery::graph::EndpointId;
 use shoal_discovery::types::{EndpointKind, Guid};
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,92 +61,78 @@ pub struct RouteInput<'a> {
 pub trait RoutePlanner: Debug + Send {
     /// The routes of `input`'s writers from this node.
     fn plan(&mut self, input: &RouteInput<'_>) -> Vec<WriterRoute>;
+
+    /// What it counted so far.
+    fn stats(&self) -> PlannerStats;
 }
 
-/// Stable slots per writer GUID (freed slots reused lowest first).
-#[derive(Debug, Default)]
-struct Slots {
-    of: AHashMap<EndpointGuid, u32>,
-    free: BTreeSet<u32>,
-    next: u32,
+/// What a planner counted, summed over the tables it computed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlannerStats {
+    /// Shortest-path trees built.
+    pub trees_built: u64,
+    /// Branches toward a reader skipped: this node had no capable link to the tree child.
+    pub skipped_no_link: u64,
+    /// Reader nodes no usable path reached.
+    pub unreachable_readers: u64,
+    /// Writers left out of a table: every slot was taken.
+    pub slots_full: u64,
 }
 
-impl Slots {
-    fn keep_only(&mut self, writers: &[WriterDemand]) {
-        let live: ahash::AHashSet<&EndpointGuid> = writers.iter().map(|w| &w.writer).collect();
-        let free = &mut self.free;
-        self.of.retain(|g, s| {
-            let keep = live.contains(g);
-            if !keep {
-                free.insert(*s);
-            }
-            keep
-        });
-    }
+/// The planner of the mesh: the shortest-path tree of every writer's node over the
+/// topic-capable nodes ([`compute_routes`]), with stable slots from a [`SlotAllocator`].
+#[derive(Debug)]
+pub struct TreePlanner {
+    slots: SlotAllocator,
+    stats: PlannerStats,
+}
 
-    fn get(&mut self, g: &EndpointGuid) -> u32 {
-        if let Some(&s) = self.of.get(g) {
-            return s;
+impl TreePlanner {
+    /// A planner for at most `writers` writers (local and remote) at once.
+    pub fn new(writers: u32) -> TreePlanner {
+        TreePlanner {
+            slots: SlotAllocator::new(writers),
+            stats: PlannerStats::default(),
         }
-        let s = match self.free.pop_first() {
-            Some(s) => s,
-            None => {
-                self.next += 1;
-                self.next - 1
-            }
-        };
-        self.of.insert(*g, s);
-        s
     }
 }
 
-/// The interim planner, used until the shortest-path tree of `topics::tree` is wired in:
-/// a writer of this node is sent on the direct capable link to each node hosting a matched
-/// reader; a remote writer is only delivered to local readers, never relayed. Correct for
-/// meshes where every reader node is a neighbour of the writer's node; a reader node
-/// without a direct link is counted in [`DirectPlanner::unreachable`].
-#[derive(Debug, Default)]
-pub struct DirectPlanner {
-    slots: Slots,
-    unreachable: u64,
-}
-
-impl DirectPlanner {
-    /// Reader nodes of local writers that had no direct capable link, summed over tables.
-    pub fn unreachable(&self) -> u64 {
-        self.unreachable
-    }
-}
-
-impl RoutePlanner for DirectPlanner {
+impl RoutePlanner for TreePlanner {
     fn plan(&mut self, input: &RouteInput<'_>) -> Vec<WriterRoute> {
-        self.slots.keep_only(input.writers);
-        let mut out = Vec::with_capacity(input.writers.len());
+        // Slots of writers that left are released before new ones are handed out.
+        let live: AHashSet<&EndpointGuid> = input.writers.iter().map(|w| &w.writer).collect();
+        self.slots.retain(|g| live.contains(g));
+        let mut writers = Vec::with_capacity(input.writers.len());
         for w in input.writers {
-            let mut links = Vec::new();
-            if w.node == input.me {
-                for n in &w.reader_nodes {
-                    match input.links.get(n) {
-                        Some(l) => links.push(*l),
-                        None => self.unreachable += 1,
-                    }
-                }
-                links.sort_unstable();
-                links.dedup();
+            match self.slots.assign(w.writer) {
+                Ok(slot) => writers.push(WriterInput {
+                    guid: w.writer,
+                    node: w.node,
+                    slot,
+                    topic: w.topic.clone(),
+                    reader_nodes: w.reader_nodes.clone(),
+                    local_readers: w.local_readers.clone(),
+                }),
+                Err(_) => self.stats.slots_full += 1,
             }
-            if !w.local && links.is_empty() && w.local_readers.is_empty() {
-                continue;
-            }
-            out.push(WriterRoute {
-                writer: w.writer,
-                slot: self.slots.get(&w.writer),
-                topic: w.topic.clone(),
-                local: w.local,
-                links,
-                readers: w.local_readers.clone(),
-            });
         }
-        out
+        let capable: AHashSet<PeerId> = input.capable.iter().copied().collect();
+        let links: AHashMap<PeerId, LinkId> = input.links.iter().map(|(p, l)| (*p, *l)).collect();
+        let out = compute_routes(
+            input.me,
+            input.membership.adjacency(),
+            &capable,
+            &links,
+            &writers,
+        );
+        self.stats.trees_built += out.stats.trees_built;
+        self.stats.skipped_no_link += out.stats.skipped_no_link;
+        self.stats.unreachable_readers += out.stats.unreachable_readers;
+        out.routes
+    }
+
+    fn stats(&self) -> PlannerStats {
+        self.stats
     }
 }
 
@@ -189,6 +176,11 @@ impl TopicsCore {
         });
         self.view = None;
         Some(Arc::new(SampleRoutes::new(self.routes_epoch, routes)))
+    }
+
+    /// What the route planner counted.
+    pub fn planner_stats(&self) -> PlannerStats {
+        self.planner.stats()
     }
 
     /// The epoch of the last table built (0: none yet).

@@ -165,11 +165,7 @@ impl TopicsCore {
         if self.links.values().any(|p| *p == node) {
             return;
         }
-        let fallbacks: Vec<_> = self
-            .fallbacks
-            .iter()
-            .map(super::tcp_locator)
-            .collect();
+        let fallbacks: Vec<_> = self.fallbacks.iter().map(super::tcp_locator).collect();
         let cands: Vec<_> = candidates(&r.locators, LocatorOrigin::Learned, 0)
             .chain(candidates(&fallbacks, LocatorOrigin::Fallback, 0))
             .collect();

@@ -66,6 +66,9 @@ pub struct TopicsView {
     pub reported_occupancy: (usize, usize),
     /// The epoch of the last route table.
     pub routes_epoch: u64,
+    /// What the route planner counted (unreachable readers, branches without a link,
+    /// writers over the slot capacity).
+    pub planner: super::PlannerStats,
     /// Counters.
     pub stats: TopicsStats,
 }
@@ -116,7 +119,12 @@ impl TopicsCore {
         let mut matches: Vec<(EndpointGuid, EndpointGuid)> = g
             .matches()
             .into_iter()
-            .filter_map(|(w, r)| Some((guid_bytes(&g.endpoint(w)?.guid), guid_bytes(&g.endpoint(r)?.guid))))
+            .filter_map(|(w, r)| {
+                Some((
+                    guid_bytes(&g.endpoint(w)?.guid),
+                    guid_bytes(&g.endpoint(r)?.guid),
+                ))
+            })
             .collect();
         matches.sort_unstable();
         let topics = topics
@@ -146,6 +154,7 @@ impl TopicsCore {
             dedup_occupancy: (self.dedup.len(), self.cfg.max_dedup_origins),
             reported_occupancy: (self.reported.len(), self.cfg.max_reported_incompatible),
             routes_epoch: self.routes_epoch,
+            planner: self.planner.stats(),
             stats: self.stats,
         }
     }

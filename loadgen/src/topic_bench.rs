@@ -1,0 +1,274 @@
+//! `bench --topics`: topic samples A→B against the same build's broadcast A→B and a bare TCP
+//! stream of length-prefixed payloads, per payload size, in one process and one run, with the
+//! two ratios issue 12 sets targets for; and a fan-out to readers on several nodes
+//! (delivered samples/s, bytes on the wire per sample from the nodes' counters).
+//!
+//! **Owns:** the in-process topic run ([`run_topic`]) and the comparison table.
+//! **Must not touch:** the mesh's internals (public API only); it never hard-codes a result.
+
+use crate::demo::{progress_ticker, run_raw_framed, run_shoal, start_mesh, summarise};
+use crate::demo::{LocalRun, RunError};
+use crate::raw::Framing;
+use crate::report::{Drops, Summary};
+use crate::rss::{QueueBound, RssSampler};
+use crate::shoal::SetupError;
+use crate::topics::{self, ReaderState, SampleReport, TopicSink, WriterSeqs};
+use crate::traffic::{self, Live, Receiver};
+use crate::usage::Usage;
+use shoal_mesh::topics::Topic;
+use shoal_mesh::{EventReceiver, Mesh, MeshError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Extra time readers wait for the end marker after the writer's run.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// The topic every benchmark writer and reader uses (default QoS: a reliable writer, a
+/// best-effort reader, which match).
+pub fn bench_topic() -> Topic {
+    Topic::new("bench/samples", "shoal-loadgen/Payload")
+}
+
+fn mesh_err(e: MeshError) -> RunError {
+    RunError::Setup(SetupError::Mesh(e))
+}
+
+/// Node 0 writes `decl` samples, one reader on each of nodes 1.. receives them (after every
+/// pair matched), over a full mesh of `run.nodes` loopback nodes.
+pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
+    if run.nodes < 2 {
+        return Err(RunError::Usage("a run needs at least 2 nodes".into()));
+    }
+    let nodes = start_mesh(run.nodes, &run.node)?;
+    let links = nodes
+        .iter()
+        .map(|(m, _)| m.connected_peers().len())
+        .sum::<usize>()
+        / 2;
+    let (meshes, receivers): (Vec<Mesh>, Vec<EventReceiver>) = nodes.into_iter().unzip();
+    let writer = meshes[0].writer(decl.clone()).map_err(mesh_err)?;
+    let readers = meshes[1..]
+        .iter()
+        .map(|m| m.reader(decl.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(mesh_err)?;
+    let pairs: Vec<_> = readers.iter().map(|r| (writer.guid(), r.guid())).collect();
+    let all: Vec<&Mesh> = meshes.iter().collect();
+    topics::wait_matched(&all[..1], &pairs, 10)?;
+    for (m, p) in meshes[1..].iter().zip(&pairs) {
+        topics::wait_matched(&[m], std::slice::from_ref(p), 10)?;
+    }
+    let bound = QueueBound::new(
+        meshes[0].config().max_outbound_queue_bytes,
+        2 * links,
+        1,
+        run.nodes - 1,
+        &run.shape,
+    );
+    let counts_before = topics::topic_counts(&all);
+    let bytes_before = topics::bytes_out(&all);
+    let unrouted_before = topics::unrouted(&all);
+    let before = Usage::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let until = Instant::now() + run.shape.warmup + run.shape.duration + DRAIN;
+    let mut counters = Vec::new();
+    let mut handles = Vec::new();
+    // Node 0's receiver is dropped: it has no reader, so nothing queues for it.
+    for (mut events, r) in receivers.into_iter().skip(1).zip(&readers) {
+        let live = Arc::new(AtomicU64::new(0));
+        counters.push(live.clone());
+        let stop = stop.clone();
+        let mut state = vec![ReaderState {
+            guid: r.guid(),
+            topic: decl.name().to_owned(),
+            recv: Receiver::new(&run.shape),
+            seqs: WriterSeqs::default(),
+            expect_writers: 1,
+        }];
+        handles.push(std::thread::spawn(move || {
+            let foreign = topics::subscribe_samples(&mut events, &mut state, until, &stop, &live);
+            (state, foreign)
+        }));
+    }
+    let sent = Arc::new(Live::default());
+    let (progress, ticker) = progress_ticker(run.mode, run.quiet, sent.clone(), counters);
+    let mut sink = TopicSink::new(writer, run.node.batch_bytes);
+    let sampler = RssSampler::start_run(&run.shape, run.nodes);
+    let t0 = Instant::now();
+    let published = traffic::publish(&mut sink, &run.shape, rand::random(), &sent, &stop);
+    // The nodes' counters cover the whole writing time (warm-up included) and the drain.
+    let writing_s = t0.elapsed().as_secs_f64();
+    if published.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    let mut states = Vec::new();
+    let mut foreign = 0;
+    for h in handles {
+        let (s, f) = h.join().map_err(|_| RunError::Panicked)?;
+        states.extend(s);
+        foreign += f;
+    }
+    let memory = sampler.and_then(|s| s.finish(Some(bound)));
+    drop(ticker);
+    progress.finish();
+    let usage = Usage::now().since(&before);
+    let counts = topics::counts_since(&topics::topic_counts(&all), &counts_before);
+    let bytes = topics::bytes_out(&all).saturating_sub(bytes_before);
+    let unrouted = topics::unrouted(&all).saturating_sub(unrouted_before);
+    let mut drops = Drops::default();
+    for m in &meshes {
+        drops.add(&m.stats().total);
+    }
+    drop(sink);
+    drop(readers);
+    for m in &meshes {
+        m.stop();
+    }
+    let published = published?;
+    let report = SampleReport::of(&states, &counts, writing_s, foreign)
+        .with_bytes_out(bytes)
+        .with_unrouted(unrouted);
+    let recvs: Vec<Receiver> = states.into_iter().map(|s| s.recv).collect();
+    let mut summary = summarise(
+        run,
+        "shoal-topic",
+        links,
+        published,
+        &recvs,
+        Some(drops),
+        usage,
+    );
+    summary.memory = memory;
+    summary.wire_bytes = report.bytes_out_per_sample.round() as usize;
+    summary.samples = Some(report);
+    Ok(summary)
+}
+
+/// One size's runs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TopicComparison {
+    /// Payload bytes.
+    pub payload_bytes: usize,
+    /// Broadcast A→B.
+    pub broadcast: Summary,
+    /// Topic samples A→B (one writer, one matched reader).
+    pub topic: Summary,
+    /// Bare TCP, `u32 length | payload`, each parsed and counted by the receiver.
+    pub raw_lp: Summary,
+    /// Topic samples/s over broadcast msg/s.
+    pub topic_per_broadcast: f64,
+    /// Topic samples/s over raw length-prefixed msg/s.
+    pub topic_per_raw_lp: f64,
+    /// Fan-out: one writer, a reader on each of `fanout_readers` other nodes.
+    pub fanout: Option<Summary>,
+    /// Reader nodes of the fan-out run.
+    pub fanout_readers: usize,
+}
+
+fn ratio(a: &Summary, b: &Summary) -> f64 {
+    if b.msgs_per_s > 0.0 {
+        a.msgs_per_s / b.msgs_per_s
+    } else {
+        0.0
+    }
+}
+
+/// For each size: broadcast, topic and raw length-prefixed A→B back to back (interleaved per
+/// size, so the three share the machine's state), then the fan-out to `fanout` reader nodes
+/// (0: none).
+pub fn compare(
+    template: &LocalRun,
+    sizes: &[usize],
+    fanout: usize,
+) -> Result<Vec<TopicComparison>, RunError> {
+    let mut out = Vec::new();
+    for &size in sizes {
+        let mut run = template.clone();
+        run.nodes = 2;
+        run.shape.size = size;
+        run.shape.size_max = size;
+        let broadcast = run_shoal(&run)?;
+        let topic = run_topic(&run, &bench_topic())?;
+        let raw_lp = run_raw_framed(&run, Framing::LengthPrefixed)?;
+        let fan = if fanout > 0 {
+            run.nodes = fanout + 1;
+            Some(run_topic(&run, &bench_topic())?)
+        } else {
+            None
+        };
+        out.push(TopicComparison {
+            payload_bytes: size,
+            topic_per_broadcast: ratio(&topic, &broadcast),
+            topic_per_raw_lp: ratio(&topic, &raw_lp),
+            broadcast,
+            topic,
+            raw_lp,
+            fanout: fan,
+            fanout_readers: fanout,
+        });
+    }
+    Ok(out)
+}
+
+/// Prints the comparison as markdown tables, then the memory table.
+pub fn print_table(rows: &[TopicComparison]) {
+    println!(
+        "| payload | broadcast msg/s | topic samples/s | raw-lp msg/s | topic/broadcast | topic/raw-lp | topic lost | topic gaps / reorders | topic bytes out/sample |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let samples = |s: &Summary| s.samples.clone().unwrap_or_default();
+    for c in rows {
+        let t = samples(&c.topic);
+        let (gaps, reorders) = t
+            .topics
+            .iter()
+            .fold((0, 0), |(g, r), row| (g + row.gaps, r + row.reorders));
+        println!(
+            "| {} B | {:.0} | {:.0} | {:.0} | **{:.2}x** | **{:.2}x** | {} | {gaps} / {reorders} | {:.1} |",
+            c.payload_bytes,
+            c.broadcast.msgs_per_s,
+            c.topic.msgs_per_s,
+            c.raw_lp.msgs_per_s,
+            c.topic_per_broadcast,
+            c.topic_per_raw_lp,
+            c.topic.lost,
+            t.bytes_out_per_sample
+        );
+    }
+    if rows.iter().any(|c| c.fanout.is_some()) {
+        println!();
+        println!(
+            "| payload | fan-out reader nodes | delivered samples/s (all readers) | lost | bytes out/sample (all nodes) |"
+        );
+        println!("|---|---|---|---|---|");
+        for c in rows {
+            if let Some(f) = &c.fanout {
+                println!(
+                    "| {} B | {} | {:.0} | {} | {:.1} |",
+                    c.payload_bytes,
+                    c.fanout_readers,
+                    f.msgs_per_s,
+                    f.lost,
+                    samples(f).bytes_out_per_sample
+                );
+            }
+        }
+    }
+    println!();
+    println!(
+        "Issue 12's targets: topic/broadcast >= 1.5x at 64 B; topic/raw-lp >= 0.8x at 64 B and \
+         >= 0.75x at 1 KiB (raw-lp = bare TCP, `u32 length | payload`, each message parsed and \
+         counted by the receiver as the raw baseline does)."
+    );
+    let mut mem = Vec::new();
+    for c in rows {
+        mem.push((c.payload_bytes, "broadcast", &c.broadcast));
+        mem.push((c.payload_bytes, "topic", &c.topic));
+        mem.push((c.payload_bytes, "raw-lp", &c.raw_lp));
+        if let Some(f) = &c.fanout {
+            mem.push((c.payload_bytes, "fan-out", f));
+        }
+    }
+    crate::bench::print_memory_table(&mem);
+}

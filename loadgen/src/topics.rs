@@ -1,0 +1,394 @@
+//! Topic traffic for the load roles: the `--topic` / `--partition` / QoS flags, a publishing
+//! sink over a topic [`Writer`], and the sample-receiving loop that counts samples per writer
+//! and checks that each writer's sequence numbers only rise (gaps and reorders counted).
+//!
+//! **Owns:** the topic flags and their mapping onto a [`Topic`] declaration, the per-writer
+//! sequence check and the sample-receiving loop (what a run reports is
+//! [`crate::topic_report`]'s). **Must not touch:** matching or the sample path: it opens endpoints and reads
+//! events and [`Mesh::topics`] through `shoal-mesh`'s public API only.
+
+use crate::shoal::sink_error;
+pub use crate::topic_report::{counts_since, topic_counts, SampleReport, TopicCounts};
+use crate::traffic::{Receiver, Sink, SinkError};
+use ahash::AHashMap;
+use shoal_mesh::topics::{DurabilityKind, EndpointGuid, Topic, Writer};
+use shoal_mesh::{Event, EventReceiver, Mesh};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Durability names accepted on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Durability {
+    /// No history for late joiners.
+    Volatile,
+    /// The writer keeps history for late joiners.
+    TransientLocal,
+    /// A service keeps history beyond the writer.
+    Transient,
+    /// History survives restarts.
+    Persistent,
+}
+
+impl From<Durability> for DurabilityKind {
+    fn from(d: Durability) -> DurabilityKind {
+        match d {
+            Durability::Volatile => DurabilityKind::Volatile,
+            Durability::TransientLocal => DurabilityKind::TransientLocal,
+            Durability::Transient => DurabilityKind::Transient,
+            Durability::Persistent => DurabilityKind::Persistent,
+        }
+    }
+}
+
+/// The topic flags of the roles: `--topic` switches a role from broadcasts to a topic writer
+/// (`pub`) or reader (`sub`); the others shape its declaration.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TopicArgs {
+    /// Publish / subscribe on this topic instead of broadcasting (pub: one writer; sub: a
+    /// reader per `--topic`, repeatable).
+    #[arg(long = "topic", value_name = "NAME")]
+    pub topics: Vec<String>,
+    /// Type name of the topic's samples (default type hash: from the name).
+    #[arg(
+        long = "type",
+        value_name = "NAME",
+        default_value = "shoal-loadgen/Payload"
+    )]
+    pub type_name: String,
+    /// Partition name or pattern (`*`, `?`; repeatable; none: the default partition).
+    #[arg(long = "partition", value_name = "P")]
+    pub partitions: Vec<String>,
+    /// Reliability Reliable (the writers' default).
+    #[arg(long, conflicts_with = "best_effort")]
+    pub reliable: bool,
+    /// Reliability BestEffort (the readers' default).
+    #[arg(long)]
+    pub best_effort: bool,
+    /// History keep-last with this depth.
+    #[arg(long, value_name = "N", conflicts_with = "keep_all")]
+    pub keep_last: Option<u32>,
+    /// History keep-all.
+    #[arg(long)]
+    pub keep_all: bool,
+    /// Durability.
+    #[arg(long, value_enum)]
+    pub durability: Option<Durability>,
+}
+
+impl TopicArgs {
+    /// True when a `--topic` was given.
+    pub fn enabled(&self) -> bool {
+        !self.topics.is_empty()
+    }
+
+    /// The declaration of topic `name` with these flags.
+    pub fn declaration(&self, name: &str) -> Topic {
+        let mut t = Topic::new(name, self.type_name.as_str()).partitions(self.partitions.clone());
+        if self.reliable {
+            t = t.reliable();
+        }
+        if self.best_effort {
+            t = t.best_effort();
+        }
+        if let Some(depth) = self.keep_last {
+            t = t.history_keep_last(depth);
+        }
+        if self.keep_all {
+            t = t.history_keep_all();
+        }
+        if let Some(d) = self.durability {
+            t = t.durability(d.into());
+        }
+        t
+    }
+}
+
+/// Publishes through a topic [`Writer`] (its batching: `batch_bytes` per hand-over, 0 = one
+/// sample per hand-over).
+pub struct TopicSink {
+    writer: Writer,
+}
+
+impl TopicSink {
+    /// A sink over `writer`, handing batches of `batch_bytes` to the node.
+    pub fn new(writer: Writer, batch_bytes: usize) -> TopicSink {
+        TopicSink {
+            writer: writer.with_batch_bytes(batch_bytes),
+        }
+    }
+}
+
+impl Sink for TopicSink {
+    fn send(&mut self, payload: &[u8]) -> Result<(), SinkError> {
+        self.writer
+            .write_blocking(payload)
+            .map(drop)
+            .map_err(sink_error)
+    }
+
+    fn flush(&mut self) -> Result<(), SinkError> {
+        self.writer.flush_blocking().map_err(sink_error)
+    }
+}
+
+/// Writers one [`WriterSeqs`] tracks; samples of further writers are counted in
+/// [`WriterSeqs::untracked`] only.
+pub const MAX_WRITERS: usize = 1024;
+
+/// One writer's samples as a reader saw them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WriterCount {
+    /// Samples received.
+    pub samples: u64,
+    /// The first sequence number received (1 unless the reader joined late).
+    pub first_seq: u64,
+    /// The highest sequence number received.
+    pub last_seq: u64,
+    /// Jumps forward by more than one (after the first sample).
+    pub gaps: u64,
+    /// Sequence numbers skipped by those jumps.
+    pub skipped: u64,
+    /// Samples whose number was not above the highest before it (reordered or repeated).
+    pub reorders: u64,
+}
+
+/// Per-writer sample counts and sequence checks of one reader, bounded by [`MAX_WRITERS`].
+#[derive(Debug, Default)]
+pub struct WriterSeqs {
+    writers: AHashMap<EndpointGuid, WriterCount>,
+    /// Samples of writers beyond the tracked ones.
+    pub untracked: u64,
+}
+
+impl WriterSeqs {
+    /// Accounts sample `seq` of `writer`.
+    pub fn record(&mut self, writer: EndpointGuid, seq: u64) {
+        let full = self.writers.len() >= MAX_WRITERS;
+        let c = match self.writers.get_mut(&writer) {
+            Some(c) => c,
+            None if full => {
+                self.untracked += 1;
+                return;
+            }
+            None => self.writers.entry(writer).or_default(),
+        };
+        if c.samples == 0 {
+            c.first_seq = seq;
+            c.last_seq = seq;
+        } else if seq > c.last_seq {
+            if seq > c.last_seq + 1 {
+                c.gaps += 1;
+                c.skipped += seq - c.last_seq - 1;
+            }
+            c.last_seq = seq;
+        } else {
+            c.reorders += 1;
+        }
+        c.samples += 1;
+    }
+
+    /// Every writer seen, by GUID (sorted, so output is stable).
+    pub fn writers(&self) -> Vec<(EndpointGuid, WriterCount)> {
+        let mut v: Vec<_> = self.writers.iter().map(|(g, c)| (*g, *c)).collect();
+        v.sort_unstable_by_key(|(g, _)| *g);
+        v
+    }
+
+    /// The sum over writers.
+    pub fn total(&self) -> WriterCount {
+        let mut t = WriterCount::default();
+        for c in self.writers.values() {
+            t.samples += c.samples;
+            t.gaps += c.gaps;
+            t.skipped += c.skipped;
+            t.reorders += c.reorders;
+        }
+        t
+    }
+}
+
+/// One local reader being measured.
+#[derive(Debug)]
+pub struct ReaderState {
+    /// The reader's GUID.
+    pub guid: EndpointGuid,
+    /// Its topic.
+    pub topic: String,
+    /// Rates, loss by stamp, latency.
+    pub recv: Receiver,
+    /// Per-writer counts and sequence checks.
+    pub seqs: WriterSeqs,
+    /// Writers whose end marker it waits for (0: none, it is done at once).
+    pub expect_writers: usize,
+}
+
+impl ReaderState {
+    fn done(&mut self) -> bool {
+        self.expect_writers == 0 || self.recv.done(self.expect_writers)
+    }
+}
+
+/// Receives `Event::Sample`s for `readers` (samples of other readers are counted in
+/// `foreign`) until `until`, `stop`, or every reader has the end markers of the writers it
+/// expects. `live` counts samples for a progress line. Returns the foreign samples.
+pub fn subscribe_samples(
+    events: &mut EventReceiver,
+    readers: &mut [ReaderState],
+    until: Instant,
+    stop: &AtomicBool,
+    live: &AtomicU64,
+) -> u64 {
+    let mut by_guid: AHashMap<EndpointGuid, usize> = AHashMap::new();
+    for (i, r) in readers.iter().enumerate() {
+        by_guid.insert(r.guid, i);
+    }
+    let (mut n, mut foreign) = (0u64, 0u64);
+    loop {
+        if Instant::now() >= until
+            || stop.load(Ordering::Relaxed)
+            || readers.iter_mut().all(ReaderState::done)
+        {
+            return foreign;
+        }
+        let mut next = events.recv_timeout(Duration::from_millis(50));
+        let mut batch = 0;
+        while let Some(ev) = next {
+            match ev {
+                Event::Sample {
+                    reader,
+                    writer,
+                    seq,
+                    payload,
+                } => match by_guid.get(&reader) {
+                    Some(&i) => {
+                        let r = &mut readers[i];
+                        r.seqs.record(writer, seq);
+                        r.recv.on_payload(&payload);
+                        n += 1;
+                    }
+                    None => foreign += 1,
+                },
+                Event::Error { kind, message, .. } => {
+                    tracing::warn!(?kind, %message, "mesh error")
+                }
+                other => tracing::debug!(?other, "mesh event"),
+            }
+            batch += 1;
+            if batch == 4096 {
+                break;
+            }
+            next = events.try_recv();
+        }
+        live.store(n, Ordering::Relaxed);
+    }
+}
+
+/// Samples `meshes` dropped for a writer they had no route for, summed.
+pub fn unrouted(meshes: &[&Mesh]) -> u64 {
+    meshes
+        .iter()
+        .map(|m| m.stats().total.dropped_unrouted_samples)
+        .sum()
+}
+
+/// Bytes written to links by `meshes`, summed.
+pub fn bytes_out(meshes: &[&Mesh]) -> u64 {
+    meshes.iter().map(|m| m.stats().total.bytes_out).sum()
+}
+
+/// Waits (at most `secs`) until every `(writer, reader)` pair is in the match table of each
+/// mesh in `meshes`.
+pub fn wait_matched(
+    meshes: &[&Mesh],
+    pairs: &[(EndpointGuid, EndpointGuid)],
+    secs: u64,
+) -> Result<(), crate::shoal::SetupError> {
+    crate::shoal::wait_for(secs, "the topic's writer and readers to match", || {
+        meshes.iter().all(|m| {
+            let snap = m.topics();
+            pairs.iter().all(|p| snap.matches().contains(p))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_mesh::topics::{EndpointKind, History, ReliabilityKind};
+
+    #[test]
+    fn sequence_numbers_that_do_not_only_rise_are_counted() {
+        let mut s = WriterSeqs::default();
+        let (a, b) = ([1; 16], [2; 16]);
+        for seq in [1, 2, 3, 5, 9, 4, 9, 10] {
+            s.record(a, seq);
+        }
+        s.record(b, 7);
+        s.record(b, 8);
+        let w = s.writers();
+        assert_eq!(w.len(), 2);
+        assert_eq!(
+            w[0].1,
+            WriterCount {
+                samples: 8,
+                first_seq: 1,
+                last_seq: 10,
+                gaps: 2,
+                skipped: 1 + 3,
+                reorders: 2,
+            }
+        );
+        // A late joiner's first number is not a gap.
+        assert_eq!((w[1].1.first_seq, w[1].1.gaps, w[1].1.samples), (7, 0, 2));
+        assert_eq!(s.total().samples, 10);
+    }
+
+    #[test]
+    fn writers_beyond_the_bound_are_counted_not_tracked() {
+        let mut s = WriterSeqs::default();
+        for i in 0..(MAX_WRITERS as u32 + 5) {
+            let mut g = [0u8; 16];
+            g[..4].copy_from_slice(&i.to_be_bytes());
+            s.record(g, 1);
+        }
+        assert_eq!(s.writers().len(), MAX_WRITERS);
+        assert_eq!(s.untracked, 5);
+    }
+
+    #[test]
+    fn flags_shape_the_declaration() {
+        let a = TopicArgs {
+            topics: vec!["sensors/imu".into()],
+            type_name: "Imu".into(),
+            partitions: vec!["robot/*".into(), "arm".into()],
+            best_effort: true,
+            keep_last: Some(7),
+            durability: Some(Durability::TransientLocal),
+            ..TopicArgs::default()
+        };
+        let w = a
+            .declaration("sensors/imu")
+            .validate(EndpointKind::Writer)
+            .unwrap();
+        assert_eq!(w.topic, "sensors/imu");
+        assert_eq!(w.type_name, "Imu");
+        assert_eq!(w.partitions, vec!["robot/*".to_owned(), "arm".to_owned()]);
+        assert_eq!(w.qos.reliability.kind, ReliabilityKind::BestEffort);
+        assert_eq!(w.qos.history, History::KeepLast { depth: 7 });
+        assert_eq!(w.qos.durability, DurabilityKind::TransientLocal);
+        // The command line refuses --reliable with --best-effort and --keep-last with
+        // --keep-all (clap conflicts), so each pair is set one way here.
+        let r = TopicArgs {
+            reliable: true,
+            best_effort: false,
+            keep_all: true,
+            keep_last: None,
+            ..a
+        }
+        .declaration("x")
+        .validate(EndpointKind::Reader)
+        .unwrap();
+        assert_eq!(r.qos.reliability.kind, ReliabilityKind::Reliable);
+        assert_eq!(r.qos.history, History::KeepAll);
+    }
+}

@@ -1,0 +1,214 @@
+//! Topic traffic through the built binary: `bench --topics` end to end on a short run, and
+//! `pub --topic` / `sub --topic` as two processes.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_shoal-loadgen");
+
+fn json_of(out: std::process::Output) -> serde_json::Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "shoal-loadgen failed: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Issue 12's benchmark runs end to end: broadcast, topic and raw-lp per size with both
+/// ratios, and the fan-out to 3 reader nodes with bytes per delivered sample.
+#[test]
+fn bench_topics_runs_every_leg_and_the_fan_out() {
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "--topics",
+            "--sizes",
+            "64,1024",
+            "--duration-ms",
+            "300",
+            "--warmup-ms",
+            "100",
+            "--json",
+        ])
+        .output()
+        .expect("run shoal-loadgen");
+    let v = json_of(out);
+    let rows = v.as_array().expect("one row per size");
+    assert_eq!(rows.len(), 2, "{v}");
+    for (row, size) in rows.iter().zip([64u64, 1024]) {
+        assert_eq!(row["payload_bytes"].as_u64(), Some(size), "{row}");
+        for (leg, transport) in [
+            ("broadcast", "shoal"),
+            ("topic", "shoal-topic"),
+            ("raw_lp", "raw-lp"),
+        ] {
+            let s = &row[leg];
+            assert_eq!(s["transport"].as_str(), Some(transport), "{leg}: {row}");
+            assert!(s["delivered"].as_u64().unwrap_or(0) > 0, "{leg}: {row}");
+            assert_eq!(s["lost"].as_u64(), Some(0), "{leg}: {row}");
+            assert_eq!(s["loss"]["ended"].as_u64(), Some(1), "{leg}: {row}");
+            assert!(
+                s["msgs_per_s"].as_f64().unwrap_or(0.0) > 0.0,
+                "{leg}: {row}"
+            );
+        }
+        assert_eq!(
+            row["raw_lp"]["wire_bytes"].as_u64(),
+            Some(size + 4),
+            "{row}"
+        );
+        let ratio = |k: &str| row[k].as_f64().unwrap_or(0.0);
+        let rate = |leg: &str| row[leg]["msgs_per_s"].as_f64().unwrap();
+        assert!(
+            (ratio("topic_per_broadcast") - rate("topic") / rate("broadcast")).abs() < 1e-9,
+            "{row}"
+        );
+        assert!(
+            (ratio("topic_per_raw_lp") - rate("topic") / rate("raw_lp")).abs() < 1e-9,
+            "{row}"
+        );
+        // Every sample of the one writer, in order, and the wire accounting.
+        let t = &row["topic"]["samples"];
+        let w = &t["writers"][0];
+        assert_eq!(t["writers"].as_array().map(Vec::len), Some(1), "{row}");
+        assert_eq!(w["first_seq"].as_u64(), Some(1), "{row}");
+        assert_eq!(w["last_seq"], w["samples"], "{row}");
+        assert_eq!(
+            w["samples"].as_u64(),
+            Some(row["topic"]["sent"].as_u64().unwrap() + 1),
+            "data samples and the end marker: {row}"
+        );
+        for k in ["gaps", "reorders"] {
+            assert_eq!(w[k].as_u64(), Some(0), "{k}: {row}");
+        }
+        let per_sample = t["bytes_out_per_sample"].as_f64().unwrap();
+        assert!(
+            per_sample >= (size + 4) as f64,
+            "each sample carries its payload and length on the wire: {row}"
+        );
+        let f = &row["fanout"];
+        assert_eq!(row["fanout_readers"].as_u64(), Some(3), "{row}");
+        assert_eq!(f["nodes"].as_u64(), Some(4), "{row}");
+        assert_eq!(f["loss"]["ended"].as_u64(), Some(3), "every reader: {row}");
+        assert_eq!(f["lost"].as_u64(), Some(0), "{row}");
+        assert_eq!(
+            f["delivered"].as_u64(),
+            Some(3 * f["sent"].as_u64().unwrap()),
+            "{row}"
+        );
+        assert_eq!(
+            f["samples"]["writers"].as_array().map(Vec::len),
+            Some(3),
+            "one row per reader: {row}"
+        );
+        assert!(f["samples"]["bytes_out_per_sample"].as_f64().unwrap() >= (size + 4) as f64);
+    }
+}
+
+/// Kills a child if the test fails before it ends by itself.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// `sub --topic` in one process, `pub --topic` in another: the reader matches through a
+/// partition pattern and counts the writer's samples, in order, to its end marker.
+#[test]
+fn pub_and_sub_on_a_topic_in_two_processes() {
+    let mut sub = Child(
+        Command::new(BIN)
+            .args([
+                "sub",
+                "--listen",
+                "127.0.0.1:0",
+                "--topic",
+                "sensors/imu",
+                "--partition",
+                "robot/*",
+                "--warmup-ms",
+                "100",
+                "--duration-ms",
+                "300",
+                "--linger-ms",
+                "20000",
+                "--json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sub"),
+    );
+    let stderr = sub.0.stderr.take().expect("sub stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let addr = loop {
+        assert!(Instant::now() < deadline, "sub never said it was ready");
+        let line = lines
+            .next()
+            .expect("sub ended before it was ready")
+            .unwrap();
+        if let Some(at) = line.find("listen=") {
+            break line[at + "listen=".len()..].trim().to_owned();
+        }
+    };
+    // The rest of its stderr is drained, so a chatty log never blocks it.
+    std::thread::spawn(move || lines.for_each(drop));
+    let p = Command::new(BIN)
+        .args([
+            "pub",
+            "--static-peer",
+            &addr,
+            "--topic",
+            "sensors/imu",
+            "--partition",
+            "robot/arm",
+            "--reliable",
+            "--keep-last",
+            "10",
+            "--warmup-ms",
+            "100",
+            "--duration-ms",
+            "300",
+            "--json",
+        ])
+        .output()
+        .expect("run pub");
+    let pv = json_of(p);
+    let child = &mut sub.0;
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(child.wait().unwrap().success());
+    let sv: serde_json::Value = serde_json::from_str(&out).expect("sub JSON");
+    let sent = pv["sent"].as_u64().unwrap();
+    assert!(sent > 0, "{pv}");
+    assert_eq!(
+        pv["samples"]["topics"][0]["node_counts"]["written"].as_u64(),
+        Some(sent + 1)
+    );
+    let w = &sv["samples"]["writers"];
+    assert_eq!(w.as_array().map(Vec::len), Some(1), "one writer: {sv}");
+    let w = &w[0];
+    assert!(w["samples"].as_u64().unwrap() > 0, "{sv}");
+    assert_eq!(w["reorders"].as_u64(), Some(0), "{sv}");
+    assert_eq!(w["gaps"].as_u64(), Some(0), "{sv}");
+    // Up to the end marker; samples before the reader's node routed the writer are counted
+    // by that node, not silently missing.
+    assert_eq!(w["last_seq"].as_u64(), Some(sent + 1), "{sv}");
+    assert_eq!(sv["loss"]["ended"].as_u64(), Some(1), "{sv}");
+    let before_route = w["first_seq"].as_u64().unwrap() - 1;
+    assert_eq!(
+        sv["samples"]["unrouted_samples"].as_u64(),
+        Some(before_route),
+        "{sv}"
+    );
+}

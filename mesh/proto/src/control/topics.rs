@@ -1,0 +1,235 @@
+//! The control core's side of topics: it owns the [`TopicsCore`], feeds it Discovery frames,
+//! capable links and its timer, carries out what it asks (frames to the capable links, a
+//! link closed on a malformed record, a participant dialed), posts its route tables to every
+//! shard and turns its events into [`ControlEvent`]s.
+//!
+//! **Owns:** the glue between the control core and the topics core. **Must not touch:**
+//! topics decisions (`topics::core`), the frame layout (`wire`) or sockets.
+
+use super::{ControlCore, ControlEvent};
+use crate::cmd::ToShard;
+use crate::config::MeshConfig;
+use crate::topics::{
+    EndpointGuid, TopicError, TopicEvent, TopicsConfig, TopicsCore, TopicsInit, TopicsOutput,
+    TopicsStats, TopicsView, TreePlanner,
+};
+use crate::wire::{Discovery, Frame};
+use crate::{LinkId, PeerId};
+use bytes::{Bytes, BytesMut};
+use shoal_discovery::qos::EndpointQos;
+use shoal_discovery::types::EndpointKind;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The topics core of a new control core; an invalid `[topics]` table (a config that was
+/// never validated) falls back to the defaults, with the reason.
+pub(super) fn new_topics(
+    me: PeerId,
+    cfg: &MeshConfig,
+    shards: usize,
+    listen_addrs: Vec<SocketAddr>,
+    wall_ms: u64,
+    entity_seed: u32,
+    now: Instant,
+) -> (TopicsCore, Option<String>) {
+    let writer_capacity = |tc: &TopicsConfig| {
+        u32::try_from(tc.max_local_endpoints.saturating_add(tc.max_remote_writers))
+            .unwrap_or(u32::MAX)
+    };
+    let init = |tc: TopicsConfig, addrs: Vec<SocketAddr>| TopicsInit {
+        me,
+        ttl: cfg.initial_ttl,
+        shards,
+        listen_addrs: addrs,
+        wall_ms,
+        entity_seed,
+        planner: Box::new(TreePlanner::new(writer_capacity(&tc))),
+        cfg: tc,
+    };
+    match TopicsCore::new(init(cfg.topics.clone(), listen_addrs.clone()), now) {
+        Ok(t) => (t, None),
+        Err(e) => {
+            let t = TopicsCore::new(init(TopicsConfig::default(), listen_addrs), now)
+                .expect("the default topics settings are valid");
+            (t, Some(e.to_string()))
+        }
+    }
+}
+
+impl ControlCore {
+    /// Creates a local writer or reader on `topic` and announces it at once (see
+    /// [`TopicsCore::create_endpoint`]). Its matches arrive as [`ControlEvent::Matched`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_endpoint(
+        &mut self,
+        kind: EndpointKind,
+        topic: &str,
+        type_name: &str,
+        type_hash: [u8; 16],
+        qos: EndpointQos,
+        partitions: &[String],
+        now: Instant,
+        wall_ms: u64,
+    ) -> Result<EndpointGuid, TopicError> {
+        let r = self
+            .topics
+            .create_endpoint(kind, topic, type_name, type_hash, qos, partitions, now);
+        self.round(now, wall_ms);
+        r
+    }
+
+    /// Removes a local endpoint: a withdrawal goes out at once, its matches end
+    /// ([`ControlEvent::Unmatched`]).
+    pub fn remove_endpoint(
+        &mut self,
+        guid: EndpointGuid,
+        now: Instant,
+        wall_ms: u64,
+    ) -> Result<(), TopicError> {
+        let r = self.topics.remove_endpoint(guid, now);
+        self.round(now, wall_ms);
+        r
+    }
+
+    /// A snapshot of the topics state (rebuilt only after a change; cheap otherwise).
+    pub fn topics_view(&mut self) -> Arc<TopicsView> {
+        self.topics.view()
+    }
+
+    /// The topics counters.
+    pub fn topics_stats(&self) -> TopicsStats {
+        self.topics.stats()
+    }
+
+    /// Forgets a placed link (and tells the topics core).
+    pub(super) fn unplace(&mut self, link: LinkId) -> Option<super::Placed> {
+        self.topics.link_down(link);
+        self.placed.remove(&link)
+    }
+
+    pub(super) fn on_discovery(&mut self, link: LinkId, frame: Discovery, now: Instant) {
+        // Only a capable link's shard decodes Discovery frames; anything else is stale.
+        if self.placed.get(&link).is_some_and(|p| p.capable) {
+            self.topics.on_discovery(link, frame, now);
+        }
+    }
+
+    /// Carries out the topics core's outputs.
+    pub(super) fn topics_outputs(&mut self, now: Instant) {
+        while let Some(o) = self.topics.poll_output() {
+            match o {
+                TopicsOutput::Flood { frame, except } => {
+                    // A relayed frame skips the neighbours its origin's membership record
+                    // lists, as membership relays do: the origin sent it to them directly
+                    // (a frame lost to a link that just went is repaired by the next cycle).
+                    let listed: &[PeerId] = match except {
+                        Some(_) => self
+                            .membership
+                            .adjacency()
+                            .find(|(o, _)| **o == frame.origin)
+                            .map_or(&[], |(_, n)| n),
+                        None => &[],
+                    };
+                    let mut pruned = 0u64;
+                    let mut targets: Vec<(LinkId, usize)> = self
+                        .placed
+                        .iter()
+                        .filter(|(l, p)| p.capable && Some(**l) != except)
+                        .filter(|(_, p)| {
+                            let skip = p.peer == frame.origin || listed.contains(&p.peer);
+                            pruned += u64::from(skip);
+                            !skip
+                        })
+                        .map(|(l, p)| (*l, p.shard))
+                        .collect();
+                    self.topics.count_relays_pruned(pruned);
+                    if targets.is_empty() {
+                        continue;
+                    }
+                    targets.sort_unstable();
+                    let mut b = BytesMut::new();
+                    if let Err(e) = Frame::Discovery(frame).encode(&mut b) {
+                        // Own records are bounded and packed within the frame bound, and a
+                        // re-flood re-encodes what decoded: this cannot happen.
+                        self.warn("discovery frame not encodable", e.to_string());
+                        continue;
+                    }
+                    let bytes: Bytes = b.freeze();
+                    for (link, shard) in targets {
+                        self.post(
+                            shard,
+                            ToShard::SendRaw {
+                                link,
+                                frame: bytes.clone(),
+                            },
+                        );
+                    }
+                }
+                TopicsOutput::CloseLink(link) => {
+                    self.warn(
+                        "malformed discovery record, link closed",
+                        format!("{link:?}"),
+                    );
+                    self.close(link, false);
+                }
+                TopicsOutput::Dial { peer, addr } => {
+                    if !self.stopping && self.peers.link_of(&peer).is_none() {
+                        self.peers.on_announce(peer, addr, now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Posts a new route table to every shard when one is due. True when one was posted.
+    pub(super) fn topics_routes(&mut self) -> bool {
+        let Some(table) = self.topics.routes_due(&self.membership) else {
+            return false;
+        };
+        for s in 0..self.shards {
+            self.post(s, ToShard::SampleRoutes(table.clone()));
+        }
+        true
+    }
+
+    pub(super) fn topics_events(&mut self, events: &mut Vec<ControlEvent>) {
+        while let Some(e) = self.topics.poll_event() {
+            events.push(match e {
+                TopicEvent::Matched {
+                    writer,
+                    reader,
+                    topic,
+                    local,
+                } => ControlEvent::Matched {
+                    writer,
+                    reader,
+                    topic,
+                    local,
+                },
+                TopicEvent::Unmatched {
+                    writer,
+                    reader,
+                    topic,
+                    local,
+                } => ControlEvent::Unmatched {
+                    writer,
+                    reader,
+                    topic,
+                    local,
+                },
+                TopicEvent::Incompatible {
+                    writer,
+                    reader,
+                    topic,
+                    reasons,
+                } => ControlEvent::Incompatible {
+                    writer,
+                    reader,
+                    topic,
+                    reasons,
+                },
+            });
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Topics through the control core's public inputs: a peer that advertised extended frames
+//! (played by the test) gets Discovery frames, a plain multimaster peer never does; a
+//! Discovery frame from the capable peer matches, routes and reports; a malformed record
+//! closes its link; `dial_participants` dials a participant heard through discovery.
+
+use bytes::{Bytes, BytesMut};
+use shoal_discovery::qos::{EndpointQos, QosDuration};
+use shoal_discovery::record::{encode_endpoint, encode_participant};
+use shoal_discovery::types::{
+    EndpointInfo, EndpointKind, EntityId, Guid, GuidPrefix, Locator, LocatorKind, ParticipantInfo,
+    TopicName, TypeHash, TypeName,
+};
+use shoal_proto::cmd::{ToControl, ToShard};
+use shoal_proto::config::MeshConfig;
+use shoal_proto::control::{Action, ControlCore, ControlEvent, ControlInit, Handshaking};
+use shoal_proto::topics::LocalSide;
+use shoal_proto::wire::{
+    Discovery, DiscoveryEntry, Features, Hello, Membership, ShoalExtension, DISCOVERY_FRAME_TYPE,
+    PROTOCOL_VERSION, SHOAL_EXT_VERSION,
+};
+use shoal_proto::{DialTarget, LinkId, LinkTimers, PeerId, Role};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+const WALL: u64 = 1_700_000_000_000;
+const SHARDS: usize = 2;
+
+fn core(cfg: MeshConfig, now: Instant) -> ControlCore {
+    ControlCore::new(
+        ControlInit {
+            me: PeerId([1; 16]),
+            cfg,
+            shards: SHARDS,
+            listen_port: 7001,
+            secure: None,
+            seed: [1; 32],
+            epoch: now,
+            listen_addrs: vec!["10.0.0.1:7001".parse().unwrap()],
+        },
+        now,
+        WALL,
+    )
+}
+
+fn cfg() -> MeshConfig {
+    MeshConfig {
+        scouting: false,
+        ..MeshConfig::default()
+    }
+}
+
+fn actions(c: &mut ControlCore) -> Vec<Action> {
+    std::iter::from_fn(|| c.poll_action()).collect()
+}
+
+/// Drains the outbox, answering every Sync as the shards would (so held events come out).
+fn posts(c: &mut ControlCore, now: Instant) -> Vec<(usize, ToShard<()>)> {
+    let p: Vec<_> = std::iter::from_fn(|| c.poll_to_shard()).collect();
+    for (_, cmd) in &p {
+        if let ToShard::Sync(t) = cmd {
+            c.on_shard_report(ToControl::Synced(*t), now, WALL);
+        }
+    }
+    p
+}
+
+fn events(acts: &[Action]) -> Vec<ControlEvent> {
+    acts.iter()
+        .filter_map(|a| match a {
+            Action::Event(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A peer `id` connects to the core; `extended`: it advertises extended frames.
+fn connect(c: &mut ControlCore, id: u8, extended: bool, now: Instant) -> LinkId {
+    let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, id));
+    let link = c.on_accepted(Some(ip), now, WALL).unwrap();
+    let features = if extended {
+        Features::EXTENDED_FRAMES
+    } else {
+        Features::NONE
+    };
+    let hello = Hello {
+        node_id: PeerId([id; 16]),
+        protocol_version: PROTOCOL_VERSION,
+        tcp_listen_port: 7000 + u16::from(id),
+        group_name: "default".into(),
+        nonce: u64::from(id),
+        eph_pub_key: None,
+        identity: None,
+        shoal: Some(ShoalExtension {
+            version: SHOAL_EXT_VERSION,
+            features,
+        }),
+    };
+    let mut out = BytesMut::new();
+    let _peer = Handshaking::start(
+        LinkId(1),
+        Role::Dialer,
+        hello,
+        None,
+        LinkTimers::from_config(&MeshConfig::default()),
+        MeshConfig::default().max_message_bytes,
+        None,
+        now,
+        &mut out,
+    );
+    c.on_bytes(link, &out, now, WALL);
+    assert!(!c.is_handshaking(link));
+    link
+}
+
+fn discovery_sends(p: &[(usize, ToShard<()>)]) -> Vec<(LinkId, Bytes)> {
+    p.iter()
+        .filter_map(|(_, c)| match c {
+            ToShard::SendRaw { link, frame } if frame[4] == DISCOVERY_FRAME_TYPE => {
+                Some((*link, frame.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn participant(id: u8, locators: Vec<Locator>) -> Bytes {
+    let mut p = ParticipantInfo::new(GuidPrefix([id; 12]), "peer");
+    p.lease_duration = QosDuration::from_secs(10);
+    p.user_locators = locators;
+    encode_participant(&p).unwrap()
+}
+
+fn reader(id: u8, topic: &str) -> (Guid, Bytes) {
+    let g = Guid::new(GuidPrefix([id; 12]), EntityId([0, 0, 1, 7]));
+    let e = EndpointInfo::new(
+        g,
+        EndpointKind::Reader,
+        TopicName::new(topic).unwrap(),
+        TypeName::new("T").unwrap(),
+        TypeHash([7; 16]),
+    );
+    (g, encode_endpoint(&e).unwrap())
+}
+
+fn frame(origin: u8, seq: u64, recs: Vec<Bytes>) -> Box<Discovery> {
+    Box::new(Discovery {
+        origin: PeerId([origin; 16]),
+        seq,
+        ttl: 4,
+        cycle: 0,
+        part: 0,
+        parts: 0,
+        entries: recs.into_iter().map(DiscoveryEntry::Record).collect(),
+    })
+}
+
+fn guid16(g: &Guid) -> [u8; 16] {
+    let mut b = [0; 16];
+    b[..12].copy_from_slice(&g.prefix.0);
+    b[12..].copy_from_slice(&g.entity.0);
+    b
+}
+
+#[test]
+fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_routes() {
+    let now = Instant::now();
+    let mut c = core(cfg(), now);
+    c.start(now, WALL);
+    let capable = connect(&mut c, 2, true, now);
+    let plain = connect(&mut c, 3, false, now);
+    posts(&mut c, now);
+    actions(&mut c);
+    let w = c
+        .create_endpoint(
+            EndpointKind::Writer,
+            "t",
+            "T",
+            [7; 16],
+            EndpointQos::writer_default(),
+            &[],
+            now,
+            WALL,
+        )
+        .unwrap();
+    let p = posts(&mut c, now);
+    let sent = discovery_sends(&p);
+    assert_eq!(sent.len(), 1, "{p:?}");
+    assert_eq!(sent[0].0, capable, "never to the plain peer {plain:?}");
+    assert_eq!(&sent[0].1[5..21], &[1; 16], "origin");
+    // The periodic cycle goes out on the capable link only, too.
+    c.handle_timeout(now + Duration::from_secs(1), WALL + 1000);
+    let sent = discovery_sends(&posts(&mut c, now));
+    assert!(!sent.is_empty() && sent.iter().all(|(l, _)| *l == capable));
+    actions(&mut c);
+    // The peer's membership record lists us: the edge is usable by the route tree (an edge
+    // listed by one side only is not).
+    c.on_shard_report(
+        ToControl::MembershipIn {
+            link: capable,
+            record: Membership {
+                origin: PeerId([2; 16]),
+                version: WALL,
+                neighbours: vec![PeerId([1; 16])],
+            },
+        },
+        now,
+        WALL,
+    );
+    posts(&mut c, now);
+    // The capable peer announces a reader.
+    let (r, rec) = reader(2, "t");
+    c.on_shard_report(
+        ToControl::DiscoveryIn {
+            link: capable,
+            frame: frame(2, 1, vec![participant(2, vec![]), rec]),
+        },
+        now,
+        WALL,
+    );
+    let p = posts(&mut c, now);
+    let tables: Vec<(usize, _)> = p
+        .iter()
+        .filter_map(|(s, c)| match c {
+            ToShard::SampleRoutes(t) => Some((*s, t.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        tables.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        (0..SHARDS).collect::<Vec<_>>(),
+        "every shard gets the table"
+    );
+    let route = tables[0].1.get(&w).expect("the writer is routed");
+    assert_eq!(route.links, vec![capable]);
+    let ev = events(&actions(&mut c));
+    assert_eq!(
+        ev,
+        vec![ControlEvent::Matched {
+            writer: w,
+            reader: guid16(&r),
+            topic: "t".into(),
+            local: LocalSide::Writer
+        }]
+    );
+    let view = c.topics_view();
+    assert_eq!(view.matches, vec![(w, guid16(&r))]);
+    assert_eq!(view.endpoints.len(), 2);
+    assert!(view
+        .endpoints
+        .iter()
+        .any(|e| e.guid == guid16(&r) && e.node == PeerId([2; 16]) && !e.local));
+    // Removing the writer withdraws it at once and unmatches.
+    c.remove_endpoint(w, now, WALL).unwrap();
+    let sent = discovery_sends(&posts(&mut c, now));
+    assert_eq!(sent.len(), 1);
+    let ev = events(&actions(&mut c));
+    assert!(matches!(ev[..], [ControlEvent::Unmatched { .. }]), "{ev:?}");
+}
+
+#[test]
+fn a_malformed_discovery_record_closes_its_link() {
+    let now = Instant::now();
+    let mut c = core(cfg(), now);
+    c.start(now, WALL);
+    let l = connect(&mut c, 2, true, now);
+    posts(&mut c, now);
+    let mut junk = participant(2, vec![]).to_vec();
+    junk[1] = 0;
+    c.on_shard_report(
+        ToControl::DiscoveryIn {
+            link: l,
+            frame: frame(2, 1, vec![Bytes::from(junk)]),
+        },
+        now,
+        WALL,
+    );
+    let p = posts(&mut c, now);
+    assert!(
+        p.iter()
+            .any(|(_, c)| matches!(c, ToShard::Close { link, .. } if *link == l)),
+        "{p:?}"
+    );
+    assert_eq!(c.topics_stats().malformed_records, 1);
+}
+
+#[test]
+fn dial_participants_dials_a_participant_heard_through_discovery() {
+    let now = Instant::now();
+    let loc = Locator {
+        kind: LocatorKind::TcpV4,
+        address: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 9],
+        port: 7009,
+    };
+    for on in [false, true] {
+        let mut m = cfg();
+        m.topics.dial_participants = on;
+        let mut c = core(m, now);
+        c.start(now, WALL);
+        let l = connect(&mut c, 2, true, now);
+        posts(&mut c, now);
+        actions(&mut c);
+        // Node 9 is heard through node 2; this node has no link to it.
+        c.on_shard_report(
+            ToControl::DiscoveryIn {
+                link: l,
+                frame: frame(9, 1, vec![participant(9, vec![loc])]),
+            },
+            now,
+            WALL,
+        );
+        let dials: Vec<DialTarget> = actions(&mut c)
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Dial { target, .. } => Some(target),
+                _ => None,
+            })
+            .collect();
+        let want: SocketAddr = "10.0.0.9:7009".parse().unwrap();
+        if on {
+            assert_eq!(dials, vec![DialTarget::Addr(want)]);
+        } else {
+            assert!(dials.is_empty(), "off by default: {dials:?}");
+        }
+    }
+}
