@@ -109,10 +109,15 @@ counters! {
     /// Dropped: the link's outbound queue was at `max_outbound_queue_bytes` (or, for a
     /// relayed frame routed by the shard's inbox, the ring to the link's shard was full).
     dropped_queue_full,
-    /// Dropped: topic samples of a writer the shard's route table does not know (matched
-    /// with no reader this node serves or relays for, or its table has not arrived yet), one
-    /// per sample.
+    /// Dropped: topic samples of a writer the shard's route table did not come to know
+    /// within `topics.parked_sample_timeout` (or that did not fit
+    /// `topics.max_parked_sample_bytes` meanwhile): matched with no reader this node serves or
+    /// relays for, or a writer already removed. One per sample.
     dropped_unrouted_samples,
+    /// Runs of topic samples held because their writer was not in the shard's route table
+    /// yet (routed when a table naming it arrives, else counted in
+    /// `dropped_unrouted_samples`).
+    sample_runs_parked,
     /// Links closed because a frame did not decode (random bytes, unknown type, bad field).
     malformed_frames,
     /// Links closed because a frame announced a length above `max_message_bytes` (before the

@@ -117,6 +117,11 @@ pub struct ShardConfig {
     pub secure: bool,
     /// The most buffers one vectored write takes (the driver's limit).
     pub max_iovecs: usize,
+    /// Bytes of sample runs held for a route table naming their writer
+    /// ([`crate::topics::TopicsConfig::max_parked_sample_bytes`]).
+    pub max_parked_sample_bytes: usize,
+    /// How long such a run is held.
+    pub parked_sample_timeout: Duration,
 }
 
 impl ShardConfig {
@@ -134,6 +139,8 @@ impl ShardConfig {
             slow_link: SlowLinkPolicy::default(),
             secure: false,
             max_iovecs: 1024,
+            max_parked_sample_bytes: cfg.topics.max_parked_sample_bytes,
+            parked_sample_timeout: cfg.topics.parked_sample_timeout,
         }
     }
 }
@@ -167,6 +174,8 @@ pub struct ShardCore {
     sample_routes: Arc<SampleRoutes>,
     /// Sequence state of the writers whose samples this shard checks, by route slot.
     writer_seqs: Vec<samples::WriterSeq>,
+    /// Runs waiting for a route table that names their writer.
+    parked: samples::Parked,
     /// Where deliveries go first (see [`DeliverySink`]).
     sink: Sink,
 }
@@ -210,6 +219,7 @@ impl ShardCore {
             stop: Stop::Running,
             sample_routes: Arc::default(),
             writer_seqs: Vec::new(),
+            parked: samples::Parked::default(),
             sink: Sink(Box::new(NoSink)),
             counters,
             cfg,
@@ -278,7 +288,10 @@ impl ShardCore {
             }
             ToShard::Close { link, goodbye } => self.close(link, goodbye, now),
             ToShard::SendRaw { link, frame } => self.send_raw(link, frame, now),
-            ToShard::SampleRoutes(r) => self.sample_routes = r,
+            ToShard::SampleRoutes(r) => {
+                self.sample_routes = r;
+                self.replay_parked(now, out);
+            }
             ToShard::Stop => {
                 if self.stop == Stop::Running {
                     self.stop = Stop::Until(now + STOP_GRACE);
@@ -327,7 +340,10 @@ impl ShardCore {
 
     /// When [`handle_timeout`](Self::handle_timeout) has work next.
     pub fn poll_timeout(&self) -> Instant {
-        let at = self.router.poll_timeout();
+        let mut at = self.router.poll_timeout();
+        if let Some(t) = self.parked.next_expiry(self.cfg.parked_sample_timeout) {
+            at = at.min(t);
+        }
         match self.stop {
             Stop::Until(d) => at.min(d),
             _ => at,
@@ -337,6 +353,7 @@ impl ShardCore {
     /// Sweeps the dedup cache when due, and closes what a stop left open past its grace.
     pub fn handle_timeout(&mut self, now: Instant, out: &mut Vec<ShardAction>) {
         self.router.handle_timeout(now);
+        self.expire_parked(now);
         if let Stop::Until(d) = self.stop {
             if now >= d {
                 for link in self.links.ids().collect::<Vec<_>>() {

@@ -26,7 +26,7 @@ use crate::stats::{add, inc, TopicCounterSet};
 use crate::topics::{EndpointGuid, SampleRoutes, WriterRoute};
 use crate::wire::{decode_frame, DecodeStatus, Frame, Samples};
 use crate::LinkId;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -45,6 +45,55 @@ pub(super) struct WriterSeq {
     writer: EndpointGuid,
     /// The next sequence number expected (0: nothing seen yet).
     next: u64,
+}
+
+/// Runs read from links whose writer the shard's route table does not know yet, oldest
+/// first, waiting for a table that does (a writer's first samples can overtake its
+/// announcement, which reaches the shards only through the control plane). Bounded in bytes
+/// and in age; what goes at either bound is counted as unrouted.
+#[derive(Debug, Default)]
+pub(super) struct Parked {
+    runs: std::collections::VecDeque<(Instant, Held)>,
+    bytes: usize,
+}
+
+/// A parked run.
+#[derive(Debug)]
+enum Held {
+    /// Read from link `from`.
+    In(LinkId, Samples),
+    /// Written by this node's writer (its table had not reached the origin shard yet).
+    Own(EndpointGuid, Bytes, usize),
+}
+
+impl Held {
+    fn writer(&self) -> &EndpointGuid {
+        match self {
+            Held::In(_, s) => &s.writer,
+            Held::Own(w, ..) => w,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Held::In(_, s) => s.body.len(),
+            Held::Own(_, b, _) => b.len(),
+        }
+    }
+
+    fn samples(&self) -> u64 {
+        match self {
+            Held::In(_, s) => u64::from(s.count),
+            Held::Own(_, _, n) => *n as u64,
+        }
+    }
+}
+
+impl Parked {
+    /// When the oldest run expires.
+    pub(super) fn next_expiry(&self, timeout: std::time::Duration) -> Option<Instant> {
+        self.runs.front().map(|(at, ..)| *at + timeout)
+    }
 }
 
 /// What a sequence check lets through of a run.
@@ -123,7 +172,7 @@ impl ShardCore {
         // One reference count per run keeps the table alive while the shard writes itself.
         let routes: Arc<SampleRoutes> = self.sample_routes.clone();
         let Some(route) = routes.get(&s.writer) else {
-            add(&self.counters.dropped_unrouted_samples, u64::from(s.count));
+            self.park(Held::In(from, s), now);
             return;
         };
         let c = route.topic.shard(self.idx);
@@ -143,6 +192,62 @@ impl ShardCore {
             }
         }
         self.deliver_run(route, s, c, out);
+    }
+
+    /// Holds a run of a writer the table does not know (see [`Parked`]); the oldest runs
+    /// give way at the byte bound.
+    fn park(&mut self, h: Held, now: Instant) {
+        let n = h.bytes();
+        let max = self.cfg.max_parked_sample_bytes;
+        if n > max {
+            add(&self.counters.dropped_unrouted_samples, h.samples());
+            return;
+        }
+        while self.parked.bytes + n > max {
+            let Some((_, old)) = self.parked.runs.pop_front() else {
+                break;
+            };
+            self.parked.bytes -= old.bytes();
+            add(&self.counters.dropped_unrouted_samples, old.samples());
+        }
+        inc(&self.counters.sample_runs_parked);
+        self.parked.bytes += n;
+        self.parked.runs.push_back((now, h));
+    }
+
+    /// A new route table: the parked runs it knows the writer of are routed now, in the order
+    /// they arrived (by the inbox's rules: what does not fit a link is dropped, counted,
+    /// never waited for); the others keep waiting.
+    pub(super) fn replay_parked(&mut self, now: Instant, out: &mut Vec<ShardAction>) {
+        if self.parked.runs.is_empty() {
+            return;
+        }
+        let runs = std::mem::take(&mut self.parked.runs);
+        self.parked.bytes = 0;
+        for (at, h) in runs {
+            if self.sample_routes.get(h.writer()).is_none() {
+                self.parked.bytes += h.bytes();
+                self.parked.runs.push_back((at, h));
+                continue;
+            }
+            match h {
+                Held::In(from, s) => self.route_samples(from, s, Path::Inbox, now, out),
+                Held::Own(w, b, n) => self.originate_samples_on(w, b, n, Path::Inbox, now, out),
+            }
+        }
+    }
+
+    /// Drops (counted) the parked runs older than the timeout.
+    pub(super) fn expire_parked(&mut self, now: Instant) {
+        let timeout = self.cfg.parked_sample_timeout;
+        while let Some((at, _)) = self.parked.runs.front() {
+            if now < *at + timeout {
+                break;
+            }
+            let (_, old) = self.parked.runs.pop_front().expect("front exists");
+            self.parked.bytes -= old.bytes();
+            add(&self.counters.dropped_unrouted_samples, old.samples());
+        }
     }
 
     /// Sends a run on its writer's route (except `except`), with one hop less.
@@ -219,16 +324,32 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
+        self.originate_samples_on(writer, frames.freeze(), count, Path::Origin, now, out)
+    }
+
+    fn originate_samples_on(
+        &mut self,
+        writer: EndpointGuid,
+        batch: Bytes,
+        count: usize,
+        path: Path,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
         let routes: Arc<SampleRoutes> = self.sample_routes.clone();
         let Some(route) = routes.get(&writer) else {
             // The table naming a new writer has not reached the shard yet (or the writer was
-            // just removed): nobody can be matched with it here.
-            add(&self.counters.dropped_unrouted_samples, count as u64);
+            // just removed): held until one names it, or counted.
+            self.park(Held::Own(writer, batch, count), now);
             return;
         };
         let c = route.topic.shard(self.idx);
         add(&c.written, count as u64);
-        let batch = frames.freeze();
+        if route.unreached > 0 {
+            let lost = count as u64 * u64::from(route.unreached);
+            add(&c.dropped_no_route, lost);
+            add(&self.counters.dropped_no_route, lost);
+        }
         if !route.links.is_empty() {
             let n = batch.len();
             let frames = count as u64;
@@ -237,7 +358,7 @@ impl ShardCore {
                 except: None,
                 topic: c,
             };
-            self.fan_out_with(n, frames, to, Path::Origin, now, out, || {
+            self.fan_out_with(n, frames, to, path, now, out, || {
                 Out::Raw(batch.clone(), n, frames)
             });
         }

@@ -28,6 +28,8 @@
 //! locators_wildcard = false
 //! locators_multicast = false
 //! fallback_locators = ["10.0.0.7:7000"]
+//! max_parked_sample_bytes = 1048576
+//! parked_sample_timeout_ms = 1000
 //! ```
 
 use serde::Deserialize;
@@ -120,6 +122,14 @@ pub struct TopicsConfig {
     pub locators_multicast: bool,
     /// `ip:port` addresses tried after a participant's own locators.
     pub fallback_locators: Vec<String>,
+    /// Per data shard: bytes of sample runs held while their writer is not in the shard's
+    /// route table yet (a writer's first samples can overtake its announcement through this
+    /// node's control plane); the oldest go first at the bound, counted as unrouted.
+    /// Default 1 MiB; 0 drops such runs at once.
+    pub max_parked_sample_bytes: usize,
+    /// How long such a run is held for a route table naming its writer. Default 1000 ms.
+    #[serde(rename = "parked_sample_timeout_ms", with = "millis")]
+    pub parked_sample_timeout: Duration,
 }
 
 impl Default for TopicsConfig {
@@ -143,6 +153,8 @@ impl Default for TopicsConfig {
             locators_wildcard: false,
             locators_multicast: false,
             fallback_locators: Vec::new(),
+            max_parked_sample_bytes: 1 << 20,
+            parked_sample_timeout: Duration::from_millis(1000),
         }
     }
 }

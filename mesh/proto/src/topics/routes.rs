@@ -38,6 +38,11 @@ pub struct WriterRoute {
     pub links: Vec<LinkId>,
     /// The local readers matched with the writer (delivered to on this node). Sorted.
     pub readers: Vec<EndpointGuid>,
+    /// For a local writer: nodes hosting matched readers that its tree does not reach from
+    /// here yet (the membership graph has no path over topic-capable nodes, or this node has
+    /// no capable link toward them). What it writes meanwhile is counted as lost for each
+    /// (`dropped_no_route`), never silently.
+    pub unreached: u32,
 }
 
 /// An immutable route table (see the [module docs](self)).
@@ -109,6 +114,7 @@ mod tests {
             local: false,
             links: links.iter().map(|&l| LinkId(l)).collect(),
             readers: Vec::new(),
+            unreached: 0,
         }
     }
 

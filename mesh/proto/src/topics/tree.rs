@@ -286,6 +286,7 @@ pub fn compute_routes<'a>(
             peers.sort_unstable();
             peers.dedup();
             children.clear();
+            let mut unreached = 0u32;
             for p in &peers {
                 if *p == node || *p == me {
                     continue;
@@ -300,6 +301,7 @@ pub fn compute_routes<'a>(
                     _ => {
                         if local {
                             stats.unreachable_readers += 1;
+                            unreached += 1;
                         }
                     }
                 }
@@ -313,7 +315,12 @@ pub fn compute_routes<'a>(
             for &c in &children {
                 match links.get(&g.ids[c as usize]) {
                     Some(l) => out.push(*l),
-                    None => stats.skipped_no_link += 1,
+                    None => {
+                        stats.skipped_no_link += 1;
+                        if local {
+                            unreached += 1;
+                        }
+                    }
                 }
             }
             out.sort_unstable();
@@ -331,6 +338,7 @@ pub fn compute_routes<'a>(
                 local,
                 links: out,
                 readers,
+                unreached,
             });
         }
         group = end;

@@ -37,6 +37,7 @@ fn routes(
         local,
         links: links.to_vec(),
         readers: readers.to_vec(),
+        unreached: 0,
     };
     let t = Arc::new(SampleRoutes::new(1, vec![r]));
     let cmd: ToShard<()> = ToShard::SampleRoutes(t);
@@ -128,12 +129,61 @@ fn seen_samples_are_dropped_and_counted_and_gaps_are_counted_as_missed() {
 }
 
 #[test]
-fn samples_of_an_unknown_writer_or_out_of_hops_are_counted_not_sent() {
+fn runs_of_a_writer_the_table_does_not_know_yet_wait_for_it_in_order() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     s.serve(A, PA, 1 << 20);
     s.serve(B, PB, 1 << 20);
+    // The writer's first samples overtake its announcement through the control plane.
     assert!(s.feed(A, &run(1, 5, &[b"x", b"y"]), s.at(1)));
+    assert!(s.feed(A, &run(3, 5, &[b"z"]), s.at(2)));
+    assert!(delivered(&s.take()).is_empty());
+    assert_eq!(s.stats().sample_runs_parked, 2);
+    let topic = routes(&mut s, &[B], &[R1], false);
+    let got: Vec<Vec<u64>> = delivered(&s.take()).into_iter().map(|d| d.1).collect();
+    assert_eq!(
+        got,
+        vec![vec![1, 2], vec![3]],
+        "both runs, in order, once the table names W"
+    );
+    let fwd: Vec<u64> = runs(&s.written(B, s.at(3)))
+        .iter()
+        .map(|r| r.first_seq)
+        .collect();
+    assert_eq!(fwd, vec![1, 3]);
+    assert_eq!(
+        (stats(&topic).delivered, s.stats().dropped_unrouted_samples),
+        (3, 0)
+    );
+}
+
+#[test]
+fn parked_runs_are_bounded_in_bytes_and_age_and_what_goes_is_counted() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.core.cfg.max_parked_sample_bytes = 30;
+    s.serve(A, PA, 1 << 20);
+    // 14-byte bodies (4 + 10): two fit the bound, the third pushes out the first.
+    for n in 0..3u64 {
+        assert!(s.feed(A, &run(1 + n, 5, &[b"0123456789"]), s.at(1 + n)));
+    }
+    assert_eq!(s.stats().dropped_unrouted_samples, 1, "the oldest gave way");
+    // A run larger than the bound is not held at all.
+    assert!(s.feed(A, &run(10, 5, &[&[7u8; 40]]), s.at(4)));
     assert_eq!(s.stats().dropped_unrouted_samples, 2);
+    // The rest expire after the timeout, counted; the timer is armed for it.
+    let due = s.core.poll_timeout();
+    assert!(due <= s.at(2) + s.core.cfg.parked_sample_timeout, "{due:?}");
+    let later = s.at(4) + s.core.cfg.parked_sample_timeout;
+    s.core.handle_timeout(later, &mut s.out);
+    assert_eq!(s.stats().dropped_unrouted_samples, 4);
+    routes(&mut s, &[], &[R1], false);
+    assert!(delivered(&s.take()).is_empty(), "nothing left to replay");
+}
+
+#[test]
+fn a_run_with_no_hop_left_is_delivered_here_but_not_sent_on() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
     let topic = routes(&mut s, &[B], &[R1], false);
     assert!(s.feed(A, &run(3, 1, &[b"z"]), s.at(2)));
     assert_eq!(s.stats().dropped_ttl, 1);
@@ -211,4 +261,59 @@ fn a_full_link_drops_a_relayed_run_whole_and_counts_it_for_its_topic() {
     let t = stats(&topic);
     assert_eq!((t.forwarded, t.dropped_queue_full), (2, 2));
     assert_eq!(s.stats().dropped_queue_full, 2);
+}
+
+#[test]
+fn what_a_new_writer_writes_before_its_table_arrives_waits_for_it() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    let mut frames = BytesMut::new();
+    let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 1 << 20);
+    w.push(b"first").unwrap();
+    w.finish();
+    let batch = frames.to_vec();
+    let p = Publish::Samples {
+        writer: W,
+        frames,
+        count: 1,
+    };
+    s.core.publish(p, s.at(1), &mut s.out);
+    assert!(s.written(A, s.at(1)).is_empty());
+    let topic = routes(&mut s, &[A], &[R1], true);
+    assert_eq!(delivered(&s.take()).len(), 1);
+    assert_eq!(s.written(A, s.at(1)), batch);
+    assert_eq!(stats(&topic).written, 1);
+}
+
+#[test]
+fn what_a_writer_writes_toward_readers_its_tree_does_not_reach_is_counted_lost() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    let topic = Arc::new(TopicCounters::new(1));
+    let r = WriterRoute {
+        writer: W,
+        slot: 0,
+        topic: topic.clone(),
+        local: true,
+        links: vec![A],
+        readers: vec![],
+        unreached: 2,
+    };
+    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
+    s.core.on_command(cmd, s.t0, &mut s.out);
+    let mut frames = BytesMut::new();
+    let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 1 << 20);
+    for _ in 0..3 {
+        w.push(b"s").unwrap();
+    }
+    w.finish();
+    let p = Publish::Samples {
+        writer: W,
+        frames,
+        count: 3,
+    };
+    s.core.publish(p, s.at(1), &mut s.out);
+    let t = stats(&topic);
+    assert_eq!((t.written, t.forwarded, t.dropped_no_route), (3, 3, 6));
+    assert_eq!(s.stats().dropped_no_route, 6);
 }
