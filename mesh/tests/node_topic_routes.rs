@@ -242,13 +242,15 @@ fn in_a_line_every_sample_crosses_each_link_once_and_the_relay_delivers_nothing(
     assert_eq!(tb2.delivered, 0, "B delivered locally: {tb2:?}");
     assert_eq!(all_samples(b), 0, "B raised Sample events");
     assert_eq!(all_samples(a), 0, "A raised Sample events");
-    for (n, s) in [("A", ta2), ("B", tb2), ("C", tc2)] {
+    // Counted over the samples written once the routes were up (priming may lose some to
+    // routes not yet in place, counted as such).
+    for (n, s0, s) in [("A", ta, ta2), ("B", tb, tb2), ("C", tc, tc2)] {
         assert_eq!(
             (
-                s.dropped_duplicate,
-                s.missed,
-                s.dropped_queue_full,
-                s.dropped_no_route
+                s.dropped_duplicate - s0.dropped_duplicate,
+                s.missed - s0.missed,
+                s.dropped_queue_full - s0.dropped_queue_full,
+                s.dropped_no_route - s0.dropped_no_route
             ),
             (0, 0, 0, 0),
             "{n}: nothing duplicated, missed or dropped: {s:?}"
@@ -520,8 +522,6 @@ fn a_cut_link_hands_the_route_to_the_relay_path() {
 }
 
 #[test]
-#[ignore = "bug: shard/samples.rs originate_samples: a writer's route with no link and no \
-            local reader (after a cut, before the relay tree) drops samples without a counter"]
 fn samples_lost_while_a_route_changes_are_all_counted() {
     let nodes = cut_and_reroute();
     let (a, c) = (&nodes[0], &nodes[2]);
