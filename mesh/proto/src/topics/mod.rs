@@ -19,4 +19,7 @@ pub use self::core::{
     WriterDemand,
 };
 pub use routes::{EndpointGuid, SampleRoutes, WriterRoute};
+/// The discovery library the public API speaks in (`EndpointKind`, `EndpointQos`,
+/// `Incompatibility`, rejection tables), for crates that do not depend on it themselves.
+pub use shoal_discovery;
 pub use tree::{compute_routes, RouteOutput, RouteStats, SlotAllocator, SlotsFull, WriterInput};
