@@ -80,7 +80,8 @@ fn topic_sub_prints_what_topic_pub_writes() {
     let (written, pub_out) = publisher.join().unwrap();
     assert_eq!(got, 3, "subscriber:\n{sub_out}\npublisher:\n{pub_out}");
     assert!(written >= 3, "{pub_out}");
-    assert!(sub_out.contains("matched writer="), "{sub_out}");
+    // The subscriber's own `matched` line may come after its samples (control events and
+    // samples are ordered each in their class only), or after it exited: not checked.
     let seqs: Vec<u64> = sub_out
         .lines()
         .filter_map(|l| l.strip_prefix("sample writer="))

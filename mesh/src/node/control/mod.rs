@@ -88,7 +88,8 @@ pub(crate) fn run_here(ns: &Arc<NodeShared>, cmd: Cmd) -> Result<(), Cmd> {
     };
     if ctl.core.try_borrow_mut().is_err() {
         // Unreachable while callbacks run only between the core's calls (`run_actions`);
-        // should that change, the answer is a refusal, never a panic or a hang.
+        // should that change, the caller gets `MeshError::NotRunning`, never a panic or a
+        // hang (a removal is skipped; the endpoint goes with the node).
         if let Cmd::CreateEndpoint { reply, .. } = cmd {
             drop(reply);
         }
