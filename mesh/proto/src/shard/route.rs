@@ -173,6 +173,12 @@ impl ShardCore {
         let topic = to.topic();
         let mut send = |link: LinkId| {
             let Some((owner, budget)) = owners.get(&link) else {
+                // A sample route can still name a link this shard has uninstalled (the
+                // control plane's next table drops it); a flood only walks installed links.
+                add(&q.c.dropped_no_route, frames);
+                if let Some(t) = topic {
+                    add(&t.dropped_no_route, frames);
+                }
                 return;
             };
             let Some(total) = budget.try_reserve(n) else {

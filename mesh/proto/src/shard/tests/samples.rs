@@ -317,3 +317,15 @@ fn what_a_writer_writes_toward_readers_its_tree_does_not_reach_is_counted_lost()
     assert_eq!((t.written, t.forwarded, t.dropped_no_route), (3, 3, 6));
     assert_eq!(s.stats().dropped_no_route, 6);
 }
+
+#[test]
+fn a_route_naming_a_link_the_shard_no_longer_has_counts_what_it_cannot_send() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    let gone = LinkId(99);
+    let topic = routes(&mut s, &[gone], &[], false);
+    assert!(s.feed(A, &run(1, 5, &[b"a", b"b"]), s.at(1)));
+    let t = stats(&topic);
+    assert_eq!((t.forwarded, t.dropped_no_route), (0, 2));
+    assert_eq!(s.stats().dropped_no_route, 2);
+}
