@@ -1,7 +1,10 @@
-//! shoal-discovery: the discovery logic the control plane will drive.
+//! shoal-discovery: the discovery logic the control plane drives.
 //!
-//! A library only, for now: the mesh's control plane will feed it announcements once topics
-//! land (issue 12); nothing in the mesh calls it yet.
+//! The mesh's control core (`shoal_proto::topics`) feeds it the announcement records that
+//! travel in Discovery frames, keeps one [`graph::DiscoveryGraph`] per node (every pair
+//! matched, remote–remote included, so relays can route), builds its own records once with
+//! [`announce::Announcer`], explains incompatible pairs with [`matching::explain`] and picks
+//! dial addresses with [`locators::select_locators`].
 //!
 //! Owns what a participant knows about the mesh and how it decides who talks
 //! to whom: participant and endpoint identities ([`types`]), every QoS policy
@@ -15,7 +18,7 @@
 //! Must not touch: I/O, sockets, timers, threads, the async runtime or the
 //! mesh. It is pure, deterministic logic: time comes in as a [`types::Time`]
 //! value, nothing reads a clock, nothing iterates a hash map to produce
-//! output. Its caller (the control plane, once topics land) feeds it
+//! output. Its caller (the control plane) feeds it
 //! announcements and acts on what it returns; none of it is meant to run on
 //! the path that publishes a sample.
 //!
