@@ -20,6 +20,8 @@ use crate::PeerId;
 use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
 use event_listener::{Event as Signal, EventListener, Listener};
+use shoal_proto::shard::SampleRun;
+use shoal_proto::wire::Samples;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -170,18 +172,97 @@ pub enum Event {
 /// of [`crate::node`]); it must return quickly and never block.
 pub type Callback = Arc<dyn Fn(&Event) + Send + Sync + 'static>;
 
-/// One entry of the queue: a control event alone, or a shard's batch of Message events.
+/// One entry of the queue: a control event alone, or a shard's batch of Message-class events
+/// (with the number of events it holds).
 enum Item {
     One(Event),
-    Batch(Vec<Event>),
+    Batch(Vec<Queued>, usize),
 }
 
 impl Item {
     fn len(&self) -> usize {
         match self {
             Item::One(_) => 1,
-            Item::Batch(v) => v.len(),
+            Item::Batch(_, n) => *n,
         }
+    }
+}
+
+/// An entry of a shard's batch: one event, or a run of one writer's samples for one reader,
+/// which a receiver hands out as one [`Event::Sample`] per sample. A run costs the shard one
+/// entry whatever its length; the payload slices (a reference count each) are cut on the
+/// application's thread as it takes them, so the read buffer's count is not bounced between
+/// the two threads per sample.
+pub(crate) enum Queued {
+    Ev(Event),
+    Run(SampleRun),
+}
+
+impl Queued {
+    /// Events it stands for.
+    fn events(&self) -> usize {
+        match self {
+            Queued::Ev(_) => 1,
+            Queued::Run(r) => usize::from(r.samples.count),
+        }
+    }
+}
+
+/// The rest of a run a receiver is handing out.
+struct RunCursor {
+    reader: EndpointGuid,
+    writer: EndpointGuid,
+    ttl: u8,
+    next_seq: u64,
+    body: Bytes,
+    pos: usize,
+    left: u16,
+}
+
+impl RunCursor {
+    fn new(r: SampleRun) -> RunCursor {
+        RunCursor {
+            reader: r.reader,
+            writer: r.samples.writer,
+            ttl: r.samples.ttl,
+            next_seq: r.samples.first_seq,
+            body: r.samples.body,
+            pos: 0,
+            left: r.samples.count,
+        }
+    }
+
+    fn next(&mut self) -> Option<Event> {
+        if self.left == 0 {
+            return None;
+        }
+        let at = self.pos;
+        let len = u32::from_be_bytes(self.body.get(at..at + 4)?.try_into().ok()?) as usize;
+        let payload = self.body.slice(at + 4..at + 4 + len);
+        self.pos = at + 4 + len;
+        self.left -= 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Some(Event::Sample {
+            reader: self.reader,
+            writer: self.writer,
+            seq,
+            payload,
+        })
+    }
+
+    /// What is left, as a run again (for another receiver).
+    fn rest(&self) -> Option<SampleRun> {
+        (self.left > 0).then(|| SampleRun {
+            reader: self.reader,
+            samples: Samples {
+                ttl: self.ttl,
+                writer: self.writer,
+                first_seq: self.next_seq,
+                count: self.left,
+                body: self.body.slice(self.pos..),
+            },
+        })
     }
 }
 
@@ -195,7 +276,9 @@ impl Item {
 /// thread also writes. Credit counts as reserved, so the bound holds as before.
 #[derive(Default)]
 pub(crate) struct Outbox {
-    events: RefCell<Vec<Event>>,
+    events: RefCell<Vec<Queued>>,
+    /// Events `events` stands for (a run counts each of its samples).
+    held: Cell<usize>,
     credit: Cell<usize>,
     /// Length of the last batch handed over: the next batch's allocation, so it is not
     /// regrown (and copied) from empty on every read.
@@ -219,7 +302,7 @@ pub(crate) struct EventHub {
     closed: AtomicBool,
     /// Events handed back by a dropped receiver when the queue had no free entry (see
     /// `Drop for EventReceiver`); read when the queue is empty.
-    spill: Mutex<Vec<Event>>,
+    spill: Mutex<Vec<Queued>>,
     spilled: AtomicBool,
     /// Peers whose `PeerConnected` the queue dropped: their `PeerDisconnected` is dropped
     /// too, so queued peer events stay paired. At most the connected peers.
@@ -245,7 +328,7 @@ impl EventHub {
     }
 
     /// Takes what a dropped receiver spilled.
-    fn take_spill(&self) -> Vec<Event> {
+    fn take_spill(&self) -> Vec<Queued> {
         if !self.spilled.swap(false, Ordering::AcqRel) {
             return Vec::new();
         }
@@ -355,8 +438,47 @@ impl EventHub {
             }
         }
         outbox.credit.set(credit - 1);
-        outbox.events.borrow_mut().push(ev);
+        outbox.events.borrow_mut().push(Queued::Ev(ev));
+        outbox.held.set(outbox.held.get() + 1);
         Ok(())
+    }
+
+    /// True when callbacks are registered (then every event must be built to run them).
+    pub(crate) fn has_callbacks(&self) -> bool {
+        !self.callbacks.is_empty()
+    }
+
+    /// [`EventHub::try_queue_message`] for a run of samples (callbacks not run): queues as
+    /// much of it as the message share of the queue has room for, as one entry, and gives
+    /// back the rest.
+    pub(crate) fn try_queue_run(&self, run: SampleRun, outbox: &Outbox) -> Result<(), SampleRun> {
+        if !self.subscribed() || self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let need = usize::from(run.samples.count);
+        let mut credit = outbox.credit.get();
+        while credit < need {
+            let got = self.reserve_up_to(self.message_limit, (need - credit).max(CREDIT_CHUNK));
+            if got == 0 {
+                break;
+            }
+            credit += got;
+        }
+        let take = credit.min(need);
+        outbox.credit.set(credit - take);
+        if take == 0 {
+            return Err(run);
+        }
+        outbox.held.set(outbox.held.get() + take);
+        let mut v = outbox.events.borrow_mut();
+        if take == need {
+            v.push(Queued::Run(run));
+            return Ok(());
+        }
+        // `take < need <= u16::MAX`.
+        let (head, rest) = run.split_at(take as u16);
+        v.push(Queued::Run(head));
+        Err(rest)
     }
 
     /// A Message event that found no room in [`EventHub::try_queue_message`]: hands the outbox
@@ -409,14 +531,14 @@ impl EventHub {
             let next = Vec::with_capacity(outbox.last_len.get().max(v.len()));
             std::mem::replace(&mut *v, next)
         };
-        let n = batch.len();
-        outbox.last_len.set(n);
+        outbox.last_len.set(batch.len());
+        let n = outbox.held.replace(0);
         if !self.subscribed() {
             // The last receiver left (it emptied the queue): nobody will read these.
             self.release(n);
             return;
         }
-        match self.queue.push(Item::Batch(batch)) {
+        match self.queue.push(Item::Batch(batch, n)) {
             Ok(()) => {
                 self.ready.notify(n);
             }
@@ -446,7 +568,9 @@ pub struct EventReceiver {
     hub: Arc<EventHub>,
     listener: Option<EventListener>,
     /// The rest of the batch taken last.
-    batch: std::vec::IntoIter<Event>,
+    batch: std::vec::IntoIter<Queued>,
+    /// The rest of the run being handed out.
+    run: Option<RunCursor>,
 }
 
 impl std::fmt::Debug for EventReceiver {
@@ -465,11 +589,28 @@ impl EventReceiver {
             hub,
             listener: None,
             batch: Vec::new().into_iter(),
+            run: None,
+        }
+    }
+
+    /// The next event of the batch in hand (expanding runs).
+    fn next_in_hand(&mut self) -> Option<Event> {
+        loop {
+            if let Some(c) = &mut self.run {
+                if let Some(ev) = c.next() {
+                    return Some(ev);
+                }
+                self.run = None;
+            }
+            match self.batch.next()? {
+                Queued::Ev(ev) => return Some(ev),
+                Queued::Run(r) => self.run = Some(RunCursor::new(r)),
+            }
         }
     }
 
     fn pop(&mut self) -> Option<Event> {
-        if let Some(ev) = self.batch.next() {
+        if let Some(ev) = self.next_in_hand() {
             return Some(ev);
         }
         let item = match self.hub.queue.pop() {
@@ -479,7 +620,8 @@ impl EventReceiver {
                 if spill.is_empty() {
                     return None;
                 }
-                Item::Batch(spill)
+                let n = spill.iter().map(Queued::events).sum();
+                Item::Batch(spill, n)
             }
         };
         // The whole entry leaves the queue now: its room goes back at once (a receiver holds
@@ -487,9 +629,9 @@ impl EventReceiver {
         self.hub.release(item.len());
         match item {
             Item::One(ev) => Some(ev),
-            Item::Batch(v) => {
+            Item::Batch(v, _) => {
                 self.batch = v.into_iter();
-                self.batch.next()
+                self.next_in_hand()
             }
         }
     }
@@ -554,22 +696,27 @@ impl Clone for EventReceiver {
 
 impl Drop for EventReceiver {
     fn drop(&mut self) {
-        let rest: Vec<Event> = std::mem::take(&mut self.batch).collect();
+        let mut rest: Vec<Queued> = Vec::new();
+        if let Some(r) = self.run.take().and_then(|c| c.rest()) {
+            rest.push(Queued::Run(r));
+        }
+        rest.extend(std::mem::take(&mut self.batch));
         if self.hub.receivers.fetch_sub(1, Ordering::AcqRel) == 1 {
             // Nobody listens any more: what is queued is dropped, as events raised from now
             // on are not queued at all.
             while let Some(item) = self.hub.queue.pop() {
                 self.hub.release(item.len());
             }
-            self.hub.release(self.hub.take_spill().len());
+            let spilled: usize = self.hub.take_spill().iter().map(Queued::events).sum();
+            self.hub.release(spilled);
             self.hub.room.notify(usize::MAX);
         } else if !rest.is_empty() {
             // Another receiver gets what this one took but did not hand out. Its room was
             // given back when the batch was taken, so it is taken again, past the bound if
             // need be (by at most one batch): these events were admitted once already.
-            let n = rest.len();
+            let n = rest.iter().map(Queued::events).sum();
             self.hub.events.fetch_add(n, Ordering::AcqRel);
-            if let Err(Item::Batch(rest)) = self.hub.queue.push(Item::Batch(rest)) {
+            if let Err(Item::Batch(rest, _)) = self.hub.queue.push(Item::Batch(rest, n)) {
                 // No free entry (every one holds reserved events): kept aside, not lost.
                 self.hub
                     .spill

@@ -120,6 +120,26 @@ impl SampleRun {
     }
 }
 
+impl SampleRun {
+    /// The run cut after its first `k` samples (`0 < k < count`): both halves share the
+    /// body, no payload is copied.
+    pub fn split_at(self, k: u16) -> (SampleRun, SampleRun) {
+        let rest = self.skip(k);
+        let head_len = self.samples.body.len() - rest.samples.body.len();
+        let head = SampleRun {
+            reader: self.reader,
+            samples: Samples {
+                ttl: self.samples.ttl,
+                writer: self.samples.writer,
+                first_seq: self.samples.first_seq,
+                count: k,
+                body: self.samples.body.slice(..head_len),
+            },
+        };
+        (head, rest)
+    }
+}
+
 /// `s` without its first `k` samples (`k < s.count`): the body re-sliced after their length
 /// prefixes and payloads.
 pub(super) fn skip_samples(s: &Samples, k: u16) -> Samples {

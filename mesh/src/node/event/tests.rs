@@ -279,3 +279,90 @@ fn a_dropped_clone_never_loses_events_even_when_the_queue_is_full() {
     assert_eq!(hub.events.load(Ordering::Relaxed), 0);
     assert_eq!(c.snapshot().dropped_event_queue_full, 0);
 }
+
+/// A run of `n` samples numbered from `first`, payload `[seq]` each.
+fn run(first: u64, n: u16) -> SampleRun {
+    let payloads: Vec<Vec<u8>> = (0..u64::from(n)).map(|i| vec![(first + i) as u8]).collect();
+    SampleRun {
+        reader: [0x71; 16],
+        samples: Samples::new(8, [0xa; 16], first, payloads).unwrap(),
+    }
+}
+
+fn sample(seq: u64) -> Event {
+    Event::Sample {
+        reader: [0x71; 16],
+        writer: [0xa; 16],
+        seq,
+        payload: Bytes::from(vec![seq as u8]),
+    }
+}
+
+#[test]
+fn a_run_is_one_entry_and_the_receiver_hands_out_one_sample_event_per_sample_in_order() {
+    let hub = Arc::new(EventHub::new(64, Vec::new()));
+    let mut rx = EventReceiver::new(hub.clone());
+    let outbox = Outbox::default();
+    assert!(hub.try_queue_run(run(1, 3), &outbox).is_ok());
+    assert!(hub.try_emit_message(message(9), &outbox).is_ok());
+    assert!(hub.try_queue_run(run(4, 2), &outbox).is_ok());
+    assert_eq!(
+        outbox.events.borrow().len(),
+        3,
+        "three entries for six events"
+    );
+    hub.wake_receivers(&outbox);
+    assert_eq!(hub.queue.len(), 1);
+    assert_eq!(
+        hub.events.load(Ordering::Relaxed),
+        6,
+        "a run holds room per sample"
+    );
+    let got: Vec<Event> = std::iter::from_fn(|| rx.try_recv()).collect();
+    let want = vec![
+        sample(1),
+        sample(2),
+        sample(3),
+        message(9),
+        sample(4),
+        sample(5),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_run_larger_than_the_room_left_is_queued_in_part_and_the_rest_given_back() {
+    // Capacity 8: the message share is 6.
+    let hub = Arc::new(EventHub::new(8, Vec::new()));
+    let mut rx = EventReceiver::new(hub.clone());
+    let outbox = Outbox::default();
+    let rest = hub.try_queue_run(run(1, 10), &outbox).unwrap_err();
+    assert_eq!((rest.samples.first_seq, rest.samples.count), (7, 4));
+    assert_eq!(rest.samples.payloads().next().unwrap()[..], [7]);
+    assert!(hub.try_queue_run(rest, &outbox).is_err(), "no room left");
+    hub.wake_receivers(&outbox);
+    let got: Vec<u64> = std::iter::from_fn(|| rx.try_recv())
+        .map(|e| match e {
+            Event::Sample { seq, .. } => seq,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(got, vec![1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn a_receiver_dropped_inside_a_run_hands_the_rest_of_it_on() {
+    let hub = Arc::new(EventHub::new(16, Vec::new()));
+    let mut a = EventReceiver::new(hub.clone());
+    let mut b = a.clone();
+    let outbox = Outbox::default();
+    assert!(hub.try_queue_run(run(1, 4), &outbox).is_ok());
+    assert!(hub.try_emit_message(message(3), &outbox).is_ok());
+    hub.wake_receivers(&outbox);
+    assert_eq!(a.try_recv(), Some(sample(1)));
+    drop(a);
+    let rest: Vec<Event> = std::iter::from_fn(|| b.try_recv()).collect();
+    assert_eq!(rest, vec![sample(2), sample(3), sample(4), message(3)]);
+    assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+}

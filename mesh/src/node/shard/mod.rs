@@ -172,51 +172,24 @@ impl DeliverySink for HubSink {
 
     fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
         let hub = &self.ns.hub;
-        let mut refused_at = None;
-        for (i, (seq, payload)) in run.samples.seqs().zip(run.samples.payloads()).enumerate() {
-            let ev = Event::Sample {
-                reader: run.reader,
-                writer: run.samples.writer,
-                seq,
-                payload,
-            };
+        if hub.has_callbacks() {
             // Callbacks see every sample, also those given back (see the type's docs).
-            hub.run_callbacks(&ev);
-            if refused_at.is_some() || self.refused {
-                refused_at.get_or_insert(i);
-                continue;
-            }
-            if hub.try_queue_message(ev, &self.outbox).is_err() {
-                refused_at = Some(i);
-            }
-        }
-        match refused_at {
-            None => Ok(()),
-            Some(i) => {
-                self.refused = true;
-                // `i < count`, which fits the count's u16.
-                Err(run.skip(i as u16))
+            for (seq, payload) in run.samples.seqs().zip(run.samples.payloads()) {
+                hub.run_callbacks(&Event::Sample {
+                    reader: run.reader,
+                    writer: run.samples.writer,
+                    seq,
+                    payload,
+                });
             }
         }
+        if self.refused {
+            return Err(run);
+        }
+        // One queue entry per run: the receiver cuts each sample's slice as it takes it.
+        hub.try_queue_run(run, &self.outbox)
+            .inspect_err(|_| self.refused = true)
     }
-}
-
-/// Queues the samples of `run` that the event queue has room for, in order; the rest come
-/// back (their callbacks ran in the sink).
-fn try_queue_samples(ctx: &Ctx, run: SampleRun) -> Result<(), SampleRun> {
-    for (i, (seq, payload)) in run.samples.seqs().zip(run.samples.payloads()).enumerate() {
-        let ev = Event::Sample {
-            reader: run.reader,
-            writer: run.samples.writer,
-            seq,
-            payload,
-        };
-        if ctx.ns.hub.try_queue_message(ev, &ctx.outbox).is_err() {
-            // `i < count`, which fits the count's u16.
-            return Err(run.skip(i as u16));
-        }
-    }
-    Ok(())
 }
 
 /// Which task carries out actions: a link's own task is not stopped by its link's end
@@ -377,8 +350,9 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
                 }));
             }
         }
+        // Its callbacks ran in the sink (see `HubSink`).
         ShardAction::DeliverSamples(run) => {
-            if let Err(rest) = try_queue_samples(ctx, run) {
+            if let Err(rest) = ctx.ns.hub.try_queue_run(run, &ctx.outbox) {
                 return Some(ShardAction::DeliverSamples(rest));
             }
         }
