@@ -329,3 +329,27 @@ fn a_route_naming_a_link_the_shard_no_longer_has_counts_what_it_cannot_send() {
     assert_eq!((t.forwarded, t.dropped_no_route), (0, 2));
     assert_eq!(s.stats().dropped_no_route, 2);
 }
+
+#[test]
+fn a_local_writers_batch_without_local_readers_still_moves_its_sequence_state() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    let topic = routes(&mut s, &[A], &[], true);
+    let mut frames = BytesMut::new();
+    let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 64);
+    for n in 0..5u8 {
+        w.push(&[n; 20]).unwrap();
+    }
+    w.finish();
+    let batch = frames.to_vec();
+    let p = Publish::Samples {
+        writer: W,
+        frames,
+        count: 5,
+    };
+    s.core.publish(p, s.at(1), &mut s.out);
+    assert_eq!(s.written(A, s.at(1)), batch);
+    // The batch looping back is recognised as seen, every frame of it.
+    assert!(s.feed(A, &batch, s.at(2)));
+    assert_eq!(stats(&topic).dropped_duplicate, 5);
+}
