@@ -1,5 +1,7 @@
 //! Mesh-wide membership by adjacency gossip (mesh-v1.md, "Membership").
 //!
+//! Length: one state machine (records, the member set, floods and expiry) whose parts share its tables; the accessor the topics routes read is its newest part.
+//!
 //! **Owns:** the adjacency gossip and the member set. **Must not touch:** links or routing (the
 //! control core acts on its events).
 //!

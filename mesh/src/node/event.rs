@@ -19,17 +19,12 @@ use crate::topics::{EndpointGuid, LocalSide, Reasons};
 use crate::PeerId;
 use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
-use event_listener::{Event as Signal, EventListener, Listener};
+use event_listener::Event as Signal;
 use shoal_proto::shard::SampleRun;
-use shoal_proto::wire::Samples;
 use std::cell::{Cell, RefCell};
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
 
 /// Why an [`Event::Error`] was raised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,64 +200,6 @@ impl Queued {
             Queued::Ev(_) => 1,
             Queued::Run(r) => usize::from(r.samples.count),
         }
-    }
-}
-
-/// The rest of a run a receiver is handing out.
-struct RunCursor {
-    reader: EndpointGuid,
-    writer: EndpointGuid,
-    ttl: u8,
-    next_seq: u64,
-    body: Bytes,
-    pos: usize,
-    left: u16,
-}
-
-impl RunCursor {
-    fn new(r: SampleRun) -> RunCursor {
-        RunCursor {
-            reader: r.reader,
-            writer: r.samples.writer,
-            ttl: r.samples.ttl,
-            next_seq: r.samples.first_seq,
-            body: r.samples.body,
-            pos: 0,
-            left: r.samples.count,
-        }
-    }
-
-    fn next(&mut self) -> Option<Event> {
-        if self.left == 0 {
-            return None;
-        }
-        let at = self.pos;
-        let len = u32::from_be_bytes(self.body.get(at..at + 4)?.try_into().ok()?) as usize;
-        let payload = self.body.slice(at + 4..at + 4 + len);
-        self.pos = at + 4 + len;
-        self.left -= 1;
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        Some(Event::Sample {
-            reader: self.reader,
-            writer: self.writer,
-            seq,
-            payload,
-        })
-    }
-
-    /// What is left, as a run again (for another receiver).
-    fn rest(&self) -> Option<SampleRun> {
-        (self.left > 0).then(|| SampleRun {
-            reader: self.reader,
-            samples: Samples {
-                ttl: self.ttl,
-                writer: self.writer,
-                first_seq: self.next_seq,
-                count: self.left,
-                body: self.body.slice(self.pos..),
-            },
-        })
     }
 }
 
@@ -556,187 +493,9 @@ impl EventHub {
     }
 }
 
-/// Receives the node's events, from async code (`recv().await`, or as a
-/// [`futures_core::Stream`]) or from a plain thread ([`EventReceiver::recv_timeout`]). Works
-/// with any executor: waiting uses only `std::task::Waker`s.
-///
-/// Events are queued only while at least one receiver exists; clones share one queue (each
-/// event goes to one of them). A receiver takes the Message events of one shard batch at a
-/// time and hands out the rest of that batch before looking at the queue again. Dropping
-/// the last receiver stops queueing and releases any shard waiting for room.
-pub struct EventReceiver {
-    hub: Arc<EventHub>,
-    listener: Option<EventListener>,
-    /// The rest of the batch taken last.
-    batch: std::vec::IntoIter<Queued>,
-    /// The rest of the run being handed out.
-    run: Option<RunCursor>,
-}
+mod receiver;
 
-impl std::fmt::Debug for EventReceiver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventReceiver")
-            .field("queued", &self.hub.events.load(Ordering::Relaxed))
-            .field("in_hand", &self.batch.len())
-            .finish()
-    }
-}
-
-impl EventReceiver {
-    pub(crate) fn new(hub: Arc<EventHub>) -> EventReceiver {
-        hub.receivers.fetch_add(1, Ordering::AcqRel);
-        EventReceiver {
-            hub,
-            listener: None,
-            batch: Vec::new().into_iter(),
-            run: None,
-        }
-    }
-
-    /// The next event of the batch in hand (expanding runs).
-    fn next_in_hand(&mut self) -> Option<Event> {
-        loop {
-            if let Some(c) = &mut self.run {
-                if let Some(ev) = c.next() {
-                    return Some(ev);
-                }
-                self.run = None;
-            }
-            match self.batch.next()? {
-                Queued::Ev(ev) => return Some(ev),
-                Queued::Run(r) => self.run = Some(RunCursor::new(r)),
-            }
-        }
-    }
-
-    fn pop(&mut self) -> Option<Event> {
-        if let Some(ev) = self.next_in_hand() {
-            return Some(ev);
-        }
-        let item = match self.hub.queue.pop() {
-            Some(item) => item,
-            None => {
-                let spill = self.hub.take_spill();
-                if spill.is_empty() {
-                    return None;
-                }
-                let n = spill.iter().map(Queued::events).sum();
-                Item::Batch(spill, n)
-            }
-        };
-        // The whole entry leaves the queue now: its room goes back at once (a receiver holds
-        // at most one batch beyond the queue's bound).
-        self.hub.release(item.len());
-        match item {
-            Item::One(ev) => Some(ev),
-            Item::Batch(v, _) => {
-                self.batch = v.into_iter();
-                self.next_in_hand()
-            }
-        }
-    }
-
-    /// The next event without waiting.
-    pub fn try_recv(&mut self) -> Option<Event> {
-        self.pop()
-    }
-
-    /// Waits for the next event; `None` once the node stopped and the queue is drained.
-    pub async fn recv(&mut self) -> Option<Event> {
-        std::future::poll_fn(|cx| self.poll_event(cx)).await
-    }
-
-    /// Blocks this thread for at most `timeout`; `None` on timeout or once the node stopped
-    /// and the queue is drained. Never call it on an executor thread (e.g. in a callback).
-    pub fn recv_timeout(&mut self, timeout: Duration) -> Option<Event> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(ev) = self.pop() {
-                return Some(ev);
-            }
-            if self.hub.closed.load(Ordering::Acquire) {
-                return None;
-            }
-            let listener = self.hub.ready.listen();
-            if let Some(ev) = self.pop() {
-                return Some(ev);
-            }
-            if self.hub.closed.load(Ordering::Acquire) {
-                return None;
-            }
-            listener.wait_deadline(deadline)?;
-        }
-    }
-
-    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        loop {
-            if let Some(ev) = self.pop() {
-                self.listener = None;
-                return Poll::Ready(Some(ev));
-            }
-            if self.hub.closed.load(Ordering::Acquire) {
-                return Poll::Ready(None);
-            }
-            match self.listener.as_mut() {
-                None => self.listener = Some(self.hub.ready.listen()),
-                Some(l) => match Pin::new(l).poll(cx) {
-                    Poll::Ready(()) => self.listener = None,
-                    Poll::Pending => return Poll::Pending,
-                },
-            }
-        }
-    }
-}
-
-impl Clone for EventReceiver {
-    fn clone(&self) -> Self {
-        EventReceiver::new(self.hub.clone())
-    }
-}
-
-impl Drop for EventReceiver {
-    fn drop(&mut self) {
-        let mut rest: Vec<Queued> = Vec::new();
-        if let Some(r) = self.run.take().and_then(|c| c.rest()) {
-            rest.push(Queued::Run(r));
-        }
-        rest.extend(std::mem::take(&mut self.batch));
-        if self.hub.receivers.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // Nobody listens any more: what is queued is dropped, as events raised from now
-            // on are not queued at all.
-            while let Some(item) = self.hub.queue.pop() {
-                self.hub.release(item.len());
-            }
-            let spilled: usize = self.hub.take_spill().iter().map(Queued::events).sum();
-            self.hub.release(spilled);
-            self.hub.room.notify(usize::MAX);
-        } else if !rest.is_empty() {
-            // Another receiver gets what this one took but did not hand out. Its room was
-            // given back when the batch was taken, so it is taken again, past the bound if
-            // need be (by at most one batch): these events were admitted once already.
-            let n = rest.iter().map(Queued::events).sum();
-            self.hub.events.fetch_add(n, Ordering::AcqRel);
-            if let Err(Item::Batch(rest, _)) = self.hub.queue.push(Item::Batch(rest, n)) {
-                // No free entry (every one holds reserved events): kept aside, not lost.
-                self.hub
-                    .spill
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(rest);
-                self.hub.spilled.store(true, Ordering::Release);
-            }
-            self.hub.ready.notify(n);
-        }
-    }
-}
-
-impl futures_core::Stream for EventReceiver {
-    type Item = Event;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.poll_event(cx)
-    }
-}
+pub use receiver::EventReceiver;
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,8 @@
 //! Unit tests of the shard core, driven as a simulation would: no sockets, no tasks, virtual
 //! time, `C = ()`.
+//!
+//! Length: one shared harness (`Sim`) and the tests of every shard-core concern that uses it;
+//! the sample path's tests are in `tests/samples.rs`.
 
 use super::read::READ_CHUNK;
 use super::write::{seal_batch, Taken};

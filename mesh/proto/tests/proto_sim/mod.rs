@@ -7,6 +7,9 @@
 //! `shoal_proto::cmd` with a small local delay, as on two executors. Links can be cut cleanly
 //! (EOF) or silently (black hole), frames on links can be lost, nodes can stop, crash and
 //! restart. Everything follows from the seed.
+//!
+//! Length: the network's event loop and its node bookkeeping share the run's state; nodes,
+//! the network's links and the data path live in their own files.
 
 #![allow(dead_code)]
 

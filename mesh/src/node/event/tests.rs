@@ -1,5 +1,9 @@
 use super::*;
-use std::task::Waker;
+use shoal_proto::wire::Samples;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Waker};
+use std::time::Duration;
 
 impl EventHub {
     /// What a shard's delivery sink does with a Message event first.

@@ -3,6 +3,8 @@
 //! graph (admission, matching, lease expiry), the events the application sees and the sample
 //! route tables.
 //!
+//! Length: the core's state and its input methods stay together; announcing, receiving, events, route planning and the view live in the submodules.
+//!
 //! **Owns:** every topics decision of the control plane. **Must not touch:** sockets, the
 //! clock, the OS random source, the wire codec (it takes and returns [`Discovery`] structs;
 //! the control core encodes them), the shards (it returns route tables; the control core
