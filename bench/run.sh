@@ -131,11 +131,16 @@ report() {
     echo
     echo "## Discovery and control plane (topics)"
     echo
-    local disc=("$bin" discovery --quiet)
-    echo "\`shoal-loadgen ${disc[*]:1}\`"
-    echo
-    "${disc[@]}"
-    echo
+    local part
+    for part in latency match cpu; do
+        echo "\`shoal-loadgen discovery --part $part\`"
+        echo
+        # A part that fails (e.g. a control plane too slow to answer) says so and the report goes on.
+        if ! "$bin" discovery --part "$part" --quiet; then
+            echo "(\`discovery --part $part\` failed: its error is on stderr)"
+        fi
+        echo
+    done
     echo "In one process on loopback, default announce period (1 s). Latency: a writer on A writes"
     echo "32 B every 1 ms; per trial a reader is created on B (B already knows the writer) and timed"
     echo "to its first sample, then dropped, and the next trial starts once A reports it unmatched."

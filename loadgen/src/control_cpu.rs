@@ -13,9 +13,10 @@
 
 use crate::demo::RunError;
 use crate::discovery_bench::{
-    expected_matches, has_exactly, mesh_err, open_all, open_layout, start_nodes, DiscoveryArgs,
+    expected_matches, has_exactly, mesh_err, node_builder, open_all, open_layout, start_nodes,
+    DiscoveryArgs,
 };
-use crate::shoal::{wait_for, NodeArgs, SetupError};
+use crate::shoal::{wait_for, SetupError};
 use shoal_mesh::topics::TopicsView;
 use shoal_mesh::Mesh;
 use std::collections::BTreeSet;
@@ -151,19 +152,14 @@ pub fn run(a: &DiscoveryArgs) -> Result<CpuReport, RunError> {
     let per = total / topics + 2;
     let cfg = a.topics_config(total, topics * per * per);
     let star: Vec<(usize, usize)> = (1..h).map(|i| (0, i)).collect();
-    let helpers = start_nodes(h, &star, &cfg, false, a.timeout_s)?;
+    let helpers = start_nodes(a, h, &star, &cfg, false)?;
     let helpers: Vec<Mesh> = helpers.into_iter().map(|(m, _)| m).collect();
     let (control_before, shards_before) = (threads_named(CONTROL_COMM), threads_named(SHARD_COMM));
-    let mut args = NodeArgs::loopback();
-    args.static_peers = helpers[..a.cpu_links]
+    let peers = helpers[..a.cpu_links]
         .iter()
         .map(|m| format!("127.0.0.1:{}", m.listen_port()))
         .collect();
-    let measured = args
-        .builder()?
-        .topics(cfg.clone())
-        .build()
-        .map_err(mesh_err)?;
+    let measured = node_builder(a, peers, &cfg)?.build().map_err(mesh_err)?;
     measured.start().map_err(mesh_err)?;
     let control: BTreeSet<u32> = threads_named(CONTROL_COMM)
         .difference(&control_before)

@@ -13,7 +13,7 @@
 use crate::demo::RunError;
 use crate::shoal::{wait_for, NodeArgs, SetupError};
 use shoal_mesh::topics::{EndpointGuid, Reader, Topic, TopicsConfig, Writer};
-use shoal_mesh::{Event, EventReceiver, Mesh, MeshError};
+use shoal_mesh::{Event, EventReceiver, Mesh, MeshBuilder, MeshError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,6 +75,10 @@ pub struct DiscoveryArgs {
     /// CPU: measured seconds (after every node has every match).
     #[arg(long, default_value_t = 10)]
     pub cpu_seconds: u64,
+    /// Every node's membership re-flood period, ms (its timeout: four of them; default: the
+    /// mesh's own, 2000 ms). Each refresh is a new membership record on every node.
+    #[arg(long)]
+    pub membership_ms: Option<u64>,
     /// Longest wait for any one condition (connections, matches, a trial's sample), s.
     #[arg(long, default_value_t = 60)]
     pub timeout_s: u64,
@@ -102,11 +106,29 @@ impl DiscoveryArgs {
     }
 }
 
+/// A loopback node's builder with `cfg`, dialing `peers`, with `a`'s membership period.
+pub fn node_builder(
+    a: &DiscoveryArgs,
+    peers: Vec<String>,
+    cfg: &TopicsConfig,
+) -> Result<MeshBuilder, RunError> {
+    let mut args = NodeArgs::loopback();
+    args.static_peers = peers;
+    let mut b = args.builder()?.topics(cfg.clone());
+    if let Some(ms) = a.membership_ms {
+        let every = Duration::from_millis(ms.max(1));
+        b = b.membership_interval(every).membership_timeout(every * 4);
+    }
+    Ok(b)
+}
+
 /// Everything `discovery` measured (the parts not run are `None`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DiscoveryReport {
     /// The announce period, ms.
     pub announce_period_ms: u64,
+    /// The membership re-flood period, ms, when set (else the mesh's default).
+    pub membership_ms: Option<u64>,
     /// Part 1.
     pub latency: Option<LatencyReport>,
     /// Part 2.
@@ -176,16 +198,16 @@ pub(crate) fn mesh_err(e: MeshError) -> RunError {
 /// dials the earlier), and waits until every node has all its links. With `events`, each
 /// node's event receiver is taken before it starts.
 pub fn start_nodes(
+    a: &DiscoveryArgs,
     n: usize,
     links: &[(usize, usize)],
     cfg: &TopicsConfig,
     events: bool,
-    timeout_s: u64,
 ) -> Result<Vec<(Mesh, Option<EventReceiver>)>, RunError> {
+    let timeout_s = a.timeout_s;
     let mut nodes: Vec<(Mesh, Option<EventReceiver>)> = Vec::with_capacity(n);
     for i in 0..n {
-        let mut args = NodeArgs::loopback();
-        args.static_peers = links
+        let peers = links
             .iter()
             .filter_map(|&(a, b)| match (a.max(b) == i, a.min(b)) {
                 (true, other) if other != i => Some(other),
@@ -193,11 +215,7 @@ pub fn start_nodes(
             })
             .map(|other| format!("127.0.0.1:{}", nodes[other].0.listen_port()))
             .collect();
-        let mesh = args
-            .builder()?
-            .topics(cfg.clone())
-            .build()
-            .map_err(mesh_err)?;
+        let mesh = node_builder(a, peers, cfg)?.build().map_err(mesh_err)?;
         let rx = events.then(|| mesh.events());
         mesh.start().map_err(mesh_err)?;
         nodes.push((mesh, rx));
@@ -319,6 +337,7 @@ pub fn run(a: &DiscoveryArgs, quiet: bool) -> Result<DiscoveryReport, RunError> 
     };
     let mut report = DiscoveryReport {
         announce_period_ms: a.announce_ms,
+        membership_ms: a.membership_ms,
         latency: None,
         matching: None,
         cpu: None,
@@ -376,7 +395,7 @@ fn latency(a: &DiscoveryArgs) -> Result<LatencyReport, RunError> {
         return Err(RunError::Usage("--trials must be above 0".into()));
     }
     let cfg = a.topics_config(16, 16);
-    let mut nodes = start_nodes(2, &[(0, 1)], &cfg, true, a.timeout_s)?;
+    let mut nodes = start_nodes(a, 2, &[(0, 1)], &cfg, true)?;
     let (b, rx_b) = nodes.pop().expect("two nodes");
     let (a_mesh, rx_a) = nodes.pop().expect("two nodes");
     let (mut rx_a, mut rx_b) = (rx_a.expect("taken"), rx_b.expect("taken"));
@@ -482,13 +501,7 @@ fn matching(a: &DiscoveryArgs) -> Result<MatchReport, RunError> {
     let total = a.match_nodes * a.match_endpoints;
     // Upper bound of the matches: every writer with every reader.
     let cfg = a.topics_config(total, (total / 2 + 1) * (total / 2 + 1));
-    let nodes = start_nodes(
-        a.match_nodes,
-        &ring(a.match_nodes),
-        &cfg,
-        false,
-        a.timeout_s,
-    )?;
+    let nodes = start_nodes(a, a.match_nodes, &ring(a.match_nodes), &cfg, false)?;
     let meshes: Vec<Mesh> = nodes.into_iter().map(|(m, _)| m).collect();
     let e = a.match_endpoints;
     let t0 = Instant::now();
@@ -522,6 +535,9 @@ fn matching(a: &DiscoveryArgs) -> Result<MatchReport, RunError> {
 pub fn print(r: &DiscoveryReport) {
     let p = r.announce_period_ms;
     println!("Announce period: {p} ms (participant lease: {} ms)", p * 10);
+    if let Some(m) = r.membership_ms {
+        println!("Membership re-flood period: {m} ms (timeout: {} ms)", m * 4);
+    }
     if let Some(l) = &r.latency {
         println!();
         println!("Discovery latency (reader created -> its first sample), {} trials, a sample every {} µs:", l.trials, l.write_every_us);
