@@ -135,6 +135,17 @@ pub struct DiscoveryReport {
     pub matching: Option<MatchReport>,
     /// Part 3.
     pub cpu: Option<crate::control_cpu::CpuReport>,
+    /// Parts that failed, with their error (the run's exit status is then a failure).
+    pub failed: Vec<PartFailure>,
+}
+
+/// A part that could not finish.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PartFailure {
+    /// `latency`, `match` or `cpu`.
+    pub part: String,
+    /// Why.
+    pub error: String,
 }
 
 /// Part 1: reader creation to its first sample.
@@ -341,24 +352,42 @@ pub fn run(a: &DiscoveryArgs, quiet: bool) -> Result<DiscoveryReport, RunError> 
         latency: None,
         matching: None,
         cpu: None,
+        failed: Vec::new(),
+    };
+    // A part that fails is reported and the next one still runs.
+    let mut failed = |part: &str, e: RunError| {
+        say(&format!("{part} failed: {e}"));
+        report.failed.push(PartFailure {
+            part: part.into(),
+            error: e.to_string(),
+        });
     };
     if want(Part::Latency) {
         say(&format!("latency, {} trials", a.trials));
-        report.latency = Some(latency(a)?);
+        match latency(a) {
+            Ok(l) => report.latency = Some(l),
+            Err(e) => failed("latency", e),
+        }
     }
     if want(Part::Match) {
         say(&format!(
             "matching, {} nodes x {} endpoints",
             a.match_nodes, a.match_endpoints
         ));
-        report.matching = Some(matching(a)?);
+        match matching(a) {
+            Ok(m) => report.matching = Some(m),
+            Err(e) => failed("match", e),
+        }
     }
     if want(Part::Cpu) {
         say(&format!(
             "control-plane CPU, {} helpers x {} endpoints, {} s",
             a.cpu_helpers, a.cpu_helper_endpoints, a.cpu_seconds
         ));
-        report.cpu = Some(crate::control_cpu::run(a)?);
+        match crate::control_cpu::run(a) {
+            Ok(c) => report.cpu = Some(c),
+            Err(e) => failed("cpu", e),
+        }
     }
     Ok(report)
 }
@@ -572,6 +601,10 @@ pub fn print(r: &DiscoveryReport) {
     }
     if let Some(c) = &r.cpu {
         crate::control_cpu::print(c);
+    }
+    for f in &r.failed {
+        println!();
+        println!("Part `{}` FAILED: {}", f.part, f.error);
     }
 }
 

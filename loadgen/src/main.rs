@@ -798,10 +798,14 @@ fn chart_cmd(a: ChartArgs) -> Result<(), MainError> {
 fn discovery_cmd(a: DiscoveryCmd) -> Result<(), MainError> {
     let report = discovery_bench::run(&a.args, a.out.quiet || a.out.json)?;
     if a.out.json {
-        return emit_json(&report);
+        emit_json(&report)?;
+    } else {
+        discovery_bench::print(&report);
     }
-    discovery_bench::print(&report);
-    Ok(())
+    match report.failed.len() {
+        0 => Ok(()),
+        n => Err(MainError::Usage(format!("{n} discovery part(s) failed"))),
+    }
 }
 
 fn main() -> ExitCode {

@@ -7,6 +7,12 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_shoal-loadgen");
 
 fn discovery(args: &[&str]) -> serde_json::Value {
+    let v = discovery_may_fail(args, true);
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v}");
+    v
+}
+
+fn discovery_may_fail(args: &[&str], ok: bool) -> serde_json::Value {
     let out = Command::new(BIN)
         .arg("discovery")
         .args(args)
@@ -14,7 +20,7 @@ fn discovery(args: &[&str]) -> serde_json::Value {
         .output()
         .expect("run shoal-loadgen");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "shoal-loadgen failed: {stderr}");
+    assert_eq!(out.status.success(), ok, "shoal-loadgen: {stderr}");
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
@@ -118,4 +124,38 @@ fn cpu_part_measures_the_node_that_knows_the_remote_endpoints() {
         control >= 0.0 && control <= f(c, "process_cpu_ms_per_s") + f(c, "resolution_ms_per_s"),
         "{c}"
     );
+}
+
+#[test]
+fn a_failing_part_is_reported_and_the_others_still_run() {
+    let v = discovery_may_fail(
+        &[
+            "--trials",
+            "0",
+            "--match-nodes",
+            "2",
+            "--match-endpoints",
+            "4",
+            "--match-topics",
+            "1",
+            "--cpu-helpers",
+            "1",
+            "--cpu-helper-endpoints",
+            "4",
+            "--cpu-endpoints",
+            "2",
+            "--cpu-topics",
+            "1",
+            "--cpu-seconds",
+            "1",
+        ],
+        false,
+    );
+    let failed = v["failed"].as_array().expect("failures listed");
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["part"].as_str(), Some("latency"), "{v}");
+    assert!(v["latency"].is_null(), "{v}");
+    // 8 endpoints on one topic: 4 writers x 4 readers.
+    assert_eq!(v["matching"]["expected_matches"].as_u64(), Some(16), "{v}");
+    assert_eq!(v["cpu"]["remote_endpoints"].as_u64(), Some(4), "{v}");
 }
