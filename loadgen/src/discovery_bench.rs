@@ -4,6 +4,9 @@
 //! node; (3) the control plane's CPU on a node that knows many remote endpoints
 //! ([`crate::control_cpu`]).
 //!
+//! Length: the settings of all three parts (~100 lines of clap), their shared layout and
+//! topology helpers, parts 1 and 2 and the report's printing; part 3 is its own module.
+//!
 //! **Owns:** the three parts' settings, the endpoint layouts (deterministic, so the expected
 //! matches are computed from what was created, never assumed), the loopback topologies and
 //! the report. **Must not touch:** the mesh's internals: nodes are driven through
