@@ -6,7 +6,8 @@
 # at 64 B and 1 KiB with a fan-out to 3 reader nodes (issue 12's ratios), Shoal with a PSK vs
 # plaintext Shoal at 64 B and 1 KiB, round-trip /
 # one-way latency vs raw TCP in one process, and the same between two processes (`ping` +
-# `pong`; `pub` + `sub`). Whole run: about two and a half minutes after the build. Latency histograms (.hgrm) and percentile charts (.svg) go to
+# `pong`; `pub` + `sub`), and the discovery / control-plane measurements (`discovery`). Whole
+# run: about three minutes after the build. Latency histograms (.hgrm) and percentile charts (.svg) go to
 # $SHOAL_BENCH_OUT (default: target/bench-run).
 set -euo pipefail
 
@@ -127,6 +128,28 @@ report() {
     echo "bench/samples]\`, one process each. shoal-topic: one writer, one reader; the pub starts once"
     echo "its own node lists the match, so samples it writes before the sub's node routes the writer"
     echo "are dropped there and counted (\`dropped_unrouted_samples\`): they show as lost."
+    echo
+    echo "## Discovery and control plane (topics)"
+    echo
+    local part
+    for part in latency match cpu; do
+        echo "\`shoal-loadgen discovery --part $part\`"
+        echo
+        # A part that fails (e.g. a control plane too slow to answer) says so and the report goes on.
+        if ! "$bin" discovery --part "$part" --quiet; then
+            echo "(\`discovery --part $part\` failed: its error is on stderr)"
+        fi
+        echo
+    done
+    echo "In one process on loopback, default announce period (1 s). Latency: a writer on A writes"
+    echo "32 B every 1 ms; per trial a reader is created on B (B already knows the writer) and timed"
+    echo "to its first sample, then dropped, and the next trial starts once A reports it unmatched."
+    echo "Matching: 10 nodes in a ring of static peers, 100 endpoints each (50 writers, 50 readers,"
+    echo "20 topics), opened at once (a thread per node), timed until every node lists exactly the"
+    echo "expected (writer, reader) pairs. Control plane: 20 helper nodes (a star) x 500 endpoints"
+    echo "and a measured leaf node with 100 of its own (500 topics); once all are matched, the CPU of"
+    echo "the measured node's control thread (and of its shard) from /proc/self/task/<tid>/stat"
+    echo "over 10 s, while every node re-announces all its records every period."
     echo
     echo "Histograms and charts: \`$artifacts/*.hgrm\`, \`$artifacts/*.svg\`."
 }

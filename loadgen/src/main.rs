@@ -11,6 +11,9 @@
 //! - `bench`: Shoal A→B vs raw TCP A→B per payload size, with their ratio; `--topics`: topic
 //!   samples A→B vs broadcast A→B vs length-prefixed raw TCP, and a fan-out.
 //! - `latency`: ping-pong or one-way percentiles, `.hgrm` files and an SVG percentile chart.
+//! - `discovery`: discovery latency (reader created to first sample), the time for many
+//!   endpoints on many nodes to be fully matched, and the control thread's CPU on a node that
+//!   knows many remote endpoints.
 //! - `ping` / `pong`: the two ends of a ping-pong in separate processes (any hosts), with the
 //!   output of `latency`; `chart` draws several runs' `.hgrm` files on one chart.
 //!
@@ -32,8 +35,10 @@
 
 mod bench;
 mod chart;
+mod control_cpu;
 mod demo;
 mod demo_topics;
+mod discovery_bench;
 mod gaps;
 mod latency;
 mod latency_hist;
@@ -97,6 +102,18 @@ enum Cmd {
     Pong(PingPongArgs),
     /// Draws the percentile curves of several `.hgrm` files on one SVG chart.
     Chart(ChartArgs),
+    /// Discovery and control-plane measurements on loopback, in this process: reader creation
+    /// to first sample, time to match many endpoints on many nodes, the control thread's CPU
+    /// on a node that knows many remote endpoints.
+    Discovery(DiscoveryCmd),
+}
+
+#[derive(Args, Debug)]
+struct DiscoveryCmd {
+    #[command(flatten)]
+    args: discovery_bench::DiscoveryArgs,
+    #[command(flatten)]
+    out: Output,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -778,6 +795,19 @@ fn chart_cmd(a: ChartArgs) -> Result<(), MainError> {
     Ok(())
 }
 
+fn discovery_cmd(a: DiscoveryCmd) -> Result<(), MainError> {
+    let report = discovery_bench::run(&a.args, a.out.quiet || a.out.json)?;
+    if a.out.json {
+        emit_json(&report)?;
+    } else {
+        discovery_bench::print(&report);
+    }
+    match report.failed.len() {
+        0 => Ok(()),
+        n => Err(MainError::Usage(format!("{n} discovery part(s) failed"))),
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -799,6 +829,7 @@ fn main() -> ExitCode {
         Cmd::Ping(a) => ping_cmd(a),
         Cmd::Pong(a) => pong_cmd(a),
         Cmd::Chart(a) => chart_cmd(a),
+        Cmd::Discovery(a) => discovery_cmd(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
