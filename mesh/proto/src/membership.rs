@@ -158,6 +158,8 @@ pub struct MemberGraph {
     transmits: VecDeque<MemberTransmit>,
     events: VecDeque<MemberEvent>,
     stats: MemberStats,
+    /// Rises whenever the union graph's edges may have changed (see [`MemberGraph::shape`]).
+    shape: u64,
 }
 
 /// The wire `count` is a u16.
@@ -192,7 +194,16 @@ impl MemberGraph {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: MemberStats::default(),
+            shape: 0,
         }
+    }
+
+    /// A number that rises whenever the graph's edges may have changed: this node's
+    /// neighbours, a record that is new, lists other neighbours or expired. A periodic
+    /// refresh with the same list leaves it alone, so what is computed from the graph (the
+    /// topics' routes) is recomputed only when the graph changed.
+    pub fn shape(&self) -> u64 {
+        self.shape
     }
 
     /// Current members (reachable nodes, self excluded).
@@ -250,6 +261,7 @@ impl MemberGraph {
             if self.neighbours.len() < MAX_NEIGHBOURS && peer != self.me && !peer.is_zero() {
                 self.neighbours.insert(pos, peer);
                 added = true;
+                self.shape += 1;
             }
         }
         self.links.insert(peer, link);
@@ -279,6 +291,7 @@ impl MemberGraph {
         self.links.remove(peer);
         if let Ok(pos) = self.neighbours.binary_search(peer) {
             self.neighbours.remove(pos);
+            self.shape += 1;
             self.flood_own(wall_ms, now);
             self.recompute();
         }
@@ -340,6 +353,9 @@ impl MemberGraph {
             }
         };
         self.stats.stored += 1;
+        if previous.as_deref() != self.records.get(&rec.origin).map(|r| &r.sorted[..]) {
+            self.shape += 1;
+        }
         self.relay(from, rec);
         self.record_changed(rec.origin, previous.as_deref());
         if let Some(v) = previous {
@@ -439,6 +455,7 @@ impl MemberGraph {
         let expired = before - self.records.len();
         if expired > 0 {
             self.stats.expired += expired as u64;
+            self.shape += 1;
             self.recompute();
         }
     }

@@ -272,3 +272,29 @@ fn adjacency_lists_own_neighbours_and_stored_records_sorted() {
         .unwrap();
     assert_eq!(own, vec![p(2)]);
 }
+
+#[test]
+fn the_shape_moves_when_edges_may_have_changed_and_not_on_a_same_list_refresh() {
+    let now = Instant::now();
+    let mut m = new(1, now);
+    let s0 = m.shape();
+    m.neighbour_up(p(2), LinkId(1), 1_000, now);
+    let s1 = m.shape();
+    assert!(s1 > s0, "own neighbour added");
+    let rec = |version, neighbours: Vec<PeerId>| Record {
+        origin: p(2),
+        version,
+        neighbours,
+    };
+    m.on_record(LinkId(1), &rec(10, vec![p(1), p(3)]), 1_000, now);
+    let s2 = m.shape();
+    assert!(s2 > s1, "a new record");
+    // The periodic refresh: newer version, the same neighbours in another order.
+    m.on_record(LinkId(1), &rec(11, vec![p(3), p(1)]), 1_000, now);
+    assert_eq!(m.shape(), s2, "same edges, same shape");
+    m.on_record(LinkId(1), &rec(12, vec![p(1)]), 1_000, now);
+    let s3 = m.shape();
+    assert!(s3 > s2, "an edge went");
+    m.handle_timeout(1_000, now + Duration::from_secs(7));
+    assert!(m.shape() > s3, "the record expired");
+}

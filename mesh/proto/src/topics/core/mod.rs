@@ -42,7 +42,8 @@ mod tests;
 mod view;
 
 pub use plan::{PlannerStats, RouteInput, RoutePlanner, TreePlanner, WriterDemand};
-pub use view::{EndpointView, TopicView, TopicsView};
+use view::ViewKey;
+pub use view::{EndpointView, TopicView, TopicsView, VIEW_STATS_EVERY};
 
 use super::config::TopicsConfig;
 use super::routes::EndpointGuid;
@@ -271,8 +272,10 @@ pub struct TopicsCore {
     planner: Box<dyn RoutePlanner>,
     routes_epoch: u64,
     routes_dirty: bool,
-    membership_mark: Option<(u64, u64, u64)>,
+    membership_mark: Option<u64>,
     view: Option<Arc<TopicsView>>,
+    /// What the view was built from (see `TopicsCore::view`), and calls since.
+    view_key: (ViewKey, u32),
     events: VecDeque<TopicEvent>,
     out: VecDeque<TopicsOutput>,
     stats: TopicsStats,
@@ -399,6 +402,7 @@ impl TopicsCore {
             routes_dirty: false,
             membership_mark: None,
             view: None,
+            view_key: (ViewKey::default(), 0),
             events: VecDeque::new(),
             out: VecDeque::new(),
             stats: TopicsStats::default(),

@@ -140,8 +140,7 @@ impl TopicsCore {
     /// A new route table when matches, participants, capable links or the membership graph
     /// changed since the last one (call once per round), numbered one above the last.
     pub fn routes_due(&mut self, membership: &MemberGraph) -> Option<Arc<SampleRoutes>> {
-        let s = membership.stats();
-        let mark = (s.stored, s.expired, membership.version());
+        let mark = membership.shape();
         if self.membership_mark != Some(mark) {
             self.membership_mark = Some(mark);
             // Only a change of the graph's shape matters, and only when something is routed.

@@ -546,6 +546,25 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
         net.cores[0].routes_due(&ma).is_none(),
         "nothing changed: no new table"
     );
+    // B's periodic membership refresh (a newer version, the same neighbours) changes nothing
+    // routes depend on: no new table (it used to replan every writer on every refresh).
+    let mut ma = ma;
+    let refresh = |version, neighbours| crate::wire::Membership {
+        origin: id(2),
+        version,
+        neighbours,
+    };
+    ma.on_record(LinkId(100), &refresh(6, vec![id(1)]), 1, now);
+    assert!(
+        net.cores[0].routes_due(&ma).is_none(),
+        "a refresh is no change"
+    );
+    // B's list changes: a new table.
+    ma.on_record(LinkId(100), &refresh(7, vec![id(1), id(3)]), 1, now);
+    assert!(net.cores[0].routes_due(&ma).is_some(), "an edge appeared");
+    // A topics frame that changes nothing listed leaves the view as it was.
+    let v1 = net.cores[0].view();
+    assert!(Arc::ptr_eq(&v1, &net.cores[0].view()));
     // Cycles keep everyone alive past several leases.
     net.advance(SEC * 10);
     assert!(net.take_events(0).is_empty(), "no flapping while alive");

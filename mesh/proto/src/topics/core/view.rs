@@ -73,14 +73,48 @@ pub struct TopicsView {
     pub stats: TopicsStats,
 }
 
+/// Calls of [`TopicsCore::view`] between two rebuilds for changed counters alone.
+pub const VIEW_STATS_EVERY: u32 = 64;
+
+/// What a view lists, in counts: a change of any means a rebuild.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct ViewKey {
+    endpoints: usize,
+    matches: usize,
+    participants: usize,
+    local: usize,
+    routes_epoch: u64,
+    rejections: u64,
+    removed: u64,
+}
+
 impl TopicsCore {
-    /// The current snapshot (rebuilt only after a change).
+    /// The current snapshot. Rebuilt when what it lists may have changed (endpoints,
+    /// matches, participants, route tables, rejections); its counters alone are refreshed
+    /// only every [`VIEW_STATS_EVERY`] calls, since they change with every Discovery frame
+    /// and a rebuild walks every endpoint and match (a node that knows thousands of them
+    /// spent most of its control-plane time here).
     pub fn view(&mut self) -> Arc<TopicsView> {
+        let key = ViewKey {
+            endpoints: self.graph.endpoint_count(),
+            matches: self.graph.match_count(),
+            participants: self.remotes.len(),
+            local: self.local.len(),
+            routes_epoch: self.routes_epoch,
+            rejections: self.graph.rejections().total(),
+            removed: self.stats.endpoints_pruned
+                + self.stats.endpoints_withdrawn
+                + self.stats.endpoints_expired,
+        };
         if let Some(v) = &self.view {
-            if v.stats == self.stats && v.rejections == *self.graph.rejections() {
+            let (last, calls) = &mut self.view_key;
+            *calls += 1;
+            let stale_counts = v.stats != self.stats && *calls >= VIEW_STATS_EVERY;
+            if *last == key && !stale_counts {
                 return v.clone();
             }
         }
+        self.view_key = (key, 0);
         let v = Arc::new(self.build_view());
         self.view = Some(v.clone());
         v
