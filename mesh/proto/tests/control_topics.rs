@@ -14,6 +14,7 @@ use shoal_proto::cmd::{ToControl, ToShard};
 use shoal_proto::config::MeshConfig;
 use shoal_proto::control::{Action, ControlCore, ControlEvent, ControlInit, Handshaking};
 use shoal_proto::topics::LocalSide;
+use shoal_proto::topics::TopicsConfig;
 use shoal_proto::wire::{
     Discovery, DiscoveryEntry, Features, Hello, Membership, ShoalExtension, DISCOVERY_FRAME_TYPE,
     PROTOCOL_VERSION, SHOAL_EXT_VERSION,
@@ -217,7 +218,16 @@ fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_route
         now,
         WALL,
     );
-    let p = posts(&mut c, now);
+    // The table is planned at once, or when the planning interval since the last one (the
+    // cycle's, at `now + 1 s`) is over: the timer says when.
+    let mut p = posts(&mut c, now);
+    if !p.iter().any(|(_, c)| matches!(c, ToShard::SampleRoutes(_))) {
+        let at = c.poll_timeout();
+        let interval = TopicsConfig::default().route_plan_interval;
+        assert!(at <= now + Duration::from_secs(1) + interval);
+        c.handle_timeout(at, WALL);
+        p.extend(posts(&mut c, at));
+    }
     let tables: Vec<(usize, _)> = p
         .iter()
         .filter_map(|(s, c)| match c {
@@ -253,7 +263,15 @@ fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_route
     c.remove_endpoint(w, now, WALL).unwrap();
     let sent = discovery_sends(&posts(&mut c, now));
     assert_eq!(sent.len(), 1);
-    let ev = events(&actions(&mut c));
+    // The unmatch waits for the route table without the writer (planned by the timer).
+    let mut acts = actions(&mut c);
+    if events(&acts).is_empty() {
+        let at = c.poll_timeout();
+        c.handle_timeout(at, WALL);
+        posts(&mut c, at);
+        acts = actions(&mut c);
+    }
+    let ev = events(&acts);
     assert!(matches!(ev[..], [ControlEvent::Unmatched { .. }]), "{ev:?}");
 }
 

@@ -294,6 +294,9 @@ impl ControlCore {
         }
         if !self.stopping {
             t = t.min(self.topics.poll_timeout());
+            if let Some(p) = self.topics.plan_timeout() {
+                t = t.min(p);
+            }
         }
         if let Some(b) = &self.beacons {
             if !self.stopping {

@@ -204,7 +204,7 @@ impl ControlCore {
         // Once per round, after every link and membership change: the routes, then the
         // topics events, held like the others until the shards applied the new table.
         self.topics_outputs(now);
-        installed |= self.topics_routes();
+        installed |= self.topics_routes(now);
         self.topics_events(&mut events);
         let mut out = Vec::new();
         if let Some(token) = self.held.round(installed, events, &mut out) {

@@ -183,8 +183,8 @@ impl ControlCore {
     }
 
     /// Posts a new route table to every shard when one is due. True when one was posted.
-    pub(super) fn topics_routes(&mut self) -> bool {
-        let Some(table) = self.topics.routes_due(&self.membership) else {
+    pub(super) fn topics_routes(&mut self, now: Instant) -> bool {
+        let Some(table) = self.topics.routes_due(&self.membership, now) else {
             return false;
         };
         for s in 0..self.shards {
@@ -194,6 +194,10 @@ impl ControlCore {
     }
 
     pub(super) fn topics_events(&mut self, events: &mut Vec<ControlEvent>) {
+        if self.topics.routes_pending() {
+            // Matched events wait for the table that routes them (a later round's).
+            return;
+        }
         while let Some(e) = self.topics.poll_event() {
             events.push(match e {
                 TopicEvent::Matched {

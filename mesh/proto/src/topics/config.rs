@@ -30,6 +30,7 @@
 //! fallback_locators = ["10.0.0.7:7000"]
 //! max_parked_sample_bytes = 1048576
 //! parked_sample_timeout_ms = 1000
+//! route_plan_interval_ms = 10
 //! ```
 
 use serde::Deserialize;
@@ -130,6 +131,10 @@ pub struct TopicsConfig {
     /// How long such a run is held for a route table naming its writer. Default 1000 ms.
     #[serde(rename = "parked_sample_timeout_ms", with = "millis")]
     pub parked_sample_timeout: Duration,
+    /// Least time between two route tables: a burst of changes is planned once (each plan
+    /// walks every writer's tree). Default 10 ms.
+    #[serde(rename = "route_plan_interval_ms", with = "millis")]
+    pub route_plan_interval: Duration,
 }
 
 impl Default for TopicsConfig {
@@ -155,6 +160,7 @@ impl Default for TopicsConfig {
             fallback_locators: Vec::new(),
             max_parked_sample_bytes: 1 << 20,
             parked_sample_timeout: Duration::from_millis(1000),
+            route_plan_interval: Duration::from_millis(10),
         }
     }
 }

@@ -272,6 +272,8 @@ pub struct TopicsCore {
     planner: Box<dyn RoutePlanner>,
     routes_epoch: u64,
     routes_dirty: bool,
+    /// When the next route table may be planned.
+    next_plan: Instant,
     membership_mark: Option<u64>,
     view: Option<Arc<TopicsView>>,
     /// What the view was built from (see `TopicsCore::view`), and calls since.
@@ -400,6 +402,7 @@ impl TopicsCore {
             planner,
             routes_epoch: 0,
             routes_dirty: false,
+            next_plan: now,
             membership_mark: None,
             view: None,
             view_key: (ViewKey::default(), 0),
@@ -537,6 +540,13 @@ impl TopicsCore {
     /// When [`handle_timeout`](Self::handle_timeout) has work next.
     pub fn poll_timeout(&self) -> Instant {
         self.next_announce.min(self.next_expiry)
+    }
+
+    /// When a route table that waits for the planning interval may be planned (`None`: none
+    /// waits). The caller arms its timer for it and calls
+    /// [`routes_due`](Self::routes_due) then.
+    pub fn plan_timeout(&self) -> Option<Instant> {
+        self.routes_dirty.then_some(self.next_plan)
     }
 
     /// Runs a due announce cycle and lease expiry.

@@ -18,6 +18,7 @@ use shoal_discovery::types::{EndpointKind, Guid};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// One writer the route computation must place: this node's own writers (every one, so
 /// its topic counters count what it writes) and every writer with at least one matched
@@ -137,9 +138,26 @@ impl RoutePlanner for TreePlanner {
 }
 
 impl TopicsCore {
+    /// A route table is due but waits for the planning interval (see
+    /// [`routes_due`](Self::routes_due)).
+    pub fn routes_pending(&self) -> bool {
+        self.routes_dirty
+    }
+
     /// A new route table when matches, participants, capable links or the membership graph
     /// changed since the last one (call once per round), numbered one above the last.
-    pub fn routes_due(&mut self, membership: &MemberGraph) -> Option<Arc<SampleRoutes>> {
+    ///
+    /// Tables are planned at most once per [`TopicsConfig::route_plan_interval`]: a change
+    /// after a quiet spell is planned at once, a burst of them (thousands of endpoints
+    /// announced together) waits for the interval and is planned once. While a plan waits,
+    /// [`routes_pending`](Self::routes_pending) says so and the timer fires for it.
+    ///
+    /// [`TopicsConfig::route_plan_interval`]: crate::topics::TopicsConfig::route_plan_interval
+    pub fn routes_due(
+        &mut self,
+        membership: &MemberGraph,
+        now: Instant,
+    ) -> Option<Arc<SampleRoutes>> {
         let mark = membership.shape();
         if self.membership_mark != Some(mark) {
             self.membership_mark = Some(mark);
@@ -148,9 +166,11 @@ impl TopicsCore {
                 self.routes_dirty = true;
             }
         }
-        if !std::mem::take(&mut self.routes_dirty) {
+        if !self.routes_dirty || now < self.next_plan {
             return None;
         }
+        self.routes_dirty = false;
+        self.next_plan = now + self.cfg.route_plan_interval;
         let writers = self.demands();
         let mut capable: BTreeSet<PeerId> = self.remotes.values().map(|r| r.node).collect();
         capable.insert(self.me);

@@ -530,12 +530,12 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
     // Routes: A sends on both links, B and C deliver locally and forward nothing.
     let edges = [(0, 1), (0, 2)];
     let ma = membership(0, 3, &edges, now);
-    let ta = net.cores[0].routes_due(&ma).expect("a table");
+    let ta = net.cores[0].routes_due(&ma, now).expect("a table");
     let ra = ta.get(&w).expect("the writer is routed");
     assert_eq!(ra.links, vec![LinkId(100), LinkId(101)]);
     assert!(ra.local && ra.readers.is_empty());
     let tb = net.cores[1]
-        .routes_due(&membership(1, 3, &edges, now))
+        .routes_due(&membership(1, 3, &edges, now), now)
         .unwrap();
     let rb_route = tb.get(&w).unwrap();
     assert_eq!(
@@ -543,7 +543,7 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
         (vec![], vec![rb])
     );
     assert!(
-        net.cores[0].routes_due(&ma).is_none(),
+        net.cores[0].routes_due(&ma, now + SEC).is_none(),
         "nothing changed: no new table"
     );
     // B's periodic membership refresh (a newer version, the same neighbours) changes nothing
@@ -556,12 +556,28 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
     };
     ma.on_record(LinkId(100), &refresh(6, vec![id(1)]), 1, now);
     assert!(
-        net.cores[0].routes_due(&ma).is_none(),
+        net.cores[0].routes_due(&ma, now + SEC).is_none(),
         "a refresh is no change"
     );
-    // B's list changes: a new table.
+    // B's list changes: a new table, at once after a quiet spell...
     ma.on_record(LinkId(100), &refresh(7, vec![id(1), id(3)]), 1, now);
-    assert!(net.cores[0].routes_due(&ma).is_some(), "an edge appeared");
+    let t = now + SEC;
+    assert!(
+        net.cores[0].routes_due(&ma, t).is_some(),
+        "an edge appeared"
+    );
+    // ... but a burst of changes waits for the planning interval and is planned once.
+    ma.on_record(LinkId(100), &refresh(8, vec![id(1)]), 1, now);
+    assert!(net.cores[0].routes_due(&ma, t).is_none());
+    assert!(net.cores[0].routes_pending());
+    assert_eq!(
+        net.cores[0].plan_timeout(),
+        Some(t + cfg().route_plan_interval)
+    );
+    ma.on_record(LinkId(100), &refresh(9, vec![id(1), id(3)]), 1, now);
+    let later = t + cfg().route_plan_interval;
+    assert!(net.cores[0].routes_due(&ma, later).is_some());
+    assert!(!net.cores[0].routes_pending());
     // A topics frame that changes nothing listed leaves the view as it was.
     let v1 = net.cores[0].view();
     assert!(Arc::ptr_eq(&v1, &net.cores[0].view()));
@@ -586,7 +602,7 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
         }]
     );
     assert_eq!(net.cores[0].stats().participants_expired, 1);
-    let ta2 = net.cores[0].routes_due(&ma).unwrap();
+    let ta2 = net.cores[0].routes_due(&ma, now + SEC * 20).unwrap();
     assert!(ta2.epoch() > ta.epoch());
     assert_eq!(ta2.get(&w).unwrap().links, vec![LinkId(100)]);
     // B relays C's frames no more, but B also expired C (heard through A).
