@@ -332,9 +332,20 @@ fn the_toml_topics_table_is_honoured() {
         }
         other => panic!("a third endpoint must be refused, got {other:?}"),
     }
-    let t = m.topics();
-    let view = t.view.as_ref().expect("a started node publishes its view");
-    assert!(view.rejections.total() >= 1, "the refusal is counted");
+    // The snapshot follows once the shards have the routes of what the node holds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let t = m.topics();
+        let view = t.view.as_ref().expect("a started node publishes its view");
+        if view.rejections.total() >= 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refusal is counted in the snapshot"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     m.stop();
 }
 

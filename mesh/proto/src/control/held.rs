@@ -25,6 +25,9 @@ pub struct HeldEvents {
     next_token: u64,
     /// Per token in flight: shards that answered.
     synced: AHashMap<u64, usize>,
+    /// The highest token every shard answered (tokens complete in order: each shard
+    /// answers in the order they were posted).
+    done: u64,
 }
 
 impl HeldEvents {
@@ -36,6 +39,7 @@ impl HeldEvents {
             hidden: AHashSet::new(),
             next_token: 1,
             synced: AHashMap::new(),
+            done: 0,
         }
     }
 
@@ -76,6 +80,7 @@ impl HeldEvents {
             return;
         }
         self.synced.remove(&token);
+        self.done = self.done.max(token);
         while self.held.front().is_some_and(|(t, _)| *t <= token) {
             let (_, e) = self.held.pop_front().expect("checked");
             if let ControlEvent::PeerConnected { peer } = &e {
@@ -86,6 +91,12 @@ impl HeldEvents {
         if self.held.is_empty() {
             self.hidden.clear();
         }
+    }
+
+    /// True when every shard applied everything posted before the last token (no table or
+    /// link change is in flight).
+    pub fn caught_up(&self) -> bool {
+        self.done + 1 >= self.next_token
     }
 
     /// True while `peer`'s `PeerConnected` is held.

@@ -129,6 +129,8 @@ pub struct ControlCore {
     peer_stats: PeerStats,
     stopping: bool,
     stopped_shards: usize,
+    /// The topics snapshot last shown (see [`ControlCore::topics_view`]).
+    shown_view: Option<Arc<crate::topics::TopicsView>>,
     /// A round ran since [`take_changed`](ControlCore::take_changed): the query views may
     /// differ.
     changed: bool,
@@ -189,6 +191,7 @@ impl ControlCore {
             stopping: false,
             stopped_shards: 0,
             changed: true,
+            shown_view: None,
             topics,
             cfg,
         };

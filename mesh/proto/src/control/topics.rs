@@ -92,9 +92,20 @@ impl ControlCore {
         r
     }
 
-    /// A snapshot of the topics state (rebuilt only after a change; cheap otherwise).
+    /// A snapshot of the topics state (rebuilt only after a change; cheap otherwise). It
+    /// shows what every shard already routes: while a route table (or a link change) is on
+    /// its way to the shards, the last snapshot taken before it stays, so an application
+    /// that starts writing when it sees a match finds it routed (the `Matched` events wait
+    /// the same way).
     pub fn topics_view(&mut self) -> Arc<TopicsView> {
-        self.topics.view()
+        match &self.shown_view {
+            Some(v) if !self.held.caught_up() => v.clone(),
+            _ => {
+                let v = self.topics.view();
+                self.shown_view = Some(v.clone());
+                v
+            }
+        }
     }
 
     /// The topics counters.

@@ -139,6 +139,11 @@ pub(super) struct Ctl {
     stop_reply: RefCell<Option<mpsc::Sender<()>>>,
     /// The topics view last published (a new `Arc` from the core means it changed).
     topics_view: RefCell<Option<Arc<crate::topics::TopicsView>>>,
+    /// An input may have moved the core's next deadline earlier (e.g. a route table that
+    /// waits for its planning interval): the timer task looks again.
+    rearm: Signal,
+    /// The deadline the timer task sleeps until.
+    armed: std::cell::Cell<Instant>,
 }
 
 impl Ctl {
@@ -147,6 +152,9 @@ impl Ctl {
     fn feed<T>(self: &Rc<Self>, f: impl FnOnce(&mut ControlCore, Instant, u64) -> T) -> T {
         let r = f(&mut self.core.borrow_mut(), Instant::now(), wall_ms());
         run_actions(self);
+        if self.core.borrow().poll_timeout() < self.armed.get() {
+            self.rearm.notify(1);
+        }
         r
     }
 }
@@ -212,6 +220,8 @@ pub(crate) async fn run(init: ControlInit) {
         warns: RefCell::new(WarnLimiter::new(WARN_INTERVAL)),
         stop_reply: RefCell::new(None),
         topics_view: RefCell::new(None),
+        rearm: Signal::new(),
+        armed: std::cell::Cell::new(Instant::now()),
         ns,
     });
     let _ = HERE.try_with(|h| *h.borrow_mut() = Some((Arc::as_ptr(&ctl.ns), Rc::downgrade(&ctl))));
@@ -231,8 +241,18 @@ pub(crate) async fn run(init: ControlInit) {
 
 async fn tick(ctl: Rc<Ctl>) {
     loop {
+        let rearmed = ctl.rearm.listen();
         let next = ctl.core.borrow().poll_timeout().min(Instant::now() + TICK);
-        sleep_until(next).await;
+        ctl.armed.set(next);
+        let sleep = std::pin::pin!(sleep_until(next));
+        if let futures_util::future::Either::Right(_) =
+            futures_util::future::select(sleep, rearmed).await
+        {
+            if Instant::now() < ctl.core.borrow().poll_timeout() {
+                // Woken for a deadline that is not due yet: sleep again until it is.
+                continue;
+            }
+        }
         // `Mesh::revoke_key` only replaces the shared context; the core sees the new policy
         // here, within one tick, whichever thread revoked (an event callback cannot wait).
         let ctx = ctl.ns.secure_ctx();

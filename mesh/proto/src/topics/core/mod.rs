@@ -511,10 +511,10 @@ impl TopicsCore {
         }
     }
 
-    /// Something the view or the routes depend on changed.
+    /// Something the view or the routes depend on changed. The view is rebuilt once the
+    /// routes are planned (a new table epoch changes its key; see `view`).
     fn changed(&mut self) {
         self.routes_dirty = true;
-        self.view = None;
     }
 
     /// A placed link whose peer advertised extended frames (`capable`); others are

@@ -107,6 +107,12 @@ impl TopicsCore {
                 + self.stats.endpoints_expired,
         };
         if let Some(v) = &self.view {
+            if self.routes_dirty {
+                // A match the shards cannot route yet is not shown (the Matched events wait
+                // the same way): an application that starts writing when it sees the match
+                // finds it routed.
+                return v.clone();
+            }
             let (last, calls) = &mut self.view_key;
             *calls += 1;
             let stale_counts = v.stats != self.stats && *calls >= VIEW_STATS_EVERY;
