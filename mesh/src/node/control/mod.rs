@@ -152,9 +152,6 @@ impl Ctl {
     fn feed<T>(self: &Rc<Self>, f: impl FnOnce(&mut ControlCore, Instant, u64) -> T) -> T {
         let r = f(&mut self.core.borrow_mut(), Instant::now(), wall_ms());
         run_actions(self);
-        if self.core.borrow().poll_timeout() < self.armed.get() {
-            self.rearm.notify(1);
-        }
         r
     }
 }
@@ -280,6 +277,11 @@ fn begin_stop(ctl: &Rc<Ctl>, reply: mpsc::Sender<()>) {
 /// counters. The snapshot goes first: an application that sees `PeerConnected` may publish at
 /// once, and must then find the peer counted (the publish path answers `NoRoute` otherwise).
 pub(super) fn run_actions(ctl: &Rc<Ctl>) {
+    // Every input ends here (commands, shard reports, socket events): if it moved the core's
+    // next deadline earlier, the timer task looks again.
+    if ctl.core.borrow().poll_timeout() < ctl.armed.get() {
+        ctl.rearm.notify(1);
+    }
     publish(ctl);
     loop {
         let next = ctl.core.borrow_mut().poll_action();
