@@ -13,8 +13,8 @@ use shoal_discovery::types::{
 use shoal_proto::cmd::{ToControl, ToShard};
 use shoal_proto::config::MeshConfig;
 use shoal_proto::control::{Action, ControlCore, ControlEvent, ControlInit, Handshaking};
-use shoal_proto::topics::LocalSide;
 use shoal_proto::topics::TopicsConfig;
+use shoal_proto::topics::{LocalSide, TopicEvent};
 use shoal_proto::wire::{
     Discovery, DiscoveryEntry, Features, Hello, Membership, ShoalExtension, DISCOVERY_FRAME_TYPE,
     PROTOCOL_VERSION, SHOAL_EXT_VERSION,
@@ -245,12 +245,12 @@ fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_route
     let ev = events(&actions(&mut c));
     assert_eq!(
         ev,
-        vec![ControlEvent::Matched {
+        vec![ControlEvent::Topic(TopicEvent::Matched {
             writer: w,
             reader: guid16(&r),
             topic: "t".into(),
             local: LocalSide::Writer
-        }]
+        })]
     );
     let view = c.topics_view();
     assert_eq!(view.matches, vec![(w, guid16(&r))]);
@@ -272,7 +272,10 @@ fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_route
         acts = actions(&mut c);
     }
     let ev = events(&acts);
-    assert!(matches!(ev[..], [ControlEvent::Unmatched { .. }]), "{ev:?}");
+    assert!(
+        matches!(ev[..], [ControlEvent::Topic(TopicEvent::Unmatched { .. })]),
+        "{ev:?}"
+    );
 }
 
 #[test]

@@ -9,18 +9,18 @@ use proto_sim::*;
 use shoal_discovery::matching::Incompatibility;
 use shoal_discovery::types::EndpointKind;
 use shoal_proto::control::ControlEvent;
-use shoal_proto::topics::LocalSide;
+use shoal_proto::topics::{LocalSide, TopicEvent};
 use std::time::Duration;
 
 fn matched(e: &[ControlEvent]) -> Vec<([u8; 16], [u8; 16], LocalSide)> {
     e.iter()
         .filter_map(|e| match e {
-            ControlEvent::Matched {
+            ControlEvent::Topic(TopicEvent::Matched {
                 writer,
                 reader,
                 local,
                 ..
-            } => Some((*writer, *reader, *local)),
+            }) => Some((*writer, *reader, *local)),
             _ => None,
         })
         .collect()
@@ -53,12 +53,12 @@ fn writer_on_a_readers_on_b_and_c_match_route_and_unmatch_after_a_stop() {
         .topic_events
         .iter()
         .filter_map(|e| match e {
-            ControlEvent::Incompatible {
+            ControlEvent::Topic(TopicEvent::Incompatible {
                 writer,
                 reader,
                 reasons,
                 ..
-            } => Some((*writer, *reader, reasons.clone())),
+            }) => Some((*writer, *reader, reasons.clone())),
             _ => None,
         })
         .collect();
@@ -112,7 +112,7 @@ fn writer_on_a_readers_on_b_and_c_match_route_and_unmatch_after_a_stop() {
         sim.nodes[0]
             .topic_events
             .iter()
-            .filter(|e| matches!(e, ControlEvent::Unmatched { reader, .. } if *reader == rc))
+            .filter(|e| matches!(e, ControlEvent::Topic(TopicEvent::Unmatched { reader, .. }) if *reader == rc))
             .count()
     };
     assert_eq!(unmatched(&sim), 0, "the lease (10 s) has not run out");

@@ -78,9 +78,46 @@ pub struct Publisher {
 }
 
 /// How a hand-over may wait.
-enum Wait {
+pub(crate) enum Wait {
     Block,
     Never,
+}
+
+/// Hands a batch (a [`Publish::Batch`] or [`Publish::Samples`]) to the origin shard's
+/// ingress; under [`Wait::Never`] a full ingress gives it back to `buf` and `count`, in front
+/// of what the buffer holds since (its frames are closed, so the next message or sample opens
+/// a new one). Shared by [`Publisher`] and the topics `Writer`.
+pub(crate) fn send_batch(
+    tx: &IngressSender<Publish>,
+    batch: Publish,
+    wait: Wait,
+    buf: &mut BytesMut,
+    count: &mut usize,
+) -> Result<(), PublishError> {
+    let refused = match wait {
+        Wait::Block => return tx.send_blocking(batch).map_err(|_| PublishError::Stopped),
+        Wait::Never => match tx.try_send(batch) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Closed(_)) => return Err(PublishError::Stopped),
+            Err(TrySendError::Full(b)) => b,
+        },
+    };
+    if let Publish::Batch {
+        mut frames,
+        count: n,
+        ..
+    }
+    | Publish::Samples {
+        mut frames,
+        count: n,
+        ..
+    } = refused
+    {
+        frames.unsplit(std::mem::take(buf));
+        *buf = frames;
+        *count = n;
+    }
+    Err(PublishError::Full)
 }
 
 impl Publisher {
@@ -258,36 +295,19 @@ impl Publisher {
                 return Err(PublishError::Full);
             }
         }
-        let Some((tx, batch)) = self.take_batch()? else {
+        let Some((_, batch)) = self.take_batch()? else {
             return Ok(());
         };
-        let refused = match wait {
-            Wait::Block => {
-                return tx.send_blocking(batch).map_err(|_| PublishError::Stopped);
-            }
-            Wait::Never => match tx.try_send(batch) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Closed(_)) => return Err(PublishError::Stopped),
-                Err(TrySendError::Full(b)) => b,
-            },
-        };
-        // Put the batch back in front of whatever room the buffer has left.
-        if let Publish::Batch {
-            mut frames, count, ..
-        } = refused
-        {
-            frames.unsplit(std::mem::take(&mut self.buf));
-            self.buf = frames;
-            self.count = count;
-        }
-        Err(PublishError::Full)
+        // The sender again, borrowed from its field alone (take_batch checked it is there).
+        let tx = self.mesh.inner.publish.get().ok_or(PublishError::Stopped)?;
+        send_batch(tx, batch, wait, &mut self.buf, &mut self.count)
     }
 }
 
 /// Counts a batch whose async hand-over was dropped before it completed.
-struct Cancelled<'a> {
-    ns: &'a super::shared::NodeShared,
-    lost: u64,
+pub(crate) struct Cancelled<'a> {
+    pub(crate) ns: &'a super::shared::NodeShared,
+    pub(crate) lost: u64,
 }
 
 impl Drop for Cancelled<'_> {

@@ -6,10 +6,9 @@
 
 use crate::cmd::ToShard;
 use crate::peers::DialTarget;
-use crate::topics::{EndpointGuid, LocalSide};
+use crate::topics::TopicEvent;
 use crate::{LinkId, PeerId};
 use bytes::Bytes;
-use shoal_discovery::matching::Incompatibility;
 use std::net::SocketAddr;
 
 /// Something the driver must do, in the order the core queued it.
@@ -114,42 +113,9 @@ pub enum ControlEvent {
         /// The node.
         peer: PeerId,
     },
-    /// A writer and a reader, at least one of them this node's, now match (the shards
-    /// already route by a table that includes the pair).
-    Matched {
-        /// The writer's GUID.
-        writer: EndpointGuid,
-        /// The reader's GUID.
-        reader: EndpointGuid,
-        /// Their topic.
-        topic: String,
-        /// Which side is this node's.
-        local: LocalSide,
-    },
-    /// A writer and a reader, at least one of them this node's, no longer match: one was
-    /// removed, withdrawn, changed, or its node's lease ran out.
-    Unmatched {
-        /// The writer's GUID.
-        writer: EndpointGuid,
-        /// The reader's GUID.
-        reader: EndpointGuid,
-        /// Their topic.
-        topic: String,
-        /// Which side is this node's.
-        local: LocalSide,
-    },
-    /// A writer and a reader on the same topic, at least one of them this node's, do not
-    /// match: why (which policy, which partitions, type mismatch). Said once per pair.
-    Incompatible {
-        /// The writer's GUID.
-        writer: EndpointGuid,
-        /// The reader's GUID.
-        reader: EndpointGuid,
-        /// Their topic.
-        topic: String,
-        /// Every reason, in `shoal_discovery::matching::explain` order.
-        reasons: Vec<Incompatibility>,
-    },
+    /// A topics event (matched, unmatched, incompatible), released once the shards route
+    /// by a table that includes what it reports.
+    Topic(TopicEvent),
     /// Something went wrong that the node survived.
     Error {
         /// The peer concerned, if known.

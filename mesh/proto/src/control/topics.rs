@@ -10,8 +10,8 @@ use super::{ControlCore, ControlEvent};
 use crate::cmd::ToShard;
 use crate::config::MeshConfig;
 use crate::topics::{
-    EndpointGuid, TopicError, TopicEvent, TopicsConfig, TopicsCore, TopicsInit, TopicsOutput,
-    TopicsStats, TopicsView, TreePlanner,
+    EndpointGuid, TopicError, TopicsConfig, TopicsCore, TopicsInit, TopicsOutput, TopicsStats,
+    TopicsView, TreePlanner,
 };
 use crate::wire::{Discovery, Frame};
 use crate::{LinkId, PeerId};
@@ -59,7 +59,7 @@ pub(super) fn new_topics(
 
 impl ControlCore {
     /// Creates a local writer or reader on `topic` and announces it at once (see
-    /// [`TopicsCore::create_endpoint`]). Its matches arrive as [`ControlEvent::Matched`].
+    /// [`TopicsCore::create_endpoint`]). Its matches arrive as [`ControlEvent::Topic`].
     #[allow(clippy::too_many_arguments)]
     pub fn create_endpoint(
         &mut self,
@@ -80,7 +80,7 @@ impl ControlCore {
     }
 
     /// Removes a local endpoint: a withdrawal goes out at once, its matches end
-    /// ([`ControlEvent::Unmatched`]).
+    /// ([`ControlEvent::Topic`]).
     pub fn remove_endpoint(
         &mut self,
         guid: EndpointGuid,
@@ -210,41 +210,7 @@ impl ControlCore {
             return;
         }
         while let Some(e) = self.topics.poll_event() {
-            events.push(match e {
-                TopicEvent::Matched {
-                    writer,
-                    reader,
-                    topic,
-                    local,
-                } => ControlEvent::Matched {
-                    writer,
-                    reader,
-                    topic,
-                    local,
-                },
-                TopicEvent::Unmatched {
-                    writer,
-                    reader,
-                    topic,
-                    local,
-                } => ControlEvent::Unmatched {
-                    writer,
-                    reader,
-                    topic,
-                    local,
-                },
-                TopicEvent::Incompatible {
-                    writer,
-                    reader,
-                    topic,
-                    reasons,
-                } => ControlEvent::Incompatible {
-                    writer,
-                    reader,
-                    topic,
-                    reasons,
-                },
-            });
+            events.push(ControlEvent::Topic(e));
         }
     }
 }

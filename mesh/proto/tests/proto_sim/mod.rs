@@ -439,9 +439,7 @@ impl Sim {
                 n.member_event_at.push(now);
             }
             ControlEvent::Error { .. } => n.errors.push(e),
-            ControlEvent::Matched { .. }
-            | ControlEvent::Unmatched { .. }
-            | ControlEvent::Incompatible { .. } => n.topic_events.push(e),
+            ControlEvent::Topic(_) => n.topic_events.push(e),
         }
     }
 

@@ -32,6 +32,7 @@ use event_listener::Event as Signal;
 use shoal_proto::control::{
     Action, ControlCore, ControlErrorKind, ControlEvent, ControlInit as CoreInit,
 };
+use shoal_proto::topics::TopicEvent;
 use shoal_proto::PeerId;
 use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
 use shoal_runtime::net::TcpListener;
@@ -376,34 +377,34 @@ fn to_event(e: ControlEvent) -> Event {
         ControlEvent::PeerLost { peer } => Event::PeerLost { peer },
         ControlEvent::MemberJoined { peer } => Event::MemberJoined { peer },
         ControlEvent::MemberLeft { peer } => Event::MemberLeft { peer },
-        ControlEvent::Matched {
+        ControlEvent::Topic(TopicEvent::Matched {
             writer,
             reader,
             topic,
             local,
-        } => Event::Matched {
-            writer,
-            reader,
-            topic,
-            local,
-        },
-        ControlEvent::Unmatched {
-            writer,
-            reader,
-            topic,
-            local,
-        } => Event::Unmatched {
+        }) => Event::Matched {
             writer,
             reader,
             topic,
             local,
         },
-        ControlEvent::Incompatible {
+        ControlEvent::Topic(TopicEvent::Unmatched {
+            writer,
+            reader,
+            topic,
+            local,
+        }) => Event::Unmatched {
+            writer,
+            reader,
+            topic,
+            local,
+        },
+        ControlEvent::Topic(TopicEvent::Incompatible {
             writer,
             reader,
             topic,
             reasons,
-        } => Event::Incompatible {
+        }) => Event::Incompatible {
             writer,
             reader,
             topic,

@@ -5,6 +5,7 @@
 //! touch:** where samples go (the origin shard routes the batch by the writer's route).
 
 use super::Endpoint;
+use crate::node::publisher::{send_batch, Cancelled, Wait};
 use crate::node::recycle::Recycler;
 use crate::node::shard::Publish;
 use crate::node::PublishError;
@@ -12,7 +13,6 @@ use crate::topics::EndpointGuid;
 use crate::wire::{SamplesHeader, SAMPLES_HEADER_LEN, SAMPLE_LEN_PREFIX};
 use bytes::{BufMut, BytesMut};
 use shoal_runtime::channel::IngressSender;
-use shoal_runtime::TrySendError;
 use std::sync::atomic::Ordering;
 
 /// Buffers allocated per this many bytes of batches (as [`Publisher`](crate::Publisher)).
@@ -71,12 +71,6 @@ pub struct Writer {
     /// The longest frame the mesh accepts (`max_message_bytes`, the length field's bound).
     max_frame: usize,
     blocks: Recycler,
-}
-
-/// How a hand-over may wait.
-enum Wait {
-    Block,
-    Never,
 }
 
 impl Writer {
@@ -311,44 +305,18 @@ impl Writer {
                 return Err(PublishError::Full);
             }
         }
-        let Some((tx, batch)) = self.take_batch()? else {
+        let Some((_, batch)) = self.take_batch()? else {
             return Ok(());
         };
-        let refused = match wait {
-            Wait::Block => return tx.send_blocking(batch).map_err(|_| PublishError::Stopped),
-            Wait::Never => match tx.try_send(batch) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Closed(_)) => return Err(PublishError::Stopped),
-                Err(TrySendError::Full(b)) => b,
-            },
-        };
-        // Put the batch back in front of whatever room the buffer has left; its runs are
-        // closed, so the next sample opens a new one.
-        if let Publish::Samples {
-            mut frames, count, ..
-        } = refused
-        {
-            frames.unsplit(std::mem::take(&mut self.buf));
-            self.buf = frames;
-            self.count = count;
-        }
-        Err(PublishError::Full)
-    }
-}
-
-/// Counts a batch whose async hand-over was dropped before it completed.
-struct Cancelled<'a> {
-    ns: &'a crate::node::shared::NodeShared,
-    lost: u64,
-}
-
-impl Drop for Cancelled<'_> {
-    fn drop(&mut self) {
-        if self.lost > 0 {
-            self.ns
-                .unflushed_discarded
-                .fetch_add(self.lost, Ordering::Relaxed);
-        }
+        // The sender again, borrowed from its field alone (take_batch checked it is there).
+        let tx = self
+            .ep
+            .mesh
+            .inner
+            .publish
+            .get()
+            .ok_or(PublishError::Stopped)?;
+        send_batch(tx, batch, wait, &mut self.buf, &mut self.count)
     }
 }
 
