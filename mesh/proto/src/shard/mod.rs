@@ -171,7 +171,7 @@ pub struct ShardCore {
     gen: MsgIdGen,
     stop: Stop,
     /// Where topic samples go (the control plane's latest table).
-    sample_routes: Arc<SampleRoutes>,
+    sample_routes: Option<Arc<SampleRoutes>>,
     /// Sequence state of the writers whose samples this shard checks, by route slot.
     writer_seqs: Vec<samples::WriterSeq>,
     /// Runs waiting for a route table that names their writer.
@@ -217,7 +217,7 @@ impl ShardCore {
             links: Links::default(),
             gen: MsgIdGen::new(cfg.me, seed),
             stop: Stop::Running,
-            sample_routes: Arc::default(),
+            sample_routes: None,
             writer_seqs: Vec::new(),
             parked: samples::Parked::default(),
             sink: Sink(Box::new(NoSink)),
@@ -289,7 +289,7 @@ impl ShardCore {
             ToShard::Close { link, goodbye } => self.close(link, goodbye, now),
             ToShard::SendRaw { link, frame } => self.send_raw(link, frame, now),
             ToShard::SampleRoutes(r) => {
-                self.sample_routes = r;
+                self.sample_routes = Some(r);
                 self.replay_parked(now, out);
             }
             ToShard::Stop => {

@@ -27,7 +27,6 @@ use crate::topics::{EndpointGuid, SampleRoutes, WriterRoute};
 use crate::wire::{decode_frame, DecodeStatus, Frame, Samples, SAMPLES_HEADER_LEN};
 use crate::LinkId;
 use bytes::{Bytes, BytesMut};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// The shard (of `shards`) that keeps the sequence state of `writer`'s samples: the shard of
@@ -198,9 +197,23 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
-        // One reference count per run keeps the table alive while the shard writes itself.
-        let routes: Arc<SampleRoutes> = self.sample_routes.clone();
-        let Some(route) = routes.get(&s.writer) else {
+        // The table is taken out for the run rather than reference-counted: every shard
+        // holds the same `Arc`, and a count per run would bounce its cache line between them.
+        let table = self.sample_routes.take();
+        self.route_run(table.as_deref(), from, s, path, now, out);
+        self.sample_routes = table;
+    }
+
+    fn route_run(
+        &mut self,
+        routes: Option<&SampleRoutes>,
+        from: LinkId,
+        s: Samples,
+        path: Path,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let Some(route) = routes.and_then(|t| t.get(&s.writer)) else {
             self.park(Held::In(from, s), now);
             return;
         };
@@ -254,7 +267,11 @@ impl ShardCore {
         let runs = std::mem::take(&mut self.parked.runs);
         self.parked.bytes = 0;
         for (at, h) in runs {
-            if self.sample_routes.get(h.writer()).is_none() {
+            let known = self
+                .sample_routes
+                .as_ref()
+                .is_some_and(|t| t.get(h.writer()).is_some());
+            if !known {
                 self.parked.bytes += h.bytes();
                 self.parked.runs.push_back((at, h));
                 continue;
@@ -365,8 +382,24 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
-        let routes: Arc<SampleRoutes> = self.sample_routes.clone();
-        let Some(route) = routes.get(&writer) else {
+        // Taken out for the batch, as in `route_samples`.
+        let table = self.sample_routes.take();
+        self.originate_run(table.as_deref(), writer, batch, count, path, now, out);
+        self.sample_routes = table;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn originate_run(
+        &mut self,
+        routes: Option<&SampleRoutes>,
+        writer: EndpointGuid,
+        batch: Bytes,
+        count: usize,
+        path: Path,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let Some(route) = routes.and_then(|t| t.get(&writer)) else {
             // The table naming a new writer has not reached the shard yet (or the writer was
             // just removed): held until one names it, or counted.
             self.park(Held::Own(writer, batch, count), now);
