@@ -1,3 +1,8 @@
+//! Unit and property tests of the dedup cache (`super`).
+//!
+//! Length: the unit tests and the reference model of the property tests share helpers; the
+//! code under test is `dedup.rs`.
+
 use super::*;
 use crate::PeerId;
 
