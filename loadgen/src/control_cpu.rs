@@ -215,7 +215,7 @@ fn measure(
             remote_endpoints + a.cpu_endpoints
         )));
     }
-    let stats = |m: &Mesh| view(m).map(|v| v.stats).unwrap_or_default();
+    let stats = |m: &Mesh| m.topics().discovery;
     let (s0, u0, c0, sh0, w0) = (
         stats(measured),
         crate::usage::Usage::now(),

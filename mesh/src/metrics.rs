@@ -354,6 +354,7 @@ mod tests {
         let topics = TopicsSnapshot {
             topics: vec![summary("sensors/imu", 10), summary("cmd\"x\"", 20)],
             view: None,
+            discovery: Default::default(),
         };
         let page = render_with_topics(&MeshStats::default(), &topics);
         assert!(page.ends_with("# EOF\n"), "{page}");
@@ -383,7 +384,10 @@ mod tests {
         // The node's own counters are still there.
         assert!(s.contains_key(r#"shoal_originated_total{shard="control"}"#));
         // No topics: no topic families.
-        let page = render_with_topics(&MeshStats::default(), &TopicsSnapshot::of(None));
+        let page = render_with_topics(
+            &MeshStats::default(),
+            &TopicsSnapshot::of(None, Default::default()),
+        );
         assert!(!page.contains("shoal_topic_"), "{page}");
     }
 

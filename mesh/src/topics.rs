@@ -50,7 +50,7 @@ pub use shoal_discovery::qos::{
 pub use shoal_discovery::types::{EndpointKind, TypeHash, TypesError};
 pub use shoal_proto::stats::{TopicCounters, TopicStats};
 pub use shoal_proto::topics::{
-    EndpointGuid, EndpointView, LocalSide, TopicError, TopicsConfig, TopicsView,
+    EndpointGuid, EndpointView, LocalSide, TopicError, TopicsConfig, TopicsStats, TopicsView,
 };
 
 use shoal_discovery::types::{Partitions, TopicName, TypeName};
@@ -428,10 +428,14 @@ pub struct TopicsSnapshot {
     /// The control core's whole view: endpoints, matches, rejections by table and cause,
     /// table occupancy, discovery counters. `None` before the node started.
     pub view: Option<Arc<TopicsView>>,
+    /// The discovery counters (frames in, duplicates, cycles, route tables, ...) as of the
+    /// control plane's last step: current, unlike a view that only changes with what it
+    /// lists.
+    pub discovery: TopicsStats,
 }
 
 impl TopicsSnapshot {
-    pub(crate) fn of(view: Option<Arc<TopicsView>>) -> TopicsSnapshot {
+    pub(crate) fn of(view: Option<Arc<TopicsView>>, discovery: TopicsStats) -> TopicsSnapshot {
         let topics = view
             .iter()
             .flat_map(|v| v.topics.iter())
@@ -446,7 +450,11 @@ impl TopicsSnapshot {
                     .unwrap_or_default(),
             })
             .collect();
-        TopicsSnapshot { topics, view }
+        TopicsSnapshot {
+            topics,
+            view,
+            discovery,
+        }
     }
 
     /// The topic named `name`.
@@ -588,7 +596,7 @@ mod tests {
 
     #[test]
     fn an_empty_snapshot_lists_nothing() {
-        let s = TopicsSnapshot::of(None);
+        let s = TopicsSnapshot::of(None, Default::default());
         assert!(s.topics.is_empty());
         assert_eq!(s.writers().count(), 0);
         assert!(s.matches().is_empty());

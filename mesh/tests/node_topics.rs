@@ -593,3 +593,66 @@ fn async_writes_and_flushes_deliver_like_blocking_ones() {
         .enumerate()
         .all(|(i, s)| s.2 == vec![i as u8; 10]));
 }
+
+/// The discovery counters a snapshot shows follow every frame, even when nothing the view
+/// lists changes (a steady re-announcement): they once changed only with the view or every
+/// 64 control steps, so a quiet node (slow heartbeats, one announcing neighbour) showed the
+/// same counts for many seconds and a measurement over a window read zero.
+#[test]
+fn discovery_counters_follow_each_reannouncement_of_an_unchanged_neighbour() {
+    use shoal_mesh::topics::TopicsConfig;
+    use std::time::Duration;
+    let quiet = || {
+        fast()
+            .heartbeat_interval(Duration::from_secs(5))
+            .heartbeat_timeout(Duration::from_secs(30))
+            .membership_interval(Duration::from_secs(5))
+            .membership_timeout(Duration::from_secs(30))
+            .peer_lost_timeout(Duration::from_secs(30))
+            .topics(TopicsConfig {
+                announce_period: Duration::from_millis(300),
+                ..TopicsConfig::default()
+            })
+    };
+    let a = Node::start(quiet());
+    let b = Node::start(quiet().static_peer(ep(a.port())));
+    let nodes = [a, b];
+    wait_connected(&nodes, &[(0, 1)]);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let w = a.mesh.writer(Topic::new(IMU, "Imu")).unwrap();
+    let r = b.mesh.reader(Topic::new(IMU, "Imu")).unwrap();
+    wait_until(20, "matched on both sides", || {
+        matched(a, w.guid(), r.guid()) && matched(b, w.guid(), r.guid())
+    });
+    // B re-announces the same reader every 300 ms and A hears only B. A's counts must keep
+    // up with what B built: each frame shows before B builds five more (measured in B's
+    // frames, not in time, so a slow machine slows both alike).
+    let (a0, b0) = (
+        a.mesh.topics().discovery.frames_in,
+        b.mesh.topics().discovery.frames_built,
+    );
+    let cycles0 = a.mesh.topics().discovery.cycles_completed;
+    for _ in 0..5 {
+        let target = b.mesh.topics().discovery.frames_built + 1;
+        wait_until(20, "B's next frame", || {
+            b.mesh.topics().discovery.frames_built >= target
+        });
+        wait_until(20, "A's snapshot to count B's frames", || {
+            let built = b.mesh.topics().discovery.frames_built;
+            let seen = a.mesh.topics().discovery.frames_in;
+            assert!(
+                built <= target + 5,
+                "B built {} frames since the start, A's snapshot still shows {} of them",
+                built - b0,
+                seen - a0
+            );
+            seen - a0 >= target - b0
+        });
+    }
+    assert!(a.mesh.topics().discovery.cycles_completed >= cycles0 + 5);
+    let view = a.mesh.topics().view.expect("started");
+    assert!(
+        view.endpoints.len() == 2 && view.matches.len() == 1,
+        "nothing listed changed: {view:?}"
+    );
+}

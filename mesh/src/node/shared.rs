@@ -171,6 +171,9 @@ pub(crate) struct NodeShared {
     /// Signed names of identity nodes: verified neighbours and gossiped identity records
     /// (bounded: entries leave with their member).
     pub(crate) names: Mutex<ahash::AHashMap<PeerId, Box<str>>>,
+    /// The topics core's discovery counters as of the control plane's last step (apart from
+    /// the snapshot: they change with every Discovery frame, the snapshot's lists do not).
+    pub(crate) topics_stats: Mutex<shoal_proto::topics::TopicsStats>,
 }
 
 impl NodeShared {

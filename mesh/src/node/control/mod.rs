@@ -140,6 +140,8 @@ pub(super) struct Ctl {
     stop_reply: RefCell<Option<mpsc::Sender<()>>>,
     /// The topics view last published (a new `Arc` from the core means it changed).
     topics_view: RefCell<Option<Arc<crate::topics::TopicsView>>>,
+    /// The discovery counters last published.
+    topics_stats: std::cell::Cell<crate::topics::TopicsStats>,
     /// An input may have moved the core's next deadline earlier (e.g. a route table that
     /// waits for its planning interval): the timer task looks again.
     rearm: Signal,
@@ -218,6 +220,7 @@ pub(crate) async fn run(init: ControlInit) {
         warns: RefCell::new(WarnLimiter::new(WARN_INTERVAL)),
         stop_reply: RefCell::new(None),
         topics_view: RefCell::new(None),
+        topics_stats: std::cell::Cell::new(Default::default()),
         rearm: Signal::new(),
         armed: std::cell::Cell::new(Instant::now()),
         ns,
@@ -352,6 +355,14 @@ fn publish(ctl: &Ctl) {
         if let Ok(mut s) = ctl.ns.snapshot.lock() {
             s.topics = view;
         }
+    }
+    let ts = core.topics_stats();
+    if ts != ctl.topics_stats.get() {
+        ctl.topics_stats.set(ts);
+        *ctl.ns
+            .topics_stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = ts;
     }
     let s = core.stats();
     let c = ctl.ns.control_counters();

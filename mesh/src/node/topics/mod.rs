@@ -80,7 +80,13 @@ impl Mesh {
     /// Reads the control plane's last published snapshot (no query to it) and the counters
     /// as they are now; empty before [`start`](Self::start).
     pub fn topics(&self) -> TopicsSnapshot {
-        TopicsSnapshot::of(self.snapshot(|s| s.topics.clone()))
+        let discovery = *self
+            .inner
+            .ns
+            .topics_stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        TopicsSnapshot::of(self.snapshot(|s| s.topics.clone()), discovery)
     }
 
     fn create_endpoint(&self, spec: EndpointSpec) -> Result<Endpoint, MeshError> {

@@ -43,7 +43,7 @@ mod view;
 
 pub use plan::{PlannerStats, RouteInput, RoutePlanner, TreePlanner, WriterDemand};
 use view::ViewKey;
-pub use view::{EndpointView, TopicView, TopicsView, VIEW_STATS_EVERY};
+pub use view::{EndpointView, TopicView, TopicsView};
 
 use super::config::TopicsConfig;
 use super::routes::EndpointGuid;
@@ -276,8 +276,8 @@ pub struct TopicsCore {
     next_plan: Instant,
     membership_mark: Option<u64>,
     view: Option<Arc<TopicsView>>,
-    /// What the view was built from (see `TopicsCore::view`), and calls since.
-    view_key: (ViewKey, u32),
+    /// What the view was built from (see `TopicsCore::view`).
+    view_key: ViewKey,
     events: VecDeque<TopicEvent>,
     out: VecDeque<TopicsOutput>,
     stats: TopicsStats,
@@ -405,7 +405,7 @@ impl TopicsCore {
             next_plan: now,
             membership_mark: None,
             view: None,
-            view_key: (ViewKey::default(), 0),
+            view_key: ViewKey::default(),
             events: VecDeque::new(),
             out: VecDeque::new(),
             stats: TopicsStats::default(),

@@ -4,7 +4,7 @@
 //!
 //! **Owns:** the view's shape. **Must not touch:** the state it describes.
 
-use super::{guid_bytes, TopicsCore, TopicsStats};
+use super::{guid_bytes, TopicsCore};
 use crate::stats::TopicCounters;
 use crate::topics::routes::EndpointGuid;
 use crate::PeerId;
@@ -69,12 +69,7 @@ pub struct TopicsView {
     /// What the route planner counted (unreachable readers, branches without a link,
     /// writers over the slot capacity).
     pub planner: super::PlannerStats,
-    /// Counters.
-    pub stats: TopicsStats,
 }
-
-/// Calls of [`TopicsCore::view`] between two rebuilds for changed counters alone.
-pub const VIEW_STATS_EVERY: u32 = 64;
 
 /// What a view lists, in counts: a change of any means a rebuild.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -90,10 +85,10 @@ pub(super) struct ViewKey {
 
 impl TopicsCore {
     /// The current snapshot. Rebuilt when what it lists may have changed (endpoints,
-    /// matches, participants, route tables, rejections); its counters alone are refreshed
-    /// only every [`VIEW_STATS_EVERY`] calls, since they change with every Discovery frame
-    /// and a rebuild walks every endpoint and match (a node that knows thousands of them
-    /// spent most of its control-plane time here).
+    /// matches, participants, route tables, rejections), never for the discovery counters
+    /// alone: they change with every Discovery frame and a rebuild walks every endpoint and
+    /// match (a node that knows thousands of them spent most of its control-plane time
+    /// here). The counters are read apart, always current ([`TopicsCore::stats`]).
     pub fn view(&mut self) -> Arc<TopicsView> {
         let key = ViewKey {
             endpoints: self.graph.endpoint_count(),
@@ -113,14 +108,11 @@ impl TopicsCore {
                 // finds it routed.
                 return v.clone();
             }
-            let (last, calls) = &mut self.view_key;
-            *calls += 1;
-            let stale_counts = v.stats != self.stats && *calls >= VIEW_STATS_EVERY;
-            if *last == key && !stale_counts {
+            if self.view_key == key {
                 return v.clone();
             }
         }
-        self.view_key = (key, 0);
+        self.view_key = key;
         let v = Arc::new(self.build_view());
         self.view = Some(v.clone());
         v
@@ -195,7 +187,6 @@ impl TopicsCore {
             reported_occupancy: (self.reported.len(), self.cfg.max_reported_incompatible),
             routes_epoch: self.routes_epoch,
             planner: self.planner.stats(),
-            stats: self.stats,
         }
     }
 }
