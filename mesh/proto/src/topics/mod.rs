@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod core;
+pub mod credit;
 pub mod routes;
 pub mod tree;
 
@@ -18,7 +19,8 @@ pub use self::core::{
     TopicView, TopicsCore, TopicsInit, TopicsOutput, TopicsStats, TopicsView, TreePlanner,
     WriterDemand,
 };
-pub use routes::{EndpointGuid, SampleRoutes, WriterRoute};
+pub use credit::WriterCredit;
+pub use routes::{EndpointGuid, ReliableRoute, ReliableWriterSpec, SampleRoutes, WriterRoute};
 /// The discovery library the public API speaks in (`EndpointKind`, `EndpointQos`,
 /// `Incompatibility`, rejection tables), for crates that do not depend on it themselves.
 pub use shoal_discovery;

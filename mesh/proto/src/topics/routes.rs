@@ -11,10 +11,12 @@
 //! [`WriterRoute::slot`], which stays the same for a writer across tables while the writer is
 //! known, so sequence state survives a route change.
 
+use super::credit::WriterCredit;
 use crate::stats::TopicCounters;
 use crate::LinkId;
 use ahash::AHashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// An endpoint's GUID as the wire carries it: its node's 12-byte id prefix, then a 4-byte
 /// entity id.
@@ -43,6 +45,56 @@ pub struct WriterRoute {
     /// no capable link toward them). What it writes meanwhile is counted as lost for each
     /// (`dropped_no_route`), never silently.
     pub unreached: u32,
+    /// For another node's writer: this node's link toward the writer's node along the
+    /// writer's tree (its parent), where acknowledgements and repair requests go (the
+    /// directional rule: requests use the writer's address). `None` for a local writer, or
+    /// when no capable link leads there.
+    pub upstream: Option<LinkId>,
+    /// What reliable delivery needs of this writer here; `None` when no reliable reader is
+    /// matched with it (and, for a local writer, it keeps no history for late joiners), so
+    /// best-effort routes carry nothing more.
+    pub reliable: Option<Arc<ReliableRoute>>,
+}
+
+/// The reliable side of a [`WriterRoute`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReliableRoute {
+    /// For this node's own reliable writer: its history settings and its matched reliable
+    /// readers on other nodes. `None` on the other nodes.
+    pub writer: Option<ReliableWriterSpec>,
+    /// This node's reliable readers matched with another node's writer: each gets the
+    /// writer's samples in order, exactly once, through its own reader state. Sorted. (A
+    /// node's own writer's readers on the same node are handed every sample directly.)
+    pub local_readers: Vec<EndpointGuid>,
+}
+
+/// A local reliable writer's history settings, from its QoS, and who must acknowledge.
+#[derive(Debug, Clone)]
+pub struct ReliableWriterSpec {
+    /// Keep-last depth; `None`: keep-all.
+    pub keep_last: Option<u32>,
+    /// Keep-all: at most this many samples not acknowledged by every reader (resource
+    /// limits' `max_samples`; `None`: the node's `max_history_samples`).
+    pub max_samples: Option<u32>,
+    /// Samples older than this are neither delivered by repair nor handed to late joiners.
+    pub lifespan: Option<Duration>,
+    /// Late-joining readers get the history first (durability transient-local or above).
+    pub transient_local: bool,
+    /// The matched reliable readers on other nodes, sorted.
+    pub readers: Vec<EndpointGuid>,
+    /// The write credit the writer's handle waits on (keep-all), shared with the shard.
+    pub credit: Arc<WriterCredit>,
+}
+
+impl PartialEq for ReliableWriterSpec {
+    fn eq(&self, o: &Self) -> bool {
+        self.keep_last == o.keep_last
+            && self.max_samples == o.max_samples
+            && self.lifespan == o.lifespan
+            && self.transient_local == o.transient_local
+            && self.readers == o.readers
+            && Arc::ptr_eq(&self.credit, &o.credit)
+    }
 }
 
 /// An immutable route table (see the [module docs](self)).
@@ -115,6 +167,8 @@ mod tests {
             links: links.iter().map(|&l| LinkId(l)).collect(),
             readers: Vec::new(),
             unreached: 0,
+            upstream: None,
+            reliable: None,
         }
     }
 

@@ -40,7 +40,7 @@
 //!
 //! [`MemberGraph::adjacency`]: crate::membership::MemberGraph::adjacency
 
-use super::routes::{EndpointGuid, WriterRoute};
+use super::routes::{EndpointGuid, ReliableRoute, WriterRoute};
 use crate::stats::TopicCounters;
 use crate::{LinkId, PeerId};
 use ahash::{AHashMap, AHashSet};
@@ -65,6 +65,8 @@ pub struct WriterInput {
     pub reader_nodes: Vec<PeerId>,
     /// The readers on this node matched with the writer.
     pub local_readers: Vec<EndpointGuid>,
+    /// Its reliable side, copied into its route.
+    pub reliable: Option<Arc<ReliableRoute>>,
 }
 
 /// Counters of one [`compute_routes`] run.
@@ -331,6 +333,13 @@ pub fn compute_routes<'a>(
             let mut readers = w.local_readers.clone();
             readers.sort_unstable();
             readers.dedup();
+            // Toward the root: the link to this node's parent in the writer's tree.
+            let upstream = match root {
+                Some(r) if !local && tree.reached(me_i) && me_i != r => links
+                    .get(&g.ids[tree.parent[me_i as usize] as usize])
+                    .copied(),
+                _ => None,
+            };
             routes.push(WriterRoute {
                 writer: w.guid,
                 slot: w.slot,
@@ -339,6 +348,8 @@ pub fn compute_routes<'a>(
                 links: out,
                 readers,
                 unreached,
+                upstream,
+                reliable: w.reliable.clone(),
             });
         }
         group = end;

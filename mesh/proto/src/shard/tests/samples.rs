@@ -38,6 +38,8 @@ fn routes(
         links: links.to_vec(),
         readers: readers.to_vec(),
         unreached: 0,
+        upstream: None,
+        reliable: None,
     };
     let t = Arc::new(SampleRoutes::new(1, vec![r]));
     let cmd: ToShard<()> = ToShard::SampleRoutes(t);
@@ -298,6 +300,8 @@ fn what_a_writer_writes_toward_readers_its_tree_does_not_reach_is_counted_lost()
         links: vec![A],
         readers: vec![],
         unreached: 2,
+        upstream: None,
+        reliable: None,
     };
     let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
     s.core.on_command(cmd, s.t0, &mut s.out);

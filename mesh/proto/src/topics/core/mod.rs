@@ -253,6 +253,8 @@ pub struct TopicsCore {
     announcer: Announcer,
     /// This node's endpoints (GUID → kind), for removal and the routes of local writers.
     local: BTreeMap<Guid, EndpointKind>,
+    /// The write credits of this node's reliable writers (shared with their handles).
+    credits: AHashMap<Guid, Arc<crate::topics::WriterCredit>>,
     next_entity: u32,
     seq: u64,
     cycle: u32,
@@ -386,6 +388,7 @@ impl TopicsCore {
             graph,
             announcer,
             local: BTreeMap::new(),
+            credits: AHashMap::new(),
             next_entity: entity_seed & 0x00ff_ffff,
             seq: wall_ms,
             cycle: 0,
@@ -472,6 +475,12 @@ impl TopicsCore {
             return Err(e.into());
         }
         self.local.insert(guid, kind);
+        if kind == EndpointKind::Writer
+            && qos.reliability.kind == shoal_discovery::qos::ReliabilityKind::Reliable
+        {
+            self.credits
+                .insert(guid, Arc::new(crate::topics::WriterCredit::new()));
+        }
         self.matched_events(adm.id, &adm.matched);
         self.incompatible_events(adm.id);
         self.announce_now(Some(guid), None);
@@ -488,10 +497,17 @@ impl TopicsCore {
         }
         self.remove_endpoints(&[g]);
         self.local.remove(&g);
+        self.credits.remove(&g);
         self.announcer.remove_endpoint(&g);
         self.announce_now(None, Some(g));
         self.changed();
         Ok(())
+    }
+
+    /// The write credit of this node's reliable writer `guid` (its handle waits on it when
+    /// the writer keeps all its history and readers lag); `None` for other endpoints.
+    pub fn writer_credit(&self, guid: &EndpointGuid) -> Option<Arc<crate::topics::WriterCredit>> {
+        self.credits.get(&guid_of(guid)).cloned()
     }
 
     fn fresh_guid(&mut self, kind: EndpointKind) -> Guid {

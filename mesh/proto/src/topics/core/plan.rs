@@ -9,11 +9,14 @@
 
 use super::{guid_bytes, TopicsCore};
 use crate::stats::TopicCounters;
-use crate::topics::routes::{EndpointGuid, SampleRoutes, WriterRoute};
+use crate::topics::routes::{
+    EndpointGuid, ReliableRoute, ReliableWriterSpec, SampleRoutes, WriterRoute,
+};
 use crate::topics::tree::{compute_routes, SlotAllocator, WriterInput};
 use crate::{LinkId, MemberGraph, PeerId};
 use ahash::{AHashMap, AHashSet};
 use shoal_discovery::graph::EndpointId;
+use shoal_discovery::qos::{DurabilityKind, EndpointQos, History, Limit, ReliabilityKind};
 use shoal_discovery::types::{EndpointKind, Guid};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
@@ -38,6 +41,8 @@ pub struct WriterDemand {
     pub reader_nodes: Vec<PeerId>,
     /// This node's readers matched with it, sorted.
     pub local_readers: Vec<EndpointGuid>,
+    /// Its reliable side (see [`ReliableRoute`]): `None` when nothing here is reliable.
+    pub reliable: Option<Arc<ReliableRoute>>,
 }
 
 /// Everything a route table is computed from.
@@ -113,6 +118,7 @@ impl RoutePlanner for TreePlanner {
                     topic: w.topic.clone(),
                     reader_nodes: w.reader_nodes.clone(),
                     local_readers: w.local_readers.clone(),
+                    reliable: w.reliable.clone(),
                 }),
                 Err(_) => self.stats.slots_full += 1,
             }
@@ -233,35 +239,98 @@ impl TopicsCore {
             let Some(info) = self.graph.endpoint(w) else {
                 continue;
             };
-            let (guid, topic) = (info.guid, info.topic.clone());
+            let (guid, topic, wqos) = (info.guid, info.topic.clone(), info.qos);
             let Some(node) = self.node_of(&guid) else {
                 continue;
             };
+            let local = node == self.me;
             let mut reader_nodes = Vec::new();
             let mut local_readers = Vec::new();
+            let mut reliable_remote = Vec::new();
+            let mut reliable_here = Vec::new();
             for r in readers {
                 let Some(ri) = self.graph.endpoint(r) else {
                     continue;
                 };
+                let reliable = ri.qos.reliability.kind == ReliabilityKind::Reliable;
                 match self.node_of(&ri.guid) {
-                    Some(n) if n == self.me => local_readers.push(guid_bytes(&ri.guid)),
-                    Some(n) => reader_nodes.push(n),
+                    Some(n) if n == self.me => {
+                        local_readers.push(guid_bytes(&ri.guid));
+                        if reliable {
+                            reliable_here.push(guid_bytes(&ri.guid));
+                        }
+                    }
+                    Some(n) => {
+                        reader_nodes.push(n);
+                        if reliable {
+                            reliable_remote.push(guid_bytes(&ri.guid));
+                        }
+                    }
                     None => {}
                 }
             }
             reader_nodes.sort_unstable();
             reader_nodes.dedup();
             local_readers.sort_unstable();
+            reliable_remote.sort_unstable();
+            reliable_here.sort_unstable();
+            let writer = guid_bytes(&guid);
+            let reliable = if local {
+                let credit = self.credits.get(&guid).cloned();
+                credit
+                    .filter(|_| {
+                        !reliable_remote.is_empty()
+                            || wqos.durability >= DurabilityKind::TransientLocal
+                    })
+                    .map(|credit| ReliableRoute {
+                        writer: Some(writer_spec(&wqos, reliable_remote, credit)),
+                        local_readers: Vec::new(),
+                    })
+            } else if reliable_here.is_empty() {
+                None
+            } else {
+                Some(ReliableRoute {
+                    writer: None,
+                    local_readers: reliable_here,
+                })
+            };
             out.push(WriterDemand {
-                writer: guid_bytes(&guid),
+                writer,
                 node,
-                local: node == self.me,
+                local,
                 topic: self.counters_of(&topic),
                 reader_nodes,
                 local_readers,
+                reliable: reliable.map(Arc::new),
             });
         }
         out.sort_unstable_by_key(|d| d.writer);
         out
+    }
+}
+
+/// A local reliable writer's history settings from its QoS.
+fn writer_spec(
+    q: &EndpointQos,
+    readers: Vec<EndpointGuid>,
+    credit: Arc<crate::topics::WriterCredit>,
+) -> ReliableWriterSpec {
+    let keep_last = match q.history {
+        History::KeepLast { depth } => Some(depth),
+        History::KeepAll => None,
+    };
+    let max_samples = match q.resource_limits.max_samples {
+        Limit::AtMost(n) => Some(n),
+        Limit::Unlimited => None,
+    };
+    let lifespan = q.lifespan.duration;
+    ReliableWriterSpec {
+        keep_last,
+        max_samples,
+        lifespan: (!lifespan.is_infinite())
+            .then(|| std::time::Duration::from_nanos(lifespan.as_nanos())),
+        transient_local: q.durability >= DurabilityKind::TransientLocal,
+        readers,
+        credit,
     }
 }

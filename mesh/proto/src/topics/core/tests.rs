@@ -905,3 +905,60 @@ fn a_million_fresh_records_never_overfill_a_table() {
     assert_eq!(v.rejections, *a.graph().rejections());
     assert!(v.match_occupancy.0 <= 300);
 }
+
+/// A reliable writer's route names its reliable readers on other nodes (who must
+/// acknowledge) and carries its history settings and credit; a reliable reader's node marks
+/// it for in-order delivery and points acknowledgements upstream; best-effort pairs carry no
+/// reliable side at all.
+#[test]
+fn routes_carry_the_reliable_side_only_where_a_reliable_reader_is() {
+    let now = Instant::now();
+    let mut net = Net::new(3, &[(0, 1), (0, 2)], now);
+    let mut wq = EndpointQos::writer_default();
+    wq.history = History::KeepAll;
+    wq.resource_limits.max_samples = Limit::AtMost(500);
+    let w = endpoint(&mut net.cores[0], EndpointKind::Writer, "t", wq, &[], now);
+    let mut rq = EndpointQos::reader_default();
+    rq.reliability.kind = ReliabilityKind::Reliable;
+    let rb = endpoint(&mut net.cores[1], EndpointKind::Reader, "t", rq, &[], now);
+    let _best_effort = reader(&mut net.cores[2], "t", &[], now);
+    let plain = writer(&mut net.cores[0], "u", &[], now);
+    let _ru = reader(&mut net.cores[1], "u", &[], now);
+    net.settle();
+    let edges = [(0, 1), (0, 2)];
+    let ta = net.cores[0]
+        .routes_due(&membership(0, 3, &edges, now), now)
+        .unwrap();
+    let ra = ta.get(&w).unwrap();
+    let spec = ra.reliable.as_ref().unwrap().writer.as_ref().unwrap();
+    assert_eq!(
+        spec.readers,
+        vec![rb],
+        "only the reliable reader acknowledges"
+    );
+    assert_eq!((spec.keep_last, spec.max_samples), (None, Some(500)));
+    assert!(!spec.transient_local && spec.lifespan.is_none());
+    assert!(Arc::ptr_eq(
+        &spec.credit,
+        &net.cores[0].writer_credit(&w).unwrap()
+    ));
+    assert_eq!(ra.upstream, None);
+    assert!(
+        ta.get(&plain).unwrap().reliable.is_none(),
+        "best effort only"
+    );
+    let tb = net.cores[1]
+        .routes_due(&membership(1, 3, &edges, now), now)
+        .unwrap();
+    let rbr = tb.get(&w).unwrap();
+    assert_eq!(rbr.reliable.as_ref().unwrap().local_readers, vec![rb]);
+    assert_eq!(rbr.upstream, Some(LinkId(100)), "toward the writer's node");
+    assert!(tb.get(&plain).unwrap().reliable.is_none());
+    let tc = net.cores[2]
+        .routes_due(&membership(2, 3, &edges, now), now)
+        .unwrap();
+    assert!(
+        tc.get(&w).unwrap().reliable.is_none(),
+        "a best-effort reader"
+    );
+}

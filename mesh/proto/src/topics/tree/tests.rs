@@ -136,6 +136,7 @@ fn inputs(me: PeerId, specs: &[Spec]) -> Vec<WriterInput> {
             } else {
                 Vec::new()
             },
+            reliable: None,
         })
         .collect()
 }
@@ -430,6 +431,29 @@ fn a_cut_link_moves_the_route_to_the_relay_path() {
         get(&net.route(b, &specs), &w.writer()).unwrap().links,
         vec![net.link(b, c)]
     );
+}
+
+/// Acknowledgements go toward the writer's node hop by hop: each node's `upstream` is its
+/// link to its parent in the writer's tree; the writer's own node has none.
+#[test]
+fn upstream_is_the_link_to_the_tree_parent() {
+    let (a, b, c) = (p(1), p(2), p(3));
+    let mut net = Net::new(&[a, b, c], &[(a, b), (b, c), (a, c)]);
+    let w = Spec {
+        e: 1,
+        node: a,
+        readers: vec![b, c],
+    };
+    let specs = [w.clone()];
+    let up = |net: &Net, at| get(&net.route(at, &specs), &w.writer()).unwrap().upstream;
+    assert_eq!(up(&net, a), None, "the writer's node is the root");
+    assert_eq!(up(&net, b), Some(net.link(b, a)));
+    assert_eq!(up(&net, c), Some(net.link(c, a)));
+    // Without the a–c edge, c's parent is b.
+    net.unlist(a, c);
+    net.unlist(c, a);
+    assert_eq!(up(&net, c), Some(net.link(c, b)));
+    assert_eq!(up(&net, b), Some(net.link(b, a)));
 }
 
 #[test]
