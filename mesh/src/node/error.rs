@@ -88,4 +88,14 @@ pub enum PublishError {
         /// Largest payload accepted.
         max: usize,
     },
+    /// A reliable writer that keeps all its history has `max_samples` samples that some
+    /// matched reliable reader has not acknowledged yet: `try_write` says so at once, the
+    /// waiting forms after waiting the writer's `max_blocking_time` (the sample is not
+    /// written, its number not used). A reader that stays stalled keeps the writer waiting
+    /// until it is unmatched (its lease expires).
+    #[error("history full: a matched reliable reader has not acknowledged (waited {waited:?})")]
+    HistoryFull {
+        /// How long the write waited.
+        waited: std::time::Duration,
+    },
 }

@@ -141,6 +141,7 @@
 
 mod builder;
 mod control;
+mod deadline;
 mod error;
 pub mod event;
 mod msg;

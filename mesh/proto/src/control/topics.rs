@@ -79,6 +79,12 @@ impl ControlCore {
         r
     }
 
+    /// The write credit of this node's reliable writer `guid` (see
+    /// [`TopicsCore::writer_credit`](crate::topics::TopicsCore::writer_credit)).
+    pub fn writer_credit(&self, guid: &EndpointGuid) -> Option<Arc<crate::topics::WriterCredit>> {
+        self.topics.writer_credit(guid)
+    }
+
     /// Removes a local endpoint: a withdrawal goes out at once, its matches end
     /// ([`ControlEvent::Topic`]).
     pub fn remove_endpoint(

@@ -52,6 +52,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// Beacons waiting for the multicast socket (older ones are dropped: a beacon only repeats).
 const BEACON_BACKLOG: usize = 4;
 
+/// A created endpoint: its GUID, and for a reliable writer the write credit its handle waits
+/// on.
+pub(crate) type Created = (EndpointGuid, Option<Arc<shoal_proto::topics::WriterCredit>>);
+
 /// Requests from the application handle.
 #[derive(Debug)]
 pub(crate) enum Cmd {
@@ -62,7 +66,7 @@ pub(crate) enum Cmd {
         /// The validated declaration (boxed: commands travel by value through a queue).
         spec: Box<EndpointSpec>,
         /// Where the answer goes (room for one: the control plane never waits on it).
-        reply: mpsc::SyncSender<Result<EndpointGuid, TopicError>>,
+        reply: mpsc::SyncSender<Result<Created, TopicError>>,
     },
     /// Remove a local endpoint (its last handle went).
     RemoveEndpoint(EndpointGuid),

@@ -16,8 +16,8 @@ pub(super) fn create(
     spec: &EndpointSpec,
     now: Instant,
     wall_ms: u64,
-) -> Result<EndpointGuid, TopicError> {
-    core.create_endpoint(
+) -> Result<super::Created, TopicError> {
+    let guid = core.create_endpoint(
         spec.kind,
         &spec.topic,
         &spec.type_name,
@@ -26,7 +26,8 @@ pub(super) fn create(
         &spec.partitions,
         now,
         wall_ms,
-    )
+    )?;
+    Ok((guid, core.writer_credit(&guid)))
 }
 
 /// Removes a local endpoint whose last handle went.

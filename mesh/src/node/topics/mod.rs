@@ -25,7 +25,8 @@ pub use writer::Writer;
 use super::control::{self, Cmd};
 use super::{Mesh, MeshError};
 use crate::topics::{EndpointGuid, EndpointKind, EndpointSpec, Topic, TopicsSnapshot};
-use std::sync::mpsc;
+use shoal_proto::topics::WriterCredit;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 /// Longest a caller waits for the control plane's answer to a create command: far above
@@ -63,8 +64,14 @@ impl Mesh {
     /// is full). Works from any thread and from an event callback.
     pub fn writer(&self, topic: Topic) -> Result<Writer, MeshError> {
         let spec = topic.validate(EndpointKind::Writer)?;
-        let ep = self.create_endpoint(spec)?;
-        Ok(Writer::new(ep))
+        let max_blocking = spec.qos.reliability.max_blocking_time;
+        let max_blocking = if max_blocking.is_infinite() {
+            Duration::MAX
+        } else {
+            Duration::from_nanos(max_blocking.as_nanos())
+        };
+        let (ep, credit) = self.create_endpoint(spec)?;
+        Ok(Writer::new(ep, credit, max_blocking))
     }
 
     /// Opens a reader on `topic` (see [`Reader`]); validated and admitted as
@@ -72,7 +79,7 @@ impl Mesh {
     /// [`Event::Sample`](crate::Event::Sample) events (receiver and callbacks) naming its GUID.
     pub fn reader(&self, topic: Topic) -> Result<Reader, MeshError> {
         let spec = topic.validate(EndpointKind::Reader)?;
-        let ep = self.create_endpoint(spec)?;
+        let (ep, _) = self.create_endpoint(spec)?;
         Ok(Reader::new(ep))
     }
 
@@ -89,7 +96,10 @@ impl Mesh {
         TopicsSnapshot::of(self.snapshot(|s| s.topics.clone()), discovery)
     }
 
-    fn create_endpoint(&self, spec: EndpointSpec) -> Result<Endpoint, MeshError> {
+    fn create_endpoint(
+        &self,
+        spec: EndpointSpec,
+    ) -> Result<(Endpoint, Option<Arc<WriterCredit>>), MeshError> {
         let ns = &self.inner.ns;
         if ns.stopping.load(std::sync::atomic::Ordering::Acquire) {
             return Err(MeshError::NotRunning);
@@ -106,16 +116,19 @@ impl Mesh {
             // waiting for this one, so waiting for room and for the answer is safe.
             tx.send_blocking(cmd).map_err(|_| MeshError::NotRunning)?;
         }
-        let guid = match answer.recv_timeout(CONTROL_REPLY_TIMEOUT) {
+        let (guid, credit) = match answer.recv_timeout(CONTROL_REPLY_TIMEOUT) {
             Ok(r) => r?,
             Err(mpsc::RecvTimeoutError::Timeout) => return Err(MeshError::ControlTimeout),
             Err(mpsc::RecvTimeoutError::Disconnected) => return Err(MeshError::NotRunning),
         };
-        Ok(Endpoint {
-            mesh: self.clone(),
-            guid,
-            topic,
-        })
+        Ok((
+            Endpoint {
+                mesh: self.clone(),
+                guid,
+                topic,
+            },
+            credit,
+        ))
     }
 
     /// Removes a local endpoint (its last handle went). Never waits on an executor thread.

@@ -12,8 +12,11 @@ use crate::node::PublishError;
 use crate::topics::EndpointGuid;
 use crate::wire::{SamplesHeader, SAMPLES_HEADER_LEN, SAMPLE_LEN_PREFIX};
 use bytes::{BufMut, BytesMut};
+use shoal_proto::topics::WriterCredit;
 use shoal_runtime::channel::IngressSender;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Buffers allocated per this many bytes of batches (as [`Publisher`](crate::Publisher)).
 const ARENA_BATCHES: usize = 4;
@@ -49,6 +52,13 @@ struct Run {
 /// write needs no connected peer: a writer may have only local readers, or none yet (its
 /// samples are then counted as written and go nowhere, as in DDS).
 ///
+/// A reliable writer that keeps all its history (`history_keep_all`) also waits for its
+/// readers: once `max_samples` samples are not yet acknowledged by every matched reliable
+/// reader, a write hands over what is pending and waits until acknowledgements make room,
+/// at most the writer's `max_blocking_time`, then fails with
+/// [`PublishError::HistoryFull`] (`try_write` at once). The wait is this writer's alone:
+/// other writers and the relaying of other traffic go on.
+///
 /// Not `Clone`: one writer's samples keep their sequence order only if one thread packs
 /// them. Dropping it flushes (waiting on a plain thread, not on an executor thread or while
 /// unwinding, where what does not fit is counted in
@@ -71,10 +81,18 @@ pub struct Writer {
     /// The longest frame the mesh accepts (`max_message_bytes`, the length field's bound).
     max_frame: usize,
     blocks: Recycler,
+    /// A reliable writer's write credit (`None`: best effort, never waits for readers).
+    credit: Option<Arc<WriterCredit>>,
+    /// How long a write waits for credit.
+    max_blocking: Duration,
 }
 
 impl Writer {
-    pub(super) fn new(ep: Endpoint) -> Writer {
+    pub(super) fn new(
+        ep: Endpoint,
+        credit: Option<Arc<WriterCredit>>,
+        max_blocking: Duration,
+    ) -> Writer {
         let cfg = &ep.mesh.inner.ns.cfg;
         let (ttl, max_frame) = (cfg.initial_ttl, cfg.max_message_bytes as usize);
         Writer {
@@ -87,6 +105,8 @@ impl Writer {
             ttl,
             max_frame,
             blocks: Recycler::new(SPARE_BLOCKS),
+            credit,
+            max_blocking,
         }
         .with_batch_bytes(crate::node::DEFAULT_BATCH_BYTES)
     }
@@ -136,6 +156,11 @@ impl Writer {
     /// full, blocking this thread while the ingress has no room. Never call it on an
     /// executor thread.
     pub fn write_blocking(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
+        if !self.has_credit() {
+            // What can never be accepted is said before waiting.
+            self.check(payload)?;
+            self.credit_blocking()?;
+        }
         let seq = self.add(payload)?;
         if self.buf.len() >= self.batch_bytes {
             self.flush_blocking()?;
@@ -146,6 +171,10 @@ impl Writer {
     /// Writes a sample and returns its sequence number; hands the batch over when it is
     /// full, waiting asynchronously for ingress room.
     pub async fn write(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
+        if !self.has_credit() {
+            self.check(payload)?;
+            self.credit_async().await?;
+        }
         let seq = self.add(payload)?;
         if self.buf.len() >= self.batch_bytes {
             self.flush().await?;
@@ -160,6 +189,13 @@ impl Writer {
     pub fn try_write(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
         // What can never be accepted is said first, whatever the room.
         self.check(payload)?;
+        if !self.has_credit() {
+            // Readers acknowledge only what reached them: hand the pending samples over.
+            let _ = self.try_flush();
+            return Err(PublishError::HistoryFull {
+                waited: Duration::ZERO,
+            });
+        }
         if self.count > 0 && self.buf.len() >= self.batch_bytes {
             self.try_flush()?;
         }
@@ -200,6 +236,89 @@ impl Writer {
         let r = tx.send(batch).await.map_err(|_| PublishError::Stopped);
         guard.lost = 0;
         r
+    }
+
+    fn has_credit(&self) -> bool {
+        self.credit
+            .as_ref()
+            .is_none_or(|c| c.allows(self.next_seq))
+    }
+
+    /// Waits on this thread, at most `max_blocking`, until the next sample is within the
+    /// credit (see the type's docs).
+    fn credit_blocking(&mut self) -> Result<(), PublishError> {
+        if self.has_credit() {
+            return Ok(());
+        }
+        // Readers acknowledge only what reached them: what is pending goes first.
+        self.flush_blocking()?;
+        let credit = self.credit.clone().expect("has_credit said there is one");
+        let start = Instant::now();
+        let deadline = start.checked_add(self.max_blocking);
+        loop {
+            let l = credit.listen();
+            if credit.allows(self.next_seq) {
+                return Ok(());
+            }
+            self.check_running()?;
+            use event_listener::Listener;
+            let woken = match deadline {
+                Some(d) => l.wait_deadline(d).is_some(),
+                None => {
+                    l.wait();
+                    true
+                }
+            };
+            if !woken && !credit.allows(self.next_seq) {
+                return Err(PublishError::HistoryFull {
+                    waited: start.elapsed(),
+                });
+            }
+        }
+    }
+
+    /// [`credit_blocking`](Self::credit_blocking), waiting asynchronously.
+    async fn credit_async(&mut self) -> Result<(), PublishError> {
+        if self.has_credit() {
+            return Ok(());
+        }
+        self.flush().await?;
+        let credit = self.credit.clone().expect("has_credit said there is one");
+        let start = Instant::now();
+        let deadline = start.checked_add(self.max_blocking);
+        loop {
+            let l = credit.listen();
+            if credit.allows(self.next_seq) {
+                return Ok(());
+            }
+            self.check_running()?;
+            let woken = match deadline {
+                Some(d) => {
+                    let timer = std::pin::pin!(crate::node::deadline::Deadline::new(d));
+                    matches!(
+                        futures_util::future::select(l, timer).await,
+                        futures_util::future::Either::Left(_)
+                    )
+                }
+                None => {
+                    l.await;
+                    true
+                }
+            };
+            if !woken && !credit.allows(self.next_seq) {
+                return Err(PublishError::HistoryFull {
+                    waited: start.elapsed(),
+                });
+            }
+        }
+    }
+
+    fn check_running(&self) -> Result<(), PublishError> {
+        let inner = &self.ep.mesh.inner;
+        if inner.ns.stopping.load(Ordering::Acquire) || inner.publish.get().is_none() {
+            return Err(PublishError::Stopped);
+        }
+        Ok(())
     }
 
     /// Checks the sample as a publish is checked (node running, size) and appends it to the
@@ -361,11 +480,15 @@ mod tests {
 
     /// A writer handle on `m` with a made-up GUID: the packing needs no control plane.
     fn writer(m: &Mesh) -> Writer {
-        Writer::new(Endpoint {
-            mesh: m.clone(),
-            guid: [9; 16],
-            topic: "t".into(),
-        })
+        Writer::new(
+            Endpoint {
+                mesh: m.clone(),
+                guid: [9; 16],
+                topic: "t".into(),
+            },
+            None,
+            std::time::Duration::ZERO,
+        )
         .with_batch_bytes(1 << 20)
     }
 
