@@ -366,7 +366,11 @@ impl Link {
             | Frame::Membership(_)
             | Frame::IdentityRecord(_)
             | Frame::Discovery(_)
-            | Frame::Samples(_) => self.payload_frame(),
+            | Frame::Samples(_)
+            | Frame::WriterHeartbeat(_)
+            | Frame::AckNack(_)
+            | Frame::Repair(_)
+            | Frame::Gap(_) => self.payload_frame(),
         }
     }
 

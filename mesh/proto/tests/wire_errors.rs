@@ -70,8 +70,9 @@ fn oversized_length_is_rejected_from_the_prefix_alone() {
 
 #[test]
 fn unknown_frame_types_are_errors() {
-    // 9 and 10 are Shoal's topic frames; 11 is the first type nobody defines.
-    for ty in [0u8, 11, 12, 200, 255] {
+    // 9 and 10 are Shoal's topic frames, 11 to 14 its reliability frames; 15 is the first
+    // type nobody defines.
+    for ty in [0u8, 15, 16, 200, 255] {
         assert_eq!(
             decode(&frame_of(ty, &[])),
             Err(DecodeError::UnknownFrameType(ty))
@@ -761,13 +762,14 @@ fn samples_unknown_flag_bits() {
 }
 
 #[test]
-fn frame_type_11_is_still_unknown() {
+fn frame_type_15_is_still_unknown() {
     assert_eq!(FrameType::from_u8(9), Some(FrameType::Discovery));
     assert_eq!(FrameType::from_u8(10), Some(FrameType::Samples));
-    assert_eq!(FrameType::from_u8(11), None);
+    assert_eq!(FrameType::from_u8(14), Some(FrameType::Gap));
+    assert_eq!(FrameType::from_u8(15), None);
     assert_eq!(
-        rejected(&frame_of(11, &unhex(&SAMPLES_HEX[10..]))),
-        DecodeError::UnknownFrameType(11)
+        rejected(&frame_of(15, &unhex(&SAMPLES_HEX[10..]))),
+        DecodeError::UnknownFrameType(15)
     );
     assert_eq!(FrameType::MAX_V1, 8);
 }

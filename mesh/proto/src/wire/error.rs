@@ -102,6 +102,32 @@ pub enum DecodeError {
     /// A Samples frame sets flag bits this build does not know.
     #[error("Samples flags {0:#04x}: unknown bits set")]
     UnknownSamplesFlags(u8),
+    /// A reliability Heartbeat (`1 ≤ first ≤ last + 1`) or Gap (`1 ≤ first ≤ last`) whose
+    /// sequence range is not one.
+    #[error("{frame} range {first}..={last} is not a valid sequence range")]
+    BadSeqRange {
+        /// Which frame (`"Heartbeat"`, `"Gap"`).
+        frame: &'static str,
+        /// The frame's `first`.
+        first: u64,
+        /// The frame's `last`.
+        last: u64,
+    },
+    /// An AckNack whose bitmap breaks a rule: more than 256 bits, bits set past `nbits`, a
+    /// bitmap on a sync request (`base = 0`), or `base + nbits - 1` beyond `u64::MAX`.
+    #[error("malformed AckNack: {0}")]
+    BadAckNack(&'static str),
+    /// A Repair frame with `count = 0`.
+    #[error("Repair frame carries no sample")]
+    EmptyRepair,
+    /// A Repair frame's `firstSeq` is 0 or its last sequence number does not fit a `u64`.
+    #[error("Repair run {first_seq} + {count} is outside the sequence numbers 1..=u64::MAX")]
+    BadRepairSeq {
+        /// The frame's `firstSeq`.
+        first_seq: u64,
+        /// The frame's `count`.
+        count: u16,
+    },
 }
 
 /// Why a value could not be encoded. Nothing is written to the output when this is returned.
@@ -137,6 +163,9 @@ pub enum EncodeError {
     /// `1..=u64::MAX`, or a body that `count` length-prefixed payloads do not fill exactly.
     #[error("malformed Samples frame: {0}")]
     BadSamples(&'static str),
+    /// A reliability frame (Heartbeat, AckNack, Repair, Gap) that would not decode.
+    #[error("malformed reliability frame: {0}")]
+    BadReliable(&'static str),
     /// One sample is too large for a Samples frame within `max_message_bytes`.
     #[error("a sample of {len} bytes does not fit a Samples frame of at most {max} bytes")]
     SampleTooLarge {

@@ -1,7 +1,8 @@
 //! TCP frames: `length u32 | frameType u8 | body`, their bodies, and the framing decoder.
 //!
-//! **Owns:** the ten frame types (the eight of v1 and Shoal's two topic frames, whose bodies
-//! are in `discovery` and `samples`), their encoding and decoding. **Must not touch:** what a
+//! **Owns:** the fourteen frame types (the eight of v1, Shoal's two topic frames, whose bodies
+//! are in `discovery` and `samples`, and the four reliability frames of `reliable_frames`),
+//! their encoding and decoding. **Must not touch:** what a
 //! frame means (the state machines).
 
 use super::cursor::{check_str, put_str, Cursor};
@@ -10,6 +11,10 @@ use super::defaults::{DATA_HEADER_LEN, FRAME_HEADER_LEN, LENGTH_PREFIX_LEN};
 use super::discovery::Discovery;
 use super::error::{DecodeError, DecodeStatus, EncodeError};
 use super::hello_ext::ShoalExtension;
+use super::reliable_frames::{
+    AckNack, Gap, Heartbeat, ReliableFrame, Repair, ACKNACK_FRAME_TYPE, GAP_FRAME_TYPE,
+    RELIABLE_HEARTBEAT_FRAME_TYPE, REPAIR_FRAME_TYPE,
+};
 use super::samples::Samples;
 use super::topic_frames::{DISCOVERY_FRAME_TYPE, SAMPLES_FRAME_TYPE};
 use crate::id::{MsgId, PeerId};
@@ -42,6 +47,14 @@ pub enum FrameType {
     Discovery = DISCOVERY_FRAME_TYPE,
     /// Extended: a run of one writer's topic samples, sent along its routes.
     Samples = SAMPLES_FRAME_TYPE,
+    /// Extended: a reliable writer's heartbeat (which sequence numbers its node holds).
+    WriterHeartbeat = RELIABLE_HEARTBEAT_FRAME_TYPE,
+    /// Extended: a reliable reader's acknowledgement and repair requests.
+    AckNack = ACKNACK_FRAME_TYPE,
+    /// Extended: samples resent for one reliable reader.
+    Repair = REPAIR_FRAME_TYPE,
+    /// Extended: samples that will never come for one reliable reader.
+    Gap = GAP_FRAME_TYPE,
 }
 
 impl FrameType {
@@ -61,6 +74,10 @@ impl FrameType {
             8 => FrameType::IdentityRecord,
             DISCOVERY_FRAME_TYPE => FrameType::Discovery,
             SAMPLES_FRAME_TYPE => FrameType::Samples,
+            RELIABLE_HEARTBEAT_FRAME_TYPE => FrameType::WriterHeartbeat,
+            ACKNACK_FRAME_TYPE => FrameType::AckNack,
+            REPAIR_FRAME_TYPE => FrameType::Repair,
+            GAP_FRAME_TYPE => FrameType::Gap,
             _ => return None,
         })
     }
@@ -289,6 +306,14 @@ pub enum Frame {
     Discovery(Discovery),
     /// Type 10 (extended); the body is a slice of the read buffer.
     Samples(Samples),
+    /// Type 11 (extended): a reliable writer's heartbeat (not the v1 link [`Frame::Heartbeat`]).
+    WriterHeartbeat(Heartbeat),
+    /// Type 12 (extended).
+    AckNack(AckNack),
+    /// Type 13 (extended); the body is a slice of the read buffer.
+    Repair(Repair),
+    /// Type 14 (extended).
+    Gap(Gap),
 }
 
 impl Frame {
@@ -305,7 +330,22 @@ impl Frame {
             Frame::IdentityRecord(_) => FrameType::IdentityRecord,
             Frame::Discovery(_) => FrameType::Discovery,
             Frame::Samples(_) => FrameType::Samples,
+            Frame::WriterHeartbeat(_) => FrameType::WriterHeartbeat,
+            Frame::AckNack(_) => FrameType::AckNack,
+            Frame::Repair(_) => FrameType::Repair,
+            Frame::Gap(_) => FrameType::Gap,
         }
+    }
+
+    /// The reliability frames seen through one type, for their shared code.
+    fn reliable(&self) -> Option<ReliableFrame<'_>> {
+        Some(match self {
+            Frame::WriterHeartbeat(h) => ReliableFrame::Heartbeat(h),
+            Frame::AckNack(a) => ReliableFrame::AckNack(a),
+            Frame::Repair(r) => ReliableFrame::Repair(r),
+            Frame::Gap(g) => ReliableFrame::Gap(g),
+            _ => return None,
+        })
     }
 
     /// Bytes after the type byte.
@@ -319,6 +359,9 @@ impl Frame {
             Frame::IdentityRecord(r) => 32 + 8 + 64 + 1 + r.name.len(),
             Frame::Discovery(d) => d.encoded_len() - FRAME_HEADER_LEN,
             Frame::Samples(s) => s.encoded_len() - FRAME_HEADER_LEN,
+            Frame::WriterHeartbeat(_) | Frame::AckNack(_) | Frame::Repair(_) | Frame::Gap(_) => {
+                self.reliable().map_or(0, |r| r.body_len())
+            }
         }
     }
 
@@ -338,7 +381,11 @@ impl Frame {
             Frame::IdentityRecord(r) => check_str(&r.name, "IdentityRecord.name")?,
             Frame::Discovery(d) => return d.validate(),
             Frame::Samples(s) => s.validate()?,
-            _ => {}
+            f => {
+                if let Some(r) = f.reliable() {
+                    r.validate()?
+                }
+            }
         }
         let len = 1 + self.body_len();
         u32::try_from(len).map_err(|_| EncodeError::FrameTooLarge { len })
@@ -389,6 +436,11 @@ impl Frame {
                 out.put_slice(&header.0[FRAME_HEADER_LEN..]);
                 out.put_slice(&s.body);
             }
+            Frame::WriterHeartbeat(_) | Frame::AckNack(_) | Frame::Repair(_) | Frame::Gap(_) => {
+                if let Some(r) = self.reliable() {
+                    r.encode_body(out)
+                }
+            }
         }
         Ok(())
     }
@@ -420,6 +472,13 @@ impl Frame {
                 let (s, r) = Samples::check_body(body)?;
                 return Ok((Frame::Samples(s), Slices::Payload(at(r))));
             }
+            FrameType::WriterHeartbeat => Frame::WriterHeartbeat(Heartbeat::decode_body(body)?),
+            FrameType::AckNack => Frame::AckNack(AckNack::decode_body(body)?),
+            FrameType::Repair => {
+                let (rep, r) = Repair::check_body(body)?;
+                return Ok((Frame::Repair(rep), Slices::Payload(at(r))));
+            }
+            FrameType::Gap => Frame::Gap(Gap::decode_body(body)?),
         };
         Ok((frame, Slices::None))
     }
@@ -430,6 +489,7 @@ impl Frame {
         match (self, slices) {
             (Frame::Data(d), Slices::Payload(r)) => d.payload = frame.slice(r),
             (Frame::Samples(s), Slices::Payload(r)) => s.body = frame.slice(r),
+            (Frame::Repair(rep), Slices::Payload(r)) => rep.body = frame.slice(r),
             (Frame::Discovery(d), Slices::Entries(known)) => {
                 d.fill_entries(&frame.slice(FRAME_HEADER_LEN..), known)
             }
@@ -541,7 +601,9 @@ pub fn take_frame(
         // Trimmed before freezing: one handle to the shared buffer, not a frozen frame plus a
         // slice of it (a refcount increment and decrement saved per Data frame).
         (
-            Frame::Data(Data { payload: one, .. }) | Frame::Samples(Samples { body: one, .. }),
+            Frame::Data(Data { payload: one, .. })
+            | Frame::Samples(Samples { body: one, .. })
+            | Frame::Repair(Repair { body: one, .. }),
             Slices::Payload(r),
         ) => {
             raw.advance(r.start);

@@ -48,7 +48,8 @@
 //! send a frame type above [`FrameType::MAX_V1`] (8) to a peer that has not advertised
 //! [`Features::EXTENDED_FRAMES`]: the C++ library drops the connection on an unknown type.
 //! [`peer_accepts_frame_type`] encodes that rule. Shoal advertises it
-//! ([`Features::SUPPORTED`]) and defines two extended frame types, below.
+//! ([`Features::SUPPORTED`]) and defines six extended frame types, below (the four reliability
+//! frames' rules are in the `reliable_frames` source).
 //!
 //! # Frame types
 //!
@@ -64,6 +65,10 @@
 //! | 8 | IdentityRecord | [`IdentityRecord`]: `idPubKey 32 \| version u64 \| sig 64 \| name str` | v1 |
 //! | 9 | Discovery | [`Discovery`]: `origin 16 \| seq u64 \| ttl u8 \| cycle u32 \| part u16 \| parts u16 \| count u16 \| entries` | extended |
 //! | 10 | Samples | [`Samples`]: `ttl u8 \| flags u8 \| writer 16 \| firstSeq u64 \| count u16 \| count × (len u32 \| payload)` | extended |
+//! | 11 | WriterHeartbeat | [`Heartbeat`]: `ttl u8 \| writer 16 \| first u64 \| last u64` | extended |
+//! | 12 | AckNack | [`AckNack`]: `ttl u8 \| writer 16 \| reader 16 \| count u32 \| base u64 \| nbits u16 \| bitmap` | extended |
+//! | 13 | Repair | [`Repair`]: `ttl u8 \| writer 16 \| reader 16 \| firstSeq u64 \| count u16 \| count × (len u32 \| payload)` | extended |
+//! | 14 | Gap | [`Gap`]: `ttl u8 \| writer 16 \| reader 16 \| first u64 \| last u64` | extended |
 //!
 //! A v1 body may be followed by bytes the decoder ignores; the two extended frames must be
 //! filled exactly; entry kinds and the rules of both are on [`Discovery`] and [`Samples`]
@@ -78,6 +83,7 @@ mod discovery;
 mod error;
 mod frame;
 mod hello_ext;
+mod reliable_frames;
 mod samples;
 mod topic_frames;
 
@@ -93,6 +99,11 @@ pub use frame::{
 pub use hello_ext::{
     peer_accepts_frame_type, Features, ShoalExtension, SHOAL_EXT_FIXED_LEN, SHOAL_EXT_MAGIC,
     SHOAL_EXT_VERSION,
+};
+pub use reliable_frames::{
+    AckNack, Gap, Heartbeat, Repair, SeqSet, ACKNACK_BODY_FIXED, ACKNACK_FRAME_TYPE, GAP_BODY_LEN,
+    GAP_FRAME_TYPE, HEARTBEAT_BODY_LEN, MAX_NACK_BITS, RELIABLE_HEARTBEAT_FRAME_TYPE,
+    REPAIR_BODY_FIXED, REPAIR_FRAME_TYPE,
 };
 pub use samples::{take_samples, SamplePayloads, SampleRunWriter, Samples, SamplesHeader};
 pub use topic_frames::{

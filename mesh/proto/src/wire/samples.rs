@@ -121,7 +121,7 @@ impl Samples {
     /// Checks what the decoder would reject, so an encoded frame always decodes.
     pub(crate) fn validate(&self) -> Result<(), EncodeError> {
         check_head(self.first_seq, self.count, SAMPLES_KNOWN_FLAGS)
-            .and_then(|()| check_run(&self.body, self.count))
+            .and_then(|()| check_run(&self.body, self.count, SAMPLES_RUN))
             .map_err(|e| {
                 EncodeError::BadSamples(match e {
                     DecodeError::EmptySamples => "no sample",
@@ -144,7 +144,7 @@ impl Samples {
         let first_seq = c.u64("Samples.firstSeq")?;
         let count = c.u16("Samples.count")?;
         check_head(first_seq, count, flags)?;
-        check_run(c.rest(), count)?;
+        check_run(c.rest(), count, SAMPLES_RUN)?;
         let s = Samples {
             ttl,
             writer,
@@ -170,17 +170,31 @@ fn check_head(first_seq: u64, count: u16, flags: u8) -> Result<(), DecodeError> 
     Ok(())
 }
 
-/// Checks that `count` length-prefixed payloads fill `run` exactly.
-fn check_run(run: &[u8], count: u16) -> Result<(), DecodeError> {
+/// The names a run's errors carry: the frame, its length field and its payload field.
+pub(crate) struct RunNames {
+    pub(crate) frame: &'static str,
+    pub(crate) len: &'static str,
+    pub(crate) payload: &'static str,
+}
+
+const SAMPLES_RUN: RunNames = RunNames {
+    frame: "Samples",
+    len: "Samples.len",
+    payload: "Samples.payload",
+};
+
+/// Checks that `count` length-prefixed payloads fill `run` exactly (Samples and Repair share
+/// the layout).
+pub(crate) fn check_run(run: &[u8], count: u16, names: RunNames) -> Result<(), DecodeError> {
     let mut c = Cursor::new(run);
     for _ in 0..count {
-        let len = c.u32("Samples.len")?;
-        c.take(len as usize, "Samples.payload")?;
+        let len = c.u32(names.len)?;
+        c.take(len as usize, names.payload)?;
     }
     match c.remaining() {
         0 => Ok(()),
         extra => Err(DecodeError::TrailingBytes {
-            frame: "Samples",
+            frame: names.frame,
             extra,
         }),
     }
@@ -192,6 +206,17 @@ pub struct SamplePayloads<'a> {
     body: &'a Bytes,
     pos: usize,
     left: u16,
+}
+
+impl<'a> SamplePayloads<'a> {
+    /// Walks `count` length-prefixed payloads of `body` (a Repair's body has the same layout).
+    pub(crate) fn over(body: &'a Bytes, count: u16) -> SamplePayloads<'a> {
+        SamplePayloads {
+            body,
+            pos: 0,
+            left: count,
+        }
+    }
 }
 
 impl Iterator for SamplePayloads<'_> {
