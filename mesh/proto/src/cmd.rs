@@ -145,6 +145,14 @@ pub enum ShardToShard {
         /// The run.
         samples: Samples,
     },
+    /// Route this reliability frame received on `from` (sent to the shard owning its
+    /// writer's reliable state).
+    RelayReliable {
+        /// The inbound link.
+        from: LinkId,
+        /// The frame.
+        frame: RelFrame,
+    },
     /// Queue these bytes, holding `frames` Data frames, on `link` (sent to the link's shard;
     /// bytes already reserved in the link's budget).
     Transmit {
@@ -155,6 +163,31 @@ pub enum ShardToShard {
         /// The Data frames in it (counted if they are lost).
         frames: u64,
     },
+}
+
+/// One of the four reliability frames (reliable topics), as a shard routes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelFrame {
+    /// A writer's heartbeat (down the tree).
+    Heartbeat(crate::wire::Heartbeat),
+    /// A reader's acknowledgement (up the tree).
+    AckNack(crate::wire::AckNack),
+    /// Resent samples for one reader (down the tree).
+    Repair(crate::wire::Repair),
+    /// Samples that will never come, for one reader (down the tree).
+    Gap(crate::wire::Gap),
+}
+
+impl RelFrame {
+    /// The writer the frame is about.
+    pub fn writer(&self) -> &[u8; 16] {
+        match self {
+            RelFrame::Heartbeat(h) => &h.writer,
+            RelFrame::AckNack(a) => &a.writer,
+            RelFrame::Repair(r) => &r.writer,
+            RelFrame::Gap(g) => &g.writer,
+        }
+    }
 }
 
 /// Shard → control plane.

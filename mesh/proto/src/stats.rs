@@ -118,6 +118,25 @@ counters! {
     /// yet (routed when a table naming it arrives, else counted in
     /// `dropped_unrouted_samples`).
     sample_runs_parked,
+    /// Reliable topics: writer heartbeats sent.
+    reliable_heartbeats,
+    /// Reliable topics: acknowledgements (AckNack frames) sent by this node's readers.
+    reliable_acknacks,
+    /// Reliable topics: samples resent by this node's writers (repairs and history handed
+    /// to late joiners).
+    samples_repaired,
+    /// Reliable topics: Gap frames sent by this node's writers (samples a reader asked for
+    /// that the history no longer holds).
+    reliable_gaps,
+    /// Reliable topics: samples this node's reliable readers will never get (the writer said
+    /// so with a Gap); each also raised a `SamplesLost` event.
+    samples_lost,
+    /// Reliable topics: reliability frames dropped because no route leads where they go (no
+    /// table entry for the writer, no upstream link, no history on the writer's node).
+    reliable_unrouted,
+    /// Reliable topics: samples a reliable writer sent but could not keep for repair (its
+    /// history was full: the handle overran its credit).
+    history_refused,
     /// Links closed because a frame did not decode (random bytes, unknown type, bad field).
     malformed_frames,
     /// Links closed because a frame announced a length above `max_message_bytes` (before the

@@ -117,6 +117,20 @@ pub enum Event {
         /// The payload (a slice of the read buffer: no copy).
         payload: Bytes,
     },
+    /// A reliable reader of this node will never get the writer's samples `first ..= last`:
+    /// the writer no longer holds them (keep-last replaced them, or their lifespan ended).
+    /// Delivery goes on after them, in order; counted in `samples_lost`. Samples written
+    /// before a volatile reader matched are not owed to it and raise nothing.
+    SamplesLost {
+        /// The local reliable reader.
+        reader: EndpointGuid,
+        /// The writer.
+        writer: EndpointGuid,
+        /// First lost sequence number.
+        first: u64,
+        /// Last lost sequence number.
+        last: u64,
+    },
     /// A writer and a reader, at least one of them on this node, now match.
     Matched {
         /// The writer.

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 /// A byte relay on 127.0.0.1 toward `127.0.0.1:target`: a node dialing [`CutProxy::port`]
 /// links with the target through it. [`CutProxy::cut`] closes every relayed connection and
-/// refuses new ones, so the link is gone for good while both nodes run on.
+/// refuses new ones, so the link is gone while both nodes run on, until [`CutProxy::heal`]
+/// lets the dialing node's next attempt through.
 pub struct CutProxy {
     port: u16,
     cut: Arc<AtomicBool>,
@@ -64,6 +65,12 @@ impl CutProxy {
     /// The port to dial.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Accepts connections again (the dialing node reconnects with its backoff).
+    #[allow(dead_code)]
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::Release);
     }
 
     /// Closes every relayed connection and refuses all later ones.

@@ -37,6 +37,18 @@ pub enum ShardAction {
     /// Hand a run of samples to a local reader (waiting for room in the event queue, as
     /// [`ShardAction::Deliver`]).
     DeliverSamples(SampleRun),
+    /// Tell the application that samples `first ..= last` of `writer` will never reach its
+    /// reliable reader `reader` (the writer no longer holds them): a `SamplesLost` event.
+    SamplesLost {
+        /// The local reliable reader.
+        reader: EndpointGuid,
+        /// The writer.
+        writer: EndpointGuid,
+        /// First lost sequence number.
+        first: u64,
+        /// Last lost sequence number.
+        last: u64,
+    },
     /// Tell the application about a link error (an `Error` event).
     Error(LinkError),
     /// An originated message waits for room on a link (Block policy): see

@@ -61,6 +61,7 @@ mod backpressure;
 mod links;
 mod origin;
 mod read;
+mod reliable;
 mod route;
 mod samples;
 mod write;
@@ -75,6 +76,7 @@ pub use action::{
 pub use backpressure::{Blocked, Unblock};
 pub use origin::Publish;
 pub use read::ReadStep;
+pub use reliable::ReliableTuning;
 pub use samples::samples_shard;
 pub use write::WriteStep;
 
@@ -122,6 +124,8 @@ pub struct ShardConfig {
     pub max_parked_sample_bytes: usize,
     /// How long such a run is held.
     pub parked_sample_timeout: Duration,
+    /// Reliable topics' settings (`[topics]`).
+    pub reliable: ReliableTuning,
 }
 
 impl ShardConfig {
@@ -141,6 +145,7 @@ impl ShardConfig {
             max_iovecs: 1024,
             max_parked_sample_bytes: cfg.topics.max_parked_sample_bytes,
             parked_sample_timeout: cfg.topics.parked_sample_timeout,
+            reliable: ReliableTuning::of(&cfg.topics),
         }
     }
 }
@@ -220,6 +225,7 @@ impl ShardCore {
             sample_routes: None,
             writer_seqs: Vec::new(),
             parked: samples::Parked::default(),
+            reliable: reliable::Reliable::default(),
             sink: Sink(Box::new(NoSink)),
             counters,
             cfg,
@@ -290,6 +296,7 @@ impl ShardCore {
             ToShard::SendRaw { link, frame } => self.send_raw(link, frame, now),
             ToShard::SampleRoutes(r) => {
                 self.sample_routes = Some(r);
+                self.sync_reliable(now, out);
                 self.replay_parked(now, out);
             }
             ToShard::Stop => {
@@ -315,6 +322,9 @@ impl ShardCore {
             }
             ShardToShard::RelaySamples { from, samples } => {
                 self.route_samples(from, samples, route::Path::Inbox, now, out)
+            }
+            ShardToShard::RelayReliable { from, frame } => {
+                self.route_reliable(from, frame, now, out)
             }
             ShardToShard::Transmit {
                 link,
@@ -344,6 +354,9 @@ impl ShardCore {
         if let Some(t) = self.parked.next_expiry(self.cfg.parked_sample_timeout) {
             at = at.min(t);
         }
+        if let Some(t) = self.reliable.poll_timeout() {
+            at = at.min(t);
+        }
         match self.stop {
             Stop::Until(d) => at.min(d),
             _ => at,
@@ -354,6 +367,7 @@ impl ShardCore {
     pub fn handle_timeout(&mut self, now: Instant, out: &mut Vec<ShardAction>) {
         self.router.handle_timeout(now);
         self.expire_parked(now);
+        self.reliable_timeout(now, out);
         if let Stop::Until(d) = self.stop {
             if now >= d {
                 for link in self.links.ids().collect::<Vec<_>>() {

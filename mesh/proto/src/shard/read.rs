@@ -13,7 +13,7 @@
 use super::action::{decode_fault, IfBusy, LinkFault, ShardAction};
 use super::links::pull;
 use super::ShardCore;
-use crate::cmd::ToControl;
+use crate::cmd::{RelFrame, ToControl};
 use crate::crypto::{OpenError, RecordReader};
 use crate::link::{CloseReason, FrameAction};
 use crate::stats::{add, inc};
@@ -211,6 +211,18 @@ impl ShardCore {
                     }
                     Incoming::Samples(s) | Incoming::Frame(Frame::Samples(s)) => {
                         self.route_samples_in(link, s, now, out)
+                    }
+                    Incoming::Frame(Frame::WriterHeartbeat(h)) => {
+                        self.reliable_in(link, RelFrame::Heartbeat(h), now, out)
+                    }
+                    Incoming::Frame(Frame::AckNack(a)) => {
+                        self.reliable_in(link, RelFrame::AckNack(a), now, out)
+                    }
+                    Incoming::Frame(Frame::Repair(r)) => {
+                        self.reliable_in(link, RelFrame::Repair(r), now, out)
+                    }
+                    Incoming::Frame(Frame::Gap(g)) => {
+                        self.reliable_in(link, RelFrame::Gap(g), now, out)
                     }
                     Incoming::Frame(Frame::Discovery(d)) => out.push(ShardAction::Report {
                         msg: ToControl::DiscoveryIn {

@@ -153,6 +153,14 @@ impl ShardCore {
         Some(Fresh { skip: skip as u16 })
     }
 
+    /// The next sequence number this shard expects of `route`'s writer (0: none seen).
+    pub(super) fn writer_seq_next(&self, route: &WriterRoute) -> u64 {
+        self.writer_seqs
+            .get(route.slot as usize)
+            .filter(|st| st.writer == route.writer)
+            .map_or(0, |st| st.next)
+    }
+
     /// Moves `route`'s writer's state to expect `next` (this node's own writer, whose runs
     /// are consecutive).
     fn advance_seq(&mut self, route: &WriterRoute, next: u64) {
@@ -233,7 +241,7 @@ impl ShardCore {
                 add(&self.counters.dropped_ttl, u64::from(s.count));
             }
         }
-        self.deliver_run(route, s, c, out);
+        self.deliver_run(route, s, c, now, out);
     }
 
     /// Holds a run of a writer the table does not know (see [`Parked`]); the oldest runs
@@ -329,8 +337,14 @@ impl ShardCore {
         route: &WriterRoute,
         s: Samples,
         c: &TopicCounterSet,
+        now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
+        if let Some(rel) = route.reliable.as_deref() {
+            if !rel.local_readers.is_empty() {
+                return self.deliver_run_reliable(route, rel, s, c, now, out);
+            }
+        }
         let n = u64::from(s.count);
         let Some((last, rest)) = route.readers.split_last() else {
             return;
@@ -341,7 +355,7 @@ impl ShardCore {
         self.deliver_samples(*last, s, c, n, out);
     }
 
-    fn deliver_samples(
+    pub(super) fn deliver_samples(
         &mut self,
         reader: EndpointGuid,
         samples: Samples,
@@ -424,7 +438,11 @@ impl ShardCore {
                 Out::Raw(batch.clone(), n, frames)
             });
         }
-        if route.readers.is_empty() {
+        let history = route
+            .reliable
+            .as_deref()
+            .is_some_and(|r| r.writer.is_some());
+        if route.readers.is_empty() && !history {
             // Nothing to deliver here: only the writer's sequence state moves (so a copy that
             // comes back over a loop while routes change is a duplicate), read off the last
             // frame's header without walking the samples.
@@ -448,8 +466,11 @@ impl ShardCore {
                 break;
             };
             at += len;
+            if history {
+                self.record_written(route, &s, now, out);
+            }
             if self.check_seq(route, &s, c).is_some() {
-                self.deliver_run(route, s, c, out);
+                self.deliver_run(route, s, c, now, out);
             }
         }
     }

@@ -31,6 +31,17 @@
 //! max_parked_sample_bytes = 1048576
 //! parked_sample_timeout_ms = 1000
 //! route_plan_interval_ms = 10
+//! # reliable topics
+//! heartbeat_period_ms = 100
+//! ack_period_ms = 20
+//! nack_delay_ms = 5
+//! sync_retry_ms = 200
+//! repair_budget = 4096
+//! repair_period_ms = 10
+//! max_history_samples = 65536
+//! max_history_bytes = 67108864
+//! max_reader_buffer_samples = 65536
+//! max_reader_buffer_bytes = 67108864
 //! ```
 
 use serde::Deserialize;
@@ -135,6 +146,40 @@ pub struct TopicsConfig {
     /// walks every writer's tree). Default 10 ms.
     #[serde(rename = "route_plan_interval_ms", with = "millis")]
     pub route_plan_interval: Duration,
+    /// Reliable writers: how often a writer's node says which samples it still holds while
+    /// a reader has not acknowledged everything (nothing is sent when all is acknowledged).
+    /// Default 100 ms.
+    #[serde(rename = "heartbeat_period_ms", with = "millis")]
+    pub heartbeat_period: Duration,
+    /// Reliable readers: least time between two acknowledgements of one reader (they are
+    /// sent only when something changed). Default 20 ms.
+    #[serde(rename = "ack_period_ms", with = "millis")]
+    pub ack_period: Duration,
+    /// Reliable readers: how long a gap waits for a reordered sample before it is asked
+    /// for. Default 5 ms.
+    #[serde(rename = "nack_delay_ms", with = "millis")]
+    pub nack_delay: Duration,
+    /// Reliable readers: how often a reader that has not heard from its writer yet asks
+    /// where to start. Default 200 ms.
+    #[serde(rename = "sync_retry_ms", with = "millis")]
+    pub sync_retry: Duration,
+    /// Reliable writers: most samples one writer resends per `repair_period`, whatever the
+    /// repair requests (a flood of them cannot make it resend more). Default 4096.
+    pub repair_budget: u32,
+    /// The period of `repair_budget`. Default 10 ms.
+    #[serde(rename = "repair_period_ms", with = "millis")]
+    pub repair_period: Duration,
+    /// Reliable keep-all writers without a `max_samples` resource limit: the most samples
+    /// not acknowledged by every reader before writes wait. Also bounds keep-last depths.
+    /// Default 65 536.
+    pub max_history_samples: u32,
+    /// Payload bytes one reliable writer's history holds at most. Default 64 MiB.
+    pub max_history_bytes: usize,
+    /// Out-of-order samples one reliable reader holds while it waits for a repair. Default
+    /// 65 536.
+    pub max_reader_buffer_samples: u32,
+    /// Their payload bytes. Default 64 MiB.
+    pub max_reader_buffer_bytes: usize,
 }
 
 impl Default for TopicsConfig {
@@ -161,6 +206,16 @@ impl Default for TopicsConfig {
             max_parked_sample_bytes: 1 << 20,
             parked_sample_timeout: Duration::from_millis(1000),
             route_plan_interval: Duration::from_millis(10),
+            heartbeat_period: Duration::from_millis(100),
+            ack_period: Duration::from_millis(20),
+            nack_delay: Duration::from_millis(5),
+            sync_retry: Duration::from_millis(200),
+            repair_budget: 4096,
+            repair_period: Duration::from_millis(10),
+            max_history_samples: 65_536,
+            max_history_bytes: 64 << 20,
+            max_reader_buffer_samples: 65_536,
+            max_reader_buffer_bytes: 64 << 20,
         }
     }
 }
@@ -204,6 +259,10 @@ impl TopicsConfig {
         for (name, d) in [
             ("announce_period", self.announce_period),
             ("participant_lease", self.participant_lease),
+            ("heartbeat_period", self.heartbeat_period),
+            ("ack_period", self.ack_period),
+            ("sync_retry", self.sync_retry),
+            ("repair_period", self.repair_period),
         ] {
             if d.is_zero() {
                 return Err(TopicsConfigError::ZeroDuration(name));
@@ -217,6 +276,11 @@ impl TopicsConfig {
             ("max_remote_readers", self.max_remote_readers),
             ("max_dedup_origins", self.max_dedup_origins),
             ("max_reported_incompatible", self.max_reported_incompatible),
+            ("repair_budget", self.repair_budget as usize),
+            ("max_history_samples", self.max_history_samples as usize),
+            ("max_history_bytes", self.max_history_bytes),
+            ("max_reader_buffer_samples", self.max_reader_buffer_samples as usize),
+            ("max_reader_buffer_bytes", self.max_reader_buffer_bytes),
         ] {
             if n == 0 {
                 return Err(TopicsConfigError::Zero(name));

@@ -357,6 +357,20 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
             }
         }
         ShardAction::Error(e) => error_event(ctx, e),
+        ShardAction::SamplesLost {
+            reader,
+            writer,
+            first,
+            last,
+        } => ctx.ns.hub.emit_control(
+            Event::SamplesLost {
+                reader,
+                writer,
+                first,
+                last,
+            },
+            ctx.counters(),
+        ),
         ShardAction::Block(b) => return Some(ShardAction::Block(b)),
         ShardAction::Ended(link, _) => ended(ctx, link, who),
     }

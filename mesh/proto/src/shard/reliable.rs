@@ -1,0 +1,682 @@
+//! Reliable topics on a shard: the state of the reliable writers and readers whose samples
+//! this shard sequences, the routing of the four reliability frames, and the hand-off of
+//! what the reliability core decides (deliveries in order, frames to send, losses).
+//!
+//! Where things live: a writer's samples are sequenced on the shard of its node's id
+//! ([`super::samples_shard`]), on every node. So that shard also keeps, on the writer's
+//! node, the writer's history ([`ReliableWriter`], one per local reliable writer with a
+//! reliable reader or a transient-local history) and, on a reader's node, one
+//! [`ReliableReader`] per local reliable reader of it. Every reliability frame names its
+//! writer and hops to that shard first, as a run of samples does.
+//!
+//! Directions (the seed's rule: requests use the writer's address): Heartbeats, Repairs and
+//! Gaps go down the writer's tree (its route's links, as samples do); AckNacks go up, hop by
+//! hop, on each node's [`WriterRoute::upstream`] link, until the writer's node. A Repair or
+//! Gap for a reader on this node stops here; one for another node's reader goes on down.
+//!
+//! Best-effort readers pay nothing: a route without a reliable side ([`WriterRoute::reliable`]
+//! `None`) takes none of these paths, and a best-effort reader of a writer that also has
+//! reliable readers is delivered as before.
+//!
+//! **Owns:** the per-slot reliable state, the reliability frames' routing, the conversion of
+//! reliable deliveries to [`SampleRun`]s and the write credit's value. **Must not touch:** the
+//! reliability protocol itself (`crate::reliable`), routes (the control plane's), delivery to
+//! the application (the sink / driver).
+
+use super::action::{IfBusy, SampleRun, ShardAction};
+use super::route::{Path, Targets};
+use super::samples::samples_shard;
+use super::ShardCore;
+use crate::cmd::{Out, RelFrame, ShardToShard};
+use crate::reliable::{
+    HistoryKind, ReaderConfig, ReaderEvent, ReliableReader, ReliableWriter, WriterConfig,
+    WriterOut,
+};
+use crate::stats::{add, inc, TopicCounterSet};
+use crate::topics::{
+    EndpointGuid, ReliableRoute, ReliableWriterSpec, SampleRoutes, TopicsConfig, WriterCredit,
+    WriterRoute,
+};
+use crate::wire::{Frame, Samples};
+use crate::LinkId;
+use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Samples per Repair frame at most.
+const MAX_REPAIR_SAMPLES: u16 = 64;
+/// Payload bytes per Repair frame at most.
+const MAX_REPAIR_BYTES: usize = 64 << 10;
+
+/// The reliability settings a shard needs (from `[topics]`).
+#[derive(Debug, Clone)]
+pub struct ReliableTuning {
+    /// See [`TopicsConfig::heartbeat_period`].
+    pub heartbeat_period: Duration,
+    /// See [`TopicsConfig::ack_period`].
+    pub ack_period: Duration,
+    /// See [`TopicsConfig::nack_delay`].
+    pub nack_delay: Duration,
+    /// See [`TopicsConfig::sync_retry`].
+    pub sync_retry: Duration,
+    /// See [`TopicsConfig::repair_budget`].
+    pub repair_budget: u32,
+    /// See [`TopicsConfig::repair_period`].
+    pub repair_period: Duration,
+    /// See [`TopicsConfig::max_history_samples`].
+    pub max_history_samples: u32,
+    /// See [`TopicsConfig::max_history_bytes`].
+    pub max_history_bytes: usize,
+    /// See [`TopicsConfig::max_reader_buffer_samples`].
+    pub max_reader_buffer_samples: u32,
+    /// See [`TopicsConfig::max_reader_buffer_bytes`].
+    pub max_reader_buffer_bytes: usize,
+}
+
+impl ReliableTuning {
+    /// The settings of `t`.
+    pub fn of(t: &TopicsConfig) -> ReliableTuning {
+        ReliableTuning {
+            heartbeat_period: t.heartbeat_period,
+            ack_period: t.ack_period,
+            nack_delay: t.nack_delay,
+            sync_retry: t.sync_retry,
+            repair_budget: t.repair_budget,
+            repair_period: t.repair_period,
+            max_history_samples: t.max_history_samples,
+            max_history_bytes: t.max_history_bytes,
+            max_reader_buffer_samples: t.max_reader_buffer_samples,
+            max_reader_buffer_bytes: t.max_reader_buffer_bytes,
+        }
+    }
+
+    fn writer(&self, s: &ReliableWriterSpec) -> WriterConfig {
+        let cap = self.max_history_samples.max(1);
+        WriterConfig {
+            history: match s.keep_last {
+                Some(depth) => HistoryKind::KeepLast {
+                    depth: depth.clamp(1, cap),
+                },
+                None => HistoryKind::KeepAll,
+            },
+            max_samples: s.max_samples.unwrap_or(cap).clamp(1, cap),
+            max_bytes: self.max_history_bytes,
+            lifespan: s.lifespan,
+            transient_local: s.transient_local,
+            heartbeat_period: self.heartbeat_period,
+            repair_budget: self.repair_budget,
+            repair_period: self.repair_period,
+            max_repair_samples: MAX_REPAIR_SAMPLES,
+            max_repair_bytes: MAX_REPAIR_BYTES,
+        }
+    }
+
+    fn reader(&self) -> ReaderConfig {
+        ReaderConfig {
+            max_buffered_samples: self.max_reader_buffer_samples,
+            max_buffered_bytes: self.max_reader_buffer_bytes,
+            ack_period: self.ack_period,
+            nack_delay: self.nack_delay,
+            sync_retry: self.sync_retry,
+        }
+    }
+}
+
+impl Default for ReliableTuning {
+    fn default() -> Self {
+        ReliableTuning::of(&TopicsConfig::default())
+    }
+}
+
+/// The reliable state of one writer on its shard.
+#[derive(Debug)]
+struct Slot {
+    writer: EndpointGuid,
+    /// The route side it was last brought in line with.
+    spec: Arc<ReliableRoute>,
+    /// The table it was last seen in.
+    epoch: u64,
+    /// This node's own writer: its history.
+    w: Option<WriterSide>,
+    /// This node's reliable readers of another node's writer, sorted by GUID.
+    readers: Vec<(EndpointGuid, ReliableReader)>,
+}
+
+#[derive(Debug)]
+struct WriterSide {
+    state: ReliableWriter,
+    credit: Arc<WriterCredit>,
+    keep_all: bool,
+}
+
+impl WriterSide {
+    /// Moves the credit to what the history has room for now.
+    fn update_credit(&self) {
+        if !self.keep_all {
+            return;
+        }
+        let room = self.state.room();
+        let limit = if room == u32::MAX {
+            u64::MAX
+        } else {
+            (self.state.next_seq() - 1).saturating_add(u64::from(room))
+        };
+        self.credit.set(limit);
+    }
+}
+
+impl Drop for WriterSide {
+    fn drop(&mut self) {
+        // Nobody acknowledges any more (no reliable reader left, or the writer went): the
+        // writer's handle must not wait for them.
+        self.credit.set(u64::MAX);
+    }
+}
+
+/// A shard's reliable state (see the [module docs](self)).
+#[derive(Debug, Default)]
+pub(super) struct Reliable {
+    /// By route slot.
+    slots: Vec<Option<Box<Slot>>>,
+    /// Slots holding state.
+    live: usize,
+    /// The earliest deadline of any state (may be early: a wake-up finds nothing due).
+    next_timer: Option<Instant>,
+    /// Deliveries of one reader call, reused.
+    scratch: Vec<(u64, Bytes)>,
+}
+
+impl Reliable {
+    /// When some state has work next.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        self.next_timer
+    }
+
+    fn note_timer(&mut self, at: Option<Instant>) {
+        if let Some(t) = at {
+            self.next_timer = Some(self.next_timer.map_or(t, |n| n.min(t)));
+        }
+    }
+}
+
+impl ShardCore {
+    /// A new route table: the reliable states of the writers sequenced here are created,
+    /// brought in line with their route (readers matched or gone), or dropped.
+    pub(super) fn sync_reliable(&mut self, now: Instant, out: &mut Vec<ShardAction>) {
+        let table = self.sample_routes.take();
+        if let Some(t) = table.as_deref() {
+            self.sync_reliable_with(t, now, out);
+        }
+        self.sample_routes = table;
+    }
+
+    fn sync_reliable_with(&mut self, t: &SampleRoutes, now: Instant, out: &mut Vec<ShardAction>) {
+        let epoch = t.epoch();
+        for route in t.routes() {
+            let Some(rel) = &route.reliable else { continue };
+            if samples_shard(&route.writer, self.shards) != self.idx {
+                continue;
+            }
+            let i = route.slot as usize;
+            if i >= self.reliable.slots.len() {
+                self.reliable.slots.resize_with(i + 1, || None);
+            }
+            let mut slot = match self.reliable.slots[i].take() {
+                Some(s) if s.writer == route.writer => s,
+                old => {
+                    if old.is_none() {
+                        self.reliable.live += 1;
+                    }
+                    Box::new(Slot {
+                        writer: route.writer,
+                        spec: rel.clone(),
+                        epoch,
+                        w: None,
+                        readers: Vec::new(),
+                    })
+                }
+            };
+            slot.epoch = epoch;
+            self.align(&mut slot, route, rel, now);
+            slot.spec = rel.clone();
+            self.flush_slot(&mut slot, route, now, out);
+            self.reliable.slots[i] = Some(slot);
+        }
+        for s in self.reliable.slots.iter_mut() {
+            if s.as_ref().is_some_and(|s| s.epoch != epoch) {
+                *s = None;
+                self.reliable.live -= 1;
+            }
+        }
+    }
+
+    /// Brings `slot` in line with its route's reliable side.
+    fn align(&mut self, slot: &mut Slot, route: &WriterRoute, rel: &ReliableRoute, now: Instant) {
+        match &rel.writer {
+            Some(spec) if route.local => {
+                let same = slot.w.as_ref().is_some_and(|w| Arc::ptr_eq(&w.credit, &spec.credit))
+                    && slot.spec.writer.as_ref().is_some_and(|old| {
+                        old.keep_last == spec.keep_last
+                            && old.max_samples == spec.max_samples
+                            && old.lifespan == spec.lifespan
+                            && old.transient_local == spec.transient_local
+                    });
+                if !same {
+                    let cfg = self.cfg.reliable.writer(spec);
+                    let keep_all = cfg.history == HistoryKind::KeepAll;
+                    // A writer whose first reliable reader matches mid-stream: its history
+                    // starts at the next sample it writes.
+                    let next = self.next_seq_of(route).max(1);
+                    slot.w = Some(WriterSide {
+                        state: ReliableWriter::starting_at(route.writer, cfg, next),
+                        credit: spec.credit.clone(),
+                        keep_all,
+                    });
+                }
+                let w = slot.w.as_mut().expect("just set");
+                w.state.set_readers(&spec.readers, now);
+                w.update_credit();
+            }
+            _ => slot.w = None,
+        }
+        // Readers: keep the states of those still listed, start the new ones.
+        let mut old = std::mem::take(&mut slot.readers);
+        for g in &rel.local_readers {
+            match old.iter().position(|(r, _)| r == g) {
+                Some(p) => slot.readers.push(old.swap_remove(p)),
+                None => slot.readers.push((
+                    *g,
+                    ReliableReader::new(route.writer, *g, self.cfg.reliable.reader(), now),
+                )),
+            }
+        }
+        slot.readers.sort_unstable_by_key(|(g, _)| *g);
+    }
+
+    /// Sends what `slot`'s states want sent, reports their losses, moves the credit, and
+    /// notes their next deadline.
+    fn flush_slot(
+        &mut self,
+        slot: &mut Slot,
+        route: &WriterRoute,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let ttl = self.cfg.initial_ttl;
+        if let Some(w) = slot.w.as_mut() {
+            while let Some(o) = w.state.poll_transmit(now) {
+                let frame = match o {
+                    WriterOut::Heartbeat(mut h) => {
+                        h.ttl = ttl;
+                        inc(&self.counters.reliable_heartbeats);
+                        Frame::WriterHeartbeat(h)
+                    }
+                    WriterOut::Repair(mut r) => {
+                        r.ttl = ttl;
+                        add(&self.counters.samples_repaired, u64::from(r.count));
+                        Frame::Repair(r)
+                    }
+                    WriterOut::Gap(mut g) => {
+                        g.ttl = ttl;
+                        inc(&self.counters.reliable_gaps);
+                        Frame::Gap(g)
+                    }
+                };
+                self.send_down(route, &frame, None, now, out);
+            }
+            w.update_credit();
+            let t = w.state.poll_timeout();
+            self.reliable.note_timer(t);
+        }
+        for (reader, r) in slot.readers.iter_mut() {
+            while let Some(mut a) = r.poll_transmit(now) {
+                a.ttl = ttl;
+                inc(&self.counters.reliable_acknacks);
+                self.send_up(route, &Frame::AckNack(a), None, now, out);
+            }
+            while let Some(ReaderEvent::Lost { first, last }) = r.poll_event() {
+                add(&self.counters.samples_lost, last - first + 1);
+                out.push(ShardAction::SamplesLost {
+                    reader: *reader,
+                    writer: route.writer,
+                    first,
+                    last,
+                });
+            }
+            let t = r.poll_timeout();
+            self.reliable.note_timer(t);
+        }
+    }
+
+    /// The next sequence number the shard expects of `route`'s writer (0: none seen).
+    fn next_seq_of(&self, route: &WriterRoute) -> u64 {
+        self.writer_seq_next(route)
+    }
+
+    /// Encodes `f` and queues it on `route`'s tree links (except `except`). Never waits:
+    /// what does not fit a link is dropped (a lost heartbeat or repair is asked for again).
+    fn send_down(
+        &mut self,
+        route: &WriterRoute,
+        f: &Frame,
+        except: Option<LinkId>,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        if route.links.iter().all(|l| Some(*l) == except) {
+            return;
+        }
+        let Some(bytes) = encode(f, &self.counters) else {
+            return;
+        };
+        let n = bytes.len();
+        let to = Targets::Route {
+            links: &route.links,
+            except,
+            topic: route.topic.shard(self.idx),
+        };
+        self.fan_out_with(n, 0, to, Path::Inbox, now, out, || {
+            Out::Raw(bytes.clone(), n, 0)
+        });
+    }
+
+    /// Encodes `f` and queues it on `route`'s upstream link (toward the writer's node).
+    fn send_up(
+        &mut self,
+        route: &WriterRoute,
+        f: &Frame,
+        from: Option<LinkId>,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let Some(up) = route.upstream.filter(|u| Some(*u) != from) else {
+            inc(&self.counters.reliable_unrouted);
+            return;
+        };
+        let Some(bytes) = encode(f, &self.counters) else {
+            return;
+        };
+        let n = bytes.len();
+        self.fan_out_with(n, 0, Targets::Only(up), Path::Inbox, now, out, || {
+            Out::Raw(bytes.clone(), n, 0)
+        });
+    }
+
+    /// A reliability frame read on `from`: handled here, or handed to the shard that keeps
+    /// its writer's state.
+    pub(super) fn reliable_in(
+        &mut self,
+        from: LinkId,
+        f: RelFrame,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let owner = samples_shard(f.writer(), self.shards);
+        if owner != self.idx {
+            inc(&self.counters.hops_out);
+            out.push(ShardAction::Post {
+                to: owner,
+                msg: ShardToShard::RelayReliable { from, frame: f },
+                busy: IfBusy::Wait,
+            });
+            return;
+        }
+        self.route_reliable(from, f, now, out);
+    }
+
+    /// Routes a reliability frame whose writer's state is on this shard.
+    pub(super) fn route_reliable(
+        &mut self,
+        from: LinkId,
+        f: RelFrame,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let table = self.sample_routes.take();
+        match table.as_deref().and_then(|t| t.get(f.writer())) {
+            Some(route) => self.route_reliable_on(route, from, f, now, out),
+            None => inc(&self.counters.reliable_unrouted),
+        }
+        self.sample_routes = table;
+    }
+
+    fn route_reliable_on(
+        &mut self,
+        route: &WriterRoute,
+        from: LinkId,
+        f: RelFrame,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let mut slot = self.reliable.slots.get_mut(route.slot as usize).and_then(|s| {
+            s.take_if(|s| s.writer == route.writer)
+        });
+        match f {
+            RelFrame::AckNack(mut a) => {
+                if route.local {
+                    match slot.as_mut().and_then(|s| s.w.as_mut()) {
+                        Some(w) => w.state.on_acknack(&a, now),
+                        // No history here (no reliable reader matched as far as this node
+                        // knows): nothing to repair.
+                        None => inc(&self.counters.reliable_unrouted),
+                    }
+                } else if a.ttl > 1 {
+                    a.ttl -= 1;
+                    self.send_up(route, &Frame::AckNack(a), Some(from), now, out);
+                } else {
+                    inc(&self.counters.dropped_ttl);
+                }
+            }
+            RelFrame::Heartbeat(mut h) => {
+                if let Some(s) = slot.as_mut() {
+                    for (_, r) in s.readers.iter_mut() {
+                        r.on_heartbeat(&h, now);
+                    }
+                }
+                if h.ttl > 1 {
+                    h.ttl -= 1;
+                    self.send_down(route, &Frame::WriterHeartbeat(h), Some(from), now, out);
+                }
+            }
+            RelFrame::Repair(mut r) => {
+                let here = slot
+                    .as_mut()
+                    .and_then(|s| s.readers.iter_mut().find(|(g, _)| *g == r.reader));
+                match here {
+                    Some((reader, state)) => {
+                        let mut got = std::mem::take(&mut self.reliable.scratch);
+                        state.on_repair(&r, now, &mut |seq, p| got.push((seq, p)));
+                        let c = route.topic.shard(self.idx);
+                        let reader = *reader;
+                        self.deliver_ordered(route.writer, reader, got, c, out);
+                    }
+                    None if r.ttl > 1 => {
+                        r.ttl -= 1;
+                        self.send_down(route, &Frame::Repair(r), Some(from), now, out);
+                    }
+                    None => inc(&self.counters.dropped_ttl),
+                }
+            }
+            RelFrame::Gap(mut g) => {
+                let here = slot
+                    .as_mut()
+                    .and_then(|s| s.readers.iter_mut().find(|(r, _)| *r == g.reader));
+                match here {
+                    Some((reader, state)) => {
+                        let mut got = std::mem::take(&mut self.reliable.scratch);
+                        state.on_gap(&g, now, &mut |seq, p| got.push((seq, p)));
+                        let c = route.topic.shard(self.idx);
+                        let reader = *reader;
+                        self.deliver_ordered(route.writer, reader, got, c, out);
+                    }
+                    None if g.ttl > 1 => {
+                        g.ttl -= 1;
+                        self.send_down(route, &Frame::Gap(g), Some(from), now, out);
+                    }
+                    None => inc(&self.counters.dropped_ttl),
+                }
+            }
+        }
+        if let Some(mut s) = slot {
+            self.flush_slot(&mut s, route, now, out);
+            self.reliable.slots[route.slot as usize] = Some(s);
+        }
+    }
+
+    /// A fresh run for `route`'s local readers, some of them reliable: each reliable one
+    /// gets it through its reader state (in order, exactly once), the others directly.
+    pub(super) fn deliver_run_reliable(
+        &mut self,
+        route: &WriterRoute,
+        rel: &ReliableRoute,
+        s: Samples,
+        c: &TopicCounterSet,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let n = u64::from(s.count);
+        let mut slot = self
+            .reliable
+            .slots
+            .get_mut(route.slot as usize)
+            .and_then(|x| x.take_if(|x| x.writer == route.writer));
+        for reader in &route.readers {
+            if rel.local_readers.binary_search(reader).is_err() {
+                self.deliver_samples(*reader, s.clone(), c, n, out);
+                continue;
+            }
+            let Some(state) = slot
+                .as_mut()
+                .and_then(|x| x.readers.iter_mut().find(|(g, _)| g == reader))
+                .map(|(_, st)| st)
+            else {
+                // The table names the reader but its state is not here yet (it is created
+                // with the table): deliver as best effort rather than lose it.
+                self.deliver_samples(*reader, s.clone(), c, n, out);
+                continue;
+            };
+            let mut got = std::mem::take(&mut self.reliable.scratch);
+            state.on_samples(s.first_seq, s.payloads(), now, &mut |seq, p| got.push((seq, p)));
+            if got.len() == usize::from(s.count) && got.first().map(|g| g.0) == Some(s.first_seq)
+            {
+                // In order, as it came (the common case): the run itself, no copy.
+                got.clear();
+                self.reliable.scratch = got;
+                self.deliver_samples(*reader, s.clone(), c, n, out);
+            } else {
+                self.deliver_ordered(route.writer, *reader, got, c, out);
+            }
+        }
+        if let Some(mut x) = slot {
+            self.flush_slot(&mut x, route, now, out);
+            self.reliable.slots[route.slot as usize] = Some(x);
+        }
+    }
+
+    /// Hands `got` (consecutive or not, in delivery order) to `reader` as runs of
+    /// consecutive samples; gives the scratch vector back.
+    fn deliver_ordered(
+        &mut self,
+        writer: EndpointGuid,
+        reader: EndpointGuid,
+        mut got: Vec<(u64, Bytes)>,
+        c: &TopicCounterSet,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let mut i = 0;
+        while i < got.len() {
+            let mut j = i + 1;
+            while j < got.len() && got[j].0 == got[j - 1].0 + 1 && j - i < usize::from(u16::MAX)
+            {
+                j += 1;
+            }
+            match Samples::new(0, writer, got[i].0, got[i..j].iter().map(|(_, p)| p)) {
+                Ok(run) => {
+                    let k = run.count;
+                    self.deliver_samples(reader, run, c, u64::from(k), out);
+                }
+                Err(_) => inc(&self.counters.oversize_frames),
+            }
+            i = j;
+        }
+        got.clear();
+        self.reliable.scratch = got;
+    }
+
+    /// What this node's reliable writer wrote (one Samples frame of its batch), into its
+    /// history; the credit and what the history wants sent follow.
+    pub(super) fn record_written(
+        &mut self,
+        route: &WriterRoute,
+        s: &Samples,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let Some(mut slot) = self
+            .reliable
+            .slots
+            .get_mut(route.slot as usize)
+            .and_then(|x| x.take_if(|x| x.writer == route.writer))
+        else {
+            return;
+        };
+        if let Some(w) = slot.w.as_mut() {
+            for (k, p) in s.payloads().enumerate() {
+                if w.state.on_written(s.first_seq + k as u64, p, now).is_err() {
+                    // Sent, but not kept for repair (the handle overran the credit, e.g. while
+                    // the first reliable reader matched): a reader missing it is told by a Gap.
+                    inc(&self.counters.history_refused);
+                }
+            }
+        }
+        self.flush_slot(&mut slot, route, now, out);
+        self.reliable.slots[route.slot as usize] = Some(slot);
+    }
+
+    /// Timers of the reliable states (heartbeats, acknowledgements, repairs, sync requests).
+    pub(super) fn reliable_timeout(&mut self, now: Instant, out: &mut Vec<ShardAction>) {
+        if self.reliable.next_timer.is_none_or(|t| now < t) {
+            return;
+        }
+        self.reliable.next_timer = None;
+        let table = self.sample_routes.take();
+        if let Some(t) = table.as_deref() {
+            for i in 0..self.reliable.slots.len() {
+                let Some(mut slot) = self.reliable.slots[i].take() else {
+                    continue;
+                };
+                match t.get(&slot.writer) {
+                    Some(route) => {
+                        if let Some(w) = slot.w.as_mut() {
+                            w.state.handle_timeout(now);
+                        }
+                        for (_, r) in slot.readers.iter_mut() {
+                            r.handle_timeout(now);
+                        }
+                        self.flush_slot(&mut slot, route, now, out);
+                        self.reliable.slots[i] = Some(slot);
+                    }
+                    None => self.reliable.live -= 1,
+                }
+            }
+        }
+        self.sample_routes = table;
+    }
+
+    /// Reliable states held (writers and reader sets), for tests and stats.
+    pub fn reliable_states(&self) -> usize {
+        self.reliable.live
+    }
+}
+
+/// `f` as bytes, or `None` (counted) if it cannot be encoded.
+fn encode(f: &Frame, counters: &crate::stats::Counters) -> Option<Bytes> {
+    let mut b = BytesMut::with_capacity(f.encoded_len());
+    match f.encode(&mut b) {
+        Ok(()) => Some(b.freeze()),
+        Err(_) => {
+            inc(&counters.oversize_frames);
+            None
+        }
+    }
+}
