@@ -30,6 +30,7 @@
 //! | [`budget`] | [`LinkBudget`]: a link queue's byte bound, shared by the shards that send on it | shard cores (and the application's `try_*` checks) |
 //! | [`cmd`] | the commands between cores, one enum per direction | between executors |
 //! | [`stats`] | the counters, one set per executor | each core |
+//! | [`reliable`] | reliable topics: a writer's history, acks, repairs and gaps; a reader's ordering and loss accounting (frames 11–14) | the writer's and the readers' nodes |
 //!
 //! # How a driver runs a state machine
 //!
@@ -79,6 +80,7 @@ pub mod dedup;
 pub mod link;
 pub mod membership;
 pub mod peers;
+pub mod reliable;
 pub mod router;
 pub mod scouting;
 pub mod shard;

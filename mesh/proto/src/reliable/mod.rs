@@ -1,0 +1,278 @@
+//! Reliable topics (issue 13): the sans-I/O reliability core of one writer and of one
+//! (remote writer, local reader) pair, speaking the four frames of `wire::reliable_frames`
+//! (Heartbeat 11, AckNack 12, Repair 13, Gap 14) next to the best-effort Samples frames.
+//!
+//! **Owns:** the writer's history (keep-last / keep-all, byte bound, lifespan), who has
+//! acknowledged what, repair scheduling under a budget, the reader's ordering, deduplication,
+//! reorder buffer, loss reporting and acknowledgement timing. **Must not touch:** the clock
+//! (every call takes `now`), frame routing, link selection, ttl (outputs carry `ttl = 0`; the
+//! caller fills it), matching (the caller says who is matched with
+//! [`ReliableWriter::set_readers`]), or backpressure credits beyond [`ReliableWriter::room`].
+//!
+//! # The protocol, precisely
+//!
+//! Sequence numbers start at 1 per writer incarnation (a restarted node's endpoints get new
+//! GUIDs, so numbering never restarts under one GUID).
+//!
+//! **Writer.** Each matched reader has a *start* `S`, fixed when it is first matched: the next
+//! sequence number to be written (volatile) or the first one held (transient-local). The
+//! reader is owed every sample from `S` on; its *acked point* (initially `S`) is the highest
+//! `base` it has acknowledged. A held sample counts against a keep-all history's
+//! [`room`](ReliableWriter::room) while some matched reader's acked point is at or below it.
+//! While some reader has not acknowledged everything written, a [`Heartbeat`] `{first held,
+//! last written}` goes out every `heartbeat_period`; when all have, nothing is sent.
+//!
+//! **Sync.** A new reader does not know `S` (nor the writer's durability), so it starts *not
+//! started*: it buffers what it receives and sends a sync request (`AckNack { base: 0 }`)
+//! at once and every `sync_retry` until it is started. The writer answers a sync request (or
+//! any AckNack with `base < S`) with, for a volatile writer: `Gap { 1 ..= S-1 }` when `S > 1`,
+//! else a Repair of seq 1 when it was written (else nothing: live seq 1 will start it); for a
+//! transient-local writer, with `F` its first held seq at answer time: `Gap { 1 ..= F-1 }`
+//! when `F > 1`, then Repairs of the whole history `F ..= last` (the *handover*, budgeted like
+//! any repair). The reader starts exactly when it gets a Gap for it from 1 (next expected =
+//! `last + 1`; what it buffered below is discarded as not owed) or any sample or repair of
+//! seq 1 (next expected = 1). Every answer begins at 1, so a lost answer only costs a retry.
+//! Samples and repairs below a reader's start are counted (`before_start`), never delivered.
+//!
+//! **Acknowledgement.** A started reader sends `AckNack { base: next expected, missing }`
+//! where `missing` (up to 256 seqs from `base`) are the seqs it lacks that are known to exist
+//! (a later seq, or a heartbeat's `last`, was seen) and have been known missing for at least
+//! `nack_delay` (a reordered frame may still come). It sends one at most every `ack_period`,
+//! and only when something changed (next expected moved, a heartbeat asked) or something is
+//! still missing (a lost repair is asked again). `count` rises by one per AckNack; the writer
+//! ignores a count not above the last it saw from that reader.
+//!
+//! **Repair and Gap.** The writer answers requested seqs it holds (not expired) with Repairs
+//! (runs of consecutive seqs, at most `max_repair_samples` / `max_repair_bytes` per frame,
+//! at most `repair_budget` samples per `repair_period` over all readers, round-robin); the
+//! rest wait for the next period and are counted as deferred. A requested seq it no longer
+//! holds (replaced, released, expired) is answered with a Gap up to its first held seq.
+//!
+//! **Loss.** A reader reports a loss only when the writer said so: a Gap `{a ..= b}` for it
+//! makes every seq of `a ..= b` it lacks *lost* ([`ReaderEvent::Lost`] per missing run,
+//! counted exactly in `lost`) and delivers the ones it had buffered; a Gap ahead of the next
+//! expected seq waits (bounded) until the reader gets there. A heartbeat whose `first` is
+//! above seqs the reader lacks makes it nack them, so the Gap follows.
+//!
+//! # Bounds
+//!
+//! Per writer: the history (`depth` / `max_samples`, `max_bytes`), one pending request set
+//! (256 bits) and one handover range per reader, the repair budget. Per reader: the reorder
+//! window (`max_buffered_samples` wide, `max_buffered_bytes`), [`MAX_PENDING_GAPS`] future
+//! gaps, [`MAX_EVENTS`] undrained events. Hitting any of them is counted.
+
+mod history;
+mod reader;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use crate::wire::{AckNack, Gap, Heartbeat, Repair, SeqSet};
+pub use reader::ReliableReader;
+pub use writer::ReliableWriter;
+
+use std::time::Duration;
+
+/// Gaps ahead of a reader's next expected seq it remembers; more are dropped (counted) and
+/// asked for again by its nacks.
+pub const MAX_PENDING_GAPS: usize = 16;
+/// Undrained [`ReaderEvent`]s a reader keeps; more are dropped (counted; `lost` stays exact).
+pub const MAX_EVENTS: usize = 1024;
+
+/// How a writer's history keeps samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryKind {
+    /// The last `depth` samples (≥ 1); writing never blocks, the oldest is replaced (counted).
+    KeepLast {
+        /// Samples kept.
+        depth: u32,
+    },
+    /// Every sample some matched reader has not acknowledged, up to `max_samples` /
+    /// `max_bytes`; beyond, the write must wait ([`ReliableWriter::room`] = 0).
+    KeepAll,
+}
+
+/// A reliable writer's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterConfig {
+    /// Keep-last or keep-all.
+    pub history: HistoryKind,
+    /// Keep-all ceiling in samples (resource limits), ≥ 1.
+    pub max_samples: u32,
+    /// Ceiling on the payload bytes of the history (both kinds).
+    pub max_bytes: usize,
+    /// Samples older than this are dropped from the history: neither repaired nor handed
+    /// over (readers asking get a Gap).
+    pub lifespan: Option<Duration>,
+    /// Late-joining readers get the history first.
+    pub transient_local: bool,
+    /// Heartbeat interval while some reader has not acknowledged everything.
+    pub heartbeat_period: Duration,
+    /// Samples resent per `repair_period`, over all readers.
+    pub repair_budget: u32,
+    /// The budget's period.
+    pub repair_period: Duration,
+    /// Samples per Repair frame, at most (≥ 1).
+    pub max_repair_samples: u16,
+    /// Payload bytes per Repair frame, at most (a larger single sample still goes alone).
+    pub max_repair_bytes: usize,
+}
+
+impl Default for WriterConfig {
+    /// Volatile keep-all of 1024 samples / 16 MiB, heartbeat 100 ms, 1024 repairs per 100 ms,
+    /// Repair frames of 64 samples / 64 KiB.
+    fn default() -> Self {
+        WriterConfig {
+            history: HistoryKind::KeepAll,
+            max_samples: 1024,
+            max_bytes: 16 << 20,
+            lifespan: None,
+            transient_local: false,
+            heartbeat_period: Duration::from_millis(100),
+            repair_budget: 1024,
+            repair_period: Duration::from_millis(100),
+            max_repair_samples: 64,
+            max_repair_bytes: 64 << 10,
+        }
+    }
+}
+
+/// A reliable reader's settings (per remote writer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReaderConfig {
+    /// Width of the out-of-order window in samples: a sample further ahead of the next
+    /// expected one is dropped (counted) and asked for again later.
+    pub max_buffered_samples: u32,
+    /// Payload bytes the out-of-order buffer holds at most.
+    pub max_buffered_bytes: usize,
+    /// At most one AckNack per period.
+    pub ack_period: Duration,
+    /// How long a seq must be known missing before it is nacked.
+    pub nack_delay: Duration,
+    /// Interval of the sync request while not started.
+    pub sync_retry: Duration,
+}
+
+impl Default for ReaderConfig {
+    /// 1024 samples / 4 MiB of reorder buffer, acks every 20 ms, nack after 5 ms, sync every
+    /// 100 ms.
+    fn default() -> Self {
+        ReaderConfig {
+            max_buffered_samples: 1024,
+            max_buffered_bytes: 4 << 20,
+            ack_period: Duration::from_millis(20),
+            nack_delay: Duration::from_millis(5),
+            sync_retry: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Why [`ReliableWriter::on_written`] refused a sample (nothing changed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriterError {
+    /// The sample is not the next sequence number.
+    #[error("sample {got} written, expected {expected}")]
+    OutOfOrder {
+        /// [`ReliableWriter::next_seq`].
+        expected: u64,
+        /// The seq given.
+        got: u64,
+    },
+    /// Keep-all history without room: wait for acknowledgements.
+    #[error("keep-all history full")]
+    HistoryFull,
+    /// A keep-all sample larger than the whole history's byte ceiling never fits.
+    #[error("sample of {len} bytes exceeds the history's {max} bytes")]
+    SampleTooLarge {
+        /// The payload's length.
+        len: usize,
+        /// `max_bytes`.
+        max: usize,
+    },
+}
+
+/// What a [`ReliableWriter`] wants sent (`ttl = 0`: the caller sets it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriterOut {
+    /// Downstream along the writer's tree, to every reader node.
+    Heartbeat(Heartbeat),
+    /// To the node of `reader`.
+    Repair(Repair),
+    /// To the node of `reader`.
+    Gap(Gap),
+}
+
+/// What a [`ReliableReader`] reports besides deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReaderEvent {
+    /// The samples `first ..= last` that the reader lacked will never come (the writer said
+    /// so with a Gap); delivery went on after them.
+    Lost {
+        /// First lost seq.
+        first: u64,
+        /// Last lost seq.
+        last: u64,
+    },
+}
+
+/// A [`ReliableWriter`]'s counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Samples accepted by `on_written`.
+    pub written: u64,
+    /// Keep-last: samples pushed out of the history by newer ones (depth or bytes).
+    pub replaced: u64,
+    /// Keep-all: samples every reader had acknowledged, dropped to make room.
+    pub released: u64,
+    /// Samples dropped from the history because their lifespan ended.
+    pub expired: u64,
+    /// Samples resent in Repairs.
+    pub repaired: u64,
+    /// Repair frames sent.
+    pub repair_frames: u64,
+    /// Samples waiting for a repair when a period's budget ran out (once per period).
+    pub repair_deferred: u64,
+    /// Gap frames sent.
+    pub gaps_sent: u64,
+    /// Heartbeats sent.
+    pub heartbeats: u64,
+    /// Sync requests answered.
+    pub syncs_answered: u64,
+    /// AckNacks from a reader not matched now, or for another writer.
+    pub acks_ignored_unknown_reader: u64,
+    /// AckNacks whose base is beyond what was written.
+    pub acks_ignored_future: u64,
+    /// AckNacks whose count is not above the last seen from that reader.
+    pub acks_ignored_stale: u64,
+    /// Keep-all writes refused for lack of room (or a sample over `max_bytes`).
+    pub full_refusals: u64,
+}
+
+/// A [`ReliableReader`]'s counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReaderStats {
+    /// Samples handed to `deliver`.
+    pub delivered: u64,
+    /// Samples received again (already delivered or already buffered).
+    pub duplicates: u64,
+    /// Samples dropped for lack of reorder buffer (asked for again later).
+    pub buffered_dropped: u64,
+    /// Samples reported lost (the writer's Gaps), exactly.
+    pub lost: u64,
+    /// Lost events dropped because [`MAX_EVENTS`] were undrained.
+    pub events_dropped: u64,
+    /// Samples below the reader's start, discarded (not owed).
+    pub before_start: u64,
+    /// AckNacks sent (sync requests included).
+    pub acknacks_sent: u64,
+    /// Sync requests sent.
+    pub sync_requests: u64,
+    /// Heartbeats going backwards (or for another writer), ignored.
+    pub heartbeats_ignored: u64,
+    /// Gaps ignored: stale (all below next expected), before start not from 1, or more than
+    /// [`MAX_PENDING_GAPS`] ahead.
+    pub gaps_ignored: u64,
+    /// Repairs and Gaps for another reader (or writer), ignored.
+    pub foreign_ignored: u64,
+}

@@ -1,0 +1,499 @@
+//! Unit tests of the writer and the reader, each against hand-fed frames and a virtual clock.
+
+use super::*;
+use bytes::Bytes;
+use std::time::{Duration, Instant};
+
+const W: [u8; 16] = [1; 16];
+const R1: [u8; 16] = [2; 16];
+const R2: [u8; 16] = [3; 16];
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn keep_all(max_samples: u32) -> WriterConfig {
+    WriterConfig {
+        history: HistoryKind::KeepAll,
+        max_samples,
+        ..WriterConfig::default()
+    }
+}
+
+fn write(w: &mut ReliableWriter, n: usize, now: Instant) {
+    for _ in 0..n {
+        let seq = w.next_seq();
+        w.on_written(seq, Bytes::from(seq.to_be_bytes().to_vec()), now)
+            .unwrap();
+    }
+}
+
+fn ack(reader: [u8; 16], count: u32, base: u64, missing: &[u64]) -> AckNack {
+    let mut a = AckNack {
+        ttl: 0,
+        writer: W,
+        reader,
+        count,
+        base,
+        missing: SeqSet::new(),
+    };
+    for &s in missing {
+        assert!(a.request(s));
+    }
+    a
+}
+
+fn drain(w: &mut ReliableWriter, now: Instant) -> Vec<WriterOut> {
+    std::iter::from_fn(|| w.poll_transmit(now)).collect()
+}
+
+fn repaired_seqs(out: &[WriterOut]) -> Vec<u64> {
+    out.iter()
+        .filter_map(|o| match o {
+            WriterOut::Repair(r) => Some(r.first_seq..=r.last_seq()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+fn gaps(out: &[WriterOut]) -> Vec<(u64, u64)> {
+    out.iter()
+        .filter_map(|o| match o {
+            WriterOut::Gap(g) => Some((g.first, g.last)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn keep_last_replaces_the_oldest_and_never_blocks() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(
+        W,
+        WriterConfig {
+            history: HistoryKind::KeepLast { depth: 3 },
+            ..WriterConfig::default()
+        },
+    );
+    w.set_readers(&[R1], t);
+    write(&mut w, 5, t);
+    assert_eq!(w.stats().replaced, 2);
+    assert_eq!((w.first_held(), w.next_seq(), w.room()), (3, 6, u32::MAX));
+    assert_eq!(
+        w.on_written(9, Bytes::new(), t),
+        Err(WriterError::OutOfOrder {
+            expected: 6,
+            got: 9
+        })
+    );
+}
+
+#[test]
+fn keep_all_fills_refuses_and_releases_on_ack() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(W, keep_all(3));
+    w.set_readers(&[R1], t);
+    assert_eq!(w.room(), 3);
+    write(&mut w, 3, t);
+    assert_eq!(w.room(), 0);
+    assert_eq!(
+        w.on_written(4, Bytes::from_static(b"x"), t),
+        Err(WriterError::HistoryFull)
+    );
+    assert_eq!((w.next_seq(), w.stats().full_refusals), (4, 1));
+    // The reader holds 1 and 2: two samples of room, and the acked ones leave on demand.
+    w.on_acknack(&ack(R1, 1, 3, &[]), t);
+    assert_eq!(w.room(), 2);
+    write(&mut w, 2, t);
+    assert_eq!((w.room(), w.stats().released, w.first_held()), (0, 2, 3));
+}
+
+#[test]
+fn keep_all_byte_ceiling() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(
+        W,
+        WriterConfig {
+            max_bytes: 10,
+            ..keep_all(100)
+        },
+    );
+    w.set_readers(&[R1], t);
+    assert!(w.on_written(1, Bytes::from(vec![0; 6]), t).is_ok());
+    assert_eq!(w.room_bytes(), 4);
+    assert_eq!(
+        w.on_written(2, Bytes::from(vec![0; 5]), t),
+        Err(WriterError::HistoryFull)
+    );
+    assert_eq!(
+        w.on_written(2, Bytes::from(vec![0; 11]), t),
+        Err(WriterError::SampleTooLarge { len: 11, max: 10 })
+    );
+    assert!(w.on_written(2, Bytes::from(vec![0; 4]), t).is_ok());
+    assert_eq!(w.room(), 0);
+}
+
+#[test]
+fn removing_a_reader_releases_room() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(W, keep_all(4));
+    w.set_readers(&[R2, R1], t);
+    write(&mut w, 4, t);
+    w.on_acknack(&ack(R1, 1, 5, &[]), t);
+    assert_eq!(w.room(), 0, "R2 has acked nothing");
+    w.set_readers(&[R1], t);
+    assert_eq!(w.room(), 4);
+    // With no reader at all nothing is owed.
+    w.set_readers(&[], t);
+    write(&mut w, 4, t);
+    assert_eq!(w.room(), 4);
+}
+
+#[test]
+fn lifespan_expiry_is_answered_with_a_gap() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(
+        W,
+        WriterConfig {
+            lifespan: Some(ms(10)),
+            ..keep_all(100)
+        },
+    );
+    w.set_readers(&[R1], t);
+    write(&mut w, 3, t);
+    write(&mut w, 2, t + ms(5));
+    let t2 = t + ms(12);
+    w.on_acknack(&ack(R1, 1, 1, &[1, 2, 4]), t2);
+    let out = drain(&mut w, t2);
+    assert_eq!(w.stats().expired, 3);
+    assert_eq!(gaps(&out), vec![(1, 3)]);
+    assert_eq!(repaired_seqs(&out), vec![4]);
+    // Expired samples leave keep-all room too.
+    assert_eq!(w.room(), 98);
+    assert_eq!(w.poll_timeout().map(|d| d > t2), Some(true));
+}
+
+#[test]
+fn a_nack_flood_resends_at_most_the_budget_per_period() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(
+        W,
+        WriterConfig {
+            repair_budget: 100,
+            repair_period: ms(50),
+            ..keep_all(1000)
+        },
+    );
+    w.set_readers(&[R1], t);
+    write(&mut w, 600, t);
+    let mut repaired = Vec::new();
+    for i in 0..10_000u32 {
+        let base = 1 + u64::from(i % 300);
+        let a = ack(R1, i + 1, base, &(base..base + 256).collect::<Vec<_>>());
+        w.on_acknack(&a, t + ms(1));
+        repaired.extend(repaired_seqs(&drain(&mut w, t + ms(1))));
+    }
+    assert_eq!(repaired.len(), 100, "one period's budget");
+    assert_eq!(w.stats().repaired, 100);
+    assert!(w.stats().repair_deferred > 0);
+    // The rest waits for the next period, which poll_timeout names.
+    let next = w.poll_timeout().expect("work waits");
+    assert!(next > t + ms(1));
+    // What is still asked then: the last request (base 100) less what the reader acknowledged
+    // (the highest base seen, 300).
+    assert_eq!(
+        repaired_seqs(&drain(&mut w, next)),
+        (300..=355).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn bad_acks_are_ignored_and_counted() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(W, keep_all(10));
+    w.set_readers(&[R1], t);
+    write(&mut w, 3, t);
+    w.on_acknack(&ack(R2, 1, 2, &[]), t);
+    w.on_acknack(
+        &AckNack {
+            writer: R2,
+            ..ack(R1, 1, 2, &[])
+        },
+        t,
+    );
+    assert_eq!(w.stats().acks_ignored_unknown_reader, 2);
+    w.on_acknack(&ack(R1, 5, 9, &[]), t);
+    assert_eq!(w.stats().acks_ignored_future, 1);
+    assert_eq!(w.room(), 7, "a future base acknowledges nothing");
+    w.on_acknack(&ack(R1, 5, 3, &[]), t);
+    w.on_acknack(&ack(R1, 5, 4, &[]), t);
+    w.on_acknack(&ack(R1, 4, 4, &[]), t);
+    assert_eq!(w.stats().acks_ignored_stale, 2);
+    assert_eq!(w.room(), 9);
+    // A request for a never-written seq is dropped: nothing to resend.
+    w.on_acknack(&ack(R1, 6, 4, &[4, 5]), t);
+    assert!(repaired_seqs(&drain(&mut w, t)).is_empty());
+}
+
+#[test]
+fn sync_answers_volatile_and_transient_local() {
+    let t = Instant::now();
+    let mut v = ReliableWriter::new(W, keep_all(10));
+    write(&mut v, 5, t);
+    v.set_readers(&[R1], t);
+    v.on_acknack(&ack(R1, 1, 0, &[]), t);
+    assert_eq!(gaps(&drain(&mut v, t)), vec![(1, 5)]);
+    // A reader matched before anything was written is started by seq 1 itself.
+    let mut v = ReliableWriter::new(W, keep_all(10));
+    v.set_readers(&[R1], t);
+    write(&mut v, 3, t);
+    v.on_acknack(&ack(R1, 1, 0, &[]), t);
+    let out = drain(&mut v, t);
+    assert_eq!((gaps(&out), repaired_seqs(&out)), (vec![], vec![1]));
+
+    let mut tl = ReliableWriter::new(
+        W,
+        WriterConfig {
+            history: HistoryKind::KeepLast { depth: 4 },
+            transient_local: true,
+            ..WriterConfig::default()
+        },
+    );
+    write(&mut tl, 10, t);
+    tl.set_readers(&[R1], t);
+    tl.on_acknack(&ack(R1, 1, 0, &[]), t);
+    let out = drain(&mut tl, t);
+    assert_eq!(gaps(&out), vec![(1, 6)]);
+    assert_eq!(repaired_seqs(&out), vec![7, 8, 9, 10]);
+    assert_eq!(tl.stats().syncs_answered, 1);
+}
+
+#[test]
+fn heartbeats_only_while_someone_has_not_acked() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(W, keep_all(10));
+    w.set_readers(&[R1], t);
+    assert_eq!(w.poll_timeout(), None, "idle: nothing to do");
+    write(&mut w, 2, t);
+    let due = w.poll_timeout().expect("a heartbeat is armed");
+    let out = drain(&mut w, due);
+    assert!(matches!(
+        out[..],
+        [WriterOut::Heartbeat(Heartbeat {
+            first: 1,
+            last: 2,
+            ..
+        })]
+    ));
+    w.on_acknack(&ack(R1, 1, 3, &[]), due);
+    assert!(drain(&mut w, due + ms(500)).is_empty());
+    assert_eq!(w.stats().heartbeats, 1);
+}
+
+// ---- reader ----
+
+fn reader(t: Instant) -> ReliableReader {
+    ReliableReader::new(
+        W,
+        R1,
+        ReaderConfig {
+            max_buffered_samples: 8,
+            max_buffered_bytes: 1000,
+            ack_period: ms(10),
+            nack_delay: ms(5),
+            sync_retry: ms(100),
+        },
+        t,
+    )
+}
+
+fn p(seq: u64) -> Bytes {
+    Bytes::from(seq.to_be_bytes().to_vec())
+}
+
+/// Feeds single samples; returns what was delivered.
+fn feed(r: &mut ReliableReader, seqs: &[u64], now: Instant) -> Vec<u64> {
+    let mut got = Vec::new();
+    for &s in seqs {
+        r.on_samples(s, std::iter::once(p(s)), now, &mut |seq, b| {
+            assert_eq!(b, p(seq));
+            got.push(seq)
+        });
+    }
+    got
+}
+
+fn gap(first: u64, last: u64) -> Gap {
+    Gap {
+        ttl: 0,
+        writer: W,
+        reader: R1,
+        first,
+        last,
+    }
+}
+
+fn hb(first: u64, last: u64) -> Heartbeat {
+    Heartbeat {
+        ttl: 0,
+        writer: W,
+        first,
+        last,
+    }
+}
+
+#[test]
+fn sync_until_started_then_in_order_exactly_once() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    let sync = r.poll_transmit(t).expect("sync at once");
+    assert!(sync.is_sync());
+    assert_eq!(r.poll_transmit(t + ms(50)), None);
+    assert!(r.poll_transmit(t + ms(100)).expect("retry").is_sync());
+    // Buffered before the start: 4 and 6; the Gap 1..=3 starts it at 4.
+    assert!(feed(&mut r, &[6, 4], t).is_empty());
+    let mut got = Vec::new();
+    r.on_gap(&gap(1, 3), t, &mut |s, _| got.push(s));
+    assert_eq!(got, vec![4]);
+    assert_eq!((r.next_expected(), r.poll_event()), (5, None));
+    assert_eq!(feed(&mut r, &[5, 5, 4, 7], t), vec![5, 6, 7]);
+    assert_eq!(r.stats().duplicates, 2);
+    assert_eq!(r.stats().delivered, 4);
+}
+
+#[test]
+fn seq_one_starts_a_reader_and_what_is_below_a_gap_start_is_not_owed() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    assert_eq!(feed(&mut r, &[2, 1], t), vec![1, 2]);
+    let mut r = reader(t);
+    feed(&mut r, &[3, 5], t);
+    r.on_gap(&gap(1, 4), t, &mut |_, _| {});
+    assert_eq!((r.next_expected(), r.stats().before_start), (6, 1));
+    assert_eq!(r.stats().delivered, 1);
+}
+
+#[test]
+fn the_reorder_buffer_is_bounded_and_dropped_samples_come_again() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    feed(&mut r, &[1], t);
+    // Window of 8 from next expected (2): 9 fits, 10 does not.
+    assert!(feed(&mut r, &[9, 10, 30], t).is_empty());
+    assert_eq!(r.stats().buffered_dropped, 2);
+    assert_eq!(
+        feed(&mut r, &(2..=8).collect::<Vec<_>>(), t),
+        (2..=9).collect::<Vec<_>>()
+    );
+    assert_eq!(feed(&mut r, &[10], t), vec![10]);
+    // Bytes bound: 1000 bytes of buffer.
+    let mut r = reader(t);
+    feed(&mut r, &[1], t);
+    r.on_samples(
+        3,
+        std::iter::once(Bytes::from(vec![0; 999])),
+        t,
+        &mut |_, _| {},
+    );
+    r.on_samples(
+        4,
+        std::iter::once(Bytes::from(vec![0; 2])),
+        t,
+        &mut |_, _| {},
+    );
+    assert_eq!(r.stats().buffered_dropped, 1);
+}
+
+#[test]
+fn backwards_heartbeats_are_ignored() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    feed(&mut r, &[1], t);
+    r.on_heartbeat(&hb(1, 10), t);
+    r.on_heartbeat(&hb(1, 9), t);
+    r.on_heartbeat(&hb(0, 10), t);
+    r.on_heartbeat(
+        &Heartbeat {
+            writer: R2,
+            ..hb(1, 11)
+        },
+        t,
+    );
+    assert_eq!(r.stats().heartbeats_ignored, 3);
+    r.on_heartbeat(&hb(2, 10), t);
+    assert_eq!(r.stats().heartbeats_ignored, 3);
+}
+
+#[test]
+fn tail_loss_is_nacked_after_the_delay_and_rate_limited() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    r.poll_transmit(t);
+    feed(&mut r, &[1, 2], t);
+    let a = r.poll_transmit(t + ms(10)).expect("an ack of the start");
+    assert_eq!((a.base, a.missing.is_empty()), (3, true));
+    r.on_heartbeat(&hb(1, 5), t + ms(11));
+    // Known missing 3..=5, but not for nack_delay yet: the ack carries no request.
+    assert_eq!(
+        r.poll_transmit(t + ms(20)).map(|a| a.missing.is_empty()),
+        Some(true)
+    );
+    let due = r.poll_timeout().expect("armed");
+    assert!(due <= t + ms(30));
+    let a = r.poll_transmit(t + ms(30)).expect("the nack");
+    assert_eq!(a.missing_seqs().collect::<Vec<_>>(), vec![3, 4, 5]);
+    assert_eq!(r.poll_transmit(t + ms(35)), None, "rate limited");
+    let again = r
+        .poll_transmit(t + ms(40))
+        .expect("asked again while missing");
+    assert!(again.count > a.count);
+}
+
+#[test]
+fn gaps_report_exact_losses_and_deliver_what_was_buffered() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    feed(&mut r, &[1, 4, 6], t);
+    let mut got = Vec::new();
+    r.on_gap(&gap(2, 7), t, &mut |s, _| got.push(s));
+    assert_eq!(got, vec![4, 6]);
+    assert_eq!(r.stats().lost, 4);
+    let evs: Vec<_> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert_eq!(
+        evs,
+        vec![
+            ReaderEvent::Lost { first: 2, last: 3 },
+            ReaderEvent::Lost { first: 5, last: 5 },
+            ReaderEvent::Lost { first: 7, last: 7 },
+        ]
+    );
+    // A gap ahead waits until delivery reaches it; a stale or foreign one is ignored.
+    r.on_gap(&gap(10, 11), t, &mut |_, _| {});
+    r.on_gap(&gap(2, 3), t, &mut |_, _| {});
+    r.on_gap(
+        &Gap {
+            reader: R2,
+            ..gap(8, 8)
+        },
+        t,
+        &mut |_, _| {},
+    );
+    assert_eq!((r.stats().gaps_ignored, r.stats().foreign_ignored), (1, 1));
+    assert_eq!(feed(&mut r, &[9, 12, 8], t), vec![8, 9, 12]);
+    assert_eq!(r.stats().lost, 6);
+    assert_eq!(r.next_expected(), 13);
+}
+
+#[test]
+fn repairs_for_another_reader_are_ignored() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    let rep = Repair::new(0, W, R2, 1, [b"x"]).unwrap();
+    r.on_repair(&rep, t, &mut |_, _| panic!("not mine"));
+    assert_eq!(r.stats().foreign_ignored, 1);
+    let rep = Repair::new(0, W, R1, 1, [p(1), p(2)]).unwrap();
+    let mut got = Vec::new();
+    r.on_repair(&rep, t, &mut |s, _| got.push(s));
+    assert_eq!(got, vec![1, 2]);
+}

@@ -1,0 +1,478 @@
+//! The reliable writer: one per local reliable writer, on its node (protocol in the module
+//! doc of `reliable`).
+//!
+//! **Owns:** the history policy, each matched reader's start / acked point / requests, sync
+//! answers, heartbeat timing, the repair budget. **Must not touch:** the fresh samples' path
+//! (the caller sends them as Samples frames along the tree and tells this machine with
+//! [`ReliableWriter::on_written`]), routing, the clock.
+
+use super::history::History;
+use super::{HistoryKind, WriterConfig, WriterError, WriterOut, WriterStats};
+use crate::wire::{AckNack, Gap, Heartbeat, Repair, SeqSet};
+use bytes::Bytes;
+use std::time::Instant;
+
+/// What the writer knows of one matched reader.
+#[derive(Debug)]
+struct ReaderState {
+    guid: [u8; 16],
+    /// The first seq the reader is owed.
+    start: u64,
+    /// The reader holds every seq below it (its highest acknowledged `base`, at least `start`).
+    acked: u64,
+    last_count: Option<u32>,
+    /// A sync request waits for its answer.
+    sync_pending: bool,
+    /// The transient-local handover still to send, `lo ..= hi`.
+    range: Option<(u64, u64)>,
+    /// The latest requests: offsets from `nack_base`.
+    nack_base: u64,
+    nacks: SeqSet,
+}
+
+impl ReaderState {
+    fn has_work(&self) -> bool {
+        self.sync_pending || self.range.is_some() || !self.nacks.is_empty()
+    }
+
+    /// Samples this reader waits for (handover and requests).
+    fn pending(&self) -> u64 {
+        self.range.map_or(0, |(lo, hi)| hi + 1 - lo) + u64::from(self.nacks.len())
+    }
+}
+
+/// The reliability state of one local writer.
+#[derive(Debug)]
+pub struct ReliableWriter {
+    guid: [u8; 16],
+    cfg: WriterConfig,
+    history: History,
+    /// Sorted by GUID.
+    readers: Vec<ReaderState>,
+    /// Round-robin position for repairs.
+    rr: usize,
+    budget_left: u32,
+    period_start: Option<Instant>,
+    deferred_noted: bool,
+    next_heartbeat: Option<Instant>,
+    stats: WriterStats,
+}
+
+impl ReliableWriter {
+    /// A writer numbering its samples from 1. `max_samples`, a keep-last `depth` and
+    /// `max_repair_samples` below 1 are taken as 1.
+    pub fn new(writer: [u8; 16], mut cfg: WriterConfig) -> Self {
+        cfg.max_samples = cfg.max_samples.max(1);
+        cfg.max_repair_samples = cfg.max_repair_samples.max(1);
+        if let HistoryKind::KeepLast { depth } = &mut cfg.history {
+            *depth = (*depth).max(1);
+        }
+        let cap = match cfg.history {
+            HistoryKind::KeepLast { depth } => depth,
+            HistoryKind::KeepAll => cfg.max_samples,
+        };
+        ReliableWriter {
+            guid: writer,
+            history: History::new(cap.min(4096) as usize),
+            readers: Vec::new(),
+            rr: 0,
+            budget_left: cfg.repair_budget,
+            period_start: None,
+            deferred_noted: false,
+            next_heartbeat: None,
+            stats: WriterStats::default(),
+            cfg,
+        }
+    }
+
+    /// The writer's GUID.
+    pub fn guid(&self) -> [u8; 16] {
+        self.guid
+    }
+
+    /// The matched reliable readers now (any order; duplicates ignored). A new reader starts
+    /// at the next seq to be written (volatile) or at the first held (transient-local); a
+    /// removed reader is forgotten (releases keep-all room).
+    pub fn set_readers(&mut self, readers: &[[u8; 16]], now: Instant) {
+        self.expire(now);
+        let mut old = std::mem::take(&mut self.readers);
+        let mut new: Vec<[u8; 16]> = readers.to_vec();
+        new.sort_unstable();
+        new.dedup();
+        let start = if self.cfg.transient_local {
+            self.history.first()
+        } else {
+            self.history.next_seq()
+        };
+        for guid in new {
+            match old.binary_search_by(|r| r.guid.cmp(&guid)) {
+                Ok(i) => self.readers.push(old.swap_remove(i)),
+                Err(_) => self.readers.push(ReaderState {
+                    guid,
+                    start,
+                    acked: start,
+                    last_count: None,
+                    sync_pending: false,
+                    range: None,
+                    nack_base: start,
+                    nacks: SeqSet::new(),
+                }),
+            }
+            // swap_remove broke the order of `old`; restore it for the next search.
+            old.sort_unstable_by(|a, b| a.guid.cmp(&b.guid));
+        }
+        self.readers.sort_unstable_by(|a, b| a.guid.cmp(&b.guid));
+        self.arm_heartbeat(now);
+    }
+
+    /// The matched readers, sorted.
+    pub fn readers(&self) -> impl Iterator<Item = [u8; 16]> + '_ {
+        self.readers.iter().map(|r| r.guid)
+    }
+
+    /// Samples that may be written now: keep-last: `u32::MAX` (never blocks); keep-all:
+    /// `max_samples` minus the held samples some matched reader has not acknowledged, and 0
+    /// once those hold `max_bytes` (the byte bound of a particular sample is checked by
+    /// [`on_written`](Self::on_written)). 0 = the write must wait.
+    pub fn room(&self) -> u32 {
+        match self.cfg.history {
+            HistoryKind::KeepLast { .. } => u32::MAX,
+            HistoryKind::KeepAll => {
+                let (count, bytes) = self.unacked();
+                if bytes >= self.cfg.max_bytes {
+                    0
+                } else {
+                    u32::try_from(u64::from(self.cfg.max_samples).saturating_sub(count))
+                        .unwrap_or(0)
+                }
+            }
+        }
+    }
+
+    /// Payload bytes that may be written now (keep-all; `usize::MAX` for keep-last).
+    pub fn room_bytes(&self) -> usize {
+        match self.cfg.history {
+            HistoryKind::KeepLast { .. } => usize::MAX,
+            HistoryKind::KeepAll => self.cfg.max_bytes.saturating_sub(self.unacked().1),
+        }
+    }
+
+    /// Held samples (and their bytes) some matched reader has not acknowledged.
+    fn unacked(&self) -> (u64, usize) {
+        match self.readers.iter().map(|r| r.acked).min() {
+            Some(m) => (self.history.count_from(m), self.history.bytes_from(m)),
+            None => (0, 0),
+        }
+    }
+
+    /// The application wrote sample `seq` (must be [`next_seq`](Self::next_seq)). Keep-all
+    /// without room: [`WriterError::HistoryFull`] and nothing changes.
+    pub fn on_written(
+        &mut self,
+        seq: u64,
+        payload: Bytes,
+        now: Instant,
+    ) -> Result<(), WriterError> {
+        let expected = self.history.next_seq();
+        if seq != expected {
+            return Err(WriterError::OutOfOrder { expected, got: seq });
+        }
+        self.expire(now);
+        let len = payload.len();
+        match self.cfg.history {
+            HistoryKind::KeepAll => {
+                let max = self.cfg.max_bytes;
+                if len > max {
+                    self.stats.full_refusals += 1;
+                    return Err(WriterError::SampleTooLarge { len, max });
+                }
+                let (count, bytes) = self.unacked();
+                if count >= u64::from(self.cfg.max_samples) || bytes + len > max {
+                    self.stats.full_refusals += 1;
+                    return Err(WriterError::HistoryFull);
+                }
+                // Only acknowledged samples are ahead of the unacknowledged ones, so these
+                // pops never take a sample a reader still needs.
+                while self.history.len() >= self.cfg.max_samples as usize
+                    || self.history.bytes() + len > max
+                {
+                    self.history.pop_front();
+                    self.stats.released += 1;
+                }
+                self.history.push(payload, now);
+            }
+            HistoryKind::KeepLast { depth } => {
+                self.history.push(payload, now);
+                while self.history.len() > 1
+                    && (self.history.len() > depth as usize
+                        || self.history.bytes() > self.cfg.max_bytes)
+                {
+                    self.history.pop_front();
+                    self.stats.replaced += 1;
+                }
+            }
+        }
+        self.stats.written += 1;
+        self.arm_heartbeat(now);
+        Ok(())
+    }
+
+    /// The seq the next written sample must have.
+    pub fn next_seq(&self) -> u64 {
+        self.history.next_seq()
+    }
+
+    /// The first seq held (`next_seq()` when none).
+    pub fn first_held(&self) -> u64 {
+        self.history.first()
+    }
+
+    /// A reader's acknowledgement and requests. Another writer's, an unknown reader's, a base
+    /// beyond what was written, or a count not above the last: ignored and counted. A base
+    /// of 0 (or below the reader's start) is a sync request.
+    pub fn on_acknack(&mut self, a: &AckNack, now: Instant) {
+        let next = self.history.next_seq();
+        let found = (a.writer == self.guid)
+            .then(|| {
+                self.readers
+                    .binary_search_by(|r| r.guid.cmp(&a.reader))
+                    .ok()
+            })
+            .flatten();
+        let Some(i) = found else {
+            self.stats.acks_ignored_unknown_reader += 1;
+            return;
+        };
+        let r = &mut self.readers[i];
+        if r.last_count.is_some_and(|c| a.count <= c) {
+            self.stats.acks_ignored_stale += 1;
+            return;
+        }
+        if a.base > next {
+            self.stats.acks_ignored_future += 1;
+            return;
+        }
+        r.last_count = Some(a.count);
+        if a.base == 0 || a.base < r.start {
+            r.sync_pending = true;
+            return;
+        }
+        r.acked = r.acked.max(a.base);
+        r.nack_base = a.base;
+        r.nacks = SeqSet::new();
+        for s in a.missing_seqs() {
+            // Requests for seqs never written are dropped; the base check above covers the rest.
+            if s >= r.acked && s < next {
+                r.nacks.insert((s - a.base) as u16);
+            }
+        }
+        if let Some((lo, hi)) = r.range {
+            r.range = (r.acked.max(lo) <= hi).then_some((r.acked.max(lo), hi));
+        }
+        self.arm_heartbeat(now);
+    }
+
+    /// What to send now; call until `None`. Heartbeats first, then sync answers, then Gaps and
+    /// Repairs round-robin over the readers within the repair budget.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<WriterOut> {
+        self.handle_timeout(now);
+        if self.needs_heartbeat() {
+            let due = *self.next_heartbeat.get_or_insert(now);
+            if now >= due {
+                self.next_heartbeat = Some(now + self.cfg.heartbeat_period);
+                self.stats.heartbeats += 1;
+                return Some(WriterOut::Heartbeat(Heartbeat {
+                    ttl: 0,
+                    writer: self.guid,
+                    first: self.history.first(),
+                    last: self.history.last(),
+                }));
+            }
+        }
+        if let Some(out) = self.answer_sync() {
+            return Some(out);
+        }
+        let n = self.readers.len();
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            if let Some(out) = self.serve(i) {
+                self.rr = (i + 1) % n;
+                return Some(out);
+            }
+        }
+        None
+    }
+
+    /// Answers pending sync requests until one needs a Gap (see the module doc).
+    fn answer_sync(&mut self) -> Option<WriterOut> {
+        let (first, last) = (self.history.first(), self.history.last());
+        let tl = self.cfg.transient_local;
+        for r in self.readers.iter_mut().filter(|r| r.sync_pending) {
+            r.sync_pending = false;
+            self.stats.syncs_answered += 1;
+            let gap_to = if tl {
+                r.range = (first <= last).then_some((first, last));
+                first - 1
+            } else {
+                if r.start == 1 && last >= 1 {
+                    r.range = Some((1, 1));
+                }
+                r.start - 1
+            };
+            if gap_to > 0 {
+                self.stats.gaps_sent += 1;
+                return Some(WriterOut::Gap(Gap {
+                    ttl: 0,
+                    writer: self.guid,
+                    reader: r.guid,
+                    first: 1,
+                    last: gap_to,
+                }));
+            }
+        }
+        None
+    }
+
+    /// One Gap or Repair for reader `i`, if it has work and (for a Repair) budget is left.
+    fn serve(&mut self, i: usize) -> Option<WriterOut> {
+        let first = self.history.first();
+        let r = &mut self.readers[i];
+        // Requests below what the reader acknowledged, or covered by the handover, are done.
+        let (base, acked, range) = (r.nack_base, r.acked, r.range);
+        let covered = |s: u64| s < acked || range.is_some_and(|(lo, hi)| lo <= s && s <= hi);
+        let snapshot = r.nacks;
+        for off in snapshot.iter() {
+            if covered(base + u64::from(off)) {
+                r.nacks.remove(off);
+            }
+        }
+        let (lo, hi, from_range) = if let Some((lo, hi)) = r.range {
+            (lo, hi, true)
+        } else {
+            let off = r.nacks.first()?;
+            let lo = base + u64::from(off);
+            let mut hi = lo;
+            while hi + 1 - base < 256 && r.nacks.contains((hi + 1 - base) as u16) {
+                hi += 1;
+            }
+            (lo, hi, false)
+        };
+        if lo < first {
+            // Everything below the first held is gone: one Gap for all of it.
+            let last = if from_range {
+                hi.min(first - 1)
+            } else {
+                first - 1
+            };
+            advance(r, lo, last, from_range);
+            self.stats.gaps_sent += 1;
+            return Some(WriterOut::Gap(Gap {
+                ttl: 0,
+                writer: self.guid,
+                reader: r.guid,
+                first: lo,
+                last,
+            }));
+        }
+        if self.budget_left == 0 {
+            if !self.deferred_noted {
+                self.deferred_noted = true;
+                self.stats.repair_deferred += self.readers.iter().map(|r| r.pending()).sum::<u64>();
+            }
+            return None;
+        }
+        let max_n = u64::from(self.cfg.max_repair_samples).min(u64::from(self.budget_left));
+        let mut n = 0u64;
+        let mut bytes = 0usize;
+        while lo + n <= hi && n < max_n {
+            let len = self.history.get(lo + n).map_or(0, |e| e.payload.len());
+            if n > 0 && bytes + len > self.cfg.max_repair_bytes {
+                break;
+            }
+            bytes += len;
+            n += 1;
+        }
+        let payloads = (lo..lo + n).filter_map(|s| self.history.get(s).map(|e| &e.payload));
+        let repair = Repair::new(0, self.guid, r.guid, lo, payloads)
+            .expect("a run of held samples within u16::MAX encodes");
+        advance(r, lo, lo + n - 1, from_range);
+        self.budget_left -= n as u32;
+        self.stats.repaired += n;
+        self.stats.repair_frames += 1;
+        Some(WriterOut::Repair(repair))
+    }
+
+    /// When to call [`handle_timeout`](Self::handle_timeout) (or poll) next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let heartbeat = self.next_heartbeat.filter(|_| self.needs_heartbeat());
+        let repairs = self
+            .readers
+            .iter()
+            .any(ReaderState::has_work)
+            .then(|| {
+                let p = self.period_start?;
+                Some(if self.budget_left == 0 {
+                    p + self.cfg.repair_period
+                } else {
+                    p
+                })
+            })
+            .flatten();
+        let expiry = self.cfg.lifespan.and_then(|l| self.history.next_expiry(l));
+        [heartbeat, repairs, expiry].into_iter().flatten().min()
+    }
+
+    /// Expires samples past their lifespan and starts a new repair period when due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.expire(now);
+        if self
+            .period_start
+            .is_none_or(|p| now >= p + self.cfg.repair_period)
+        {
+            self.period_start = Some(now);
+            self.budget_left = self.cfg.repair_budget;
+            self.deferred_noted = false;
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> WriterStats {
+        self.stats
+    }
+
+    fn expire(&mut self, now: Instant) {
+        if let Some(l) = self.cfg.lifespan {
+            self.stats.expired += self.history.expire(now, l);
+        }
+    }
+
+    /// Some reader has not acknowledged everything written.
+    fn needs_heartbeat(&self) -> bool {
+        let next = self.history.next_seq();
+        self.readers.iter().any(|r| r.acked < next)
+    }
+
+    fn arm_heartbeat(&mut self, now: Instant) {
+        if !self.needs_heartbeat() {
+            self.next_heartbeat = None;
+        } else if self.next_heartbeat.is_none() {
+            self.next_heartbeat = Some(now + self.cfg.heartbeat_period);
+        }
+    }
+}
+
+/// Marks `lo ..= hi` of a reader's handover or requests as answered.
+fn advance(r: &mut ReaderState, lo: u64, hi: u64, from_range: bool) {
+    if from_range {
+        if let Some((_, end)) = r.range {
+            r.range = (hi < end).then_some((hi + 1, end));
+        }
+    } else {
+        let snapshot = r.nacks;
+        for off in snapshot.iter() {
+            if (lo..=hi).contains(&(r.nack_base + u64::from(off))) {
+                r.nacks.remove(off);
+            }
+        }
+    }
+}
