@@ -10,8 +10,8 @@ mod node_support;
 use node_support::wiring::CutProxy;
 use node_support::{ep, fast, wait_connected, wait_until, Node};
 use shoal_mesh::topics::{
-    DurabilityKind, EndpointGuid, Limit, QosDuration, Reliability, ReliabilityKind,
-    ResourceLimits, Topic, TopicsConfig, Writer,
+    DurabilityKind, EndpointGuid, Limit, QosDuration, Reliability, ReliabilityKind, ResourceLimits,
+    Topic, TopicsConfig, Writer,
 };
 use shoal_mesh::{Event, MeshBuilder, PublishError};
 use std::time::{Duration, Instant};
@@ -142,7 +142,10 @@ fn a_cut_link_in_mid_stream_loses_nothing_and_duplicates_nothing() {
     let nodes = [a, b, c];
     wait_connected(&nodes, &[(0, 1), (1, 2), (0, 2)]);
     let (a, c) = (&nodes[0], &nodes[2]);
-    let mut w = a.mesh.writer(keep_all(4096, Duration::from_secs(20))).unwrap();
+    let mut w = a
+        .mesh
+        .writer(keep_all(4096, Duration::from_secs(20)))
+        .unwrap();
     let r = c.mesh.reader(reliable_topic()).unwrap();
     let (wg, rg) = (w.guid(), r.guid());
     wait_until(20, "matched on both sides", || {
@@ -183,9 +186,7 @@ fn a_relay_killed_and_replaced_loses_nothing() {
         matched(&nodes[0], wg, rg) && matched(&nodes[1], wg, rg)
     });
     write_to(&mut w, N / 3, 50);
-    wait_until(30, "C has some", || {
-        !seqs(&nodes[1], rg, wg).is_empty()
-    });
+    wait_until(30, "C has some", || !seqs(&nodes[1], rg, wg).is_empty());
     let old = nodes.pop().expect("the relay");
     old.mesh.stop();
     drop(old);
@@ -215,7 +216,10 @@ fn a_stalled_reader_makes_keep_all_writes_wait_until_its_lease_expires() {
     let nodes = [a, b];
     wait_connected(&nodes, &[(0, 1)]);
     let (a, b) = (&nodes[0], &nodes[1]);
-    let mut w = a.mesh.writer(keep_all(100, Duration::from_millis(300))).unwrap();
+    let mut w = a
+        .mesh
+        .writer(keep_all(100, Duration::from_millis(300)))
+        .unwrap();
     let r = b.mesh.reader(reliable_topic()).unwrap();
     let (wg, rg) = (w.guid(), r.guid());
     wait_until(20, "matched on both sides", || {
@@ -223,9 +227,7 @@ fn a_stalled_reader_makes_keep_all_writes_wait_until_its_lease_expires() {
     });
     // Acknowledged samples leave room: 300 go through a history of 100.
     write_to(&mut w, 300, 10);
-    wait_until(30, "B has the first 300", || {
-        seqs(b, rg, wg).len() >= 300
-    });
+    wait_until(30, "B has the first 300", || seqs(b, rg, wg).len() >= 300);
     proxy.cut();
     wait_until(20, "A sees the link gone", || !a.connected_to(b));
     // Now nobody acknowledges: at most 100 more fit.
@@ -235,7 +237,10 @@ fn a_stalled_reader_makes_keep_all_writes_wait_until_its_lease_expires() {
             Ok(_) => accepted += 1,
             Err(e) => break e,
         }
-        assert!(accepted <= 100, "the history holds 100 unacknowledged samples");
+        assert!(
+            accepted <= 100,
+            "the history holds 100 unacknowledged samples"
+        );
     };
     assert!(
         matches!(full, PublishError::HistoryFull { .. }),
@@ -249,7 +254,9 @@ fn a_stalled_reader_makes_keep_all_writes_wait_until_its_lease_expires() {
     );
     assert!(t0.elapsed() >= Duration::from_millis(300));
     // The reader's lease runs out: unmatched, the writer is free again.
-    wait_until(30, "A unmatches the stalled reader", || unmatched(a, wg, rg));
+    wait_until(30, "A unmatches the stalled reader", || {
+        unmatched(a, wg, rg)
+    });
     wait_until(10, "writes go through again", || {
         w.try_write(&payload(w.next_seq())).is_ok()
     });
@@ -289,9 +296,17 @@ fn keep_last_replaced_samples_are_reported_lost_then_the_rest_arrive_in_order() 
     let ls = lost(b, rg);
     // Everything up to 100, then the history's last 20; what lies between was reported.
     let kept: Vec<u64> = got.iter().copied().filter(|s| *s > 100).collect();
-    assert_eq!(kept, (981..=1000).collect::<Vec<_>>(), "the last 20, in order");
+    assert_eq!(
+        kept,
+        (981..=1000).collect::<Vec<_>>(),
+        "the last 20, in order"
+    );
     assert_eq!(&got[..100], &(1..=100).collect::<Vec<_>>()[..]);
-    assert_eq!(ls, vec![(101, 980)], "one loss report for the replaced samples");
+    assert_eq!(
+        ls,
+        vec![(101, 980)],
+        "one loss report for the replaced samples"
+    );
     drop((w, r));
 }
 
@@ -306,7 +321,10 @@ fn a_late_transient_local_reader_gets_the_history_first() {
     wait_connected(&nodes, &[(0, 1)]);
     let (a, b) = (&nodes[0], &nodes[1]);
     let durable = reliable_topic().durability(DurabilityKind::TransientLocal);
-    let mut w = a.mesh.writer(durable.clone().history_keep_last(50)).unwrap();
+    let mut w = a
+        .mesh
+        .writer(durable.clone().history_keep_last(50))
+        .unwrap();
     write_to(&mut w, 100, 10);
     let r = b.mesh.reader(durable).unwrap();
     let be = b.mesh.reader(Topic::new(T, "Blob")).unwrap();

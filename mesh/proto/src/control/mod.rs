@@ -131,6 +131,8 @@ pub struct ControlCore {
     stopped_shards: usize,
     /// The topics snapshot last shown (see [`ControlCore::topics_view`]).
     shown_view: Option<Arc<crate::topics::TopicsView>>,
+    /// Writers created whose first route table has not gone out yet.
+    ready_pending: Vec<crate::topics::EndpointGuid>,
     /// A round ran since [`take_changed`](ControlCore::take_changed): the query views may
     /// differ.
     changed: bool,
@@ -192,6 +194,7 @@ impl ControlCore {
             stopped_shards: 0,
             changed: true,
             shown_view: None,
+            ready_pending: Vec::new(),
             topics,
             cfg,
         };

@@ -81,6 +81,13 @@ pub enum ControlErrorKind {
 /// What the control core tells the application, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlEvent {
+    /// This node's writer `endpoint` is in the route table every shard applied: its first
+    /// samples find their route (the driver answers the create command with it; not an
+    /// application event).
+    EndpointReady {
+        /// The writer.
+        endpoint: crate::topics::EndpointGuid,
+    },
     /// A peer was announced for the first time (or again after being Lost).
     PeerDiscovered {
         /// The peer.

@@ -75,6 +75,9 @@ impl ControlCore {
         let r = self
             .topics
             .create_endpoint(kind, topic, type_name, type_hash, qos, partitions, now);
+        if let (Ok(g), EndpointKind::Writer) = (&r, kind) {
+            self.ready_pending.push(*g);
+        }
         self.round(now, wall_ms);
         r
     }
@@ -215,6 +218,13 @@ impl ControlCore {
             // Matched events wait for the table that routes them (a later round's).
             return;
         }
+        // New writers are in the table this round posted (or an earlier one): ready once the
+        // shards applied it (the events are held until then).
+        events.extend(
+            self.ready_pending
+                .drain(..)
+                .map(|endpoint| ControlEvent::EndpointReady { endpoint }),
+        );
         while let Some(e) = self.topics.poll_event() {
             events.push(ControlEvent::Topic(e));
         }

@@ -42,6 +42,16 @@ impl History {
     }
 
     /// The seq the next sample gets.
+    /// Makes the (empty) history's next sample `next`: a writer whose history starts
+    /// mid-stream holds nothing below it, so nothing below it can be repaired.
+    pub(crate) fn start_at(&mut self, next: u64) {
+        debug_assert!(
+            self.entries.is_empty(),
+            "only an empty history moves its start"
+        );
+        self.next_seq = next.max(1);
+    }
+
     pub(crate) fn next_seq(&self) -> u64 {
         self.next_seq
     }

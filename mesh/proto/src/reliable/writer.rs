@@ -85,6 +85,15 @@ impl ReliableWriter {
         }
     }
 
+    /// A writer whose next sample is `next` (≥ 1): its first reliable reader matched after
+    /// `next - 1` samples were written without a history. Readers matched now start at
+    /// `next`; whatever they ask for below it gets a Gap.
+    pub fn starting_at(writer: [u8; 16], cfg: WriterConfig, next: u64) -> Self {
+        let mut w = ReliableWriter::new(writer, cfg);
+        w.history.start_at(next);
+        w
+    }
+
     /// The writer's GUID.
     pub fn guid(&self) -> [u8; 16] {
         self.guid

@@ -181,6 +181,8 @@ pub struct ShardCore {
     writer_seqs: Vec<samples::WriterSeq>,
     /// Runs waiting for a route table that names their writer.
     parked: samples::Parked,
+    /// Reliable topics: the writers' histories and the readers' states sequenced here.
+    reliable: reliable::Reliable,
     /// Where deliveries go first (see [`DeliverySink`]).
     sink: Sink,
 }

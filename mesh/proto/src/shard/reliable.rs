@@ -23,14 +23,13 @@
 //! reliability protocol itself (`crate::reliable`), routes (the control plane's), delivery to
 //! the application (the sink / driver).
 
-use super::action::{IfBusy, SampleRun, ShardAction};
+use super::action::{IfBusy, ShardAction};
 use super::route::{Path, Targets};
 use super::samples::samples_shard;
 use super::ShardCore;
 use crate::cmd::{Out, RelFrame, ShardToShard};
 use crate::reliable::{
-    HistoryKind, ReaderConfig, ReaderEvent, ReliableReader, ReliableWriter, WriterConfig,
-    WriterOut,
+    HistoryKind, ReaderConfig, ReaderEvent, ReliableReader, ReliableWriter, WriterConfig, WriterOut,
 };
 use crate::stats::{add, inc, TopicCounterSet};
 use crate::topics::{
@@ -254,7 +253,10 @@ impl ShardCore {
     fn align(&mut self, slot: &mut Slot, route: &WriterRoute, rel: &ReliableRoute, now: Instant) {
         match &rel.writer {
             Some(spec) if route.local => {
-                let same = slot.w.as_ref().is_some_and(|w| Arc::ptr_eq(&w.credit, &spec.credit))
+                let same = slot
+                    .w
+                    .as_ref()
+                    .is_some_and(|w| Arc::ptr_eq(&w.credit, &spec.credit))
                     && slot.spec.writer.as_ref().is_some_and(|old| {
                         old.keep_last == spec.keep_last
                             && old.max_samples == spec.max_samples
@@ -448,9 +450,11 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
-        let mut slot = self.reliable.slots.get_mut(route.slot as usize).and_then(|s| {
-            s.take_if(|s| s.writer == route.writer)
-        });
+        let mut slot = self
+            .reliable
+            .slots
+            .get_mut(route.slot as usize)
+            .and_then(|s| s.take_if(|s| s.writer == route.writer));
         match f {
             RelFrame::AckNack(mut a) => {
                 if route.local {
@@ -556,9 +560,10 @@ impl ShardCore {
                 continue;
             };
             let mut got = std::mem::take(&mut self.reliable.scratch);
-            state.on_samples(s.first_seq, s.payloads(), now, &mut |seq, p| got.push((seq, p)));
-            if got.len() == usize::from(s.count) && got.first().map(|g| g.0) == Some(s.first_seq)
-            {
+            state.on_samples(s.first_seq, s.payloads(), now, &mut |seq, p| {
+                got.push((seq, p))
+            });
+            if got.len() == usize::from(s.count) && got.first().map(|g| g.0) == Some(s.first_seq) {
                 // In order, as it came (the common case): the run itself, no copy.
                 got.clear();
                 self.reliable.scratch = got;
@@ -586,8 +591,7 @@ impl ShardCore {
         let mut i = 0;
         while i < got.len() {
             let mut j = i + 1;
-            while j < got.len() && got[j].0 == got[j - 1].0 + 1 && j - i < usize::from(u16::MAX)
-            {
+            while j < got.len() && got[j].0 == got[j - 1].0 + 1 && j - i < usize::from(u16::MAX) {
                 j += 1;
             }
             match Samples::new(0, writer, got[i].0, got[i..j].iter().map(|(_, p)| p)) {

@@ -279,7 +279,10 @@ impl TopicsConfig {
             ("repair_budget", self.repair_budget as usize),
             ("max_history_samples", self.max_history_samples as usize),
             ("max_history_bytes", self.max_history_bytes),
-            ("max_reader_buffer_samples", self.max_reader_buffer_samples as usize),
+            (
+                "max_reader_buffer_samples",
+                self.max_reader_buffer_samples as usize,
+            ),
             ("max_reader_buffer_bytes", self.max_reader_buffer_bytes),
         ] {
             if n == 0 {

@@ -440,6 +440,8 @@ impl Sim {
             }
             ControlEvent::Error { .. } => n.errors.push(e),
             ControlEvent::Topic(_) => n.topic_events.push(e),
+            // The driver's answer to a create command, not an application event.
+            ControlEvent::EndpointReady { .. } => {}
         }
     }
 

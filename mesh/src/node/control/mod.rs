@@ -56,6 +56,9 @@ const BEACON_BACKLOG: usize = 4;
 /// on.
 pub(crate) type Created = (EndpointGuid, Option<Arc<shoal_proto::topics::WriterCredit>>);
 
+/// Where a create command's answer goes (room for one: the control plane never waits).
+pub(crate) type CreateReply = mpsc::SyncSender<Result<Created, TopicError>>;
+
 /// Requests from the application handle.
 #[derive(Debug)]
 pub(crate) enum Cmd {
@@ -66,7 +69,7 @@ pub(crate) enum Cmd {
         /// The validated declaration (boxed: commands travel by value through a queue).
         spec: Box<EndpointSpec>,
         /// Where the answer goes (room for one: the control plane never waits on it).
-        reply: mpsc::SyncSender<Result<Created, TopicError>>,
+        reply: CreateReply,
     },
     /// Remove a local endpoint (its last handle went).
     RemoveEndpoint(EndpointGuid),
@@ -100,17 +103,32 @@ pub(crate) fn run_here(ns: &Arc<NodeShared>, cmd: Cmd) -> Result<(), Cmd> {
         }
         return Ok(());
     }
-    handle(&ctl, cmd);
+    handle(&ctl, cmd, true);
     Ok(())
 }
 
-/// Carries out one command of the application.
-fn handle(ctl: &Rc<Ctl>, cmd: Cmd) {
+/// Carries out one command of the application (`inline`: on this thread, for a callback of
+/// this control plane, which cannot wait for anything).
+fn handle(ctl: &Rc<Ctl>, cmd: Cmd, inline: bool) {
     match cmd {
         Cmd::Stop(reply) => begin_stop(ctl, reply),
         Cmd::CreateEndpoint { spec, reply } => {
             let r = ctl.feed(|c, now, wall| topics::create(c, &spec, now, wall));
-            let _ = reply.try_send(r);
+            match r {
+                Ok(created) if spec.kind == crate::topics::EndpointKind::Writer && !inline => {
+                    let g = created.0;
+                    let mut early = ctl.ready_early.borrow_mut();
+                    if let Some(i) = early.iter().position(|e| *e == g) {
+                        early.swap_remove(i);
+                        let _ = reply.try_send(Ok(created));
+                    } else {
+                        ctl.pending_creates.borrow_mut().push((g, reply, created));
+                    }
+                }
+                r => {
+                    let _ = reply.try_send(r);
+                }
+            }
         }
         Cmd::RemoveEndpoint(guid) => {
             ctl.feed(|c, now, wall| topics::remove(c, guid, now, wall));
@@ -146,6 +164,11 @@ pub(super) struct Ctl {
     topics_view: RefCell<Option<Arc<crate::topics::TopicsView>>>,
     /// The discovery counters last published.
     topics_stats: std::cell::Cell<crate::topics::TopicsStats>,
+    /// Create commands of writers waiting for their first route table to reach every shard
+    /// (so their first samples find it, not a shard that has to hold them).
+    pending_creates: RefCell<Vec<(EndpointGuid, CreateReply, Created)>>,
+    /// Writers reported ready during the command that created them (answered after it).
+    ready_early: RefCell<Vec<EndpointGuid>>,
     /// An input may have moved the core's next deadline earlier (e.g. a route table that
     /// waits for its planning interval): the timer task looks again.
     rearm: Signal,
@@ -225,6 +248,8 @@ pub(crate) async fn run(init: ControlInit) {
         stop_reply: RefCell::new(None),
         topics_view: RefCell::new(None),
         topics_stats: std::cell::Cell::new(Default::default()),
+        pending_creates: RefCell::new(Vec::new()),
+        ready_early: RefCell::new(Vec::new()),
         rearm: Signal::new(),
         armed: std::cell::Cell::new(Instant::now()),
         ns,
@@ -240,7 +265,7 @@ pub(crate) async fn run(init: ControlInit) {
     spawn_local(tick(ctl.clone())).detach();
     ctl.feed(|c, now, wall| c.start(now, wall));
     while let Ok(cmd) = cmds.recv().await {
-        handle(&ctl, cmd);
+        handle(&ctl, cmd, false);
     }
 }
 
@@ -306,6 +331,7 @@ pub(super) fn run_actions(ctl: &Rc<Ctl>) {
                 q.push_back(b);
                 ctl.beacon_ready.notify(1);
             }
+            Action::Event(ControlEvent::EndpointReady { endpoint }) => ready(ctl, endpoint),
             Action::Event(e) => ctl
                 .ns
                 .hub
@@ -384,8 +410,29 @@ fn publish(ctl: &Ctl) {
     raise(&c.handshakes_evicted, s.handshakes_evicted);
 }
 
+/// A writer's first route table reached every shard: its create command is answered.
+fn ready(ctl: &Ctl, endpoint: EndpointGuid) {
+    let mut pending = ctl.pending_creates.borrow_mut();
+    match pending.iter().position(|(g, ..)| *g == endpoint) {
+        Some(i) => {
+            let (_, reply, created) = pending.swap_remove(i);
+            let _ = reply.try_send(Ok(created));
+        }
+        // Created from a callback (answered at once), or ready within its own command.
+        None => {
+            let mut early = ctl.ready_early.borrow_mut();
+            // Bounded: entries of callback-created writers are never claimed.
+            if early.len() >= 64 {
+                early.remove(0);
+            }
+            early.push(endpoint);
+        }
+    }
+}
+
 fn to_event(e: ControlEvent) -> Event {
     match e {
+        ControlEvent::EndpointReady { .. } => unreachable!("answered by `ready`, not an event"),
         ControlEvent::PeerDiscovered { peer, addr } => Event::PeerDiscovered { peer, addr },
         ControlEvent::PeerConnected { peer } => Event::PeerConnected { peer },
         ControlEvent::PeerDisconnected { peer } => Event::PeerDisconnected { peer },

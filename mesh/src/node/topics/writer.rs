@@ -239,9 +239,7 @@ impl Writer {
     }
 
     fn has_credit(&self) -> bool {
-        self.credit
-            .as_ref()
-            .is_none_or(|c| c.allows(self.next_seq))
+        self.credit.as_ref().is_none_or(|c| c.allows(self.next_seq))
     }
 
     /// Waits on this thread, at most `max_blocking`, until the next sample is within the
