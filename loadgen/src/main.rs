@@ -291,6 +291,11 @@ struct BenchArgs {
     /// topic/broadcast and topic/raw-lp; then a fan-out to readers on `--fanout` nodes.
     #[arg(long, conflicts_with = "compare_psk")]
     topics: bool,
+    /// Instead of Shoal vs raw TCP: per size, best-effort topic samples A→B then reliable
+    /// ones (a reliable keep-all writer, a reliable reader), with reliable/best-effort and
+    /// the reader node's acknowledgement bytes per sample.
+    #[arg(long, conflicts_with_all = ["compare_psk", "topics"])]
+    reliable: bool,
     /// With --topics: reader nodes of the fan-out run (0 = none).
     #[arg(long, default_value_t = 3)]
     fanout: usize,
@@ -554,6 +559,14 @@ fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
             return emit_json(&rows);
         }
         bench::print_psk_table(&rows);
+        return Ok(());
+    }
+    if a.reliable {
+        let rows = topic_bench::compare_reliable(&template, &a.sizes)?;
+        if a.out.json {
+            return emit_json(&rows);
+        }
+        topic_bench::print_reliable_table(&rows);
         return Ok(());
     }
     if a.topics {

@@ -68,6 +68,7 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
     );
     let counts_before = topics::topic_counts(&all);
     let bytes_before = topics::bytes_out(&all);
+    let reader_bytes_before = topics::bytes_out(&all[1..]);
     let unrouted_before = topics::unrouted(&all);
     let before = Usage::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -115,6 +116,7 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
     let usage = Usage::now().since(&before);
     let counts = topics::counts_since(&topics::topic_counts(&all), &counts_before);
     let bytes = topics::bytes_out(&all).saturating_sub(bytes_before);
+    let reader_bytes = topics::bytes_out(&all[1..]).saturating_sub(reader_bytes_before);
     let unrouted = topics::unrouted(&all).saturating_sub(unrouted_before);
     let mut drops = Drops::default();
     for m in &meshes {
@@ -128,6 +130,7 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
     let published = published?;
     let report = SampleReport::of(&states, &counts, writing_s, foreign)
         .with_bytes_out(bytes)
+        .with_reader_bytes_out(reader_bytes)
         .with_unrouted(unrouted);
     let recvs: Vec<Receiver> = states.into_iter().map(|s| s.recv).collect();
     let mut summary = summarise(
@@ -209,6 +212,81 @@ pub fn compare(
         });
     }
     Ok(out)
+}
+
+/// The reliable benchmark's topic: a reliable keep-all writer and reliable readers.
+pub fn reliable_topic() -> Topic {
+    bench_topic().reliable().history_keep_all()
+}
+
+/// One size's best-effort and reliable runs (`bench --reliable`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReliableComparison {
+    /// Payload bytes.
+    pub payload_bytes: usize,
+    /// Best-effort topic samples A→B (a reliable writer, a best-effort reader).
+    pub best_effort: Summary,
+    /// Reliable topic samples A→B (a reliable keep-all writer, a reliable reader).
+    pub reliable: Summary,
+    /// Reliable samples/s over best-effort samples/s.
+    pub reliable_per_best_effort: f64,
+    /// Bytes the reader's node wrote (its acknowledgements, and its links' own heartbeats)
+    /// per sample it delivered, in the reliable run.
+    pub ack_bytes_per_sample: f64,
+}
+
+/// For each size: best-effort then reliable topic samples A→B, back to back.
+pub fn compare_reliable(
+    template: &LocalRun,
+    sizes: &[usize],
+) -> Result<Vec<ReliableComparison>, RunError> {
+    let mut out = Vec::new();
+    for &size in sizes {
+        let mut run = template.clone();
+        run.nodes = 2;
+        run.shape.size = size;
+        run.shape.size_max = size;
+        let best_effort = run_topic(&run, &bench_topic())?;
+        let reliable = run_topic(&run, &reliable_topic())?;
+        let ack = reliable
+            .samples
+            .as_ref()
+            .map_or(0.0, |s| s.reader_bytes_out_per_sample);
+        out.push(ReliableComparison {
+            payload_bytes: size,
+            reliable_per_best_effort: ratio(&reliable, &best_effort),
+            ack_bytes_per_sample: ack,
+            best_effort,
+            reliable,
+        });
+    }
+    Ok(out)
+}
+
+/// Prints `bench --reliable` as a markdown table.
+pub fn print_reliable_table(rows: &[ReliableComparison]) {
+    println!(
+        "| payload | best-effort samples/s | reliable samples/s | reliable/best-effort | reliable lost | reliable gaps / reorders | ack bytes/sample |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for c in rows {
+        let t = c.reliable.samples.clone().unwrap_or_default();
+        let (gaps, reorders) = t
+            .topics
+            .iter()
+            .fold((0, 0), |(g, r), row| (g + row.gaps, r + row.reorders));
+        println!(
+            "| {} B | {:.0} | {:.0} | **{:.2}x** | {} | {gaps} / {reorders} | {:.3} |",
+            c.payload_bytes,
+            c.best_effort.msgs_per_s,
+            c.reliable.msgs_per_s,
+            c.reliable_per_best_effort,
+            c.reliable.lost,
+            c.ack_bytes_per_sample,
+        );
+    }
+    println!();
+    println!("Issue 13's target: reliable/best-effort >= 0.85x at 64 B and 1 KiB.");
 }
 
 /// Prints the comparison as markdown tables, then the memory table.

@@ -160,6 +160,9 @@ pub struct SampleReport {
     pub bytes_out: u64,
     /// `bytes_out` per sample delivered to a reader (every reader counted).
     pub bytes_out_per_sample: f64,
+    /// Bytes the reader nodes wrote (acknowledgements, link heartbeats) per sample
+    /// delivered.
+    pub reader_bytes_out_per_sample: f64,
 }
 
 impl SampleReport {
@@ -230,6 +233,15 @@ impl SampleReport {
         let delivered: u64 = self.topics.iter().map(|t| t.samples).sum();
         if delivered > 0 {
             self.bytes_out_per_sample = bytes_out as f64 / delivered as f64;
+        }
+        self
+    }
+
+    /// Sets the bytes the reader nodes wrote over the run.
+    pub fn with_reader_bytes_out(mut self, bytes: u64) -> SampleReport {
+        let delivered: u64 = self.topics.iter().map(|t| t.samples).sum();
+        if delivered > 0 {
+            self.reader_bytes_out_per_sample = bytes as f64 / delivered as f64;
         }
         self
     }

@@ -120,10 +120,15 @@ impl TopicSink {
 
 impl Sink for TopicSink {
     fn send(&mut self, payload: &[u8]) -> Result<(), SinkError> {
-        self.writer
-            .write_blocking(payload)
-            .map(drop)
-            .map_err(sink_error)
+        loop {
+            match self.writer.write_blocking(payload) {
+                Ok(_) => return Ok(()),
+                // A reliable keep-all writer whose readers lag past its max blocking time:
+                // wait again (the sample is not written; skipping it would be a loss).
+                Err(shoal_mesh::PublishError::HistoryFull { .. }) => continue,
+                Err(e) => return Err(sink_error(e)),
+            }
+        }
     }
 
     fn flush(&mut self) -> Result<(), SinkError> {
