@@ -194,7 +194,7 @@ impl Sim {
 
     fn add_readers(&mut self, n: usize) {
         let now = self.now();
-        for w in 0..2 {
+        for (w, writer) in WRITERS.iter().enumerate() {
             let mut guid = [n as u8; 16];
             guid[15] = self.next_guid;
             self.next_guid += 1;
@@ -204,7 +204,7 @@ impl Sim {
                 1
             };
             self.nodes[n].rel.push(RelReader {
-                r: ReliableReader::new(WRITERS[w], guid, reader_cfg(), now),
+                r: ReliableReader::new(*writer, guid, reader_cfg(), now),
                 writer: w,
                 got: Vec::new(),
                 owed_from,
@@ -319,7 +319,7 @@ impl Sim {
             self.deliver(to, bytes);
         }
         let now = self.now();
-        for w in 0..2 {
+        for (w, writer) in WRITERS.iter().enumerate() {
             let first = self.writers[w].next_seq();
             let mut n = 0;
             while n < RATE && first + n <= SAMPLES && self.writers[w].room() > 0 {
@@ -330,13 +330,8 @@ impl Sim {
                 n += 1;
             }
             if n > 0 {
-                let s = Samples::new(
-                    0,
-                    WRITERS[w],
-                    first,
-                    (first..first + n).map(|q| payload(w, q)),
-                )
-                .unwrap();
+                let s = Samples::new(0, *writer, first, (first..first + n).map(|q| payload(w, q)))
+                    .unwrap();
                 for to in 2..NODES {
                     let cut = self.cut(to);
                     self.net

@@ -175,7 +175,7 @@ impl ReliableReader {
             return Some(self.acknack(0, SeqSet::new()));
         }
         let missing = self.missing();
-        if !(self.ack_dirty || !missing.is_empty()) || now < self.ack_ready_at {
+        if now < self.ack_ready_at || (!self.ack_dirty && missing.is_empty()) {
             return None;
         }
         self.ack_dirty = false;
