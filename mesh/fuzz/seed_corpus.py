@@ -72,10 +72,26 @@ samples = bytes.fromhex(
     "0000002e" "0a" "07" "00" "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf" "00000000000000ff" "0003"
     "00000002" "6869" "00000000" "00000003" "616263"
 )
+# The reliability frames (types 11 to 14), as in mesh/proto/tests/wire_reliable.rs.
+W, R = "a0" * 16, "b0" * 16
+heartbeat = bytes.fromhex("00000022" "0b" "05" + W + "0000000000000003" "0000000000000009")
+acknack = bytes.fromhex(
+    "00000032" "0c" "03" + W + R + "00000007" "0000000000000064" "0009" "8180"
+)
+repair = bytes.fromhex(
+    "0000003b" "0d" "00" + W + R + "000000000000000a" "0002"
+    "00000002" "6869" "00000005" "776f726c64"
+)
+gap = bytes.fromhex("00000032" "0e" "00" + W + R + "0000000000000001" "0000000000000001")
 for name, data in [
     ("topic-Discovery", discovery),
     ("topic-Samples", samples),
     ("topic-stream", discovery + samples),
+    ("reliable-Heartbeat", heartbeat),
+    ("reliable-AckNack", acknack),
+    ("reliable-Repair", repair),
+    ("reliable-Gap", gap),
+    ("reliable-stream", samples + heartbeat + acknack + repair + gap),
 ]:
     with open(os.path.join(out_dir, name), "wb") as f:
         f.write(data)

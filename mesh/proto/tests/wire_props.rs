@@ -3,17 +3,17 @@
 //! fast lanes (`take_data`, `take_samples`) agree with `take_frame`; `SampleRunWriter` packs
 //! runs that decode to exactly what was pushed.
 //!
-//! Length: about 700 lines: the frame strategies and the framing contract checks are shared
+//! Length: about 780 lines: the frame strategies and the framing contract checks are shared
 //! by every property, the topic frames' included, so they stay in one file.
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use shoal_proto::wire::{
-    decode_frame, encode_data_into, peek_frame_len, take_data, take_frame, take_samples,
+    decode_frame, encode_data_into, peek_frame_len, take_data, take_frame, take_samples, AckNack,
     AuthConfirm, Beacon, Data, DecodeError, DecodeStatus, Discovery, DiscoveryEntry, Features,
-    Frame, Hello, HelloIdentity, IdentityRecord, Membership, SampleRunWriter, Samples,
-    ShoalExtension, DISCOVERY_HEADER_LEN, MAX_MESSAGE_BYTES, MAX_RECORD_ENTRY_LEN,
-    SAMPLES_HEADER_LEN,
+    Frame, Gap, Heartbeat, Hello, HelloIdentity, IdentityRecord, Membership, Repair,
+    SampleRunWriter, Samples, SeqSet, ShoalExtension, DISCOVERY_HEADER_LEN, MAX_MESSAGE_BYTES,
+    MAX_RECORD_ENTRY_LEN, SAMPLES_HEADER_LEN,
 };
 use shoal_proto::{MsgId, PeerId};
 
@@ -113,8 +113,78 @@ fn samples() -> impl Strategy<Value = Samples> {
         })
 }
 
+/// The four reliability frames, valid: ranges, bitmaps and runs within their rules.
+fn reliable() -> impl Strategy<Value = Frame> {
+    let seq = || {
+        prop_oneof![
+            1u64..1000,
+            Just(u64::MAX),
+            any::<u64>().prop_map(|s| s.max(1))
+        ]
+    };
+    prop_oneof![
+        (any::<u8>(), any::<[u8; 16]>(), seq(), 0u64..3).prop_map(|(ttl, writer, last, d)| {
+            let first = last.saturating_add(1).saturating_sub(d).max(1);
+            Frame::WriterHeartbeat(Heartbeat {
+                ttl,
+                writer,
+                first,
+                last,
+            })
+        }),
+        (
+            any::<u8>(),
+            any::<[u8; 16]>(),
+            any::<[u8; 16]>(),
+            any::<u32>(),
+            prop_oneof![Just(0u64), 1u64..1000, any::<u64>()],
+            proptest::collection::vec(0u16..256, 0..20),
+        )
+            .prop_map(|(ttl, writer, reader, count, base, bits)| {
+                let mut a = AckNack {
+                    ttl,
+                    writer,
+                    reader,
+                    count,
+                    base: base.min(u64::MAX - 255),
+                    missing: SeqSet::new(),
+                };
+                for b in bits {
+                    a.request(a.base + u64::from(b));
+                }
+                Frame::AckNack(a)
+            }),
+        (
+            any::<u8>(),
+            any::<[u8; 16]>(),
+            any::<[u8; 16]>(),
+            payloads(),
+            seq()
+        )
+            .prop_map(|(ttl, writer, reader, ps, s)| {
+                let first = s.clamp(1, u64::MAX - (ps.len() as u64 - 1));
+                Frame::Repair(Repair::new(ttl, writer, reader, first, &ps).unwrap())
+            }),
+        (
+            any::<u8>(),
+            any::<[u8; 16]>(),
+            any::<[u8; 16]>(),
+            seq(),
+            seq()
+        )
+            .prop_map(|(ttl, writer, reader, a, b)| Frame::Gap(Gap {
+                ttl,
+                writer,
+                reader,
+                first: a.min(b),
+                last: a.max(b),
+            })),
+    ]
+}
+
 fn frame() -> impl Strategy<Value = Frame> {
     prop_oneof![
+        reliable(),
         discovery().prop_map(Frame::Discovery),
         samples().prop_map(Frame::Samples),
         hello().prop_map(Frame::Hello),
@@ -161,14 +231,14 @@ fn frame() -> impl Strategy<Value = Frame> {
 }
 
 /// Bytes that look like a frame header often enough to reach the body decoders: a small length,
-/// a type around 0..=11, then random body bytes (which may be shorter or longer than announced).
+/// a type around 0..=15, then random body bytes (which may be shorter or longer than announced).
 fn framish_bytes() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         mutated_topic_frame(),
         proptest::collection::vec(any::<u8>(), 0..200),
         (
             0u32..300,
-            0u8..12,
+            0u8..16,
             proptest::collection::vec(any::<u8>(), 0..320)
         )
             .prop_map(|(len, ty, body)| {
@@ -186,7 +256,8 @@ fn mutated_topic_frame() -> impl Strategy<Value = Vec<u8>> {
     (
         prop_oneof![
             discovery().prop_map(Frame::Discovery),
-            samples().prop_map(Frame::Samples)
+            samples().prop_map(Frame::Samples),
+            reliable(),
         ],
         proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..3),
         any::<bool>(),

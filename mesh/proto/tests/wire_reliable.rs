@@ -394,3 +394,53 @@ fn reliability_frames_that_would_not_decode_fail_to_encode() {
     assert!(Repair::new(0, W, R, 1, Vec::<&[u8]>::new()).is_err());
     assert!(Repair::new(0, W, R, u64::MAX, [b"x", b"y"]).is_err());
 }
+
+/// The committed fuzz seeds (`mesh/fuzz/seed_corpus.py`) are this file's vectors: each decodes
+/// to the value its test builds, and the stream splits into the five frames in order.
+#[test]
+fn fuzz_seeds_hold_the_reliable_vectors() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/frame_decode");
+    let read = |name: &str| {
+        std::fs::read(dir.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}; run python3 mesh/fuzz/seed_corpus.py"))
+    };
+    let want = [
+        (
+            "reliable-Heartbeat",
+            Frame::WriterHeartbeat(Heartbeat {
+                ttl: 5,
+                writer: W,
+                first: 3,
+                last: 9,
+            }),
+        ),
+        (
+            "reliable-AckNack",
+            Frame::AckNack(acknack(100, &[100, 107, 108])),
+        ),
+        (
+            "reliable-Repair",
+            Frame::Repair(Repair::new(0, W, R, 10, [&b"hi"[..], b"world"]).unwrap()),
+        ),
+        (
+            "reliable-Gap",
+            Frame::Gap(Gap {
+                ttl: 0,
+                writer: W,
+                reader: R,
+                first: 1,
+                last: 1,
+            }),
+        ),
+    ];
+    let mut stream = BytesMut::from(&read("reliable-stream")[..]);
+    assert!(matches!(
+        take_frame(&mut stream, MAX_MESSAGE_BYTES),
+        Ok(Some(Frame::Samples(_)))
+    ));
+    for (name, frame) in want {
+        assert_eq!(read(name), encoded(&frame), "{name}");
+        assert_eq!(take_frame(&mut stream, MAX_MESSAGE_BYTES), Ok(Some(frame)));
+    }
+    assert!(stream.is_empty());
+}

@@ -37,7 +37,8 @@
 //! **Acknowledgement.** A started reader sends `AckNack { base: next expected, missing }`
 //! where `missing` (up to 256 seqs from `base`) are the seqs it lacks that are known to exist
 //! (a later seq, or a heartbeat's `last`, was seen) and have been known missing for at least
-//! `nack_delay` (a reordered frame may still come). It sends one at most every `ack_period`,
+//! `nack_delay` (a reordered frame may still come; one timestamp is kept per batch of news, so
+//! a seq learnt while an older batch matures waits up to twice that), within the reorder window. It sends one at most every `ack_period`,
 //! and only when something changed (next expected moved, a heartbeat asked) or something is
 //! still missing (a lost repair is asked again). `count` rises by one per AckNack; the writer
 //! ignores a count not above the last it saw from that reader.

@@ -175,7 +175,7 @@ impl ReliableReader {
             return Some(self.acknack(0, SeqSet::new()));
         }
         let missing = self.missing();
-        if !(self.ack_dirty || !missing.is_empty()) || now < self.ack_ready_at {
+        if now < self.ack_ready_at || (!self.ack_dirty && missing.is_empty()) {
             return None;
         }
         self.ack_dirty = false;
@@ -236,12 +236,15 @@ impl ReliableReader {
         }
     }
 
-    /// The seqs from `next` on that are missing, known to exist and past `nack_delay`.
+    /// The seqs from `next` on that are missing, known to exist and past `nack_delay`, within
+    /// the window.
     fn missing(&self) -> SeqSet {
         let mut set = SeqSet::new();
         let top = self.mature.min(self.known_last);
+        // Asking for more than the window holds would only have the repair dropped again.
+        let width = u64::from(MAX_NACK_BITS).min(u64::from(self.cfg.max_buffered_samples));
         let mut s = self.next;
-        while s <= top && s - self.next < u64::from(MAX_NACK_BITS) {
+        while s <= top && s - self.next < width {
             let i = (s - self.next) as usize;
             if !matches!(self.buf.get(i), Some(Some(_))) {
                 set.insert(i as u16);

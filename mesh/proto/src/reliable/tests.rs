@@ -497,3 +497,21 @@ fn repairs_for_another_reader_are_ignored() {
     r.on_repair(&rep, t, &mut |s, _| got.push(s));
     assert_eq!(got, vec![1, 2]);
 }
+
+#[test]
+fn nacks_stay_within_the_reorder_window() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    feed(&mut r, &[1], t);
+    r.on_heartbeat(&hb(1, 500), t + ms(1));
+    assert!(r
+        .poll_transmit(t + ms(10))
+        .expect("an ack")
+        .missing
+        .is_empty());
+    let a = r.poll_transmit(t + ms(20)).expect("a nack");
+    assert_eq!(
+        a.missing_seqs().collect::<Vec<_>>(),
+        (2..=9).collect::<Vec<_>>()
+    );
+}

@@ -104,7 +104,6 @@ impl ReliableWriter {
     /// removed reader is forgotten (releases keep-all room).
     pub fn set_readers(&mut self, readers: &[[u8; 16]], now: Instant) {
         self.expire(now);
-        let mut old = std::mem::take(&mut self.readers);
         let mut new: Vec<[u8; 16]> = readers.to_vec();
         new.sort_unstable();
         new.dedup();
@@ -113,24 +112,22 @@ impl ReliableWriter {
         } else {
             self.history.next_seq()
         };
+        // Both lists are sorted: one merge walk keeps the known readers' state.
+        let mut old = std::mem::take(&mut self.readers).into_iter().peekable();
         for guid in new {
-            match old.binary_search_by(|r| r.guid.cmp(&guid)) {
-                Ok(i) => self.readers.push(old.swap_remove(i)),
-                Err(_) => self.readers.push(ReaderState {
-                    guid,
-                    start,
-                    acked: start,
-                    last_count: None,
-                    sync_pending: false,
-                    range: None,
-                    nack_base: start,
-                    nacks: SeqSet::new(),
-                }),
-            }
-            // swap_remove broke the order of `old`; restore it for the next search.
-            old.sort_unstable_by(|a, b| a.guid.cmp(&b.guid));
+            while old.next_if(|r| r.guid < guid).is_some() {}
+            let kept = old.next_if(|r| r.guid == guid);
+            self.readers.push(kept.unwrap_or(ReaderState {
+                guid,
+                start,
+                acked: start,
+                last_count: None,
+                sync_pending: false,
+                range: None,
+                nack_base: start,
+                nacks: SeqSet::new(),
+            }));
         }
-        self.readers.sort_unstable_by(|a, b| a.guid.cmp(&b.guid));
         self.arm_heartbeat(now);
     }
 
