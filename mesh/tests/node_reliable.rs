@@ -348,3 +348,44 @@ fn a_late_transient_local_reader_gets_the_history_first() {
     );
     drop((w, r, be));
 }
+
+/// A quiet mesh (slow heartbeats, gossip and announcements): a keep-all writer of 50
+/// samples streams 2000 through a reader whose acknowledgements wait for its shard's own
+/// timer (`ack_period`). That timer once was re-armed only by control-plane commands, so
+/// each full history waited for the next gossip round and the writes timed out.
+#[test]
+fn acknowledgements_flow_on_their_own_timers_in_a_quiet_mesh() {
+    let quiet = || {
+        fast()
+            .heartbeat_interval(Duration::from_secs(5))
+            .heartbeat_timeout(Duration::from_secs(30))
+            .membership_interval(Duration::from_secs(10))
+            .membership_timeout(Duration::from_secs(60))
+            .peer_lost_timeout(Duration::from_secs(60))
+            .topics(TopicsConfig {
+                announce_period: Duration::from_secs(10),
+                participant_lease: Duration::from_secs(60),
+                ..TopicsConfig::default()
+            })
+    };
+    let a = Node::start(quiet());
+    let b = Node::start(quiet().static_peer(ep(a.port())));
+    let nodes = [a, b];
+    wait_connected(&nodes, &[(0, 1)]);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let mut w = a.mesh.writer(keep_all(50, Duration::from_secs(3))).unwrap();
+    let r = b.mesh.reader(reliable_topic()).unwrap();
+    let (wg, rg) = (w.guid(), r.guid());
+    wait_until(20, "matched on both sides", || {
+        matched(a, wg, rg) && matched(b, wg, rg)
+    });
+    for seq in 1..=2000u64 {
+        match w.write_blocking(&payload(seq)) {
+            Ok(s) => assert_eq!(s, seq),
+            Err(e) => panic!("sample {seq}: {e} (acknowledgements did not come)"),
+        }
+    }
+    w.flush_blocking().unwrap();
+    wait_complete(b, rg, wg, 2000, 30);
+    drop((w, r));
+}

@@ -88,8 +88,11 @@ struct Ctx {
     /// Read buffer blocks of this shard's links, reused once the application has dropped
     /// every payload sliced from them (see [`super::recycle`]).
     read_blocks: RefCell<Recycler>,
-    /// The core's next deadline may have moved earlier (a command arrived).
+    /// The core's next deadline may have moved earlier (a command arrived, or an input set
+    /// a reliable topic's timer).
     rearm: Signal,
+    /// The deadline the timer task sleeps until.
+    armed: Cell<Instant>,
 }
 
 impl Ctx {
@@ -235,6 +238,7 @@ pub(crate) async fn run(init: ShardInit) {
         outbox,
         read_blocks: RefCell::new(Recycler::new(SPARE_READ_BLOCKS)),
         rearm: Signal::new(),
+        armed: Cell::new(now),
     });
     if let Some(p) = publish {
         spawn_local(ingress::ingress_loop(ctx.clone(), p)).detach();
@@ -277,6 +281,7 @@ async fn timer(ctx: Rc<Ctx>) {
     loop {
         let rearmed = ctx.rearm.listen();
         let at = ctx.core.borrow().poll_timeout();
+        ctx.armed.set(at);
         let sleep = shoal_runtime::time::sleep_until(at);
         futures_util::future::select(std::pin::pin!(sleep), rearmed).await;
         let now = ctx.tick();
@@ -289,6 +294,11 @@ async fn timer(ctx: Rc<Ctx>) {
 /// Carries out `actions` in order, as far as nothing must wait; from the first that must, the
 /// rest goes to `waits` (for [`settle`]).
 fn carry(ctx: &Rc<Ctx>, actions: &mut Vec<ShardAction>, waits: &mut Vec<ShardAction>, who: Who) {
+    // Every core call ends here: an input that moved the core's next deadline earlier (a
+    // reliable reader's acknowledgement, a writer's heartbeat) wakes the timer task.
+    if ctx.core.borrow().poll_timeout() < ctx.armed.get() {
+        ctx.rearm.notify(1);
+    }
     for a in actions.drain(..) {
         if !waits.is_empty() {
             waits.push(a);
