@@ -134,9 +134,13 @@ counters! {
     /// Reliable topics: reliability frames dropped because no route leads where they go (no
     /// table entry for the writer, no upstream link, no history on the writer's node).
     reliable_unrouted,
-    /// Reliable topics: samples a reliable writer sent but could not keep for repair (its
-    /// history was full: the handle overran its credit).
+    /// Reliable topics: samples a reliable writer sent but could not keep for repair (not
+    /// the history's next samples: never from a writer's own handle).
     history_refused,
+    /// Reliable topics: samples a keep-all writer's history holds beyond its bounds, because
+    /// they were already sent when the bound was reached (its handle overran its credit, e.g.
+    /// while the first reliable reader matched).
+    history_over_limit,
     /// Links closed because a frame did not decode (random bytes, unknown type, bad field).
     malformed_frames,
     /// Links closed because a frame announced a length above `max_message_bytes` (before the

@@ -52,6 +52,7 @@ fn reader_cfg() -> ReaderConfig {
         max_buffered_samples: 2048,
         max_buffered_bytes: 1 << 20,
         ack_period: Duration::from_millis(10),
+        ack_every: 4096,
         nack_delay: Duration::from_millis(5),
         sync_retry: Duration::from_millis(50),
     }

@@ -147,8 +147,12 @@ pub struct ReaderConfig {
     pub max_buffered_samples: u32,
     /// Payload bytes the out-of-order buffer holds at most.
     pub max_buffered_bytes: usize,
-    /// At most one AckNack per period.
+    /// At most one AckNack per period...
     pub ack_period: Duration,
+    /// ... unless delivery moved this many samples past the last one acknowledged: then at
+    /// once (a keep-all writer's window is freed while the reader keeps up, instead of once
+    /// per period; at most one AckNack per `ack_every` samples delivered).
+    pub ack_every: u32,
     /// How long a seq must be known missing before it is nacked.
     pub nack_delay: Duration,
     /// Interval of the sync request while not started.
@@ -163,6 +167,7 @@ impl Default for ReaderConfig {
             max_buffered_samples: 1024,
             max_buffered_bytes: 4 << 20,
             ack_period: Duration::from_millis(20),
+            ack_every: 4096,
             nack_delay: Duration::from_millis(5),
             sync_retry: Duration::from_millis(100),
         }
@@ -180,6 +185,10 @@ pub enum WriterError {
         /// The seq given.
         got: u64,
     },
+    /// A run's body is not `count × (len u32 | payload)` (what follows the bad sample is not
+    /// held).
+    #[error("a run of samples whose body does not hold its count")]
+    BadRun,
     /// Keep-all history without room: wait for acknowledgements.
     #[error("keep-all history full")]
     HistoryFull,
@@ -248,6 +257,10 @@ pub struct WriterStats {
     pub acks_ignored_stale: u64,
     /// Keep-all writes refused for lack of room (or a sample over `max_bytes`).
     pub full_refusals: u64,
+    /// Keep-all samples held beyond the history's bounds because they were already sent
+    /// ([`ReliableWriter::on_written_run`]: the handle overran its credit, e.g. while the
+    /// first reliable reader matched).
+    pub held_over_limit: u64,
 }
 
 /// A [`ReliableReader`]'s counters.

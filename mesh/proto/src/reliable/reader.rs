@@ -42,6 +42,8 @@ pub struct ReliableReader {
     ack_ready_at: Instant,
     /// Something an ack should say (progress, a heartbeat asked).
     ack_dirty: bool,
+    /// The base of the last AckNack sent.
+    acked: u64,
     stats: ReaderStats,
 }
 
@@ -71,6 +73,7 @@ impl ReliableReader {
             sync_due: now,
             ack_ready_at: now,
             ack_dirty: false,
+            acked: 0,
             stats: ReaderStats::default(),
         }
     }
@@ -102,6 +105,33 @@ impl ReliableReader {
             }
         }
         self.note_known(now);
+    }
+
+    /// The fast lane of [`on_samples`](Self::on_samples): a run of `count` fresh samples
+    /// from `first_seq` that continues exactly where delivery stands, with nothing buffered
+    /// and no gap pending, is taken whole (true): the caller hands the run on as it came,
+    /// without walking its payloads. Otherwise nothing changes (false) and the caller goes
+    /// through `on_samples`.
+    pub fn accept_in_order(&mut self, first_seq: u64, count: u16, now: Instant) -> bool {
+        if !self.started
+            || count == 0
+            || first_seq != self.next
+            || self.buf_count != 0
+            || !self.gaps.is_empty()
+        {
+            return false;
+        }
+        let Some(next) = first_seq.checked_add(u64::from(count)) else {
+            return false;
+        };
+        self.known_last = self.known_last.max(next - 1);
+        self.next = next;
+        self.buf.clear();
+        self.buf_base = next;
+        self.stats.delivered += u64::from(count);
+        self.ack_dirty = true;
+        self.note_known(now);
+        true
     }
 
     /// Samples resent for this reader (another reader's are ignored, counted).
@@ -174,12 +204,17 @@ impl ReliableReader {
             self.stats.sync_requests += 1;
             return Some(self.acknack(0, SeqSet::new()));
         }
+        let progressed = self.next.saturating_sub(self.acked) >= u64::from(self.cfg.ack_every);
+        if now < self.ack_ready_at && !progressed {
+            return None;
+        }
         let missing = self.missing();
-        if now < self.ack_ready_at || (!self.ack_dirty && missing.is_empty()) {
+        if !self.ack_dirty && missing.is_empty() {
             return None;
         }
         self.ack_dirty = false;
         self.ack_ready_at = now + self.cfg.ack_period;
+        self.acked = self.next;
         Some(self.acknack(self.next, missing))
     }
 

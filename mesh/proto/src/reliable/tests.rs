@@ -301,6 +301,7 @@ fn reader(t: Instant) -> ReliableReader {
             max_buffered_samples: 8,
             max_buffered_bytes: 1000,
             ack_period: ms(10),
+            ack_every: 4096,
             nack_delay: ms(5),
             sync_retry: ms(100),
         },
@@ -514,4 +515,101 @@ fn nacks_stay_within_the_reorder_window() {
         a.missing_seqs().collect::<Vec<_>>(),
         (2..=9).collect::<Vec<_>>()
     );
+}
+
+/// A run body: `len u32 | payload` per seq, each payload the seq's bytes.
+fn run_body(seqs: std::ops::RangeInclusive<u64>) -> Bytes {
+    let mut b = Vec::new();
+    for s in seqs {
+        b.extend_from_slice(&8u32.to_be_bytes());
+        b.extend_from_slice(&s.to_be_bytes());
+    }
+    Bytes::from(b)
+}
+
+/// The run path holds samples as ranges of the run's buffer; repairs slice them back out,
+/// the buffer goes once its last sample left; a keep-all run beyond the room is still held
+/// (it is already sent) and counted.
+#[test]
+fn runs_are_held_as_ranges_repaired_exactly_and_held_over_the_limit_when_already_sent() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(W, keep_all(4));
+    w.set_readers(&[R1], t);
+    assert_eq!(w.on_written_run(1, &run_body(1..=3), 3, t), Ok(3));
+    assert_eq!(w.on_written_run(4, &run_body(4..=6), 3, t), Ok(3));
+    assert_eq!(
+        w.stats().held_over_limit,
+        2,
+        "room was 4: two held beyond it"
+    );
+    assert_eq!(w.room(), 0);
+    assert!(matches!(
+        w.on_written_run(9, &run_body(9..=9), 1, t),
+        Err((
+            0,
+            WriterError::OutOfOrder {
+                expected: 7,
+                got: 9
+            }
+        ))
+    ));
+    let mut bad = run_body(7..=8).to_vec();
+    bad.truncate(bad.len() - 1);
+    assert_eq!(
+        w.on_written_run(7, &Bytes::from(bad), 2, t),
+        Err((1, WriterError::BadRun))
+    );
+    // The reader holds 1 and asks for 2, 3 and 5: repaired with the written bytes.
+    w.on_acknack(&ack(R1, 1, 2, &[2, 3, 5]), t);
+    let out = drain(&mut w, t);
+    assert_eq!(repaired_seqs(&out), vec![2, 3, 5]);
+    for o in &out {
+        if let WriterOut::Repair(r) = o {
+            for (k, p) in r.payloads().enumerate() {
+                assert_eq!(&p[..], &(r.first_seq + k as u64).to_be_bytes());
+            }
+        }
+    }
+    // Everything acknowledged: a volatile writer lets it all go at once.
+    w.on_acknack(&ack(R1, 2, 8, &[]), t);
+    assert_eq!((w.first_held(), w.room()), (8, 4));
+    assert_eq!(w.on_written_run(8, &run_body(8..=9), 2, t), Ok(2));
+    assert_eq!(w.first_held(), 8);
+}
+
+/// A started reader takes a run that continues where it stands whole; anything else (a
+/// gap, buffered samples, not started) goes through `on_samples`.
+#[test]
+fn the_in_order_lane_takes_only_runs_that_continue_exactly() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    assert!(!r.accept_in_order(1, 3, t), "not started");
+    assert_eq!(feed(&mut r, &[1], t), vec![1]);
+    assert!(r.accept_in_order(2, 3, t));
+    assert_eq!((r.next_expected(), r.stats().delivered), (5, 4));
+    assert!(!r.accept_in_order(6, 1, t), "a gap before it");
+    assert!(feed(&mut r, &[6], t).is_empty(), "buffered");
+    assert!(!r.accept_in_order(5, 1, t), "something buffered");
+    assert_eq!(feed(&mut r, &[5], t), vec![5, 6]);
+    assert!(r.accept_in_order(7, 2, t));
+    assert_eq!(r.next_expected(), 9);
+}
+
+/// Within the ack period, an AckNack still goes out once delivery moved `ack_every`
+/// samples past the last one (a keep-all writer's window frees while the reader keeps up).
+#[test]
+fn progress_of_ack_every_samples_is_acknowledged_inside_the_period() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    feed(&mut r, &[1], t);
+    assert!(r.poll_transmit(t).is_some(), "the first ack");
+    assert!(r.accept_in_order(2, 100, t));
+    assert!(
+        r.poll_transmit(t).is_none(),
+        "inside the period, 100 < ack_every"
+    );
+    assert!(r.accept_in_order(102, 4000, t));
+    let a = r.poll_transmit(t).expect("4096 past the last ack: at once");
+    assert_eq!(a.base, 4102);
+    assert!(r.poll_transmit(t).is_none());
 }

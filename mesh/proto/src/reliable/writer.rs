@@ -184,43 +184,103 @@ impl ReliableWriter {
             return Err(WriterError::OutOfOrder { expected, got: seq });
         }
         self.expire(now);
-        let len = payload.len();
-        match self.cfg.history {
-            HistoryKind::KeepAll => {
-                let max = self.cfg.max_bytes;
-                if len > max {
-                    self.stats.full_refusals += 1;
-                    return Err(WriterError::SampleTooLarge { len, max });
-                }
-                let (count, bytes) = self.unacked();
-                if count >= u64::from(self.cfg.max_samples) || bytes + len > max {
-                    self.stats.full_refusals += 1;
-                    return Err(WriterError::HistoryFull);
-                }
-                // Only acknowledged samples are ahead of the unacknowledged ones, so these
-                // pops never take a sample a reader still needs.
-                while self.history.len() >= self.cfg.max_samples as usize
-                    || self.history.bytes() + len > max
-                {
-                    self.history.pop_front();
-                    self.stats.released += 1;
-                }
-                self.history.push(payload, now);
+        self.admit(payload.len())?;
+        self.history.push(payload, now);
+        self.after_push();
+        self.arm_heartbeat(now);
+        Ok(())
+    }
+
+    /// The application wrote `count` samples numbered from `first_seq` (which must be
+    /// [`next_seq`](Self::next_seq)), laid out in `body` as a Samples frame's body
+    /// (`count × (len u32 | payload)`): held as ranges of `body`, no reference count moved
+    /// per sample.
+    ///
+    /// Unlike [`on_written`](Self::on_written), a keep-all history without room still holds
+    /// them (counted in `held_over_limit`): these samples are already on their way to the
+    /// readers, and refusing one would leave a hole no repair could fill. What the writer's
+    /// handle may have in flight beyond [`room`](Self::room) is bounded (its credit stops
+    /// it), so the history stays bounded too. Returns how many were held: `count`, or fewer
+    /// for a body that does not hold `count` samples ([`WriterError::BadRun`]) or a
+    /// `first_seq` that is not next ([`WriterError::OutOfOrder`]).
+    pub fn on_written_run(
+        &mut self,
+        first_seq: u64,
+        body: &Bytes,
+        count: u16,
+        now: Instant,
+    ) -> Result<u16, (u16, WriterError)> {
+        let expected = self.history.next_seq();
+        if first_seq != expected {
+            return Err((
+                0,
+                WriterError::OutOfOrder {
+                    expected,
+                    got: first_seq,
+                },
+            ));
+        }
+        self.expire(now);
+        let run = self.history.push_run(body.clone());
+        let mut at = 0usize;
+        for k in 0..count {
+            let Some(len) = body
+                .get(at..at + 4)
+                .map(|l| u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize)
+                .filter(|len| at + 4 + len <= body.len())
+            else {
+                return Err((k, WriterError::BadRun));
+            };
+            if self.admit(len).is_err() {
+                self.stats.full_refusals -= 1;
+                self.stats.held_over_limit += 1;
             }
-            HistoryKind::KeepLast { depth } => {
-                self.history.push(payload, now);
-                while self.history.len() > 1
-                    && (self.history.len() > depth as usize
-                        || self.history.bytes() > self.cfg.max_bytes)
-                {
-                    self.history.pop_front();
-                    self.stats.replaced += 1;
-                }
+            self.history.push_at(run, at + 4, len, now);
+            self.after_push();
+            at += 4 + len;
+        }
+        self.arm_heartbeat(now);
+        Ok(count)
+    }
+
+    /// Makes room for one more sample of `len` bytes by the history's policy (keep-all: only
+    /// acknowledged samples go; none acknowledged, the sample is refused).
+    fn admit(&mut self, len: usize) -> Result<(), WriterError> {
+        if let HistoryKind::KeepAll = self.cfg.history {
+            let max = self.cfg.max_bytes;
+            if len > max {
+                self.stats.full_refusals += 1;
+                return Err(WriterError::SampleTooLarge { len, max });
+            }
+            let (count, bytes) = self.unacked();
+            if count >= u64::from(self.cfg.max_samples) || bytes + len > max {
+                self.stats.full_refusals += 1;
+                return Err(WriterError::HistoryFull);
+            }
+            // Only acknowledged samples are ahead of the unacknowledged ones, so these
+            // pops never take a sample a reader still needs.
+            while self.history.len() >= self.cfg.max_samples as usize
+                || self.history.bytes() + len > max
+            {
+                self.history.pop_front();
+                self.stats.released += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Keep-last: the oldest samples beyond the depth (or the bytes) go; counts the write.
+    fn after_push(&mut self) {
+        if let HistoryKind::KeepLast { depth } = self.cfg.history {
+            while self.history.len() > 1
+                && (self.history.len() > depth as usize
+                    || self.history.bytes() > self.cfg.max_bytes)
+            {
+                self.history.pop_front();
+                self.stats.replaced += 1;
             }
         }
         self.stats.written += 1;
-        self.arm_heartbeat(now);
-        Ok(())
     }
 
     /// The seq the next written sample must have.
@@ -275,7 +335,27 @@ impl ReliableWriter {
         if let Some((lo, hi)) = r.range {
             r.range = (r.acked.max(lo) <= hi).then_some((r.acked.max(lo), hi));
         }
+        self.release_acked();
         self.arm_heartbeat(now);
+    }
+
+    /// A volatile writer lets go of what every matched reader acknowledged at once: no
+    /// reader will ask for it again (a new volatile reader starts after it), and holding it
+    /// until room is needed kept a full history's buffers from the handle's reuse.
+    /// Transient-local writers keep theirs for late joiners.
+    fn release_acked(&mut self) {
+        if self.cfg.transient_local {
+            return;
+        }
+        let floor = self
+            .readers
+            .iter()
+            .map(|r| r.acked)
+            .min()
+            .unwrap_or_else(|| self.history.next_seq());
+        while self.history.first() < floor && self.history.pop_front().is_some() {
+            self.stats.released += 1;
+        }
     }
 
     /// What to send now; call until `None`. Heartbeats first, then sync answers, then Gaps and
@@ -391,14 +471,15 @@ impl ReliableWriter {
         let mut n = 0u64;
         let mut bytes = 0usize;
         while lo + n <= hi && n < max_n {
-            let len = self.history.get(lo + n).map_or(0, |e| e.payload.len());
+            let len = self.history.get(lo + n).map_or(0, |e| e.len());
             if n > 0 && bytes + len > self.cfg.max_repair_bytes {
                 break;
             }
             bytes += len;
             n += 1;
         }
-        let payloads = (lo..lo + n).filter_map(|s| self.history.get(s).map(|e| &e.payload));
+        let h = &self.history;
+        let payloads = (lo..lo + n).filter_map(|s| h.get(s).map(|e| h.payload(e)));
         let repair = Repair::new(0, self.guid, r.guid, lo, payloads)
             .expect("a run of held samples within u16::MAX encodes");
         advance(r, lo, lo + n - 1, from_range);

@@ -54,6 +54,8 @@ pub struct ReliableTuning {
     pub heartbeat_period: Duration,
     /// See [`TopicsConfig::ack_period`].
     pub ack_period: Duration,
+    /// See [`TopicsConfig::ack_every`].
+    pub ack_every: u32,
     /// See [`TopicsConfig::nack_delay`].
     pub nack_delay: Duration,
     /// See [`TopicsConfig::sync_retry`].
@@ -78,6 +80,7 @@ impl ReliableTuning {
         ReliableTuning {
             heartbeat_period: t.heartbeat_period,
             ack_period: t.ack_period,
+            ack_every: t.ack_every,
             nack_delay: t.nack_delay,
             sync_retry: t.sync_retry,
             repair_budget: t.repair_budget,
@@ -115,6 +118,7 @@ impl ReliableTuning {
             max_buffered_samples: self.max_reader_buffer_samples,
             max_buffered_bytes: self.max_reader_buffer_bytes,
             ack_period: self.ack_period,
+            ack_every: self.ack_every,
             nack_delay: self.nack_delay,
             sync_retry: self.sync_retry,
         }
@@ -559,18 +563,16 @@ impl ShardCore {
                 self.deliver_samples(*reader, s.clone(), c, n, out);
                 continue;
             };
+            if state.accept_in_order(s.first_seq, s.count, now) {
+                // In order, as it came (the common case): the run itself, no payload walked.
+                self.deliver_samples(*reader, s.clone(), c, n, out);
+                continue;
+            }
             let mut got = std::mem::take(&mut self.reliable.scratch);
             state.on_samples(s.first_seq, s.payloads(), now, &mut |seq, p| {
                 got.push((seq, p))
             });
-            if got.len() == usize::from(s.count) && got.first().map(|g| g.0) == Some(s.first_seq) {
-                // In order, as it came (the common case): the run itself, no copy.
-                got.clear();
-                self.reliable.scratch = got;
-                self.deliver_samples(*reader, s.clone(), c, n, out);
-            } else {
-                self.deliver_ordered(route.writer, *reader, got, c, out);
-            }
+            self.deliver_ordered(route.writer, *reader, got, c, out);
         }
         if let Some(mut x) = slot {
             self.flush_slot(&mut x, route, now, out);
@@ -625,13 +627,16 @@ impl ShardCore {
             return;
         };
         if let Some(w) = slot.w.as_mut() {
-            for (k, p) in s.payloads().enumerate() {
-                if w.state.on_written(s.first_seq + k as u64, p, now).is_err() {
-                    // Sent, but not kept for repair (the handle overran the credit, e.g. while
-                    // the first reliable reader matched): a reader missing it is told by a Gap.
-                    inc(&self.counters.history_refused);
-                }
+            let over = w.state.stats().held_over_limit;
+            if let Err((taken, _)) = w.state.on_written_run(s.first_seq, &s.body, s.count, now) {
+                // Not the writer's next samples, or a malformed batch (neither comes from the
+                // handle): sent, but not held for repair.
+                add(&self.counters.history_refused, u64::from(s.count - taken));
             }
+            add(
+                &self.counters.history_over_limit,
+                w.state.stats().held_over_limit - over,
+            );
         }
         self.flush_slot(&mut slot, route, now, out);
         self.reliable.slots[route.slot as usize] = Some(slot);

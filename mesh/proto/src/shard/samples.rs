@@ -24,7 +24,7 @@ use super::ShardCore;
 use crate::cmd::{Out, ShardToShard};
 use crate::stats::{add, inc, TopicCounterSet};
 use crate::topics::{EndpointGuid, SampleRoutes, WriterRoute};
-use crate::wire::{decode_frame, DecodeStatus, Frame, Samples, SAMPLES_HEADER_LEN};
+use crate::wire::{split_own_samples, Samples, SAMPLES_HEADER_LEN};
 use crate::LinkId;
 use bytes::{Bytes, BytesMut};
 use std::time::Instant;
@@ -455,13 +455,9 @@ impl ShardCore {
         // so the check never cuts one of its own.
         let mut at = 0;
         while at < batch.len() {
-            let Ok(DecodeStatus::Complete {
-                frame: Frame::Samples(s),
-                len,
-            }) = decode_frame(&batch.slice(at..), u32::MAX)
-            else {
-                // The handle packs whole, well-formed frames; anything else is a bug there,
-                // and what is left of the batch cannot be delivered.
+            let Some((s, len)) = split_own_samples(&batch, at) else {
+                // The handle packs whole Samples frames; anything else is a bug there, and
+                // what is left of the batch cannot be delivered.
                 debug_assert!(false, "a writer's batch holds only Samples frames");
                 break;
             };

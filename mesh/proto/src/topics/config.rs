@@ -34,6 +34,7 @@
 //! # reliable topics
 //! heartbeat_period_ms = 100
 //! ack_period_ms = 20
+//! ack_every = 4096
 //! nack_delay_ms = 5
 //! sync_retry_ms = 200
 //! repair_budget = 4096
@@ -155,6 +156,10 @@ pub struct TopicsConfig {
     /// sent only when something changed). Default 20 ms.
     #[serde(rename = "ack_period_ms", with = "millis")]
     pub ack_period: Duration,
+    /// Reliable readers: acknowledge at once, whatever the period, when delivery moved this
+    /// many samples past the last acknowledgement (frees a keep-all writer's history while
+    /// the reader keeps up). Default 4096.
+    pub ack_every: u32,
     /// Reliable readers: how long a gap waits for a reordered sample before it is asked
     /// for. Default 5 ms.
     #[serde(rename = "nack_delay_ms", with = "millis")]
@@ -208,6 +213,7 @@ impl Default for TopicsConfig {
             route_plan_interval: Duration::from_millis(10),
             heartbeat_period: Duration::from_millis(100),
             ack_period: Duration::from_millis(20),
+            ack_every: 4096,
             nack_delay: Duration::from_millis(5),
             sync_retry: Duration::from_millis(200),
             repair_budget: 4096,
@@ -277,6 +283,7 @@ impl TopicsConfig {
             ("max_dedup_origins", self.max_dedup_origins),
             ("max_reported_incompatible", self.max_reported_incompatible),
             ("repair_budget", self.repair_budget as usize),
+            ("ack_every", self.ack_every as usize),
             ("max_history_samples", self.max_history_samples as usize),
             ("max_history_bytes", self.max_history_bytes),
             (

@@ -105,7 +105,9 @@ pub use reliable_frames::{
     GAP_FRAME_TYPE, HEARTBEAT_BODY_LEN, MAX_NACK_BITS, RELIABLE_HEARTBEAT_FRAME_TYPE,
     REPAIR_BODY_FIXED, REPAIR_FRAME_TYPE,
 };
-pub use samples::{take_samples, SamplePayloads, SampleRunWriter, Samples, SamplesHeader};
+pub use samples::{
+    split_own_samples, take_samples, SamplePayloads, SampleRunWriter, Samples, SamplesHeader,
+};
 pub use topic_frames::{
     DISCOVERY_ENTRY_HEADER_LEN, DISCOVERY_FRAME_TYPE, DISCOVERY_HEADER_LEN, ENTRY_KIND_RECORD,
     ENTRY_KIND_WITHDRAW, MAX_RECORD_ENTRY_LEN, SAMPLES_FRAME_TYPE, SAMPLES_HEADER_LEN,

@@ -274,6 +274,29 @@ pub fn take_samples(buf: &mut BytesMut, max_message_bytes: u32) -> Option<Sample
     })
 }
 
+/// The Samples frame at `at` of a batch this node's own writer handle packed, and its
+/// length: only its header is read (the body is not walked again: the handle wrote it
+/// well-formed, and this path runs for every batch a reliable writer writes). `None` if the
+/// header is not a Samples frame's or the frame runs past the batch.
+pub fn split_own_samples(batch: &Bytes, at: usize) -> Option<(Samples, usize)> {
+    let h = batch.get(at..at + SAMPLES_HEADER_LEN)?;
+    if h[LENGTH_PREFIX_LEN] != SAMPLES_FRAME_TYPE {
+        return None;
+    }
+    let total = LENGTH_PREFIX_LEN + u32::from_be_bytes(h[..4].try_into().ok()?) as usize;
+    if total < SAMPLES_HEADER_LEN || at + total > batch.len() {
+        return None;
+    }
+    let s = Samples {
+        ttl: h[5],
+        writer: h[7..23].try_into().ok()?,
+        first_seq: u64::from_be_bytes(h[23..31].try_into().ok()?),
+        count: u16::from_be_bytes(h[31..33].try_into().ok()?),
+        body: batch.slice(at + SAMPLES_HEADER_LEN..at + total),
+    };
+    Some((s, total))
+}
+
 /// The first 33 bytes of a Samples frame (length prefix, type, ttl, flags, writer, firstSeq,
 /// count), built without the body so a run is sent as `header ++ body` in one vectored write.
 #[derive(Clone, Copy, PartialEq, Eq)]
