@@ -307,6 +307,19 @@ fn keep_last_replaced_samples_are_reported_lost_then_the_rest_arrive_in_order() 
         vec![(101, 980)],
         "one loss report for the replaced samples"
     );
+    // In the stream's order: after sample 100, before sample 981.
+    let order: Vec<i64> = b
+        .rec
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Sample { reader, seq, .. } if reader == rg => Some(seq as i64),
+            Event::SamplesLost { reader, .. } if reader == rg => Some(-1),
+            _ => None,
+        })
+        .collect();
+    let at = order.iter().position(|x| *x == -1).expect("the report");
+    assert_eq!((order[at - 1], order[at + 1]), (100, 981), "{order:?}");
     drop((w, r));
 }
 

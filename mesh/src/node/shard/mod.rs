@@ -367,20 +367,35 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
             }
         }
         ShardAction::Error(e) => error_event(ctx, e),
+        // In the sample stream's order: queued behind the reader's samples, like them.
         ShardAction::SamplesLost {
             reader,
             writer,
             first,
             last,
-        } => ctx.ns.hub.emit_control(
-            Event::SamplesLost {
+        } => {
+            let ev = Event::SamplesLost {
                 reader,
                 writer,
                 first,
                 last,
-            },
-            ctx.counters(),
-        ),
+            };
+            if ctx
+                .ns
+                .hub
+                .try_queue_message(ev.clone(), &ctx.outbox)
+                .is_ok()
+            {
+                ctx.ns.hub.run_callbacks(&ev);
+            } else {
+                return Some(ShardAction::SamplesLost {
+                    reader,
+                    writer,
+                    first,
+                    last,
+                });
+            }
+        }
         ShardAction::Block(b) => return Some(ShardAction::Block(b)),
         ShardAction::Ended(link, _) => ended(ctx, link, who),
     }
@@ -413,6 +428,24 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<ShardAction>, who: Who) {
                     broadcast: d.broadcast,
                     payload: d.payload,
                 };
+                ctx.ns
+                    .hub
+                    .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
+                    .await
+            }
+            ShardAction::SamplesLost {
+                reader,
+                writer,
+                first,
+                last,
+            } => {
+                let ev = Event::SamplesLost {
+                    reader,
+                    writer,
+                    first,
+                    last,
+                };
+                ctx.ns.hub.run_callbacks(&ev);
                 ctx.ns
                     .hub
                     .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
