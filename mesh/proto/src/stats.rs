@@ -134,6 +134,12 @@ counters! {
     /// Reliable topics: reliability frames dropped because no route leads where they go (no
     /// table entry for the writer, no upstream link, no history on the writer's node).
     reliable_unrouted,
+    /// Reliable topics: acknowledgements a writer ignored: from a reader not matched with it,
+    /// for samples it never wrote, or older than one already seen from that reader.
+    reliable_acks_ignored,
+    /// Reliable topics: repair requests a writer left for a later period because its
+    /// `repair_budget` for this one was spent (a flood of them never resends more).
+    repairs_deferred,
     /// Reliable topics: samples a reliable writer sent but could not keep for repair (not
     /// the history's next samples: never from a writer's own handle).
     history_refused,

@@ -310,6 +310,7 @@ impl ShardCore {
     ) {
         let ttl = self.cfg.initial_ttl;
         if let Some(w) = slot.w.as_mut() {
+            let deferred = w.state.stats().repair_deferred;
             while let Some(o) = w.state.poll_transmit(now) {
                 let frame = match o {
                     WriterOut::Heartbeat(mut h) => {
@@ -330,6 +331,10 @@ impl ShardCore {
                 };
                 self.send_down(route, &frame, None, now, out);
             }
+            add(
+                &self.counters.repairs_deferred,
+                w.state.stats().repair_deferred - deferred,
+            );
             w.update_credit();
             let t = w.state.poll_timeout();
             self.reliable.note_timer(t);
@@ -463,7 +468,19 @@ impl ShardCore {
             RelFrame::AckNack(mut a) => {
                 if route.local {
                     match slot.as_mut().and_then(|s| s.w.as_mut()) {
-                        Some(w) => w.state.on_acknack(&a, now),
+                        Some(w) => {
+                            let ignored = |s: crate::reliable::WriterStats| {
+                                s.acks_ignored_unknown_reader
+                                    + s.acks_ignored_future
+                                    + s.acks_ignored_stale
+                            };
+                            let before = ignored(w.state.stats());
+                            w.state.on_acknack(&a, now);
+                            add(
+                                &self.counters.reliable_acks_ignored,
+                                ignored(w.state.stats()) - before,
+                            );
+                        }
                         // No history here (no reliable reader matched as far as this node
                         // knows): nothing to repair.
                         None => inc(&self.counters.reliable_unrouted),

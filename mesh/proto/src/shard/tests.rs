@@ -666,4 +666,5 @@ fn deliveries_go_to_the_sink_in_place_and_what_it_gives_back_follows_as_actions_
     assert!(deliveries(&s.take()).is_empty());
 }
 
+mod reliable;
 mod samples;

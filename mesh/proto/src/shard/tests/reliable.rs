@@ -1,0 +1,169 @@
+//! Reliability frames on the shard core, from a hostile or confused neighbour, in virtual
+//! time: acknowledgements for writers this node does not have, from readers that are not
+//! matched, for samples never written, a flood of repair requests; and the directions
+//! (acknowledgements go up the tree, repairs and heartbeats down).
+
+use super::*;
+use crate::topics::{EndpointGuid, ReliableRoute, ReliableWriterSpec, WriterCredit, WriterRoute};
+use crate::wire::{AckNack, Frame, SampleRunWriter, SeqSet};
+
+const W: EndpointGuid = [0xa; 16];
+const R1: EndpointGuid = [0x71; 16];
+
+fn encode(f: &Frame) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    f.encode(&mut b).unwrap();
+    b.to_vec()
+}
+
+fn acknack(
+    writer: EndpointGuid,
+    reader: EndpointGuid,
+    count: u32,
+    base: u64,
+    missing: &[u64],
+) -> Vec<u8> {
+    let mut a = AckNack {
+        ttl: 8,
+        writer,
+        reader,
+        count,
+        base,
+        missing: SeqSet::new(),
+    };
+    for &m in missing {
+        assert!(a.request(m));
+    }
+    encode(&Frame::AckNack(a))
+}
+
+/// This node's reliable keep-all writer `W` with reliable reader `R1` on another node,
+/// routed on `links`.
+fn local_writer(s: &mut Sim, links: &[LinkId]) -> Arc<WriterCredit> {
+    let credit = Arc::new(WriterCredit::new());
+    let r = WriterRoute {
+        writer: W,
+        slot: 0,
+        topic: Arc::new(crate::stats::TopicCounters::new(1)),
+        local: true,
+        links: links.to_vec(),
+        readers: vec![],
+        unreached: 0,
+        upstream: None,
+        reliable: Some(Arc::new(ReliableRoute {
+            writer: Some(ReliableWriterSpec {
+                keep_last: None,
+                max_samples: Some(10_000),
+                lifespan: None,
+                transient_local: false,
+                readers: vec![R1],
+                credit: credit.clone(),
+            }),
+            local_readers: vec![],
+        })),
+    };
+    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
+    s.core.on_command(cmd, s.t0, &mut s.out);
+    credit
+}
+
+/// Writes samples `1..=n` of `W` through the origin path.
+fn write(s: &mut Sim, n: usize, at: Instant) {
+    let mut frames = BytesMut::new();
+    let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 1 << 16);
+    for i in 0..n {
+        w.push(&(i as u64 + 1).to_be_bytes()).unwrap();
+    }
+    w.finish();
+    s.core.publish(
+        Publish::Samples {
+            writer: W,
+            frames,
+            count: n,
+        },
+        at,
+        &mut s.out,
+    );
+}
+
+/// The reliability frames in `wire` (other frames skipped).
+fn frames(wire: &[u8]) -> Vec<Frame> {
+    let mut b = BytesMut::from(wire);
+    let mut v = Vec::new();
+    while let Some(f) = crate::wire::take_frame(&mut b, u32::MAX).unwrap() {
+        if matches!(
+            f,
+            Frame::WriterHeartbeat(_) | Frame::AckNack(_) | Frame::Repair(_) | Frame::Gap(_)
+        ) {
+            v.push(f);
+        }
+    }
+    v
+}
+
+#[test]
+fn hostile_acknowledgements_are_counted_and_change_nothing() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    let credit = local_writer(&mut s, &[A]);
+    let t1 = s.at(1);
+    write(&mut s, 100, t1);
+    s.take();
+    let limit = credit.limit();
+    assert!(
+        limit < u64::MAX,
+        "keep-all with a reliable reader: a bounded credit"
+    );
+    let st0 = s.stats();
+    // A writer this node does not know, a reader that is not matched, samples never written.
+    assert!(s.feed(A, &acknack([0xee; 16], R1, 1, 50, &[]), s.at(2)));
+    assert!(s.feed(A, &acknack(W, [0x99; 16], 1, 101, &[]), s.at(2)));
+    assert!(s.feed(A, &acknack(W, R1, 1, 5_000, &[]), s.at(2)));
+    let st = s.stats();
+    assert_eq!(
+        st.reliable_unrouted - st0.reliable_unrouted,
+        1,
+        "unknown writer"
+    );
+    assert_eq!(st.reliable_acks_ignored - st0.reliable_acks_ignored, 2);
+    assert_eq!(credit.limit(), limit, "nothing was released");
+    // A real acknowledgement still works, and a stale one after it is ignored too.
+    assert!(s.feed(A, &acknack(W, R1, 2, 101, &[]), s.at(3)));
+    assert!(credit.limit() > limit, "acknowledged samples make room");
+    assert!(s.feed(A, &acknack(W, R1, 2, 101, &[]), s.at(3)));
+    assert_eq!(
+        s.stats().reliable_acks_ignored - st0.reliable_acks_ignored,
+        3
+    );
+    assert!(s.core.served().any(|l| l == A), "the link stays up");
+}
+
+#[test]
+fn a_flood_of_repair_requests_resends_at_most_the_budget_per_period() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 64 << 20);
+    local_writer(&mut s, &[A]);
+    let t1 = s.at(1);
+    write(&mut s, 1000, t1);
+    s.take();
+    let _ = s.written(A, s.at(1));
+    let budget = u64::from(ReliableTuning::default().repair_budget);
+    // 2000 requests for everything from 1 on, inside one repair period.
+    for c in 0..2000u32 {
+        let missing: Vec<u64> = (1..=256).collect();
+        assert!(s.feed(A, &acknack(W, R1, c + 1, 1, &missing), s.at(2)));
+    }
+    let repaired: u64 = frames(&s.written(A, s.at(2)))
+        .iter()
+        .map(|f| match f {
+            Frame::Repair(r) => u64::from(r.count),
+            _ => 0,
+        })
+        .sum();
+    assert!(repaired > 0, "requests are answered");
+    assert!(
+        repaired <= budget,
+        "at most the budget per period: {repaired} > {budget}"
+    );
+    assert_eq!(s.stats().samples_repaired, repaired);
+}
