@@ -47,6 +47,7 @@ mod metrics;
 mod pingpong;
 mod plot;
 mod raw;
+mod repair_bench;
 mod report;
 mod roles;
 mod rss;
@@ -296,6 +297,10 @@ struct BenchArgs {
     /// the reader node's acknowledgement bytes per sample.
     #[arg(long, conflicts_with_all = ["compare_psk", "topics"])]
     reliable: bool,
+    /// With --reliable: then the repair part, a gap of this many samples written while the
+    /// link is cut, timed from the heal to the reader complete (0 = no repair part).
+    #[arg(long, default_value_t = 10_000)]
+    repair_gap: u64,
     /// With --topics: reader nodes of the fan-out run (0 = none).
     #[arg(long, default_value_t = 3)]
     fanout: usize,
@@ -563,10 +568,26 @@ fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
     }
     if a.reliable {
         let rows = topic_bench::compare_reliable(&template, &a.sizes)?;
+        let repair = if a.repair_gap > 0 {
+            Some(repair_bench::run(&template.node, a.repair_gap, 64)?)
+        } else {
+            None
+        };
         if a.out.json {
-            return emit_json(&rows);
+            #[derive(serde::Serialize)]
+            struct Reliable<'a> {
+                sizes: &'a [topic_bench::ReliableComparison],
+                repair: Option<repair_bench::RepairReport>,
+            }
+            return emit_json(&Reliable {
+                sizes: &rows,
+                repair,
+            });
         }
         topic_bench::print_reliable_table(&rows);
+        if let Some(r) = &repair {
+            repair_bench::print(r);
+        }
         return Ok(());
     }
     if a.topics {

@@ -214,3 +214,52 @@ fn pub_and_sub_on_a_topic_in_two_processes() {
         .unwrap();
     assert_eq!(unrouted + no_route, before_route, "pub: {pv}\nsub: {sv}");
 }
+
+#[test]
+fn bench_reliable_compares_with_best_effort_and_times_a_repair() {
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "--reliable",
+            "--sizes",
+            "64",
+            "--duration-ms",
+            "300",
+            "--warmup-ms",
+            "100",
+            "--repair-gap",
+            "2000",
+            "--json",
+        ])
+        .output()
+        .expect("run shoal-loadgen");
+    let v = json_of(out);
+    let rows = v["sizes"].as_array().expect("one row per size");
+    assert_eq!(rows.len(), 1, "{v}");
+    let row = &rows[0];
+    for leg in ["best_effort", "reliable"] {
+        let s = &row[leg];
+        assert!(s["delivered"].as_u64().unwrap_or(0) > 0, "{leg}: {row}");
+        assert_eq!(s["lost"].as_u64(), Some(0), "{leg}: {row}");
+    }
+    assert!(
+        row["reliable_per_best_effort"].as_f64().unwrap_or(0.0) > 0.0,
+        "{row}"
+    );
+    // The reader node's bytes are acknowledgements and link heartbeats: a small fraction
+    // of a byte per sample, never zero.
+    let ack = row["ack_bytes_per_sample"].as_f64().unwrap_or(-1.0);
+    assert!(ack > 0.0 && ack < 8.0, "{row}");
+    let r = &v["repair"];
+    assert_eq!(r["gap_samples"].as_u64(), Some(2000), "{r}");
+    assert!(r["samples_repaired"].as_u64().unwrap_or(0) >= 2000, "{r}");
+    let (relink, repair, total) = (
+        r["relink_ms"].as_f64().unwrap(),
+        r["repair_ms"].as_f64().unwrap(),
+        r["complete_ms"].as_f64().unwrap(),
+    );
+    assert!(
+        repair >= 0.0 && (relink + repair - total).abs() < 1.0,
+        "{r}"
+    );
+}

@@ -44,6 +44,8 @@ pub struct ReliableReader {
     ack_dirty: bool,
     /// The base of the last AckNack sent.
     acked: u64,
+    /// The highest seq the last AckNack asked for (0: it asked for none).
+    requested: u64,
     stats: ReaderStats,
 }
 
@@ -74,6 +76,7 @@ impl ReliableReader {
             ack_ready_at: now,
             ack_dirty: false,
             acked: 0,
+            requested: 0,
             stats: ReaderStats::default(),
         }
     }
@@ -205,7 +208,11 @@ impl ReliableReader {
             return Some(self.acknack(0, SeqSet::new()));
         }
         let progressed = self.next.saturating_sub(self.acked) >= u64::from(self.cfg.ack_every);
-        if now < self.ack_ready_at && !progressed {
+        // Everything the last request asked for came: the next part of a long gap is asked
+        // for at once (a repair of thousands of samples goes at the pace of the repairs,
+        // 256 per request, not one request per period).
+        let answered = self.requested != 0 && self.next > self.requested;
+        if now < self.ack_ready_at && !progressed && !answered {
             return None;
         }
         let missing = self.missing();
@@ -215,6 +222,10 @@ impl ReliableReader {
         self.ack_dirty = false;
         self.ack_ready_at = now + self.cfg.ack_period;
         self.acked = self.next;
+        self.requested = missing
+            .iter()
+            .last()
+            .map_or(0, |i| self.next + u64::from(i));
         Some(self.acknack(self.next, missing))
     }
 

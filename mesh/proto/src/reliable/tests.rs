@@ -613,3 +613,37 @@ fn progress_of_ack_every_samples_is_acknowledged_inside_the_period() {
     assert_eq!(a.base, 4102);
     assert!(r.poll_transmit(t).is_none());
 }
+
+/// A long gap is asked for part by part at the pace of the repairs: once everything the
+/// last request named came, the next request goes at once, inside the ack period.
+#[test]
+fn the_next_part_of_a_long_gap_is_asked_for_as_soon_as_the_last_part_came() {
+    let t = Instant::now();
+    let mut r = ReliableReader::new(
+        W,
+        R1,
+        ReaderConfig {
+            max_buffered_samples: 4096,
+            max_buffered_bytes: 1 << 20,
+            ack_period: ms(1000),
+            ack_every: 100_000,
+            nack_delay: ms(1),
+            sync_retry: ms(100),
+        },
+        t,
+    );
+    feed(&mut r, &[1], t);
+    assert!(r.poll_transmit(t).is_some(), "the first ack");
+    r.on_heartbeat(&hb(1, 1000), t);
+    r.handle_timeout(t + ms(5));
+    let later = t + ms(1000);
+    let a = r
+        .poll_transmit(later)
+        .expect("the gap, once the period allows");
+    assert_eq!((a.base, a.missing_seqs().last()), (2, Some(257)));
+    assert!(r.poll_transmit(later).is_none());
+    let seqs: Vec<u64> = (2..=257).collect();
+    assert_eq!(feed(&mut r, &seqs, later).len(), 256);
+    let b = r.poll_transmit(later).expect("the next part at once");
+    assert_eq!((b.base, b.missing_seqs().next()), (258, Some(258)));
+}
