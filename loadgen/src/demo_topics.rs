@@ -185,7 +185,7 @@ pub struct WriterRow {
 }
 
 enum Handle {
-    W(Writer),
+    W(Box<Writer>),
     R(Reader),
 }
 
@@ -212,7 +212,9 @@ pub fn run(template: &NodeArgs, duration: Duration, quiet: bool) -> Result<Topic
     for s in &specs {
         let m = &meshes[s.node];
         handles.push(match s.kind {
-            EndpointKind::Writer => Handle::W(m.writer(s.topic.clone()).map_err(mesh_err)?),
+            EndpointKind::Writer => {
+                Handle::W(Box::new(m.writer(s.topic.clone()).map_err(mesh_err)?))
+            }
             EndpointKind::Reader => Handle::R(m.reader(s.topic.clone()).map_err(mesh_err)?),
         });
     }
@@ -311,7 +313,7 @@ pub fn run(template: &NodeArgs, duration: Duration, quiet: bool) -> Result<Topic
                 writer_index.push(i);
                 let stop = stop.clone();
                 writer_threads.push(std::thread::spawn(move || {
-                    let mut sink = TopicSink::new(w, batch);
+                    let mut sink = TopicSink::new(*w, batch);
                     let live = Live::default();
                     let rep = traffic::publish(&mut sink, &shape, rand::random(), &live, &stop);
                     (rep, sink)
