@@ -10,8 +10,9 @@
 //! transient-local reader gets `r/b`'s history first (its first sample is 1) and then all of
 //! 1..=N in order; its volatile reader of `r/a` is owed only what was written after it
 //! matched and gets exactly that, in order, up to N. The keep-all writer waits (never skips)
-//! while the cut host cannot acknowledge, and writers repair what the faults cost. The
-//! participant lease (15 s) outlasts the cut, so the cut host stays matched and is owed
+//! while the cut host cannot acknowledge, writers repair what the faults cost, and once every
+//! reader has everything (and the killed node's readers are unmatched) the writers go quiet:
+//! no more repairs or heartbeats. The participant lease (15 s) outlasts the cut, so the cut host stays matched and is owed
 //! everything. Without root the test prints why it was skipped and passes.
 
 use std::path::PathBuf;
@@ -150,6 +151,13 @@ impl Host {
         self.recv(topic, writer).map_or(0, |l| num(&l, "seq"))
     }
 
+    /// Whether this host saw `reader` unmatch (from any writer).
+    fn unmatched_reader(&mut self, reader: &str) -> bool {
+        self.all("unmatched ")
+            .iter()
+            .any(|l| field(l, "reader") == Some(reader))
+    }
+
     /// Whether this host saw `writer` and `reader` match.
     fn matched(&mut self, writer: &str, reader: &str) -> bool {
         self.all("matched ")
@@ -163,10 +171,18 @@ fn wait(hosts: &mut [Host], secs: u64, what: &str, mut cond: impl FnMut(&mut [Ho
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !cond(hosts) {
         if Instant::now() > deadline {
-            let tails: Vec<String> = hosts
-                .iter()
-                .map(|h| format!("h{}:\n{}", h.k, h.p.tail(12)))
-                .collect();
+            // Every host's whole output goes to a file: the tails rarely tell the story.
+            let mut tails = Vec::new();
+            for h in hosts.iter_mut() {
+                h.p.drain();
+                let log = std::env::temp_dir().join(format!(
+                    "shoal-reliable-{}-h{}.log",
+                    std::process::id(),
+                    h.k
+                ));
+                let _ = std::fs::write(&log, h.p.transcript.join("\n"));
+                tails.push(format!("h{} ({}):\n{}", h.k, log.display(), h.p.tail(12)));
+            }
             panic!(
                 "timed out after {secs}s waiting for {what}\n{}",
                 tails.join("\n")
@@ -251,6 +267,10 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
         h[2].seq("r/b", &wb) >= at_cut + 300 && h[restart].seq("r/a", &wa) > 0
     });
     let h6_killed_at = hosts[2].seq("r/b", &wb);
+    let dead = (
+        hosts[restart].guid("r/a", false),
+        hosts[restart].guid("r/b", false),
+    );
     drop(hosts.remove(restart));
     hosts.insert(restart, Host::start(&lab, RESTART, &go.0));
 
@@ -288,6 +308,38 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
             .all(|r| want(r, "r/a", &wa) && want(r, "r/b", &wb))
     });
     let complete_after = healed_at.elapsed();
+
+    // Once the killed node's readers are unmatched (lease) and every live reader has
+    // everything, the writers have nothing left to say: no repair, no heartbeat.
+    wait(
+        &mut hosts,
+        30,
+        "the writers to unmatch the killed h6's readers",
+        |h| h[0].unmatched_reader(&dead.0) && h[1].unmatched_reader(&dead.1),
+    );
+    let (mut last, mut since) = (Vec::new(), Instant::now());
+    wait(
+        &mut hosts,
+        20,
+        "the writers to go quiet (no repair, no heartbeat for 3 s) once every reader is complete",
+        |h| {
+            let now: Vec<String> = h[..2]
+                .iter_mut()
+                .map(|w| {
+                    let l = w.last("reliable ").unwrap_or_default();
+                    format!(
+                        "{} {}",
+                        num(&l, "samples_repaired"),
+                        num(&l, "reliable_heartbeats")
+                    )
+                })
+                .collect();
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+            since.elapsed() >= Duration::from_secs(3)
+        },
+    );
 
     // Never a duplicate, a sample out of order or a loss, at any moment, on any reader.
     for h in &mut hosts[2..] {
@@ -335,6 +387,11 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
         repaired.push(num(&rel, "samples_repaired"));
     }
     let waits: Vec<String> = hosts[0].all("unblocked ");
+    // Each node's reliability counters at the end, for the record.
+    for h in &mut hosts {
+        let rel = h.last("reliable ").unwrap_or_default();
+        println!("h{}: {rel}", h.k);
+    }
     println!(
         "matched {matched_at:?} after start; h6 killed with r/b at {h6_killed_at}; writers done {written_after:?} after go; every reader complete \
          {complete_after:?} after the heal; h1 blocked {blocked} times ({waits:?}); repaired \

@@ -331,11 +331,10 @@ pub(super) fn run_actions(ctl: &Rc<Ctl>) {
                 q.push_back(b);
                 ctl.beacon_ready.notify(1);
             }
-            Action::Event(ControlEvent::EndpointReady { endpoint }) => ready(ctl, endpoint),
-            Action::Event(e) => ctl
-                .ns
-                .hub
-                .emit_control(to_event(e), ctl.ns.control_counters()),
+            Action::Event(e) => match to_event(e) {
+                Ok(ev) => ctl.ns.hub.emit_control(ev, ctl.ns.control_counters()),
+                Err(endpoint) => ready(ctl, endpoint),
+            },
             Action::Name { node, name } => ctl.ns.set_name(node, name.as_deref()),
             Action::Warn { key, detail } => {
                 warn_limited!(ctl.warns.borrow_mut(), key, detail = %detail)
@@ -430,9 +429,10 @@ fn ready(ctl: &Ctl, endpoint: EndpointGuid) {
     }
 }
 
-fn to_event(e: ControlEvent) -> Event {
-    match e {
-        ControlEvent::EndpointReady { .. } => unreachable!("answered by `ready`, not an event"),
+/// The application's event for `e`, or (`Err`) the writer whose create command `e` answers.
+fn to_event(e: ControlEvent) -> Result<Event, EndpointGuid> {
+    Ok(match e {
+        ControlEvent::EndpointReady { endpoint } => return Err(endpoint),
         ControlEvent::PeerDiscovered { peer, addr } => Event::PeerDiscovered { peer, addr },
         ControlEvent::PeerConnected { peer } => Event::PeerConnected { peer },
         ControlEvent::PeerDisconnected { peer } => Event::PeerDisconnected { peer },
@@ -488,5 +488,5 @@ fn to_event(e: ControlEvent) -> Event {
             },
             message,
         },
-    }
+    })
 }
