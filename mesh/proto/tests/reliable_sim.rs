@@ -74,6 +74,7 @@ fn writer_cfg(w: usize) -> WriterConfig {
         repair_period: Duration::from_millis(10),
         max_repair_samples: 64,
         max_repair_bytes: 16 << 10,
+        nack_suppression: Duration::from_millis(30),
     }
 }
 

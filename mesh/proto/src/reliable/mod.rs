@@ -118,6 +118,9 @@ pub struct WriterConfig {
     pub max_repair_samples: u16,
     /// Payload bytes per Repair frame, at most (a larger single sample still goes alone).
     pub max_repair_bytes: usize,
+    /// A seq resent to a reader is not resent to it again within this time, whatever it asks
+    /// (its repair is still on the way over a slow link).
+    pub nack_suppression: Duration,
 }
 
 impl Default for WriterConfig {
@@ -135,6 +138,7 @@ impl Default for WriterConfig {
             repair_period: Duration::from_millis(100),
             max_repair_samples: 64,
             max_repair_bytes: 64 << 10,
+            nack_suppression: Duration::from_millis(100),
         }
     }
 }
@@ -243,6 +247,8 @@ pub struct WriterStats {
     pub repair_frames: u64,
     /// Samples waiting for a repair when a period's budget ran out (once per period).
     pub repair_deferred: u64,
+    /// Requests for samples resent less than `nack_suppression` before, not resent again.
+    pub repairs_suppressed: u64,
     /// Gap frames sent.
     pub gaps_sent: u64,
     /// Heartbeats sent.

@@ -647,3 +647,28 @@ fn the_next_part_of_a_long_gap_is_asked_for_as_soon_as_the_last_part_came() {
     let b = r.poll_transmit(later).expect("the next part at once");
     assert_eq!((b.base, b.missing_seqs().next()), (258, Some(258)));
 }
+
+/// A sample just resent is not resent again when the reader asks once more before
+/// `nack_suppression` passed (its repair is on the way); after that it is.
+#[test]
+fn a_repair_on_its_way_is_not_resent_until_the_suppression_passed() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(
+        W,
+        WriterConfig {
+            nack_suppression: ms(100),
+            ..keep_all(100)
+        },
+    );
+    w.set_readers(&[R1], t);
+    write(&mut w, 10, t);
+    w.on_acknack(&ack(R1, 1, 1, &[1, 2, 3]), t);
+    assert_eq!(repaired_seqs(&drain(&mut w, t)), vec![1, 2, 3]);
+    // Asked again 20 ms later: still on its way; 4 is new.
+    w.on_acknack(&ack(R1, 2, 1, &[1, 2, 3, 4]), t + ms(20));
+    assert_eq!(repaired_seqs(&drain(&mut w, t + ms(20))), vec![4]);
+    assert_eq!(w.stats().repairs_suppressed, 3);
+    // Past the suppression: the reader still lacks them, so they go again.
+    w.on_acknack(&ack(R1, 3, 1, &[1, 2, 3, 4]), t + ms(130));
+    assert_eq!(repaired_seqs(&drain(&mut w, t + ms(130))), vec![1, 2, 3, 4]);
+}

@@ -28,6 +28,10 @@ struct ReaderState {
     /// The latest requests: offsets from `nack_base`.
     nack_base: u64,
     nacks: SeqSet,
+    /// Seqs up to this were resent at `resent_at`: asked for again before
+    /// `nack_suppression` passed, they are still on their way (see `on_acknack`).
+    resent_upto: u64,
+    resent_at: Option<Instant>,
 }
 
 impl ReaderState {
@@ -126,6 +130,8 @@ impl ReliableWriter {
                 range: None,
                 nack_base: start,
                 nacks: SeqSet::new(),
+                resent_upto: 0,
+                resent_at: None,
             }));
         }
         self.arm_heartbeat(now);
@@ -326,10 +332,18 @@ impl ReliableWriter {
         r.acked = r.acked.max(a.base);
         r.nack_base = a.base;
         r.nacks = SeqSet::new();
+        // What was resent a moment ago is still on its way (a slow or lossy link takes longer
+        // than the reader's ack period): resending it again would only queue copies behind
+        // it, and over a link that cannot keep up, starve it for good.
+        let fresh = r
+            .resent_at
+            .is_none_or(|t| now >= t + self.cfg.nack_suppression);
         for s in a.missing_seqs() {
             // Requests for seqs never written are dropped; the base check above covers the rest.
-            if s >= r.acked && s < next {
+            if s >= r.acked && s < next && (fresh || s > r.resent_upto) {
                 r.nacks.insert((s - a.base) as u16);
+            } else if s >= r.acked && s < next {
+                self.stats.repairs_suppressed += 1;
             }
         }
         if let Some((lo, hi)) = r.range {
@@ -381,7 +395,7 @@ impl ReliableWriter {
         let n = self.readers.len();
         for k in 0..n {
             let i = (self.rr + k) % n;
-            if let Some(out) = self.serve(i) {
+            if let Some(out) = self.serve(i, now) {
                 self.rr = (i + 1) % n;
                 return Some(out);
             }
@@ -420,7 +434,7 @@ impl ReliableWriter {
     }
 
     /// One Gap or Repair for reader `i`, if it has work and (for a Repair) budget is left.
-    fn serve(&mut self, i: usize) -> Option<WriterOut> {
+    fn serve(&mut self, i: usize, now: Instant) -> Option<WriterOut> {
         let first = self.history.first();
         let r = &mut self.readers[i];
         // Requests below what the reader acknowledged, or covered by the handover, are done.
@@ -483,6 +497,10 @@ impl ReliableWriter {
         let repair = Repair::new(0, self.guid, r.guid, lo, payloads)
             .expect("a run of held samples within u16::MAX encodes");
         advance(r, lo, lo + n - 1, from_range);
+        if !from_range {
+            r.resent_upto = r.resent_upto.max(lo + n - 1);
+            r.resent_at = Some(now);
+        }
         self.budget_left -= n as u32;
         self.stats.repaired += n;
         self.stats.repair_frames += 1;

@@ -64,6 +64,8 @@ pub struct ReliableTuning {
     pub repair_budget: u32,
     /// See [`TopicsConfig::repair_period`].
     pub repair_period: Duration,
+    /// See [`TopicsConfig::nack_suppression`].
+    pub nack_suppression: Duration,
     /// See [`TopicsConfig::max_history_samples`].
     pub max_history_samples: u32,
     /// See [`TopicsConfig::max_history_bytes`].
@@ -85,6 +87,7 @@ impl ReliableTuning {
             sync_retry: t.sync_retry,
             repair_budget: t.repair_budget,
             repair_period: t.repair_period,
+            nack_suppression: t.nack_suppression,
             max_history_samples: t.max_history_samples,
             max_history_bytes: t.max_history_bytes,
             max_reader_buffer_samples: t.max_reader_buffer_samples,
@@ -110,6 +113,7 @@ impl ReliableTuning {
             repair_period: self.repair_period,
             max_repair_samples: MAX_REPAIR_SAMPLES,
             max_repair_bytes: MAX_REPAIR_BYTES,
+            nack_suppression: self.nack_suppression,
         }
     }
 
@@ -364,8 +368,10 @@ impl ShardCore {
         self.writer_seq_next(route)
     }
 
-    /// Encodes `f` and queues it on `route`'s tree links (except `except`). Never waits:
-    /// what does not fit a link is dropped (a lost heartbeat or repair is asked for again).
+    /// Encodes `f` and queues it on `route`'s tree links (except `except`): a Repair or a
+    /// Gap only on the one toward its reader's node (all of them if the route does not know
+    /// it). Never waits: what does not fit a link is dropped (a lost heartbeat or repair is
+    /// asked for again).
     fn send_down(
         &mut self,
         route: &WriterRoute,
@@ -374,7 +380,18 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
-        if route.links.iter().all(|l| Some(*l) == except) {
+        // A Repair or a Gap is for one reader: only the branch toward its node.
+        let one = match f {
+            Frame::Repair(r) => route.link_toward(&r.reader),
+            Frame::Gap(g) => route.link_toward(&g.reader),
+            _ => None,
+        };
+        let single = one.filter(|l| Some(*l) != except).map(|l| [l]);
+        let links: &[LinkId] = match &single {
+            Some(l) => l,
+            None => &route.links,
+        };
+        if links.iter().all(|l| Some(*l) == except) {
             return;
         }
         let Some(bytes) = encode(f, &self.counters) else {
@@ -382,7 +399,7 @@ impl ShardCore {
         };
         let n = bytes.len();
         let to = Targets::Route {
-            links: &route.links,
+            links,
             except,
             topic: route.topic.shard(self.idx),
         };

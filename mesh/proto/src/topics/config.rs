@@ -39,6 +39,7 @@
 //! sync_retry_ms = 200
 //! repair_budget = 4096
 //! repair_period_ms = 10
+//! nack_suppression_ms = 100
 //! max_history_samples = 65536
 //! max_history_bytes = 67108864
 //! max_reader_buffer_samples = 65536
@@ -174,6 +175,11 @@ pub struct TopicsConfig {
     /// The period of `repair_budget`. Default 10 ms.
     #[serde(rename = "repair_period_ms", with = "millis")]
     pub repair_period: Duration,
+    /// Reliable writers: a sample resent to a reader is not resent to it again within this
+    /// time, however often it is asked for (the repair is still on its way over a slow link;
+    /// copies behind it would only keep the link full). Default 100 ms.
+    #[serde(rename = "nack_suppression_ms", with = "millis")]
+    pub nack_suppression: Duration,
     /// Reliable keep-all writers without a `max_samples` resource limit: the most samples
     /// not acknowledged by every reader before writes wait. Also bounds keep-last depths.
     /// Default 65 536.
@@ -218,6 +224,7 @@ impl Default for TopicsConfig {
             sync_retry: Duration::from_millis(200),
             repair_budget: 4096,
             repair_period: Duration::from_millis(10),
+            nack_suppression: Duration::from_millis(100),
             max_history_samples: 65_536,
             max_history_bytes: 64 << 20,
             max_reader_buffer_samples: 65_536,

@@ -50,6 +50,10 @@ pub struct WriterRoute {
     /// directional rule: requests use the writer's address). `None` for a local writer, or
     /// when no capable link leads there.
     pub upstream: Option<LinkId>,
+    /// For each node hosting a matched reader below this node in the writer's tree (by its
+    /// 12-byte id prefix, which starts its readers' GUIDs): the route link that leads
+    /// there. Sorted by prefix. Repairs and Gaps, meant for one reader, take only that link.
+    pub toward: Vec<([u8; 12], LinkId)>,
     /// What reliable delivery needs of this writer here; `None` when no reliable reader is
     /// matched with it (and, for a local writer, it keeps no history for late joiners), so
     /// best-effort routes carry nothing more.
@@ -103,6 +107,17 @@ pub struct SampleRoutes {
     epoch: u64,
     index: AHashMap<EndpointGuid, u32>,
     routes: Vec<WriterRoute>,
+}
+
+impl WriterRoute {
+    /// The route link toward the node of `reader` (see [`toward`](Self::toward)).
+    pub fn link_toward(&self, reader: &EndpointGuid) -> Option<LinkId> {
+        let prefix: [u8; 12] = reader[..12].try_into().expect("16 >= 12");
+        self.toward
+            .binary_search_by(|(p, _)| p.cmp(&prefix))
+            .ok()
+            .map(|i| self.toward[i].1)
+    }
 }
 
 impl SampleRoutes {
@@ -168,6 +183,7 @@ mod tests {
             readers: Vec::new(),
             unreached: 0,
             upstream: None,
+            toward: Vec::new(),
             reliable: None,
         }
     }

@@ -267,6 +267,7 @@ pub fn compute_routes<'a>(
 
     let mut peers: Vec<PeerId> = Vec::new();
     let mut children: Vec<u32> = Vec::new();
+    let mut toward: Vec<([u8; 12], LinkId)> = Vec::new();
     let mut group = 0;
     while group < by_node.len() {
         let node = writers[by_node[group] as usize].node;
@@ -288,6 +289,7 @@ pub fn compute_routes<'a>(
             peers.sort_unstable();
             peers.dedup();
             children.clear();
+            toward.clear();
             let mut unreached = 0u32;
             for p in &peers {
                 if *p == node || *p == me {
@@ -298,6 +300,10 @@ pub fn compute_routes<'a>(
                         let b = tree.branch[i as usize];
                         if b != NONE {
                             children.push(b);
+                            if let Some(l) = links.get(&g.ids[b as usize]) {
+                                let prefix: [u8; 12] = p.0[..12].try_into().expect("16 >= 12");
+                                toward.push((prefix, *l));
+                            }
                         }
                     }
                     _ => {
@@ -349,6 +355,11 @@ pub fn compute_routes<'a>(
                 readers,
                 unreached,
                 upstream,
+                toward: {
+                    toward.sort_unstable();
+                    toward.dedup_by_key(|t| t.0);
+                    toward.clone()
+                },
                 reliable: w.reliable.clone(),
             });
         }

@@ -50,6 +50,7 @@ fn local_writer(s: &mut Sim, links: &[LinkId]) -> Arc<WriterCredit> {
         readers: vec![],
         unreached: 0,
         upstream: None,
+        toward: Vec::new(),
         reliable: Some(Arc::new(ReliableRoute {
             writer: Some(ReliableWriterSpec {
                 keep_last: None,

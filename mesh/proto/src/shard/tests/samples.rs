@@ -39,6 +39,7 @@ fn routes(
         readers: readers.to_vec(),
         unreached: 0,
         upstream: None,
+        toward: Vec::new(),
         reliable: None,
     };
     let t = Arc::new(SampleRoutes::new(1, vec![r]));
@@ -301,6 +302,7 @@ fn what_a_writer_writes_toward_readers_its_tree_does_not_reach_is_counted_lost()
         readers: vec![],
         unreached: 2,
         upstream: None,
+        toward: Vec::new(),
         reliable: None,
     };
     let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));

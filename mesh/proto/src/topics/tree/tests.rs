@@ -449,11 +449,29 @@ fn upstream_is_the_link_to_the_tree_parent() {
     assert_eq!(up(&net, a), None, "the writer's node is the root");
     assert_eq!(up(&net, b), Some(net.link(b, a)));
     assert_eq!(up(&net, c), Some(net.link(c, a)));
-    // Without the a–c edge, c's parent is b.
+    // Repairs for one reader take the branch toward its node only.
+    let ra = get(&net.route(a, &specs), &w.writer()).unwrap().clone();
+    let reader_on = |n: PeerId| {
+        let mut g = [0u8; 16];
+        g[..12].copy_from_slice(&n.0[..12]);
+        g
+    };
+    assert_eq!(ra.link_toward(&reader_on(b)), Some(net.link(a, b)));
+    assert_eq!(ra.link_toward(&reader_on(c)), Some(net.link(a, c)));
+    assert_eq!(
+        ra.link_toward(&reader_on(a)),
+        None,
+        "no branch toward itself"
+    );
+    // Without the a–c edge, c's parent is b, and a reaches c through b.
     net.unlist(a, c);
     net.unlist(c, a);
     assert_eq!(up(&net, c), Some(net.link(c, b)));
     assert_eq!(up(&net, b), Some(net.link(b, a)));
+    let ra = get(&net.route(a, &specs), &w.writer()).unwrap().clone();
+    assert_eq!(ra.link_toward(&reader_on(c)), Some(net.link(a, b)));
+    let rb = get(&net.route(b, &specs), &w.writer()).unwrap().clone();
+    assert_eq!(rb.link_toward(&reader_on(c)), Some(net.link(b, c)));
 }
 
 #[test]
