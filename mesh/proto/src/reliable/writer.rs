@@ -227,26 +227,55 @@ impl ReliableWriter {
             ));
         }
         self.expire(now);
-        let run = self.history.push_run(body.clone());
-        let mut at = 0usize;
-        for k in 0..count {
-            let Some(len) = body
-                .get(at..at + 4)
-                .map(|l| u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize)
-                .filter(|len| at + 4 + len <= body.len())
-            else {
-                return Err((k, WriterError::BadRun));
-            };
-            if self.admit(len).is_err() {
-                self.stats.full_refusals -= 1;
-                self.stats.held_over_limit += 1;
+        // The run's layout is the handle's (checked by its lengths only when a sample of it is
+        // needed): its count and bytes follow from its size.
+        let bytes = body.len().saturating_sub(4 * usize::from(count));
+        if body.len() < 4 * usize::from(count) {
+            return Err((0, WriterError::BadRun));
+        }
+        if let Err(over) = self.admit_run(u64::from(count), bytes) {
+            self.stats.held_over_limit += over;
+        }
+        self.history.push_lazy(body.clone(), u64::from(count), now);
+        self.stats.written += u64::from(count);
+        if let HistoryKind::KeepLast { depth } = self.cfg.history {
+            let len = self.history.len() as u64;
+            if len > u64::from(depth) {
+                let first = self.history.first();
+                self.stats.replaced += self.history.pop_below(first + len - u64::from(depth));
             }
-            self.history.push_at(run, at + 4, len, now);
-            self.after_push();
-            at += 4 + len;
+            while self.history.len() > 1 && self.history.bytes() > self.cfg.max_bytes {
+                self.history.pop_front();
+                self.stats.replaced += 1;
+            }
         }
         self.arm_heartbeat(now);
         Ok(count)
+    }
+
+    /// [`admit`](Self::admit) for a run of `count` samples of `bytes` payload bytes; when
+    /// it does not fit, how many of them are beyond the bounds.
+    fn admit_run(&mut self, count: u64, bytes: usize) -> Result<(), u64> {
+        if let HistoryKind::KeepAll = self.cfg.history {
+            let (held, held_bytes) = self.unacked();
+            let max = self.cfg.max_bytes;
+            let over = (held + count).saturating_sub(u64::from(self.cfg.max_samples));
+            if over > 0 || held_bytes + bytes > max {
+                return Err(over.clamp(1, count));
+            }
+            // Only acknowledged samples are ahead of the unacknowledged ones.
+            let over_count =
+                (self.history.len() as u64 + count).saturating_sub(u64::from(self.cfg.max_samples));
+            if over_count > 0 {
+                let first = self.history.first();
+                self.stats.released += self.history.pop_below(first + over_count);
+            }
+            while self.history.len() > 0 && self.history.bytes() + bytes > max {
+                self.history.pop_front();
+                self.stats.released += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Makes room for one more sample of `len` bytes by the history's policy (keep-all: only
@@ -367,9 +396,7 @@ impl ReliableWriter {
             .map(|r| r.acked)
             .min()
             .unwrap_or_else(|| self.history.next_seq());
-        while self.history.first() < floor && self.history.pop_front().is_some() {
-            self.stats.released += 1;
-        }
+        self.stats.released += self.history.pop_below(floor);
     }
 
     /// What to send now; call until `None`. Heartbeats first, then sync answers, then Gaps and
@@ -482,6 +509,8 @@ impl ReliableWriter {
             return None;
         }
         let max_n = u64::from(self.cfg.max_repair_samples).min(u64::from(self.budget_left));
+        self.history.settle_upto(hi.min(lo + max_n));
+        let r = &mut self.readers[i];
         let mut n = 0u64;
         let mut bytes = 0usize;
         while lo + n <= hi && n < max_n {
