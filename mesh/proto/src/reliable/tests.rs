@@ -673,3 +673,37 @@ fn a_repair_on_its_way_is_not_resent_until_the_suppression_passed() {
     w.on_acknack(&ack(R1, 3, 1, &[1, 2, 3, 4]), t + ms(130));
     assert_eq!(repaired_seqs(&drain(&mut w, t + ms(130))), vec![1, 2, 3, 4]);
 }
+
+/// A reader that asks again for what was resent, after the suppression passed, is on a
+/// path slower than that: its next resend waits twice as long (until it acknowledges past
+/// them, which resets the wait).
+#[test]
+fn repeated_requests_for_resent_samples_back_off() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(
+        W,
+        WriterConfig {
+            nack_suppression: ms(100),
+            ..keep_all(100)
+        },
+    );
+    w.set_readers(&[R1], t);
+    write(&mut w, 10, t);
+    w.on_acknack(&ack(R1, 1, 1, &[1]), t);
+    assert_eq!(repaired_seqs(&drain(&mut w, t)), vec![1]);
+    // 110 ms later: past 100 ms, resent, and the wait doubles.
+    w.on_acknack(&ack(R1, 2, 1, &[1]), t + ms(110));
+    assert_eq!(repaired_seqs(&drain(&mut w, t + ms(110))), vec![1]);
+    w.on_acknack(&ack(R1, 3, 1, &[1]), t + ms(250));
+    assert!(
+        repaired_seqs(&drain(&mut w, t + ms(250))).is_empty(),
+        "within 200 ms"
+    );
+    w.on_acknack(&ack(R1, 4, 1, &[1]), t + ms(320));
+    assert_eq!(repaired_seqs(&drain(&mut w, t + ms(320))), vec![1]);
+    // Acknowledged past it: back to 100 ms for the next loss.
+    w.on_acknack(&ack(R1, 5, 5, &[5]), t + ms(330));
+    assert_eq!(repaired_seqs(&drain(&mut w, t + ms(330))), vec![5]);
+    w.on_acknack(&ack(R1, 6, 5, &[5]), t + ms(440));
+    assert_eq!(repaired_seqs(&drain(&mut w, t + ms(440))), vec![5]);
+}

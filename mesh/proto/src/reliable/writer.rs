@@ -10,7 +10,7 @@ use super::history::History;
 use super::{HistoryKind, WriterConfig, WriterError, WriterOut, WriterStats};
 use crate::wire::{AckNack, Gap, Heartbeat, Repair, SeqSet};
 use bytes::Bytes;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What the writer knows of one matched reader.
 #[derive(Debug)]
@@ -32,7 +32,15 @@ struct ReaderState {
     /// `nack_suppression` passed, they are still on their way (see `on_acknack`).
     resent_upto: u64,
     resent_at: Option<Instant>,
+    /// The suppression for this reader now: `nack_suppression`, doubled (up to
+    /// [`MAX_SUPPRESSION`]) each time it asks again for what was resent, back to the
+    /// configured value once it acknowledges past it (a link slower than the suppression
+    /// gets resends at its own pace).
+    suppression: Option<Duration>,
 }
+
+/// The longest a reader's repeated request waits for its resend to arrive.
+const MAX_SUPPRESSION: Duration = Duration::from_secs(2);
 
 impl ReaderState {
     fn has_work(&self) -> bool {
@@ -132,6 +140,7 @@ impl ReliableWriter {
                 nacks: SeqSet::new(),
                 resent_upto: 0,
                 resent_at: None,
+                suppression: None,
             }));
         }
         self.arm_heartbeat(now);
@@ -361,19 +370,27 @@ impl ReliableWriter {
         r.acked = r.acked.max(a.base);
         r.nack_base = a.base;
         r.nacks = SeqSet::new();
+        if r.acked > r.resent_upto {
+            r.suppression = None;
+        }
         // What was resent a moment ago is still on its way (a slow or lossy link takes longer
         // than the reader's ack period): resending it again would only queue copies behind
         // it, and over a link that cannot keep up, starve it for good.
-        let fresh = r
-            .resent_at
-            .is_none_or(|t| now >= t + self.cfg.nack_suppression);
+        let suppression = r.suppression.unwrap_or(self.cfg.nack_suppression);
+        let fresh = r.resent_at.is_none_or(|t| now >= t + suppression);
+        let mut again = false;
         for s in a.missing_seqs() {
             // Requests for seqs never written are dropped; the base check above covers the rest.
             if s >= r.acked && s < next && (fresh || s > r.resent_upto) {
+                again |= s <= r.resent_upto;
                 r.nacks.insert((s - a.base) as u16);
             } else if s >= r.acked && s < next {
                 self.stats.repairs_suppressed += 1;
             }
+        }
+        if again {
+            // Resent once and still missing after the wait: the path is slower than that.
+            r.suppression = Some((suppression * 2).min(MAX_SUPPRESSION));
         }
         if let Some((lo, hi)) = r.range {
             r.range = (r.acked.max(lo) <= hi).then_some((r.acked.max(lo), hi));
