@@ -402,3 +402,46 @@ fn acknowledgements_flow_on_their_own_timers_in_a_quiet_mesh() {
     wait_complete(b, rg, wg, 2000, 30);
     drop((w, r));
 }
+
+/// Lifespan 300 ms: samples a cut-off reader missed and that expired meanwhile are not
+/// repaired once it is back, but reported lost; the writer's node counts them expired.
+#[test]
+fn samples_past_their_lifespan_are_not_repaired_but_reported_lost() {
+    let a = Node::start(node(10_000));
+    let proxy = CutProxy::start(a.port());
+    let b = Node::start(node(10_000).static_peer(ep(proxy.port())));
+    let nodes = [a, b];
+    wait_connected(&nodes, &[(0, 1)]);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let topic = reliable_topic()
+        .history_keep_last(1000)
+        .lifespan(Duration::from_millis(300));
+    let mut w = a.mesh.writer(topic).unwrap();
+    let r = b.mesh.reader(reliable_topic()).unwrap();
+    let (wg, rg) = (w.guid(), r.guid());
+    wait_until(20, "matched on both sides", || {
+        matched(a, wg, rg) && matched(b, wg, rg)
+    });
+    write_to(&mut w, 50, 10);
+    wait_until(30, "B has the first 50", || seqs(b, rg, wg).len() >= 50);
+    proxy.cut();
+    wait_until(20, "A sees the link gone", || !a.connected_to(b));
+    write_to(&mut w, 100, 10);
+    wait_until(20, "A's history let the 50 expire", || {
+        a.mesh.stats().total.samples_expired >= 50
+    });
+    proxy.heal();
+    wait_until(30, "B is back", || a.connected_to(b) && b.connected_to(a));
+    wait_until(30, "B hears of the loss", || !lost(b, rg).is_empty());
+    assert_eq!(lost(b, rg), vec![(51, 100)]);
+    assert_eq!(
+        seqs(b, rg, wg),
+        (1..=50).collect::<Vec<_>>(),
+        "nothing expired delivered"
+    );
+    write_to(&mut w, 101, 10);
+    wait_until(30, "a new sample after the loss", || {
+        seqs(b, rg, wg).last() == Some(&101)
+    });
+    drop((w, r));
+}

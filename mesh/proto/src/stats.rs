@@ -134,6 +134,9 @@ counters! {
     /// Reliable topics: reliability frames dropped because no route leads where they go (no
     /// table entry for the writer, no upstream link, no history on the writer's node).
     reliable_unrouted,
+    /// Reliable topics: samples a writer's history dropped because their lifespan ended
+    /// (neither repaired nor handed to a late joiner afterwards: asked for, they get a Gap).
+    samples_expired,
     /// Reliable topics: acknowledgements a writer ignored: from a reader not matched with it,
     /// for samples it never wrote, or older than one already seen from that reader.
     reliable_acks_ignored,

@@ -154,6 +154,8 @@ struct WriterSide {
     state: ReliableWriter,
     credit: Arc<WriterCredit>,
     keep_all: bool,
+    /// The writer's counters when they were last added to the shard's.
+    seen: crate::reliable::WriterStats,
 }
 
 impl WriterSide {
@@ -281,6 +283,7 @@ impl ShardCore {
                         state: ReliableWriter::starting_at(route.writer, cfg, next),
                         credit: spec.credit.clone(),
                         keep_all,
+                        seen: Default::default(),
                     });
                 }
                 let w = slot.w.as_mut().expect("just set");
@@ -314,7 +317,6 @@ impl ShardCore {
     ) {
         let ttl = self.cfg.initial_ttl;
         if let Some(w) = slot.w.as_mut() {
-            let deferred = w.state.stats().repair_deferred;
             while let Some(o) = w.state.poll_transmit(now) {
                 let frame = match o {
                     WriterOut::Heartbeat(mut h) => {
@@ -335,10 +337,15 @@ impl ShardCore {
                 };
                 self.send_down(route, &frame, None, now, out);
             }
+            // The writer's own counters, as deltas since the last flush (whatever call moved
+            // them: a write, an acknowledgement, a timer).
+            let st = w.state.stats();
             add(
                 &self.counters.repairs_deferred,
-                w.state.stats().repair_deferred - deferred,
+                st.repair_deferred - w.seen.repair_deferred,
             );
+            add(&self.counters.samples_expired, st.expired - w.seen.expired);
+            w.seen = st;
             w.update_credit();
             let t = w.state.poll_timeout();
             self.reliable.note_timer(t);
