@@ -97,7 +97,7 @@ fn page(snap: Snapshot) -> String {
 
 /// Every [`TopicStats`] counter with its metric name and help text. The destructuring
 /// fails to compile when a counter is added without a line here.
-fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 7] {
+fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 9] {
     let TopicStats {
         written,
         delivered,
@@ -106,6 +106,8 @@ fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 7] {
         missed,
         dropped_queue_full,
         dropped_no_route,
+        repaired,
+        lost,
     } = *t;
     [
         (
@@ -142,6 +144,16 @@ fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 7] {
             "topic_dropped_no_route",
             "Samples dropped because the link toward a reader's node went away or was slow.",
             dropped_no_route,
+        ),
+        (
+            "topic_repaired",
+            "Samples this node's reliable writers on the topic resent.",
+            repaired,
+        ),
+        (
+            "topic_lost",
+            "Samples this node's reliable readers on the topic will never get (SamplesLost).",
+            lost,
         ),
     ]
 }
@@ -349,6 +361,8 @@ mod tests {
                 missed: n + 4,
                 dropped_queue_full: n + 5,
                 dropped_no_route: n + 6,
+                repaired: n + 7,
+                lost: n + 8,
             },
         };
         let topics = TopicsSnapshot {
@@ -367,6 +381,8 @@ mod tests {
             "missed",
             "dropped_queue_full",
             "dropped_no_route",
+            "repaired",
+            "lost",
         ];
         for (i, f) in fields.iter().enumerate() {
             let key = format!("shoal_topic_{f}_total{{topic=\"sensors/imu\"}}");

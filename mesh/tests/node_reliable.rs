@@ -320,6 +320,21 @@ fn keep_last_replaced_samples_are_reported_lost_then_the_rest_arrive_in_order() 
         .collect();
     let at = order.iter().position(|x| *x == -1).expect("the report");
     assert_eq!((order[at - 1], order[at + 1]), (100, 981), "{order:?}");
+    // Counted per topic on both sides: lost on the reader's, resent on the writer's.
+    let topic = |n: &Node| {
+        n.mesh
+            .topics()
+            .topic(T)
+            .map(|t| t.stats)
+            .unwrap_or_default()
+    };
+    assert_eq!(topic(b).lost, 880);
+    assert_eq!(b.mesh.stats().total.samples_lost, 880);
+    assert!(
+        topic(a).repaired >= 20,
+        "the last 20 were resent: {:?}",
+        topic(a)
+    );
     drop((w, r));
 }
 

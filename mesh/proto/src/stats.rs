@@ -242,6 +242,12 @@ pub struct TopicCounterSet {
     pub dropped_queue_full: AtomicU64,
     /// Dropped: the link toward a reader's node went away, or it was slow (Block policy).
     pub dropped_no_route: AtomicU64,
+    /// Reliable: samples this node's writers on the topic resent (repairs, and history
+    /// handed to late joiners).
+    pub repaired: AtomicU64,
+    /// Reliable: samples this node's reliable readers on the topic will never get (the
+    /// writer said so; each range also raised a `SamplesLost` event naming the writer).
+    pub lost: AtomicU64,
 }
 
 /// A snapshot of a topic's counters, summed over the executors.
@@ -261,6 +267,10 @@ pub struct TopicStats {
     pub dropped_queue_full: u64,
     /// See [`TopicCounterSet::dropped_no_route`].
     pub dropped_no_route: u64,
+    /// See [`TopicCounterSet::repaired`].
+    pub repaired: u64,
+    /// See [`TopicCounterSet::lost`].
+    pub lost: u64,
 }
 
 /// The counters of one topic on one node: one [`TopicCounterSet`] per data shard, each
@@ -305,6 +315,8 @@ impl TopicCounters {
             t.missed += s.missed.load(Relaxed);
             t.dropped_queue_full += s.dropped_queue_full.load(Relaxed);
             t.dropped_no_route += s.dropped_no_route.load(Relaxed);
+            t.repaired += s.repaired.load(Relaxed);
+            t.lost += s.lost.load(Relaxed);
         }
         t
     }

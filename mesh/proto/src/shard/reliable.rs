@@ -327,6 +327,7 @@ impl ShardCore {
                     WriterOut::Repair(mut r) => {
                         r.ttl = ttl;
                         add(&self.counters.samples_repaired, u64::from(r.count));
+                        add(&route.topic.shard(self.idx).repaired, u64::from(r.count));
                         Frame::Repair(r)
                     }
                     WriterOut::Gap(mut g) => {
@@ -358,6 +359,7 @@ impl ShardCore {
             }
             while let Some(ReaderEvent::Lost { first, last }) = r.poll_event() {
                 add(&self.counters.samples_lost, last - first + 1);
+                add(&route.topic.shard(self.idx).lost, last - first + 1);
                 out.push(ShardAction::SamplesLost {
                     reader: *reader,
                     writer: route.writer,
