@@ -1,4 +1,7 @@
 //! Unit tests of the writer and the reader, each against hand-fed frames and a virtual clock.
+//!
+//! Length: one test per rule of the protocol (module doc of `reliable`), sharing the frame
+//! builders and the two configurations; split by side, the helpers would be repeated.
 
 use super::*;
 use bytes::Bytes;

@@ -5,6 +5,9 @@
 //! answers, heartbeat timing, the repair budget. **Must not touch:** the fresh samples' path
 //! (the caller sends them as Samples frames along the tree and tells this machine with
 //! [`ReliableWriter::on_written`]), routing, the clock.
+//!
+//! Length: the writer's inputs (writes, acknowledgements, timers) and its outputs (sync
+//! answers, repairs, gaps, heartbeats) all read and move the same per-reader state.
 
 use super::history::History;
 use super::{HistoryKind, WriterConfig, WriterError, WriterOut, WriterStats};

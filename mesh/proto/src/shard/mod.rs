@@ -62,6 +62,7 @@ mod links;
 mod origin;
 mod read;
 mod reliable;
+mod reliable_tuning;
 mod route;
 mod samples;
 mod write;
@@ -76,7 +77,7 @@ pub use action::{
 pub use backpressure::{Blocked, Unblock};
 pub use origin::Publish;
 pub use read::ReadStep;
-pub use reliable::ReliableTuning;
+pub use reliable_tuning::ReliableTuning;
 pub use samples::samples_shard;
 pub use write::WriteStep;
 

@@ -18,6 +18,10 @@
 //! `None`) takes none of these paths, and a best-effort reader of a writer that also has
 //! reliable readers is delivered as before.
 //!
+//! Length: the per-slot state and the routing of the four frames share one take-out /
+//! put-back of the slot and one flush of what the states want sent; split by frame, each
+//! part would repeat them.
+//!
 //! **Owns:** the per-slot reliable state, the reliability frames' routing, the conversion of
 //! reliable deliveries to [`SampleRun`]s and the write credit's value. **Must not touch:** the
 //! reliability protocol itself (`crate::reliable`), routes (the control plane's), delivery to
@@ -28,112 +32,14 @@ use super::route::{Path, Targets};
 use super::samples::samples_shard;
 use super::ShardCore;
 use crate::cmd::{Out, RelFrame, ShardToShard};
-use crate::reliable::{
-    HistoryKind, ReaderConfig, ReaderEvent, ReliableReader, ReliableWriter, WriterConfig, WriterOut,
-};
+use crate::reliable::{HistoryKind, ReaderEvent, ReliableReader, ReliableWriter, WriterOut};
 use crate::stats::{add, inc, TopicCounterSet};
-use crate::topics::{
-    EndpointGuid, ReliableRoute, ReliableWriterSpec, SampleRoutes, TopicsConfig, WriterCredit,
-    WriterRoute,
-};
+use crate::topics::{EndpointGuid, ReliableRoute, SampleRoutes, WriterCredit, WriterRoute};
 use crate::wire::{Frame, Samples};
 use crate::LinkId;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// Samples per Repair frame at most.
-const MAX_REPAIR_SAMPLES: u16 = 64;
-/// Payload bytes per Repair frame at most.
-const MAX_REPAIR_BYTES: usize = 64 << 10;
-
-/// The reliability settings a shard needs (from `[topics]`).
-#[derive(Debug, Clone)]
-pub struct ReliableTuning {
-    /// See [`TopicsConfig::heartbeat_period`].
-    pub heartbeat_period: Duration,
-    /// See [`TopicsConfig::ack_period`].
-    pub ack_period: Duration,
-    /// See [`TopicsConfig::ack_every`].
-    pub ack_every: u32,
-    /// See [`TopicsConfig::nack_delay`].
-    pub nack_delay: Duration,
-    /// See [`TopicsConfig::sync_retry`].
-    pub sync_retry: Duration,
-    /// See [`TopicsConfig::repair_budget`].
-    pub repair_budget: u32,
-    /// See [`TopicsConfig::repair_period`].
-    pub repair_period: Duration,
-    /// See [`TopicsConfig::nack_suppression`].
-    pub nack_suppression: Duration,
-    /// See [`TopicsConfig::max_history_samples`].
-    pub max_history_samples: u32,
-    /// See [`TopicsConfig::max_history_bytes`].
-    pub max_history_bytes: usize,
-    /// See [`TopicsConfig::max_reader_buffer_samples`].
-    pub max_reader_buffer_samples: u32,
-    /// See [`TopicsConfig::max_reader_buffer_bytes`].
-    pub max_reader_buffer_bytes: usize,
-}
-
-impl ReliableTuning {
-    /// The settings of `t`.
-    pub fn of(t: &TopicsConfig) -> ReliableTuning {
-        ReliableTuning {
-            heartbeat_period: t.heartbeat_period,
-            ack_period: t.ack_period,
-            ack_every: t.ack_every,
-            nack_delay: t.nack_delay,
-            sync_retry: t.sync_retry,
-            repair_budget: t.repair_budget,
-            repair_period: t.repair_period,
-            nack_suppression: t.nack_suppression,
-            max_history_samples: t.max_history_samples,
-            max_history_bytes: t.max_history_bytes,
-            max_reader_buffer_samples: t.max_reader_buffer_samples,
-            max_reader_buffer_bytes: t.max_reader_buffer_bytes,
-        }
-    }
-
-    fn writer(&self, s: &ReliableWriterSpec) -> WriterConfig {
-        let cap = self.max_history_samples.max(1);
-        WriterConfig {
-            history: match s.keep_last {
-                Some(depth) => HistoryKind::KeepLast {
-                    depth: depth.clamp(1, cap),
-                },
-                None => HistoryKind::KeepAll,
-            },
-            max_samples: s.max_samples.unwrap_or(cap).clamp(1, cap),
-            max_bytes: self.max_history_bytes,
-            lifespan: s.lifespan,
-            transient_local: s.transient_local,
-            heartbeat_period: self.heartbeat_period,
-            repair_budget: self.repair_budget,
-            repair_period: self.repair_period,
-            max_repair_samples: MAX_REPAIR_SAMPLES,
-            max_repair_bytes: MAX_REPAIR_BYTES,
-            nack_suppression: self.nack_suppression,
-        }
-    }
-
-    fn reader(&self) -> ReaderConfig {
-        ReaderConfig {
-            max_buffered_samples: self.max_reader_buffer_samples,
-            max_buffered_bytes: self.max_reader_buffer_bytes,
-            ack_period: self.ack_period,
-            ack_every: self.ack_every,
-            nack_delay: self.nack_delay,
-            sync_retry: self.sync_retry,
-        }
-    }
-}
-
-impl Default for ReliableTuning {
-    fn default() -> Self {
-        ReliableTuning::of(&TopicsConfig::default())
-    }
-}
+use std::time::Instant;
 
 /// The reliable state of one writer on its shard.
 #[derive(Debug)]
