@@ -356,9 +356,13 @@ fn a_late_transient_local_reader_gets_the_history_first() {
     write_to(&mut w, 100, 10);
     let r = b.mesh.reader(durable).unwrap();
     let be = b.mesh.reader(Topic::new(T, "Blob")).unwrap();
+    let vol = b.mesh.reader(reliable_topic()).unwrap();
     let (wg, rg) = (w.guid(), r.guid());
     wait_until(20, "matched on both sides", || {
-        matched(a, wg, rg) && matched(b, wg, rg) && matched(b, wg, be.guid())
+        matched(a, wg, rg)
+            && matched(b, wg, rg)
+            && matched(b, wg, be.guid())
+            && matched(a, wg, vol.guid())
     });
     wait_until(30, "the history reached the reader", || {
         seqs(b, rg, wg).len() >= 50
@@ -374,7 +378,16 @@ fn a_late_transient_local_reader_gets_the_history_first() {
         plain.iter().all(|s| *s > 100),
         "the best-effort reader gets no history: {plain:?}"
     );
-    drop((w, r, be));
+    // A reliable but volatile reader is owed what came after it matched, all of it.
+    wait_until(30, "the volatile reader has the new samples", || {
+        seqs(b, vol.guid(), wg).last() == Some(&110)
+    });
+    assert_eq!(
+        seqs(b, vol.guid(), wg),
+        (101..=110).collect::<Vec<_>>(),
+        "no history for a volatile reader, nothing after it lost"
+    );
+    drop((w, r, be, vol));
 }
 
 /// A quiet mesh (slow heartbeats, gossip and announcements): a keep-all writer of 50

@@ -27,7 +27,9 @@
 //! at once and every `sync_retry` until it is started. The writer answers a sync request (or
 //! any AckNack with `base < S`) with, for a volatile writer: `Gap { 1 ..= S-1 }` when `S > 1`,
 //! else a Repair of seq 1 when it was written (else nothing: live seq 1 will start it); for a
-//! transient-local writer, with `F` its first held seq at answer time: `Gap { 1 ..= F-1 }`
+//! transient-local writer and a reader that asked for the history (the writer's node knows
+//! each matched reader's durability from discovery; a volatile reader is answered as by a
+//! volatile writer), with `F` its first held seq at answer time: `Gap { 1 ..= F-1 }`
 //! when `F > 1`, then Repairs of the whole history `F ..= last` (the *handover*, budgeted like
 //! any repair). The reader starts exactly when it gets a Gap for it from 1 (next expected =
 //! `last + 1`; what it buffered below is discarded as not owed) or any sample or repair of

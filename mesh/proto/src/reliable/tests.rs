@@ -710,3 +710,36 @@ fn repeated_requests_for_resent_samples_back_off() {
     w.on_acknack(&ack(R1, 6, 5, &[5]), t + ms(440));
     assert_eq!(repaired_seqs(&drain(&mut w, t + ms(440))), vec![5]);
 }
+
+/// A transient-local writer hands its history only to readers that asked for it: a
+/// volatile reader's sync is answered with a Gap up to what was written before it matched.
+#[test]
+fn only_readers_that_asked_for_the_history_get_it() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(
+        W,
+        WriterConfig {
+            transient_local: true,
+            history: HistoryKind::KeepLast { depth: 100 },
+            ..WriterConfig::default()
+        },
+    );
+    write(&mut w, 10, t);
+    w.set_readers_durable(&[(R1, true), (R2, false)], t);
+    w.on_acknack(&ack(R1, 1, 0, &[]), t);
+    w.on_acknack(&ack(R2, 1, 0, &[]), t);
+    let out = drain(&mut w, t);
+    assert_eq!(
+        repaired_seqs(&out),
+        (1..=10).collect::<Vec<_>>(),
+        "R1's history"
+    );
+    assert_eq!(gaps(&out), vec![(1, 10)], "R2 is owed from 11 on");
+    for o in &out {
+        match o {
+            WriterOut::Repair(r) => assert_eq!(r.reader, R1),
+            WriterOut::Gap(g) => assert_eq!(g.reader, R2),
+            WriterOut::Heartbeat(_) => {}
+        }
+    }
+}

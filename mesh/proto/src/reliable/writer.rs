@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 struct ReaderState {
     guid: [u8; 16],
+    /// It gets the history (a transient-local writer, a reader that asked for it).
+    durable: bool,
     /// The first seq the reader is owed.
     start: u64,
     /// The reader holds every seq below it (its highest acknowledged `base`, at least `start`).
@@ -114,26 +116,39 @@ impl ReliableWriter {
         self.guid
     }
 
-    /// The matched reliable readers now (any order; duplicates ignored). A new reader starts
-    /// at the next seq to be written (volatile) or at the first held (transient-local); a
-    /// removed reader is forgotten (releases keep-all room).
+    /// The matched reliable readers now (any order; duplicates ignored), each wanting the
+    /// history if the writer is transient-local. See
+    /// [`set_readers_durable`](Self::set_readers_durable).
     pub fn set_readers(&mut self, readers: &[[u8; 16]], now: Instant) {
+        let tl = self.cfg.transient_local;
+        let v: Vec<([u8; 16], bool)> = readers.iter().map(|g| (*g, tl)).collect();
+        self.set_readers_durable(&v, now);
+    }
+
+    /// The matched reliable readers now, each with whether it asked for the history
+    /// (durability transient-local or above). A new reader starts at the first held seq
+    /// when this writer is transient-local and the reader asked for it (its sync is answered
+    /// with the history), else at the next seq to be written (a volatile reader is owed only
+    /// what comes after it matched); a removed reader is forgotten (releases keep-all room).
+    pub fn set_readers_durable(&mut self, readers: &[([u8; 16], bool)], now: Instant) {
         self.expire(now);
-        let mut new: Vec<[u8; 16]> = readers.to_vec();
+        let mut new: Vec<([u8; 16], bool)> = readers.to_vec();
         new.sort_unstable();
-        new.dedup();
-        let start = if self.cfg.transient_local {
-            self.history.first()
-        } else {
-            self.history.next_seq()
-        };
+        new.dedup_by_key(|(g, _)| *g);
         // Both lists are sorted: one merge walk keeps the known readers' state.
         let mut old = std::mem::take(&mut self.readers).into_iter().peekable();
-        for guid in new {
+        for (guid, wants) in new {
+            let durable = wants && self.cfg.transient_local;
+            let start = if durable {
+                self.history.first()
+            } else {
+                self.history.next_seq()
+            };
             while old.next_if(|r| r.guid < guid).is_some() {}
             let kept = old.next_if(|r| r.guid == guid);
             self.readers.push(kept.unwrap_or(ReaderState {
                 guid,
+                durable,
                 start,
                 acked: start,
                 last_count: None,
@@ -453,11 +468,10 @@ impl ReliableWriter {
     /// Answers pending sync requests until one needs a Gap (see the module doc).
     fn answer_sync(&mut self) -> Option<WriterOut> {
         let (first, last) = (self.history.first(), self.history.last());
-        let tl = self.cfg.transient_local;
         for r in self.readers.iter_mut().filter(|r| r.sync_pending) {
             r.sync_pending = false;
             self.stats.syncs_answered += 1;
-            let gap_to = if tl {
+            let gap_to = if r.durable {
                 r.range = (first <= last).then_some((first, last));
                 first - 1
             } else {

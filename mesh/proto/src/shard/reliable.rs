@@ -193,7 +193,12 @@ impl ShardCore {
                     });
                 }
                 let w = slot.w.as_mut().expect("just set");
-                w.state.set_readers(&spec.readers, now);
+                let readers: Vec<(EndpointGuid, bool)> = spec
+                    .readers
+                    .iter()
+                    .map(|g| (*g, spec.durable_readers.binary_search(g).is_ok()))
+                    .collect();
+                w.state.set_readers_durable(&readers, now);
                 w.update_credit();
             }
             _ => slot.w = None,

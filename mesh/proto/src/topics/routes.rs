@@ -86,6 +86,9 @@ pub struct ReliableWriterSpec {
     pub transient_local: bool,
     /// The matched reliable readers on other nodes, sorted.
     pub readers: Vec<EndpointGuid>,
+    /// Of them, those that asked for the history (durability transient-local or above):
+    /// only they get it handed over. Sorted.
+    pub durable_readers: Vec<EndpointGuid>,
     /// The write credit the writer's handle waits on (keep-all), shared with the shard.
     pub credit: Arc<WriterCredit>,
 }
@@ -97,6 +100,7 @@ impl PartialEq for ReliableWriterSpec {
             && self.lifespan == o.lifespan
             && self.transient_local == o.transient_local
             && self.readers == o.readers
+            && self.durable_readers == o.durable_readers
             && Arc::ptr_eq(&self.credit, &o.credit)
     }
 }

@@ -58,6 +58,7 @@ fn local_writer(s: &mut Sim, links: &[LinkId]) -> Arc<WriterCredit> {
                 lifespan: None,
                 transient_local: false,
                 readers: vec![R1],
+                durable_readers: vec![],
                 credit: credit.clone(),
             }),
             local_readers: vec![],

@@ -247,6 +247,7 @@ impl TopicsCore {
             let mut reader_nodes = Vec::new();
             let mut local_readers = Vec::new();
             let mut reliable_remote = Vec::new();
+            let mut durable_remote = Vec::new();
             let mut reliable_here = Vec::new();
             for r in readers {
                 let Some(ri) = self.graph.endpoint(r) else {
@@ -264,6 +265,9 @@ impl TopicsCore {
                         reader_nodes.push(n);
                         if reliable {
                             reliable_remote.push(guid_bytes(&ri.guid));
+                            if ri.qos.durability >= DurabilityKind::TransientLocal {
+                                durable_remote.push(guid_bytes(&ri.guid));
+                            }
                         }
                     }
                     None => {}
@@ -273,6 +277,7 @@ impl TopicsCore {
             reader_nodes.dedup();
             local_readers.sort_unstable();
             reliable_remote.sort_unstable();
+            durable_remote.sort_unstable();
             reliable_here.sort_unstable();
             let writer = guid_bytes(&guid);
             let reliable = if local {
@@ -283,7 +288,7 @@ impl TopicsCore {
                             || wqos.durability >= DurabilityKind::TransientLocal
                     })
                     .map(|credit| ReliableRoute {
-                        writer: Some(writer_spec(&wqos, reliable_remote, credit)),
+                        writer: Some(writer_spec(&wqos, reliable_remote, durable_remote, credit)),
                         local_readers: Vec::new(),
                     })
             } else if reliable_here.is_empty() {
@@ -313,6 +318,7 @@ impl TopicsCore {
 fn writer_spec(
     q: &EndpointQos,
     readers: Vec<EndpointGuid>,
+    durable_readers: Vec<EndpointGuid>,
     credit: Arc<crate::topics::WriterCredit>,
 ) -> ReliableWriterSpec {
     let keep_last = match q.history {
@@ -331,6 +337,7 @@ fn writer_spec(
             .then(|| std::time::Duration::from_nanos(lifespan.as_nanos())),
         transient_local: q.durability >= DurabilityKind::TransientLocal,
         readers,
+        durable_readers,
         credit,
     }
 }
