@@ -37,18 +37,9 @@ pub enum ShardAction {
     /// Hand a run of samples to a local reader (waiting for room in the event queue, as
     /// [`ShardAction::Deliver`]).
     DeliverSamples(SampleRun),
-    /// Tell the application that samples `first ..= last` of `writer` will never reach its
-    /// reliable reader `reader` (the writer no longer holds them): a `SamplesLost` event.
-    SamplesLost {
-        /// The local reliable reader.
-        reader: EndpointGuid,
-        /// The writer.
-        writer: EndpointGuid,
-        /// First lost sequence number.
-        first: u64,
-        /// Last lost sequence number.
-        last: u64,
-    },
+    /// Tell the application that some samples will never reach a local reliable reader (a
+    /// `SamplesLost` event, in the reader's sample order).
+    SamplesLost(SamplesLost),
     /// Tell the application about a link error (an `Error` event).
     Error(LinkError),
     /// An originated message waits for room on a link (Block policy): see
@@ -109,6 +100,20 @@ pub trait DeliverySink {
     fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
         Err(run)
     }
+}
+
+/// Samples `first ..= last` of `writer` that will never reach the local reliable reader
+/// `reader` (the writer no longer holds them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SamplesLost {
+    /// The local reliable reader.
+    pub reader: EndpointGuid,
+    /// The writer.
+    pub writer: EndpointGuid,
+    /// First lost sequence number.
+    pub first: u64,
+    /// Last lost sequence number.
+    pub last: u64,
 }
 
 /// A run of one writer's samples for one local reader (one hand-off per run and reader).

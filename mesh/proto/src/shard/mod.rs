@@ -72,7 +72,7 @@ mod tests;
 
 pub use action::{
     decode_fault, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink, SampleRun,
-    ShardAction,
+    SamplesLost, ShardAction,
 };
 pub use backpressure::{Blocked, Unblock};
 pub use origin::Publish;

@@ -27,7 +27,7 @@
 //! reliability protocol itself (`crate::reliable`), routes (the control plane's), delivery to
 //! the application (the sink / driver).
 
-use super::action::{IfBusy, ShardAction};
+use super::action::{IfBusy, SamplesLost, ShardAction};
 use super::route::{Path, Targets};
 use super::samples::samples_shard;
 use super::ShardCore;
@@ -35,7 +35,7 @@ use crate::cmd::{Out, RelFrame, ShardToShard};
 use crate::reliable::{HistoryKind, ReaderEvent, ReliableReader, ReliableWriter, WriterOut};
 use crate::stats::{add, inc, TopicCounterSet};
 use crate::topics::{EndpointGuid, ReliableRoute, SampleRoutes, WriterCredit, WriterRoute};
-use crate::wire::{Frame, Samples};
+use crate::wire::{Frame, Gap, Repair, Samples};
 use crate::LinkId;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
@@ -93,8 +93,6 @@ impl Drop for WriterSide {
 pub(super) struct Reliable {
     /// By route slot.
     slots: Vec<Option<Box<Slot>>>,
-    /// Slots holding state.
-    live: usize,
     /// The earliest deadline of any state (may be early: a wake-up finds nothing due).
     next_timer: Option<Instant>,
     /// Deliveries of one reader call, reused.
@@ -138,18 +136,13 @@ impl ShardCore {
             }
             let mut slot = match self.reliable.slots[i].take() {
                 Some(s) if s.writer == route.writer => s,
-                old => {
-                    if old.is_none() {
-                        self.reliable.live += 1;
-                    }
-                    Box::new(Slot {
-                        writer: route.writer,
-                        spec: rel.clone(),
-                        epoch,
-                        w: None,
-                        readers: Vec::new(),
-                    })
-                }
+                _ => Box::new(Slot {
+                    writer: route.writer,
+                    spec: rel.clone(),
+                    epoch,
+                    w: None,
+                    readers: Vec::new(),
+                }),
             };
             slot.epoch = epoch;
             self.align(&mut slot, route, rel, now);
@@ -160,7 +153,6 @@ impl ShardCore {
         for s in self.reliable.slots.iter_mut() {
             if s.as_ref().is_some_and(|s| s.epoch != epoch) {
                 *s = None;
-                self.reliable.live -= 1;
             }
         }
     }
@@ -271,12 +263,12 @@ impl ShardCore {
             while let Some(ReaderEvent::Lost { first, last }) = r.poll_event() {
                 add(&self.counters.samples_lost, last - first + 1);
                 add(&route.topic.shard(self.idx).lost, last - first + 1);
-                out.push(ShardAction::SamplesLost {
+                out.push(ShardAction::SamplesLost(SamplesLost {
                     reader: *reader,
                     writer: route.writer,
                     first,
                     last,
-                });
+                }));
             }
             let t = r.poll_timeout();
             self.reliable.note_timer(t);
@@ -440,48 +432,81 @@ impl ShardCore {
                     self.send_down(route, &Frame::WriterHeartbeat(h), Some(from), now, out);
                 }
             }
-            RelFrame::Repair(mut r) => {
-                let here = slot
-                    .as_mut()
-                    .and_then(|s| s.readers.iter_mut().find(|(g, _)| *g == r.reader));
-                match here {
-                    Some((reader, state)) => {
-                        let mut got = std::mem::take(&mut self.reliable.scratch);
-                        state.on_repair(&r, now, &mut |seq, p| got.push((seq, p)));
-                        let c = route.topic.shard(self.idx);
-                        let reader = *reader;
-                        self.deliver_ordered(route.writer, reader, got, c, out);
-                    }
-                    None if r.ttl > 1 => {
-                        r.ttl -= 1;
-                        self.send_down(route, &Frame::Repair(r), Some(from), now, out);
-                    }
-                    None => inc(&self.counters.dropped_ttl),
-                }
+            RelFrame::Repair(r) => {
+                let reader = r.reader;
+                let forward = || {
+                    (r.ttl > 1).then(|| {
+                        Frame::Repair(Repair {
+                            ttl: r.ttl - 1,
+                            ..r.clone()
+                        })
+                    })
+                };
+                self.to_one_reader(
+                    route,
+                    slot.as_deref_mut(),
+                    reader,
+                    from,
+                    now,
+                    out,
+                    forward,
+                    |st, d| st.on_repair(&r, now, d),
+                );
             }
-            RelFrame::Gap(mut g) => {
-                let here = slot
-                    .as_mut()
-                    .and_then(|s| s.readers.iter_mut().find(|(r, _)| *r == g.reader));
-                match here {
-                    Some((reader, state)) => {
-                        let mut got = std::mem::take(&mut self.reliable.scratch);
-                        state.on_gap(&g, now, &mut |seq, p| got.push((seq, p)));
-                        let c = route.topic.shard(self.idx);
-                        let reader = *reader;
-                        self.deliver_ordered(route.writer, reader, got, c, out);
-                    }
-                    None if g.ttl > 1 => {
-                        g.ttl -= 1;
-                        self.send_down(route, &Frame::Gap(g), Some(from), now, out);
-                    }
-                    None => inc(&self.counters.dropped_ttl),
-                }
+            RelFrame::Gap(g) => {
+                let forward = || {
+                    (g.ttl > 1).then(|| {
+                        Frame::Gap(Gap {
+                            ttl: g.ttl - 1,
+                            ..g
+                        })
+                    })
+                };
+                self.to_one_reader(
+                    route,
+                    slot.as_deref_mut(),
+                    g.reader,
+                    from,
+                    now,
+                    out,
+                    forward,
+                    |st, d| st.on_gap(&g, now, d),
+                );
             }
         }
         if let Some(mut s) = slot {
             self.flush_slot(&mut s, route, now, out);
             self.reliable.slots[route.slot as usize] = Some(s);
+        }
+    }
+
+    /// A Repair or a Gap (`feed`) for `reader`: fed to its state when it is on this node,
+    /// else sent on down toward its node with one hop less (`forward`, `None` without hops
+    /// left).
+    #[allow(clippy::too_many_arguments)]
+    fn to_one_reader(
+        &mut self,
+        route: &WriterRoute,
+        slot: Option<&mut Slot>,
+        reader: EndpointGuid,
+        from: LinkId,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+        forward: impl FnOnce() -> Option<Frame>,
+        feed: impl FnOnce(&mut ReliableReader, &mut dyn FnMut(u64, Bytes)),
+    ) {
+        let here = slot.and_then(|s| s.readers.iter_mut().find(|(g, _)| *g == reader));
+        match here {
+            Some((_, state)) => {
+                let mut got = std::mem::take(&mut self.reliable.scratch);
+                feed(state, &mut |seq, p| got.push((seq, p)));
+                let c = route.topic.shard(self.idx);
+                self.deliver_ordered(route.writer, reader, got, c, out);
+            }
+            None => match forward() {
+                Some(f) => self.send_down(route, &f, Some(from), now, out),
+                None => inc(&self.counters.dropped_ttl),
+            },
         }
     }
 
@@ -619,16 +644,11 @@ impl ShardCore {
                         self.flush_slot(&mut slot, route, now, out);
                         self.reliable.slots[i] = Some(slot);
                     }
-                    None => self.reliable.live -= 1,
+                    None => {}
                 }
             }
         }
         self.sample_routes = table;
-    }
-
-    /// Reliable states held (writers and reader sets), for tests and stats.
-    pub fn reliable_states(&self) -> usize {
-        self.reliable.live
     }
 }
 

@@ -47,8 +47,7 @@ use super::cursor::Cursor;
 use super::defaults::FRAME_HEADER_LEN;
 use super::error::{DecodeError, EncodeError};
 use super::samples::{check_run, RunNames, SamplePayloads};
-use super::topic_frames::SAMPLE_LEN_PREFIX;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 use std::ops::Range;
 
 /// Frame type of [`Heartbeat`] (the reliable writer's, not the v1 link heartbeat 3).
@@ -291,17 +290,7 @@ impl Repair {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        let mut body = BytesMut::new();
-        let mut count = 0usize;
-        for p in payloads {
-            let p = p.as_ref();
-            let len =
-                u32::try_from(p.len()).map_err(|_| EncodeError::FrameTooLarge { len: p.len() })?;
-            body.reserve(SAMPLE_LEN_PREFIX + p.len());
-            body.put_u32(len);
-            body.put_slice(p);
-            count += 1;
-        }
+        let (body, count) = super::samples::pack_payloads(payloads)?;
         let count = u16::try_from(count)
             .map_err(|_| EncodeError::BadReliable("Repair of more than u16::MAX samples"))?;
         let r = Repair {
@@ -310,7 +299,7 @@ impl Repair {
             reader,
             first_seq,
             count,
-            body: body.freeze(),
+            body,
         };
         r.validate()?;
         Ok(r)

@@ -53,16 +53,7 @@ impl Samples {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        let mut body = BytesMut::new();
-        let mut count = 0usize;
-        for p in payloads {
-            let p = p.as_ref();
-            let len =
-                u32::try_from(p.len()).map_err(|_| EncodeError::FrameTooLarge { len: p.len() })?;
-            body.put_u32(len);
-            body.put_slice(p);
-            count += 1;
-        }
+        let (body, count) = pack_payloads(payloads)?;
         let count = u16::try_from(count)
             .map_err(|_| EncodeError::BadSamples("more than u16::MAX samples"))?;
         let s = Samples {
@@ -70,7 +61,7 @@ impl Samples {
             writer,
             first_seq,
             count,
-            body: body.freeze(),
+            body,
         };
         s.validate()?;
         Ok(s)
@@ -272,6 +263,27 @@ pub fn take_samples(buf: &mut BytesMut, max_message_bytes: u32) -> Option<Sample
         body: raw.freeze(),
         ..head
     })
+}
+
+/// `payloads` as a run's body, `count × (len u32 | payload)`, copied into one new buffer,
+/// and their count (Samples and Repair frames share the layout).
+pub(crate) fn pack_payloads<I>(payloads: I) -> Result<(Bytes, usize), EncodeError>
+where
+    I: IntoIterator,
+    I::Item: AsRef<[u8]>,
+{
+    let mut body = BytesMut::new();
+    let mut count = 0usize;
+    for p in payloads {
+        let p = p.as_ref();
+        let len =
+            u32::try_from(p.len()).map_err(|_| EncodeError::FrameTooLarge { len: p.len() })?;
+        body.reserve(SAMPLE_LEN_PREFIX + p.len());
+        body.put_u32(len);
+        body.put_slice(p);
+        count += 1;
+    }
+    Ok((body.freeze(), count))
 }
 
 /// The Samples frame at `at` of a batch this node's own writer handle packed, and its

@@ -323,7 +323,7 @@ impl DataPath {
                 ShardAction::Report { msg, busy: _ } => out.push(ShardOut::Report(msg)),
                 ShardAction::Deliver(d) => out.push(ShardOut::Deliver(d)),
                 ShardAction::DeliverSamples(r) => out.push(ShardOut::Samples(r)),
-                ShardAction::Error(_) | ShardAction::SamplesLost { .. } => {}
+                ShardAction::Error(_) | ShardAction::SamplesLost(_) => {}
                 ShardAction::Ended(link, reason) => {
                     self.conns.remove(&link);
                     if let Some(r) = reason {

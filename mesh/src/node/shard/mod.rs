@@ -34,8 +34,8 @@ use ahash::AHashMap;
 use event_listener::Event as Signal;
 use shoal_proto::cmd::ShardToShard;
 use shoal_proto::shard::{
-    Delivery, DeliverySink, IfBusy, LinkError, LinkFault, SampleRun, ShardAction, ShardConfig,
-    ShardCore, Unblock,
+    Delivery, DeliverySink, IfBusy, LinkError, LinkFault, SampleRun, SamplesLost, ShardAction,
+    ShardConfig, ShardCore, Unblock,
 };
 use shoal_proto::LinkId;
 use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
@@ -368,33 +368,17 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
         }
         ShardAction::Error(e) => error_event(ctx, e),
         // In the sample stream's order: queued behind the reader's samples, like them.
-        ShardAction::SamplesLost {
-            reader,
-            writer,
-            first,
-            last,
-        } => {
-            let ev = Event::SamplesLost {
-                reader,
-                writer,
-                first,
-                last,
-            };
+        ShardAction::SamplesLost(l) => {
+            let ev = lost_event(l);
             if ctx
                 .ns
                 .hub
                 .try_queue_message(ev.clone(), &ctx.outbox)
-                .is_ok()
+                .is_err()
             {
-                ctx.ns.hub.run_callbacks(&ev);
-            } else {
-                return Some(ShardAction::SamplesLost {
-                    reader,
-                    writer,
-                    first,
-                    last,
-                });
+                return Some(ShardAction::SamplesLost(l));
             }
+            ctx.ns.hub.run_callbacks(&ev);
         }
         ShardAction::Block(b) => return Some(ShardAction::Block(b)),
         ShardAction::Ended(link, _) => ended(ctx, link, who),
@@ -433,18 +417,8 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<ShardAction>, who: Who) {
                     .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
                     .await
             }
-            ShardAction::SamplesLost {
-                reader,
-                writer,
-                first,
-                last,
-            } => {
-                let ev = Event::SamplesLost {
-                    reader,
-                    writer,
-                    first,
-                    last,
-                };
+            ShardAction::SamplesLost(l) => {
+                let ev = lost_event(l);
                 ctx.ns.hub.run_callbacks(&ev);
                 ctx.ns
                     .hub
@@ -537,6 +511,16 @@ fn ended(ctx: &Rc<Ctx>, link: LinkId, who: Who) {
 }
 
 /// Raises the application's `Error` event for a link error.
+/// The application's event for a [`SamplesLost`] action.
+fn lost_event(l: SamplesLost) -> Event {
+    Event::SamplesLost {
+        reader: l.reader,
+        writer: l.writer,
+        first: l.first,
+        last: l.last,
+    }
+}
+
 fn error_event(ctx: &Ctx, e: LinkError) {
     let ev = Event::Error {
         peer: e.peer,
