@@ -10,8 +10,8 @@ mod node_support;
 use node_support::wiring::CutProxy;
 use node_support::{ep, fast, wait_connected, wait_until, Node};
 use shoal_mesh::topics::{
-    DurabilityKind, EndpointGuid, Limit, QosDuration, Reliability, ReliabilityKind, ResourceLimits,
-    Topic, TopicsConfig, Writer,
+    DurabilityKind, EndpointGuid, Limit, QosDuration, Reader, Reliability, ReliabilityKind,
+    ResourceLimits, Topic, TopicsConfig, Writer,
 };
 use shoal_mesh::{Event, MeshBuilder, PublishError};
 use std::time::{Duration, Instant};
@@ -91,6 +91,39 @@ fn unmatched(n: &Node, w: EndpointGuid, r: EndpointGuid) -> bool {
     n.rec.has(
         |e| matches!(e, Event::Unmatched { writer, reader, .. } if *writer == w && *reader == r),
     )
+}
+
+/// A (writer's node) and B, B dialing A through a proxy that can cut and heal their link.
+fn pair_through_proxy(lease_ms: u64) -> ([Node; 2], CutProxy) {
+    let a = Node::start(node(lease_ms));
+    let proxy = CutProxy::start(a.port());
+    let b = Node::start(node(lease_ms).static_peer(ep(proxy.port())));
+    let nodes = [a, b];
+    wait_connected(&nodes, &[(0, 1)]);
+    (nodes, proxy)
+}
+
+/// A writer of `wt` on `a` and a reader of `rt` on `b`, matched on both sides.
+fn open(a: &Node, b: &Node, wt: Topic, rt: Topic) -> (Writer, Reader) {
+    let w = a.mesh.writer(wt).unwrap();
+    let r = b.mesh.reader(rt).unwrap();
+    let (wg, rg) = (w.guid(), r.guid());
+    wait_until(20, "matched on both sides", || {
+        matched(a, wg, rg) && matched(b, wg, rg)
+    });
+    (w, r)
+}
+
+/// Cuts the proxied link and waits until A sees it gone.
+fn cut(proxy: &CutProxy, a: &Node, b: &Node) {
+    proxy.cut();
+    wait_until(20, "A sees the link gone", || !a.connected_to(b));
+}
+
+/// Heals the proxied link and waits until both ends are linked again.
+fn heal(proxy: &CutProxy, a: &Node, b: &Node) {
+    proxy.heal();
+    wait_until(30, "B is back", || a.connected_to(b) && b.connected_to(a));
 }
 
 /// Sample `seq`'s payload: its number, then filler.
@@ -210,26 +243,19 @@ fn a_relay_killed_and_replaced_loses_nothing() {
 /// expires and it is unmatched, which releases them.
 #[test]
 fn a_stalled_reader_makes_keep_all_writes_wait_until_its_lease_expires() {
-    let a = Node::start(node(2500));
-    let proxy = CutProxy::start(a.port());
-    let b = Node::start(node(2500).static_peer(ep(proxy.port())));
-    let nodes = [a, b];
-    wait_connected(&nodes, &[(0, 1)]);
+    let (nodes, proxy) = pair_through_proxy(2500);
     let (a, b) = (&nodes[0], &nodes[1]);
-    let mut w = a
-        .mesh
-        .writer(keep_all(100, Duration::from_millis(300)))
-        .unwrap();
-    let r = b.mesh.reader(reliable_topic()).unwrap();
+    let (mut w, r) = open(
+        a,
+        b,
+        keep_all(100, Duration::from_millis(300)),
+        reliable_topic(),
+    );
     let (wg, rg) = (w.guid(), r.guid());
-    wait_until(20, "matched on both sides", || {
-        matched(a, wg, rg) && matched(b, wg, rg)
-    });
     // Acknowledged samples leave room: 300 go through a history of 100.
     write_to(&mut w, 300, 10);
     wait_until(30, "B has the first 300", || seqs(b, rg, wg).len() >= 300);
-    proxy.cut();
-    wait_until(20, "A sees the link gone", || !a.connected_to(b));
+    cut(&proxy, a, b);
     // Now nobody acknowledges: at most 100 more fit.
     let mut accepted = 0;
     let full = loop {
@@ -267,28 +293,20 @@ fn a_stalled_reader_makes_keep_all_writes_wait_until_its_lease_expires() {
 /// explicit loss report for what the history replaced, then the last 20, in order.
 #[test]
 fn keep_last_replaced_samples_are_reported_lost_then_the_rest_arrive_in_order() {
-    let a = Node::start(node(10_000));
-    let proxy = CutProxy::start(a.port());
-    let b = Node::start(node(10_000).static_peer(ep(proxy.port())));
-    let nodes = [a, b];
-    wait_connected(&nodes, &[(0, 1)]);
+    let (nodes, proxy) = pair_through_proxy(10_000);
     let (a, b) = (&nodes[0], &nodes[1]);
-    let mut w = a
-        .mesh
-        .writer(reliable_topic().history_keep_last(20))
-        .unwrap();
-    let r = b.mesh.reader(reliable_topic()).unwrap();
+    let (mut w, r) = open(
+        a,
+        b,
+        reliable_topic().history_keep_last(20),
+        reliable_topic(),
+    );
     let (wg, rg) = (w.guid(), r.guid());
-    wait_until(20, "matched on both sides", || {
-        matched(a, wg, rg) && matched(b, wg, rg)
-    });
     write_to(&mut w, 100, 10);
     wait_until(30, "B has the first 100", || seqs(b, rg, wg).len() >= 100);
-    proxy.cut();
-    wait_until(20, "A sees the link gone", || !a.connected_to(b));
+    cut(&proxy, a, b);
     write_to(&mut w, 1000, 10);
-    proxy.heal();
-    wait_until(30, "B is back", || a.connected_to(b) && b.connected_to(a));
+    heal(&proxy, a, b);
     wait_until(30, "B has the last sample", || {
         seqs(b, rg, wg).last() == Some(&1000)
     });
@@ -414,12 +432,8 @@ fn acknowledgements_flow_on_their_own_timers_in_a_quiet_mesh() {
     let nodes = [a, b];
     wait_connected(&nodes, &[(0, 1)]);
     let (a, b) = (&nodes[0], &nodes[1]);
-    let mut w = a.mesh.writer(keep_all(50, Duration::from_secs(3))).unwrap();
-    let r = b.mesh.reader(reliable_topic()).unwrap();
+    let (mut w, r) = open(a, b, keep_all(50, Duration::from_secs(3)), reliable_topic());
     let (wg, rg) = (w.guid(), r.guid());
-    wait_until(20, "matched on both sides", || {
-        matched(a, wg, rg) && matched(b, wg, rg)
-    });
     for seq in 1..=2000u64 {
         match w.write_blocking(&payload(seq)) {
             Ok(s) => assert_eq!(s, seq),
@@ -435,31 +449,21 @@ fn acknowledgements_flow_on_their_own_timers_in_a_quiet_mesh() {
 /// repaired once it is back, but reported lost; the writer's node counts them expired.
 #[test]
 fn samples_past_their_lifespan_are_not_repaired_but_reported_lost() {
-    let a = Node::start(node(10_000));
-    let proxy = CutProxy::start(a.port());
-    let b = Node::start(node(10_000).static_peer(ep(proxy.port())));
-    let nodes = [a, b];
-    wait_connected(&nodes, &[(0, 1)]);
+    let (nodes, proxy) = pair_through_proxy(10_000);
     let (a, b) = (&nodes[0], &nodes[1]);
     let topic = reliable_topic()
         .history_keep_last(1000)
         .lifespan(Duration::from_millis(300));
-    let mut w = a.mesh.writer(topic).unwrap();
-    let r = b.mesh.reader(reliable_topic()).unwrap();
+    let (mut w, r) = open(a, b, topic, reliable_topic());
     let (wg, rg) = (w.guid(), r.guid());
-    wait_until(20, "matched on both sides", || {
-        matched(a, wg, rg) && matched(b, wg, rg)
-    });
     write_to(&mut w, 50, 10);
     wait_until(30, "B has the first 50", || seqs(b, rg, wg).len() >= 50);
-    proxy.cut();
-    wait_until(20, "A sees the link gone", || !a.connected_to(b));
+    cut(&proxy, a, b);
     write_to(&mut w, 100, 10);
     wait_until(20, "A's history let the 50 expire", || {
         a.mesh.stats().total.samples_expired >= 50
     });
-    proxy.heal();
-    wait_until(30, "B is back", || a.connected_to(b) && b.connected_to(a));
+    heal(&proxy, a, b);
     wait_until(30, "B hears of the loss", || !lost(b, rg).is_empty());
     assert_eq!(lost(b, rg), vec![(51, 100)]);
     assert_eq!(

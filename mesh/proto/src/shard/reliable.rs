@@ -442,7 +442,7 @@ impl ShardCore {
                         })
                     })
                 };
-                self.to_one_reader(
+                self.deliver_or_pass_down(
                     route,
                     slot.as_deref_mut(),
                     reader,
@@ -462,7 +462,7 @@ impl ShardCore {
                         })
                     })
                 };
-                self.to_one_reader(
+                self.deliver_or_pass_down(
                     route,
                     slot.as_deref_mut(),
                     g.reader,
@@ -484,7 +484,7 @@ impl ShardCore {
     /// else sent on down toward its node with one hop less (`forward`, `None` without hops
     /// left).
     #[allow(clippy::too_many_arguments)]
-    fn to_one_reader(
+    fn deliver_or_pass_down(
         &mut self,
         route: &WriterRoute,
         slot: Option<&mut Slot>,
@@ -633,18 +633,16 @@ impl ShardCore {
                 let Some(mut slot) = self.reliable.slots[i].take() else {
                     continue;
                 };
-                match t.get(&slot.writer) {
-                    Some(route) => {
-                        if let Some(w) = slot.w.as_mut() {
-                            w.state.handle_timeout(now);
-                        }
-                        for (_, r) in slot.readers.iter_mut() {
-                            r.handle_timeout(now);
-                        }
-                        self.flush_slot(&mut slot, route, now, out);
-                        self.reliable.slots[i] = Some(slot);
+                // A writer gone from the table leaves its state behind (dropped here).
+                if let Some(route) = t.get(&slot.writer) {
+                    if let Some(w) = slot.w.as_mut() {
+                        w.state.handle_timeout(now);
                     }
-                    None => {}
+                    for (_, r) in slot.readers.iter_mut() {
+                        r.handle_timeout(now);
+                    }
+                    self.flush_slot(&mut slot, route, now, out);
+                    self.reliable.slots[i] = Some(slot);
                 }
             }
         }
