@@ -8,7 +8,7 @@
 mod node_support;
 
 use node_support::wiring::CutProxy;
-use node_support::{ep, fast, wait_connected, wait_until, Node};
+use node_support::{block_on, ep, fast, wait_connected, wait_until, Node};
 use shoal_mesh::topics::{
     DurabilityKind, EndpointGuid, Limit, QosDuration, Reader, Reliability, ReliabilityKind,
     ResourceLimits, Topic, TopicsConfig, Writer,
@@ -279,6 +279,12 @@ fn a_stalled_reader_makes_keep_all_writes_wait_until_its_lease_expires() {
         "a blocking write waits max_blocking_time, then says why: {e:?}"
     );
     assert!(t0.elapsed() >= Duration::from_millis(300));
+    // The async form waits the same way, whatever runs it.
+    let e = block_on(w.write(&payload(w.next_seq())), 20).unwrap_err();
+    assert!(
+        matches!(e, PublishError::HistoryFull { waited } if waited >= Duration::from_millis(300)),
+        "an async write waits max_blocking_time too: {e:?}"
+    );
     // The reader's lease runs out: unmatched, the writer is free again.
     wait_until(30, "A unmatches the stalled reader", || {
         unmatched(a, wg, rg)

@@ -5,7 +5,7 @@
 
 mod node_support;
 
-use node_support::{ep, fast, wait_connected, wait_until, Node};
+use node_support::{block_on, ep, fast, wait_connected, wait_until, Node};
 use shoal_mesh::topics::{
     EndpointGuid, Incompatibility, LocalSide, Policy, Reasons, Topic, TopicError,
 };
@@ -530,31 +530,6 @@ fn dropping_a_writer_flushes_its_samples_then_unmatches() {
         b.rec
             .has(|e| matches!(e, Event::Unmatched { writer, .. } if *writer == wg))
     });
-}
-
-/// Polls `f` on this thread (no executor) for at most `secs` seconds.
-fn block_on<F: std::future::Future>(f: F, secs: u64) -> F::Output {
-    use std::task::{Context, Poll, Wake, Waker};
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "future not ready after {secs}s"
-        );
-        std::thread::park_timeout(std::time::Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -219,3 +219,29 @@ pub fn plain_hello() -> Hello {
         shoal: None,
     }
 }
+
+/// Polls `f` on this thread (no executor) for at most `secs` seconds.
+#[allow(dead_code)]
+pub fn block_on<F: std::future::Future>(f: F, secs: u64) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "future not ready after {secs}s"
+        );
+        std::thread::park_timeout(std::time::Duration::from_millis(20));
+    }
+}

@@ -50,6 +50,11 @@ impl WriterCredit {
     /// Sets the limit (it may fall: a new reader joined); wakes the waiting writer when it
     /// rose.
     pub fn set(&self, limit: u64) {
+        // Called after every batch the shard takes in: a write only when the value moves, so
+        // the line the writer's thread reads per sample is not taken from it each time.
+        if self.limit.load(Ordering::Relaxed) == limit {
+            return;
+        }
         let old = self.limit.swap(limit, Ordering::AcqRel);
         if limit > old {
             self.raised.notify(usize::MAX);

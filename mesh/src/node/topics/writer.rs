@@ -250,29 +250,19 @@ impl Writer {
         }
         // Readers acknowledge only what reached them: what is pending goes first.
         self.flush_blocking()?;
-        let credit = self.credit.clone().expect("has_credit said there is one");
-        let start = Instant::now();
-        let deadline = start.checked_add(self.max_blocking);
-        loop {
-            let l = credit.listen();
-            if credit.allows(self.next_seq) {
-                return Ok(());
-            }
-            self.check_running()?;
+        let wait = CreditWait::new(self);
+        while let Some(l) = wait.step(self)? {
             use event_listener::Listener;
-            let woken = match deadline {
+            let woken = match wait.deadline {
                 Some(d) => l.wait_deadline(d).is_some(),
                 None => {
                     l.wait();
                     true
                 }
             };
-            if !woken && !credit.allows(self.next_seq) {
-                return Err(PublishError::HistoryFull {
-                    waited: start.elapsed(),
-                });
-            }
+            wait.after(self, woken)?;
         }
+        Ok(())
     }
 
     /// [`credit_blocking`](Self::credit_blocking), waiting asynchronously.
@@ -281,16 +271,9 @@ impl Writer {
             return Ok(());
         }
         self.flush().await?;
-        let credit = self.credit.clone().expect("has_credit said there is one");
-        let start = Instant::now();
-        let deadline = start.checked_add(self.max_blocking);
-        loop {
-            let l = credit.listen();
-            if credit.allows(self.next_seq) {
-                return Ok(());
-            }
-            self.check_running()?;
-            let woken = match deadline {
+        let wait = CreditWait::new(self);
+        while let Some(l) = wait.step(self)? {
+            let woken = match wait.deadline {
                 Some(d) => {
                     let timer = std::pin::pin!(crate::node::deadline::Deadline::new(d));
                     matches!(
@@ -303,12 +286,9 @@ impl Writer {
                     true
                 }
             };
-            if !woken && !credit.allows(self.next_seq) {
-                return Err(PublishError::HistoryFull {
-                    waited: start.elapsed(),
-                });
-            }
+            wait.after(self, woken)?;
         }
+        Ok(())
     }
 
     fn check_running(&self) -> Result<(), PublishError> {
@@ -365,10 +345,7 @@ impl Writer {
 
     /// What a publish checks: node running, size; and a sequence number left.
     fn check(&self, payload: &[u8]) -> Result<(), PublishError> {
-        let inner = &self.ep.mesh.inner;
-        if inner.ns.stopping.load(Ordering::Acquire) || inner.publish.get().is_none() {
-            return Err(PublishError::Stopped);
-        }
+        self.check_running()?;
         let max = self.max_payload();
         if payload.len() > max {
             return Err(PublishError::TooLarge {
@@ -434,6 +411,50 @@ impl Writer {
             .get()
             .ok_or(PublishError::Stopped)?;
         send_batch(tx, batch, wait, &mut self.buf, &mut self.count)
+    }
+}
+
+/// One wait of a [`Writer`] for its credit: the blocking and the async forms differ only in
+/// how they sleep on the listener.
+struct CreditWait {
+    credit: Arc<WriterCredit>,
+    start: Instant,
+    /// `None`: `max_blocking` is infinite.
+    deadline: Option<Instant>,
+}
+
+impl CreditWait {
+    fn new(w: &Writer) -> CreditWait {
+        let start = Instant::now();
+        CreditWait {
+            credit: w
+                .credit
+                .clone()
+                .expect("only a writer with a credit waits for it"),
+            start,
+            deadline: start.checked_add(w.max_blocking),
+        }
+    }
+
+    /// `None` when the next sample may be written; else the listener to sleep on (taken
+    /// before the check, so a rise in between is not missed).
+    fn step(&self, w: &Writer) -> Result<Option<event_listener::EventListener>, PublishError> {
+        let l = self.credit.listen();
+        if self.credit.allows(w.next_seq) {
+            return Ok(None);
+        }
+        w.check_running()?;
+        Ok(Some(l))
+    }
+
+    /// After a sleep that ended by a wake-up (`woken`) or the deadline.
+    fn after(&self, w: &Writer, woken: bool) -> Result<(), PublishError> {
+        if woken || self.credit.allows(w.next_seq) {
+            return Ok(());
+        }
+        Err(PublishError::HistoryFull {
+            waited: self.start.elapsed(),
+        })
     }
 }
 
