@@ -245,3 +245,73 @@ impl Drop for HostProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A lab host running `topicnode`: its process and the endpoints it opened, as
+/// `(topic, guid, is_writer)`.
+pub struct TopicHost {
+    /// The host's number (h1 is 1).
+    pub k: usize,
+    /// The process.
+    pub p: HostProcess,
+    /// The endpoints it printed at start.
+    pub endpoints: Vec<(String, String, bool)>,
+}
+
+impl TopicHost {
+    /// Starts `node` (a `topicnode` binary) on host `k` with `args` plus one `--writer` per
+    /// `writers` and one `--reader` per `readers`, and waits (20 s at most) for its `ready`
+    /// line and one line per endpoint.
+    pub fn start(
+        lab: &Lab,
+        k: usize,
+        node: &str,
+        mut args: Vec<String>,
+        writers: &[&str],
+        readers: &[&str],
+    ) -> TopicHost {
+        for w in writers {
+            args.extend(["--writer".to_string(), w.to_string()]);
+        }
+        for r in readers {
+            args.extend(["--reader".to_string(), r.to_string()]);
+        }
+        let mut p = lab.spawn(k, node, &args);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut endpoints = Vec::new();
+        for _ in 0..(1 + writers.len() + readers.len()) {
+            let l = p
+                .wait_line(deadline, |l| {
+                    l.starts_with("ready ") || l.starts_with("writer ") || l.starts_with("reader ")
+                })
+                .unwrap_or_else(|| panic!("node on h{k} never became ready:\n{}", p.tail(20)));
+            if !l.starts_with("ready ") {
+                endpoints.push((
+                    field(&l, "topic").expect("topic").to_string(),
+                    field(&l, "guid").expect("guid").to_string(),
+                    l.starts_with("writer "),
+                ));
+            }
+        }
+        TopicHost { k, p, endpoints }
+    }
+
+    /// The GUID of its writer (`writer`) or reader on `topic`.
+    pub fn guid(&self, topic: &str, writer: bool) -> String {
+        self.endpoints
+            .iter()
+            .find(|(t, _, w)| t == topic && *w == writer)
+            .map(|(_, g, _)| g.clone())
+            .unwrap_or_else(|| panic!("h{} has no such endpoint on {topic}", self.k))
+    }
+
+    /// Every line so far starting with `prefix`.
+    pub fn all(&mut self, prefix: &str) -> Vec<String> {
+        self.p.drain();
+        self.p
+            .transcript
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+}

@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use shoal_tests::{field, num, skip_without_lab, HostProcess, Lab};
+use shoal_tests::{field, num, skip_without_lab, Lab, TopicHost};
 
 const NODE: &str = env!("CARGO_BIN_EXE_topicnode");
 /// Samples per writer.
@@ -46,11 +46,19 @@ const LOSSY: [usize; 2] = [3, 4];
 const CUT: usize = 5;
 const RESTART: usize = 6;
 
-struct Host {
-    k: usize,
-    p: HostProcess,
-    /// Its endpoints' GUIDs: (topic, guid, is_writer).
-    endpoints: Vec<(String, String, bool)>,
+struct Host(TopicHost);
+
+impl std::ops::Deref for Host {
+    type Target = TopicHost;
+    fn deref(&self) -> &TopicHost {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Host {
+    fn deref_mut(&mut self) -> &mut TopicHost {
+        &mut self.0
+    }
 }
 
 impl Host {
@@ -88,49 +96,7 @@ impl Host {
             _ => &[],
         };
         args.extend(extra.iter().map(|s| s.to_string()));
-        for w in writers {
-            args.extend(["--writer".to_string(), w.to_string()]);
-        }
-        for r in readers {
-            args.extend(["--reader".to_string(), r.to_string()]);
-        }
-        let mut p = lab.spawn(k, NODE, &args);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut endpoints = Vec::new();
-        for _ in 0..(1 + writers.len() + readers.len()) {
-            let l = p
-                .wait_line(deadline, |l| {
-                    l.starts_with("ready ") || l.starts_with("writer ") || l.starts_with("reader ")
-                })
-                .unwrap_or_else(|| panic!("node on h{k} never became ready:\n{}", p.tail(20)));
-            if !l.starts_with("ready ") {
-                endpoints.push((
-                    field(&l, "topic").expect("topic").to_string(),
-                    field(&l, "guid").expect("guid").to_string(),
-                    l.starts_with("writer "),
-                ));
-            }
-        }
-        Host { k, p, endpoints }
-    }
-
-    fn guid(&self, topic: &str, writer: bool) -> String {
-        self.endpoints
-            .iter()
-            .find(|(t, _, w)| t == topic && *w == writer)
-            .map(|(_, g, _)| g.clone())
-            .unwrap_or_else(|| panic!("h{} has no such endpoint on {topic}", self.k))
-    }
-
-    /// Every line so far starting with `prefix`.
-    fn all(&mut self, prefix: &str) -> Vec<String> {
-        self.p.drain();
-        self.p
-            .transcript
-            .iter()
-            .filter(|l| l.starts_with(prefix))
-            .cloned()
-            .collect()
+        Host(TopicHost::start(lab, k, NODE, args, writers, readers))
     }
 
     /// The latest line starting with `prefix`.
