@@ -130,7 +130,7 @@ pub struct ControlCore {
     stopping: bool,
     stopped_shards: usize,
     /// The topics snapshot last shown (see [`ControlCore::topics_view`]).
-    shown_view: Option<Arc<crate::topics::TopicsView>>,
+    shown_view: Arc<crate::topics::TopicsView>,
     /// Writers created whose first route table has not gone out yet.
     ready_pending: Vec<crate::topics::EndpointGuid>,
     /// A round ran since [`take_changed`](ControlCore::take_changed): the query views may
@@ -154,8 +154,9 @@ impl ControlCore {
             listen_addrs,
         } = init;
         let mut rng = StdRng::from_seed(seed);
-        let (topics, topics_warning) =
+        let (mut topics, topics_warning) =
             topics::new_topics(me, &cfg, shards, listen_addrs, wall_ms, rng.gen(), now);
+        let shown_view = topics.view();
         let peers = PeerManager::new(me, &cfg, StdRng::seed_from_u64(rng.gen()), now);
         let membership = MemberGraph::new(
             me,
@@ -193,7 +194,7 @@ impl ControlCore {
             stopping: false,
             stopped_shards: 0,
             changed: true,
-            shown_view: None,
+            shown_view,
             ready_pending: Vec::new(),
             topics,
             cfg,

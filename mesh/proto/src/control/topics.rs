@@ -102,19 +102,16 @@ impl ControlCore {
     }
 
     /// A snapshot of the topics state (rebuilt only after a change; cheap otherwise). It
-    /// shows what every shard already routes: while a route table (or a link change) is on
-    /// its way to the shards, the last snapshot taken before it stays, so an application
-    /// that starts writing when it sees a match finds it routed (the `Matched` events wait
-    /// the same way).
+    /// shows what every shard already routes: while a route table waits for its planning
+    /// interval, or it (or a link change) is on its way to the shards, the last snapshot
+    /// taken before it stays, so an application that starts writing when it sees a match
+    /// finds it routed (the `Matched` events wait the same way). A burst of changes keeps
+    /// the snapshot back until the tables of the burst are applied.
     pub fn topics_view(&mut self) -> Arc<TopicsView> {
-        match &self.shown_view {
-            Some(v) if !self.held.caught_up() => v.clone(),
-            _ => {
-                let v = self.topics.view();
-                self.shown_view = Some(v.clone());
-                v
-            }
+        if self.held.caught_up() && !self.topics.routes_pending() {
+            self.shown_view = self.topics.view();
         }
+        self.shown_view.clone()
     }
 
     /// The topics counters.
