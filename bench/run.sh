@@ -95,7 +95,7 @@ report() {
     echo "| run | transport | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | samples | ping cpu s | pong cpu s |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|"
     local rows="" row
-    for form in "shoal|" "shoal-inline|--inline" "raw-tcp|--raw"; do
+    for form in "shoal|" "shoal-spin100|--spin-us 100" "shoal-inline|--inline" "raw-tcp|--raw"; do
         row="$(two_process_ping "2proc-max" "${form#*|}")"
         echo "$row"
         rows+="$row"$'\n'
@@ -107,6 +107,8 @@ report() {
     echo "(\`shoal-loadgen pong --listen 127.0.0.1:0 [--inline|--raw]\`), the ping dialing it"
     echo "(\`shoal-loadgen ping --static-peer ADDR --size 64 --duration-ms 3000 [--inline|--raw]\`)."
     echo "ping cpu s covers the measured run; pong cpu s its first probe to the goodbye."
+    echo "shoal-spin100: both nodes \`--spin-us 100\` (shards and the application's blocking receive"
+    echo "poll 100 µs before they sleep, yielding the core between polls): its CPU is in the cpu columns."
     echo
     echo "## Throughput between two processes (\`pub\` + \`sub\` on loopback), 64 B, max rate"
     echo
@@ -175,6 +177,7 @@ start_listener() {
 two_process_ping() {
     local name=$1 flags=$2 tag addr pid
     tag="$name${flags:+-${flags#--}}"
+    tag="${tag// /-}"
     # shellcheck disable=SC2086
     start_listener "$artifacts/$tag-pong.log" pong --quiet $flags
     # shellcheck disable=SC2086

@@ -154,10 +154,15 @@ impl PingPongRun {
             (false, true) => "shoal-inline",
             (false, false) => "shoal",
         };
-        match self.settings.node.psk {
-            Some(_) => format!("{base}-psk"),
-            None => base.into(),
+        let mut t = String::from(base);
+        if self.settings.node.psk.is_some() {
+            t.push_str("-psk");
         }
+        // Spinning trades CPU for latency: its rows must not read as the default's.
+        if self.settings.node.spin_us > 0 {
+            t.push_str(&format!("-spin{}", self.settings.node.spin_us));
+        }
+        t
     }
 
     fn metrics_for(&self, mesh: &Mesh) -> Result<Option<MetricsServer>, RunError> {

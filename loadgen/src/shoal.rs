@@ -57,8 +57,9 @@ pub struct NodeArgs {
     /// Full-queue policy.
     #[arg(long, value_enum, default_value = "block")]
     pub overflow: Policy,
-    /// Keep each executor polling this many microseconds before it parks (0 = park at
-    /// once). Lower latency for a busier CPU; see tuning/README.md.
+    /// Keep each executor, and an application thread waiting for an event, polling this
+    /// many microseconds before it parks (0 = park at once). Lower latency for a busier
+    /// CPU; see tuning/README.md.
     #[arg(long = "spin-us", default_value_t = 0)]
     pub spin_us: u64,
     /// Mesh settings file (TOML, `MeshConfig` keys); flags above override it.

@@ -82,8 +82,9 @@ impl Builder {
     /// Spinning trades CPU for latency: a parked executor needs a syscall and a
     /// scheduler wake-up (tens of µs) to notice new work, a spinning one notices it on
     /// its next loop iteration. A spinning executor burns its core for `spin` after every
-    /// burst of work; only give it to executors on dedicated cores. Measured numbers are
-    /// in `BENCHMARKS.md` ("Runtime lab notes").
+    /// burst of work, though it yields the core to any other runnable thread between its
+    /// polls (so it does not starve the thread it is waiting for when threads outnumber
+    /// cores). Measured numbers are in `BENCHMARKS.md` ("Runtime lab notes").
     pub fn spin_before_park(mut self, spin: Duration) -> Self {
         self.spin = spin;
         self

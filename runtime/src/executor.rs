@@ -472,12 +472,22 @@ fn drive(
             if now.duration_since(since) < spin {
                 // Cross-thread wakes need no syscall while we are awake (compio's driver
                 // only writes its eventfd when parked) and are picked up by `run()`; I/O
-                // completions need an `io_uring_enter`, so only every few rounds.
+                // completions need an `io_uring_enter`, so only every few rounds. Half-way
+                // between two polls the spinner gives the CPU to any other runnable thread:
+                // with more threads than cores (an application thread and its shard on one
+                // core), a spinner that only hinted the CPU kept the thread it waited for
+                // off the core until its spin ran out (two-process ping-pong with 100 µs of
+                // shard spin: 250 µs p50 against 60 µs parked; yielding: 42-49 µs, see
+                // `BENCHMARKS.md`). With nothing else runnable the yield returns at once;
+                // yielding every round instead slowed a socket ping-pong on dedicated cores
+                // (each yield is a system call between completion polls).
                 spins = spins.wrapping_add(1);
-                if spins % SPIN_POLL_EVERY == 0 {
-                    rt.poll_with(Some(Duration::ZERO));
-                } else {
-                    std::hint::spin_loop();
+                match spins % SPIN_POLL_EVERY {
+                    0 => {
+                        rt.poll_with(Some(Duration::ZERO));
+                    }
+                    n if n == SPIN_POLL_EVERY / 2 => std::thread::yield_now(),
+                    _ => std::hint::spin_loop(),
                 }
                 continue;
             }

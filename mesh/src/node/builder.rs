@@ -34,8 +34,13 @@ pub struct NodeOptions {
     pub event_queue_capacity: usize,
     /// Ceiling (messages) of the application's ingress queue. Default 4096.
     pub publish_queue_capacity: usize,
-    /// How long each executor keeps polling after its last task before it parks (default
-    /// zero: park at once). Trades CPU for latency; see `BENCHMARKS.md` ("Runtime lab notes").
+    /// How long each executor keeps polling after its last task before it parks, and an
+    /// application thread blocked in [`EventReceiver::recv_timeout`] polls the event queue
+    /// before it sleeps (default zero: park at once). Trades CPU for latency (both yield the
+    /// core to other runnable threads while they poll); see `BENCHMARKS.md` ("Runtime lab
+    /// notes", "Latency and throughput between two processes").
+    ///
+    /// [`EventReceiver::recv_timeout`]: crate::EventReceiver::recv_timeout
     pub spin_before_park: Duration,
 }
 
@@ -209,8 +214,11 @@ impl MeshBuilder {
     }
 
     /// Keeps every executor of the node polling for `spin` after its last task before it
-    /// parks (default zero). Cuts wake-up latency at the cost of a busy core; see
-    /// `BENCHMARKS.md` ("Runtime lab notes") for the measured trade-off.
+    /// parks, and a thread blocked in [`EventReceiver::recv_timeout`] polling the event
+    /// queue for as long before it sleeps (default zero). Cuts wake-up latency at the cost
+    /// of busy cores; see [`NodeOptions::spin_before_park`].
+    ///
+    /// [`EventReceiver::recv_timeout`]: crate::EventReceiver::recv_timeout
     pub fn spin_before_park(mut self, spin: Duration) -> Self {
         self.opts.spin_before_park = spin;
         self
@@ -321,10 +329,10 @@ impl MeshBuilder {
             slow_link: self.opts.slow_link,
             shards,
             counters: (0..=shards).map(|_| Arc::default()).collect(),
-            hub: Arc::new(EventHub::new(
-                self.opts.event_queue_capacity,
-                self.callbacks,
-            )),
+            hub: Arc::new(
+                EventHub::new(self.opts.event_queue_capacity, self.callbacks)
+                    .with_receive_spin(self.opts.spin_before_park),
+            ),
             snapshot: SnapshotCell::new(),
             connected: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),

@@ -25,6 +25,7 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Why an [`Event::Error`] was raised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,6 +259,9 @@ pub(crate) struct EventHub {
     /// Peers whose `PeerConnected` the queue dropped: their `PeerDisconnected` is dropped
     /// too, so queued peer events stay paired. At most the connected peers.
     unpaired: Mutex<ahash::AHashSet<PeerId>>,
+    /// How long a blocking receive polls the queue before it parks (the node's
+    /// `spin_before_park`; zero parks at once).
+    spin: Duration,
 }
 
 impl EventHub {
@@ -275,7 +279,14 @@ impl EventHub {
             spill: Mutex::new(Vec::new()),
             spilled: AtomicBool::new(false),
             unpaired: Mutex::new(ahash::AHashSet::new()),
+            spin: Duration::ZERO,
         }
+    }
+
+    /// Blocking receives poll for up to `spin` before they park.
+    pub(crate) fn with_receive_spin(mut self, spin: Duration) -> EventHub {
+        self.spin = spin;
+        self
     }
 
     /// Takes what a dropped receiver spilled.

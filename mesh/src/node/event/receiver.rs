@@ -168,8 +168,16 @@ impl EventReceiver {
 
     /// Blocks this thread for at most `timeout`; `None` on timeout or once the node stopped
     /// and the queue is drained. Never call it on an executor thread (e.g. in a callback).
+    ///
+    /// With the node's `spin_before_park` set, it first polls the queue for that long (never
+    /// past `timeout`), yielding the core between polls, and only then sleeps: a sleeping
+    /// thread's wake-up costs a system call on the shard and a scheduler wake-up here.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Option<Event> {
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        let deadline = start + timeout;
+        if let Some(ev) = self.spin_for(start + self.hub.spin.min(timeout)) {
+            return Some(ev);
+        }
         loop {
             if let Some(ev) = self.pop() {
                 return Some(ev);
@@ -185,6 +193,23 @@ impl EventReceiver {
                 return None;
             }
             listener.wait_deadline(deadline)?;
+        }
+    }
+
+    /// Polls the queue until `until` (yielding the core between polls); `None` at `until`
+    /// or once the node stopped with nothing queued.
+    fn spin_for(&mut self, until: Instant) -> Option<Event> {
+        if until <= Instant::now() {
+            return None;
+        }
+        loop {
+            if let Some(ev) = self.pop() {
+                return Some(ev);
+            }
+            if self.hub.closed.load(Ordering::Acquire) || Instant::now() >= until {
+                return None;
+            }
+            std::thread::yield_now();
         }
     }
 

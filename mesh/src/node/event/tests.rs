@@ -3,7 +3,7 @@ use shoal_proto::wire::Samples;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 impl EventHub {
     /// What a shard's delivery sink does with a Message event first.
@@ -369,4 +369,37 @@ fn a_receiver_dropped_inside_a_run_hands_the_rest_of_it_on() {
     let rest: Vec<Event> = std::iter::from_fn(|| b.try_recv()).collect();
     assert_eq!(rest, vec![sample(2), sample(3), sample(4), message(3)]);
     assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+}
+
+/// A receiver of a spinning node picks up an event raised while it polls, never polls past
+/// its timeout, and stops polling once the node closed.
+#[test]
+fn a_spinning_receive_takes_what_comes_and_keeps_to_its_timeout_and_the_close() {
+    let hub = Arc::new(EventHub::new(16, Vec::new()).with_receive_spin(Duration::from_secs(600)));
+    let c = Counters::default();
+    let mut rx = EventReceiver::new(hub.clone());
+    // Raised by another thread, before or while this one polls.
+    let raiser = {
+        let hub = hub.clone();
+        std::thread::spawn(move || {
+            while hub.receivers.load(Ordering::Acquire) < 2 {
+                std::thread::yield_now();
+            }
+            hub.emit_control(joined(7), &Counters::default());
+        })
+    };
+    let _second = EventReceiver::new(hub.clone());
+    assert_eq!(rx.recv_timeout(Duration::from_secs(600)), Some(joined(7)));
+    raiser.join().unwrap();
+    // Nothing comes: the 600 s spin ends with the 20 ms timeout (a bound far from both).
+    let t = Instant::now();
+    assert_eq!(rx.recv_timeout(Duration::from_millis(20)), None);
+    assert!(t.elapsed() < Duration::from_secs(300), "{:?}", t.elapsed());
+    // Closed while polling: the receive ends with what is queued, then None.
+    hub.emit_control(joined(8), &c);
+    hub.close();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(600)), Some(joined(8)));
+    let t = Instant::now();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(600)), None);
+    assert!(t.elapsed() < Duration::from_secs(300), "{:?}", t.elapsed());
 }
