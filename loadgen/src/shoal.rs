@@ -62,6 +62,11 @@ pub struct NodeArgs {
     /// CPU; see tuning/README.md.
     #[arg(long = "spin-us", default_value_t = 0)]
     pub spin_us: u64,
+    /// How long stopping lets a link send what is still queued on it (to a receiver slower
+    /// than the sender) before closing it, ms. Longer than the library's 1000 so that a
+    /// run's last messages and its end marker reach a loaded receiver.
+    #[arg(long = "stop-grace-ms", default_value_t = 10_000)]
+    pub stop_grace_ms: u64,
     /// Mesh settings file (TOML, `MeshConfig` keys); flags above override it.
     #[arg(long)]
     pub config: Option<std::path::PathBuf>,
@@ -110,6 +115,7 @@ impl NodeArgs {
             psk: None,
             overflow: Policy::Block,
             spin_us: 0,
+            stop_grace_ms: 10_000,
             config: None,
         }
     }
@@ -138,6 +144,7 @@ impl NodeArgs {
             .scouting(self.scouting || self.multicast_interface.is_some())
             .shards(self.shards)
             .spin_before_park(std::time::Duration::from_micros(self.spin_us))
+            .stop_grace(std::time::Duration::from_millis(self.stop_grace_ms))
             .overflow_policy(match self.overflow {
                 Policy::Block => OverflowPolicy::Block,
                 Policy::DropNewest => OverflowPolicy::DropNewest,

@@ -154,6 +154,12 @@ pub struct MeshConfig {
     /// A discovered peer with no announce for this long is Lost. Default 5000 ms.
     #[serde(rename = "peer_lost_timeout_ms", with = "millis")]
     pub peer_lost_timeout: Duration,
+    /// How long a stopping node lets its links send what is queued on them (and say
+    /// Goodbye) before it closes them; what is still queued then is discarded and counted
+    /// (`dropped_link_closed`). A link whose queue drained closes at once, so this is only
+    /// waited out for a peer that reads slower than the node wrote. Default 1000 ms.
+    #[serde(rename = "stop_grace_ms", with = "millis")]
+    pub stop_grace: Duration,
     /// A link with nothing sent for this long sends a Heartbeat. Default 1000 ms.
     #[serde(rename = "heartbeat_interval_ms", with = "millis")]
     pub heartbeat_interval: Duration,
@@ -244,6 +250,7 @@ impl Default for MeshConfig {
             multicast_interface: None,
             announce_interval: Duration::from_millis(1000),
             peer_lost_timeout: Duration::from_millis(5000),
+            stop_grace: Duration::from_millis(1000),
             heartbeat_interval: Duration::from_millis(1000),
             heartbeat_timeout: Duration::from_millis(3000),
             handshake_timeout: Duration::from_millis(2000),
@@ -287,6 +294,7 @@ impl fmt::Debug for MeshConfig {
             .field("multicast_port", &self.multicast_port)
             .field("announce_interval", &self.announce_interval)
             .field("peer_lost_timeout", &self.peer_lost_timeout)
+            .field("stop_grace", &self.stop_grace)
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("heartbeat_timeout", &self.heartbeat_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
@@ -491,6 +499,8 @@ macro_rules! mesh_config_setters {
         announce_interval: Duration,
         /// Sets `peer_lost_timeout`.
         peer_lost_timeout: Duration,
+        /// Sets `stop_grace`.
+        stop_grace: Duration,
         /// Sets `heartbeat_interval`.
         heartbeat_interval: Duration,
         /// Sets `heartbeat_timeout`.

@@ -331,7 +331,8 @@ impl Mesh {
     }
 
     /// Says Goodbye to every peer, closes every link and stops the executors. Idempotent;
-    /// blocks up to a few seconds. From an executor thread (a callback) the work is handed to
+    /// blocks while links send what is queued on them, up to `stop_grace` (default 1 s)
+    /// and a margin of 2 s. From an executor thread (a callback) the work is handed to
     /// a helper thread and this returns at once.
     pub fn stop(&self) {
         if shoal_runtime::current_executor().is_some() {
@@ -538,8 +539,9 @@ impl Inner {
             self.ns.hub.close();
             let (tx, rx) = mpsc::channel();
             if cmd.try_send(Cmd::Stop(tx)).is_ok() {
-                // Goodbyes flushed, or give up waiting: stopping must not hang on a dead peer.
-                let _ = rx.recv_timeout(Duration::from_secs(3));
+                // Goodbyes flushed, or give up waiting: stopping must not hang on a dead peer
+                // (the shards close what is left after the grace; this is their margin).
+                let _ = rx.recv_timeout(self.ns.cfg.stop_grace + Duration::from_secs(2));
             }
             rt.shutdown();
             if let Err(e) = rt.join() {

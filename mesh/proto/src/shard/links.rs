@@ -170,6 +170,35 @@ impl ShardCore {
         }
     }
 
+    /// The writer of a closing `link` sent everything and its FIN. The socket stays open,
+    /// read and what comes discarded, until the peer closes its side (the reader's EOF tears
+    /// the link down) or [`ShardConfig::close_linger`] passes: closing it now, with the
+    /// peer's frames unread in it, would make the kernel reset the connection, and a reset
+    /// peer discards what it had received but not read yet — the tail of a stream to a
+    /// reader slower than its writer, with no counter saying so.
+    ///
+    /// [`ShardConfig::close_linger`]: super::ShardConfig::close_linger
+    pub fn on_write_shutdown(&mut self, link: LinkId, now: Instant) {
+        if self.links.get(link).is_some() && !self.lingering.iter().any(|(_, l)| *l == link) {
+            self.lingering.push((now + self.cfg.close_linger, link));
+        }
+    }
+
+    /// Tears down lingering links whose peer did not close in time.
+    pub(super) fn linger_timeout(&mut self, now: Instant, out: &mut Vec<ShardAction>) {
+        if self.lingering.is_empty() {
+            return;
+        }
+        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.lingering)
+            .into_iter()
+            .filter(|(_, l)| self.links.get(*l).is_some())
+            .partition(|(t, _)| *t <= now);
+        self.lingering = keep;
+        for (_, link) in due {
+            self.teardown(link, None, None, now, out);
+        }
+    }
+
     /// `ToShard::SendRaw`: queues a control frame if the link's budget has room.
     pub(super) fn send_raw(&mut self, link: LinkId, frame: Bytes, now: Instant) {
         let Some(l) = self.links.get_mut(link) else {
@@ -283,6 +312,7 @@ impl ShardCore {
         let Some(mut l) = self.links.remove(link) else {
             return;
         };
+        self.lingering.retain(|(_, x)| *x != link);
         let mut lost = std::mem::take(&mut l.in_flight);
         for o in l.queue.drain(..) {
             lost.add(&o);

@@ -94,9 +94,6 @@ use links::Links;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a stopping shard lets its links flush (and say Goodbye) before it closes them.
-const STOP_GRACE: Duration = Duration::from_secs(1);
-
 /// What a shard core is configured with.
 #[derive(Debug, Clone)]
 pub struct ShardConfig {
@@ -125,6 +122,12 @@ pub struct ShardConfig {
     pub max_parked_sample_bytes: usize,
     /// How long such a run is held.
     pub parked_sample_timeout: Duration,
+    /// How long a stopping shard lets its links flush (and say Goodbye) before it closes
+    /// them ([`MeshConfig::stop_grace`]).
+    pub stop_grace: Duration,
+    /// How long a link that sent its FIN waits for the peer's
+    /// ([`MeshConfig::heartbeat_timeout`]: a peer silent that long is gone anyway).
+    pub close_linger: Duration,
     /// Reliable topics' settings (`[topics]`).
     pub reliable: ReliableTuning,
 }
@@ -146,6 +149,8 @@ impl ShardConfig {
             max_iovecs: 1024,
             max_parked_sample_bytes: cfg.topics.max_parked_sample_bytes,
             parked_sample_timeout: cfg.topics.parked_sample_timeout,
+            stop_grace: cfg.stop_grace,
+            close_linger: cfg.heartbeat_timeout,
             reliable: ReliableTuning::of(&cfg.topics),
         }
     }
@@ -186,6 +191,10 @@ pub struct ShardCore {
     reliable: reliable::Reliable,
     /// Where deliveries go first (see [`DeliverySink`]).
     sink: Sink,
+    /// Links whose writer sent its FIN, each with the time it is given up on: they are read
+    /// (and what comes discarded) until the peer closes too (see
+    /// [`ShardCore::on_write_shutdown`]). At most one entry per served link.
+    lingering: Vec<(Instant, LinkId)>,
 }
 
 /// The core's [`DeliverySink`] (a box, so the core's type stays the same in the driver and
@@ -230,6 +239,7 @@ impl ShardCore {
             parked: samples::Parked::default(),
             reliable: reliable::Reliable::default(),
             sink: Sink(Box::new(NoSink)),
+            lingering: Vec::new(),
             counters,
             cfg,
         }
@@ -304,7 +314,7 @@ impl ShardCore {
             }
             ToShard::Stop => {
                 if self.stop == Stop::Running {
-                    self.stop = Stop::Until(now + STOP_GRACE);
+                    self.stop = Stop::Until(now + self.cfg.stop_grace);
                 }
                 self.check_stopped(out);
             }
@@ -360,6 +370,9 @@ impl ShardCore {
         if let Some(t) = self.reliable.poll_timeout() {
             at = at.min(t);
         }
+        if let Some(&(t, _)) = self.lingering.iter().min() {
+            at = at.min(t);
+        }
         match self.stop {
             Stop::Until(d) => at.min(d),
             _ => at,
@@ -371,6 +384,7 @@ impl ShardCore {
         self.router.handle_timeout(now);
         self.expire_parked(now);
         self.reliable_timeout(now, out);
+        self.linger_timeout(now, out);
         if let Stop::Until(d) = self.stop {
             if now >= d {
                 for link in self.links.ids().collect::<Vec<_>>() {

@@ -312,6 +312,11 @@ impl ShardCore {
             return;
         };
         restore(&mut l.rx, buf);
+        if l.closing {
+            // The peer closed after our FIN (see `on_write_shutdown`): whatever it left
+            // unfinished was going to be discarded anyway.
+            return self.teardown(link, None, None, now, out);
+        }
         let partial = match &l.rx {
             Rx::Plain(buf) => buf.len(),
             Rx::Secure(rr) => match rr.finish() {

@@ -14,6 +14,7 @@ use shoal_proto::shard::{ReadStep, ShardAction, WriteStep};
 use shoal_proto::LinkId;
 use shoal_runtime::net::{TcpReadHalf, TcpStream, TcpWriteHalf, MAX_IOVECS};
 use shoal_runtime::spawn_local;
+use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -34,16 +35,22 @@ pub(super) fn attach(
         }
     };
     let (rd, wr) = stream.into_split();
+    let busy = Rc::new(Cell::new(false));
     let tasks = LinkTasks {
-        reader: Some(spawn_local(reader(ctx.clone(), link, rd))),
+        reader: Some(spawn_local(reader(ctx.clone(), link, rd, busy.clone()))),
         writer: Some(spawn_local(writer(ctx.clone(), link, wr))),
+        reader_busy: busy,
     };
     ctx.tasks.borrow_mut().insert(link, tasks);
     spawn_local(timer(ctx.clone(), link)).detach();
 }
 
 /// Feeds what a link's reads bring to the core, which parses and routes it.
-async fn reader(ctx: Rc<Ctx>, link: LinkId, mut rd: TcpReadHalf) {
+///
+/// While it waits to carry out what a read produced, `busy` is raised: the link may end
+/// meanwhile (its writer or timer saw it go), and the messages it holds were received whole,
+/// so it is left to hand them out rather than cancelled; it then finds the link gone.
+async fn reader(ctx: Rc<Ctx>, link: LinkId, mut rd: TcpReadHalf, busy: Rc<Cell<bool>>) {
     let (mut actions, mut waits) = (Vec::new(), Vec::new());
     let who = Who::Reader(link);
     loop {
@@ -54,7 +61,9 @@ async fn reader(ctx: Rc<Ctx>, link: LinkId, mut rd: TcpReadHalf) {
         if !waits.is_empty() {
             // Busy, not dead, while it waits: its timer keeps it alive.
             ctx.core.borrow_mut().set_stalled(link, true);
+            busy.set(true);
             settle(&ctx, &mut waits, who).await;
+            busy.set(false);
             ctx.core.borrow_mut().set_stalled(link, false);
         }
         match step {
@@ -116,7 +125,9 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
             WriteStep::Shutdown => {
                 let _ = wr.shutdown().await;
                 let now = ctx.tick();
-                ctx.core.borrow_mut().on_link_lost(link, now, &mut actions);
+                // The reader drains the socket until the peer closes too (see the core's
+                // `on_write_shutdown`): dropping it now could reset the peer.
+                ctx.core.borrow_mut().on_write_shutdown(link, now);
                 break;
             }
             WriteStep::Gone => break,

@@ -68,6 +68,9 @@ pub(crate) struct ShardInit {
 struct LinkTasks {
     reader: Option<LocalJoinHandle<()>>,
     writer: Option<LocalJoinHandle<()>>,
+    /// Raised while the reader carries out what a read produced (messages it may hold while
+    /// it waits for event-queue room): cancelling it then would lose them uncounted.
+    reader_busy: Rc<Cell<bool>>,
 }
 
 /// The shard's driver state, shared by its tasks.
@@ -500,7 +503,13 @@ fn ended(ctx: &Rc<Ctx>, link: LinkId, who: Who) {
     };
     if who != Who::Reader(link) {
         if let Some(r) = t.reader {
-            r.abort();
+            if t.reader_busy.get() {
+                // It finishes handing out what it holds, then finds the link gone and
+                // returns (dropping the handle lets it run).
+                drop(r);
+            } else {
+                r.abort();
+            }
         }
     }
     if who != Who::Writer(link) {

@@ -85,7 +85,10 @@ impl Mesh {
 
     /// The topics, writers, readers and matches this node knows, with per-topic counters.
     /// Reads the control plane's last published snapshot (no query to it) and the counters
-    /// as they are now; empty before [`start`](Self::start).
+    /// as they are now; empty before [`start`](Self::start). The snapshot shows what every
+    /// shard already routes: after a change (an endpoint created or heard of, a match) it
+    /// moves once the route table planned for it reached the shards, a few milliseconds
+    /// later, so a writer that starts when it sees a match finds it routed.
     pub fn topics(&self) -> TopicsSnapshot {
         let discovery = *self
             .inner
