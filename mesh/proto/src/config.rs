@@ -30,6 +30,11 @@
 //!   address holding the most of them (a peer completes its Hello within a round trip; an
 //!   idle socket only waits for the handshake timeout), so idle sockets cannot lock legitimate
 //!   peers out.
+//! - `stop_grace_ms = 1000`: how long a stopping node lets a link still sending its queue (to
+//!   a peer reading slower than the node wrote) run before closing it; a drained link closes
+//!   at once. A link that sent its FIN stays open, reading, until the peer closes too, for at
+//!   most `heartbeat_timeout` (or the stop grace): closing it with the peer's frames unread
+//!   would reset the connection and lose what the peer had received but not read yet.
 
 use serde::Deserialize;
 use std::fmt;
