@@ -668,3 +668,70 @@ fn deliveries_go_to_the_sink_in_place_and_what_it_gives_back_follows_as_actions_
 
 mod reliable;
 mod samples;
+
+/// A link that sent its Goodbye and FIN stays (read, what comes discarded) until its peer
+/// closes too, which ends it without an error, or until the linger passes: closing at the FIN
+/// could reset a peer that has not read everything yet.
+#[test]
+fn a_closed_link_lingers_until_its_peer_closes_or_the_linger_passes() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    s.take();
+    let mut bufs = Vec::new();
+    for link in [A, B] {
+        let close = ToShard::<()>::Close {
+            link,
+            goodbye: true,
+        };
+        s.core.on_command(close, s.at(0), &mut s.out);
+        assert_eq!(
+            s.core.next_write(link, &mut bufs, s.at(1), &mut s.out),
+            WriteStep::Write,
+            "the Goodbye"
+        );
+        let n = bufs.iter().map(Bytes::len).sum();
+        bufs.clear();
+        s.core.on_written(link, n, s.at(1));
+        assert_eq!(
+            s.core.next_write(link, &mut bufs, s.at(1), &mut s.out),
+            WriteStep::Shutdown
+        );
+        s.core.on_write_shutdown(link, s.at(2));
+    }
+    assert!(
+        !s.take().iter().any(|a| matches!(a, ShardAction::Ended(..))),
+        "both stay for their peers"
+    );
+    // A's peer still sends a frame (discarded), then closes: A ends, with no error.
+    let (mut buf, _) = s.core.read_buffer(A).unwrap();
+    buf.extend_from_slice(&data_frame(PA, ME, 1, 4, b"late"));
+    let n = buf.len();
+    s.core.on_read(A, buf, n, s.at(3));
+    assert_eq!(
+        s.core.read_frames(A, s.at(3), &mut s.out),
+        ReadStep::NeedBytes
+    );
+    let (buf, _) = s.core.read_buffer(A).unwrap();
+    s.core.on_eof(A, buf, s.at(4), &mut s.out);
+    let acts = s.take();
+    assert!(acts.iter().any(|a| matches!(a, ShardAction::Ended(A, _))));
+    assert!(!acts.iter().any(|a| matches!(a, ShardAction::Error(_))));
+    assert_eq!(
+        s.stats().delivered,
+        0,
+        "what a closing link reads is discarded"
+    );
+    // B's peer never closes: B ends when the linger (the heartbeat timeout) passes.
+    let linger = MeshConfig::default().heartbeat_timeout;
+    assert!(
+        s.core.poll_timeout() <= s.at(2) + linger,
+        "the timer is armed for it"
+    );
+    s.core.handle_timeout(s.at(2) + linger, &mut s.out);
+    assert!(s
+        .take()
+        .iter()
+        .any(|a| matches!(a, ShardAction::Ended(B, _))));
+    assert_eq!(s.stats().links_closed, 2);
+}
