@@ -635,45 +635,97 @@ fn discovery_counters_follow_each_reannouncement_of_an_unchanged_neighbour() {
     );
 }
 
-/// Samples a reader's node counted delivered reach the application even when their link ends
-/// while the shard waits for event-queue room with them in hand (the link's reader task was
-/// cancelled with them: a CI run saw thousands delivered, never received, and no counter).
-#[test]
-fn samples_in_hand_when_their_link_ends_still_reach_the_application() {
-    let a = fast().event_queue_capacity(64).build().unwrap();
-    let mut events = a.events();
-    a.start().unwrap();
-    let reader = a.reader(Topic::new(IMU, "Imu")).unwrap();
-    let b = Node::start(fast().static_peer(ep(a.listen_port())));
-    let mut w = b.mesh.writer(Topic::new(IMU, "Imu")).unwrap();
-    let pair = (w.guid(), reader.guid());
-    wait_until(20, "matched on both", || {
-        a.topics().matches().contains(&pair) && b.mesh.topics().matches().contains(&pair)
-    });
-    for i in 0..2000u32 {
-        w.write_blocking(&i.to_be_bytes()).unwrap();
+/// A reader's node A whose application reads nothing yet (its event queue holds 64), and a
+/// writer's node B (from `b`, with A as static peer) that wrote `n` samples of `size` bytes
+/// to it: A's shard fills the queue and waits for room with the rest of a read in hand.
+struct StalledReader {
+    a: shoal_mesh::Mesh,
+    events: shoal_mesh::EventReceiver,
+    reader: shoal_mesh::topics::Reader,
+    b: Node,
+    w: shoal_mesh::topics::Writer,
+}
+
+impl StalledReader {
+    fn start(b: MeshBuilder, n: u32, size: usize) -> StalledReader {
+        let a = fast().event_queue_capacity(64).build().unwrap();
+        let events = a.events();
+        a.start().unwrap();
+        let reader = a.reader(Topic::new(IMU, "Imu")).unwrap();
+        let b = Node::start(b.static_peer(ep(a.listen_port())));
+        let mut w = b.mesh.writer(Topic::new(IMU, "Imu")).unwrap();
+        let pair = (w.guid(), reader.guid());
+        wait_until(20, "matched on both", || {
+            a.topics().matches().contains(&pair) && b.mesh.topics().matches().contains(&pair)
+        });
+        let payload = vec![7u8; size];
+        for _ in 0..n {
+            w.write_blocking(&payload).unwrap();
+        }
+        w.flush_blocking().unwrap();
+        wait_until(20, "A's shard waits for event room", || {
+            a.stats().total.event_queue_waits > 0
+        });
+        StalledReader {
+            a,
+            events,
+            reader,
+            b,
+            w,
+        }
     }
-    w.flush_blocking().unwrap();
-    // The application reads nothing yet: A's shard fills the queue and waits for room with
-    // the rest of a read in hand.
-    wait_until(20, "A's shard waits for event room", || {
-        a.stats().total.event_queue_waits > 0
-    });
-    // B goes; A's link ends (its next write finds the socket closed) while the shard waits.
-    b.mesh.stop();
-    drop(w);
-    drop(b);
-    wait_until(20, "A's link ended", || a.connected_peers().is_empty());
-    let delivered = || a.topics().topic(IMU).map_or(0, |t| t.stats.delivered);
+
+    /// Stops B on a thread of its own (its stop may wait for A); join it for B. A, its
+    /// events and its reader (which must outlive the test's reads) stay.
+    fn stop_b(self) -> (StalledA, std::thread::JoinHandle<Node>) {
+        let StalledReader {
+            a,
+            events,
+            reader,
+            b,
+            w,
+        } = self;
+        let stopper = std::thread::spawn(move || {
+            b.mesh.stop();
+            drop(w);
+            b
+        });
+        ((a, events, reader), stopper)
+    }
+}
+
+/// A's node, its events and its reader.
+type StalledA = (
+    shoal_mesh::Mesh,
+    shoal_mesh::EventReceiver,
+    shoal_mesh::topics::Reader,
+);
+
+/// Receives samples until `enough` says so or 60 s passed; how many came.
+fn drain(events: &mut shoal_mesh::EventReceiver, mut enough: impl FnMut(u64) -> bool) -> u64 {
     let mut got = 0u64;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while got < delivered() && std::time::Instant::now() < deadline {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !enough(got) && std::time::Instant::now() < deadline {
         if let Some(Event::Sample { .. }) =
             events.recv_timeout(std::time::Duration::from_millis(50))
         {
             got += 1;
         }
     }
+    got
+}
+
+/// Samples a reader's node counted delivered reach the application even when their link ends
+/// while the shard waits for event-queue room with them in hand (the link's reader task was
+/// cancelled with them: a CI run saw thousands delivered, never received, and no counter).
+#[test]
+fn samples_in_hand_when_their_link_ends_still_reach_the_application() {
+    let ((a, mut events, _reader), stopper) = StalledReader::start(fast(), 2000, 4).stop_b();
+    // B goes; A's link ends (its next write finds the socket closed) while the shard waits.
+    drop(stopper.join().unwrap());
+    wait_until(20, "A's link ended", || a.connected_peers().is_empty());
+    let delivered = || a.topics().topic(IMU).map_or(0, |t| t.stats.delivered);
+    let got = drain(&mut events, |got| got >= delivered());
     assert!(got > 64, "more than a queue's worth was delivered: {got}");
     assert_eq!(
         got,
@@ -688,48 +740,15 @@ fn samples_in_hand_when_their_link_ends_still_reach_the_application() {
 /// (with the fixed 1 s grace a loaded receiver lost the tail of a run and its end marker).
 #[test]
 fn a_stop_waits_up_to_its_grace_for_a_slow_receiver_to_take_what_is_queued() {
-    let a = fast().event_queue_capacity(64).build().unwrap();
-    let mut events = a.events();
-    a.start().unwrap();
-    let reader = a.reader(Topic::new(IMU, "Imu")).unwrap();
-    let b = Node::start(
-        fast()
-            .static_peer(ep(a.listen_port()))
-            // Room for the whole run, so the writer never waits for the stalled reader.
-            .max_outbound_queue_bytes(64usize << 20)
-            .stop_grace(std::time::Duration::from_secs(60)),
-    );
-    let mut w = b.mesh.writer(Topic::new(IMU, "Imu")).unwrap();
-    let pair = (w.guid(), reader.guid());
-    wait_until(20, "matched on both", || {
-        a.topics().matches().contains(&pair) && b.mesh.topics().matches().contains(&pair)
-    });
-    // More than the sockets' buffers hold, less than B's queue.
-    const N: u32 = 30_000;
-    let payload = [7u8; 1000];
-    for _ in 0..N {
-        w.write_blocking(&payload).unwrap();
-    }
-    w.flush_blocking().unwrap();
-    wait_until(20, "A's shard waits for event room", || {
-        a.stats().total.event_queue_waits > 0
-    });
-    // B stops while A reads nothing; A starts reading only after more than the old 1 s.
-    let stopper = std::thread::spawn(move || {
-        b.mesh.stop();
-        drop(w);
-        b
-    });
+    // More than the sockets' buffers hold, less than B's queue (so B never waits for A).
+    const N: u64 = 30_000;
+    let b = fast()
+        .max_outbound_queue_bytes(64usize << 20)
+        .stop_grace(std::time::Duration::from_secs(60));
+    let ((a, mut events, _reader), stopper) = StalledReader::start(b, N as u32, 1000).stop_b();
+    // A starts reading only after more than the old fixed grace.
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let mut got = 0u32;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while got < N && std::time::Instant::now() < deadline {
-        if let Some(Event::Sample { .. }) =
-            events.recv_timeout(std::time::Duration::from_millis(50))
-        {
-            got += 1;
-        }
-    }
+    let got = drain(&mut events, |got| got >= N);
     let b = stopper.join().unwrap();
     assert_eq!(got, N, "every sample arrived");
     assert_eq!(b.mesh.stats().total.dropped_link_closed, 0);
@@ -742,48 +761,16 @@ fn a_stop_waits_up_to_its_grace_for_a_slow_receiver_to_take_what_is_queued() {
 /// slower than its writer lost the tail of the stream, uncounted; seen in CI).
 #[test]
 fn a_closing_node_waits_for_its_peer_to_close_so_the_peer_loses_nothing_it_received() {
-    let a = fast().event_queue_capacity(64).build().unwrap();
-    let mut events = a.events();
-    a.start().unwrap();
-    let reader = a.reader(Topic::new(IMU, "Imu")).unwrap();
-    let b = Node::start(
-        fast()
-            .static_peer(ep(a.listen_port()))
-            // Long enough never to be what ends the wait here.
-            .heartbeat_timeout(std::time::Duration::from_secs(60))
-            .stop_grace(std::time::Duration::from_secs(60)),
-    );
-    let mut w = b.mesh.writer(Topic::new(IMU, "Imu")).unwrap();
-    let pair = (w.guid(), reader.guid());
-    wait_until(20, "matched on both", || {
-        a.topics().matches().contains(&pair) && b.mesh.topics().matches().contains(&pair)
-    });
     // Little enough for the sockets' buffers: B's queue empties at once and B sends its FIN.
-    const N: u32 = 2_000;
-    let payload = [7u8; 1000];
-    for _ in 0..N {
-        w.write_blocking(&payload).unwrap();
-    }
-    w.flush_blocking().unwrap();
-    wait_until(20, "A's shard waits for event room", || {
-        a.stats().total.event_queue_waits > 0
-    });
-    let stopper = std::thread::spawn(move || {
-        b.mesh.stop();
-        drop(w);
-        b
-    });
+    const N: u64 = 2_000;
+    let b = fast()
+        // Long enough never to be what ends the wait here.
+        .heartbeat_timeout(std::time::Duration::from_secs(60))
+        .stop_grace(std::time::Duration::from_secs(60));
+    let ((a, mut events, _reader), stopper) = StalledReader::start(b, N as u32, 1000).stop_b();
     // A stays stalled a while (its heartbeats reach B meanwhile), then reads.
     std::thread::sleep(std::time::Duration::from_millis(600));
-    let mut got = 0u32;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while got < N && std::time::Instant::now() < deadline {
-        if let Some(Event::Sample { .. }) =
-            events.recv_timeout(std::time::Duration::from_millis(50))
-        {
-            got += 1;
-        }
-    }
+    let got = drain(&mut events, |got| got >= N);
     let b = stopper.join().unwrap();
     assert_eq!(got, N, "every sample arrived");
     assert_eq!(b.mesh.stats().total.dropped_link_closed, 0);

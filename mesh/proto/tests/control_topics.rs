@@ -162,6 +162,37 @@ fn guid16(g: &Guid) -> [u8; 16] {
     b
 }
 
+/// Peer 2's membership record listing us arrives on `link` at `at`: the edge is usable by
+/// the route tree (an edge listed by one side only is not).
+fn peer_lists_us(c: &mut ControlCore, link: LinkId, at: Instant) {
+    c.on_shard_report(
+        ToControl::MembershipIn {
+            link,
+            record: Membership {
+                origin: PeerId([2; 16]),
+                version: WALL,
+                neighbours: vec![PeerId([1; 16])],
+            },
+        },
+        at,
+        WALL,
+    );
+}
+
+/// Peer 2 announces a reader on topic "t" on `link` at `at`; its GUID.
+fn peer_reader(c: &mut ControlCore, link: LinkId, at: Instant) -> Guid {
+    let (r, rec) = reader(2, "t");
+    c.on_shard_report(
+        ToControl::DiscoveryIn {
+            link,
+            frame: frame(2, 1, vec![participant(2, vec![]), rec]),
+        },
+        at,
+        WALL,
+    );
+    r
+}
+
 #[test]
 fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_routes() {
     let now = Instant::now();
@@ -193,31 +224,10 @@ fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_route
     let sent = discovery_sends(&posts(&mut c, now));
     assert!(!sent.is_empty() && sent.iter().all(|(l, _)| *l == capable));
     actions(&mut c);
-    // The peer's membership record lists us: the edge is usable by the route tree (an edge
-    // listed by one side only is not).
-    c.on_shard_report(
-        ToControl::MembershipIn {
-            link: capable,
-            record: Membership {
-                origin: PeerId([2; 16]),
-                version: WALL,
-                neighbours: vec![PeerId([1; 16])],
-            },
-        },
-        now,
-        WALL,
-    );
+    peer_lists_us(&mut c, capable, now);
     posts(&mut c, now);
     // The capable peer announces a reader.
-    let (r, rec) = reader(2, "t");
-    c.on_shard_report(
-        ToControl::DiscoveryIn {
-            link: capable,
-            frame: frame(2, 1, vec![participant(2, vec![]), rec]),
-        },
-        now,
-        WALL,
-    );
+    let r = peer_reader(&mut c, capable, now);
     // The table is planned at once, or when the planning interval since the last one (the
     // cycle's, at `now + 1 s`) is over: the timer says when.
     let mut p = posts(&mut c, now);
@@ -370,31 +380,12 @@ fn the_snapshot_shows_a_match_only_once_its_route_table_reached_the_shards() {
     actions(&mut c);
     // The membership edge comes later and is planned at once (a quiet spell before it)...
     let t1 = t0 + Duration::from_secs(2);
-    c.on_shard_report(
-        ToControl::MembershipIn {
-            link: capable,
-            record: Membership {
-                origin: PeerId([2; 16]),
-                version: WALL,
-                neighbours: vec![PeerId([1; 16])],
-            },
-        },
-        t1,
-        WALL,
-    );
+    peer_lists_us(&mut c, capable, t1);
     let p = posts(&mut c, t1);
     assert!(p.iter().any(|(_, c)| matches!(c, ToShard::SampleRoutes(_))));
     actions(&mut c);
     // ... so the reader heard right after waits for the interval.
-    let (r, rec) = reader(2, "t");
-    c.on_shard_report(
-        ToControl::DiscoveryIn {
-            link: capable,
-            frame: frame(2, 1, vec![participant(2, vec![]), rec]),
-        },
-        t1,
-        WALL,
-    );
+    let r = peer_reader(&mut c, capable, t1);
     let p = posts(&mut c, t1);
     assert!(
         !p.iter().any(|(_, c)| matches!(c, ToShard::SampleRoutes(_))),
