@@ -19,7 +19,7 @@ use super::route::{Path, Queuer};
 use super::ShardCore;
 use crate::budget::{LinkBudget, SlowLinkAction};
 use crate::cmd::Out;
-use crate::stats::{add, inc};
+use crate::stats::{add, inc, TopicCounters};
 use crate::LinkId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +32,9 @@ pub struct Blocked {
     budget: Arc<LinkBudget>,
     out: Out,
     frames: u64,
+    /// The topic of a batch of samples: what finally goes out or is dropped is counted for
+    /// it too, as for a batch that found room at once.
+    topic: Option<Arc<TopicCounters>>,
     /// When to look at the congestion again (set by the first [`ShardCore::unblock`]).
     deadline: Option<Instant>,
 }
@@ -53,6 +56,7 @@ impl Blocked {
         budget: Arc<LinkBudget>,
         out: Out,
         frames: u64,
+        topic: Option<Arc<TopicCounters>>,
     ) -> Blocked {
         Blocked {
             link,
@@ -60,6 +64,7 @@ impl Blocked {
             budget,
             out,
             frames,
+            topic,
             deadline: None,
         }
     }
@@ -86,7 +91,11 @@ impl ShardCore {
         out: &mut Vec<ShardAction>,
     ) -> Unblock {
         let policy = self.cfg.slow_link;
+        let topic = b.topic.as_ref().map(|t| t.shard(self.idx));
         if let Some(total) = b.budget.try_reserve(b.out.held()) {
+            if let Some(t) = topic {
+                add(&t.forwarded, b.frames);
+            }
             let Blocked {
                 link,
                 owner,
@@ -112,10 +121,16 @@ impl ShardCore {
         }
         if b.budget.is_closed() {
             add(&self.counters.dropped_no_route, b.frames);
+            if let Some(t) = topic {
+                add(&t.dropped_no_route, b.frames);
+            }
             return Unblock::Done;
         }
         if b.budget.is_slow() {
             add(&self.counters.dropped_slow_link, b.frames);
+            if let Some(t) = topic {
+                add(&t.dropped_no_route, b.frames);
+            }
             return Unblock::Done;
         }
         if let Some(d) = b.deadline {
@@ -127,6 +142,9 @@ impl ShardCore {
             {
                 self.declare_slow(b.link, &b.budget, out);
                 add(&self.counters.dropped_slow_link, b.frames);
+                if let Some(t) = topic {
+                    add(&t.dropped_no_route, b.frames);
+                }
                 return Unblock::Done;
             }
         }

@@ -313,7 +313,7 @@ impl ShardCore {
         let to = Targets::Route {
             links,
             except,
-            topic: route.topic.shard(self.idx),
+            topic: &route.topic,
         };
         self.fan_out_with(n, 0, to, Path::Inbox, now, out, || {
             Out::Raw(bytes.clone(), n, 0)

@@ -17,10 +17,11 @@ use super::ShardCore;
 use crate::budget::{LinkBudget, OverflowPolicy};
 use crate::cmd::{Out, ShardToShard};
 use crate::router::{DataMeta, DataVerdict, DropReason};
-use crate::stats::{add, inc, raise, TopicCounterSet};
+use crate::stats::{add, inc, raise, TopicCounters};
 use crate::wire::{Data, DataHeader, DATA_HEADER_LEN};
 use crate::{dedup_shard, LinkId};
 use bytes::Bytes;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Which input routes a frame, which decides what it may wait for.
@@ -170,7 +171,8 @@ impl ShardCore {
             now,
         };
         let policy = cfg.policy;
-        let topic = to.topic();
+        let topics = to.topic();
+        let topic = topics.map(|t| t.shard(*idx));
         let mut send = |link: LinkId| {
             let Some((owner, budget)) = owners.get(&link) else {
                 // A sample route can still name a link this shard has uninstalled (the
@@ -197,6 +199,7 @@ impl ShardCore {
                         budget.clone(),
                         make(),
                         frames,
+                        topics.cloned(),
                     ))));
                 } else if budget.is_closed() {
                     add(&q.c.dropped_no_route, frames);
@@ -274,12 +277,12 @@ pub(super) enum Targets<'a> {
     Route {
         links: &'a [LinkId],
         except: Option<LinkId>,
-        topic: &'a TopicCounterSet,
+        topic: &'a Arc<TopicCounters>,
     },
 }
 
 impl<'a> Targets<'a> {
-    fn topic(&self) -> Option<&'a TopicCounterSet> {
+    fn topic(&self) -> Option<&'a Arc<TopicCounters>> {
         match self {
             Targets::Route { topic, .. } => Some(topic),
             _ => None,

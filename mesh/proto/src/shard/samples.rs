@@ -324,7 +324,7 @@ impl ShardCore {
         let to = Targets::Route {
             links: &route.links,
             except,
-            topic: route.topic.shard(self.idx),
+            topic: &route.topic,
         };
         self.fan_out_with(n, frames, to, path, now, out, || {
             Out::Samples(header, s.body.clone(), frames)
@@ -432,7 +432,7 @@ impl ShardCore {
             let to = Targets::Route {
                 links: &route.links,
                 except: None,
-                topic: c,
+                topic: &route.topic,
             };
             self.fan_out_with(n, frames, to, path, now, out, || {
                 Out::Raw(batch.clone(), n, frames)

@@ -359,3 +359,42 @@ fn a_local_writers_batch_without_local_readers_still_moves_its_sequence_state() 
     assert!(s.feed(A, &batch, s.at(2)));
     assert_eq!(stats(&topic).dropped_duplicate, 5);
 }
+
+/// A local writer's batch that waited for link room (Block policy) is counted for its topic
+/// when it finally goes out, as one that found room at once (it went out uncounted).
+#[test]
+fn a_batch_that_waited_for_room_is_counted_for_its_topic_when_it_goes_out() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 40); // less than one batch: the first fits an empty queue, the next waits
+    let topic = routes(&mut s, &[A], &[], true);
+    s.take();
+    let batch = |first: u64| {
+        let mut frames = BytesMut::new();
+        let mut w = SampleRunWriter::new(&mut frames, W, 8, first, 64);
+        w.push(&[1; 20]).unwrap();
+        w.push(&[2; 20]).unwrap();
+        w.finish();
+        Publish::Samples {
+            writer: W,
+            frames,
+            count: 2,
+        }
+    };
+    s.core.publish(batch(1), s.at(1), &mut s.out);
+    assert!(s.take().is_empty());
+    s.core.publish(batch(3), s.at(1), &mut s.out);
+    let Some(ShardAction::Block(b)) = s.take().pop() else {
+        panic!("the second batch waits for room");
+    };
+    assert_eq!(stats(&topic).forwarded, 2);
+    assert!(
+        !s.written(A, s.at(2)).is_empty(),
+        "the first batch went out"
+    );
+    assert!(matches!(
+        s.core.unblock(b, s.at(2), &mut s.out),
+        Unblock::Done
+    ));
+    let t = stats(&topic);
+    assert_eq!((t.written, t.forwarded, t.dropped_no_route), (4, 4, 0));
+}
