@@ -12,7 +12,7 @@ pub use crate::topic_report::{counts_since, topic_counts, SampleReport, TopicCou
 use crate::traffic::{Receiver, Sink, SinkError};
 use ahash::AHashMap;
 use shoal_mesh::topics::{DurabilityKind, EndpointGuid, Topic, Writer};
-use shoal_mesh::{Event, EventReceiver, Mesh};
+use shoal_mesh::{Event, EventReceiver, Mesh, Received};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -255,16 +255,32 @@ pub fn subscribe_samples(
         {
             return foreign;
         }
-        let mut next = events.recv_timeout(Duration::from_millis(50));
+        // Runs come whole: each payload is read in place (no event, no reference count per
+        // sample), as a subscriber of high rates would take them.
+        let mut next = events.recv_batch_timeout(Duration::from_millis(50));
         let mut batch = 0;
-        while let Some(ev) = next {
-            match ev {
-                Event::Sample {
+        while let Some(got) = next {
+            match got {
+                Received::Samples(b) => match by_guid.get(&b.reader()) {
+                    Some(&i) => {
+                        let r = &mut readers[i];
+                        let writer = b.writer();
+                        for (seq, payload) in b.iter() {
+                            r.seqs.record(writer, seq);
+                            r.recv.on_payload(payload);
+                        }
+                        n += b.len() as u64;
+                        batch += b.len();
+                    }
+                    None => foreign += b.len() as u64,
+                },
+                // A run that waited for event room comes sample by sample.
+                Received::Event(Event::Sample {
                     reader,
                     writer,
                     seq,
                     payload,
-                } => match by_guid.get(&reader) {
+                }) => match by_guid.get(&reader) {
                     Some(&i) => {
                         let r = &mut readers[i];
                         r.seqs.record(writer, seq);
@@ -273,16 +289,16 @@ pub fn subscribe_samples(
                     }
                     None => foreign += 1,
                 },
-                Event::Error { kind, message, .. } => {
+                Received::Event(Event::Error { kind, message, .. }) => {
                     tracing::warn!(?kind, %message, "mesh error")
                 }
-                other => tracing::debug!(?other, "mesh event"),
+                Received::Event(other) => tracing::debug!(?other, "mesh event"),
             }
             batch += 1;
-            if batch == 4096 {
+            if batch >= 4096 {
                 break;
             }
-            next = events.try_recv();
+            next = events.try_recv_batch();
         }
         live.store(n, Ordering::Relaxed);
     }

@@ -76,8 +76,8 @@ pub mod node;
 pub mod topics;
 pub use node::{
     ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, MeshError, MeshStats, NodeOptions,
-    OverflowPolicy, PublishError, Publisher, ShardStats, SlowLinkAction, SlowLinkPolicy,
-    StatCounter,
+    OverflowPolicy, PublishError, Publisher, Received, SampleBatch, ShardStats, SlowLinkAction,
+    SlowLinkPolicy, StatCounter,
 };
 /// The protocol crate, whole: its state machines at the top, [`wire`], [`crypto`], [`config`].
 pub use shoal_proto as proto;

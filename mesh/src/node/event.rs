@@ -518,8 +518,10 @@ impl EventHub {
     }
 }
 
+mod batch;
 mod receiver;
 
+pub use batch::{Received, SampleBatch, SampleIter};
 pub use receiver::EventReceiver;
 
 #[cfg(test)]

@@ -155,7 +155,7 @@ mod warn;
 
 pub use builder::{MeshBuilder, NodeOptions};
 pub use error::{MeshError, PublishError};
-pub use event::{Callback, ErrorKind, Event, EventReceiver};
+pub use event::{Callback, ErrorKind, Event, EventReceiver, Received, SampleBatch, SampleIter};
 pub use publisher::{Publisher, DEFAULT_BATCH_BYTES};
 pub use shoal_proto::{OverflowPolicy, SlowLinkAction, SlowLinkPolicy};
 pub use stats::{MeshStats, ShardStats, StatCounter};

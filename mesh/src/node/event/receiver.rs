@@ -4,6 +4,7 @@
 //! **Owns:** taking entries off the queue, expanding them, and handing back what a dropped
 //! receiver held. **Must not touch:** what is queued or when (the hub and the shards).
 
+use super::batch::{Received, SampleBatch};
 use super::Event;
 use super::{EventHub, Item, Queued};
 use crate::topics::EndpointGuid;
@@ -129,10 +130,22 @@ impl EventReceiver {
         }
     }
 
-    fn pop(&mut self) -> Option<Event> {
-        if let Some(ev) = self.next_in_hand() {
-            return Some(ev);
+    /// What is in hand next, with a run handed out whole (the rest of one begun by `pop`).
+    fn next_in_hand_whole(&mut self) -> Option<Received> {
+        if let Some(c) = self.run.take() {
+            if let Some(rest) = c.rest() {
+                return Some(Received::Samples(SampleBatch::new(rest)));
+            }
         }
+        Some(match self.batch.next()? {
+            Queued::Ev(ev) => Received::Event(ev),
+            Queued::Run(r) => Received::Samples(SampleBatch::new(r)),
+        })
+    }
+
+    /// Takes the next queue entry: an event of its own (`Some(Some)`), or a batch put in
+    /// hand (`Some(None)`); `None` when the queue is empty.
+    fn take_entry(&mut self) -> Option<Option<Event>> {
         let item = match self.hub.queue.pop() {
             Some(item) => item,
             None => {
@@ -148,10 +161,32 @@ impl EventReceiver {
         // at most one batch beyond the queue's bound).
         self.hub.release(item.len());
         match item {
-            Item::One(ev) => Some(ev),
+            Item::One(ev) => Some(Some(ev)),
             Item::Batch(v, _) => {
                 self.batch = v.into_iter();
-                self.next_in_hand()
+                Some(None)
+            }
+        }
+    }
+
+    fn pop(&mut self) -> Option<Event> {
+        loop {
+            if let Some(ev) = self.next_in_hand() {
+                return Some(ev);
+            }
+            if let Some(ev) = self.take_entry()? {
+                return Some(ev);
+            }
+        }
+    }
+
+    fn pop_whole(&mut self) -> Option<Received> {
+        loop {
+            if let Some(r) = self.next_in_hand_whole() {
+                return Some(r);
+            }
+            if let Some(ev) = self.take_entry()? {
+                return Some(Received::Event(ev));
             }
         }
     }
@@ -159,6 +194,13 @@ impl EventReceiver {
     /// The next event without waiting.
     pub fn try_recv(&mut self) -> Option<Event> {
         self.pop()
+    }
+
+    /// [`try_recv`](Self::try_recv), with a run of samples handed out whole as a
+    /// [`SampleBatch`] (payloads borrowed from it: no event and no reference count per
+    /// sample).
+    pub fn try_recv_batch(&mut self) -> Option<Received> {
+        self.pop_whole()
     }
 
     /// Waits for the next event; `None` once the node stopped and the queue is drained.
@@ -173,21 +215,32 @@ impl EventReceiver {
     /// past `timeout`), yielding the core between polls, and only then sleeps: a sleeping
     /// thread's wake-up costs a system call on the shard and a scheduler wake-up here.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Option<Event> {
+        self.wait_for(timeout, Self::pop)
+    }
+
+    /// [`recv_timeout`](Self::recv_timeout), with a run of samples handed out whole as a
+    /// [`SampleBatch`]: for subscribers of high sample rates. Events and batches come in the
+    /// order `recv_timeout` would hand out their events.
+    pub fn recv_batch_timeout(&mut self, timeout: Duration) -> Option<Received> {
+        self.wait_for(timeout, Self::pop_whole)
+    }
+
+    fn wait_for<T>(&mut self, timeout: Duration, pop: fn(&mut Self) -> Option<T>) -> Option<T> {
         let start = Instant::now();
         let deadline = start + timeout;
-        if let Some(ev) = self.spin_for(start + self.hub.spin.min(timeout)) {
-            return Some(ev);
+        if let Some(x) = self.spin_for(start + self.hub.spin.min(timeout), pop) {
+            return Some(x);
         }
         loop {
-            if let Some(ev) = self.pop() {
-                return Some(ev);
+            if let Some(x) = pop(self) {
+                return Some(x);
             }
             if self.hub.closed.load(Ordering::Acquire) {
                 return None;
             }
             let listener = self.hub.ready.listen();
-            if let Some(ev) = self.pop() {
-                return Some(ev);
+            if let Some(x) = pop(self) {
+                return Some(x);
             }
             if self.hub.closed.load(Ordering::Acquire) {
                 return None;
@@ -198,13 +251,13 @@ impl EventReceiver {
 
     /// Polls the queue until `until` (yielding the core between polls); `None` at `until`
     /// or once the node stopped with nothing queued.
-    fn spin_for(&mut self, until: Instant) -> Option<Event> {
+    fn spin_for<T>(&mut self, until: Instant, pop: fn(&mut Self) -> Option<T>) -> Option<T> {
         if until <= Instant::now() {
             return None;
         }
         loop {
-            if let Some(ev) = self.pop() {
-                return Some(ev);
+            if let Some(x) = pop(self) {
+                return Some(x);
             }
             if self.hub.closed.load(Ordering::Acquire) || Instant::now() >= until {
                 return None;

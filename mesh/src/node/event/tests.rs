@@ -403,3 +403,43 @@ fn a_spinning_receive_takes_what_comes_and_keeps_to_its_timeout_and_the_close() 
     assert_eq!(rx.recv_timeout(Duration::from_secs(600)), None);
     assert!(t.elapsed() < Duration::from_secs(300), "{:?}", t.elapsed());
 }
+
+/// A batch receive hands a run out whole (payloads borrowed), events between runs in their
+/// place, and the rest of a run a plain receive began as one batch; expanded, it is exactly
+/// what the plain receive hands out.
+#[test]
+fn a_batch_receive_hands_runs_out_whole_in_the_events_order() {
+    let hub = Arc::new(EventHub::new(64, Vec::new()));
+    let mut rx = EventReceiver::new(hub.clone());
+    let outbox = Outbox::default();
+    assert!(hub.try_queue_run(run(1, 3), &outbox).is_ok());
+    assert!(hub.try_emit_message(message(9), &outbox).is_ok());
+    assert!(hub.try_queue_run(run(4, 3), &outbox).is_ok());
+    hub.wake_receivers(&outbox);
+    let Some(Received::Samples(b)) = rx.recv_batch_timeout(Duration::from_secs(5)) else {
+        panic!("the first run, whole");
+    };
+    assert_eq!(
+        (b.reader(), b.writer(), b.first_seq(), b.len()),
+        ([0x71; 16], [0xa; 16], 1, 3)
+    );
+    let walked: Vec<(u64, Vec<u8>)> = b.iter().map(|(s, p)| (s, p.to_vec())).collect();
+    assert_eq!(walked, vec![(1, vec![1]), (2, vec![2]), (3, vec![3])]);
+    assert_eq!(
+        b.into_events().collect::<Vec<_>>(),
+        vec![sample(1), sample(2), sample(3)]
+    );
+    assert_eq!(rx.try_recv_batch(), Some(Received::Event(message(9))));
+    // A plain receive takes one sample of the next run; the batch receive gets the rest.
+    assert_eq!(rx.try_recv(), Some(sample(4)));
+    let Some(Received::Samples(rest)) = rx.try_recv_batch() else {
+        panic!("the rest of the run");
+    };
+    assert_eq!((rest.first_seq(), rest.len()), (5, 2));
+    assert_eq!(
+        rest.payloads().collect::<Vec<_>>(),
+        vec![Bytes::from(vec![5u8]), Bytes::from(vec![6u8])]
+    );
+    assert_eq!(rx.try_recv_batch(), None);
+    assert_eq!(hub.events.load(Ordering::Relaxed), 0, "all room given back");
+}
