@@ -12,7 +12,9 @@
 //!
 //! A shard reserves room for each Message event as it is raised but hands the events of one
 //! batch (one socket read) over as a single queue entry; a receiver takes such an entry whole
-//! (its room is given back then) and hands its events out one by one.
+//! (its room is given back then) and hands its events out one by one, or, through the batch
+//! receive ([`EventReceiver::recv_batch_timeout`]), each run of samples as one
+//! [`SampleBatch`].
 
 use super::stats::{inc, Counters};
 use crate::topics::{EndpointGuid, LocalSide, Reasons};
