@@ -103,12 +103,12 @@ impl ControlCore {
 
     /// A snapshot of the topics state (rebuilt only after a change; cheap otherwise). It
     /// shows what every shard already routes: while a route table waits for its planning
-    /// interval, or it (or a link change) is on its way to the shards, the last snapshot
-    /// taken before it stays, so an application that starts writing when it sees a match
-    /// finds it routed (the `Matched` events wait the same way). A burst of changes keeps
-    /// the snapshot back until the tables of the burst are applied.
+    /// interval the topics core keeps its last view, and while a table (or a link change)
+    /// is on its way to the shards this keeps the last one shown, so an application that
+    /// starts writing when it sees a match finds it routed (the `Matched` events wait the
+    /// same way). The first view is built with the core, so even the first call holds.
     pub fn topics_view(&mut self) -> Arc<TopicsView> {
-        if self.held.caught_up() && !self.topics.routes_pending() {
+        if self.held.caught_up() {
             self.shown_view = self.topics.view();
         }
         self.shown_view.clone()

@@ -199,7 +199,9 @@ impl TopicsCore {
             !graph.topic_endpoints(t, EndpointKind::Writer).is_empty()
                 || !graph.topic_endpoints(t, EndpointKind::Reader).is_empty()
         });
-        self.view = None;
+        // The view is not dropped here: the new epoch is in its key, so the next call
+        // rebuilds it, and until then it is what a later change holds back (dropping it let
+        // the first view after a plan show a match whose table was still waiting).
         Some(Arc::new(SampleRoutes::new(self.routes_epoch, routes)))
     }
 
