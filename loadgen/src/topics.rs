@@ -261,34 +261,22 @@ pub fn subscribe_samples(
         let mut batch = 0;
         while let Some(got) = next {
             match got {
-                Received::Samples(b) => match by_guid.get(&b.reader()) {
-                    Some(&i) => {
-                        let r = &mut readers[i];
-                        let writer = b.writer();
-                        for (seq, payload) in b.iter() {
-                            r.seqs.record(writer, seq);
-                            r.recv.on_payload(payload);
-                        }
-                        n += b.len() as u64;
-                        batch += b.len();
-                    }
-                    None => foreign += b.len() as u64,
-                },
+                Received::Samples(b) => {
+                    batch += b.len();
+                    let to = by_guid.get(&b.reader()).map(|&i| &mut readers[i]);
+                    account(to, b.writer(), b.iter(), &mut n, &mut foreign);
+                }
                 // A run that waited for event room comes sample by sample.
                 Received::Event(Event::Sample {
                     reader,
                     writer,
                     seq,
                     payload,
-                }) => match by_guid.get(&reader) {
-                    Some(&i) => {
-                        let r = &mut readers[i];
-                        r.seqs.record(writer, seq);
-                        r.recv.on_payload(&payload);
-                        n += 1;
-                    }
-                    None => foreign += 1,
-                },
+                }) => {
+                    let to = by_guid.get(&reader).map(|&i| &mut readers[i]);
+                    let one = std::iter::once((seq, &payload[..]));
+                    account(to, writer, one, &mut n, &mut foreign);
+                }
                 Received::Event(Event::Error { kind, message, .. }) => {
                     tracing::warn!(?kind, %message, "mesh error")
                 }
@@ -301,6 +289,27 @@ pub fn subscribe_samples(
             next = events.try_recv_batch();
         }
         live.store(n, Ordering::Relaxed);
+    }
+}
+
+/// Accounts `writer`'s `(seq, payload)` samples to the reader they are for (`None`: not one
+/// of ours, counted in `foreign`); `n` counts ours.
+fn account<'a>(
+    to: Option<&mut ReaderState>,
+    writer: EndpointGuid,
+    samples: impl Iterator<Item = (u64, &'a [u8])>,
+    n: &mut u64,
+    foreign: &mut u64,
+) {
+    match to {
+        Some(r) => {
+            for (seq, payload) in samples {
+                r.seqs.record(writer, seq);
+                r.recv.on_payload(payload);
+                *n += 1;
+            }
+        }
+        None => *foreign += samples.count() as u64,
     }
 }
 

@@ -4,32 +4,9 @@ mod node_support;
 
 use node_support::*;
 use shoal_mesh::Event;
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
-
-/// Polls `f` on this thread (no executor) for at most `secs` seconds.
-fn block_on<F: Future>(f: F, secs: u64) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "future not ready after {secs}s");
-        std::thread::park_timeout(Duration::from_millis(20));
-    }
-}
+use std::time::Duration;
 
 #[test]
 fn stop_is_seen_as_disconnected_then_lost_but_static_peers_are_never_lost() {

@@ -420,19 +420,7 @@ fn a_late_transient_local_reader_gets_the_history_first() {
 /// each full history waited for the next gossip round and the writes timed out.
 #[test]
 fn acknowledgements_flow_on_their_own_timers_in_a_quiet_mesh() {
-    let quiet = || {
-        fast()
-            .heartbeat_interval(Duration::from_secs(5))
-            .heartbeat_timeout(Duration::from_secs(30))
-            .membership_interval(Duration::from_secs(10))
-            .membership_timeout(Duration::from_secs(60))
-            .peer_lost_timeout(Duration::from_secs(60))
-            .topics(TopicsConfig {
-                announce_period: Duration::from_secs(10),
-                participant_lease: Duration::from_secs(60),
-                ..TopicsConfig::default()
-            })
-    };
+    let quiet = || node_support::quiet(Duration::from_secs(10));
     let a = Node::start(quiet());
     let b = Node::start(quiet().static_peer(ep(a.port())));
     let nodes = [a, b];

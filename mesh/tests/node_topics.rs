@@ -578,20 +578,7 @@ fn async_writes_and_flushes_deliver_like_blocking_ones() {
 /// same counts for many seconds and a measurement over a window read zero.
 #[test]
 fn discovery_counters_follow_each_reannouncement_of_an_unchanged_neighbour() {
-    use shoal_mesh::topics::TopicsConfig;
-    use std::time::Duration;
-    let quiet = || {
-        fast()
-            .heartbeat_interval(Duration::from_secs(5))
-            .heartbeat_timeout(Duration::from_secs(30))
-            .membership_interval(Duration::from_secs(5))
-            .membership_timeout(Duration::from_secs(30))
-            .peer_lost_timeout(Duration::from_secs(30))
-            .topics(TopicsConfig {
-                announce_period: Duration::from_millis(300),
-                ..TopicsConfig::default()
-            })
-    };
+    let quiet = || node_support::quiet(std::time::Duration::from_millis(300));
     let a = Node::start(quiet());
     let b = Node::start(quiet().static_peer(ep(a.port())));
     let nodes = [a, b];

@@ -162,6 +162,21 @@ fn guid16(g: &Guid) -> [u8; 16] {
     b
 }
 
+/// A local writer on topic "t" (type "T"), default QoS, created at `at`.
+fn local_writer(c: &mut ControlCore, at: Instant) -> [u8; 16] {
+    c.create_endpoint(
+        EndpointKind::Writer,
+        "t",
+        "T",
+        [7; 16],
+        EndpointQos::writer_default(),
+        &[],
+        at,
+        WALL,
+    )
+    .unwrap()
+}
+
 /// Peer 2's membership record listing us arrives on `link` at `at`: the edge is usable by
 /// the route tree (an edge listed by one side only is not).
 fn peer_lists_us(c: &mut ControlCore, link: LinkId, at: Instant) {
@@ -202,18 +217,7 @@ fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_route
     let plain = connect(&mut c, 3, false, now);
     posts(&mut c, now);
     actions(&mut c);
-    let w = c
-        .create_endpoint(
-            EndpointKind::Writer,
-            "t",
-            "T",
-            [7; 16],
-            EndpointQos::writer_default(),
-            &[],
-            now,
-            WALL,
-        )
-        .unwrap();
+    let w = local_writer(&mut c, now);
     let p = posts(&mut c, now);
     let sent = discovery_sends(&p);
     assert_eq!(sent.len(), 1, "{p:?}");
@@ -364,18 +368,7 @@ fn the_snapshot_shows_a_match_only_once_its_route_table_reached_the_shards() {
     let mut c = core(cfg(), t0);
     c.start(t0, WALL);
     let capable = connect(&mut c, 2, true, t0);
-    let w = c
-        .create_endpoint(
-            EndpointKind::Writer,
-            "t",
-            "T",
-            [7; 16],
-            EndpointQos::writer_default(),
-            &[],
-            t0,
-            WALL,
-        )
-        .unwrap();
+    let w = local_writer(&mut c, t0);
     posts(&mut c, t0);
     actions(&mut c);
     // The membership edge comes later and is planned at once (a quiet spell before it)...

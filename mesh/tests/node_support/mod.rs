@@ -29,6 +29,22 @@ pub fn fast() -> MeshBuilder {
         .membership_timeout(Duration::from_millis(1500))
 }
 
+/// [`fast`] with everything periodic slow (heartbeats, membership gossip, announcements every
+/// `announce`), so what a test watches is not hidden by background traffic.
+pub fn quiet(announce: Duration) -> MeshBuilder {
+    fast()
+        .heartbeat_interval(Duration::from_secs(5))
+        .heartbeat_timeout(Duration::from_secs(30))
+        .membership_interval(Duration::from_secs(10))
+        .membership_timeout(Duration::from_secs(60))
+        .peer_lost_timeout(Duration::from_secs(60))
+        .topics(shoal_mesh::topics::TopicsConfig {
+            announce_period: announce,
+            participant_lease: Duration::from_secs(60),
+            ..Default::default()
+        })
+}
+
 /// [`fast`] with multicast scouting on loopback, on a port of its own and in a group of its
 /// own (so parallel tests never hear each other); returns the builder and the port.
 pub fn loopback_scouting(group: &str) -> (MeshBuilder, u16) {
@@ -221,7 +237,6 @@ pub fn plain_hello() -> Hello {
 }
 
 /// Polls `f` on this thread (no executor) for at most `secs` seconds.
-#[allow(dead_code)]
 pub fn block_on<F: std::future::Future>(f: F, secs: u64) -> F::Output {
     use std::task::{Context, Poll, Wake, Waker};
     struct Unpark(std::thread::Thread);

@@ -652,11 +652,8 @@ fn the_next_part_of_a_long_gap_is_asked_for_as_soon_as_the_last_part_came() {
     assert_eq!((b.base, b.missing_seqs().next()), (258, Some(258)));
 }
 
-/// A sample just resent is not resent again when the reader asks once more before
-/// `nack_suppression` passed (its repair is on the way); after that it is.
-#[test]
-fn a_repair_on_its_way_is_not_resent_until_the_suppression_passed() {
-    let t = Instant::now();
+/// A keep-all writer with 100 ms of nack suppression, reader `R1`, samples 1..=10 written.
+fn suppressing_writer(t: Instant) -> ReliableWriter {
     let mut w = ReliableWriter::new(
         W,
         WriterConfig {
@@ -666,6 +663,15 @@ fn a_repair_on_its_way_is_not_resent_until_the_suppression_passed() {
     );
     w.set_readers(&[R1], t);
     write(&mut w, 10, t);
+    w
+}
+
+/// A sample just resent is not resent again when the reader asks once more before
+/// `nack_suppression` passed (its repair is on the way); after that it is.
+#[test]
+fn a_repair_on_its_way_is_not_resent_until_the_suppression_passed() {
+    let t = Instant::now();
+    let mut w = suppressing_writer(t);
     w.on_acknack(&ack(R1, 1, 1, &[1, 2, 3]), t);
     assert_eq!(repaired_seqs(&drain(&mut w, t)), vec![1, 2, 3]);
     // Asked again 20 ms later: still on its way; 4 is new.
@@ -683,15 +689,7 @@ fn a_repair_on_its_way_is_not_resent_until_the_suppression_passed() {
 #[test]
 fn repeated_requests_for_resent_samples_back_off() {
     let t = Instant::now();
-    let mut w = ReliableWriter::new(
-        W,
-        WriterConfig {
-            nack_suppression: ms(100),
-            ..keep_all(100)
-        },
-    );
-    w.set_readers(&[R1], t);
-    write(&mut w, 10, t);
+    let mut w = suppressing_writer(t);
     w.on_acknack(&ack(R1, 1, 1, &[1]), t);
     assert_eq!(repaired_seqs(&drain(&mut w, t)), vec![1]);
     // 110 ms later: past 100 ms, resent, and the wait doubles.
