@@ -45,6 +45,21 @@ pub(super) struct Served {
     /// The size of the next read (see `read::next_chunk`).
     pub(super) chunk: usize,
     pub(super) tx: Tx,
+    /// The writer found nothing to write and waits for `budget.wake` (see
+    /// [`Served::wake_writer`]).
+    pub(super) writer_idle: bool,
+}
+
+impl Served {
+    /// Tells an idle writer that its queue has work. A writer that is not idle takes the
+    /// queue when its write completes, so it is not notified: a notification is a SeqCst
+    /// fence and a mutex in `event-listener`, which a busy link used to pay per frame read
+    /// and per frame queued (`bench/benches/shard.rs`).
+    pub(super) fn wake_writer(&mut self) {
+        if std::mem::take(&mut self.writer_idle) {
+            self.budget.wake.notify(1);
+        }
+    }
 }
 
 /// The served links, in slots so a reader's batch finds its link once, not once per frame.
@@ -119,7 +134,7 @@ pub(super) fn pull(l: &mut Served) -> Option<CloseReason> {
         }
     }
     if !l.queue.is_empty() {
-        l.budget.wake.notify(1);
+        l.wake_writer();
     }
     closed
 }
@@ -155,6 +170,7 @@ impl ShardCore {
             rx,
             chunk: READ_CHUNK,
             tx,
+            writer_idle: false,
         });
         inc(&self.counters.links_opened);
         tracing::debug!(shard = self.idx, ?link, %peer, "link attached");
@@ -212,7 +228,7 @@ impl ShardCore {
         } else {
             l.queue.push_back(Out::Raw(frame, n, 0));
             l.state.on_sent(now);
-            l.budget.wake.notify(1);
+            l.wake_writer();
         }
     }
 

@@ -351,7 +351,7 @@ impl Queuer<'_> {
             if !l.closing {
                 l.queue.push_back(o);
                 l.state.on_sent(self.now);
-                l.budget.wake.notify(1);
+                l.wake_writer();
                 return;
             }
             l.budget.release(n);

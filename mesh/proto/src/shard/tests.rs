@@ -232,6 +232,46 @@ fn a_broadcast_is_delivered_once_and_forwarded_to_the_other_links_only() {
     assert_eq!(st.bytes_in, 2 * f.len() as u64);
 }
 
+/// Whether `l` was notified (polled once, without waiting).
+fn notified(l: &mut std::pin::Pin<Box<event_listener::EventListener>>) -> bool {
+    use std::future::Future;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    l.as_mut().poll(&mut cx).is_ready()
+}
+
+/// A writer that went idle is woken by the next frame queued for it, once; while it has
+/// work it is not notified per frame (each notification is a fence and a mutex), and it
+/// still writes every frame.
+#[test]
+fn an_idle_writer_is_woken_once_by_new_work_and_a_busy_one_not_per_frame() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    let b = s.serve(B, PB, 1 << 20);
+    s.take();
+    assert!(s.written(B, s.at(0)).is_empty(), "B's writer is idle");
+    let mut idle = Box::pin(b.wake.listen());
+    assert!(s.feed(A, &data_frame(PC, PeerId::ZERO, 1, 8, b"one"), s.at(1)));
+    assert!(notified(&mut idle), "the idle writer hears of its work");
+
+    // Woken, not yet written: more frames queue without more notifications.
+    let mut busy = Box::pin(b.wake.listen());
+    for n in 2..=4 {
+        assert!(s.feed(A, &data_frame(PC, PeerId::ZERO, n, 8, b"more"), s.at(1)));
+    }
+    assert!(
+        !notified(&mut busy),
+        "a writer with work is not notified per frame"
+    );
+    assert_eq!(frames(&s.written(B, s.at(2))).len(), 4, "nothing was lost");
+
+    // Idle again (a writer holds one listener at a time): the next frame wakes it again.
+    drop((idle, busy));
+    let mut again = Box::pin(b.wake.listen());
+    assert!(s.feed(A, &data_frame(PC, PeerId::ZERO, 5, 8, b"five"), s.at(3)));
+    assert!(notified(&mut again));
+    assert_eq!(frames(&s.written(B, s.at(3))).len(), 1);
+}
+
 #[test]
 fn a_frame_whose_dedup_state_is_elsewhere_hops_once_to_its_shard() {
     let id = MsgId::new(&PC, 1);

@@ -40,7 +40,9 @@ pub enum WriteStep {
     /// Write the buffers filled in, then report [`ShardCore::on_written`].
     Write,
     /// Nothing to write: wait for the link budget's `wake` (unless
-    /// [`ShardCore::write_pending`]).
+    /// [`ShardCore::write_pending`]), taking the listener before that check and with no
+    /// await between this step and the listen. The core notifies an idle writer once, when
+    /// something is next queued (or the link closes or is killed), not per queued frame.
     Idle,
     /// The link closed politely and its queue is flushed: shut the connection down, then
     /// report [`ShardCore::on_link_lost`].
@@ -112,9 +114,12 @@ impl ShardCore {
             return if l.closing {
                 WriteStep::Shutdown
             } else {
+                // Until something is queued (`Served::wake_writer`).
+                l.writer_idle = true;
                 WriteStep::Idle
             };
         }
+        l.writer_idle = false;
         let mut taken = Taken::default();
         let tx = &mut l.tx;
         if let Some(sealer) = tx.sealer.as_mut() {
