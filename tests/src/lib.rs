@@ -314,4 +314,47 @@ impl TopicHost {
             .cloned()
             .collect()
     }
+
+    /// The latest line starting with `prefix`.
+    pub fn last(&mut self, prefix: &str) -> Option<String> {
+        self.all(prefix).pop()
+    }
+
+    /// The latest `recv` line for `topic` from `writer`.
+    pub fn recv(&mut self, topic: &str, writer: &str) -> Option<String> {
+        self.all("recv ")
+            .into_iter()
+            .rev()
+            .find(|l| field(l, "topic") == Some(topic) && field(l, "writer") == Some(writer))
+    }
+
+    /// Samples received on `topic` from `writer` per the latest `recv` line (0 if none).
+    pub fn received(&mut self, topic: &str, writer: &str) -> i64 {
+        self.recv(topic, writer).map_or(0, |l| num(&l, "n"))
+    }
+
+    /// The highest seq received on `topic` from `writer` (0 if none).
+    pub fn seq(&mut self, topic: &str, writer: &str) -> i64 {
+        self.recv(topic, writer).map_or(0, |l| num(&l, "seq"))
+    }
+
+    /// How many `prefix` lines (`matched ` / `unmatched `) name this pair.
+    pub fn pair_events(&mut self, prefix: &str, writer: &str, reader: &str) -> usize {
+        self.all(prefix)
+            .iter()
+            .filter(|l| field(l, "writer") == Some(writer) && field(l, "reader") == Some(reader))
+            .count()
+    }
+
+    /// Whether `writer` and `reader` matched here.
+    pub fn matched(&mut self, writer: &str, reader: &str) -> bool {
+        self.pair_events("matched ", writer, reader) > 0
+    }
+
+    /// Whether `reader` unmatched here (from any writer).
+    pub fn unmatched_reader(&mut self, reader: &str) -> bool {
+        self.all("unmatched ")
+            .iter()
+            .any(|l| field(l, "reader") == Some(reader))
+    }
 }

@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use shoal_tests::{field, num, skip_without_lab, Lab, TopicHost};
+use shoal_tests::{num, skip_without_lab, Lab, TopicHost};
 
 const NODE: &str = env!("CARGO_BIN_EXE_topicnode");
 /// Samples per writer.
@@ -46,94 +46,52 @@ const LOSSY: [usize; 2] = [3, 4];
 const CUT: usize = 5;
 const RESTART: usize = 6;
 
-struct Host(TopicHost);
-
-impl std::ops::Deref for Host {
-    type Target = TopicHost;
-    fn deref(&self) -> &TopicHost {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Host {
-    fn deref_mut(&mut self) -> &mut TopicHost {
-        &mut self.0
-    }
-}
-
-impl Host {
-    fn start(lab: &Lab, k: usize, go: &std::path::Path) -> Host {
-        let (writers, readers) = PLAN[k - 1];
-        let mut args: Vec<String> = [
-            "--interface",
-            &lab.addr(k),
-            "--lease-ms",
-            &LEASE_MS.to_string(),
-            "--topic-announce-ms",
-            "500",
-            // Links ride out 30 % loss (TCP retransmits) but not the 10 s cut.
-            "--heartbeat-timeout-ms",
-            "6000",
-            "--reliable",
-            "--rate",
-            &RATE.to_string(),
-            "--count",
-            &N.to_string(),
-            "--max-blocking-ms",
-            "500",
-            "--start-file",
-            go.to_str().expect("utf-8 path"),
-            "--run-for",
-            "170",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let extra: &[&str] = match k {
-            1 => &["--keep-all", &KEEP_ALL.to_string()],
-            2 => &["--keep-last", &KEEP_LAST.to_string(), "--transient-local"],
-            RESTART => &["--transient-local-reader", "r/b"],
-            _ => &[],
-        };
-        args.extend(extra.iter().map(|s| s.to_string()));
-        Host(TopicHost::start(lab, k, NODE, args, writers, readers))
-    }
-
-    /// The latest line starting with `prefix`.
-    fn last(&mut self, prefix: &str) -> Option<String> {
-        self.all(prefix).pop()
-    }
-
-    /// The latest `recv` line for `topic` from `writer`.
-    fn recv(&mut self, topic: &str, writer: &str) -> Option<String> {
-        self.all("recv ")
-            .into_iter()
-            .rev()
-            .find(|l| field(l, "topic") == Some(topic) && field(l, "writer") == Some(writer))
-    }
-
-    /// The highest seq received on `topic` from `writer` (0 if none).
-    fn seq(&mut self, topic: &str, writer: &str) -> i64 {
-        self.recv(topic, writer).map_or(0, |l| num(&l, "seq"))
-    }
-
-    /// Whether this host saw `reader` unmatch (from any writer).
-    fn unmatched_reader(&mut self, reader: &str) -> bool {
-        self.all("unmatched ")
-            .iter()
-            .any(|l| field(l, "reader") == Some(reader))
-    }
-
-    /// Whether this host saw `writer` and `reader` match.
-    fn matched(&mut self, writer: &str, reader: &str) -> bool {
-        self.all("matched ")
-            .iter()
-            .any(|l| field(l, "writer") == Some(writer) && field(l, "reader") == Some(reader))
-    }
+/// Starts host `k`'s `topicnode`: its endpoints of [`PLAN`], reliable, paced, waiting for
+/// `go` to exist before writing.
+fn start(lab: &Lab, k: usize, go: &std::path::Path) -> TopicHost {
+    let (writers, readers) = PLAN[k - 1];
+    let mut args: Vec<String> = [
+        "--interface",
+        &lab.addr(k),
+        "--lease-ms",
+        &LEASE_MS.to_string(),
+        "--topic-announce-ms",
+        "500",
+        // Links ride out 30 % loss (TCP retransmits) but not the 10 s cut.
+        "--heartbeat-timeout-ms",
+        "6000",
+        "--reliable",
+        "--rate",
+        &RATE.to_string(),
+        "--count",
+        &N.to_string(),
+        "--max-blocking-ms",
+        "500",
+        "--start-file",
+        go.to_str().expect("utf-8 path"),
+        "--run-for",
+        "170",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let extra: &[&str] = match k {
+        1 => &["--keep-all", &KEEP_ALL.to_string()],
+        2 => &["--keep-last", &KEEP_LAST.to_string(), "--transient-local"],
+        RESTART => &["--transient-local-reader", "r/b"],
+        _ => &[],
+    };
+    args.extend(extra.iter().map(|s| s.to_string()));
+    TopicHost::start(lab, k, NODE, args, writers, readers)
 }
 
 /// Waits until `cond` holds, with every host's latest output in the failure message.
-fn wait(hosts: &mut [Host], secs: u64, what: &str, mut cond: impl FnMut(&mut [Host]) -> bool) {
+fn wait(
+    hosts: &mut [TopicHost],
+    secs: u64,
+    what: &str,
+    mut cond: impl FnMut(&mut [TopicHost]) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !cond(hosts) {
         if Instant::now() > deadline {
@@ -174,7 +132,7 @@ fn pairs() -> Vec<(usize, usize, &'static str)> {
 }
 
 /// Whether both ends of every pair whose reader is on one of `readers` saw it match.
-fn all_matched(h: &mut [Host], readers: &[usize]) -> bool {
+fn all_matched(h: &mut [TopicHost], readers: &[usize]) -> bool {
     pairs()
         .into_iter()
         .filter(|(_, ri, _)| readers.contains(ri))
@@ -203,7 +161,7 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
     let _ = std::fs::remove_file(&go.0);
     let lab = Lab::up("shR", 6);
     let t0 = Instant::now();
-    let mut hosts: Vec<Host> = (1..=6).map(|k| Host::start(&lab, k, &go.0)).collect();
+    let mut hosts: Vec<TopicHost> = (1..=6).map(|k| start(&lab, k, &go.0)).collect();
     let (cut, restart) = (CUT - 1, RESTART - 1);
     let readers: Vec<usize> = (2..6).collect();
     let (wa, wb) = (hosts[0].guid("r/a", true), hosts[1].guid("r/b", true));
@@ -238,7 +196,7 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
         hosts[restart].guid("r/b", false),
     );
     drop(hosts.remove(restart));
-    hosts.insert(restart, Host::start(&lab, RESTART, &go.0));
+    hosts.insert(restart, start(&lab, RESTART, &go.0));
 
     // The cut lasts 10 s (the one fixed wait: it is the fault itself), then heal.
     let left = Duration::from_secs(10).saturating_sub(cut_at.elapsed());
@@ -259,7 +217,7 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
 
     // Every reader completes: all of 1..=N, except the restarted node's volatile reader of
     // r/a, owed from its match on (`first`) up to N.
-    let want = |h: &mut Host, t: &str, w: &str| -> bool {
+    let want = |h: &mut TopicHost, t: &str, w: &str| -> bool {
         let Some(l) = h.recv(t, w) else { return false };
         let from = if h.k == RESTART && t == "r/a" {
             num(&l, "first")

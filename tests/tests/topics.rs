@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use shoal_tests::{field, num, skip_without_lab, Lab, TopicHost};
+use shoal_tests::{num, skip_without_lab, Lab, TopicHost};
 
 const NODE: &str = env!("CARGO_BIN_EXE_topicnode");
 /// The host that is cut and healed.
@@ -23,57 +23,29 @@ const PLAN: [(&[&str], &[&str]); 5] = [
     (&["t/d"], &["t/c", "t/b"]),
 ];
 
-struct Host(TopicHost);
-
-impl std::ops::Deref for Host {
-    type Target = TopicHost;
-    fn deref(&self) -> &TopicHost {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Host {
-    fn deref_mut(&mut self) -> &mut TopicHost {
-        &mut self.0
-    }
-}
-
-impl Host {
-    fn start(lab: &Lab, k: usize) -> Host {
-        let (writers, readers) = PLAN[k - 1];
-        let args = vec![
-            "--interface".to_string(),
-            lab.addr(k),
-            "--lease-ms".into(),
-            "2000".into(),
-            "--topic-announce-ms".into(),
-            "500".into(),
-            "--run-for".into(),
-            "120".into(),
-        ];
-        Host(TopicHost::start(lab, k, NODE, args, writers, readers))
-    }
-
-    /// Samples received on `topic` from `writer` per the latest `recv` line (0 if none).
-    fn received(&mut self, topic: &str, writer: &str) -> i64 {
-        self.all("recv ")
-            .iter()
-            .rev()
-            .find(|l| field(l, "topic") == Some(topic) && field(l, "writer") == Some(writer))
-            .map_or(0, |l| num(l, "n"))
-    }
-
-    /// How many `prefix` lines (`matched` / `unmatched`) name this pair.
-    fn pair_events(&mut self, prefix: &str, writer: &str, reader: &str) -> usize {
-        self.all(prefix)
-            .iter()
-            .filter(|l| field(l, "writer") == Some(writer) && field(l, "reader") == Some(reader))
-            .count()
-    }
+/// Starts host `k`'s `topicnode` with its writers and readers of [`PLAN`].
+fn start(lab: &Lab, k: usize) -> TopicHost {
+    let (writers, readers) = PLAN[k - 1];
+    let args = vec![
+        "--interface".to_string(),
+        lab.addr(k),
+        "--lease-ms".into(),
+        "2000".into(),
+        "--topic-announce-ms".into(),
+        "500".into(),
+        "--run-for".into(),
+        "120".into(),
+    ];
+    TopicHost::start(lab, k, NODE, args, writers, readers)
 }
 
 /// Waits until `cond` holds, with every host's latest output in the failure message.
-fn wait(hosts: &mut [Host], secs: u64, what: &str, mut cond: impl FnMut(&mut [Host]) -> bool) {
+fn wait(
+    hosts: &mut [TopicHost],
+    secs: u64,
+    what: &str,
+    mut cond: impl FnMut(&mut [TopicHost]) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !cond(hosts) {
         if Instant::now() > deadline {
@@ -92,7 +64,7 @@ fn wait(hosts: &mut [Host], secs: u64, what: &str, mut cond: impl FnMut(&mut [Ho
 
 /// Every (writer host, reader host, topic, writer guid, reader guid) of the plan, across
 /// hosts.
-fn pairs(hosts: &[Host]) -> Vec<(usize, usize, String, String, String)> {
+fn pairs(hosts: &[TopicHost]) -> Vec<(usize, usize, String, String, String)> {
     let mut v = Vec::new();
     for (wi, (writers, _)) in PLAN.iter().enumerate() {
         for t in writers.iter() {
@@ -115,7 +87,7 @@ fn topics_over_five_hosts_survive_a_cut_and_heal() {
     }
     let lab = Lab::up("shT", 5);
     let t0 = Instant::now();
-    let mut hosts: Vec<Host> = (1..=5).map(|k| Host::start(&lab, k)).collect();
+    let mut hosts: Vec<TopicHost> = (1..=5).map(|k| start(&lab, k)).collect();
     let pairs = pairs(&hosts);
     assert_eq!(pairs.len(), 8, "the plan's cross-host pairs");
     let cut = CUT - 1;

@@ -1,5 +1,8 @@
 //! Behaviour of the secured-mesh cryptography beyond the captured vectors: failures are typed
 //! and nothing that should fail can pass.
+//!
+//! Length: one short test per failure the handshake, the records and the identity book must
+//! catch, all on the same few helpers; split by part, each file would repeat them.
 
 use std::sync::Arc;
 

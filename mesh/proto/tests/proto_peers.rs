@@ -1,4 +1,7 @@
 //! The peer table: dial races, disconnect then Lost, static and seed peers, backoff.
+//!
+//! Length: sixteen scenarios of the same simulated network, most of them a few nodes, a
+//! seed and a script of cuts; they share the simulation's set-up and its assertions.
 
 mod proto_sim;
 
