@@ -358,3 +358,35 @@ impl TopicHost {
             .any(|l| field(l, "reader") == Some(reader))
     }
 }
+
+/// Waits (50 ms polls, at most `secs`) until `cond` holds over the lab's topic hosts. On a
+/// timeout every host's whole output goes to a file (the tails rarely tell the story) and
+/// the panic names the files, with each host's last lines.
+pub fn wait_hosts(
+    hosts: &mut [TopicHost],
+    secs: u64,
+    what: &str,
+    mut cond: impl FnMut(&mut [TopicHost]) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond(hosts) {
+        if Instant::now() > deadline {
+            let mut tails = Vec::new();
+            for h in hosts.iter_mut() {
+                h.p.drain();
+                let log = std::env::temp_dir().join(format!(
+                    "shoal-lab-{}-h{}.log",
+                    std::process::id(),
+                    h.k
+                ));
+                let _ = std::fs::write(&log, h.p.transcript.join("\n"));
+                tails.push(format!("h{} ({}):\n{}", h.k, log.display(), h.p.tail(12)));
+            }
+            panic!(
+                "timed out after {secs}s waiting for {what}\n{}",
+                tails.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

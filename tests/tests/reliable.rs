@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use shoal_tests::{num, skip_without_lab, Lab, TopicHost};
+use shoal_tests::{num, skip_without_lab, wait_hosts, Lab, TopicHost};
 
 const NODE: &str = env!("CARGO_BIN_EXE_topicnode");
 /// Samples per writer.
@@ -85,37 +85,6 @@ fn start(lab: &Lab, k: usize, go: &std::path::Path) -> TopicHost {
     TopicHost::start(lab, k, NODE, args, writers, readers)
 }
 
-/// Waits until `cond` holds, with every host's latest output in the failure message.
-fn wait(
-    hosts: &mut [TopicHost],
-    secs: u64,
-    what: &str,
-    mut cond: impl FnMut(&mut [TopicHost]) -> bool,
-) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond(hosts) {
-        if Instant::now() > deadline {
-            // Every host's whole output goes to a file: the tails rarely tell the story.
-            let mut tails = Vec::new();
-            for h in hosts.iter_mut() {
-                h.p.drain();
-                let log = std::env::temp_dir().join(format!(
-                    "shoal-reliable-{}-h{}.log",
-                    std::process::id(),
-                    h.k
-                ));
-                let _ = std::fs::write(&log, h.p.transcript.join("\n"));
-                tails.push(format!("h{} ({}):\n{}", h.k, log.display(), h.p.tail(12)));
-            }
-            panic!(
-                "timed out after {secs}s waiting for {what}\n{}",
-                tails.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Every (writer host index, reader host index, topic) of the plan.
 fn pairs() -> Vec<(usize, usize, &'static str)> {
     let mut v = Vec::new();
@@ -168,7 +137,7 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
 
     // Nothing is written before every pair matched on both ends: a volatile reader is owed
     // what is written after its match, and every reader here is owed all of it.
-    wait(&mut hosts, 30, "every pair to match on both ends", |h| {
+    wait_hosts(&mut hosts, 30, "every pair to match on both ends", |h| {
         all_matched(h, &readers)
     });
     let matched_at = t0.elapsed();
@@ -179,7 +148,7 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
     let go_at = Instant::now();
 
     // Cut h5 once the stream is under way.
-    wait(&mut hosts, 30, "h5 to receive the first samples", |h| {
+    wait_hosts(&mut hosts, 30, "h5 to receive the first samples", |h| {
         h[cut].seq("r/a", &wa) >= 200 && h[cut].seq("r/b", &wb) >= 200
     });
     lab.cut(CUT);
@@ -187,7 +156,7 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
     let at_cut = hosts[2].seq("r/b", &wb);
 
     // Kill h6 in mid-stream (while h5 is away) and start it again: a new node.
-    wait(&mut hosts, 30, "the stream to go on without h5", |h| {
+    wait_hosts(&mut hosts, 30, "the stream to go on without h5", |h| {
         h[2].seq("r/b", &wb) >= at_cut + 300 && h[restart].seq("r/a", &wa) > 0
     });
     let h6_killed_at = hosts[2].seq("r/b", &wb);
@@ -204,7 +173,7 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
     lab.heal(CUT);
     let healed_at = Instant::now();
 
-    wait(
+    wait_hosts(
         &mut hosts,
         60,
         "both writers to write their last sample",
@@ -226,7 +195,7 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
         };
         num(&l, "seq") == N && num(&l, "n") == N - from + 1
     };
-    wait(&mut hosts, 60, "every reliable reader to complete", |h| {
+    wait_hosts(&mut hosts, 60, "every reliable reader to complete", |h| {
         h[2..]
             .iter_mut()
             .all(|r| want(r, "r/a", &wa) && want(r, "r/b", &wb))
@@ -235,14 +204,14 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
 
     // Once the killed node's readers are unmatched (lease) and every live reader has
     // everything, the writers have nothing left to say: no repair, no heartbeat.
-    wait(
+    wait_hosts(
         &mut hosts,
         30,
         "the writers to unmatch the killed h6's readers",
         |h| h[0].unmatched_reader(&dead.0) && h[1].unmatched_reader(&dead.1),
     );
     let (mut last, mut since) = (Vec::new(), Instant::now());
-    wait(
+    wait_hosts(
         &mut hosts,
         20,
         "the writers to go quiet (no repair, no heartbeat for 3 s) once every reader is complete",

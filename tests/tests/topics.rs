@@ -5,9 +5,9 @@
 //! (its lease is 2 s) while the others' stay; after the heal they match again and samples
 //! resume. Without root the test prints why it was skipped and passes.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use shoal_tests::{num, skip_without_lab, Lab, TopicHost};
+use shoal_tests::{num, skip_without_lab, wait_hosts, Lab, TopicHost};
 
 const NODE: &str = env!("CARGO_BIN_EXE_topicnode");
 /// The host that is cut and healed.
@@ -37,29 +37,6 @@ fn start(lab: &Lab, k: usize) -> TopicHost {
         "120".into(),
     ];
     TopicHost::start(lab, k, NODE, args, writers, readers)
-}
-
-/// Waits until `cond` holds, with every host's latest output in the failure message.
-fn wait(
-    hosts: &mut [TopicHost],
-    secs: u64,
-    what: &str,
-    mut cond: impl FnMut(&mut [TopicHost]) -> bool,
-) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond(hosts) {
-        if Instant::now() > deadline {
-            let tails: Vec<String> = hosts
-                .iter()
-                .map(|h| format!("h{}:\n{}", h.k, h.p.tail(8)))
-                .collect();
-            panic!(
-                "timed out after {secs}s waiting for {what}\n{}",
-                tails.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Every (writer host, reader host, topic, writer guid, reader guid) of the plan, across
@@ -93,7 +70,7 @@ fn topics_over_five_hosts_survive_a_cut_and_heal() {
     let cut = CUT - 1;
 
     // Everyone matches and every reader hears every writer of its topic.
-    wait(&mut hosts, 30, "every pair to match and deliver", |h| {
+    wait_hosts(&mut hosts, 30, "every pair to match and deliver", |h| {
         pairs.iter().all(|(wi, ri, t, wg, rg)| {
             h[*wi].pair_events("matched ", wg, rg) >= 1
                 && h[*ri].pair_events("matched ", wg, rg) >= 1
@@ -117,7 +94,7 @@ fn topics_over_five_hosts_survive_a_cut_and_heal() {
         .cloned()
         .collect();
     assert!(!touching.is_empty() && !others.is_empty());
-    wait(&mut hosts, 20, "the cut host's pairs to unmatch", |h| {
+    wait_hosts(&mut hosts, 20, "the cut host's pairs to unmatch", |h| {
         touching.iter().all(|(wi, ri, _, wg, rg)| {
             let far = if *wi == cut { *ri } else { *wi };
             h[far].pair_events("unmatched ", wg, rg) >= 1
@@ -139,7 +116,7 @@ fn topics_over_five_hosts_survive_a_cut_and_heal() {
         .iter()
         .map(|(_, ri, t, wg, _)| hosts[*ri].received(t, wg))
         .collect();
-    wait(&mut hosts, 10, "the other pairs to keep delivering", |h| {
+    wait_hosts(&mut hosts, 10, "the other pairs to keep delivering", |h| {
         others
             .iter()
             .zip(&during)
@@ -158,7 +135,7 @@ fn topics_over_five_hosts_survive_a_cut_and_heal() {
         .collect();
     lab.heal(CUT);
     let heal_at = Instant::now();
-    wait(
+    wait_hosts(
         &mut hosts,
         30,
         "the cut host's pairs to match again and deliver",
