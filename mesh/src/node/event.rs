@@ -239,6 +239,37 @@ pub(crate) struct Outbox {
     last_len: Cell<usize>,
 }
 
+impl Outbox {
+    /// Queues one event whose room [`EventHub::message_room`] took.
+    #[inline]
+    pub(crate) fn push(&self, ev: Event) {
+        self.events.borrow_mut().push(Queued::Ev(ev));
+        self.held.set(self.held.get() + 1);
+    }
+
+    /// [`Outbox::push`] of a Message event, built where it is queued.
+    #[inline]
+    pub(crate) fn push_message(&self, from: PeerId, broadcast: bool, payload: Bytes) {
+        self.events.borrow_mut().push(Queued::Ev(Event::Message {
+            from,
+            broadcast,
+            payload,
+        }));
+        self.held.set(self.held.get() + 1);
+    }
+}
+
+/// See [`EventHub::message_room`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// Room taken: push the event.
+    Queue,
+    /// No room below the message share of the queue: wait, or give the event back.
+    Full,
+    /// No receiver (or delivery ended): the event is dropped.
+    Discard,
+}
+
 /// Most room a shard reserves ahead for its outbox in one atomic update.
 const CREDIT_CHUNK: usize = 64;
 
@@ -391,20 +422,36 @@ impl EventHub {
     /// The caller hands its outbox over once per batch with [`EventHub::wake_receivers`] (and
     /// must do so before it parks).
     pub(crate) fn try_queue_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
+        match self.message_room(outbox) {
+            Room::Discard => Ok(()),
+            Room::Full => Err(ev),
+            Room::Queue => {
+                outbox.push(ev);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether one more Message event can go into `outbox` now ([`Room::Queue`], its room
+    /// taken), must wait ([`Room::Full`]) or has nobody to go to ([`Room::Discard`]): the
+    /// first half of [`EventHub::try_queue_message`], for a caller that builds the event in
+    /// place with [`Outbox::push`] (the delivery sink: an event built on the stack and then
+    /// moved into the outbox was read back with loads wider than its stores, a stall that
+    /// was most of the sink's time at 64 B).
+    #[inline]
+    pub(crate) fn message_room(&self, outbox: &Outbox) -> Room {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
-            return Ok(());
+            return Room::Discard;
         }
         let mut credit = outbox.credit.get();
         if credit == 0 {
             credit = self.reserve_up_to(self.message_limit, CREDIT_CHUNK);
             if credit == 0 {
-                return Err(ev);
+                return Room::Full;
             }
         }
         outbox.credit.set(credit - 1);
-        outbox.events.borrow_mut().push(Queued::Ev(ev));
-        outbox.held.set(outbox.held.get() + 1);
-        Ok(())
+        Room::Queue
     }
 
     /// True when callbacks are registered (then every event must be built to run them).

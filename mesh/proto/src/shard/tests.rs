@@ -272,6 +272,35 @@ fn an_idle_writer_is_woken_once_by_new_work_and_a_busy_one_not_per_frame() {
     assert_eq!(frames(&s.written(B, s.at(3))).len(), 1);
 }
 
+/// The Data lane of a plaintext link runs the link's step like every other frame: while the
+/// link closes politely what the peer still sends is counted and dropped, neither delivered
+/// nor forwarded; a Data frame behind the peer's Goodbye in the same read ends the link
+/// before it is routed.
+#[test]
+fn data_on_a_closing_or_closed_link_is_neither_delivered_nor_forwarded() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    s.take();
+    let close: ToShard<()> = ToShard::Close {
+        link: A,
+        goodbye: true,
+    };
+    assert!(s.core.on_command(close, s.at(1), &mut s.out).is_none());
+    assert!(s.feed(A, &data_frame(PC, PeerId::ZERO, 1, 8, b"late"), s.at(2)));
+    assert!(deliveries(&s.take()).is_empty());
+    assert!(frames(&s.written(B, s.at(2))).is_empty(), "not forwarded");
+    assert_eq!((s.stats().delivered, s.stats().frames_in), (0, 1));
+
+    // On B: the peer's Goodbye, then a Data frame in the same read.
+    let mut wire = BytesMut::new();
+    Frame::Goodbye.encode(&mut wire).unwrap();
+    wire.extend_from_slice(&data_frame(PC, PeerId::ZERO, 2, 8, b"after"));
+    assert!(!s.feed(B, &wire, s.at(3)), "the Goodbye ends the link");
+    assert!(deliveries(&s.take()).is_empty());
+    assert_eq!(s.stats().delivered, 0);
+}
+
 #[test]
 fn a_frame_whose_dedup_state_is_elsewhere_hops_once_to_its_shard() {
     let id = MsgId::new(&PC, 1);

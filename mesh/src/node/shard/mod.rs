@@ -25,7 +25,7 @@
 mod ingress;
 mod link;
 
-use super::event::{ErrorKind, Event, Outbox};
+use super::event::{ErrorKind, Event, Outbox, Room};
 use super::msg::{Msg, ShardCmd};
 use super::recycle::Recycler;
 use super::shared::{Channels, NodeShared, Offer};
@@ -146,12 +146,29 @@ impl DeliverySink for HubSink {
 
     #[inline]
     fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
+        let hub = &self.ns.hub;
+        if !hub.has_callbacks() {
+            // The event is built where it is queued (see `EventHub::message_room`).
+            if self.refused {
+                return Err(d);
+            }
+            return match hub.message_room(&self.outbox) {
+                Room::Discard => Ok(()),
+                Room::Full => {
+                    self.refused = true;
+                    Err(d)
+                }
+                Room::Queue => {
+                    self.outbox.push_message(d.from, d.broadcast, d.payload);
+                    Ok(())
+                }
+            };
+        }
         let ev = Event::Message {
             from: d.from,
             broadcast: d.broadcast,
             payload: d.payload,
         };
-        let hub = &self.ns.hub;
         hub.run_callbacks(&ev);
         let back = if self.refused {
             Err(ev)
