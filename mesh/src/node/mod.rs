@@ -467,7 +467,8 @@ impl Mesh {
 
     /// Under the Block policy: true when some link's outbound queue has no room for `bytes`
     /// now (what the `try_*` forms answer [`PublishError::Full`] for). Takes no lock in the
-    /// steady state (see [`SnapshotCell::any_link_full_for`]).
+    /// steady state (see
+    /// [`SnapshotCell::any_link_full_for`](shared::SnapshotCell::any_link_full_for)).
     fn links_full_for(&self, bytes: usize) -> bool {
         self.inner.ns.policy == OverflowPolicy::Block
             && self.inner.ns.snapshot.any_link_full_for(bytes)

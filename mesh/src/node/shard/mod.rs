@@ -1,5 +1,5 @@
 //! A data shard's driver: the tasks, sockets and channels around one
-//! [`ShardCore`](shoal_proto::shard::ShardCore), which takes every decision.
+//! [`ShardCore`], which takes every decision.
 //!
 //! A shard runs these tasks on its executor:
 //! - the **inbox** ([`run`]): commands of the control plane and messages of the other shards,
