@@ -1,5 +1,5 @@
 //! The receiving shard's work per message, without sockets or threads: a read buffer holding
-//! 1 024 Data frames (or 1 024 samples in runs) from one established peer is handed to
+//! 1 024 Data frames from one established peer is handed to
 //! `ShardCore::read_frames`, which parses, dedups, routes and delivers every frame to a sink
 //! that keeps what it is given (as the live node's event outbox does). The live 64 B
 //! throughput bench spends about a quarter of its CPU here; this one isolates it so a change
