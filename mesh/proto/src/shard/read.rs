@@ -77,10 +77,10 @@ pub(super) enum Rx {
     Secure(RecordReader),
 }
 
-/// A frame taken off a link's read buffer: the two message frames unboxed and apart, since
-/// a `Frame` is larger than either and moved by value.
+/// A frame taken off a link's read buffer that the Data lane declined: Samples unboxed and
+/// apart, since a `Frame` is larger and moved by value. (Data frames never come this way:
+/// see `read_frames`; a Data frame the lane declines is `take_frame`'s to judge.)
 enum Incoming {
-    Data(Data),
     Samples(Samples),
     Frame(Frame),
 }
@@ -104,36 +104,30 @@ enum Unreadable {
     Open(OpenError),
 }
 
-/// Takes the next whole frame off `rx`, `None` when more bytes are needed.
-fn next_frame(rx: &mut Rx, max: u32) -> Result<Option<Incoming>, Unreadable> {
-    match rx {
-        Rx::Plain(buf) => take_one(buf, max).map_err(Unreadable::Decode),
-        Rx::Secure(rr) => loop {
-            let len = match peek_frame_len(rr.plaintext(), max) {
-                Ok(DecodeStatus::Complete { len, .. }) => len,
-                // Frames that fit their records are never moved: the next record is opened
-                // only once the plaintext before it holds no whole frame.
-                Ok(DecodeStatus::NeedMore { .. }) => match rr.open_next() {
-                    Ok(true) => continue,
-                    Ok(false) => return Ok(None),
-                    Err(e) => return Err(Unreadable::Open(e)),
-                },
-                Err(e) => return Err(Unreadable::Decode(e)),
-            };
-            // The frame is split off the buffer, so Data payloads share it (no copy).
-            let mut raw = rr.split_plaintext(len);
-            let f = take_one(&mut raw, max).map_err(Unreadable::Decode)?;
-            return Ok(Some(f.expect("peek_frame_len said the frame is complete")));
-        },
+/// Splits the next whole frame off a secured link's plaintext (opening records as the parser
+/// needs them), `None` when more bytes are needed. The frame shares the buffer, so Data
+/// payloads are not copied.
+fn next_secure_frame(rr: &mut RecordReader, max: u32) -> Result<Option<BytesMut>, Unreadable> {
+    loop {
+        let len = match peek_frame_len(rr.plaintext(), max) {
+            Ok(DecodeStatus::Complete { len, .. }) => len,
+            // Frames that fit their records are never moved: the next record is opened only
+            // once the plaintext before it holds no whole frame.
+            Ok(DecodeStatus::NeedMore { .. }) => match rr.open_next() {
+                Ok(true) => continue,
+                Ok(false) => return Ok(None),
+                Err(e) => return Err(Unreadable::Open(e)),
+            },
+            Err(e) => return Err(Unreadable::Decode(e)),
+        };
+        return Ok(Some(rr.split_plaintext(len)));
     }
 }
 
-/// Data and Samples frames take the fast lanes (no `Frame` built); anything else goes
-/// through `take_frame`, which decides.
+/// The next frame after the Data lane declined it (see `read_frames`): Samples frames take
+/// their fast lane (no `Frame` built); anything else goes through `take_frame`, which
+/// decides.
 fn take_one(buf: &mut BytesMut, max: u32) -> Result<Option<Incoming>, DecodeError> {
-    if let Some(d) = take_data(buf, max) {
-        return Ok(Some(Incoming::Data(d)));
-    }
     if let Some(s) = take_samples(buf, max) {
         return Ok(Some(Incoming::Samples(s)));
     }
@@ -158,21 +152,37 @@ impl ShardCore {
             if out.len() >= ACTIONS_PER_CALL {
                 return ReadStep::More;
             }
-            // A plaintext link's Data frames go straight to routing, never wrapped in an
-            // `Incoming`: its tag moves the frame's fields to other offsets, and copying
-            // them there and back cost the receiving shard about a fifth of its reader's
-            // time per 64 B message (stores and loads of different widths; `perf annotate`).
-            if let Rx::Plain(buf) = &mut self.links.at(slot).rx {
-                if let Some(d) = take_data(buf, max) {
-                    match self.link_step(slot, link, now, out, |s, now| s.on_data(now)) {
-                        Step::Process => self.route_in(link, d, now, out),
-                        Step::Consumed => {}
-                        Step::Closed => return ReadStep::Gone,
+            // Data frames go straight to routing, never wrapped in an `Incoming`: its tag
+            // moves the frame's fields to other offsets, and copying them there and back cost
+            // the receiving shard about a fifth of its reader's time per 64 B message (stores
+            // and loads of different widths; `perf annotate`).
+            let frame = match &mut self.links.at(slot).rx {
+                Rx::Plain(buf) => {
+                    if let Some(d) = take_data(buf, max) {
+                        if !self.data_in(slot, link, d, now, out) {
+                            return ReadStep::Gone;
+                        }
+                        continue;
                     }
-                    continue;
+                    take_one(buf, max).map_err(Unreadable::Decode)
                 }
-            }
-            let frame = match next_frame(&mut self.links.at(slot).rx, max) {
+                Rx::Secure(rr) => match next_secure_frame(rr, max) {
+                    Ok(Some(mut raw)) => {
+                        if let Some(d) = take_data(&mut raw, max) {
+                            if !self.data_in(slot, link, d, now, out) {
+                                return ReadStep::Gone;
+                            }
+                            continue;
+                        }
+                        take_one(&mut raw, max)
+                            .map(|f| Some(f.expect("peek_frame_len said the frame is complete")))
+                            .map_err(Unreadable::Decode)
+                    }
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(e),
+                },
+            };
+            let frame = match frame {
                 Ok(Some(f)) => f,
                 Ok(None) => return ReadStep::NeedBytes,
                 Err(Unreadable::Decode(e)) => {
@@ -190,6 +200,24 @@ impl ShardCore {
                 return ReadStep::Gone;
             }
         }
+    }
+
+    /// A Data frame from the fast lane: the link's step, then routing; false when the link
+    /// closed.
+    fn data_in(
+        &mut self,
+        slot: usize,
+        link: LinkId,
+        d: Data,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) -> bool {
+        match self.link_step(slot, link, now, out, |s, now| s.on_data(now)) {
+            Step::Process => self.route_in(link, d, now, out),
+            Step::Consumed => {}
+            Step::Closed => return false,
+        }
+        true
     }
 
     /// Counts a received frame and runs it through its link's state machine (`step`),
@@ -239,7 +267,6 @@ impl ShardCore {
         out: &mut Vec<ShardAction>,
     ) -> bool {
         let step = self.link_step(slot, link, now, out, |s, now| match &frame {
-            Incoming::Data(_) => s.on_data(now),
             Incoming::Samples(_) => s.on_samples(now),
             Incoming::Frame(f) => s.on_frame(f, now),
         });
@@ -248,9 +275,7 @@ impl ShardCore {
             Step::Closed => false,
             Step::Process => {
                 match frame {
-                    Incoming::Data(d) | Incoming::Frame(Frame::Data(d)) => {
-                        self.route_in(link, d, now, out)
-                    }
+                    Incoming::Frame(Frame::Data(d)) => self.route_in(link, d, now, out),
                     Incoming::Samples(s) | Incoming::Frame(Frame::Samples(s)) => {
                         self.route_samples_in(link, s, now, out)
                     }
