@@ -123,14 +123,8 @@ fn a_stop_waits_up_to_its_grace_for_a_slow_receiver_to_take_what_is_queued() {
     let b = fast()
         .max_outbound_queue_bytes(64usize << 20)
         .stop_grace(std::time::Duration::from_secs(60));
-    let ((a, mut events, _reader), stopper) = StalledReader::start(b, N as u32, 1000).stop_b();
     // A starts reading only after more than the old fixed grace.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let got = drain(&mut events, |got| got >= N);
-    let b = stopper.join().unwrap();
-    assert_eq!(got, N, "every sample arrived");
-    assert_eq!(b.mesh.stats().total.dropped_link_closed, 0);
-    a.stop();
+    stop_b_while_a_stalls(b, N, std::time::Duration::from_millis(1500));
 }
 
 /// A node that sent everything and its FIN keeps its socket open, reading, until the peer
@@ -145,12 +139,19 @@ fn a_closing_node_waits_for_its_peer_to_close_so_the_peer_loses_nothing_it_recei
         // Long enough never to be what ends the wait here.
         .heartbeat_timeout(std::time::Duration::from_secs(60))
         .stop_grace(std::time::Duration::from_secs(60));
-    let ((a, mut events, _reader), stopper) = StalledReader::start(b, N as u32, 1000).stop_b();
     // A stays stalled a while (its heartbeats reach B meanwhile), then reads.
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    let got = drain(&mut events, |got| got >= N);
+    stop_b_while_a_stalls(b, N, std::time::Duration::from_millis(600));
+}
+
+/// B (built from `b`) writes `n` samples of 1000 bytes to A and stops while A's reader
+/// stalls; A reads after `stall` (the scenario's delay, not a wait for a condition). Every
+/// sample must arrive, and B must drop nothing when it closes its link.
+fn stop_b_while_a_stalls(b: MeshBuilder, n: u64, stall: std::time::Duration) {
+    let ((a, mut events, _reader), stopper) = StalledReader::start(b, n as u32, 1000).stop_b();
+    std::thread::sleep(stall);
+    let got = drain(&mut events, |got| got >= n);
     let b = stopper.join().unwrap();
-    assert_eq!(got, N, "every sample arrived");
+    assert_eq!(got, n, "every sample arrived");
     assert_eq!(b.mesh.stats().total.dropped_link_closed, 0);
     a.stop();
 }

@@ -223,6 +223,15 @@ pub fn add(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
+/// [`add`]s `n` dropped frames to a node counter and, for a topic's samples, to the topic's
+/// counter of the same cause.
+pub fn add_dropped(node: &AtomicU64, topic: Option<&AtomicU64>, n: u64) {
+    add(node, n);
+    if let Some(t) = topic {
+        add(t, n);
+    }
+}
+
 /// One executor's share of a topic's counters (see [`TopicCounters`]).
 #[derive(Debug, Default)]
 #[repr(align(128))]

@@ -19,7 +19,7 @@ use super::route::{Path, Queuer};
 use super::ShardCore;
 use crate::budget::{LinkBudget, SlowLinkAction};
 use crate::cmd::Out;
-use crate::stats::{add, inc, TopicCounters};
+use crate::stats::{add, add_dropped, inc, TopicCounters};
 use crate::LinkId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,17 +120,19 @@ impl ShardCore {
             return Unblock::Done;
         }
         if b.budget.is_closed() {
-            add(&self.counters.dropped_no_route, b.frames);
-            if let Some(t) = topic {
-                add(&t.dropped_no_route, b.frames);
-            }
+            add_dropped(
+                &self.counters.dropped_no_route,
+                topic.map(|t| &t.dropped_no_route),
+                b.frames,
+            );
             return Unblock::Done;
         }
         if b.budget.is_slow() {
-            add(&self.counters.dropped_slow_link, b.frames);
-            if let Some(t) = topic {
-                add(&t.dropped_no_route, b.frames);
-            }
+            add_dropped(
+                &self.counters.dropped_slow_link,
+                topic.map(|t| &t.dropped_no_route),
+                b.frames,
+            );
             return Unblock::Done;
         }
         if let Some(d) = b.deadline {
@@ -141,10 +143,11 @@ impl ShardCore {
                 && self.outpaced(b.link, &b.budget, now)
             {
                 self.declare_slow(b.link, &b.budget, out);
-                add(&self.counters.dropped_slow_link, b.frames);
-                if let Some(t) = topic {
-                    add(&t.dropped_no_route, b.frames);
-                }
+                add_dropped(
+                    &self.counters.dropped_slow_link,
+                    topic.map(|t| &t.dropped_no_route),
+                    b.frames,
+                );
                 return Unblock::Done;
             }
         }

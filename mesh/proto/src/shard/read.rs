@@ -413,34 +413,17 @@ mod tests {
     use crate::budget::LinkBudget;
     use crate::cmd::{NewLink, ToShard};
     use crate::config::MeshConfig;
-    use crate::link::{Link, LinkTimers};
+    use crate::shard::tests::{established, ME, PA};
     use crate::shard::ShardConfig;
-    use crate::wire::{Discovery, DiscoveryEntry, Hello, SampleRunWriter, PROTOCOL_VERSION};
+    use crate::wire::{Discovery, DiscoveryEntry, SampleRunWriter};
     use crate::PeerId;
     use bytes::Bytes;
     use std::sync::Arc;
-    use std::time::Duration;
 
     /// A shard core serving `link`, established, whose peer sent `bytes` after its Hello.
     fn core_reading(link: LinkId, bytes: &[u8], t0: Instant) -> ShardCore {
-        let hello = |node_id| Hello {
-            node_id,
-            protocol_version: PROTOCOL_VERSION,
-            tcp_listen_port: 7000,
-            group_name: "default".into(),
-            nonce: 1,
-            eph_pub_key: None,
-            identity: None,
-            shoal: None,
-        };
-        let (me, peer) = (PeerId([1; 16]), PeerId([0xa; 16]));
-        let timers = LinkTimers {
-            heartbeat_interval: Duration::from_secs(1),
-            heartbeat_timeout: Duration::from_secs(3),
-            handshake_timeout: Duration::from_secs(2),
-        };
-        let mut state = Link::acceptor(link, hello(me), timers, t0);
-        state.on_frame(&Frame::Hello(hello(peer)), t0);
+        let (me, peer) = (ME, PA);
+        let state = established(link, peer, t0);
         let cfg = ShardConfig::new(me, &MeshConfig::default());
         let mut core = ShardCore::new(0, 1, cfg, Arc::default(), 7, t0);
         let nl = NewLink {

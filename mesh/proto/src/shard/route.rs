@@ -17,7 +17,7 @@ use super::ShardCore;
 use crate::budget::{LinkBudget, OverflowPolicy};
 use crate::cmd::{Out, ShardToShard};
 use crate::router::{DataMeta, DataVerdict, DropReason};
-use crate::stats::{add, inc, raise, TopicCounters};
+use crate::stats::{add, add_dropped, inc, raise, TopicCounters};
 use crate::wire::{Data, DataHeader, DATA_HEADER_LEN};
 use crate::{dedup_shard, LinkId};
 use bytes::Bytes;
@@ -177,10 +177,11 @@ impl ShardCore {
             let Some((owner, budget)) = owners.get(&link) else {
                 // A sample route can still name a link this shard has uninstalled (the
                 // control plane's next table drops it); a flood only walks installed links.
-                add(&q.c.dropped_no_route, frames);
-                if let Some(t) = topic {
-                    add(&t.dropped_no_route, frames);
-                }
+                add_dropped(
+                    &q.c.dropped_no_route,
+                    topic.map(|t| &t.dropped_no_route),
+                    frames,
+                );
                 return;
             };
             let Some(total) = budget.try_reserve(n) else {
@@ -188,10 +189,11 @@ impl ShardCore {
                     path == Path::Origin && policy == OverflowPolicy::Block && !budget.is_closed();
                 if may_wait && budget.is_slow() {
                     // Nobody waits for a slow link (see `SlowLinkPolicy`).
-                    add(&q.c.dropped_slow_link, frames);
-                    if let Some(t) = topic {
-                        add(&t.dropped_no_route, frames);
-                    }
+                    add_dropped(
+                        &q.c.dropped_slow_link,
+                        topic.map(|t| &t.dropped_no_route),
+                        frames,
+                    );
                 } else if may_wait {
                     out.push(ShardAction::Block(Box::new(Blocked::new(
                         link,
@@ -202,15 +204,17 @@ impl ShardCore {
                         topics.cloned(),
                     ))));
                 } else if budget.is_closed() {
-                    add(&q.c.dropped_no_route, frames);
-                    if let Some(t) = topic {
-                        add(&t.dropped_no_route, frames);
-                    }
+                    add_dropped(
+                        &q.c.dropped_no_route,
+                        topic.map(|t| &t.dropped_no_route),
+                        frames,
+                    );
                 } else {
-                    add(&q.c.dropped_queue_full, frames);
-                    if let Some(t) = topic {
-                        add(&t.dropped_queue_full, frames);
-                    }
+                    add_dropped(
+                        &q.c.dropped_queue_full,
+                        topic.map(|t| &t.dropped_queue_full),
+                        frames,
+                    );
                     if let OverflowPolicy::Disconnect { after } = policy {
                         budget.note_full(after, now);
                     }

@@ -16,8 +16,8 @@ use crate::{dedup_shard, MsgId};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 
-const ME: PeerId = PeerId([1; 16]);
-const PA: PeerId = PeerId([0xa; 16]);
+pub(super) const ME: PeerId = PeerId([1; 16]);
+pub(super) const PA: PeerId = PeerId([0xa; 16]);
 const PB: PeerId = PeerId([0xb; 16]);
 const PC: PeerId = PeerId([0xc; 16]);
 const A: LinkId = LinkId(1);
@@ -45,7 +45,7 @@ fn timers() -> LinkTimers {
 }
 
 /// A link state machine past its handshake, with nothing left to send.
-fn established(id: LinkId, peer: PeerId, t0: Instant) -> Link {
+pub(super) fn established(id: LinkId, peer: PeerId, t0: Instant) -> Link {
     let mut l = Link::acceptor(id, hello(ME), timers(), t0);
     l.on_frame(&Frame::Hello(hello(peer)), t0);
     while l.poll_transmit().is_some() {}
@@ -74,6 +74,16 @@ impl Sim {
             t0,
             out: Vec::new(),
         }
+    }
+
+    /// A core serving `A` to `PA` and `B` to `PB` (1 MiB queues, Block), its set-up actions
+    /// taken; `B`'s budget.
+    fn two_links() -> (Sim, Arc<LinkBudget>) {
+        let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+        s.serve(A, PA, 1 << 20);
+        let b = s.serve(B, PB, 1 << 20);
+        s.take();
+        (s, b)
     }
 
     fn at(&self, ms: u64) -> Instant {
@@ -199,10 +209,7 @@ fn deliveries(actions: &[ShardAction]) -> Vec<&Delivery> {
 
 #[test]
 fn a_broadcast_is_delivered_once_and_forwarded_to_the_other_links_only() {
-    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    s.serve(B, PB, 1 << 20);
-    s.take();
+    let (mut s, _) = Sim::two_links();
     let f = data_frame(PC, PeerId::ZERO, 1, 8, b"hello");
     assert!(s.feed(A, &f, s.at(1)));
     let acts = s.take();
@@ -244,10 +251,7 @@ fn notified(l: &mut std::pin::Pin<Box<event_listener::EventListener>>) -> bool {
 /// still writes every frame.
 #[test]
 fn an_idle_writer_is_woken_once_by_new_work_and_a_busy_one_not_per_frame() {
-    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    let b = s.serve(B, PB, 1 << 20);
-    s.take();
+    let (mut s, b) = Sim::two_links();
     assert!(s.written(B, s.at(0)).is_empty(), "B's writer is idle");
     let mut idle = Box::pin(b.wake.listen());
     assert!(s.feed(A, &data_frame(PC, PeerId::ZERO, 1, 8, b"one"), s.at(1)));
@@ -278,10 +282,7 @@ fn an_idle_writer_is_woken_once_by_new_work_and_a_busy_one_not_per_frame() {
 /// before it is routed.
 #[test]
 fn data_on_a_closing_or_closed_link_is_neither_delivered_nor_forwarded() {
-    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    s.serve(B, PB, 1 << 20);
-    s.take();
+    let (mut s, _) = Sim::two_links();
     let close: ToShard<()> = ToShard::Close {
         link: A,
         goodbye: true,
@@ -647,10 +648,7 @@ fn a_secured_link_opens_records_in_place_and_a_forged_one_closes_only_it() {
 
 #[test]
 fn garbage_closes_the_link_it_came_on_with_a_malformed_error() {
-    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    s.serve(B, PB, 1 << 20);
-    s.take();
+    let (mut s, _) = Sim::two_links();
     assert!(!s.feed(A, &[0, 0, 0, 1, 0xee], s.at(1)));
     assert_eq!(s.stats().malformed_frames, 1);
     let acts = s.take();
@@ -743,10 +741,7 @@ mod samples;
 /// could reset a peer that has not read everything yet.
 #[test]
 fn a_closed_link_lingers_until_its_peer_closes_or_the_linger_passes() {
-    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    s.serve(B, PB, 1 << 20);
-    s.take();
+    let (mut s, _) = Sim::two_links();
     let mut bufs = Vec::new();
     for link in [A, B] {
         let close = ToShard::<()>::Close {

@@ -147,50 +147,29 @@ impl DeliverySink for HubSink {
     #[inline]
     fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
         let hub = &self.ns.hub;
-        if !hub.has_callbacks() {
-            // The event is built where it is queued (see `EventHub::message_room`).
-            if self.refused {
-                return Err(d);
-            }
-            return match hub.message_room(&self.outbox) {
-                Room::Discard => Ok(()),
-                Room::Full => {
-                    self.refused = true;
-                    Err(d)
-                }
-                Room::Queue => {
-                    self.outbox.push_message(d.from, d.broadcast, d.payload);
-                    Ok(())
-                }
-            };
+        if hub.has_callbacks() {
+            // Callbacks see every message, also those given back (see the type's docs).
+            hub.run_callbacks(&Event::Message {
+                from: d.from,
+                broadcast: d.broadcast,
+                payload: d.payload.clone(),
+            });
         }
-        let ev = Event::Message {
-            from: d.from,
-            broadcast: d.broadcast,
-            payload: d.payload,
-        };
-        hub.run_callbacks(&ev);
-        let back = if self.refused {
-            Err(ev)
-        } else {
-            hub.try_queue_message(ev, &self.outbox)
-        };
-        back.map_err(|ev| {
-            self.refused = true;
-            match ev {
-                Event::Message {
-                    from,
-                    broadcast,
-                    payload,
-                } => Delivery {
-                    from,
-                    msg_id: d.msg_id,
-                    broadcast,
-                    payload,
-                },
-                _ => unreachable!("the hub hands back the event it was given"),
+        if self.refused {
+            return Err(d);
+        }
+        // The event is built where it is queued (see `EventHub::message_room`).
+        match hub.message_room(&self.outbox) {
+            Room::Discard => Ok(()),
+            Room::Full => {
+                self.refused = true;
+                Err(d)
             }
-        })
+            Room::Queue => {
+                self.outbox.push_message(d.from, d.broadcast, d.payload);
+                Ok(())
+            }
+        }
     }
 
     fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
