@@ -13,6 +13,7 @@ use crate::traffic::{Receiver, Sink, SinkError};
 use ahash::AHashMap;
 use shoal_mesh::topics::{DurabilityKind, EndpointGuid, Topic, Writer};
 use shoal_mesh::{Event, EventReceiver, Mesh, Received};
+use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -157,6 +158,37 @@ pub struct WriterCount {
     pub reorders: u64,
 }
 
+impl WriterCount {
+    /// `n` samples numbered `first, first + 1, ...`: those not above the highest so far are
+    /// reorders, a jump past it before the rest is one gap.
+    fn record_run(&mut self, first: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let last = first.saturating_add(n - 1);
+        if self.samples == 0 {
+            self.first_seq = first;
+            self.last_seq = last;
+        } else {
+            let stale = if first > self.last_seq {
+                0
+            } else {
+                n.min(self.last_seq - first + 1)
+            };
+            self.reorders += stale;
+            if stale < n {
+                let next = first + stale;
+                if next > self.last_seq + 1 {
+                    self.gaps += 1;
+                    self.skipped += next - self.last_seq - 1;
+                }
+                self.last_seq = last;
+            }
+        }
+        self.samples += n;
+    }
+}
+
 /// Per-writer sample counts and sequence checks of one reader, bounded by [`MAX_WRITERS`].
 #[derive(Debug, Default)]
 pub struct WriterSeqs {
@@ -167,29 +199,21 @@ pub struct WriterSeqs {
 
 impl WriterSeqs {
     /// Accounts sample `seq` of `writer`.
+    #[cfg(test)]
     pub fn record(&mut self, writer: EndpointGuid, seq: u64) {
+        self.record_run(writer, seq, 1);
+    }
+
+    /// Accounts `n` consecutive samples of `writer` from `first` on, as `n` calls of
+    /// [`record`](Self::record) would, with one lookup: a GUID's hash per sample was most of
+    /// a 64 B subscriber's thread, and a run's numbers follow one another by construction.
+    pub fn record_run(&mut self, writer: EndpointGuid, first: u64, n: u64) {
         let full = self.writers.len() >= MAX_WRITERS;
-        let c = match self.writers.get_mut(&writer) {
-            Some(c) => c,
-            None if full => {
-                self.untracked += 1;
-                return;
-            }
-            None => self.writers.entry(writer).or_default(),
-        };
-        if c.samples == 0 {
-            c.first_seq = seq;
-            c.last_seq = seq;
-        } else if seq > c.last_seq {
-            if seq > c.last_seq + 1 {
-                c.gaps += 1;
-                c.skipped += seq - c.last_seq - 1;
-            }
-            c.last_seq = seq;
-        } else {
-            c.reorders += 1;
+        match self.writers.entry(writer) {
+            Entry::Occupied(o) => o.into_mut().record_run(first, n),
+            Entry::Vacant(_) if full => self.untracked += n,
+            Entry::Vacant(v) => v.insert(WriterCount::default()).record_run(first, n),
         }
-        c.samples += 1;
     }
 
     /// Every writer seen, by GUID (sorted, so output is stable).
@@ -264,7 +288,9 @@ pub fn subscribe_samples(
                 Received::Samples(b) => {
                     batch += b.len();
                     let to = by_guid.get(&b.reader()).map(|&i| &mut readers[i]);
-                    account(to, b.writer(), b.iter(), &mut n, &mut foreign);
+                    let run = (b.first_seq(), b.len() as u64);
+                    let payloads = b.iter().map(|(_, p)| p);
+                    account(to, b.writer(), run, payloads, &mut n, &mut foreign);
                 }
                 // A run that waited for event room comes sample by sample.
                 Received::Event(Event::Sample {
@@ -274,8 +300,8 @@ pub fn subscribe_samples(
                     payload,
                 }) => {
                     let to = by_guid.get(&reader).map(|&i| &mut readers[i]);
-                    let one = std::iter::once((seq, &payload[..]));
-                    account(to, writer, one, &mut n, &mut foreign);
+                    let one = std::iter::once(&payload[..]);
+                    account(to, writer, (seq, 1), one, &mut n, &mut foreign);
                 }
                 Received::Event(Event::Error { kind, message, .. }) => {
                     tracing::warn!(?kind, %message, "mesh error")
@@ -292,24 +318,26 @@ pub fn subscribe_samples(
     }
 }
 
-/// Accounts `writer`'s `(seq, payload)` samples to the reader they are for (`None`: not one
-/// of ours, counted in `foreign`); `n` counts ours.
+/// Accounts `n` consecutive samples of `writer` from sequence number `first` on (their
+/// `payloads`) to the reader they are for (`None`: not one of ours, counted in `foreign`);
+/// `total` counts ours.
 fn account<'a>(
     to: Option<&mut ReaderState>,
     writer: EndpointGuid,
-    samples: impl Iterator<Item = (u64, &'a [u8])>,
-    n: &mut u64,
+    (first, n): (u64, u64),
+    payloads: impl Iterator<Item = &'a [u8]>,
+    total: &mut u64,
     foreign: &mut u64,
 ) {
     match to {
         Some(r) => {
-            for (seq, payload) in samples {
-                r.seqs.record(writer, seq);
+            r.seqs.record_run(writer, first, n);
+            for payload in payloads {
                 r.recv.on_payload(payload);
-                *n += 1;
             }
+            *total += n;
         }
-        None => *foreign += samples.count() as u64,
+        None => *foreign += n,
     }
 }
 
@@ -371,6 +399,45 @@ mod tests {
         // A late joiner's first number is not a gap.
         assert_eq!((w[1].1.first_seq, w[1].1.gaps, w[1].1.samples), (7, 0, 2));
         assert_eq!(s.total().samples, 10);
+    }
+
+    #[test]
+    fn a_run_counts_as_its_samples_one_by_one() {
+        // (first, n) runs that continue, jump, overlap the highest so far, repeat it, lie
+        // wholly below it, and straddle it.
+        let runs = [
+            (1, 4),
+            (5, 3),
+            (10, 2),
+            (9, 5),
+            (13, 1),
+            (2, 3),
+            (12, 6),
+            (30, 1),
+        ];
+        let (mut whole, mut single) = (WriterSeqs::default(), WriterSeqs::default());
+        let g = [7; 16];
+        for (first, n) in runs {
+            whole.record_run(g, first, n);
+            for seq in first..first + n {
+                single.record(g, seq);
+            }
+        }
+        let got = whole.writers()[0].1;
+        assert_eq!(got, single.writers()[0].1);
+        assert!(
+            got.reorders > 0 && got.gaps > 0,
+            "the runs exercise both: {got:?}"
+        );
+        // Beyond the writer bound a run is counted whole as untracked.
+        let mut s = WriterSeqs::default();
+        for i in 0..MAX_WRITERS as u32 {
+            let mut g = [0u8; 16];
+            g[..4].copy_from_slice(&i.to_be_bytes());
+            s.record(g, 1);
+        }
+        s.record_run([0xff; 16], 1, 9);
+        assert_eq!(s.untracked, 9);
     }
 
     #[test]
