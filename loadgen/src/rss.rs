@@ -83,7 +83,7 @@ pub struct QueueBound {
     /// Subscribing nodes in this process.
     pub subscribers: usize,
     /// Sum of the above in bytes: outbound queues, plus the message queues filled with
-    /// messages of `wire_bytes`.
+    /// messages of `wire_bytes` (a subscriber's at most its `event_queue_bytes`).
     pub total_bytes: u64,
 }
 
@@ -99,8 +99,9 @@ impl QueueBound {
     ) -> QueueBound {
         let wire_bytes = shape.size_max.max(shape.size) + shoal_mesh::wire::DATA_HEADER_LEN;
         let opts = shoal_mesh::NodeOptions::default();
-        let msgs = opts.publish_queue_capacity as u64 * publishers as u64
-            + opts.event_queue_capacity as u64 * subscribers as u64;
+        // A subscriber's queue is full at its event count or at its payload bytes.
+        let event_queue = (opts.event_queue_capacity as u64 * wire_bytes as u64)
+            .min(opts.event_queue_bytes as u64);
         QueueBound {
             max_outbound_queue_bytes,
             outbound_queues,
@@ -109,7 +110,8 @@ impl QueueBound {
             event_queue_msgs: opts.event_queue_capacity,
             subscribers,
             total_bytes: max_outbound_queue_bytes as u64 * outbound_queues as u64
-                + msgs * wire_bytes as u64,
+                + opts.publish_queue_capacity as u64 * publishers as u64 * wire_bytes as u64
+                + event_queue * subscribers as u64,
         }
     }
 }
@@ -432,7 +434,8 @@ mod tests {
         assert_eq!(
             b.total_bytes,
             2 * (8 << 20)
-                + (d.publish_queue_capacity as u64 + d.event_queue_capacity as u64) * 1082
+                + d.publish_queue_capacity as u64 * 1082
+                + (d.event_queue_capacity as u64 * 1082).min(d.event_queue_bytes as u64)
         );
     }
 

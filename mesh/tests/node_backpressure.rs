@@ -375,3 +375,44 @@ fn one_stalled_peer_does_not_hold_a_block_publisher_hostage() {
         "the Drop action keeps the link"
     );
 }
+
+/// A subscriber that does not read holds at most `event_queue_bytes` of payloads (its
+/// shard then stops reading the link), not `event_queue_capacity` messages of any size:
+/// 64 messages of 256 KiB against a 1 MiB ceiling and the default 65 536-event queue.
+/// Nothing is lost once it reads.
+#[test]
+fn a_slow_subscriber_holds_at_most_event_queue_bytes_of_payloads() {
+    const BIG: usize = 256 * 1024;
+    const N: u64 = 64;
+    let (s, r, mut rx) = sender_and_receiver(
+        fast().max_outbound_queue_bytes(4usize << 20),
+        fast().event_queue_bytes(1 << 20),
+    );
+    let big = |seq: u64| {
+        let mut p = vec![0x5a; BIG];
+        p[..8].copy_from_slice(&seq.to_be_bytes());
+        p
+    };
+    for seq in 0..N {
+        s.mesh.broadcast_blocking(big(seq)).expect("accepted");
+    }
+    wait_until(20, "the receiver's shard waits on the byte ceiling", || {
+        r.stats().total.event_queue_byte_waits > 0
+    });
+    // Four 256 KiB payloads reach 1 MiB; one more may be counted as delivered while waiting.
+    let held = r.stats().total.delivered;
+    assert!(
+        held <= 5,
+        "{held} messages of 256 KiB queued under a 1 MiB ceiling"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seqs = Vec::new();
+    while (seqs.len() as u64) < N {
+        assert!(Instant::now() < deadline, "received {} of {N}", seqs.len());
+        if let Some(Event::Message { payload, .. }) = rx.recv_timeout(Duration::from_millis(100)) {
+            assert_eq!(payload.len(), BIG);
+            seqs.push(u64::from_be_bytes(payload[..8].try_into().unwrap()));
+        }
+    }
+    assert_eq!(seqs, (0..N).collect::<Vec<_>>(), "all of them, in order");
+}

@@ -162,6 +162,9 @@ counters! {
     dropped_event_queue_full,
     /// Times a Message event had to wait for room in the event queue (backpressure).
     event_queue_waits,
+    /// Of those waits, the ones where the queued payloads were at `event_queue_bytes` (the
+    /// event count may still have had room).
+    event_queue_byte_waits,
     /// Links closed because their peer stayed blocked past the Disconnect policy's limit (or,
     /// under Block, past [`crate::SlowLinkPolicy::after`] with the `Disconnect` action).
     slow_peer_disconnects,

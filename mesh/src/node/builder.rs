@@ -32,6 +32,10 @@ pub struct NodeOptions {
     pub slow_link: SlowLinkPolicy,
     /// Ceiling of the event queue. Default 65536.
     pub event_queue_capacity: usize,
+    /// Ceiling of the payload bytes that queued Message and Sample events hold (each holds
+    /// its read buffer until the application drops it). Default 64 MiB. Checked before each
+    /// admission, so passed by at most one message (or run) and 64 KiB per shard.
+    pub event_queue_bytes: usize,
     /// Ceiling (messages) of the application's ingress queue. Default 4096.
     pub publish_queue_capacity: usize,
     /// How long each executor keeps polling after its last task before it parks, and an
@@ -53,6 +57,7 @@ impl Default for NodeOptions {
             overflow_policy: OverflowPolicy::Block,
             slow_link: SlowLinkPolicy::default(),
             event_queue_capacity: 65_536,
+            event_queue_bytes: 64 << 20,
             publish_queue_capacity: 4096,
             spin_before_park: Duration::ZERO,
         }
@@ -90,6 +95,7 @@ struct NodeToml {
     slow_link_after_ms: u64,
     slow_link_action: SlowActionName,
     event_queue_capacity: usize,
+    event_queue_bytes: usize,
     publish_queue_capacity: usize,
     spin_before_park_us: u64,
 }
@@ -121,6 +127,7 @@ impl Default for NodeToml {
             slow_link_after_ms: d.slow_link.after.as_millis() as u64,
             slow_link_action: SlowActionName::Drop,
             event_queue_capacity: d.event_queue_capacity,
+            event_queue_bytes: d.event_queue_bytes,
             publish_queue_capacity: d.publish_queue_capacity,
             spin_before_park_us: d.spin_before_park.as_micros() as u64,
         }
@@ -143,7 +150,8 @@ impl MeshBuilder {
     /// `shards`, `pin_cpus = [..]`, `listen_addr = "127.0.0.1"`,
     /// `overflow_policy = "block" | "drop_newest" | "disconnect"`, `disconnect_after_ms`
     /// (default 5000), `slow_link_after_ms` (default 1000), `slow_link_action = "drop" |
-    /// "disconnect"` (see [`SlowLinkPolicy`]), `event_queue_capacity`, `publish_queue_capacity`, `spin_before_park_us`. The topics
+    /// "disconnect"` (see [`SlowLinkPolicy`]), `event_queue_capacity`, `event_queue_bytes`,
+    /// `publish_queue_capacity`, `spin_before_park_us`. The topics
     /// settings are the `[topics]` table of [`MeshConfig`] (see
     /// [`TopicsConfig`](crate::topics::TopicsConfig): announce period, lease, every table's
     /// admission limit, locator allow/deny lists and gates; also settable with
@@ -176,6 +184,7 @@ impl MeshBuilder {
                 },
             },
             event_queue_capacity: node.event_queue_capacity,
+            event_queue_bytes: node.event_queue_bytes,
             publish_queue_capacity: node.publish_queue_capacity,
             spin_before_park: Duration::from_micros(node.spin_before_park_us),
         }))
@@ -256,6 +265,13 @@ impl MeshBuilder {
         self
     }
 
+    /// Ceiling of the payload bytes queued Message and Sample events hold (default 64 MiB);
+    /// see [`NodeOptions::event_queue_bytes`].
+    pub fn event_queue_bytes(mut self, bytes: usize) -> Self {
+        self.opts.event_queue_bytes = bytes;
+        self
+    }
+
     /// Ceiling of the application's ingress queue, in messages (default 4096).
     pub fn publish_queue_capacity(mut self, n: usize) -> Self {
         self.opts.publish_queue_capacity = n;
@@ -294,6 +310,9 @@ impl MeshBuilder {
         if self.opts.pin_cpus.as_ref().is_some_and(Vec::is_empty) {
             return Err(MeshError::Option("pin_cpus needs at least one CPU"));
         }
+        if self.opts.event_queue_bytes == 0 {
+            return Err(MeshError::Option("event_queue_bytes must be at least 1"));
+        }
         if self.opts.publish_queue_capacity == 0 {
             return Err(MeshError::Option(
                 "publish_queue_capacity must be at least 1",
@@ -330,8 +349,12 @@ impl MeshBuilder {
             shards,
             counters: (0..=shards).map(|_| Arc::default()).collect(),
             hub: Arc::new(
-                EventHub::new(self.opts.event_queue_capacity, self.callbacks)
-                    .with_receive_spin(self.opts.spin_before_park),
+                EventHub::new(
+                    self.opts.event_queue_capacity,
+                    self.opts.event_queue_bytes,
+                    self.callbacks,
+                )
+                .with_receive_spin(self.opts.spin_before_park),
             ),
             snapshot: SnapshotCell::new(),
             connected: AtomicUsize::new(0),
@@ -400,7 +423,7 @@ mod tests {
         let b = MeshBuilder::from_toml_str(
             "group_name = \"lab\"\nheartbeat_interval_ms = 250\nstatic_peers = [\"10.0.0.1:7000\"]\n\
              [node]\nshards = 2\nlisten_addr = \"127.0.0.1\"\noverflow_policy = \"disconnect\"\n\
-             disconnect_after_ms = 750\n",
+             disconnect_after_ms = 750\nevent_queue_bytes = 1048576\n",
         )
         .unwrap();
         assert_eq!(b.cfg.group_name, "lab");
@@ -418,6 +441,7 @@ mod tests {
             b.opts.event_queue_capacity,
             NodeOptions::default().event_queue_capacity
         );
+        assert_eq!(b.opts.event_queue_bytes, 1 << 20);
         let d = MeshBuilder::from_toml_str("").unwrap();
         assert_eq!(d.opts, NodeOptions::default());
         assert_eq!(d.cfg, MeshConfig::default());

@@ -4,9 +4,14 @@
 //! happens in the mesh (the cores decide what to report).
 //!
 //! Queue policy: one queue bounded to `event_queue_capacity` events, fed only while at least
-//! one [`EventReceiver`] exists. Message events may fill it only up to three quarters; a shard
-//! that finds no room waits (backpressure: it stops reading that link, TCP pushes back on the
-//! sender, whose outbound policy then applies) and counts the wait. Control events (peers,
+//! one [`EventReceiver`] exists. Message events may fill it only up to three quarters, and
+//! their payloads only up to `event_queue_bytes` (a queued payload holds its read buffer, so
+//! a count of events alone would let a slow subscriber pin `capacity` times the largest
+//! message); a shard that finds no room of either kind waits (backpressure: it stops reading
+//! that link, TCP pushes back on the sender, whose outbound policy then applies) and counts
+//! the wait (`event_queue_waits`; also `event_queue_byte_waits` when bytes were the limit).
+//! The byte bound is checked before each admission, so it may be passed by at most one
+//! entry's payload plus one credit chunk per shard. Control events (peers,
 //! members, errors) never wait: they may use the whole queue, and one that finds it full is
 //! dropped and counted (`dropped_event_queue_full`). Order is kept within each class.
 //!
@@ -185,17 +190,25 @@ pub enum Event {
 pub type Callback = Arc<dyn Fn(&Event) + Send + Sync + 'static>;
 
 /// One entry of the queue: a control event alone, or a shard's batch of Message-class events
-/// (with the number of events it holds).
+/// (with the number of events and the payload bytes it holds).
 enum Item {
     One(Event),
-    Batch(Vec<Queued>, usize),
+    Batch(Vec<Queued>, usize, usize),
 }
 
 impl Item {
     fn len(&self) -> usize {
         match self {
             Item::One(_) => 1,
-            Item::Batch(_, n) => *n,
+            Item::Batch(_, n, _) => *n,
+        }
+    }
+
+    /// Payload bytes reserved for it (control events reserve none).
+    fn bytes(&self) -> usize {
+        match self {
+            Item::One(_) => 0,
+            Item::Batch(_, _, b) => *b,
         }
     }
 }
@@ -218,6 +231,23 @@ impl Queued {
             Queued::Run(r) => usize::from(r.samples.count),
         }
     }
+
+    /// Payload bytes it holds (see [`payload_bytes`]).
+    fn bytes(&self) -> usize {
+        match self {
+            Queued::Ev(ev) => payload_bytes(ev),
+            Queued::Run(r) => r.samples.body.len(),
+        }
+    }
+}
+
+/// Bytes an event counts against `event_queue_bytes`: its payload (Message and Sample events;
+/// the others carry no buffer worth counting).
+fn payload_bytes(ev: &Event) -> usize {
+    match ev {
+        Event::Message { payload, .. } | Event::Sample { payload, .. } => payload.len(),
+        _ => 0,
+    }
 }
 
 /// A shard's Message events admitted to the queue (their room is reserved) but not handed
@@ -233,7 +263,11 @@ pub(crate) struct Outbox {
     events: RefCell<Vec<Queued>>,
     /// Events `events` stands for (a run counts each of its samples).
     held: Cell<usize>,
+    /// Payload bytes `events` holds.
+    held_bytes: Cell<usize>,
     credit: Cell<usize>,
+    /// Payload bytes reserved ahead, as `credit` is for events.
+    byte_credit: Cell<usize>,
     /// Length of the last batch handed over: the next batch's allocation, so it is not
     /// regrown (and copied) from empty on every read.
     last_len: Cell<usize>,
@@ -242,7 +276,7 @@ pub(crate) struct Outbox {
 impl Outbox {
     /// Queues one event whose room [`EventHub::message_room`] took.
     #[inline]
-    pub(crate) fn push(&self, ev: Event) {
+    fn push(&self, ev: Event) {
         self.events.borrow_mut().push(Queued::Ev(ev));
         self.held.set(self.held.get() + 1);
     }
@@ -272,6 +306,8 @@ pub(crate) enum Room {
 
 /// Most room a shard reserves ahead for its outbox in one atomic update.
 const CREDIT_CHUNK: usize = 64;
+/// Payload bytes a shard reserves ahead at least, in one atomic update.
+const BYTE_CREDIT_CHUNK: usize = 64 * 1024;
 
 /// The node's side of event delivery, shared by every executor.
 pub(crate) struct EventHub {
@@ -282,6 +318,10 @@ pub(crate) struct EventHub {
     /// above the queue's capacity in entries, so the queue never runs out of entries.
     events: AtomicUsize,
     message_limit: usize,
+    /// Payload bytes reserved (queued or in an outbox, credit included), against
+    /// `bytes_limit`.
+    bytes: AtomicUsize,
+    bytes_limit: usize,
     ready: Signal,
     room: Signal,
     closed: AtomicBool,
@@ -298,7 +338,9 @@ pub(crate) struct EventHub {
 }
 
 impl EventHub {
-    pub(crate) fn new(capacity: usize, callbacks: Vec<Callback>) -> EventHub {
+    /// A hub of `capacity` events whose Message events hold at most about `bytes` of
+    /// payload (see the module docs).
+    pub(crate) fn new(capacity: usize, bytes: usize, callbacks: Vec<Callback>) -> EventHub {
         let capacity = capacity.max(4);
         EventHub {
             callbacks,
@@ -306,6 +348,8 @@ impl EventHub {
             queue: ArrayQueue::new(capacity),
             events: AtomicUsize::new(0),
             message_limit: (capacity * 3 / 4).max(1),
+            bytes: AtomicUsize::new(0),
+            bytes_limit: bytes.max(1),
             ready: Signal::new(),
             room: Signal::new(),
             closed: AtomicBool::new(false),
@@ -358,12 +402,47 @@ impl EventHub {
         }
     }
 
-    /// Gives back the room of `n` events taken out of the queue (or discarded).
-    fn release(&self, n: usize) {
+    /// Gives back the room of `n` events holding `bytes` of payload, taken out of the queue
+    /// (or discarded, or credit unused).
+    fn release(&self, n: usize, bytes: usize) {
+        if bytes > 0 {
+            self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        }
         if n > 0 {
             self.events.fetch_sub(n, Ordering::AcqRel);
-            self.room.notify(n);
         }
+        if n > 0 || bytes > 0 {
+            self.room.notify(n.max(1));
+        }
+    }
+
+    /// Takes `want` payload bytes for `outbox`: from its credit, or from the shared count
+    /// while that is below the limit (in chunks, so a shard pays one atomic update per
+    /// chunk). False when the limit is reached: nothing taken.
+    fn reserve_bytes(&self, outbox: &Outbox, want: usize) -> bool {
+        let credit = outbox.byte_credit.get();
+        if credit >= want {
+            outbox.byte_credit.set(credit - want);
+            return true;
+        }
+        let chunk = (want - credit).max(BYTE_CREDIT_CHUNK);
+        let limit = self.bytes_limit;
+        let got = self
+            .bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                (b < limit).then(|| b + chunk)
+            });
+        if got.is_err() {
+            return false;
+        }
+        outbox.byte_credit.set(credit + chunk - want);
+        true
+    }
+
+    /// True while Message events have room of both kinds.
+    fn message_room_left(&self) -> bool {
+        self.events.load(Ordering::Acquire) < self.message_limit
+            && self.bytes.load(Ordering::Acquire) < self.bytes_limit
     }
 
     /// A peer/member/error event: never waits; dropped and counted when the queue is full.
@@ -395,7 +474,7 @@ impl EventHub {
             self.ready.notify(1);
         } else {
             // Unreachable while `events` bounds the slots; counted rather than trusted.
-            self.release(1);
+            self.release(1, 0);
             self.dropped_control(connected, counters);
         }
     }
@@ -422,7 +501,7 @@ impl EventHub {
     /// The caller hands its outbox over once per batch with [`EventHub::wake_receivers`] (and
     /// must do so before it parks).
     pub(crate) fn try_queue_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
-        match self.message_room(outbox) {
+        match self.message_room(outbox, payload_bytes(&ev)) {
             Room::Discard => Ok(()),
             Room::Full => Err(ev),
             Room::Queue => {
@@ -432,14 +511,15 @@ impl EventHub {
         }
     }
 
-    /// Whether one more Message event can go into `outbox` now ([`Room::Queue`], its room
-    /// taken), must wait ([`Room::Full`]) or has nobody to go to ([`Room::Discard`]): the
+    /// Whether one more Message event, holding `bytes` of payload, can go into `outbox` now
+    /// ([`Room::Queue`], its room taken), must wait ([`Room::Full`]) or has nobody to go to
+    /// ([`Room::Discard`]): the
     /// first half of [`EventHub::try_queue_message`], for a caller that then builds the
     /// event where it is queued ([`Outbox::push_message`], the delivery sink): an event
     /// built on the sink's stack and moved into the outbox was read back with loads wider
     /// than its stores, a stall that was most of the sink's own time at 64 B.
     #[inline]
-    pub(crate) fn message_room(&self, outbox: &Outbox) -> Room {
+    pub(crate) fn message_room(&self, outbox: &Outbox, bytes: usize) -> Room {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
             return Room::Discard;
         }
@@ -450,7 +530,13 @@ impl EventHub {
                 return Room::Full;
             }
         }
+        if !self.reserve_bytes(outbox, bytes) {
+            // The event room taken stays this outbox's credit.
+            outbox.credit.set(credit);
+            return Room::Full;
+        }
         outbox.credit.set(credit - 1);
+        outbox.held_bytes.set(outbox.held_bytes.get() + bytes);
         Room::Queue
     }
 
@@ -476,18 +562,27 @@ impl EventHub {
             credit += got;
         }
         let take = credit.min(need);
-        outbox.credit.set(credit - take);
-        if take == 0 {
+        // The whole run's bytes are taken; what a cut leaves over stays credit.
+        let bytes = run.samples.body.len();
+        if take == 0 || !self.reserve_bytes(outbox, bytes) {
+            outbox.credit.set(credit);
             return Err(run);
         }
+        outbox.credit.set(credit - take);
         outbox.held.set(outbox.held.get() + take);
         let mut v = outbox.events.borrow_mut();
         if take == need {
+            outbox.held_bytes.set(outbox.held_bytes.get() + bytes);
             v.push(Queued::Run(run));
             return Ok(());
         }
         // `take < need <= u16::MAX`.
         let (head, rest) = run.split_at(take as u16);
+        let head_bytes = head.samples.body.len();
+        outbox.held_bytes.set(outbox.held_bytes.get() + head_bytes);
+        outbox
+            .byte_credit
+            .set(outbox.byte_credit.get() + (bytes - head_bytes));
         v.push(Queued::Run(head));
         Err(rest)
     }
@@ -512,15 +607,16 @@ impl EventHub {
             // The receivers must get what is reserved, or they may never make room.
             self.wake_receivers(outbox);
             let listener = self.room.listen();
-            if self.events.load(Ordering::Acquire) < self.message_limit
-                || !self.subscribed()
-                || self.closed.load(Ordering::Acquire)
+            if self.message_room_left() || !self.subscribed() || self.closed.load(Ordering::Acquire)
             {
                 continue;
             }
             if !waited {
                 waited = true;
                 inc(&counters.event_queue_waits);
+                if self.bytes.load(Ordering::Acquire) >= self.bytes_limit {
+                    inc(&counters.event_queue_byte_waits);
+                }
                 on_wait(true);
             }
             listener.await;
@@ -533,7 +629,7 @@ impl EventHub {
     /// Hands `outbox` to the receivers as one queue entry and wakes them.
     pub(crate) fn wake_receivers(&self, outbox: &Outbox) {
         // Room reserved ahead but not used goes back first: another shard may be waiting.
-        self.release(outbox.credit.replace(0));
+        self.release(outbox.credit.replace(0), outbox.byte_credit.replace(0));
         let batch = {
             let mut v = outbox.events.borrow_mut();
             if v.is_empty() {
@@ -544,18 +640,19 @@ impl EventHub {
         };
         outbox.last_len.set(batch.len());
         let n = outbox.held.replace(0);
+        let bytes = outbox.held_bytes.replace(0);
         if !self.subscribed() {
             // The last receiver left (it emptied the queue): nobody will read these.
-            self.release(n);
+            self.release(n, bytes);
             return;
         }
-        match self.queue.push(Item::Batch(batch, n)) {
+        match self.queue.push(Item::Batch(batch, n, bytes)) {
             Ok(()) => {
                 self.ready.notify(n);
             }
             // Unreachable: every entry holds at least one reserved event, and at most
             // `capacity` are reserved.
-            Err(_) => self.release(n),
+            Err(_) => self.release(n, bytes),
         }
     }
 

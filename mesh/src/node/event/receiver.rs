@@ -154,15 +154,16 @@ impl EventReceiver {
                     return None;
                 }
                 let n = spill.iter().map(Queued::events).sum();
-                Item::Batch(spill, n)
+                let bytes = spill.iter().map(Queued::bytes).sum();
+                Item::Batch(spill, n, bytes)
             }
         };
         // The whole entry leaves the queue now: its room goes back at once (a receiver holds
         // at most one batch beyond the queue's bound).
-        self.hub.release(item.len());
+        self.hub.release(item.len(), item.bytes());
         match item {
             Item::One(ev) => Some(Some(ev)),
-            Item::Batch(v, _) => {
+            Item::Batch(v, _, _) => {
                 self.batch = v.into_iter();
                 Some(None)
             }
@@ -303,18 +304,22 @@ impl Drop for EventReceiver {
             // Nobody listens any more: what is queued is dropped, as events raised from now
             // on are not queued at all.
             while let Some(item) = self.hub.queue.pop() {
-                self.hub.release(item.len());
+                self.hub.release(item.len(), item.bytes());
             }
-            let spilled: usize = self.hub.take_spill().iter().map(Queued::events).sum();
-            self.hub.release(spilled);
+            let spill = self.hub.take_spill();
+            let n = spill.iter().map(Queued::events).sum();
+            self.hub.release(n, spill.iter().map(Queued::bytes).sum());
             self.hub.room.notify(usize::MAX);
         } else if !rest.is_empty() {
             // Another receiver gets what this one took but did not hand out. Its room was
             // given back when the batch was taken, so it is taken again, past the bound if
             // need be (by at most one batch): these events were admitted once already.
             let n = rest.iter().map(Queued::events).sum();
+            let bytes = rest.iter().map(Queued::bytes).sum();
             self.hub.events.fetch_add(n, Ordering::AcqRel);
-            if let Err(Item::Batch(rest, _)) = self.hub.queue.push(Item::Batch(rest, n)) {
+            self.hub.bytes.fetch_add(bytes, Ordering::AcqRel);
+            let item = Item::Batch(rest, n, bytes);
+            if let Err(Item::Batch(rest, _, _)) = self.hub.queue.push(item) {
                 // No free entry (every one holds reserved events): kept aside, not lost.
                 self.hub
                     .spill

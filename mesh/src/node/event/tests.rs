@@ -42,7 +42,7 @@ fn message(n: u8) -> Event {
 
 #[test]
 fn nothing_is_queued_without_a_receiver_and_overflow_is_counted() {
-    let hub = Arc::new(EventHub::new(4, Vec::new()));
+    let hub = Arc::new(EventHub::new(4, 1 << 30, Vec::new()));
     let c = Counters::default();
     hub.emit_control(joined(1), &c);
     let mut rx = EventReceiver::new(hub.clone());
@@ -68,7 +68,7 @@ fn a_disconnect_whose_connect_was_dropped_is_dropped_too() {
         let seen = seen.clone();
         Arc::new(move |e: &Event| seen.lock().unwrap().push(e.clone()))
     };
-    let hub = Arc::new(EventHub::new(4, vec![cb]));
+    let hub = Arc::new(EventHub::new(4, 1 << 30, vec![cb]));
     let c = Counters::default();
     let mut rx = EventReceiver::new(hub.clone());
     for n in 0..4 {
@@ -101,7 +101,7 @@ fn a_disconnect_whose_connect_was_dropped_is_dropped_too() {
 
 #[test]
 fn messages_wait_for_room_below_three_quarters_and_control_events_pass() {
-    let hub = Arc::new(EventHub::new(4, Vec::new()));
+    let hub = Arc::new(EventHub::new(4, 1 << 30, Vec::new()));
     let c = Counters::default();
     let mut rx = EventReceiver::new(hub.clone());
     let mut cx = Context::from_waker(Waker::noop());
@@ -139,7 +139,7 @@ fn messages_wait_for_room_below_three_quarters_and_control_events_pass() {
 
 #[test]
 fn a_closed_hub_never_makes_a_shard_wait() {
-    let hub = Arc::new(EventHub::new(4, Vec::new()));
+    let hub = Arc::new(EventHub::new(4, 1 << 30, Vec::new()));
     let c = Counters::default();
     let _rx = EventReceiver::new(hub.clone());
     hub.close();
@@ -153,7 +153,7 @@ fn a_closed_hub_never_makes_a_shard_wait() {
 
 #[test]
 fn receivers_are_woken_once_per_batch_and_always_before_a_wait() {
-    let hub = Arc::new(EventHub::new(8, Vec::new()));
+    let hub = Arc::new(EventHub::new(8, 1 << 30, Vec::new()));
     let c = Counters::default();
     let mut rx = EventReceiver::new(hub.clone());
     let mut cx = Context::from_waker(Waker::noop());
@@ -193,7 +193,7 @@ fn receivers_are_woken_once_per_batch_and_always_before_a_wait() {
 #[test]
 fn room_reserved_ahead_stays_within_the_limit_and_returns_with_the_batch() {
     // Capacity 200: the message limit is 150, more than one chunk of credit.
-    let hub = Arc::new(EventHub::new(200, Vec::new()));
+    let hub = Arc::new(EventHub::new(200, 1 << 30, Vec::new()));
     let mut rx = EventReceiver::new(hub.clone());
     let (one, two) = (Outbox::default(), Outbox::default());
     assert!(hub.try_emit_message(message(0), &one).is_ok());
@@ -235,7 +235,7 @@ fn room_reserved_ahead_stays_within_the_limit_and_returns_with_the_batch() {
 
 #[test]
 fn a_batch_is_one_entry_and_a_dropped_clone_hands_its_rest_on() {
-    let hub = Arc::new(EventHub::new(16, Vec::new()));
+    let hub = Arc::new(EventHub::new(16, 1 << 30, Vec::new()));
     let c = Counters::default();
     let mut a = EventReceiver::new(hub.clone());
     let mut b = a.clone();
@@ -262,7 +262,7 @@ fn a_batch_is_one_entry_and_a_dropped_clone_hands_its_rest_on() {
 
 #[test]
 fn a_dropped_clone_never_loses_events_even_when_the_queue_is_full() {
-    let hub = Arc::new(EventHub::new(4, Vec::new()));
+    let hub = Arc::new(EventHub::new(4, 1 << 30, Vec::new()));
     let c = Counters::default();
     let mut a = EventReceiver::new(hub.clone());
     let mut b = a.clone();
@@ -304,7 +304,7 @@ fn sample(seq: u64) -> Event {
 
 #[test]
 fn a_run_is_one_entry_and_the_receiver_hands_out_one_sample_event_per_sample_in_order() {
-    let hub = Arc::new(EventHub::new(64, Vec::new()));
+    let hub = Arc::new(EventHub::new(64, 1 << 30, Vec::new()));
     let mut rx = EventReceiver::new(hub.clone());
     let outbox = Outbox::default();
     assert!(hub.try_queue_run(run(1, 3), &outbox).is_ok());
@@ -338,7 +338,7 @@ fn a_run_is_one_entry_and_the_receiver_hands_out_one_sample_event_per_sample_in_
 #[test]
 fn a_run_larger_than_the_room_left_is_queued_in_part_and_the_rest_given_back() {
     // Capacity 8: the message share is 6.
-    let hub = Arc::new(EventHub::new(8, Vec::new()));
+    let hub = Arc::new(EventHub::new(8, 1 << 30, Vec::new()));
     let mut rx = EventReceiver::new(hub.clone());
     let outbox = Outbox::default();
     let rest = hub.try_queue_run(run(1, 10), &outbox).unwrap_err();
@@ -353,11 +353,16 @@ fn a_run_larger_than_the_room_left_is_queued_in_part_and_the_rest_given_back() {
         })
         .collect();
     assert_eq!(got, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(
+        hub.bytes.load(Ordering::Relaxed),
+        0,
+        "the cut run's bytes went back"
+    );
 }
 
 #[test]
 fn a_receiver_dropped_inside_a_run_hands_the_rest_of_it_on() {
-    let hub = Arc::new(EventHub::new(16, Vec::new()));
+    let hub = Arc::new(EventHub::new(16, 1 << 30, Vec::new()));
     let mut a = EventReceiver::new(hub.clone());
     let mut b = a.clone();
     let outbox = Outbox::default();
@@ -369,13 +374,20 @@ fn a_receiver_dropped_inside_a_run_hands_the_rest_of_it_on() {
     let rest: Vec<Event> = std::iter::from_fn(|| b.try_recv()).collect();
     assert_eq!(rest, vec![sample(2), sample(3), sample(4), message(3)]);
     assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        hub.bytes.load(Ordering::Relaxed),
+        0,
+        "bytes handed on and back"
+    );
 }
 
 /// A receiver of a spinning node picks up an event raised while it polls, never polls past
 /// its timeout, and stops polling once the node closed.
 #[test]
 fn a_spinning_receive_takes_what_comes_and_keeps_to_its_timeout_and_the_close() {
-    let hub = Arc::new(EventHub::new(16, Vec::new()).with_receive_spin(Duration::from_secs(600)));
+    let hub = Arc::new(
+        EventHub::new(16, 1 << 30, Vec::new()).with_receive_spin(Duration::from_secs(600)),
+    );
     let c = Counters::default();
     let mut rx = EventReceiver::new(hub.clone());
     // Raised by another thread, before or while this one polls.
@@ -409,7 +421,7 @@ fn a_spinning_receive_takes_what_comes_and_keeps_to_its_timeout_and_the_close() 
 /// what the plain receive hands out.
 #[test]
 fn a_batch_receive_hands_runs_out_whole_in_the_events_order() {
-    let hub = Arc::new(EventHub::new(64, Vec::new()));
+    let hub = Arc::new(EventHub::new(64, 1 << 30, Vec::new()));
     let mut rx = EventReceiver::new(hub.clone());
     let outbox = Outbox::default();
     assert!(hub.try_queue_run(run(1, 3), &outbox).is_ok());
@@ -442,4 +454,63 @@ fn a_batch_receive_hands_runs_out_whole_in_the_events_order() {
     );
     assert_eq!(rx.try_recv_batch(), None);
     assert_eq!(hub.events.load(Ordering::Relaxed), 0, "all room given back");
+}
+
+/// A slow receiver holds payloads up to the byte ceiling, not up to the event count: 100 KiB
+/// messages wait once 256 KiB are queued although the count has room for 765 more, and a
+/// run is held back whole; taking the queued batch gives the room back.
+#[test]
+fn queued_payloads_are_bounded_in_bytes_as_well_as_in_events() {
+    let hub = Arc::new(EventHub::new(1024, 256 << 10, Vec::new()));
+    let c = Counters::default();
+    let mut rx = EventReceiver::new(hub.clone());
+    let mut cx = Context::from_waker(Waker::noop());
+    let outbox = Outbox::default();
+    let big = |n: u8| Event::Message {
+        from: PeerId([n; 16]),
+        payload: Bytes::from(vec![n; 100 << 10]),
+        broadcast: true,
+    };
+    for n in 0..3 {
+        assert!(
+            hub.try_emit_message(big(n), &outbox).is_ok(),
+            "below the ceiling"
+        );
+    }
+    assert!(
+        hub.try_emit_message(big(3), &outbox).is_err(),
+        "at the ceiling"
+    );
+    assert!(
+        hub.try_queue_run(run(1, 4), &outbox).is_err(),
+        "a run waits too"
+    );
+    assert!(
+        hub.try_emit_message(message(7), &outbox).is_err(),
+        "a small message as well"
+    );
+    {
+        let mut f = std::pin::pin!(hub.emit_message(big(3), &c, &outbox, |_| {}));
+        assert!(f.as_mut().poll(&mut cx).is_pending(), "waits for bytes");
+        assert_eq!(
+            rx.try_recv(),
+            Some(big(0)),
+            "the wait handed the outbox over"
+        );
+        assert!(
+            f.as_mut().poll(&mut cx).is_ready(),
+            "room once the batch is taken"
+        );
+    }
+    let s = c.snapshot();
+    assert_eq!((s.event_queue_waits, s.event_queue_byte_waits), (1, 1));
+    hub.wake_receivers(&outbox);
+    let rest: Vec<Event> = std::iter::from_fn(|| rx.try_recv()).collect();
+    assert_eq!(rest, vec![big(1), big(2), big(3)]);
+    assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        hub.bytes.load(Ordering::Relaxed),
+        0,
+        "every byte given back"
+    );
 }

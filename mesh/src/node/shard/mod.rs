@@ -159,7 +159,7 @@ impl DeliverySink for HubSink {
             return Err(d);
         }
         // The event is built where it is queued (see `EventHub::message_room`).
-        match hub.message_room(&self.outbox) {
+        match hub.message_room(&self.outbox, d.payload.len()) {
             Room::Discard => Ok(()),
             Room::Full => {
                 self.refused = true;
