@@ -74,6 +74,13 @@ impl Relay {
                     continue;
                 };
                 s.lock().unwrap_or_else(|e| e.into_inner()).extend([i2, o2]);
+                // A cut between the check above and the registration did not see these two:
+                // without this, the connection would outlive the cut and carry the gap.
+                if c.load(Ordering::Acquire) {
+                    let _ = inbound.shutdown(Shutdown::Both);
+                    let _ = outbound.shutdown(Shutdown::Both);
+                    continue;
+                }
                 pump(&inbound, &outbound);
                 pump(&outbound, &inbound);
             }

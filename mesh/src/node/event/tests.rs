@@ -513,4 +513,17 @@ fn queued_payloads_are_bounded_in_bytes_as_well_as_in_events() {
         0,
         "every byte given back"
     );
+    // A message larger than the whole ceiling still passes an empty queue (never a wait
+    // that nothing can end), and only one at a time.
+    let small = Arc::new(EventHub::new(1024, 10 << 10, Vec::new()));
+    let _rx = EventReceiver::new(small.clone());
+    let outbox = Outbox::default();
+    assert!(
+        small.try_emit_message(big(4), &outbox).is_ok(),
+        "alone: admitted"
+    );
+    assert!(
+        small.try_emit_message(big(5), &outbox).is_err(),
+        "then: wait"
+    );
 }
