@@ -1,0 +1,125 @@
+//! `bench`: Shoal against raw TCP, PSK against plaintext, topics, reliable topics.
+
+use super::{check_size, emit_json, ms, MainError, Output};
+use crate::demo::LocalRun;
+use crate::shoal::NodeArgs;
+use crate::traffic::Shape;
+use crate::{bench, repair_bench, topic_bench};
+use clap::Args;
+
+/// `bench`'s arguments.
+#[derive(Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// Payload sizes, bytes.
+    #[arg(long, value_delimiter = ',', default_value = "64,1024")]
+    sizes: Vec<usize>,
+    /// Measured time per run, ms.
+    #[arg(long, default_value_t = 2000)]
+    duration_ms: u64,
+    /// Warm-up per run, ms.
+    #[arg(long, default_value_t = 500)]
+    warmup_ms: u64,
+    /// Publisher batch size, bytes (0 = one call per message; see `pub --help`).
+    #[arg(long, default_value_t = shoal_mesh::node::DEFAULT_BATCH_BYTES)]
+    batch_bytes: usize,
+    /// Data shards per node.
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
+    /// Run the Shoal side secured with this pre-shared key (raw TCP stays plain).
+    #[arg(long)]
+    psk: Option<String>,
+    /// Instead of Shoal vs raw TCP: Shoal with a PSK vs plaintext Shoal per size, with the
+    /// PSK/plain ratio (the key is `--psk`, or a fixed one).
+    #[arg(long)]
+    compare_psk: bool,
+    /// Instead of Shoal vs raw TCP: per size, broadcast A→B, topic samples A→B (one writer,
+    /// one matched reader) and bare TCP of `u32 length | payload` (raw-lp), interleaved, with
+    /// topic/broadcast and topic/raw-lp; then a fan-out to readers on `--fanout` nodes.
+    #[arg(long, conflicts_with = "compare_psk")]
+    topics: bool,
+    /// Instead of Shoal vs raw TCP: per size, best-effort topic samples A→B then reliable
+    /// ones (a reliable keep-all writer, a reliable reader), with reliable/best-effort and
+    /// the reader node's acknowledgement bytes per sample.
+    #[arg(long, conflicts_with_all = ["compare_psk", "topics"])]
+    reliable: bool,
+    /// With --reliable: then the repair part, a gap of this many samples written while the
+    /// link is cut, timed from the heal to the reader complete (0 = no repair part).
+    #[arg(long, default_value_t = 10_000)]
+    repair_gap: u64,
+    /// With --topics: reader nodes of the fan-out run (0 = none).
+    #[arg(long, default_value_t = 3)]
+    fanout: usize,
+    #[command(flatten)]
+    out: Output,
+}
+
+/// Runs the comparison `a` asks for and prints its table.
+pub(crate) fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
+    for &s in &a.sizes {
+        check_size(s)?;
+    }
+    let mut node = NodeArgs::loopback();
+    node.shards = a.shards;
+    node.batch_bytes = a.batch_bytes;
+    node.psk = a.psk.clone();
+    let template = LocalRun {
+        nodes: 2,
+        shape: Shape {
+            size: 64,
+            size_max: 64,
+            rate: 0.0,
+            duration: ms(a.duration_ms),
+            warmup: ms(a.warmup_ms),
+        },
+        node,
+        quiet: a.out.quiet || a.out.json,
+        mode: "bench",
+    };
+    if a.compare_psk {
+        let psk = a.psk.as_deref().unwrap_or("shoal-bench-psk");
+        let rows = bench::compare_psk(&template, &a.sizes, psk)?;
+        if a.out.json {
+            return emit_json(&rows);
+        }
+        bench::print_psk_table(&rows);
+        return Ok(());
+    }
+    if a.reliable {
+        let rows = topic_bench::compare_reliable(&template, &a.sizes)?;
+        let repair = if a.repair_gap > 0 {
+            Some(repair_bench::run(&template.node, a.repair_gap, 64)?)
+        } else {
+            None
+        };
+        if a.out.json {
+            #[derive(serde::Serialize)]
+            struct Reliable<'a> {
+                sizes: &'a [topic_bench::ReliableComparison],
+                repair: Option<repair_bench::RepairReport>,
+            }
+            return emit_json(&Reliable {
+                sizes: &rows,
+                repair,
+            });
+        }
+        topic_bench::print_reliable_table(&rows);
+        if let Some(r) = &repair {
+            repair_bench::print(r);
+        }
+        return Ok(());
+    }
+    if a.topics {
+        let rows = topic_bench::compare(&template, &a.sizes, a.fanout)?;
+        if a.out.json {
+            return emit_json(&rows);
+        }
+        topic_bench::print_table(&rows);
+        return Ok(());
+    }
+    let rows = bench::compare(&template, &a.sizes)?;
+    if a.out.json {
+        return emit_json(&rows);
+    }
+    bench::print_table(&rows);
+    Ok(())
+}
