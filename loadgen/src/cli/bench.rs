@@ -1,9 +1,8 @@
 //! `bench`: Shoal against raw TCP, PSK against plaintext, topics, reliable topics.
 
-use super::{check_size, emit_json, ms, MainError, Output};
+use super::{check_size, emit_json, fixed_shape, MainError, Output};
 use crate::demo::LocalRun;
 use crate::shoal::NodeArgs;
-use crate::traffic::Shape;
 use crate::{bench, repair_bench, topic_bench};
 use clap::Args;
 
@@ -64,13 +63,7 @@ pub(crate) fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
     node.psk = a.psk.clone();
     let template = LocalRun {
         nodes: 2,
-        shape: Shape {
-            size: 64,
-            size_max: 64,
-            rate: 0.0,
-            duration: ms(a.duration_ms),
-            warmup: ms(a.warmup_ms),
-        },
+        shape: fixed_shape(64, 0.0, a.duration_ms, a.warmup_ms),
         node,
         quiet: a.out.quiet || a.out.json,
         mode: "bench",

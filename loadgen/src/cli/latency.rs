@@ -1,9 +1,8 @@
 //! `latency`, `ping`, `pong` and `chart`: round trips and one-way latency, their
 //! histograms and charts.
 
-use super::{check_size, emit_json, ms, write_file, MainError, Output};
+use super::{check_size, emit_json, fixed_shape, ms, write_file, MainError, Output};
 use crate::shoal::NodeArgs;
-use crate::traffic::Shape;
 use crate::{chart, latency, latency_inline, pingpong, plot};
 use clap::Args;
 use std::net::SocketAddr;
@@ -124,13 +123,7 @@ pub(crate) fn latency_cmd(a: LatencyArgs) -> Result<(), MainError> {
     node.spin_us = a.spin_us;
     let settings = latency::Settings {
         mode: a.mode,
-        shape: Shape {
-            size: a.size,
-            size_max: a.size,
-            rate: a.rate,
-            duration: ms(a.duration_ms),
-            warmup: ms(a.warmup_ms),
-        },
+        shape: fixed_shape(a.size, a.rate, a.duration_ms, a.warmup_ms),
         node,
         quiet: a.out.quiet || a.out.json,
     };
@@ -273,13 +266,7 @@ fn pingpong_run(a: &PingPongArgs) -> Result<pingpong::PingPongRun, MainError> {
     Ok(pingpong::PingPongRun {
         settings: latency::Settings {
             mode: latency::Mode::PingPong,
-            shape: Shape {
-                size: a.size,
-                size_max: a.size,
-                rate: a.rate,
-                duration: ms(a.duration_ms),
-                warmup: ms(a.warmup_ms),
-            },
+            shape: fixed_shape(a.size, a.rate, a.duration_ms, a.warmup_ms),
             node: a.node.clone(),
             quiet: a.out.quiet || a.out.json || a.markdown.is_some(),
         },

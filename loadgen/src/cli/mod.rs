@@ -11,6 +11,7 @@ pub(crate) mod latency;
 pub(crate) mod role;
 
 use crate::demo::RunError;
+use crate::traffic::Shape;
 use crate::{chart, plot, stamp};
 use clap::Args;
 use std::path::PathBuf;
@@ -55,6 +56,18 @@ pub(crate) fn check_size(size: usize) -> Result<(), MainError> {
         )));
     }
     Ok(())
+}
+
+/// One payload size, `rate` messages/s (0: as fast as backpressure allows), measured for
+/// `duration_ms` after `warmup_ms`.
+pub(crate) fn fixed_shape(size: usize, rate: f64, duration_ms: u64, warmup_ms: u64) -> Shape {
+    Shape {
+        size,
+        size_max: size,
+        rate,
+        duration: ms(duration_ms),
+        warmup: ms(warmup_ms),
+    }
 }
 
 pub(crate) fn ms(v: u64) -> Duration {

@@ -1,8 +1,7 @@
 //! `pub`, `sub` and `relay`: one node per process.
 
-use super::{check_size, emit_json, ms, MainError, Output};
+use super::{check_size, emit_json, fixed_shape, ms, MainError, Output};
 use crate::shoal::NodeArgs;
-use crate::traffic::Shape;
 use crate::{roles, topics};
 use clap::Args;
 use std::net::SocketAddr;
@@ -57,13 +56,7 @@ pub(crate) fn role(r: roles::Role, a: RoleArgs) -> Result<(), MainError> {
     check_size(a.size)?;
     let run = roles::RoleRun {
         role: r,
-        shape: Shape {
-            size: a.size,
-            size_max: a.size,
-            rate: a.rate,
-            duration: ms(a.duration_ms),
-            warmup: ms(a.warmup_ms),
-        },
+        shape: fixed_shape(a.size, a.rate, a.duration_ms, a.warmup_ms),
         node: a.node,
         wait_peers: a.wait_peers,
         publishers: a.publishers,
