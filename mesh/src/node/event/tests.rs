@@ -527,3 +527,112 @@ fn queued_payloads_are_bounded_in_bytes_as_well_as_in_events() {
         "then: wait"
     );
 }
+
+/// One step a shard or the application takes on the hub, for the property below.
+#[derive(Debug, Clone)]
+enum Op {
+    /// A Message event of this many payload bytes, from shard `0` or `1`.
+    Message(usize, usize),
+    /// A run of this many samples of this many bytes each, from a shard.
+    Run(usize, u16, usize),
+    /// A shard hands its outbox over.
+    Wake(usize),
+    /// A control event.
+    Control,
+    /// Receiver `i` (modulo those alive) takes up to this many events, or runs whole.
+    Take(usize, usize, bool),
+    /// A receiver more (a clone).
+    Clone,
+    /// Receiver `i` (modulo those alive) goes.
+    Drop(usize),
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0usize..2, 0usize..40_000).prop_map(|(s, n)| Op::Message(s, n)),
+        3 => (0usize..2, 1u16..40, 0usize..3_000).prop_map(|(s, c, n)| Op::Run(s, c, n)),
+        3 => (0usize..2).prop_map(Op::Wake),
+        1 => Just(Op::Control),
+        4 => (0usize..4, 1usize..30, any::<bool>()).prop_map(|(i, k, w)| Op::Take(i, k, w)),
+        1 => Just(Op::Clone),
+        1 => (0usize..4).prop_map(Op::Drop),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Whatever shards and receivers do, the payload bytes reserved stay within the ceiling
+    /// plus what the module docs allow (an entry and a credit chunk per shard), and once
+    /// everything is handed over and taken, every event and every byte is given back: a
+    /// leak would hold a node's shards in backpressure for good.
+    #[test]
+    fn event_and_byte_room_always_comes_back(ops in proptest::collection::vec(op(), 1..120)) {
+        const LIMIT: usize = 100_000;
+        let hub = Arc::new(EventHub::new(64, LIMIT, Vec::new()));
+        let c = Counters::default();
+        let outboxes = [Outbox::default(), Outbox::default()];
+        let mut rxs = vec![EventReceiver::new(hub.clone())];
+        let mut largest = 0usize;
+        for op in ops {
+            match op {
+                Op::Message(s, n) => {
+                    largest = largest.max(n);
+                    let ev = Event::Message {
+                        from: PeerId([1; 16]),
+                        payload: Bytes::from(vec![0; n]),
+                        broadcast: true,
+                    };
+                    let _ = hub.try_emit_message(ev, &outboxes[s]);
+                }
+                Op::Run(s, count, each) => {
+                    let payloads = (0..count).map(|_| vec![0u8; each]);
+                    let samples = Samples::new(8, [0xa; 16], 1, payloads).unwrap();
+                    largest = largest.max(samples.body.len());
+                    let run = SampleRun { reader: [0x71; 16], samples };
+                    let _ = hub.try_queue_run(run, &outboxes[s]);
+                }
+                Op::Wake(s) => hub.wake_receivers(&outboxes[s]),
+                Op::Control => hub.emit_control(joined(1), &c),
+                Op::Take(i, k, whole) if !rxs.is_empty() => {
+                    let n = rxs.len();
+                    let rx = &mut rxs[i % n];
+                    for _ in 0..k {
+                        let got = if whole { rx.try_recv_batch().is_some() } else { rx.try_recv().is_some() };
+                        if !got {
+                            break;
+                        }
+                    }
+                }
+                Op::Take(..) => rxs.push(EventReceiver::new(hub.clone())),
+                Op::Clone => match rxs.first() {
+                    Some(rx) => rxs.push(rx.clone()),
+                    None => rxs.push(EventReceiver::new(hub.clone())),
+                },
+                Op::Drop(i) if !rxs.is_empty() => {
+                    let n = rxs.len();
+                    drop(rxs.remove(i % n));
+                }
+                Op::Drop(_) => {}
+            }
+            let bytes = hub.bytes.load(Ordering::Relaxed);
+            // Each receiver may put back one batch it took (past the bound, see its Drop).
+            let slack = 2 * (BYTE_CREDIT_CHUNK + largest) + rxs.len().max(1) * largest;
+            proptest::prop_assert!(bytes <= LIMIT + slack, "{bytes} reserved, limit {LIMIT}");
+        }
+        for o in &outboxes {
+            hub.wake_receivers(o);
+        }
+        for rx in &mut rxs {
+            while rx.try_recv().is_some() {}
+        }
+        // A receiver hands back what it held only when dropped; drain again after that.
+        while rxs.len() > 1 {
+            drop(rxs.pop());
+            while rxs[0].try_recv().is_some() {}
+        }
+        proptest::prop_assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+        proptest::prop_assert_eq!(hub.bytes.load(Ordering::Relaxed), 0);
+    }
+}
