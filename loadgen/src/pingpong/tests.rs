@@ -1,4 +1,7 @@
+use super::pong::{Answer, Pong};
 use super::*;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 #[test]
 fn the_pong_report_round_trips() {
