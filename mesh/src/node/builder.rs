@@ -419,6 +419,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn zero_ceilings_are_refused_at_build() {
+        let e = Mesh::builder().event_queue_bytes(0).build().unwrap_err();
+        assert!(e.to_string().contains("event_queue_bytes"), "{e}");
+        let e = Mesh::builder()
+            .publish_queue_capacity(0)
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("publish_queue_capacity"), "{e}");
+    }
+
+    #[test]
     fn toml_form_sets_mesh_and_node_settings() {
         let b = MeshBuilder::from_toml_str(
             "group_name = \"lab\"\nheartbeat_interval_ms = 250\nstatic_peers = [\"10.0.0.1:7000\"]\n\

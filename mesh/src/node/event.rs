@@ -513,11 +513,10 @@ impl EventHub {
 
     /// Whether one more Message event, holding `bytes` of payload, can go into `outbox` now
     /// ([`Room::Queue`], its room taken), must wait ([`Room::Full`]) or has nobody to go to
-    /// ([`Room::Discard`]): the
-    /// first half of [`EventHub::try_queue_message`], for a caller that then builds the
-    /// event where it is queued ([`Outbox::push_message`], the delivery sink): an event
-    /// built on the sink's stack and moved into the outbox was read back with loads wider
-    /// than its stores, a stall that was most of the sink's own time at 64 B.
+    /// ([`Room::Discard`]): the first half of [`EventHub::try_queue_message`], for a caller
+    /// that then builds the event where it is queued ([`Outbox::push_message`], the delivery
+    /// sink): an event built on the sink's stack and moved into the outbox was read back with
+    /// loads wider than its stores, a stall that was most of the sink's own time at 64 B.
     #[inline]
     pub(crate) fn message_room(&self, outbox: &Outbox, bytes: usize) -> Room {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
