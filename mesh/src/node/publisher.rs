@@ -24,9 +24,17 @@ pub const DEFAULT_BATCH_BYTES: usize = 32 * 1024;
 
 /// Buffers allocated per this many bytes of batches (one allocation serves several batches).
 const ARENA_BATCHES: usize = 4;
-/// Spare blocks a publisher keeps for reuse; in steady state about as many as its blocks in
-/// flight (bounded by the ingress and the links' outbound queues), this caps them besides.
-const SPARE_BLOCKS: usize = 256;
+/// Bytes of spare blocks a publisher keeps for reuse; in steady state about as many as its
+/// blocks in flight (bounded by the ingress and the links' outbound queues), this caps them
+/// besides, as a count of its blocks (see [`spare_blocks`]): 16 MiB, what 256 blocks of 16 KiB
+/// batches were, is what the publisher's 1 KiB rate needed (512 of them gained nothing).
+pub(crate) const SPARE_BYTES: usize = 16 << 20;
+
+/// The spare blocks of [`SPARE_BYTES`] for blocks of `block` bytes (at least 4, at most 256:
+/// a block per message when batching is off).
+pub(crate) fn spare_blocks(block: usize) -> usize {
+    (SPARE_BYTES / block.max(1)).clamp(4, 256)
+}
 
 /// A batching publishing handle for one application thread. Created by
 /// [`Mesh::publisher`]; keeps the node alive like a [`Mesh`] clone.
@@ -133,7 +141,7 @@ impl Publisher {
             count: 0,
             batch_bytes: 0,
             ids,
-            blocks: Recycler::new(SPARE_BLOCKS),
+            blocks: Recycler::new(spare_blocks(DEFAULT_BATCH_BYTES * ARENA_BATCHES)),
         }
         .with_batch_bytes(DEFAULT_BATCH_BYTES)
     }
@@ -145,6 +153,8 @@ impl Publisher {
     pub fn with_batch_bytes(mut self, bytes: usize) -> Publisher {
         let cap = self.mesh.inner.ns.cfg.max_outbound_queue_bytes / 4;
         self.batch_bytes = bytes.min(cap).max(1);
+        self.blocks
+            .set_max(spare_blocks(self.batch_bytes.saturating_mul(ARENA_BATCHES)));
         self
     }
 

@@ -48,6 +48,14 @@ impl Recycler {
         }
     }
 
+    /// Keeps at most `max` spares from now on (the oldest beyond it are let go now).
+    pub(crate) fn set_max(&mut self, max: usize) {
+        self.max = max;
+        while self.spare.len() > max {
+            self.spare.pop_front();
+        }
+    }
+
     /// An empty buffer with room for at least `want` bytes: the oldest spare if its slices
     /// are all gone, or else a new block of `block` bytes (at least `want`).
     pub(crate) fn take(&mut self, want: usize, block: usize) -> BytesMut {
@@ -108,6 +116,30 @@ impl Recycler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spares_are_capped_in_bytes_of_publisher_blocks_and_a_lower_cap_trims_at_once() {
+        use crate::node::publisher::{spare_blocks, SPARE_BYTES};
+        // The default batches (32 KiB, four per block) keep what 256 blocks of 16 KiB
+        // batches kept.
+        assert_eq!(spare_blocks(4 * (32 << 10)) * 4 * (32 << 10), SPARE_BYTES);
+        assert_eq!(spare_blocks(4 * (16 << 10)), 256);
+        assert_eq!(spare_blocks(4), 256, "batching off: a block per message");
+        assert_eq!(spare_blocks(4 * (4 << 20)), 4, "huge batches keep a few");
+        let mut r = Recycler::new(8);
+        let held: Vec<BytesMut> = (0..8).map(|_| r.take(10, 10)).collect();
+        for b in held {
+            r.give(b);
+        }
+        assert_eq!(r.spare.len(), 8);
+        r.set_max(3);
+        assert_eq!(r.spare.len(), 3);
+        let held: Vec<BytesMut> = (0..5).map(|_| r.take(10, 10)).collect();
+        for b in held {
+            r.give(b);
+        }
+        assert_eq!(r.spare.len(), 3, "the new cap holds");
+    }
 
     #[test]
     fn a_block_is_reused_once_its_slices_are_gone_and_not_before() {

@@ -5,7 +5,7 @@
 //! touch:** where samples go (the origin shard routes the batch by the writer's route).
 
 use super::Endpoint;
-use crate::node::publisher::{send_batch, Cancelled, Wait};
+use crate::node::publisher::{send_batch, spare_blocks, Cancelled, Wait};
 use crate::node::recycle::Recycler;
 use crate::node::shard::Publish;
 use crate::node::PublishError;
@@ -20,8 +20,6 @@ use std::time::{Duration, Instant};
 
 /// Buffers allocated per this many bytes of batches (as [`Publisher`](crate::Publisher)).
 const ARENA_BATCHES: usize = 4;
-/// Spare blocks a writer keeps for reuse (as [`Publisher`](crate::Publisher)).
-const SPARE_BLOCKS: usize = 256;
 /// A Samples frame's length field counts everything after the 4-byte length prefix.
 const FRAME_FIXED: usize = SAMPLES_HEADER_LEN - 4;
 
@@ -104,7 +102,9 @@ impl Writer {
             batch_bytes: 0,
             ttl,
             max_frame,
-            blocks: Recycler::new(SPARE_BLOCKS),
+            blocks: Recycler::new(spare_blocks(
+                crate::node::DEFAULT_BATCH_BYTES * ARENA_BATCHES,
+            )),
             credit,
             max_blocking,
         }
@@ -118,6 +118,9 @@ impl Writer {
     pub fn with_batch_bytes(mut self, bytes: usize) -> Writer {
         let cap = self.ep.mesh.inner.ns.cfg.max_outbound_queue_bytes / 4;
         self.batch_bytes = bytes.min(cap).max(1);
+        // Spares bounded in bytes, as a publisher's.
+        self.blocks
+            .set_max(spare_blocks(self.batch_bytes.saturating_mul(ARENA_BATCHES)));
         self
     }
 
