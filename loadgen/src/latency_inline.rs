@@ -14,7 +14,7 @@
 use crate::demo::RunError;
 use crate::latency::{finish, LatencyRun, Settings};
 use crate::latency_hist::Latency;
-use crate::shoal::{wait_for, SetupError};
+use crate::shoal::{wait_for, NodeArgs, SetupError};
 use crate::stamp::{wall_ns, Stamp, STAMP_LEN};
 use crate::traffic::Progress;
 use crate::usage::Usage;
@@ -173,6 +173,17 @@ impl InlinePinger {
         *self.slot.write().expect("slot lock") = Some(mesh.clone());
     }
 
+    /// A node of `node`'s settings whose events go to this pinger, attached (not started).
+    pub fn node(&self, node: &NodeArgs) -> Result<Mesh, SetupError> {
+        let mesh = node
+            .builder()?
+            .on_event(self.callback())
+            .build()
+            .map_err(SetupError::from)?;
+        self.attach(&mesh);
+        Ok(mesh)
+    }
+
     /// Takes the node back from the callback, so it can stop.
     pub fn detach(&self) {
         self.slot.write().expect("slot lock").take();
@@ -278,13 +289,7 @@ pub fn pingpong_shoal_inline(s: &Settings) -> Result<LatencyRun, RunError> {
     }
     let pinger = InlinePinger::new(s.shape.size, |_| {});
     // A: measures the round trip and sends the next ping, on its shard thread.
-    let a = s
-        .node
-        .builder()?
-        .on_event(pinger.callback())
-        .build()
-        .map_err(SetupError::from)?;
-    pinger.attach(&a);
+    let a = pinger.node(&s.node)?;
     let b_slot: Slot = Arc::default();
     let stop = |a: &Mesh, b: Option<&Mesh>| {
         pinger.detach();

@@ -114,13 +114,7 @@ fn ping_inline(r: &PingPongRun) -> Result<LatencyRun, RunError> {
             }
         })
     };
-    let mesh = s
-        .node
-        .builder()?
-        .on_event(pinger.callback())
-        .build()
-        .map_err(SetupError::from)?;
-    pinger.attach(&mesh);
+    let mesh = pinger.node(&s.node)?;
     let mut events = mesh.events();
     let result = (|| {
         mesh.start().map_err(SetupError::from)?;

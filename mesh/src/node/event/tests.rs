@@ -1,7 +1,16 @@
+//! The event queue's tests: the hub's admission and release of room (events and bytes, a
+//! property test of their accounting) and the receiver's hand-out, on one hub without a node.
+//! Length: one subject (the queue both ends share); each test builds its own hub.
+
+use super::hub::{BYTE_CREDIT_CHUNK, CREDIT_CHUNK};
 use super::*;
+use crate::node::stats::Counters;
+use shoal_proto::shard::SampleRun;
 use shoal_proto::wire::Samples;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
@@ -26,6 +35,14 @@ impl EventHub {
     }
 }
 
+/// A byte ceiling out of the way, for the tests that are not about it.
+const NO_BYTE_CEILING: usize = usize::MAX / 2;
+
+/// A hub of `capacity` events, no callbacks, no byte ceiling to speak of.
+fn hub(capacity: usize) -> Arc<EventHub> {
+    Arc::new(EventHub::new(capacity, NO_BYTE_CEILING, Vec::new()))
+}
+
 fn joined(n: u8) -> Event {
     Event::MemberJoined {
         peer: PeerId([n; 16]),
@@ -42,7 +59,7 @@ fn message(n: u8) -> Event {
 
 #[test]
 fn nothing_is_queued_without_a_receiver_and_overflow_is_counted() {
-    let hub = Arc::new(EventHub::new(4, 1 << 30, Vec::new()));
+    let hub = hub(4);
     let c = Counters::default();
     hub.emit_control(joined(1), &c);
     let mut rx = EventReceiver::new(hub.clone());
@@ -68,7 +85,7 @@ fn a_disconnect_whose_connect_was_dropped_is_dropped_too() {
         let seen = seen.clone();
         Arc::new(move |e: &Event| seen.lock().unwrap().push(e.clone()))
     };
-    let hub = Arc::new(EventHub::new(4, 1 << 30, vec![cb]));
+    let hub = Arc::new(EventHub::new(4, NO_BYTE_CEILING, vec![cb]));
     let c = Counters::default();
     let mut rx = EventReceiver::new(hub.clone());
     for n in 0..4 {
@@ -101,7 +118,7 @@ fn a_disconnect_whose_connect_was_dropped_is_dropped_too() {
 
 #[test]
 fn messages_wait_for_room_below_three_quarters_and_control_events_pass() {
-    let hub = Arc::new(EventHub::new(4, 1 << 30, Vec::new()));
+    let hub = hub(4);
     let c = Counters::default();
     let mut rx = EventReceiver::new(hub.clone());
     let mut cx = Context::from_waker(Waker::noop());
@@ -139,7 +156,7 @@ fn messages_wait_for_room_below_three_quarters_and_control_events_pass() {
 
 #[test]
 fn a_closed_hub_never_makes_a_shard_wait() {
-    let hub = Arc::new(EventHub::new(4, 1 << 30, Vec::new()));
+    let hub = hub(4);
     let c = Counters::default();
     let _rx = EventReceiver::new(hub.clone());
     hub.close();
@@ -153,7 +170,7 @@ fn a_closed_hub_never_makes_a_shard_wait() {
 
 #[test]
 fn receivers_are_woken_once_per_batch_and_always_before_a_wait() {
-    let hub = Arc::new(EventHub::new(8, 1 << 30, Vec::new()));
+    let hub = hub(8);
     let c = Counters::default();
     let mut rx = EventReceiver::new(hub.clone());
     let mut cx = Context::from_waker(Waker::noop());
@@ -193,7 +210,7 @@ fn receivers_are_woken_once_per_batch_and_always_before_a_wait() {
 #[test]
 fn room_reserved_ahead_stays_within_the_limit_and_returns_with_the_batch() {
     // Capacity 200: the message limit is 150, more than one chunk of credit.
-    let hub = Arc::new(EventHub::new(200, 1 << 30, Vec::new()));
+    let hub = hub(200);
     let mut rx = EventReceiver::new(hub.clone());
     let (one, two) = (Outbox::default(), Outbox::default());
     assert!(hub.try_emit_message(message(0), &one).is_ok());
@@ -235,7 +252,7 @@ fn room_reserved_ahead_stays_within_the_limit_and_returns_with_the_batch() {
 
 #[test]
 fn a_batch_is_one_entry_and_a_dropped_clone_hands_its_rest_on() {
-    let hub = Arc::new(EventHub::new(16, 1 << 30, Vec::new()));
+    let hub = hub(16);
     let c = Counters::default();
     let mut a = EventReceiver::new(hub.clone());
     let mut b = a.clone();
@@ -262,7 +279,7 @@ fn a_batch_is_one_entry_and_a_dropped_clone_hands_its_rest_on() {
 
 #[test]
 fn a_dropped_clone_never_loses_events_even_when_the_queue_is_full() {
-    let hub = Arc::new(EventHub::new(4, 1 << 30, Vec::new()));
+    let hub = hub(4);
     let c = Counters::default();
     let mut a = EventReceiver::new(hub.clone());
     let mut b = a.clone();
@@ -304,7 +321,7 @@ fn sample(seq: u64) -> Event {
 
 #[test]
 fn a_run_is_one_entry_and_the_receiver_hands_out_one_sample_event_per_sample_in_order() {
-    let hub = Arc::new(EventHub::new(64, 1 << 30, Vec::new()));
+    let hub = hub(64);
     let mut rx = EventReceiver::new(hub.clone());
     let outbox = Outbox::default();
     assert!(hub.try_queue_run(run(1, 3), &outbox).is_ok());
@@ -338,7 +355,7 @@ fn a_run_is_one_entry_and_the_receiver_hands_out_one_sample_event_per_sample_in_
 #[test]
 fn a_run_larger_than_the_room_left_is_queued_in_part_and_the_rest_given_back() {
     // Capacity 8: the message share is 6.
-    let hub = Arc::new(EventHub::new(8, 1 << 30, Vec::new()));
+    let hub = hub(8);
     let mut rx = EventReceiver::new(hub.clone());
     let outbox = Outbox::default();
     let rest = hub.try_queue_run(run(1, 10), &outbox).unwrap_err();
@@ -362,7 +379,7 @@ fn a_run_larger_than_the_room_left_is_queued_in_part_and_the_rest_given_back() {
 
 #[test]
 fn a_receiver_dropped_inside_a_run_hands_the_rest_of_it_on() {
-    let hub = Arc::new(EventHub::new(16, 1 << 30, Vec::new()));
+    let hub = hub(16);
     let mut a = EventReceiver::new(hub.clone());
     let mut b = a.clone();
     let outbox = Outbox::default();
@@ -386,7 +403,7 @@ fn a_receiver_dropped_inside_a_run_hands_the_rest_of_it_on() {
 #[test]
 fn a_spinning_receive_takes_what_comes_and_keeps_to_its_timeout_and_the_close() {
     let hub = Arc::new(
-        EventHub::new(16, 1 << 30, Vec::new()).with_receive_spin(Duration::from_secs(600)),
+        EventHub::new(16, NO_BYTE_CEILING, Vec::new()).with_receive_spin(Duration::from_secs(600)),
     );
     let c = Counters::default();
     let mut rx = EventReceiver::new(hub.clone());
@@ -421,7 +438,7 @@ fn a_spinning_receive_takes_what_comes_and_keeps_to_its_timeout_and_the_close() 
 /// what the plain receive hands out.
 #[test]
 fn a_batch_receive_hands_runs_out_whole_in_the_events_order() {
-    let hub = Arc::new(EventHub::new(64, 1 << 30, Vec::new()));
+    let hub = hub(64);
     let mut rx = EventReceiver::new(hub.clone());
     let outbox = Outbox::default();
     assert!(hub.try_queue_run(run(1, 3), &outbox).is_ok());
