@@ -123,6 +123,66 @@ impl Drop for Child {
 
 /// `sub --topic` in one process, `pub --topic` in another: the reader matches through a
 /// partition pattern and counts the writer's samples, in order, to its end marker.
+/// `bench --config FILE` runs the Shoal nodes with the file's settings (the queue bound of
+/// the memory report is the file's), `--spin-us` runs them spinning, and a file with an
+/// unknown key is refused with its name before anything runs.
+#[test]
+fn bench_takes_mesh_settings_from_a_file_and_a_spin() {
+    let dir = std::env::temp_dir().join(format!("shoal-bench-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let good = dir.join("good.toml");
+    std::fs::write(&good, "max_outbound_queue_bytes = 1048576\n").expect("write settings");
+    let out = Command::new(BIN)
+        .args(["bench", "--topics", "--sizes", "64", "--fanout", "0"])
+        .args([
+            "--duration-ms",
+            "300",
+            "--warmup-ms",
+            "100",
+            "--spin-us",
+            "20",
+        ])
+        .arg("--config")
+        .arg(&good)
+        .arg("--json")
+        .output()
+        .expect("run shoal-loadgen");
+    let v = json_of(out);
+    let row = &v.as_array().expect("one row per size")[0];
+    for leg in ["broadcast", "topic"] {
+        let s = &row[leg];
+        assert!(s["delivered"].as_u64().unwrap_or(0) > 0, "{leg}: {row}");
+        assert_eq!(s["lost"].as_u64(), Some(0), "{leg}: {row}");
+        assert_eq!(
+            s["memory"]["queue_bound"]["max_outbound_queue_bytes"].as_u64(),
+            Some(1 << 20),
+            "{leg}: {row}"
+        );
+    }
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "no_such_setting = 1\n").expect("write settings");
+    let out = Command::new(BIN)
+        .args([
+            "bench", "--topics", "--sizes", "64", "--fanout", "0", "--quiet",
+        ])
+        .arg("--config")
+        .arg(&bad)
+        .output()
+        .expect("run shoal-loadgen");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a bad settings file must fail: {stderr}"
+    );
+    assert!(stderr.contains("no_such_setting"), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "nothing ran: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn pub_and_sub_on_a_topic_in_two_processes() {
     let mut sub = Child(

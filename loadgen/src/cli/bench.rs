@@ -24,6 +24,15 @@ pub(crate) struct BenchArgs {
     /// Data shards per node.
     #[arg(long, default_value_t = 1)]
     shards: usize,
+    /// Keep each node's executors, and a reader waiting for a sample, polling this many
+    /// microseconds before they park (0 = park at once), as the roles' `--spin-us`: more
+    /// throughput at small sizes for a busier CPU; see tuning/README.md.
+    #[arg(long, default_value_t = 0)]
+    spin_us: u64,
+    /// Mesh settings file for the Shoal nodes (TOML, `MeshConfig` keys, as for the roles'
+    /// `--config`); the flags above override it.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
     /// Run the Shoal side secured with this pre-shared key (raw TCP stays plain).
     #[arg(long)]
     psk: Option<String>,
@@ -60,6 +69,8 @@ pub(crate) fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
     let mut node = NodeArgs::loopback();
     node.shards = a.shards;
     node.batch_bytes = a.batch_bytes;
+    node.spin_us = a.spin_us;
+    node.config = a.config.clone();
     node.psk = a.psk.clone();
     let template = LocalRun {
         nodes: 2,
