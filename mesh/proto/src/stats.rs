@@ -114,6 +114,12 @@ counters! {
     /// `topics.max_parked_sample_bytes` meanwhile): matched with no reader this node serves or
     /// relays for, or a writer already removed. One per sample.
     dropped_unrouted_samples,
+    /// Dropped: topic samples that arrived on a link their writer's samples do not come
+    /// from: not from this node's parent in the writer's tree nor from another neighbour
+    /// closer to the writer's node, or claiming one of this node's own writers. Forged runs
+    /// (a stranger's, to poison the per-writer sequence check) and, briefly, copies sent
+    /// along a tree this node does not see yet. One per sample.
+    dropped_wrong_link,
     /// Runs of topic samples held because their writer was not in the shard's route table
     /// yet (routed when a table naming it arrives, else counted in
     /// `dropped_unrouted_samples`).
@@ -134,6 +140,11 @@ counters! {
     /// Reliable topics: reliability frames dropped because no route leads where they go (no
     /// table entry for the writer, no upstream link, no history on the writer's node).
     reliable_unrouted,
+    /// Reliable topics: reliability frames dropped because they came on a link they do not
+    /// travel: a Heartbeat, Repair or Gap not from where the writer's samples come (see
+    /// `dropped_wrong_link`), an AckNack not from a link of the writer's route toward its
+    /// readers.
+    reliable_wrong_link,
     /// Reliable topics: samples a writer's history dropped because their lifespan ended
     /// (neither repaired nor handed to a late joiner afterwards: asked for, they get a Gap).
     samples_expired,

@@ -374,6 +374,9 @@ impl ShardCore {
     ) {
         let table = self.sample_routes.take();
         match table.as_deref().and_then(|t| t.get(f.writer())) {
+            Some(route) if !comes_its_way(route, from, &f) => {
+                inc(&self.counters.reliable_wrong_link)
+            }
             Some(route) => self.route_reliable_on(route, from, f, now, out),
             None => inc(&self.counters.reliable_unrouted),
         }
@@ -658,6 +661,21 @@ fn encode(f: &Frame, counters: &crate::stats::Counters) -> Option<Bytes> {
         Err(_) => {
             inc(&counters.oversize_frames);
             None
+        }
+    }
+}
+
+/// True when `f`, read on `from`, travels the way its kind does for `route`'s writer: an
+/// AckNack comes up from one of the route's links toward its readers; a Heartbeat, Repair or
+/// Gap comes down from where the writer's samples come ([`WriterRoute::accept_from`]; never
+/// in on a link for a local writer). Anything else is a forgery or a copy along a tree this
+/// node does not see yet: a stranger's Gap would make a reader skip samples it can still
+/// get, its AckNack release history a reader still needs.
+fn comes_its_way(route: &WriterRoute, from: LinkId, f: &RelFrame) -> bool {
+    match f {
+        RelFrame::AckNack(_) => route.links.binary_search(&from).is_ok(),
+        RelFrame::Heartbeat(_) | RelFrame::Repair(_) | RelFrame::Gap(_) => {
+            !route.local && route.accepts_from(from)
         }
     }
 }

@@ -50,6 +50,19 @@ pub struct WriterRoute {
     /// directional rule: requests use the writer's address). `None` for a local writer, or
     /// when no capable link leads there.
     pub upstream: Option<LinkId>,
+    /// For another node's writer: the links its samples and down-tree reliability frames are
+    /// taken from (anything else is dropped, counted): `upstream` and every other link to a
+    /// neighbour closer to the writer's node than this node is in the writer's tree, or the
+    /// direct link to the writer's node when this node's view does not reach it yet. The
+    /// closer neighbours cover views that differ while a link changes (a copy along the tree
+    /// another node already sees is taken, the sequence check drops it if it is one); a
+    /// neighbour no closer than this node never sends a writer's samples here in agreeing
+    /// views, so a run from one is a forgery (a stranger's, with a sequence number far ahead
+    /// to make the real samples look seen) or, while views differ, a copy along a tree this
+    /// node does not see yet (dropped and counted too: best-effort loss while routes change,
+    /// which reliable readers repair). Empty for a local writer: its samples never come in
+    /// on a link. Sorted.
+    pub accept_from: Vec<LinkId>,
     /// For each node hosting a matched reader below this node in the writer's tree (by its
     /// 12-byte id prefix, which starts its readers' GUIDs): the route link that leads
     /// there. Sorted by prefix. Repairs and Gaps, meant for one reader, take only that link.
@@ -114,6 +127,12 @@ pub struct SampleRoutes {
 }
 
 impl WriterRoute {
+    /// True when this writer's samples (and Heartbeats, Repairs, Gaps) are taken from `from`
+    /// (see [`accept_from`](Self::accept_from)).
+    pub fn accepts_from(&self, from: LinkId) -> bool {
+        self.accept_from.binary_search(&from).is_ok()
+    }
+
     /// The route link toward the node of `reader` (see [`toward`](Self::toward)).
     pub fn link_toward(&self, reader: &EndpointGuid) -> Option<LinkId> {
         let prefix: [u8; 12] = reader[..12].try_into().expect("16 >= 12");
@@ -187,6 +206,7 @@ mod tests {
             readers: Vec::new(),
             unreached: 0,
             upstream: None,
+            accept_from: Vec::new(),
             toward: Vec::new(),
             reliable: None,
         }

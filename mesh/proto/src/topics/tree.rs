@@ -197,6 +197,8 @@ struct Tree {
     branch: Vec<u32>,
     /// BFS order (also the queue).
     order: Vec<u32>,
+    /// Hops from the root (meaningful where `parent` is set).
+    depth: Vec<u32>,
 }
 
 impl Tree {
@@ -205,6 +207,7 @@ impl Tree {
             parent: vec![NONE; n],
             branch: vec![NONE; n],
             order: Vec::with_capacity(n),
+            depth: vec![0; n],
         }
     }
 
@@ -213,6 +216,7 @@ impl Tree {
         self.branch.fill(NONE);
         self.order.clear();
         self.parent[root as usize] = root;
+        self.depth[root as usize] = 0;
         self.order.push(root);
         let mut head = 0;
         while head < self.order.len() {
@@ -222,6 +226,7 @@ impl Tree {
             for &v in g.neighbours(u) {
                 if self.parent[v as usize] == NONE {
                     self.parent[v as usize] = u;
+                    self.depth[v as usize] = self.depth[u as usize] + 1;
                     self.order.push(v);
                 }
             }
@@ -268,6 +273,7 @@ pub fn compute_routes<'a>(
     let mut peers: Vec<PeerId> = Vec::new();
     let mut children: Vec<u32> = Vec::new();
     let mut toward: Vec<([u8; 12], LinkId)> = Vec::new();
+    let mut accept_from: Vec<LinkId> = Vec::new();
     let mut group = 0;
     while group < by_node.len() {
         let node = writers[by_node[group] as usize].node;
@@ -282,6 +288,10 @@ pub fn compute_routes<'a>(
             stats.trees_built += 1;
         }
         let local = node == me;
+        accept_from.clear();
+        if !local {
+            accept_from_links(&g, &tree, root, me_i, node, links, &mut accept_from);
+        }
         for &wi in &by_node[group..end] {
             let w = &writers[wi as usize];
             peers.clear();
@@ -355,6 +365,7 @@ pub fn compute_routes<'a>(
                 readers,
                 unreached,
                 upstream,
+                accept_from: accept_from.clone(),
                 toward: {
                     toward.sort_unstable();
                     toward.dedup_by_key(|t| t.0);
@@ -367,6 +378,38 @@ pub fn compute_routes<'a>(
     }
     routes.sort_unstable_by_key(|a| a.writer);
     RouteOutput { routes, stats }
+}
+
+/// The links a remote writer's samples are taken from here (see
+/// [`WriterRoute::accept_from`]): those to linked neighbours closer to the writer's node
+/// `node` than this node in its tree (the parent among them), or, when the tree does not
+/// reach this node, the direct link to `node` if there is one. Sorted, no duplicates.
+fn accept_from_links(
+    g: &Graph,
+    tree: &Tree,
+    root: Option<u32>,
+    me: u32,
+    node: PeerId,
+    links: &AHashMap<PeerId, LinkId>,
+    out: &mut Vec<LinkId>,
+) {
+    match root {
+        Some(_) if tree.reached(me) => {
+            let mine = tree.depth[me as usize];
+            for (peer, link) in links {
+                let closer = g
+                    .index
+                    .get(peer)
+                    .is_some_and(|&i| tree.reached(i) && tree.depth[i as usize] < mine);
+                if closer {
+                    out.push(*link);
+                }
+            }
+        }
+        _ => out.extend(links.get(&node).copied()),
+    }
+    out.sort_unstable();
+    out.dedup();
 }
 
 /// Every writer slot is taken.

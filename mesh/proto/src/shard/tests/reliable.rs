@@ -50,6 +50,7 @@ fn local_writer(s: &mut Sim, links: &[LinkId]) -> Arc<WriterCredit> {
         readers: vec![],
         unreached: 0,
         upstream: None,
+        accept_from: Vec::new(),
         toward: Vec::new(),
         reliable: Some(Arc::new(ReliableRoute {
             writer: Some(ReliableWriterSpec {
@@ -168,4 +169,90 @@ fn a_flood_of_repair_requests_resends_at_most_the_budget_per_period() {
         "at most the budget per period: {repaired} > {budget}"
     );
     assert_eq!(s.stats().samples_repaired, repaired);
+}
+
+/// An acknowledgement of this node's writer that does not come up from a link of its route
+/// toward its readers is refused and counted: a stranger cannot release history a reader
+/// still needs. The same acknowledgement from the route's link works.
+#[test]
+fn an_acknowledgement_from_off_the_writers_tree_releases_nothing() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    let credit = local_writer(&mut s, &[A]);
+    let t1 = s.at(1);
+    write(&mut s, 100, t1);
+    s.take();
+    let limit = credit.limit();
+    let st0 = s.stats();
+    assert!(s.feed(B, &acknack(W, R1, 2, 101, &[]), s.at(2)));
+    let st = s.stats();
+    assert_eq!(st.reliable_wrong_link - st0.reliable_wrong_link, 1);
+    assert_eq!(
+        st.reliable_acks_ignored, st0.reliable_acks_ignored,
+        "not even looked at"
+    );
+    assert_eq!(credit.limit(), limit, "nothing was released");
+    assert!(s.feed(A, &acknack(W, R1, 2, 101, &[]), s.at(3)));
+    assert!(credit.limit() > limit, "from the tree it works");
+    assert!(s.core.served().any(|l| l == B), "the link stays up");
+}
+
+/// A Gap for this node's reliable reader of another node's writer, from a link the writer's
+/// samples do not come from: refused and counted, the reader gives nothing up (it would
+/// have declared samples 3..=50 lost for good). From the writer's side it is taken.
+#[test]
+fn a_gap_from_off_the_writers_tree_makes_no_reader_give_up() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    let r = WriterRoute {
+        writer: W,
+        slot: 0,
+        topic: Arc::new(crate::stats::TopicCounters::new(1)),
+        local: false,
+        links: vec![],
+        readers: vec![R1],
+        unreached: 0,
+        upstream: Some(A),
+        accept_from: vec![A],
+        toward: Vec::new(),
+        reliable: Some(Arc::new(ReliableRoute {
+            writer: None,
+            local_readers: vec![R1],
+        })),
+    };
+    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
+    s.core.on_command(cmd, s.t0, &mut s.out);
+    s.take();
+    // Samples 1 and 2 reach the reader from the writer's side.
+    let mut frames = BytesMut::new();
+    let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 1 << 16);
+    w.push(b"1").unwrap();
+    w.push(b"2").unwrap();
+    w.finish();
+    assert!(s.feed(A, &frames, s.at(1)));
+    s.take();
+    let gap = |ttl| {
+        encode(&Frame::Gap(crate::wire::Gap {
+            ttl,
+            writer: W,
+            reader: R1,
+            first: 3,
+            last: 50,
+        }))
+    };
+    let lost = |actions: &[ShardAction]| {
+        actions
+            .iter()
+            .filter(|a| matches!(a, ShardAction::SamplesLost(_)))
+            .count()
+    };
+    assert!(s.feed(B, &gap(8), s.at(1)));
+    assert_eq!(lost(&s.take()), 0, "a stranger's Gap changes nothing");
+    assert_eq!(s.stats().reliable_wrong_link, 1);
+    assert_eq!(s.stats().samples_lost, 0);
+    assert!(s.feed(A, &gap(8), s.at(2)));
+    assert_eq!(lost(&s.take()), 1, "the writer's own Gap is heard");
+    assert_eq!(s.stats().reliable_wrong_link, 1);
 }

@@ -39,6 +39,9 @@ fn routes(
         readers: readers.to_vec(),
         unreached: 0,
         upstream: None,
+        // Another node's writer is taken from both test links (both closer to its node, as
+        // while views differ); see `a_run_from_a_link_its_writer_does_not_send_on_...`.
+        accept_from: if local { Vec::new() } else { vec![A, B] },
         toward: Vec::new(),
         reliable: None,
     };
@@ -246,10 +249,12 @@ fn what_a_local_writer_wrote_is_queued_whole_and_delivered_to_its_local_readers(
     assert!(s.written(B, s.at(1)).is_empty(), "only the route's links");
     let t = stats(&topic);
     assert_eq!((t.written, t.delivered, t.forwarded), (5, 5, 5));
-    // A copy coming back over a loop is a duplicate.
+    // A copy coming back over a loop: this node's own writer's samples never come in on a
+    // link, so it is not even sequence-checked.
     assert!(s.feed(A, &batch, s.at(2)));
     assert!(delivered(&s.take()).is_empty());
-    assert_eq!(stats(&topic).dropped_duplicate, 5);
+    assert_eq!(s.stats().dropped_wrong_link, 5);
+    assert_eq!(stats(&topic).dropped_duplicate, 0);
     let _ = PeerId::ZERO;
 }
 
@@ -302,6 +307,7 @@ fn what_a_writer_writes_toward_readers_its_tree_does_not_reach_is_counted_lost()
         readers: vec![],
         unreached: 2,
         upstream: None,
+        accept_from: Vec::new(),
         toward: Vec::new(),
         reliable: None,
     };
@@ -355,9 +361,14 @@ fn a_local_writers_batch_without_local_readers_still_moves_its_sequence_state() 
     };
     s.core.publish(p, s.at(1), &mut s.out);
     assert_eq!(s.written(A, s.at(1)), batch);
-    // The batch looping back is recognised as seen, every frame of it.
+    let table = s.core.sample_routes.clone().expect("a table");
+    let route = table.get(&W).expect("the writer's route");
+    assert_eq!(s.core.writer_seq_next(route), 6, "samples 1..=5 written");
+    // The batch looping back is refused whole, and moves nothing.
     assert!(s.feed(A, &batch, s.at(2)));
-    assert_eq!(stats(&topic).dropped_duplicate, 5);
+    assert_eq!(s.stats().dropped_wrong_link, 5);
+    assert_eq!(s.core.writer_seq_next(route), 6);
+    assert_eq!(stats(&topic).written, 5);
 }
 
 /// A local writer's batch that waited for link room (Block policy) is counted for its topic
@@ -397,4 +408,52 @@ fn a_batch_that_waited_for_room_is_counted_for_its_topic_when_it_goes_out() {
     ));
     let t = stats(&topic);
     assert_eq!((t.written, t.forwarded, t.dropped_no_route), (4, 4, 0));
+}
+
+/// A stranger's run for another node's writer, numbered far ahead, on a link the writer's
+/// samples do not come from: dropped whole and counted before the sequence check, so the
+/// real samples after it are still delivered and sent on (it used to make every one of them
+/// look seen: the writer was silenced for good by one frame).
+#[test]
+fn a_run_from_a_link_its_writer_does_not_send_on_is_refused_before_the_sequence_check() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    let c = LinkId(3);
+    s.serve(c, PeerId([0xc; 16]), 1 << 20);
+    let topic = Arc::new(TopicCounters::new(1));
+    let r = WriterRoute {
+        writer: W,
+        slot: 0,
+        topic: topic.clone(),
+        local: false,
+        links: vec![c],
+        readers: vec![R1],
+        unreached: 0,
+        upstream: Some(A),
+        accept_from: vec![A],
+        toward: Vec::new(),
+        reliable: None,
+    };
+    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
+    s.core.on_command(cmd, s.t0, &mut s.out);
+    s.take();
+    assert!(s.feed(B, &run(1 << 62, 5, &[b"forged", b"too"]), s.at(1)));
+    assert!(delivered(&s.take()).is_empty());
+    assert!(
+        runs(&s.written(c, s.at(1))).is_empty(),
+        "not sent on either"
+    );
+    assert_eq!(s.stats().dropped_wrong_link, 2);
+    // The writer's real samples, from its side of the tree.
+    assert!(s.feed(A, &run(1, 5, &[b"one", b"two"]), s.at(2)));
+    let got = delivered(&s.take());
+    assert_eq!(
+        got,
+        vec![(R1, vec![1, 2], vec![b"one".to_vec(), b"two".to_vec()])]
+    );
+    assert_eq!(runs(&s.written(c, s.at(2))).len(), 1);
+    let t = stats(&topic);
+    assert_eq!((t.delivered, t.forwarded, t.dropped_duplicate), (2, 2, 0));
+    assert!(s.core.served().any(|l| l == B), "the link stays up");
 }

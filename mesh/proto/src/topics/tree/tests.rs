@@ -433,6 +433,53 @@ fn a_cut_link_moves_the_route_to_the_relay_path() {
     );
 }
 
+/// A remote writer's samples are taken only from links to neighbours closer to its node (the
+/// tree parent among them), never from one as far as this node or farther; a node its view
+/// does not connect to the writer's node yet takes them from a direct link only; the
+/// writer's own node from no link.
+#[test]
+fn samples_are_taken_only_from_neighbours_closer_to_the_writers_node() {
+    let (a, b, c, d) = (p(1), p(2), p(3), p(4));
+    // a–b, a–c, b–c, b–d, c–d: d is two hops from a, over b (the parent) or c.
+    let net = Net::new(&[a, b, c, d], &[(a, b), (a, c), (b, c), (b, d), (c, d)]);
+    let w = Spec {
+        e: 1,
+        node: a,
+        readers: vec![b, d],
+    };
+    let specs = [w.clone()];
+    let route = |net: &Net, at| get(&net.route(at, &specs), &w.writer()).unwrap().clone();
+    let at_d = route(&net, d);
+    assert_eq!(at_d.upstream, Some(net.link(d, b)));
+    let mut both = vec![net.link(d, b), net.link(d, c)];
+    both.sort_unstable();
+    assert_eq!(at_d.accept_from, both, "b and c are both one hop from a");
+    let at_b = route(&net, b);
+    assert_eq!(
+        at_b.accept_from,
+        vec![net.link(b, a)],
+        "not c (as far), not d"
+    );
+    assert!(at_b.accepts_from(net.link(b, a)));
+    assert!(!at_b.accepts_from(net.link(b, c)) && !at_b.accepts_from(net.link(b, d)));
+    assert!(route(&net, a).accept_from.is_empty(), "a local writer");
+    // e links to a, but a's record does not list e yet: e's view does not reach a, so only
+    // the direct link is taken (a sends on it once its view has the edge).
+    let e = p(5);
+    let mut net = Net::new(&[a, b, e], &[(a, b)]);
+    net.list(e, a);
+    let w = Spec {
+        e: 1,
+        node: a,
+        readers: vec![e],
+    };
+    let at_e = get(&net.route(e, std::slice::from_ref(&w)), &w.writer())
+        .unwrap()
+        .clone();
+    assert_eq!(at_e.upstream, None);
+    assert_eq!(at_e.accept_from, vec![net.link(e, a)]);
+}
+
 /// Acknowledgements go toward the writer's node hop by hop: each node's `upstream` is its
 /// link to its parent in the writer's tree; the writer's own node has none.
 #[test]
@@ -663,6 +710,13 @@ proptest! {
                 prop_assert_eq!(entry.is_some(), received.contains_key(x), "node {:?}", x);
                 if let Some(e) = entry {
                     prop_assert!(!e.local);
+                    // Agreeing views: what a node is sent, it takes (nothing legitimate is
+                    // refused as from the wrong link).
+                    for &l in &e.links {
+                        let y = net.across(*x, l);
+                        let taken = get(&tables[&y], &w.writer()).is_some_and(|r| r.accepts_from(l));
+                        prop_assert!(taken, "{:?} refuses what {:?} sends it on {:?}", y, x, l);
+                    }
                     let hosts = w.readers.contains(x);
                     prop_assert!(hosts || !e.links.is_empty(), "{:?} got a sample it has no use for", x);
                     prop_assert_eq!(e.readers.clone(), if hosts { vec![w.reader_on(*x)] } else { vec![] });
