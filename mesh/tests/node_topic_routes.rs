@@ -1,11 +1,12 @@
 //! Topic routes across live nodes on loopback (issue 12): samples follow shortest-path trees
 //! (each crosses a link once, relays deliver nothing), matches converge (late readers, nodes
 //! that stop and restart, a cut link whose relay path takes over), the seed's partition
-//! table end to end, and a plain multimaster v1 peer among topic nodes.
+//! table end to end, a plain multimaster v1 peer among topic nodes, and a stranger's forged
+//! run.
 //! Counting is done with the nodes' own counters (`Mesh::stats`, per-topic stats) and events;
 //! every wait is for a condition (bounded), never a fixed sleep.
 //!
-//! Length: six scenarios with their shared counting helpers; splitting them would scatter
+//! Length: seven scenarios with their shared counting helpers; splitting them would scatter
 //! one issue's acceptance list over several files.
 
 mod node_support;
@@ -15,6 +16,7 @@ use node_support::{ep, fast, wait_connected, wait_until, Node};
 use shoal_mesh::topics::{
     EndpointGuid, Incompatibility, Reasons, Topic, TopicStats, TopicsConfig, Writer,
 };
+use shoal_mesh::wire::{Frame, Samples};
 use shoal_mesh::{Event, MeshBuilder, PeerId, ShardStats};
 use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
@@ -630,6 +632,51 @@ fn the_seeds_partition_table_on_live_nodes() {
     );
     assert_eq!(tstats(b, T).delivered - tb.delivered, 2 * N);
     assert_eq!(all_samples(c), 0, "C's readers match nothing");
+}
+
+/// A stranger posing as a Shoal node (its Hello advertises extended frames) sends a reader's
+/// node a run of a real remote writer numbered far ahead. It comes on a link the writer's
+/// samples do not come from, so it is dropped and counted, never delivered, and the writer's
+/// real samples after it still reach the reader. (Before, the one frame was delivered and made
+/// every later sample of the writer look seen there: the writer was silenced for good.)
+#[test]
+fn a_strangers_run_for_a_real_writer_neither_reaches_a_reader_nor_silences_the_writer() {
+    let nodes = topology(2, &[(1, 0)], |_| topo(250, 3000));
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let stranger = RawPeer::dial_capable(b.port());
+    wait_until(10, "B links with the stranger", || {
+        b.mesh.connected_peers().contains(&stranger.id)
+    });
+    let mut w = a
+        .mesh
+        .writer(Topic::new(T, "Blob"))
+        .unwrap()
+        .with_batch_bytes(0);
+    let r = b.mesh.reader(Topic::new(T, "Blob")).unwrap();
+    wait_until(20, "matched", || matched(a, w.guid(), r.guid()));
+    prime(&mut w, &[(b, r.guid())]);
+    let before = total(b).dropped_wrong_link;
+    let forged = Samples::new(8, w.guid(), 1 << 62, [b"forged".as_slice()]).unwrap();
+    stranger.send_frame(Frame::Samples(forged));
+    let forged_delivered = || seqs(b, r.guid()).iter().any(|(_, s)| *s >= 1 << 62);
+    wait_until(20, "B handles the stranger's run", || {
+        forged_delivered() || total(b).dropped_wrong_link > before
+    });
+    assert!(!forged_delivered(), "the forged run reached the reader");
+    assert_eq!(
+        total(b).dropped_wrong_link - before,
+        1,
+        "one sample, counted"
+    );
+    let sent = write_n(&mut w, 50, 64);
+    wait_seq(
+        b,
+        r.guid(),
+        *sent.end(),
+        "the writer's samples still arrive",
+    );
+    exactly_once_in_order(b, r.guid(), w.guid(), sent, "after the stranger's run");
+    assert!(!stranger.closed(), "a well-formed frame keeps its link");
 }
 
 #[test]

@@ -1,12 +1,13 @@
 //! Test wiring between live nodes: a TCP relay that can be cut (a link that goes away while
-//! both nodes keep running) and a hand-driven plain multimaster v1 peer (no Shoal Hello
-//! extension) that records every frame type it is sent.
+//! both nodes keep running) and a hand-driven peer that records every frame type it is sent:
+//! a plain multimaster v1 one (no Shoal Hello extension), or a stranger posing as a Shoal
+//! node (the extension advertising extended frames) that sends frames of its making.
 //!
 //! **Owns:** the test-side sockets. **Must not touch:** the nodes (they are driven only over
 //! TCP and their public API).
 
 use super::plain_hello;
-use shoal_mesh::wire::Frame;
+use shoal_mesh::wire::{Frame, ShoalExtension};
 use shoal_mesh::{MsgId, PeerId};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -135,12 +136,25 @@ pub struct RawPeer {
 impl RawPeer {
     /// Dials `127.0.0.1:port` and says Hello (plain v1, default group).
     pub fn dial(port: u16) -> RawPeer {
+        let hello = plain_hello();
+        assert!(hello.shoal.is_none(), "a plain v1 Hello");
+        RawPeer::dial_with(port, hello)
+    }
+
+    /// Dials like [`RawPeer::dial`], but its Hello carries Shoal's extension block with
+    /// extended frames, as a Shoal node's (or a stranger's posing as one) does: the node
+    /// then sends it topic frames and takes topic frames from it ([`RawPeer::send_frame`]).
+    pub fn dial_capable(port: u16) -> RawPeer {
+        let mut hello = plain_hello();
+        hello.shoal = Some(ShoalExtension::current());
+        RawPeer::dial_with(port, hello)
+    }
+
+    fn dial_with(port: u16, hello: shoal_mesh::wire::Hello) -> RawPeer {
         let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_nodelay(true).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
-        let hello = plain_hello();
-        assert!(hello.shoal.is_none(), "a plain v1 Hello");
         let id = hello.node_id;
         let out = Arc::new(Mutex::new(s.try_clone().unwrap()));
         let peer = RawPeer {
@@ -154,6 +168,11 @@ impl RawPeer {
         let (log, stop) = (peer.log.clone(), peer.stop.clone());
         std::thread::spawn(move || read_loop(s, out, log, stop));
         peer
+    }
+
+    /// Sends `f` as encoded, whatever it says.
+    pub fn send_frame(&self, f: Frame) {
+        self.send(f);
     }
 
     fn send(&self, f: Frame) {
