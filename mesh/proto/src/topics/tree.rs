@@ -21,7 +21,8 @@
 //! This node's own edges are taken from its own record (the adjacency entry of `me`, its live
 //! links as membership knows them), the same list every other node holds for it, so it
 //! builds exactly the tree the others build. Its capable links (`PeerId → LinkId`, only links
-//! whose peer advertised extended frames) are consulted only to send: a tree child without
+//! whose peer advertised extended frames) are consulted only to send and to say which links a
+//! writer's samples are taken from ([`WriterRoute::accept_from`]): a tree child without
 //! one is a disagreement between this node's links and the graph, skipped and counted in
 //! [`RouteStats::skipped_no_link`] (building the tree from the links instead would give this
 //! node a tree that no other node has).
@@ -33,8 +34,8 @@
 //! those of its tree children whose subtree holds a node hosting a matched reader.
 //!
 //! Cost: one BFS (`O(nodes + edges)`) per distinct writer node in one computation (writers
-//! are grouped by node, the tree and its per-node branch marks built once for the group),
-//! then `O(readers)` per writer. The branch marks replace walking each reader's parent
+//! are grouped by node, the tree and its per-node branch marks built once for the group, with
+//! the links its samples are taken from, `O(links)`), then `O(readers)` per writer. The branch marks replace walking each reader's parent
 //! chain: in BFS order, a node's branch is itself when its parent is this node, else its
 //! parent's branch, so the child of this node above any reader is one lookup.
 //!
