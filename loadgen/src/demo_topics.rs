@@ -561,7 +561,7 @@ impl TopicsDemo {
             let _ = writeln!(
                 out,
                 "     {:<12} written {} ({:.0}/s) | delivered {} ({:.0} samples/s) | forwarded {} \
-                 | missed {} | dropped duplicate {} queue_full {} no_route {}",
+                 | missed {} | dropped duplicate {} queue_full {} no_route {} wrong_link {}",
                 t.topic,
                 c.written,
                 t.written_per_s,
@@ -571,7 +571,8 @@ impl TopicsDemo {
                 c.missed,
                 c.dropped_duplicate,
                 c.dropped_queue_full,
-                c.dropped_no_route
+                c.dropped_no_route,
+                c.dropped_wrong_link
             );
         }
         if self.unrouted_samples > 0 {

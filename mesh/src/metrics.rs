@@ -97,7 +97,7 @@ fn page(snap: Snapshot) -> String {
 
 /// Every [`TopicStats`] counter with its metric name and help text. The destructuring
 /// fails to compile when a counter is added without a line here.
-fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 9] {
+fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 10] {
     let TopicStats {
         written,
         delivered,
@@ -106,6 +106,7 @@ fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 9] {
         missed,
         dropped_queue_full,
         dropped_no_route,
+        dropped_wrong_link,
         repaired,
         lost,
     } = *t;
@@ -144,6 +145,11 @@ fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 9] {
             "topic_dropped_no_route",
             "Samples dropped because the link toward a reader's node went away or was slow.",
             dropped_no_route,
+        ),
+        (
+            "topic_dropped_wrong_link",
+            "Samples dropped because they came on a link their writer's samples do not come from.",
+            dropped_wrong_link,
         ),
         (
             "topic_repaired",
@@ -361,8 +367,9 @@ mod tests {
                 missed: n + 4,
                 dropped_queue_full: n + 5,
                 dropped_no_route: n + 6,
-                repaired: n + 7,
-                lost: n + 8,
+                dropped_wrong_link: n + 7,
+                repaired: n + 8,
+                lost: n + 9,
             },
         };
         let topics = TopicsSnapshot {
@@ -381,6 +388,7 @@ mod tests {
             "missed",
             "dropped_queue_full",
             "dropped_no_route",
+            "dropped_wrong_link",
             "repaired",
             "lost",
         ];

@@ -668,6 +668,7 @@ fn a_strangers_run_for_a_real_writer_neither_reaches_a_reader_nor_silences_the_w
         1,
         "one sample, counted"
     );
+    assert_eq!(tstats(b, T).dropped_wrong_link, 1, "for its topic too");
     let sent = write_n(&mut w, 50, 64);
     wait_seq(
         b,

@@ -265,6 +265,9 @@ pub struct TopicCounterSet {
     pub dropped_queue_full: AtomicU64,
     /// Dropped: the link toward a reader's node went away, or it was slow (Block policy).
     pub dropped_no_route: AtomicU64,
+    /// Dropped: samples of the topic that came on a link their writer's samples do not come
+    /// from (the node's `dropped_wrong_link`, for this topic).
+    pub dropped_wrong_link: AtomicU64,
     /// Reliable: samples this node's writers on the topic resent (repairs, and history
     /// handed to late joiners).
     pub repaired: AtomicU64,
@@ -290,6 +293,8 @@ pub struct TopicStats {
     pub dropped_queue_full: u64,
     /// See [`TopicCounterSet::dropped_no_route`].
     pub dropped_no_route: u64,
+    /// See [`TopicCounterSet::dropped_wrong_link`].
+    pub dropped_wrong_link: u64,
     /// See [`TopicCounterSet::repaired`].
     pub repaired: u64,
     /// See [`TopicCounterSet::lost`].
@@ -338,6 +343,7 @@ impl TopicCounters {
             t.missed += s.missed.load(Relaxed);
             t.dropped_queue_full += s.dropped_queue_full.load(Relaxed);
             t.dropped_no_route += s.dropped_no_route.load(Relaxed);
+            t.dropped_wrong_link += s.dropped_wrong_link.load(Relaxed);
             t.repaired += s.repaired.load(Relaxed);
             t.lost += s.lost.load(Relaxed);
         }

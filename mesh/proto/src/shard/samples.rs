@@ -228,11 +228,12 @@ impl ShardCore {
         // Before the sequence check: a run from a link its writer's samples do not come
         // from must not move the writer's sequence state (a forged far-ahead number would
         // make every real sample after it look seen).
+        let c = route.topic.shard(self.idx);
         if route.local || !route.accepts_from(from) {
             add(&self.counters.dropped_wrong_link, u64::from(s.count));
+            add(&c.dropped_wrong_link, u64::from(s.count));
             return;
         }
-        let c = route.topic.shard(self.idx);
         let Some(fresh) = self.check_seq(route, &s, c) else {
             return;
         };

@@ -445,6 +445,7 @@ fn a_run_from_a_link_its_writer_does_not_send_on_is_refused_before_the_sequence_
         "not sent on either"
     );
     assert_eq!(s.stats().dropped_wrong_link, 2);
+    assert_eq!(stats(&topic).dropped_wrong_link, 2, "and for its topic");
     // The writer's real samples, from its side of the tree.
     assert!(s.feed(A, &run(1, 5, &[b"one", b"two"]), s.at(2)));
     let got = delivered(&s.take());
