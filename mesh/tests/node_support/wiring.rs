@@ -119,11 +119,11 @@ struct RawLog {
     closed: bool,
 }
 
-/// A plain multimaster v1 peer driven by hand: it dials a node, sends a Hello without Shoal's
-/// extension block (so it advertises no extended frames), keeps the link alive with
-/// heartbeats, records every frame it is sent by its raw type byte (it never decodes a frame
-/// it does not know, as a v1 peer would drop the link on one) and sends Data frames of its
-/// own.
+/// A peer driven by hand: it dials a node, sends a Hello without Shoal's extension block (a
+/// plain multimaster v1 peer, [`RawPeer::dial`]: it advertises no extended frames) or with it
+/// ([`RawPeer::dial_capable`]), keeps the link alive with heartbeats, records every frame it
+/// is sent by its raw type byte (it never decodes a frame it does not know, as a v1 peer would
+/// drop the link on one) and sends Data frames, or any frame, of its own.
 pub struct RawPeer {
     /// Its node id.
     pub id: PeerId,
