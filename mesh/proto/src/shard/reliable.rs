@@ -674,8 +674,6 @@ fn encode(f: &Frame, counters: &crate::stats::Counters) -> Option<Bytes> {
 fn comes_its_way(route: &WriterRoute, from: LinkId, f: &RelFrame) -> bool {
     match f {
         RelFrame::AckNack(_) => route.links.binary_search(&from).is_ok(),
-        RelFrame::Heartbeat(_) | RelFrame::Repair(_) | RelFrame::Gap(_) => {
-            !route.local && route.accepts_from(from)
-        }
+        RelFrame::Heartbeat(_) | RelFrame::Repair(_) | RelFrame::Gap(_) => route.accepts_from(from),
     }
 }

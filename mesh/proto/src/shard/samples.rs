@@ -226,10 +226,10 @@ impl ShardCore {
             return;
         };
         // Before the sequence check: a run from a link its writer's samples do not come
-        // from must not move the writer's sequence state (a forged far-ahead number would
-        // make every real sample after it look seen).
+        // from (any link, for a local writer) must not move the writer's sequence state (a
+        // forged far-ahead number would make every real sample after it look seen).
         let c = route.topic.shard(self.idx);
-        if route.local || !route.accepts_from(from) {
+        if !route.accepts_from(from) {
             add(&self.counters.dropped_wrong_link, u64::from(s.count));
             add(&c.dropped_wrong_link, u64::from(s.count));
             return;

@@ -153,6 +153,12 @@ impl SampleRoutes {
             routes: Vec::with_capacity(routes.len()),
         };
         for r in routes {
+            // The shards take a writer's samples from `accept_from` alone, the local flag
+            // unread: a local writer's must be empty (its samples never come in on a link).
+            debug_assert!(
+                !r.local || r.accept_from.is_empty(),
+                "a local writer's samples are taken from no link"
+            );
             match t.index.get(&r.writer) {
                 Some(&i) => t.routes[i as usize] = r,
                 None => {
