@@ -455,7 +455,7 @@ impl ControlCore {
                 self.membership.on_record(link, &record, wall_ms, now);
             }
             ToControl::IdentityIn { link, record } => self.on_identity_record(link, *record),
-            ToControl::DiscoveryIn { link, frame } => self.on_discovery(link, *frame, now),
+            ToControl::DiscoveryIn { link, frame } => self.on_discovery(link, *frame, false, now),
             ToControl::Synced(token) => {
                 let mut out = Vec::new();
                 self.held.on_synced(token, &mut out);

@@ -45,6 +45,7 @@ pub(super) fn new_topics(
         wall_ms,
         entity_seed,
         planner: Box::new(TreePlanner::new(writer_capacity(&tc))),
+        reverse_path: true,
         cfg: tc,
     };
     match TopicsCore::new(init(cfg.topics.clone(), listen_addrs.clone()), now) {
@@ -125,10 +126,18 @@ impl ControlCore {
         self.placed.remove(&link)
     }
 
-    pub(super) fn on_discovery(&mut self, link: LinkId, frame: Discovery, now: Instant) {
+    /// A Discovery frame from `link`; `signed`: its origin's signature over it verified
+    /// (identity mode).
+    pub(super) fn on_discovery(
+        &mut self,
+        link: LinkId,
+        frame: Discovery,
+        signed: bool,
+        now: Instant,
+    ) {
         // Only a capable link's shard decodes Discovery frames; anything else is stale.
         if self.placed.get(&link).is_some_and(|p| p.capable) {
-            self.topics.on_discovery(link, frame, now);
+            self.topics.on_discovery(link, frame, signed, now);
         }
     }
 

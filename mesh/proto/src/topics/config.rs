@@ -44,6 +44,11 @@
 //! max_history_bytes = 67108864
 //! max_reader_buffer_samples = 65536
 //! max_reader_buffer_bytes = 67108864
+//! # control-plane work budgets (units: records applied and candidate pairs matched)
+//! origin_work_per_sec = 200000
+//! origin_work_burst = 1000000
+//! link_work_per_sec = 400000
+//! link_work_burst = 2000000
 //! ```
 
 use serde::Deserialize;
@@ -191,6 +196,20 @@ pub struct TopicsConfig {
     pub max_reader_buffer_samples: u32,
     /// Their payload bytes. Default 64 MiB.
     pub max_reader_buffer_bytes: usize,
+    /// Control-plane work one Discovery origin may cause per second, in work units (one
+    /// per record applied, plus the matching work its endpoints cost: see
+    /// `topics::core::origins`). Frames of an origin past its budget are dropped before
+    /// they are decoded, counted (`budget_dropped`); its next announce cycle repairs them.
+    /// Default 200 000.
+    pub origin_work_per_sec: u64,
+    /// How much of that an origin may spend at once. Default 1 000 000.
+    pub origin_work_burst: u64,
+    /// The same budget per link, for every origin whose frames it carries (a relay
+    /// carries many, so it is larger): one neighbour cannot keep the control plane busy
+    /// whatever origins it claims. Default 400 000.
+    pub link_work_per_sec: u64,
+    /// How much of that a link may spend at once. Default 2 000 000.
+    pub link_work_burst: u64,
 }
 
 impl Default for TopicsConfig {
@@ -229,6 +248,10 @@ impl Default for TopicsConfig {
             max_history_bytes: 64 << 20,
             max_reader_buffer_samples: 65_536,
             max_reader_buffer_bytes: 64 << 20,
+            origin_work_per_sec: 200_000,
+            origin_work_burst: 1_000_000,
+            link_work_per_sec: 400_000,
+            link_work_burst: 2_000_000,
         }
     }
 }
@@ -298,6 +321,10 @@ impl TopicsConfig {
                 self.max_reader_buffer_samples as usize,
             ),
             ("max_reader_buffer_bytes", self.max_reader_buffer_bytes),
+            ("origin_work_per_sec", usize_of(self.origin_work_per_sec)),
+            ("origin_work_burst", usize_of(self.origin_work_burst)),
+            ("link_work_per_sec", usize_of(self.link_work_per_sec)),
+            ("link_work_burst", usize_of(self.link_work_burst)),
         ] {
             if n == 0 {
                 return Err(TopicsConfigError::Zero(name));
@@ -318,6 +345,10 @@ impl TopicsConfig {
         self.fallbacks()?;
         Ok(())
     }
+}
+
+fn usize_of(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
 }
 
 /// Durations as integer milliseconds in TOML.

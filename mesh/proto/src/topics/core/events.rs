@@ -15,6 +15,11 @@ impl TopicsCore {
     /// Removes endpoints (local or remote) with unmatched events for their pairs with a
     /// local side.
     pub(super) fn remove_endpoints(&mut self, guids: &[Guid]) {
+        debug_assert!(
+            guids.iter().all(|g| !self.local.contains_key(g))
+                || guids.iter().all(|g| self.local.contains_key(g)),
+            "a remote frame never removes a local endpoint"
+        );
         let ids: Vec<EndpointId> = guids
             .iter()
             .filter_map(|g| self.graph.endpoint_id(g))
@@ -31,10 +36,23 @@ impl TopicsCore {
         self.changed();
     }
 
+    /// Forgets the reported pairs of `removed` endpoints: the cost is their own pairs, not
+    /// every pair reported (a withdrawal costs what that endpoint's pairs cost).
     pub(super) fn forget_reported(&mut self, removed: &AHashSet<Guid>) {
-        if !removed.is_empty() && !self.reported.is_empty() {
-            self.reported
-                .retain(|(w, r)| !removed.contains(w) && !removed.contains(r));
+        for g in removed {
+            let Some(partners) = self.reported_by.remove(g) else {
+                continue;
+            };
+            for p in partners {
+                self.reported.remove(&(*g, p));
+                self.reported.remove(&(p, *g));
+                if let Some(v) = self.reported_by.get_mut(&p) {
+                    v.retain(|x| x != g);
+                    if v.is_empty() {
+                        self.reported_by.remove(&p);
+                    }
+                }
+            }
         }
     }
 
@@ -156,6 +174,8 @@ impl TopicsCore {
                 continue;
             }
             self.reported.insert(key);
+            self.reported_by.entry(key.0).or_default().push(key.1);
+            self.reported_by.entry(key.1).or_default().push(key.0);
             self.events.push_back(TopicEvent::Incompatible {
                 writer: guid_bytes(&key.0),
                 reader: guid_bytes(&key.1),

@@ -35,18 +35,21 @@
 
 mod announce;
 mod events;
+mod origins;
 mod plan;
 mod receive;
 #[cfg(test)]
 mod tests;
 mod view;
 
+pub use origins::SEQ_WINDOW;
 pub use plan::{PlannerStats, RouteInput, RoutePlanner, TreePlanner, WriterDemand};
 use view::ViewKey;
 pub use view::{EndpointView, TopicView, TopicsView};
 
 use super::config::TopicsConfig;
 use super::routes::EndpointGuid;
+use crate::reverse_path::ReversePaths;
 use crate::stats::TopicCounters;
 use crate::wire::Discovery;
 use crate::{LinkId, PeerId};
@@ -185,6 +188,17 @@ pub struct TopicsStats {
     pub echoes: u64,
     /// Frames dropped as duplicates (seq not above the highest seen of their origin).
     pub duplicates: u64,
+    /// Frames dropped because their seq jumped beyond the origin's window and nothing
+    /// confirmed the jump (see `SEQ_WINDOW`).
+    pub seq_jumps_held: u64,
+    /// Frames dropped because the link they came on is not toward their origin in the
+    /// membership graph (the reverse-path check).
+    pub off_path: u64,
+    /// Frames dropped because their link's or their origin's control-plane work budget was
+    /// spent (`origin_work_per_sec`, `link_work_per_sec`).
+    pub budget_dropped: u64,
+    /// Frames refused whole because another origin holds their origin's GUID prefix.
+    pub prefix_conflicts: u64,
     /// Origins forgotten by the dedup table at its bound (their next frame counts as new).
     pub dedup_evicted: u64,
     /// Records or withdrawals refused for describing another participant's endpoints.
@@ -193,6 +207,8 @@ pub struct TopicsStats {
     pub malformed_records: u64,
     /// Complete announce cycles received.
     pub cycles_completed: u64,
+    /// Incomplete announce cycles given up (not completed within two announce periods).
+    pub cycles_expired: u64,
     /// Endpoints removed because a complete cycle of their origin no longer listed them.
     pub endpoints_pruned: u64,
     /// Remote endpoints removed by a withdrawal.
@@ -224,14 +240,48 @@ struct Remote {
     locators: Vec<Locator>,
 }
 
-/// One origin's announce cycle being collected.
+/// One origin's announce cycle being collected (at most one per admitted origin).
 #[derive(Debug, Default)]
 struct Cycle {
     cycle: u32,
     parts: u16,
-    got: Vec<bool>,
+    /// One bit per part received.
+    got: Vec<u64>,
     missing: usize,
     listed: AHashSet<Guid>,
+    /// It listed more endpoints than a node may have: it completes, but prunes nothing.
+    overflow: bool,
+    /// When its first part arrived (an incomplete cycle is given up after two periods).
+    started: Option<Instant>,
+}
+
+impl Cycle {
+    fn new(cycle: u32, parts: u16, now: Instant) -> Cycle {
+        Cycle {
+            cycle,
+            parts,
+            got: vec![0; usize::from(parts).div_ceil(64)],
+            missing: usize::from(parts),
+            listed: AHashSet::new(),
+            overflow: false,
+            started: Some(now),
+        }
+    }
+
+    fn mark(&mut self, part: u16) {
+        let (w, b) = (usize::from(part) / 64, part % 64);
+        if self.got[w] & (1 << b) == 0 {
+            self.got[w] |= 1 << b;
+            self.missing -= 1;
+        }
+    }
+}
+
+/// A capable placed link: its peer, and the work budget of the frames it brings.
+#[derive(Debug)]
+struct CapableLink {
+    peer: PeerId,
+    budget: origins::Bucket,
 }
 
 /// The largest cycle whose completeness is tracked (a bigger one repairs nothing; leases
@@ -261,15 +311,24 @@ pub struct TopicsCore {
     next_announce: Instant,
     next_expiry: Instant,
     /// Capable placed links (their peer advertised extended frames).
-    links: BTreeMap<LinkId, PeerId>,
+    links: BTreeMap<LinkId, CapableLink>,
+    /// Admitted remote participants, each bound to the origin that first announced it.
     remotes: AHashMap<GuidPrefix, Remote>,
     cycles: AHashMap<PeerId, Cycle>,
-    /// Flood dedup: origin → (highest seq, refresh tick), and tick → origin for eviction.
-    dedup: AHashMap<PeerId, (u64, u64)>,
-    dedup_lru: BTreeMap<u64, PeerId>,
-    tick: u64,
+    /// Per origin: the flood's dedup mark, a held jump, the work budget.
+    origins: origins::Origins,
+    /// Take an origin's frames only from links toward it (`reverse_path_check`).
+    reverse_path: bool,
+    /// The neighbours toward each origin over the topic-capable nodes.
+    paths: ReversePaths,
+    /// What `paths` was built from: the membership shape, and whether the capable set
+    /// changed since (`None`: rebuild).
+    paths_shape: Option<u64>,
     /// (writer, reader) pairs already reported incompatible.
     reported: AHashSet<(Guid, Guid)>,
+    /// The same pairs by endpoint, both ways: what a removal must forget, found without a
+    /// walk over every reported pair.
+    reported_by: AHashMap<Guid, Vec<Guid>>,
     counters: AHashMap<TopicName, Arc<TopicCounters>>,
     planner: Box<dyn RoutePlanner>,
     routes_epoch: u64,
@@ -304,6 +363,9 @@ pub struct TopicsInit {
     pub entity_seed: u32,
     /// Computes the route tables.
     pub planner: Box<dyn RoutePlanner>,
+    /// Take an origin's Discovery frames only from links toward it in the membership graph
+    /// (`MeshConfig::reverse_path_check`).
+    pub reverse_path: bool,
 }
 
 fn tcp_locator(a: &SocketAddr) -> Locator {
@@ -356,6 +418,7 @@ impl TopicsCore {
             wall_ms,
             entity_seed,
             planner,
+            reverse_path,
         } = init;
         cfg.validate()?;
         let prefix = prefix_of(&me);
@@ -397,10 +460,12 @@ impl TopicsCore {
             links: BTreeMap::new(),
             remotes: AHashMap::new(),
             cycles: AHashMap::new(),
-            dedup: AHashMap::new(),
-            dedup_lru: BTreeMap::new(),
-            tick: 0,
+            origins: origins::Origins::new(cfg.max_dedup_origins),
+            reverse_path,
+            paths: ReversePaths::new(me),
+            paths_shape: None,
             reported: AHashSet::new(),
+            reported_by: AHashMap::new(),
             counters: AHashMap::new(),
             planner,
             routes_epoch: 0,
@@ -444,7 +509,7 @@ impl TopicsCore {
     /// The capable links (their peer advertised extended frames): the only links a
     /// Discovery frame is ever sent on.
     pub fn capable_links(&self) -> impl Iterator<Item = (&LinkId, &PeerId)> {
-        self.links.iter()
+        self.links.iter().map(|(l, c)| (l, &c.peer))
     }
 
     /// Creates a local writer or reader and announces it at once. A self-contradicting
@@ -540,10 +605,14 @@ impl TopicsCore {
     /// up to a period later: until a node's participant record is admitted it is not
     /// topic-capable, and a relay with no endpoints announces nothing else.
     pub fn link_up(&mut self, link: LinkId, peer: PeerId, capable: bool) {
-        if capable && self.links.insert(link, peer) != Some(peer) {
-            self.next_announce = self.origin;
-            self.changed();
+        if !capable || self.links.get(&link).is_some_and(|l| l.peer == peer) {
+            return;
         }
+        // Full from the start (it refills from `origin` up to the burst on first use).
+        let budget = origins::Bucket::new(self.cfg.link_work_burst, self.origin);
+        self.links.insert(link, CapableLink { peer, budget });
+        self.next_announce = self.origin;
+        self.changed();
     }
 
     /// A link went away.
@@ -570,6 +639,7 @@ impl TopicsCore {
         if now >= self.next_expiry {
             self.next_expiry = now + self.cfg.announce_period;
             self.expire(now);
+            self.expire_cycles(now);
         }
         if now >= self.next_announce {
             self.next_announce = now + self.cfg.announce_period;
@@ -605,9 +675,51 @@ impl TopicsCore {
         for p in &gone {
             if let Some(r) = self.remotes.remove(p) {
                 self.cycles.remove(&r.node);
+                // Resets with the lease: the origin's next frame starts a new mark.
+                self.origins.forget(&r.node);
             }
         }
+        self.capable_changed();
         self.changed();
+    }
+
+    /// Gives up the cycles not completed within two announce periods (a part was lost;
+    /// the next cycle starts afresh), so an origin that starts cycles it never ends keeps
+    /// nothing.
+    fn expire_cycles(&mut self, now: Instant) {
+        let limit = self.cfg.announce_period * 2;
+        let before = self.cycles.len();
+        self.cycles.retain(|_, c| {
+            c.started
+                .is_some_and(|s| now.saturating_duration_since(s) <= limit)
+        });
+        self.stats.cycles_expired += (before - self.cycles.len()) as u64;
+    }
+
+    /// Forgets everything node `node` announced (its key was revoked): its participant,
+    /// its endpoints (with their unmatched events), its cycle and its frames' mark.
+    pub fn forget_node(&mut self, node: &PeerId) {
+        let prefix = prefix_of(node);
+        if self.remotes.get(&prefix).is_none_or(|r| r.node != *node) {
+            return;
+        }
+        let ids = self.graph.endpoints_of(&prefix);
+        let guids: Vec<Guid> = ids
+            .iter()
+            .filter_map(|id| self.graph.endpoint(*id).map(|e| e.guid))
+            .collect();
+        self.remove_endpoints(&guids);
+        self.graph.remove_participant(&prefix);
+        self.remotes.remove(&prefix);
+        self.cycles.remove(node);
+        self.origins.forget(node);
+        self.capable_changed();
+        self.changed();
+    }
+
+    /// The topic-capable set changed: the reverse paths over it are rebuilt next round.
+    fn capable_changed(&mut self) {
+        self.paths_shape = None;
     }
 
     /// The topic's counters (one per topic, shared by its route entries).
@@ -639,7 +751,7 @@ impl TopicsCore {
 
     /// Origins held by the flood's dedup table.
     pub fn dedup_len(&self) -> usize {
-        self.dedup.len()
+        self.origins.len()
     }
 
     /// Pairs held by the reported-incompatible set.

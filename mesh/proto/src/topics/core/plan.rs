@@ -165,6 +165,7 @@ impl TopicsCore {
         now: Instant,
     ) -> Option<Arc<SampleRoutes>> {
         let mark = membership.shape();
+        self.refresh_paths(membership, mark);
         if self.membership_mark != Some(mark) {
             self.membership_mark = Some(mark);
             // Only a change of the graph's shape matters, and only when something is routed.
@@ -181,8 +182,8 @@ impl TopicsCore {
         let mut capable: BTreeSet<PeerId> = self.remotes.values().map(|r| r.node).collect();
         capable.insert(self.me);
         let mut links: BTreeMap<PeerId, LinkId> = BTreeMap::new();
-        for (l, p) in &self.links {
-            links.entry(*p).or_insert(*l);
+        for (l, c) in &self.links {
+            links.entry(c.peer).or_insert(*l);
         }
         let input = RouteInput {
             me: self.me,
@@ -203,6 +204,22 @@ impl TopicsCore {
         // rebuilds it, and until then it is what a later change holds back (dropping it let
         // the first view after a plan show a match whose table was still waiting).
         Some(Arc::new(SampleRoutes::new(self.routes_epoch, routes)))
+    }
+
+    /// Rebuilds the reverse paths over the topic-capable nodes when the membership graph's
+    /// shape (`mark`) or the capable set changed: a plain multimaster node on a shortest
+    /// path never carries a Discovery frame, so the paths are those of the capable nodes.
+    fn refresh_paths(&mut self, membership: &MemberGraph, mark: u64) {
+        if !self.reverse_path || self.paths_shape == Some(mark) {
+            return;
+        }
+        let mut capable: AHashSet<PeerId> = self.remotes.values().map(|r| r.node).collect();
+        capable.insert(self.me);
+        self.paths =
+            crate::reverse_path::ReversePaths::build(self.me, membership.adjacency(), |p| {
+                capable.contains(p)
+            });
+        self.paths_shape = Some(mark);
     }
 
     /// What the route planner counted.

@@ -1,35 +1,121 @@
-//! A Discovery frame from a link: echo and duplicate drop (bounded per-origin dedup table),
-//! re-flood with the hop limit, then its entries applied to the discovery graph under the
-//! ownership rule, and the origin's announce cycles collected to repair lost withdrawals.
+//! A Discovery frame from a link: who may say it, whether it is new, whether this node has
+//! the time for it, then its entries applied to the discovery graph under the ownership
+//! rule, the origin's announce cycles collected to repair lost withdrawals, and the frame
+//! passed on with the hop limit.
 //!
-//! **Owns:** the flood's dedup table, the ownership checks of received records and the
-//! cycle bookkeeping. **Must not touch:** the own announcements (`announce`) or the graph's
-//! admission rules (`shoal-discovery` decides; this module counts and reports).
+//! The checks, in order, each dropping the frame and counting why (no check reads more
+//! than the frame's fixed fields):
+//! 1. **Echo**: our own frame coming back.
+//! 2. **Our prefix**: an origin whose id shares this node's 12-byte GUID prefix speaks for
+//!    this node's endpoints; nothing a remote frame says changes a local endpoint.
+//! 3. **Reverse path**: origin X's frames are taken only from the link to X or a link
+//!    toward X in the membership graph over topic-capable nodes (`crate::reverse_path`);
+//!    a stranger off X's paths cannot speak for X. Origins the graph does not know yet
+//!    pass.
+//! 4. **Budget**: the link's and the origin's work budgets must have credit left
+//!    (`origins`).
+//! 5. **Sequence**: above the origin's mark and within its window (`origins`).
+//! 6. **Binding**: a GUID prefix belongs to the first origin admitted for it until that
+//!    participant expires; another origin with the same prefix (the 4 bytes after it differ)
+//!    is refused whole.
+//!
+//! Then the records are decoded and applied; a record that does not decode closes the
+//! link and the frame goes no further (passing it on would make the next node close its
+//! link to this one). A complete announce cycle counts only when every part carried the
+//! origin's participant record, and only for the origin bound to the prefix.
+//!
+//! **Owns:** the order of those checks, the ownership checks of received records and the
+//! cycle bookkeeping. **Must not touch:** the own announcements (`announce`), the per-origin
+//! state (`origins`) or the graph's admission rules (`shoal-discovery` decides; this module
+//! counts and reports).
 
+use super::origins::Fresh;
 use super::{prefix_of, Cycle, Remote, TopicsCore, TopicsOutput, MAX_TRACKED_PARTS};
+use crate::reverse_path::PathVerdict;
 use crate::wire::{Discovery, DiscoveryEntry};
 use crate::{LinkId, PeerId};
-use shoal_discovery::graph::{AdmitError, ParticipantAdmission};
+use shoal_discovery::graph::{AdmitError, EndpointAdmission, ParticipantAdmission};
 use shoal_discovery::locators::{candidates, select_locators};
 use shoal_discovery::record::{decode, Record};
 use shoal_discovery::routes::to_socket;
-use shoal_discovery::types::{EndpointInfo, Guid, LocatorOrigin, ParticipantInfo};
+use shoal_discovery::types::{EndpointInfo, Guid, GuidPrefix, LocatorOrigin, ParticipantInfo};
 use std::time::Instant;
+
+/// Work units charged per entry of a frame, besides the matching its endpoints cost.
+const ENTRY_WORK: u64 = 1;
+
+/// What applying a frame's entries came to.
+struct Applied {
+    /// Work units spent.
+    work: u64,
+    /// The frame carried its origin's participant record.
+    participant: bool,
+    /// Endpoint GUIDs it listed.
+    listed: Vec<Guid>,
+}
 
 impl TopicsCore {
     /// A Discovery frame arrived on `link` (whose peer advertised extended frames).
-    pub fn on_discovery(&mut self, link: LinkId, frame: Discovery, now: Instant) {
+    /// `signed`: the control core verified the origin's signature over it (identity mode).
+    pub fn on_discovery(&mut self, link: LinkId, frame: Discovery, signed: bool, now: Instant) {
         self.stats.frames_in += 1;
         if frame.origin == self.me {
             self.stats.echoes += 1;
             return;
         }
-        if !self.dedup_fresh(frame.origin, frame.seq) {
-            self.stats.duplicates += 1;
+        let prefix = prefix_of(&frame.origin);
+        if prefix == self.prefix {
+            // Another id with our prefix: its records would describe our endpoints.
+            self.stats.foreign_refused += 1;
             return;
         }
+        let Some(via) = self.links.get(&link).map(|l| l.peer) else {
+            // Not a capable link (the control core passes only those): nothing to judge by.
+            return;
+        };
+        let path = self.path_of(&frame.origin, &via);
+        if !path.accepted() {
+            self.stats.off_path += 1;
+            return;
+        }
+        if !self.has_budget(link, &frame.origin, now) {
+            self.stats.budget_dropped += 1;
+            return;
+        }
+        let trusted = signed || path == PathVerdict::Direct;
+        let burst = self.cfg.origin_work_burst;
+        let (fresh, evicted) =
+            self.origins
+                .check(frame.origin, frame.seq, link, trusted, burst, now);
+        self.stats.dedup_evicted += u64::from(evicted);
+        match fresh {
+            Fresh::Duplicate => {
+                self.stats.duplicates += 1;
+                return;
+            }
+            Fresh::Held => {
+                self.stats.seq_jumps_held += 1;
+                return;
+            }
+            Fresh::New => {}
+        }
+        if self
+            .remotes
+            .get(&prefix)
+            .is_some_and(|r| r.node != frame.origin)
+        {
+            self.stats.prefix_conflicts += 1;
+            return;
+        }
+        let Some(applied) = self.apply(link, &frame, now) else {
+            return;
+        };
+        self.charge(link, &frame.origin, applied.work);
+        if frame.parts > 0 {
+            self.collect_cycle(&frame, applied, now);
+        }
         if frame.ttl > 1 && self.links.keys().any(|l| *l != link) {
-            let mut again = frame.clone();
+            let mut again = frame;
             again.ttl -= 1;
             self.stats.frames_reflooded += 1;
             self.out.push_back(TopicsOutput::Flood {
@@ -37,45 +123,66 @@ impl TopicsCore {
                 except: Some(link),
             });
         }
-        self.apply(link, frame, now);
     }
 
-    /// True when `seq` is above the highest seen of `origin` (and records it). At the
-    /// table's bound the least recently refreshed origin is forgotten, counted.
-    fn dedup_fresh(&mut self, origin: PeerId, seq: u64) -> bool {
-        self.tick += 1;
-        let tick = self.tick;
-        if let Some((high, t)) = self.dedup.get_mut(&origin) {
-            if seq <= *high {
-                return false;
-            }
-            self.dedup_lru.remove(t);
-            *high = seq;
-            *t = tick;
-            self.dedup_lru.insert(tick, origin);
-            return true;
+    /// The reverse-path verdict of a frame of `origin` carried by neighbour `via`.
+    fn path_of(&self, origin: &PeerId, via: &PeerId) -> PathVerdict {
+        if *origin == *via {
+            return PathVerdict::Direct;
         }
-        if self.dedup.len() >= self.cfg.max_dedup_origins {
-            if let Some((_, old)) = self.dedup_lru.pop_first() {
-                self.dedup.remove(&old);
-                self.stats.dedup_evicted += 1;
-            }
+        if !self.reverse_path {
+            return PathVerdict::UnknownOrigin;
         }
-        self.dedup.insert(origin, (seq, tick));
-        self.dedup_lru.insert(tick, origin);
-        true
+        self.paths.toward(origin, via)
     }
 
-    fn apply(&mut self, link: LinkId, frame: Discovery, now: Instant) {
+    /// True when both the link's and the origin's budgets have credit left.
+    fn has_budget(&mut self, link: LinkId, origin: &PeerId, now: Instant) -> bool {
+        let c = &self.cfg;
+        let (lr, lb, or, ob) = (
+            c.link_work_per_sec,
+            c.link_work_burst,
+            c.origin_work_per_sec,
+            c.origin_work_burst,
+        );
+        let link_ok = self
+            .links
+            .get_mut(&link)
+            .is_none_or(|l| l.budget.has_credit(lr, lb, now));
+        link_ok
+            && self
+                .origins
+                .budget(origin)
+                .is_none_or(|b| b.has_credit(or, ob, now))
+    }
+
+    fn charge(&mut self, link: LinkId, origin: &PeerId, work: u64) {
+        if let Some(l) = self.links.get_mut(&link) {
+            l.budget.charge(work);
+        }
+        if let Some(b) = self.origins.budget(origin) {
+            b.charge(work);
+        }
+    }
+
+    /// Applies the entries of a frame whose origin passed every check. `None` when a
+    /// record did not decode: the link is closed and the frame goes no further.
+    fn apply(&mut self, link: LinkId, frame: &Discovery, now: Instant) -> Option<Applied> {
         let origin = frame.origin;
         let prefix = prefix_of(&origin);
-        let mut listed: Vec<Guid> = Vec::new();
+        let mut applied = Applied {
+            work: 0,
+            participant: false,
+            listed: Vec::new(),
+        };
         for entry in &frame.entries {
+            applied.work += ENTRY_WORK;
             match entry {
                 DiscoveryEntry::Record(bytes) => match decode(bytes) {
                     Err(e) => {
                         tracing::debug!(?link, %origin, error = %e, "discovery record malformed");
-                        return self.malformed(link);
+                        self.malformed(link);
+                        return None;
                     }
                     Ok(Record::Participant(p)) => {
                         if p.prefix != prefix {
@@ -83,17 +190,23 @@ impl TopicsCore {
                             continue;
                         }
                         if self.admit_participant(origin, p, now).is_err() {
-                            return self.malformed(link);
+                            self.malformed(link);
+                            return None;
                         }
+                        applied.participant = true;
                     }
                     Ok(Record::Endpoint(e)) => {
                         if e.guid.prefix != prefix {
                             self.stats.foreign_refused += 1;
                             continue;
                         }
-                        listed.push(e.guid);
-                        if self.admit_endpoint(e).is_err() {
-                            return self.malformed(link);
+                        applied.listed.push(e.guid);
+                        match self.admit_endpoint(e) {
+                            Ok(work) => applied.work += work,
+                            Err(()) => {
+                                self.malformed(link);
+                                return None;
+                            }
                         }
                     }
                 },
@@ -110,9 +223,7 @@ impl TopicsCore {
                 }
             }
         }
-        if frame.parts > 0 && self.remotes.contains_key(&prefix) {
-            self.collect_cycle(&frame, listed);
-        }
+        Some(applied)
     }
 
     fn malformed(&mut self, link: LinkId) {
@@ -120,28 +231,38 @@ impl TopicsCore {
         self.out.push_back(TopicsOutput::CloseLink(link));
     }
 
-    /// Admits a participant record of `origin`. `Err` only for an out-of-range record (a
-    /// protocol error); a full table is a counted rejection.
+    /// Admits a participant record of `origin` (the prefix is free or bound to it). `Err`
+    /// only for an out-of-range record (a protocol error); a full table is a counted
+    /// rejection.
     fn admit_participant(
         &mut self,
         origin: PeerId,
         p: ParticipantInfo,
         now: Instant,
     ) -> Result<(), ()> {
-        let (prefix, lease) = (p.prefix, p.lease_duration);
+        let prefix = p.prefix;
         let locators = p.user_locators.clone();
         match self.graph.admit_participant(p, self.time(now)) {
             Ok(adm) => {
+                // The lease as the graph admitted it (capped: an infinite lease would keep
+                // a stranger's participant for ever).
+                let lease = self
+                    .graph
+                    .participant(&prefix)
+                    .map(|p| p.lease_duration)
+                    .expect("just admitted");
                 let expires = self.time(now).saturating_add(lease);
                 let r = self.remotes.entry(prefix).or_insert(Remote {
                     node: origin,
                     expires,
                     locators: Vec::new(),
                 });
+                debug_assert_eq!(r.node, origin, "bound prefixes are checked first");
                 r.expires = expires;
-                r.node = origin;
                 r.locators = locators;
+                self.origins.pin(&origin);
                 if adm == ParticipantAdmission::Inserted {
+                    self.capable_changed();
                     self.changed();
                 }
                 self.maybe_dial(prefix);
@@ -154,7 +275,7 @@ impl TopicsCore {
 
     /// `dial_participants`: a participant heard whose node has no capable link is dialed at
     /// the first selected address (its own locators, then the configured fallbacks).
-    fn maybe_dial(&mut self, prefix: shoal_discovery::types::GuidPrefix) {
+    fn maybe_dial(&mut self, prefix: GuidPrefix) {
         if !self.cfg.dial_participants {
             return;
         }
@@ -162,7 +283,7 @@ impl TopicsCore {
             return;
         };
         let node = r.node;
-        if self.links.values().any(|p| *p == node) {
+        if self.links.values().any(|l| l.peer == node) {
             return;
         }
         let fallbacks: Vec<_> = self.fallbacks.iter().map(super::tcp_locator).collect();
@@ -182,10 +303,12 @@ impl TopicsCore {
         }
     }
 
-    /// Admits an endpoint record. `Err` only for an out-of-range record.
-    fn admit_endpoint(&mut self, e: EndpointInfo) -> Result<(), ()> {
+    /// Admits an endpoint record; `Ok` with the matching work it cost. `Err` only for an
+    /// out-of-range record.
+    fn admit_endpoint(&mut self, e: EndpointInfo) -> Result<u64, ()> {
         match self.graph.admit_endpoint(e) {
             Ok(adm) => {
+                let work = admission_work(&adm);
                 if !adm.unmatched.is_empty() {
                     let mut seen = Default::default();
                     let kind = self.graph.endpoint(adm.id).map(|i| i.kind);
@@ -204,41 +327,49 @@ impl TopicsCore {
                     self.incompatible_events(adm.id);
                     self.changed();
                 }
-                Ok(())
+                Ok(work)
             }
             Err(AdmitError::Invalid { .. }) => Err(()),
-            Err(_) => Ok(()),
+            Err(_) => Ok(0),
         }
     }
 
     /// Collects one part of an announce cycle; a complete cycle removes the origin's
-    /// endpoints it no longer lists (a lost withdrawal).
-    fn collect_cycle(&mut self, frame: &Discovery, listed: Vec<Guid>) {
-        if frame.parts > MAX_TRACKED_PARTS || frame.part >= frame.parts {
+    /// endpoints it no longer lists (a lost withdrawal). A part counts only when it carried
+    /// the participant record (every part of a genuine cycle does) and the participant is
+    /// admitted for this origin.
+    fn collect_cycle(&mut self, frame: &Discovery, applied: Applied, now: Instant) {
+        let prefix = prefix_of(&frame.origin);
+        if frame.parts > MAX_TRACKED_PARTS
+            || frame.part >= frame.parts
+            || !applied.participant
+            || self
+                .remotes
+                .get(&prefix)
+                .is_none_or(|r| r.node != frame.origin)
+        {
             return;
         }
+        // A genuine node never lists more endpoints than a node may have.
+        let most = self.cfg.max_local_endpoints;
         let c = self.cycles.entry(frame.origin).or_default();
         if c.cycle != frame.cycle || c.parts != frame.parts || c.got.is_empty() {
-            *c = Cycle {
-                cycle: frame.cycle,
-                parts: frame.parts,
-                got: vec![false; usize::from(frame.parts)],
-                missing: usize::from(frame.parts),
-                listed: Default::default(),
-            };
+            *c = Cycle::new(frame.cycle, frame.parts, now);
         }
-        let part = usize::from(frame.part);
-        if !c.got[part] {
-            c.got[part] = true;
-            c.missing -= 1;
+        c.mark(frame.part);
+        if c.listed.len() + applied.listed.len() > most {
+            c.overflow = true;
+        } else {
+            c.listed.extend(applied.listed);
         }
-        c.listed.extend(listed);
         if c.missing > 0 {
             return;
         }
         let c = self.cycles.remove(&frame.origin).expect("collected above");
         self.stats.cycles_completed += 1;
-        let prefix = prefix_of(&frame.origin);
+        if c.overflow {
+            return;
+        }
         let stale: Vec<Guid> = self
             .graph
             .endpoints_of(&prefix)
@@ -252,4 +383,10 @@ impl TopicsCore {
             self.remove_endpoints(&stale);
         }
     }
+}
+
+/// The control-plane work an endpoint admission cost, in work units: the candidate pairs
+/// the graph matched (each a QoS and partition comparison).
+fn admission_work(adm: &EndpointAdmission) -> u64 {
+    (adm.matched.len() + adm.unmatched.len()) as u64
 }

@@ -183,7 +183,7 @@ impl TopicsCore {
                 })
                 .collect(),
             match_occupancy: (g.match_count(), self.cfg.max_matches),
-            dedup_occupancy: (self.dedup.len(), self.cfg.max_dedup_origins),
+            dedup_occupancy: (self.origins.len(), self.cfg.max_dedup_origins),
             reported_occupancy: (self.reported.len(), self.cfg.max_reported_incompatible),
             routes_epoch: self.routes_epoch,
             planner: self.planner.stats(),
