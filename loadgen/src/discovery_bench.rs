@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// Which parts to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Part {
-    /// Every part, in order.
+    /// The three measurements (latency, match, cpu), in order.
     All,
     /// Reader creation to its first sample.
     Latency,
@@ -32,6 +32,9 @@ pub enum Part {
     Match,
     /// The control thread's CPU on a node knowing many remote endpoints.
     Cpu,
+    /// A stranger floods the worst records the limits allow while a real node links and
+    /// matches ([`crate::hostile`]).
+    Hostile,
 }
 
 /// The command line of `discovery`.
@@ -82,6 +85,19 @@ pub struct DiscoveryArgs {
     /// mesh's own, 2000 ms). Each refresh is a new membership record on every node.
     #[arg(long)]
     pub membership_ms: Option<u64>,
+    /// Hostile: how long the stranger floods, s.
+    #[arg(long, default_value_t = 10)]
+    pub hostile_seconds: u64,
+    /// Hostile: endpoint records per Discovery frame (half writers, half readers).
+    #[arg(long, default_value_t = 24)]
+    pub hostile_records: usize,
+    /// Hostile: partition names (writers) or patterns (readers) per endpoint.
+    #[arg(long, default_value_t = 8)]
+    pub hostile_names: usize,
+    /// Hostile: partition bytes per endpoint (default: the most an endpoint may carry,
+    /// `[topics] max_partition_bytes`).
+    #[arg(long)]
+    pub hostile_partition_bytes: Option<usize>,
     /// Longest wait for any one condition (connections, matches, a trial's sample), s.
     #[arg(long, default_value_t = 60)]
     pub timeout_s: u64,
@@ -138,6 +154,8 @@ pub struct DiscoveryReport {
     pub matching: Option<MatchReport>,
     /// Part 3.
     pub cpu: Option<crate::control_cpu::CpuReport>,
+    /// The hostile part.
+    pub hostile: Option<crate::hostile::HostileReport>,
     /// Parts that failed, with their error (the run's exit status is then a failure).
     pub failed: Vec<PartFailure>,
 }
@@ -355,6 +373,7 @@ pub fn run(a: &DiscoveryArgs, quiet: bool) -> Result<DiscoveryReport, RunError> 
         latency: None,
         matching: None,
         cpu: None,
+        hostile: None,
         failed: Vec::new(),
     };
     // A part that fails is reported and the next one still runs.
@@ -390,6 +409,16 @@ pub fn run(a: &DiscoveryArgs, quiet: bool) -> Result<DiscoveryReport, RunError> 
         match crate::control_cpu::run(a) {
             Ok(c) => report.cpu = Some(c),
             Err(e) => failed("cpu", e),
+        }
+    }
+    if a.part == Part::Hostile {
+        say(&format!(
+            "hostile stranger, {} s, {} records per frame",
+            a.hostile_seconds, a.hostile_records
+        ));
+        match crate::hostile::run(a) {
+            Ok(h) => report.hostile = Some(h),
+            Err(e) => failed("hostile", e),
         }
     }
     Ok(report)
@@ -604,6 +633,9 @@ pub fn print(r: &DiscoveryReport) {
     }
     if let Some(c) = &r.cpu {
         crate::control_cpu::print(c);
+    }
+    if let Some(h) = &r.hostile {
+        crate::hostile::print(h);
     }
     for f in &r.failed {
         println!();

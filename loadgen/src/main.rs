@@ -38,6 +38,7 @@ mod demo;
 mod demo_topics;
 mod discovery_bench;
 mod gaps;
+mod hostile;
 mod latency;
 mod latency_hist;
 mod latency_inline;
