@@ -17,7 +17,9 @@
 //! Topics: each [`TopicStats`] counter is `shoal_topic_<field>_total`, labelled
 //! `topic="<name>"` (`shoal_topic_written_total{topic="sensors/imu"}`,
 //! `shoal_topic_dropped_queue_full_total`, ...), one series per topic this node knows
-//! ([`render_with_topics`], and [`MeshCollector`] on every scrape).
+//! ([`render_with_topics`], and [`MeshCollector`] on every scrape). The topics control
+//! plane's own counters (`TopicsStats`: Discovery frames in, refused off-path, over budget,
+//! seq jumps held, cycles, ...) are `shoal_discovery_<field>_total`, without labels.
 
 use crate::node::{MeshStats, ShardStats};
 use crate::topics::{TopicStats, TopicsSnapshot};
@@ -189,6 +191,16 @@ pub fn encode_topics(topics: &TopicsSnapshot, mut encoder: DescriptorEncoder<'_>
 }
 
 fn topics_into(topics: &TopicsSnapshot, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    for c in topics.discovery.counters() {
+        let name = format!("discovery_{}", c.name);
+        let counter = ConstCounter::new(c.value);
+        counter.encode(encoder.encode_descriptor(
+            &name,
+            &help(c.doc),
+            None,
+            counter.metric_type(),
+        )?)?;
+    }
     if topics.topics.is_empty() {
         return Ok(());
     }
@@ -413,6 +425,22 @@ mod tests {
             &TopicsSnapshot::of(None, Default::default()),
         );
         assert!(!page.contains("shoal_topic_"), "{page}");
+    }
+
+    #[test]
+    fn the_discovery_counters_render_without_labels() {
+        use crate::topics::{TopicsSnapshot, TopicsStats};
+        let discovery = TopicsStats {
+            off_path: 3,
+            budget_dropped: 4,
+            ..TopicsStats::default()
+        };
+        let page = render_with_topics(&MeshStats::default(), &TopicsSnapshot::of(None, discovery));
+        let s = samples(&page);
+        assert_eq!(s.get("shoal_discovery_off_path_total"), Some(&3), "{page}");
+        assert_eq!(s.get("shoal_discovery_budget_dropped_total"), Some(&4));
+        assert_eq!(s.get("shoal_discovery_frames_in_total"), Some(&0));
+        assert!(page.contains("# HELP shoal_discovery_off_path "), "{page}");
     }
 
     #[test]

@@ -175,59 +175,82 @@ pub enum TopicError {
     UnknownEndpoint(EndpointGuid),
 }
 
-/// The topics core's counters (monotonic).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TopicsStats {
+/// Declares [`TopicsStats`] and its [`counters`](TopicsStats::counters) list from one list of
+/// fields (each with its doc comment, which exporters use as help text).
+macro_rules! topics_stats {
+    ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        /// The topics core's counters (monotonic).
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct TopicsStats {
+            $($(#[doc = $doc])* pub $name: u64,)*
+        }
+
+        impl TopicsStats {
+            /// Every counter, in declaration order, with its name and doc comment, so
+            /// exporters (`shoal_mesh::metrics`) follow new counters without a list of
+            /// their own.
+            pub fn counters(&self) -> Vec<crate::stats::StatCounter> {
+                vec![$(crate::stats::StatCounter {
+                    name: stringify!($name),
+                    doc: concat!($($doc),*),
+                    value: self.$name,
+                }),*]
+            }
+        }
+    };
+}
+
+topics_stats! {
     /// Discovery frames received (before dedup).
-    pub frames_in: u64,
+    frames_in,
     /// Discovery frames this node built (announcements, withdrawals).
-    pub frames_built: u64,
+    frames_built,
     /// Frames passed on to other links (ttl left).
-    pub frames_reflooded: u64,
+    frames_reflooded,
     /// Our own frames coming back over another path.
-    pub echoes: u64,
+    echoes,
     /// Frames dropped as duplicates (seq not above the highest seen of their origin).
-    pub duplicates: u64,
+    duplicates,
     /// Frames dropped because their seq jumped beyond the origin's window and nothing
     /// confirmed the jump (see `SEQ_WINDOW`).
-    pub seq_jumps_held: u64,
+    seq_jumps_held,
     /// Frames dropped because the link they came on is not toward their origin in the
     /// membership graph (the reverse-path check).
-    pub off_path: u64,
+    off_path,
     /// Frames dropped because their link's or their origin's control-plane work budget was
     /// spent (`origin_work_per_sec`, `link_work_per_sec`).
-    pub budget_dropped: u64,
+    budget_dropped,
     /// Frames refused whole because another origin holds their origin's GUID prefix.
-    pub prefix_conflicts: u64,
+    prefix_conflicts,
     /// Origins forgotten by the dedup table at its bound (their next frame counts as new).
-    pub dedup_evicted: u64,
+    dedup_evicted,
     /// Records or withdrawals refused for describing another participant's endpoints.
-    pub foreign_refused: u64,
+    foreign_refused,
     /// Links closed for a record that did not decode or was out of range.
-    pub malformed_records: u64,
+    malformed_records,
     /// Complete announce cycles received.
-    pub cycles_completed: u64,
+    cycles_completed,
     /// Incomplete announce cycles given up (not completed within two announce periods).
-    pub cycles_expired: u64,
+    cycles_expired,
     /// Endpoints removed because a complete cycle of their origin no longer listed them.
-    pub endpoints_pruned: u64,
+    endpoints_pruned,
     /// Remote endpoints removed by a withdrawal.
-    pub endpoints_withdrawn: u64,
+    endpoints_withdrawn,
     /// Participants whose lease ran out.
-    pub participants_expired: u64,
+    participants_expired,
     /// Endpoints removed with an expired participant.
-    pub endpoints_expired: u64,
+    endpoints_expired,
     /// Incompatible pairs not reported: the reported-pairs set was full.
-    pub incompatible_unreported: u64,
+    incompatible_unreported,
     /// Route tables built.
-    pub route_tables: u64,
+    route_tables,
     /// Relays of a frame not sent to a neighbour that has it from its origin (the origin's
     /// membership record lists it).
-    pub relays_pruned: u64,
+    relays_pruned,
     /// Dials asked for (`dial_participants`).
-    pub dials: u64,
+    dials,
     /// Participants heard that no selected locator could be dialed at.
-    pub no_dialable_locator: u64,
+    no_dialable_locator,
 }
 
 /// A remote participant this node admitted.
