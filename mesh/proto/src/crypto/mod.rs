@@ -42,8 +42,8 @@ pub use idrecord::{
 };
 pub use kdf::node_id_from_key;
 pub use psk::{BeaconDrop, BeaconMacError, PskError, PskKeys, ScoutGuard};
-pub use signed::{sign_discovery, sign_membership, SignatureReject, SignerBook};
 pub use record::{
     OpenError, Opened, RecordBuf, RecordBuilder, RecordOpener, RecordReader, RecordSealer,
     SealError,
 };
+pub use signed::{sign_discovery, sign_membership, SignatureReject, SignerBook};

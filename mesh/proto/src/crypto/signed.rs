@@ -51,7 +51,11 @@ impl SignatureReject {
 }
 
 /// Signs this node's Membership record (`scratch` is reused for the signed bytes).
-pub fn sign_membership(id: &Identity, record: &Membership, scratch: &mut Vec<u8>) -> RecordSignature {
+pub fn sign_membership(
+    id: &Identity,
+    record: &Membership,
+    scratch: &mut Vec<u8>,
+) -> RecordSignature {
     scratch.clear();
     record.signed_message(scratch);
     RecordSignature {
@@ -69,10 +73,12 @@ pub fn sign_discovery(id: &Identity, frame: &mut Discovery, scratch: &mut Vec<u8
     }
     scratch.clear();
     frame.signed_message(scratch);
-    frame.entries.push(DiscoveryEntry::Signature(RecordSignature {
-        key: *id.public_key(),
-        sig: id.sign(scratch),
-    }));
+    frame
+        .entries
+        .push(DiscoveryEntry::Signature(RecordSignature {
+            key: *id.public_key(),
+            sig: id.sign(scratch),
+        }));
 }
 
 /// One origin whose key verified a record.

@@ -32,7 +32,8 @@ impl Features {
     /// unsigned type 6 frames; a Shoal build that predates the bit would drop the link on 15.
     pub const SIGNED_RECORDS: Features = Features(1 << 1);
     /// The features this build implements and therefore advertises.
-    pub const SUPPORTED: Features = Features(Features::EXTENDED_FRAMES.0 | Features::SIGNED_RECORDS.0);
+    pub const SUPPORTED: Features =
+        Features(Features::EXTENDED_FRAMES.0 | Features::SIGNED_RECORDS.0);
 
     /// True when every bit of `other` is set in `self`.
     pub fn contains(self, other: Features) -> bool {

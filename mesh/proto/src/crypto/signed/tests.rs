@@ -62,7 +62,10 @@ fn the_protocol_notes_vectors_are_reproduced() {
         hex::encode(id.public_key()),
         "d04ab232742bb4ab3a1368bd4615e4e6d0224ab71a016baf8520a332c9778737"
     );
-    assert_eq!(hex::encode(id.node_id().0), "c0c5ecd7f1ee33f526dd27d34c3e1daa");
+    assert_eq!(
+        hex::encode(id.node_id().0),
+        "c0c5ecd7f1ee33f526dd27d34c3e1daa"
+    );
     let mut scratch = Vec::new();
 
     let record = vector_membership(&id);
@@ -133,7 +136,10 @@ fn verification_covers_every_field_but_the_ttl() {
     let mut msg = Vec::new();
     m.record.signed_message(&mut msg);
     let mut book = SignerBook::new(4);
-    assert_eq!(book.verify(&open, &id.node_id(), &m.signature, &msg), Ok(()));
+    assert_eq!(
+        book.verify(&open, &id.node_id(), &m.signature, &msg),
+        Ok(())
+    );
     let mut forged = m.record.clone();
     forged.version += 1;
     msg.clear();
@@ -230,7 +236,10 @@ fn a_learned_key_never_changes_and_the_book_is_bounded() {
         assert_eq!(book.verify(&open, &r.origin, &sig, &msg_of(&r)), Ok(()));
     }
     assert_eq!((book.len(), book.evicted()), (2, 1));
-    assert!(!book.knows(&ids[0].node_id()), "the least recently verified went");
+    assert!(
+        !book.knows(&ids[0].node_id()),
+        "the least recently verified went"
+    );
     // A known origin with another key: refused before any hashing.
     let (r, sig) = signed_record(1, ids[2].node_id(), 2);
     assert_eq!(
