@@ -34,7 +34,7 @@
 //! a SignedMembership frame and hands the record in with its signature
 //! ([`MemberGraph::on_signed_record`]); the signature is stored with the record, so relays and
 //! the catch-up of a new neighbour carry it ([`MemberTransmit::signature`]). Verification is
-//! not done here (this module holds no keys): [`MemberGraph::is_stale`] lets the caller skip
+//! not done here (this module holds no keys): [`MemberGraph::precheck`] lets the caller skip
 //! it for a record that would be ignored anyway.
 //!
 //! Where this node relays (a local choice: the records and their bytes are the wire
@@ -410,20 +410,15 @@ impl MemberGraph {
         wall_ms: u64,
         now: Instant,
     ) -> RecordOutcome {
-        if rec.origin.is_zero() {
-            return RecordOutcome::Invalid;
-        }
-        if rec.neighbours.len() > self.max_neighbours {
-            self.stats.rejected_oversize += 1;
-            tracing::debug!(origin = %rec.origin, count = rec.neighbours.len(), max = self.max_neighbours, "membership record lists too many neighbours, refused");
-            return RecordOutcome::TooManyNeighbours;
-        }
-        if sig.is_some() && !rec.neighbours.windows(2).all(|w| w[0] < w[1]) {
-            // Stored sorted, it would no longer be what was signed.
-            return RecordOutcome::Invalid;
+        if let Some(ignored) = self.precheck(rec, sig.is_some(), wall_ms) {
+            return ignored;
         }
         if rec.origin == self.me {
-            return self.on_own_record(rec, wall_ms, now);
+            // Our previous incarnation is still remembered with a version at least ours
+            // (the wall clock went back): jump past it so our record wins everywhere.
+            self.version = rec.version;
+            self.flood_own(wall_ms, now);
+            return RecordOutcome::OwnOutranked;
         }
         let mut sorted = std::mem::take(&mut self.scratch);
         sorted.clear();
@@ -432,11 +427,6 @@ impl MemberGraph {
         sorted.dedup();
         // `sorted` ends up holding the previous list (None: the origin was unknown).
         let previous = match self.records.get_mut(&rec.origin) {
-            Some(s) if rec.version <= s.version => {
-                self.scratch = sorted;
-                self.stats.stale += 1;
-                return RecordOutcome::Stale;
-            }
             Some(s) => {
                 s.version = rec.version;
                 s.sig = sig;
@@ -477,23 +467,34 @@ impl MemberGraph {
         RecordOutcome::Stored
     }
 
-    fn on_own_record(&mut self, rec: &Record, wall_ms: u64, now: Instant) -> RecordOutcome {
-        let current = rec.version == self.version && {
-            let mut ns = rec.neighbours.clone();
-            ns.sort_unstable();
-            ns.dedup();
-            ns == self.neighbours
-        };
-        if rec.version < self.version || current {
-            // An echo of the current record over a path that beat the direct one is not a
-            // previous run: answering it with a new version made every echo a new flood.
-            if current {
+    /// What [`on_signed_record`](Self::on_signed_record) would do with `rec` short of storing
+    /// it or outranking the own record: `Some(outcome)` (counted) when it is ignored as
+    /// invalid, oversize, stale, an echo or implausible; `None` when it would be applied (or
+    /// meet a full store). A caller checks this before paying for a signature (`signed`: it
+    /// came with one).
+    pub fn precheck(&mut self, rec: &Record, signed: bool, wall_ms: u64) -> Option<RecordOutcome> {
+        if rec.origin.is_zero() {
+            return Some(RecordOutcome::Invalid);
+        }
+        if rec.neighbours.len() > self.max_neighbours {
+            self.stats.rejected_oversize += 1;
+            tracing::debug!(origin = %rec.origin, count = rec.neighbours.len(), max = self.max_neighbours, "membership record lists too many neighbours, refused");
+            return Some(RecordOutcome::TooManyNeighbours);
+        }
+        if signed && !rec.neighbours.windows(2).all(|w| w[0] < w[1]) {
+            // Stored sorted, it would no longer be what was signed.
+            return Some(RecordOutcome::Invalid);
+        }
+        if self.is_stale(rec) {
+            // An echo of the own current record over a path that beat the direct one is not
+            // a previous run: answering it with a new version made every echo a new flood.
+            if rec.origin == self.me && rec.version == self.version {
                 self.stats.echoes += 1;
             }
             self.stats.stale += 1;
-            return RecordOutcome::Stale;
+            return Some(RecordOutcome::Stale);
         }
-        if rec.version > wall_ms.saturating_add(OWN_VERSION_HORIZON_MS) {
+        if rec.origin == self.me && rec.version > wall_ms.saturating_add(OWN_VERSION_HORIZON_MS) {
             // No previous run of ours minted that: jumping to it would leave no version to
             // outrank it with (`u64::MAX` overflowed `version + 1`).
             self.stats.implausible_versions += 1;
@@ -502,13 +503,9 @@ impl MemberGraph {
                 wall_ms,
                 "own membership record with an implausible version, refused"
             );
-            return RecordOutcome::Implausible;
+            return Some(RecordOutcome::Implausible);
         }
-        // Our previous incarnation is still remembered with a version at least ours
-        // (the wall clock went back): jump past it so our record wins everywhere.
-        self.version = rec.version;
-        self.flood_own(wall_ms, now);
-        RecordOutcome::OwnOutranked
+        None
     }
 
     /// Relays the newly stored record of `origin` (as stored: its sorted list and its

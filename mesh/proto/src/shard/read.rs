@@ -302,6 +302,15 @@ impl ShardCore {
                         msg: ToControl::MembershipIn { link, record },
                         busy: IfBusy::Wait,
                     }),
+                    Incoming::Frame(Frame::SignedMembership(record)) => {
+                        out.push(ShardAction::Report {
+                            msg: ToControl::SignedMembershipIn {
+                                link,
+                                record: Box::new(record),
+                            },
+                            busy: IfBusy::Wait,
+                        })
+                    }
                     Incoming::Frame(Frame::IdentityRecord(record)) if self.cfg.secure => {
                         out.push(ShardAction::Report {
                             msg: ToControl::IdentityIn {
