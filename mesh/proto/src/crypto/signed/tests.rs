@@ -92,6 +92,47 @@ fn the_protocol_notes_vectors_are_reproduced() {
     assert_eq!(hex::encode(&msg), DISC_MSG);
 }
 
+/// The vectors in `PROTOCOL-SIGNED.md` are the ones reproduced above (the notes and the code
+/// cannot drift apart).
+#[test]
+fn the_protocol_notes_carry_these_vectors() {
+    let doc = include_str!("../../../PROTOCOL-SIGNED.md");
+    let vectors = &doc[doc.find("## Test vectors").expect("a vectors section")..];
+    // Each labelled value runs over its continuation lines (spaces only for reading).
+    let mut values: Vec<(String, String)> = Vec::new();
+    for line in vectors.lines() {
+        let label = ["signed bytes", "sig", "frame"]
+            .into_iter()
+            .find(|l| line.starts_with(l) && line[l.len()..].starts_with(' '));
+        match label {
+            Some(l) => values.push((l.to_owned(), line[l.len()..].replace(' ', ""))),
+            None if line.starts_with("   ") => {
+                if let Some(v) = values.last_mut() {
+                    v.1.push_str(&line.replace(' ', ""));
+                }
+            }
+            None => {}
+        }
+    }
+    let id = vector_identity();
+    let mut memb_msg = Vec::new();
+    vector_membership(&id).signed_message(&mut memb_msg);
+    let want = [
+        ("signed bytes", hex::encode(&memb_msg)),
+        ("sig", MEMB_SIG.to_owned()),
+        ("frame", MEMB_FRAME.to_owned()),
+        ("signed bytes", DISC_MSG.to_owned()),
+        ("sig", DISC_SIG.to_owned()),
+        ("frame", DISC_FRAME.to_owned()),
+    ];
+    let got: Vec<(&str, &str)> = values
+        .iter()
+        .map(|(l, v)| (l.as_str(), v.as_str()))
+        .collect();
+    let want: Vec<(&str, &str)> = want.iter().map(|(l, v)| (*l, v.as_str())).collect();
+    assert_eq!(got, want);
+}
+
 /// The vectors verify, and any change to a covered field (not `ttl`) breaks them.
 #[test]
 fn verification_covers_every_field_but_the_ttl() {
