@@ -311,6 +311,10 @@ fn a_members_forged_record_about_another_node_is_refused_and_closes_its_link() {
         Some(vec![id_of(1)]),
         "the victim's record stands"
     );
+    // What the liar sent before its link went (queued at its shard) counts for nothing.
+    let x = PeerId([0x71; 16]);
+    send_unsigned(&mut c, liar, record(x, 1, vec![]), now);
+    assert_eq!(stored(&c, x), None);
     assert!(actions(&mut c).iter().any(|a| matches!(
         a,
         Action::Event(ControlEvent::Error {

@@ -119,6 +119,10 @@ impl ControlCore {
         wall_ms: u64,
         now: Instant,
     ) {
+        if !self.placed.contains_key(&link) {
+            // Queued before its link closed (a forgery closes it): nothing it says counts.
+            return;
+        }
         // Stale, invalid or oversize: counted there, and no signature paid for.
         if self
             .membership
