@@ -1,6 +1,6 @@
 //! Mesh-wide membership by adjacency gossip (mesh-v1.md, "Membership").
 //!
-//! Length: one state machine (records, the member set, floods and expiry) whose parts share its tables; the accessor the topics routes read is its newest part.
+//! Length: one state machine (records, the member set, floods and expiry) whose parts share its tables; the accessor the topics routes read, the bounds on what peers send and the signatures stored with records are parts of it, not modules of their own.
 //!
 //! **Owns:** the adjacency gossip and the member set. **Must not touch:** links or routing (the
 //! control core acts on its events).
