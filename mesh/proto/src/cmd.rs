@@ -219,6 +219,13 @@ pub enum ToControl {
         /// The frame.
         frame: Box<Discovery>,
     },
+    /// A SignedMembership frame arrived on `link` (verified by the control core).
+    SignedMembershipIn {
+        /// The link.
+        link: LinkId,
+        /// The frame.
+        record: Box<crate::wire::SignedMembership>,
+    },
     /// Shard `n` closed its links after [`ToShard::Stop`].
     Stopped(usize),
     /// Reply to [`ToShard::Sync`].

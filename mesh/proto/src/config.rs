@@ -20,7 +20,11 @@
 //!
 //! Settings the C++ library does not have and Shoal had to pick:
 //! - `max_peers = 1024`, `max_membership_records = 4096`: ceilings for the peer table and the
-//!   membership store (the C++ library is tuned for tens of nodes).
+//!   membership store (the C++ library is tuned for tens of nodes);
+//!   `max_membership_neighbours = 1024`: the longest neighbour list a record may carry.
+//! - `require_signed_membership = false`: in identity mode, unsigned Membership records are
+//!   still taken from links that cannot sign (multimaster peers) about origins not known to
+//!   sign; true refuses them all (`mesh/proto/PROTOCOL-SIGNED.md`).
 //! - `new_peer_rate = 50`, `new_peer_rate_per_source = 10`: how many never-linked peers the
 //!   node admits from announces and dials per second, node-wide and per source address (see
 //!   [`crate::admission`]). A legitimate mesh meets a handful of new peers per second;
@@ -236,10 +240,22 @@ pub struct MeshConfig {
     /// peers into an identity mesh (PSK only). `Some(true)` requires an identity of our own.
     /// See [`requires_identity`](Self::requires_identity).
     pub require_identity: Option<bool>,
-    /// Ceiling of the book of identities learned from gossiped identity records. Default 4096.
+    /// Ceiling of the book of identities learned from gossiped identity records, and of the
+    /// book of signing keys learned from signed records (each). Default 4096.
     pub max_identity_records: usize,
     /// Topics (discovery, matching, routes): the `[topics]` table.
     pub topics: crate::topics::TopicsConfig,
+    /// Identity mode: refuse every unsigned Membership record (type 6), even a multimaster
+    /// neighbour's own. Default false: an unsigned record is taken from a link that cannot
+    /// sign (a multimaster peer, a Shoal peer without identity) about an origin not known to
+    /// sign (`mesh/proto/PROTOCOL-SIGNED.md`). Set it in a mesh of Shoal identity nodes only.
+    /// Requires an identity.
+    pub require_signed_membership: bool,
+    /// Ceiling of the neighbours one Membership record may list; a longer record is refused
+    /// (counted in `membership_records_refused`), the link stays. Default 1024 (the wire
+    /// allows 65 535); with `max_membership_records` it bounds the store to
+    /// `max_membership_records × max_membership_neighbours × 16` bytes.
+    pub max_membership_neighbours: usize,
 }
 
 impl Default for MeshConfig {
@@ -283,6 +299,8 @@ impl Default for MeshConfig {
             require_identity: None,
             max_identity_records: 4096,
             topics: crate::topics::TopicsConfig::default(),
+            require_signed_membership: false,
+            max_membership_neighbours: crate::membership::DEFAULT_MAX_NEIGHBOURS,
         }
     }
 }
@@ -319,6 +337,8 @@ impl fmt::Debug for MeshConfig {
             .field("trusted_keys", &self.trusted_keys)
             .field("require_identity", &self.requires_identity())
             .field("topics", &self.topics)
+            .field("require_signed_membership", &self.require_signed_membership)
+            .field("max_membership_neighbours", &self.max_membership_neighbours)
             .finish_non_exhaustive()
     }
 }
@@ -391,6 +411,11 @@ impl MeshConfig {
             if self.require_identity == Some(true) {
                 return Err(ConfigError::TrustWithoutIdentity("require_identity"));
             }
+            if self.require_signed_membership {
+                return Err(ConfigError::TrustWithoutIdentity(
+                    "require_signed_membership",
+                ));
+            }
         }
         self.parsed_trusted_keys().map(drop)
     }
@@ -422,6 +447,7 @@ impl MeshConfig {
             ("max_peers", self.max_peers),
             ("max_membership_records", self.max_membership_records),
             ("max_identity_records", self.max_identity_records),
+            ("max_membership_neighbours", self.max_membership_neighbours),
             ("new_peer_rate", self.new_peer_rate as usize),
             (
                 "new_peer_rate_per_source",
@@ -560,6 +586,10 @@ macro_rules! mesh_config_setters {
         max_identity_records: usize,
         /// Sets the `[topics]` settings.
         topics: $crate::topics::TopicsConfig,
+        /// Sets `require_signed_membership` (identity mode only).
+        require_signed_membership: bool,
+        /// Sets `max_membership_neighbours`.
+        max_membership_neighbours: usize,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {

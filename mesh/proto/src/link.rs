@@ -370,7 +370,8 @@ impl Link {
             | Frame::WriterHeartbeat(_)
             | Frame::AckNack(_)
             | Frame::Repair(_)
-            | Frame::Gap(_) => self.payload_frame(),
+            | Frame::Gap(_)
+            | Frame::SignedMembership(_) => self.payload_frame(),
         }
     }
 

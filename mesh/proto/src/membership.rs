@@ -1,6 +1,6 @@
 //! Mesh-wide membership by adjacency gossip (mesh-v1.md, "Membership").
 //!
-//! Length: one state machine (records, the member set, floods and expiry) whose parts share its tables; the accessor the topics routes read is its newest part.
+//! Length: one state machine (records, the member set, floods and expiry) whose parts share its tables; the accessor the topics routes read, the bounds on what peers send and the signatures stored with records are parts of it, not modules of their own.
 //!
 //! **Owns:** the adjacency gossip and the member set. **Must not touch:** links or routing (the
 //! control core acts on its events).
@@ -10,6 +10,32 @@
 //! version is newer than the stored one. A record not refreshed within `membership_timeout`
 //! expires. Versions are `max(previous + 1, wall-clock ms)`, so a restarted node outranks
 //! the records of its previous run.
+//!
+//! Bounds on what a peer sends (the numbers in a record are the sender's word):
+//! - A record listing more than `max_neighbours` nodes is refused and counted
+//!   ([`RecordOutcome::TooManyNeighbours`]; default 1024, far below the wire's 65 535). A
+//!   stored record keeps one list, sorted and deduplicated (relays re-send that list: the set
+//!   is the record, the order carries nothing), so a record costs 16 bytes per neighbour
+//!   once: at most `max_records × max_neighbours × 16` bytes in all.
+//! - The own version never overflows: it rises saturating, and a record of this node's id
+//!   is taken as a previous run's only when its version is at most
+//!   [`OWN_VERSION_HORIZON_MS`] past the wall clock (a clock set back by up to 30 days). One
+//!   further ahead (`u64::MAX` used to make `version + 1` overflow) is refused and counted
+//!   ([`RecordOutcome::Implausible`]); the own version stays where it was, and the forged
+//!   record, which can never be refreshed past `u64::MAX`, expires at the nodes that stored it.
+//!   Other origins' versions are only compared, never incremented.
+//! - The from-scratch recomputation of the member set (after an edge went) runs at most once
+//!   per `recompute_gap` (default [`RECOMPUTE_GAP`]): the first at once, later ones within
+//!   the gap folded into one at its end ([`MemberGraph::poll_timeout`] includes it), counted
+//!   in [`MemberStats::recomputes_deferred`]. Until then the member set may still hold nodes
+//!   that left; joins are applied at once as before.
+//!
+//! Signed records (identity mode, `mesh/proto/PROTOCOL-SIGNED.md`): the control core verifies
+//! a SignedMembership frame and hands the record in with its signature
+//! ([`MemberGraph::on_signed_record`]); the signature is stored with the record, so relays and
+//! the catch-up of a new neighbour carry it ([`MemberTransmit::signature`]). Verification is
+//! not done here (this module holds no keys): [`MemberGraph::precheck`] lets the caller skip
+//! it for a record that would be ignored anyway.
 //!
 //! Where this node relays (a local choice: the records and their bytes are the wire
 //! protocol's, unchanged). The protocol floods a record "to every link except the inbound
@@ -43,7 +69,7 @@
 //! [`MemberGraph::poll_transmit`] and [`MemberGraph::poll_event`].
 
 use super::LinkId;
-use crate::wire::Membership as Record;
+use crate::wire::{Membership as Record, RecordSignature};
 use crate::PeerId;
 use ahash::{AHashMap, AHashSet};
 use std::collections::VecDeque;
@@ -68,6 +94,9 @@ pub struct MemberTransmit {
     pub dest: Dest,
     /// The record (frame body).
     pub record: Record,
+    /// The origin's signature stored with a relayed record (`None` for the own record, which
+    /// the control core signs itself, and for unsigned records).
+    pub signature: Option<RecordSignature>,
 }
 
 /// A change of the member set.
@@ -91,8 +120,13 @@ pub enum RecordOutcome {
     OwnOutranked,
     /// The store is at `max_membership_records`: ignored and counted.
     StoreFull,
-    /// Origin all-zero or too many neighbours for the wire: ignored.
+    /// Origin all-zero, or a signed record whose list is not strictly ascending: ignored.
     Invalid,
+    /// The record lists more than `max_neighbours` nodes: refused and counted.
+    TooManyNeighbours,
+    /// A record of this node's id with a version too far past the wall clock to be a
+    /// previous run's (see the module docs): refused and counted.
+    Implausible,
 }
 
 /// Counters of a [`MemberGraph`].
@@ -115,15 +149,22 @@ pub struct MemberStats {
     pub relays_pruned: u64,
     /// Member-set recomputations (one per change of the known graph).
     pub recomputes: u64,
+    /// Records refused for listing more than `max_neighbours` nodes.
+    pub rejected_oversize: u64,
+    /// Records of this node's id refused for a version too far past the wall clock.
+    pub implausible_versions: u64,
+    /// From-scratch recomputations folded into a later one by the rate limit.
+    pub recomputes_deferred: u64,
 }
 
 #[derive(Debug)]
 struct Stored {
     version: u64,
-    /// As received (relayed and caught up in the origin's order).
-    neighbours: Vec<PeerId>,
-    /// Sorted and deduplicated, for lookups.
+    /// Sorted and deduplicated: looked up, relayed and caught up as it is (a signed record's
+    /// list arrives that way, so it is exactly what was signed).
     sorted: Vec<PeerId>,
+    /// The origin's signature, when the record came signed.
+    sig: Option<RecordSignature>,
     refreshed: Instant,
 }
 
@@ -160,10 +201,25 @@ pub struct MemberGraph {
     stats: MemberStats,
     /// Rises whenever the union graph's edges may have changed (see [`MemberGraph::shape`]).
     shape: u64,
+    max_neighbours: usize,
+    recompute_gap: Duration,
+    last_recompute: Option<Instant>,
+    /// A recomputation the rate limit postponed, due then.
+    recompute_due: Option<Instant>,
 }
 
 /// The wire `count` is a u16.
 const MAX_NEIGHBOURS: usize = u16::MAX as usize;
+
+/// How far past the wall clock (ms) a record of this node's id may be and still be taken as
+/// a previous run's, whose version the own one must outrank: a clock set back by 30 days.
+pub const OWN_VERSION_HORIZON_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// The default minimum time between two from-scratch recomputations of the member set.
+pub const RECOMPUTE_GAP: Duration = Duration::from_millis(50);
+
+/// The default ceiling of a record's neighbour list.
+pub const DEFAULT_MAX_NEIGHBOURS: usize = 1024;
 
 impl MemberGraph {
     /// State for node `me`; `wall_ms` is the wall clock in ms since the Unix epoch (it seeds
@@ -195,7 +251,19 @@ impl MemberGraph {
             events: VecDeque::new(),
             stats: MemberStats::default(),
             shape: 0,
+            max_neighbours: DEFAULT_MAX_NEIGHBOURS,
+            recompute_gap: RECOMPUTE_GAP,
+            last_recompute: None,
+            recompute_due: None,
         }
+    }
+
+    /// Sets the ceiling of a record's neighbour list (at most the wire's 65 535) and the
+    /// minimum time between two from-scratch recomputations (see the module docs).
+    pub fn with_limits(mut self, max_neighbours: usize, recompute_gap: Duration) -> MemberGraph {
+        self.max_neighbours = max_neighbours.clamp(1, MAX_NEIGHBOURS);
+        self.recompute_gap = recompute_gap;
+        self
     }
 
     /// A number that rises whenever the graph's edges may have changed: this node's
@@ -243,6 +311,29 @@ impl MemberGraph {
         self.stats
     }
 
+    /// True when the stored record of `origin` came signed.
+    pub fn is_signed(&self, origin: &PeerId) -> bool {
+        self.records.get(origin).is_some_and(|r| r.sig.is_some())
+    }
+
+    /// True when [`on_record`](Self::on_record) would ignore `rec` as not newer than what is
+    /// held (the own current record included): a caller checks this before paying for a
+    /// signature.
+    pub fn is_stale(&self, rec: &Record) -> bool {
+        if rec.origin == self.me {
+            if rec.version != self.version {
+                return rec.version < self.version;
+            }
+            let mut ns = rec.neighbours.clone();
+            ns.sort_unstable();
+            ns.dedup();
+            return ns == self.neighbours;
+        }
+        self.records
+            .get(&rec.origin)
+            .is_some_and(|s| rec.version <= s.version)
+    }
+
     /// The own record as it would be flooded now.
     pub fn own_record(&self) -> Record {
         Record {
@@ -276,8 +367,9 @@ impl MemberGraph {
                 record: Record {
                     origin: *origin,
                     version: r.version,
-                    neighbours: r.neighbours.clone(),
+                    neighbours: r.sorted.clone(),
                 },
+                signature: r.sig,
             });
         }
         // One more edge at self: the member set can only grow.
@@ -293,11 +385,11 @@ impl MemberGraph {
             self.neighbours.remove(pos);
             self.shape += 1;
             self.flood_own(wall_ms, now);
-            self.recompute();
+            self.recompute_limited(now);
         }
     }
 
-    /// A Membership frame arrived on `from`.
+    /// An unsigned Membership frame (type 6) arrived on `from`.
     pub fn on_record(
         &mut self,
         from: LinkId,
@@ -305,11 +397,28 @@ impl MemberGraph {
         wall_ms: u64,
         now: Instant,
     ) -> RecordOutcome {
-        if rec.origin.is_zero() || rec.neighbours.len() > MAX_NEIGHBOURS {
-            return RecordOutcome::Invalid;
+        self.on_signed_record(from, rec, None, wall_ms, now)
+    }
+
+    /// A Membership record arrived on `from`, with its origin's signature when it came in a
+    /// SignedMembership frame (verified by the caller; stored and relayed with the record).
+    pub fn on_signed_record(
+        &mut self,
+        from: LinkId,
+        rec: &Record,
+        sig: Option<RecordSignature>,
+        wall_ms: u64,
+        now: Instant,
+    ) -> RecordOutcome {
+        if let Some(ignored) = self.precheck(rec, sig.is_some(), wall_ms) {
+            return ignored;
         }
         if rec.origin == self.me {
-            return self.on_own_record(rec, wall_ms, now);
+            // Our previous incarnation is still remembered with a version at least ours
+            // (the wall clock went back): jump past it so our record wins everywhere.
+            self.version = rec.version;
+            self.flood_own(wall_ms, now);
+            return RecordOutcome::OwnOutranked;
         }
         let mut sorted = std::mem::take(&mut self.scratch);
         sorted.clear();
@@ -318,15 +427,9 @@ impl MemberGraph {
         sorted.dedup();
         // `sorted` ends up holding the previous list (None: the origin was unknown).
         let previous = match self.records.get_mut(&rec.origin) {
-            Some(s) if rec.version <= s.version => {
-                self.scratch = sorted;
-                self.stats.stale += 1;
-                return RecordOutcome::Stale;
-            }
             Some(s) => {
                 s.version = rec.version;
-                s.neighbours.clear();
-                s.neighbours.extend_from_slice(&rec.neighbours);
+                s.sig = sig;
                 s.refreshed = now;
                 std::mem::swap(&mut s.sorted, &mut sorted);
                 Some(sorted)
@@ -342,8 +445,8 @@ impl MemberGraph {
                     rec.origin,
                     Stored {
                         version: rec.version,
-                        neighbours: rec.neighbours.clone(),
                         sorted,
+                        sig,
                         refreshed: now,
                     },
                 );
@@ -356,58 +459,86 @@ impl MemberGraph {
         if previous.as_deref() != self.records.get(&rec.origin).map(|r| &r.sorted[..]) {
             self.shape += 1;
         }
-        self.relay(from, rec);
-        self.record_changed(rec.origin, previous.as_deref());
+        self.relay(from, rec.origin);
+        self.record_changed(rec.origin, previous.as_deref(), now);
         if let Some(v) = previous {
             self.scratch = v;
         }
         RecordOutcome::Stored
     }
 
-    fn on_own_record(&mut self, rec: &Record, wall_ms: u64, now: Instant) -> RecordOutcome {
-        let current = rec.version == self.version && {
-            let mut ns = rec.neighbours.clone();
-            ns.sort_unstable();
-            ns.dedup();
-            ns == self.neighbours
-        };
-        if rec.version < self.version || current {
-            // An echo of the current record over a path that beat the direct one is not a
-            // previous run: answering it with a new version made every echo a new flood.
-            if current {
+    /// What [`on_signed_record`](Self::on_signed_record) would do with `rec` short of storing
+    /// it or outranking the own record: `Some(outcome)` (counted) when it is ignored as
+    /// invalid, oversize, stale, an echo or implausible; `None` when it would be applied (or
+    /// meet a full store). A caller checks this before paying for a signature (`signed`: it
+    /// came with one).
+    pub fn precheck(&mut self, rec: &Record, signed: bool, wall_ms: u64) -> Option<RecordOutcome> {
+        if rec.origin.is_zero() {
+            return Some(RecordOutcome::Invalid);
+        }
+        if rec.neighbours.len() > self.max_neighbours {
+            self.stats.rejected_oversize += 1;
+            tracing::debug!(origin = %rec.origin, count = rec.neighbours.len(), max = self.max_neighbours, "membership record lists too many neighbours, refused");
+            return Some(RecordOutcome::TooManyNeighbours);
+        }
+        if signed && !rec.neighbours.windows(2).all(|w| w[0] < w[1]) {
+            // Stored sorted, it would no longer be what was signed.
+            return Some(RecordOutcome::Invalid);
+        }
+        if self.is_stale(rec) {
+            // An echo of the own current record over a path that beat the direct one is not
+            // a previous run: answering it with a new version made every echo a new flood.
+            if rec.origin == self.me && rec.version == self.version {
                 self.stats.echoes += 1;
             }
             self.stats.stale += 1;
-            return RecordOutcome::Stale;
+            return Some(RecordOutcome::Stale);
         }
-        // Our previous incarnation is still remembered with a version at least ours
-        // (the wall clock went back): jump past it so our record wins everywhere.
-        self.version = rec.version;
-        self.flood_own(wall_ms, now);
-        RecordOutcome::OwnOutranked
+        if rec.origin == self.me && rec.version > wall_ms.saturating_add(OWN_VERSION_HORIZON_MS) {
+            // No previous run of ours minted that: jumping to it would leave no version to
+            // outrank it with (`u64::MAX` overflowed `version + 1`).
+            self.stats.implausible_versions += 1;
+            tracing::debug!(
+                version = rec.version,
+                wall_ms,
+                "own membership record with an implausible version, refused"
+            );
+            return Some(RecordOutcome::Implausible);
+        }
+        None
     }
 
-    /// Relays a newly stored record to every link except the inbound one, the origin's and
-    /// those of the neighbours the record lists (they have it from the origin).
-    fn relay(&mut self, from: LinkId, rec: &Record) {
+    /// Relays the newly stored record of `origin` (as stored: its sorted list and its
+    /// signature) to every link except the inbound one, the origin's and those of the
+    /// neighbours the record lists (they have it from the origin).
+    fn relay(&mut self, from: LinkId, origin: PeerId) {
+        let Some(stored) = self.records.get(&origin) else {
+            return;
+        };
         let mut targets = std::mem::take(&mut self.link_scratch);
         targets.clear();
         let mut pruned = 0;
-        let listed = self.records.get(&rec.origin);
         for (p, l) in &self.links {
             if *l == from {
                 continue;
             }
-            if *p == rec.origin || listed.is_some_and(|s| s.lists(p)) {
+            if *p == origin || stored.lists(p) {
                 pruned += 1;
             } else {
                 targets.push(*l);
             }
         }
+        let record = Record {
+            origin,
+            version: stored.version,
+            neighbours: stored.sorted.clone(),
+        };
+        let signature = stored.sig;
         if pruned == 0 {
             self.transmits.push_back(MemberTransmit {
                 dest: Dest::AllExcept(from),
-                record: rec.clone(),
+                record,
+                signature,
             });
         } else {
             self.stats.relays_pruned += pruned;
@@ -416,24 +547,32 @@ impl MemberGraph {
             for l in &targets {
                 self.transmits.push_back(MemberTransmit {
                     dest: Dest::Link(*l),
-                    record: rec.clone(),
+                    record: record.clone(),
+                    signature,
                 });
             }
         }
         self.link_scratch = targets;
     }
 
-    /// The next instant [`handle_timeout`](Self::handle_timeout) has work: the periodic flood
-    /// or (at the latest) the earliest record expiry. O(1).
+    /// The next instant [`handle_timeout`](Self::handle_timeout) has work: the periodic flood,
+    /// a postponed recomputation or (at the latest) the earliest record expiry. O(1).
     pub fn poll_timeout(&self) -> Instant {
-        self.next_expiry
-            .map_or(self.next_flood, |t| t.min(self.next_flood))
+        [self.next_expiry, self.recompute_due]
+            .into_iter()
+            .flatten()
+            .fold(self.next_flood, Instant::min)
     }
 
-    /// Runs the periodic flood and expires old records.
+    /// Runs the periodic flood, a postponed recomputation and expires old records.
     pub fn handle_timeout(&mut self, wall_ms: u64, now: Instant) {
         if now >= self.next_flood {
             self.flood_own(wall_ms, now);
+        }
+        if self.recompute_due.is_some_and(|t| now >= t) {
+            self.recompute_due = None;
+            self.last_recompute = Some(now);
+            self.recompute();
         }
         if self.next_expiry.is_none_or(|t| now < t) {
             return;
@@ -456,7 +595,7 @@ impl MemberGraph {
         if expired > 0 {
             self.stats.expired += expired as u64;
             self.shape += 1;
-            self.recompute();
+            self.recompute_limited(now);
         }
     }
 
@@ -471,13 +610,14 @@ impl MemberGraph {
     }
 
     fn flood_own(&mut self, wall_ms: u64, now: Instant) {
-        self.version = (self.version + 1).max(wall_ms);
+        self.version = self.version.saturating_add(1).max(wall_ms);
         self.next_flood = now + self.interval;
         self.stats.own_floods += 1;
         let record = self.own_record();
         self.transmits.push_back(MemberTransmit {
             dest: Dest::All,
             record,
+            signature: None,
         });
     }
 
@@ -527,7 +667,7 @@ impl MemberGraph {
     /// Edges only added: grow the member set from the newly connected nodes (a refresh with
     /// the same neighbours costs nothing, a join costs the new members). An edge removed:
     /// recompute from scratch.
-    fn record_changed(&mut self, o: PeerId, previous: Option<&[PeerId]>) {
+    fn record_changed(&mut self, o: PeerId, previous: Option<&[PeerId]>, now: Instant) {
         let now_listed = std::mem::take(&mut self.records.get_mut(&o).expect("just stored").sorted);
         let mut removed = false;
         let mut added: Vec<PeerId> = Vec::new();
@@ -569,7 +709,7 @@ impl MemberGraph {
         }
         self.records.get_mut(&o).expect("just stored").sorted = now_listed;
         if removed {
-            self.recompute();
+            self.recompute_limited(now);
             return;
         }
         for x in added {
@@ -601,6 +741,25 @@ impl MemberGraph {
         joined.sort();
         self.events
             .extend(joined.into_iter().map(MemberEvent::MemberJoined));
+    }
+
+    /// An edge went: recompute the member set now, or at the end of the rate limit's gap if
+    /// one ran within it (a postponed one already covers this change).
+    fn recompute_limited(&mut self, now: Instant) {
+        if self.recompute_due.is_some() {
+            self.stats.recomputes_deferred += 1;
+            return;
+        }
+        match self.last_recompute.map(|t| t + self.recompute_gap) {
+            Some(next) if now < next => {
+                self.stats.recomputes_deferred += 1;
+                self.recompute_due = Some(next);
+            }
+            _ => {
+                self.last_recompute = Some(now);
+                self.recompute();
+            }
+        }
     }
 
     /// BFS from self over the counted edges, then diff against the previous member set.

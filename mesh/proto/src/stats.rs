@@ -212,6 +212,25 @@ counters! {
     handshakes_evicted,
     /// Identity records dropped: untrusted key, bad signature, or the identity book full.
     identity_records_dropped,
+    /// Control plane: signed Membership records and Discovery frames whose signature verified.
+    record_signatures_verified,
+    /// Control plane: signed records refused as forgeries (the key is not the origin's, is no
+    /// valid key, or the signature does not verify); each closed the link that carried it.
+    bad_record_signatures,
+    /// Control plane: signed records dropped because the trust policy does not admit the
+    /// signer's key (not on the allowlist, or revoked).
+    untrusted_record_signers,
+    /// Control plane, identity mode: unsigned Membership records and Discovery frames refused
+    /// (from a neighbour that signs, about an origin known to sign, or
+    /// `require_signed_membership`).
+    unsigned_records_refused,
+    /// Control plane, identity mode: unsigned Membership records (a multimaster node's) not
+    /// relayed to a neighbour that signs, which would refuse them.
+    unsigned_records_withheld,
+    /// Control plane: Membership records refused for listing more than
+    /// `max_membership_neighbours` nodes, or (this node's id) for a version too far past the
+    /// wall clock.
+    membership_records_refused,
     /// Links attached to this shard.
     links_opened,
     /// Links closed for any reason.

@@ -11,9 +11,9 @@ use proptest::prelude::*;
 use shoal_proto::wire::{
     decode_frame, encode_data_into, peek_frame_len, take_data, take_frame, take_samples, AckNack,
     AuthConfirm, Beacon, Data, DecodeError, DecodeStatus, Discovery, DiscoveryEntry, Features,
-    Frame, Gap, Heartbeat, Hello, HelloIdentity, IdentityRecord, Membership, Repair,
-    SampleRunWriter, Samples, SeqSet, ShoalExtension, DISCOVERY_HEADER_LEN, MAX_MESSAGE_BYTES,
-    MAX_RECORD_ENTRY_LEN, SAMPLES_HEADER_LEN,
+    Frame, Gap, Heartbeat, Hello, HelloIdentity, IdentityRecord, Membership, RecordSignature,
+    Repair, SampleRunWriter, Samples, SeqSet, ShoalExtension, SignedMembership,
+    DISCOVERY_HEADER_LEN, MAX_MESSAGE_BYTES, MAX_RECORD_ENTRY_LEN, SAMPLES_HEADER_LEN,
 };
 use shoal_proto::{MsgId, PeerId};
 
@@ -81,16 +81,29 @@ fn discovery() -> impl Strategy<Value = Discovery> {
         any::<u16>(),
         any::<u16>(),
         proptest::collection::vec(entry(), 0..12),
+        proptest::option::of((
+            any::<[u8; 32]>(),
+            proptest::collection::vec(any::<u8>(), 64),
+        )),
     )
         .prop_map(
-            |(origin, seq, ttl, cycle, part, parts, entries)| Discovery {
-                origin,
-                seq,
-                ttl,
-                cycle,
-                part,
-                parts,
-                entries,
+            |(origin, seq, ttl, cycle, part, parts, mut entries, signature)| {
+                // A Signature entry only ever comes last.
+                if let Some((key, sig)) = signature {
+                    entries.push(DiscoveryEntry::Signature(RecordSignature {
+                        key,
+                        sig: sig.try_into().unwrap(),
+                    }));
+                }
+                Discovery {
+                    origin,
+                    seq,
+                    ttl,
+                    cycle,
+                    part,
+                    parts,
+                    entries,
+                }
             },
         )
 }
@@ -217,6 +230,24 @@ fn frame() -> impl Strategy<Value = Frame> {
                     neighbours,
                 })
             ),
+        (
+            peer(),
+            any::<u64>(),
+            proptest::collection::btree_set(peer(), 0..40),
+            any::<[u8; 32]>(),
+            sig()
+        )
+            .prop_map(|(origin, version, neighbours, key, sig)| {
+                Frame::SignedMembership(SignedMembership {
+                    record: Membership {
+                        origin,
+                        version,
+                        // Strictly ascending, as the signer writes them.
+                        neighbours: neighbours.into_iter().collect(),
+                    },
+                    signature: RecordSignature { key, sig },
+                })
+            }),
         (any::<[u8; 32]>(), proptest::option::of(sig()))
             .prop_map(|(tag, sig)| Frame::AuthConfirm(AuthConfirm { tag, sig })),
         (any::<[u8; 32]>(), any::<u64>(), sig(), wire_str()).prop_map(
@@ -622,14 +653,17 @@ proptest! {
     #[test]
     fn unknown_entry_kinds_are_skipped(
         d in discovery(),
-        unknown in proptest::collection::vec((3u8..=255, proptest::collection::vec(any::<u8>(), 0..40), any::<prop::sample::Index>()), 1..5),
+        unknown in proptest::collection::vec((4u8..=255, proptest::collection::vec(any::<u8>(), 0..40), any::<prop::sample::Index>()), 1..5),
     ) {
         let mut entries: Vec<(u8, Vec<u8>)> = d.entries.iter().map(|e| match e {
             DiscoveryEntry::Record(r) => (1, r.to_vec()),
             DiscoveryEntry::Withdraw(g) => (2, g.to_vec()),
+            DiscoveryEntry::Signature(s) => (3, [&s.key[..], &s.sig[..]].concat()),
         }).collect();
+        // Unknown entries go anywhere before a Signature entry (which stays last).
+        let signed = usize::from(d.signature().is_some());
         for (kind, value, at) in unknown {
-            let i = at.index(entries.len() + 1);
+            let i = at.index(entries.len() + 1 - signed);
             entries.insert(i, (kind, value));
         }
         let mut body = Vec::new();

@@ -2,6 +2,7 @@
 //! bounded waits with clear failure messages.
 #![allow(dead_code)]
 
+pub mod secure_peer;
 pub mod wiring;
 
 use shoal_mesh::wire::{Hello, PROTOCOL_VERSION};

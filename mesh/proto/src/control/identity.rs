@@ -1,7 +1,8 @@
 //! Identity records and revocation (crypto.md §6): our own signed record (to each new
 //! neighbour and every `membership_interval`), gossiped records of others (stored and
 //! re-flooded once when new), the identity recheck at the end of a handshake, and the closing
-//! of links whose key the application revoked.
+//! of links whose key the application revoked (whose signing key is forgotten too: see
+//! [`super::signed`]).
 //!
 //! **Owns:** the identity book and our record. **Must not touch:** the handshake's crypto
 //! (see [`crate::crypto`]) or how names reach the application (an [`Action::Name`]).
@@ -133,6 +134,9 @@ impl ControlCore {
         let revoked: Vec<PeerId> = ctx.policy().revoked_keys().map(node_id_from_key).collect();
         self.secure = Some(ctx);
         for node in revoked {
+            // Its signed records are refused from now on (the policy says so); the key is
+            // forgotten too, so the book holds no revoked key.
+            self.signers.remove(&node);
             let mut links: Vec<LinkId> = self
                 .placed
                 .iter()

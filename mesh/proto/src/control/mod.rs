@@ -18,6 +18,10 @@
 //! the application's commands ([`set_secure_context`](ControlCore::set_secure_context) after a
 //! trust change, [`stop`](ControlCore::stop)).
 //!
+//! Identity mode (this node has an Ed25519 identity): Membership records and Discovery frames
+//! are signed by their origin and verified before anything is applied ([`signed`] has the
+//! rules, `mesh/proto/PROTOCOL-SIGNED.md` the bytes).
+//!
 //! Outputs: [`poll_action`](ControlCore::poll_action) ([`Action`]: dial, write, close a socket,
 //! send a beacon, events, names, warnings) and, separately, the ordered shard outbox
 //! [`poll_to_shard`](ControlCore::poll_to_shard) (the driver attaches the socket of a
@@ -35,6 +39,7 @@ mod identity;
 pub mod output;
 mod round;
 mod scout;
+pub mod signed;
 mod topics;
 
 pub use handshake::{Exchanged, Failure, Handshaking, Progress};
@@ -43,7 +48,7 @@ pub use output::{Action, ControlErrorKind, ControlEvent, ControlStats, ShardPost
 
 use crate::cmd::{ToControl, ToShard};
 use crate::config::MeshConfig;
-use crate::crypto::{IdentityBook, SecureContext};
+use crate::crypto::{IdentityBook, SecureContext, SignerBook};
 use crate::link::Role;
 use crate::{BeaconSchedule, LinkBudget, LinkId, MemberGraph, PeerId, PeerManager, PeerStats};
 use ahash::AHashMap;
@@ -102,6 +107,12 @@ struct Placed {
     budget: Arc<LinkBudget>,
     /// The peer advertised extended frames: it may get Discovery frames.
     capable: bool,
+    /// The peer advertised signed records: it may get SignedMembership frames.
+    signed_frames: bool,
+    /// It may get them, and its identity was verified in the handshake (identity mode on
+    /// both ends): it signs its own records and is sent no unsigned ones but multimaster
+    /// nodes' (see [`signed`]).
+    signs: bool,
 }
 
 /// The control plane of one node (see the module docs).
@@ -120,6 +131,12 @@ pub struct ControlCore {
     placed: AHashMap<LinkId, Placed>,
     held: HeldEvents,
     book: IdentityBook,
+    /// The keys of origins whose signed records verified.
+    signers: SignerBook,
+    /// The own Membership record last signed, and its signature.
+    own_signed: Option<(crate::wire::Membership, crate::wire::RecordSignature)>,
+    /// Reused for the bytes a signature covers.
+    sig_scratch: Vec<u8>,
     own_record: Option<OwnRecord>,
     beacons: Option<BeaconSchedule>,
     beacon_failure_reported: bool,
@@ -165,6 +182,10 @@ impl ControlCore {
             cfg.max_membership_records,
             wall_ms,
             now,
+        )
+        .with_limits(
+            cfg.max_membership_neighbours,
+            crate::membership::RECOMPUTE_GAP,
         );
         let own_record = secure
             .as_deref()
@@ -172,6 +193,9 @@ impl ControlCore {
         let mut core = ControlCore {
             me,
             book: IdentityBook::new(me, cfg.max_identity_records),
+            signers: SignerBook::new(cfg.max_identity_records),
+            own_signed: None,
+            sig_scratch: Vec::new(),
             beacons: cfg
                 .scouting
                 .then(|| BeaconSchedule::new(cfg.announce_interval, now)),
@@ -452,10 +476,14 @@ impl ControlCore {
                 self.peers.on_closed(link, now);
             }
             ToControl::MembershipIn { link, record } => {
-                self.membership.on_record(link, &record, wall_ms, now);
+                self.on_membership(link, record, None, wall_ms, now);
+            }
+            ToControl::SignedMembershipIn { link, record } => {
+                let crate::wire::SignedMembership { record, signature } = *record;
+                self.on_membership(link, record, Some(signature), wall_ms, now);
             }
             ToControl::IdentityIn { link, record } => self.on_identity_record(link, *record),
-            ToControl::DiscoveryIn { link, frame } => self.on_discovery(link, *frame, false, now),
+            ToControl::DiscoveryIn { link, frame } => self.on_discovery_in(link, *frame, now),
             ToControl::Synced(token) => {
                 let mut out = Vec::new();
                 self.held.on_synced(token, &mut out);

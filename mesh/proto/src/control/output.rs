@@ -161,4 +161,20 @@ pub struct ControlStats {
     pub connections_refused: u64,
     /// Inbound handshakes evicted for a newer one.
     pub handshakes_evicted: u64,
+    /// Signed records (Membership, Discovery) whose signature verified.
+    pub record_signatures_verified: u64,
+    /// Signed records refused as forgeries (a key that is not the origin's, not a valid
+    /// key, or a signature that does not verify); each closed the link that carried it.
+    pub bad_record_signatures: u64,
+    /// Signed records dropped because the trust policy does not admit the signer's key.
+    pub untrusted_record_signers: u64,
+    /// Identity mode: unsigned Membership records and Discovery frames refused (see
+    /// [`super::signed`]).
+    pub unsigned_records_refused: u64,
+    /// Identity mode: unsigned Membership records not relayed to a neighbour that signs (it
+    /// would refuse them).
+    pub unsigned_records_withheld: u64,
+    /// Membership records refused for listing more than `max_membership_neighbours` nodes,
+    /// or (this node's id) for a version too far past the wall clock.
+    pub membership_records_refused: u64,
 }

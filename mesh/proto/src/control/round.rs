@@ -7,10 +7,9 @@
 
 use super::{Action, Conn, ControlCore, ControlEvent, Placed, OUTBOX_CAP};
 use crate::cmd::{NewLink, ToShard};
-use crate::membership::Dest;
-use crate::wire::{Frame, DISCOVERY_FRAME_TYPE};
+use crate::wire::{DISCOVERY_FRAME_TYPE, SIGNED_MEMBERSHIP_FRAME_TYPE};
 use crate::{link_shard, LinkBudget, LinkId, MemberEvent, PeerAction, PeerEvent, PeerId};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -48,7 +47,7 @@ impl ControlCore {
 
     pub(super) fn install(&mut self, peer: PeerId, link: LinkId) {
         let owner = link_shard(&peer, self.shards);
-        let capable: bool;
+        let (capable, signed_frames, signs): (bool, bool, bool);
         let budget = match self.conns.remove(&link) {
             Some(Conn::Ready(ex)) => {
                 let ex = *ex;
@@ -57,6 +56,12 @@ impl ControlCore {
                     self.epoch,
                 ));
                 capable = ex.link.can_send_frame_type(DISCOVERY_FRAME_TYPE);
+                signed_frames = ex.link.can_send_frame_type(SIGNED_MEMBERSHIP_FRAME_TYPE);
+                signs = signed_frames
+                    && ex
+                        .secure
+                        .as_ref()
+                        .is_some_and(|e| e.peer.as_ref().is_some_and(|v| v.node_id == peer));
                 self.post(
                     owner,
                     ToShard::AddLink(Box::new(NewLink {
@@ -81,7 +86,7 @@ impl ControlCore {
             }
             None => match self.placed.get(&link) {
                 Some(p) => {
-                    capable = p.capable;
+                    (capable, signed_frames, signs) = (p.capable, p.signed_frames, p.signs);
                     p.budget.clone()
                 }
                 None => return,
@@ -94,6 +99,8 @@ impl ControlCore {
                 shard: owner,
                 budget: budget.clone(),
                 capable,
+                signed_frames,
+                signs,
             },
         );
         self.topics.link_up(link, peer, capable);
@@ -171,21 +178,9 @@ impl ControlCore {
             });
         }
         while let Some(t) = self.membership.poll_transmit() {
-            let mut b = BytesMut::new();
-            if Frame::Membership(t.record).encode(&mut b).is_err() {
-                continue;
-            }
-            let frame = b.freeze();
-            match t.dest {
-                Dest::All => self.flood(&frame, None),
-                Dest::AllExcept(x) => self.flood(&frame, Some(x)),
-                Dest::Link(x) => {
-                    if let Some(shard) = self.placed.get(&x).map(|p| p.shard) {
-                        self.post(shard, ToShard::SendRaw { link: x, frame });
-                    }
-                }
-            }
+            self.send_membership(t);
         }
+        self.sync_member_stats();
         while let Some(e) = self.membership.poll_event() {
             events.push(match e {
                 MemberEvent::MemberJoined(peer) => ControlEvent::MemberJoined { peer },

@@ -145,7 +145,8 @@ impl ControlCore {
     pub(super) fn topics_outputs(&mut self, now: Instant) {
         while let Some(o) = self.topics.poll_output() {
             match o {
-                TopicsOutput::Flood { frame, except } => {
+                TopicsOutput::Flood { mut frame, except } => {
+                    self.sign_own_discovery(&mut frame);
                     // A relayed frame skips the neighbours its origin's membership record
                     // lists, as membership relays do: the origin sent it to them directly
                     // (a frame lost to a link that just went is repaired by the next cycle).

@@ -13,7 +13,8 @@
 //! - [`record`]: ChaCha20-Poly1305 records with counter nonces, sealed and opened in place
 //!   (`ring`'s assembly cipher; everything else here is on the dalek and RustCrypto crates).
 //! - [`identity`]: Ed25519 identity, seed file, trust policy; [`idrecord`]: signed identity
-//!   records.
+//!   records; [`signed`]: Shoal's signed Membership and Discovery records and the book of
+//!   their origins' keys.
 //!
 //! All secret keys are zeroized on drop (for the record keys, which `ring` holds, see
 //! [`record`](record#keys) for how and what that does not cover); tags are compared in
@@ -25,6 +26,7 @@ pub mod idrecord;
 mod kdf;
 pub mod psk;
 pub mod record;
+pub mod signed;
 
 pub use handshake::{
     Established, Handshake, HandshakeError, SecureConfigError, SecureContext, SessionKeys,
@@ -44,3 +46,4 @@ pub use record::{
     OpenError, Opened, RecordBuf, RecordBuilder, RecordOpener, RecordReader, RecordSealer,
     SealError,
 };
+pub use signed::{sign_discovery, sign_membership, SignatureReject, SignerBook};

@@ -121,7 +121,7 @@ fn reference(m: &MemberGraph) -> AHashSet<PeerId> {
     let mut nodes: Vec<PeerId> = vec![m.me];
     for (o, r) in &m.records {
         nodes.push(*o);
-        nodes.extend(r.neighbours.iter().copied());
+        nodes.extend(r.sorted.iter().copied());
     }
     nodes.extend(m.neighbours.iter().copied());
     nodes.sort();
@@ -131,7 +131,7 @@ fn reference(m: &MemberGraph) -> AHashSet<PeerId> {
         if *a == m.me {
             Some(m.neighbours.contains(b))
         } else {
-            m.records.get(a).map(|r| r.neighbours.contains(b))
+            m.records.get(a).map(|r| r.sorted.contains(b))
         }
     };
     let edge = |a: &PeerId, b: &PeerId| {
@@ -168,6 +168,7 @@ fn incremental_member_set_matches_the_rule_from_scratch() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let t0 = Instant::now();
         let mut now = t0;
+        // No rate limit: the member set must match the rule after every step.
         let mut m = MemberGraph::new(
             p(1),
             Duration::from_secs(2),
@@ -175,7 +176,8 @@ fn incremental_member_set_matches_the_rule_from_scratch() {
             64,
             0,
             now,
-        );
+        )
+        .with_limits(DEFAULT_MAX_NEIGHBOURS, Duration::ZERO);
         let mut versions = [0u64; 10];
         // Replaying the events must give the member set, too.
         let mut replay: AHashSet<PeerId> = AHashSet::new();
@@ -232,14 +234,22 @@ fn relays_skip_the_origin_and_the_neighbours_it_lists() {
     let t = drain(&mut m);
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].dest, Dest::Link(LinkId(15)));
-    assert_eq!(t[0].record, r, "relayed unchanged (the origin's order)");
+    assert_eq!(
+        t[0].record,
+        Record {
+            neighbours: vec![p(1), p(3), p(4)],
+            ..r.clone()
+        },
+        "relayed as the set it lists, sorted (stored once)"
+    );
+    assert_eq!(t[0].signature, None);
     assert_eq!(m.stats().relays_pruned, 2);
     // A new neighbour 6 gets the record in its catch-up; 4 would not (2 lists it).
     m.neighbour_up(p(6), LinkId(16), 0, now);
     let t = drain(&mut m);
     assert!(t
         .iter()
-        .any(|t| t.dest == Dest::Link(LinkId(16)) && t.record == r));
+        .any(|t| t.dest == Dest::Link(LinkId(16)) && t.record.version == r.version));
 }
 
 #[test]
@@ -297,4 +307,265 @@ fn the_shape_moves_when_edges_may_have_changed_and_not_on_a_same_list_refresh() 
     assert!(s3 > s2, "an edge went");
     m.handle_timeout(1_000, now + Duration::from_secs(7));
     assert!(m.shape() > s3, "the record expired");
+}
+
+/// Finding 8: a record of our own id with `version = u64::MAX` made `version + 1` overflow
+/// (a panic in debug builds, a wrap to 0 in release). It is refused now, and the own version
+/// keeps rising; a previous run's record within the horizon still outranks as before.
+#[test]
+fn an_own_record_at_u64_max_neither_overflows_nor_freezes_the_own_version() {
+    let now = Instant::now();
+    let wall = 1_700_000_000_000;
+    let mut m = MemberGraph::new(
+        p(1),
+        Duration::from_secs(2),
+        Duration::from_secs(6),
+        16,
+        wall,
+        now,
+    );
+    m.neighbour_up(p(2), LinkId(1), wall, now);
+    let v = m.version();
+    let forged = Record {
+        origin: p(1),
+        version: u64::MAX,
+        neighbours: vec![],
+    };
+    assert!(!m.is_stale(&forged));
+    assert_eq!(
+        m.on_record(LinkId(1), &forged, wall, now),
+        RecordOutcome::Implausible
+    );
+    assert_eq!(m.version(), v, "not adopted");
+    assert_eq!(m.stats().implausible_versions, 1);
+    m.handle_timeout(wall, now + Duration::from_secs(2));
+    assert_eq!(m.version(), v + 1, "the next flood");
+    // Just inside the horizon: a clock set back 30 days, the previous run's record wins.
+    let old_run = Record {
+        origin: p(1),
+        version: wall + OWN_VERSION_HORIZON_MS,
+        neighbours: vec![],
+    };
+    assert_eq!(
+        m.on_record(LinkId(1), &old_run, wall, now),
+        RecordOutcome::OwnOutranked
+    );
+    assert_eq!(m.version(), wall + OWN_VERSION_HORIZON_MS + 1);
+}
+
+/// Others' versions are compared, never incremented: `u64::MAX` for another origin is stored
+/// (nothing overflows), cannot be refreshed, and expires; the origin's real records are taken
+/// again after that.
+#[test]
+fn another_origin_at_u64_max_expires_and_its_real_records_return() {
+    let now = Instant::now();
+    let mut m = new(1, now);
+    m.neighbour_up(p(2), LinkId(1), 1_000, now);
+    let rec = |version| Record {
+        origin: p(3),
+        version,
+        neighbours: vec![p(2)],
+    };
+    assert_eq!(
+        m.on_record(LinkId(1), &rec(u64::MAX), 1_000, now),
+        RecordOutcome::Stored
+    );
+    assert!(m.is_stale(&rec(5_000)));
+    assert_eq!(
+        m.on_record(LinkId(1), &rec(5_000), 1_000, now),
+        RecordOutcome::Stale
+    );
+    m.handle_timeout(1_000, now + Duration::from_secs(7));
+    assert!(!m.is_member(&p(3)), "expired");
+    let later = now + Duration::from_secs(8);
+    assert_eq!(
+        m.on_record(LinkId(1), &rec(5_001), 1_000, later),
+        RecordOutcome::Stored
+    );
+    assert!(m.is_member(&p(3)));
+}
+
+/// Finding 8: records could list 65 535 neighbours (and were stored twice, as received and
+/// sorted). Over `max_neighbours` (default 1024) they are refused and counted; the member
+/// set and the relays do not see them.
+#[test]
+fn records_over_the_neighbour_cap_are_refused_and_counted() {
+    let now = Instant::now();
+    let mut m = new(1, now);
+    m.neighbour_up(p(2), LinkId(1), 1_000, now);
+    drain(&mut m);
+    let many: Vec<PeerId> = (0..u16::MAX)
+        .map(|i| {
+            let mut id = [9u8; 16];
+            id[..2].copy_from_slice(&i.to_be_bytes());
+            PeerId(id)
+        })
+        .collect();
+    let big = Record {
+        origin: p(3),
+        version: 7,
+        neighbours: many.clone(),
+    };
+    assert_eq!(
+        m.on_record(LinkId(1), &big, 1_000, now),
+        RecordOutcome::TooManyNeighbours
+    );
+    assert_eq!(m.stats().rejected_oversize, 1);
+    assert!(drain(&mut m).is_empty(), "not relayed");
+    assert_eq!(m.members().count(), 1, "only the neighbour");
+    // The cap is a setting: 4 lets 4 through and refuses 5.
+    let mut m = new(1, now).with_limits(4, RECOMPUTE_GAP);
+    let with = |n: usize| Record {
+        origin: p(3),
+        version: 7 + n as u64,
+        neighbours: many[..n].to_vec(),
+    };
+    assert_eq!(
+        m.on_record(LinkId(1), &with(4), 1_000, now),
+        RecordOutcome::Stored
+    );
+    assert_eq!(
+        m.on_record(LinkId(1), &with(5), 1_000, now),
+        RecordOutcome::TooManyNeighbours
+    );
+}
+
+/// Finding 8: every record that removed an edge ran a from-scratch recomputation. A burst
+/// now costs one at once and one at the end of the gap, whatever its size; the member set
+/// is then exactly the rule's again, and the events replay to it.
+#[test]
+fn a_burst_of_edge_removals_costs_one_recompute_per_gap() {
+    let now = Instant::now();
+    let mut m = MemberGraph::new(
+        p(1),
+        Duration::from_secs(2),
+        Duration::from_secs(6),
+        64,
+        0,
+        now,
+    );
+    // A chain 1 - 2 - 3 - ... - 41.
+    m.neighbour_up(p(2), LinkId(2), 1_000, now);
+    for n in 2..=41u8 {
+        let neighbours = if n == 41 {
+            vec![p(40)]
+        } else {
+            vec![p(n - 1), p(n + 1)]
+        };
+        let r = Record {
+            origin: p(n),
+            version: 10,
+            neighbours,
+        };
+        m.on_record(LinkId(2), &r, 1_000, now);
+    }
+    assert_eq!(m.members().count(), 40);
+    let mut members: AHashSet<PeerId> = AHashSet::new();
+    let replay = |m: &mut MemberGraph, members: &mut AHashSet<PeerId>| {
+        while let Some(e) = m.poll_event() {
+            match e {
+                MemberEvent::MemberJoined(x) => assert!(members.insert(x)),
+                MemberEvent::MemberLeft(x) => assert!(members.remove(&x)),
+            }
+        }
+    };
+    replay(&mut m, &mut members);
+    assert_eq!(members, m.members);
+    let before = m.stats();
+    // 40 records, each dropping the edge to its successor, in one burst.
+    let t = now + Duration::from_secs(1);
+    for n in 2..=41u8 {
+        let r = Record {
+            origin: p(n),
+            version: 11,
+            neighbours: vec![p(n - 1)],
+        };
+        m.on_record(LinkId(2), &r, 1_000, t);
+    }
+    let s = m.stats();
+    assert_eq!(s.recomputes - before.recomputes, 1, "one at once");
+    assert!(s.recomputes_deferred - before.recomputes_deferred >= 38);
+    assert_eq!(m.poll_timeout(), t + RECOMPUTE_GAP);
+    m.handle_timeout(1_000, t + RECOMPUTE_GAP);
+    assert_eq!(
+        m.stats().recomputes - before.recomputes,
+        2,
+        "and one at the gap's end"
+    );
+    assert_eq!(m.members, reference(&m));
+    replay(&mut m, &mut members);
+    assert_eq!(members, reference(&m), "the events replay to the set");
+    assert_eq!(
+        members,
+        AHashSet::from_iter([p(2)]),
+        "every other edge went"
+    );
+}
+
+fn sig(b: u8) -> RecordSignature {
+    RecordSignature {
+        key: [b; 32],
+        sig: [b; 64],
+    }
+}
+
+/// A signed record keeps its signature: relayed and caught up with it, so every node can
+/// verify it; a record stored unsigned carries none. (Verification is the control core's.)
+#[test]
+fn signed_records_carry_their_signature_in_relays_and_catch_up() {
+    let now = Instant::now();
+    let mut m = new(1, now);
+    m.neighbour_up(p(2), LinkId(2), 1_000, now);
+    m.neighbour_up(p(5), LinkId(5), 1_000, now);
+    drain(&mut m);
+    let r = Record {
+        origin: p(3),
+        version: 10,
+        neighbours: vec![p(2), p(4)],
+    };
+    assert_eq!(
+        m.on_signed_record(LinkId(2), &r, Some(sig(7)), 1_000, now),
+        RecordOutcome::Stored
+    );
+    assert!(m.is_signed(&p(3)));
+    let t = drain(&mut m);
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        (t[0].dest, &t[0].record, t[0].signature),
+        (Dest::AllExcept(LinkId(2)), &r, Some(sig(7)))
+    );
+    m.neighbour_up(p(6), LinkId(6), 1_000, now);
+    let caught_up: Vec<_> = drain(&mut m)
+        .into_iter()
+        .filter(|t| t.dest == Dest::Link(LinkId(6)))
+        .collect();
+    assert_eq!(caught_up.len(), 1);
+    assert_eq!(
+        (&caught_up[0].record, caught_up[0].signature),
+        (&r, Some(sig(7)))
+    );
+    // The own record goes out unsigned here: the control core signs it.
+    assert!(drain(&mut m).iter().all(|t| t.signature.is_none()));
+    // A signed list that is not strictly ascending could not be re-sent as signed.
+    let unsorted = Record {
+        origin: p(4),
+        version: 1,
+        neighbours: vec![p(3), p(2)],
+    };
+    assert_eq!(
+        m.on_signed_record(LinkId(2), &unsorted, Some(sig(8)), 1_000, now),
+        RecordOutcome::Invalid
+    );
+    // Stale checks, before any signature is paid for.
+    assert!(m.is_stale(&r));
+    assert!(!m.is_stale(&Record {
+        version: 11,
+        ..r.clone()
+    }));
+    let own = m.own_record();
+    assert!(m.is_stale(&own), "the own current record is an echo");
+    assert!(!m.is_stale(&Record {
+        version: own.version + 1,
+        ..own
+    }));
 }

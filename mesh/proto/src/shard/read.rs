@@ -302,6 +302,15 @@ impl ShardCore {
                         msg: ToControl::MembershipIn { link, record },
                         busy: IfBusy::Wait,
                     }),
+                    Incoming::Frame(Frame::SignedMembership(record)) => {
+                        out.push(ShardAction::Report {
+                            msg: ToControl::SignedMembershipIn {
+                                link,
+                                record: Box::new(record),
+                            },
+                            busy: IfBusy::Wait,
+                        })
+                    }
                     Incoming::Frame(Frame::IdentityRecord(record)) if self.cfg.secure => {
                         out.push(ShardAction::Report {
                             msg: ToControl::IdentityIn {
@@ -480,6 +489,40 @@ mod tests {
         let s = core.counters().snapshot();
         // No table names the writer yet: its two runs wait for one.
         assert_eq!((s.frames_in, s.sample_runs_parked), (3, 2));
+        assert_eq!(core.served().collect::<Vec<_>>(), vec![link]);
+    }
+
+    /// A SignedMembership frame goes to the control plane whole (which verifies it), like
+    /// Membership; the link stays.
+    #[test]
+    fn signed_membership_frames_go_to_the_control_plane() {
+        let t0 = Instant::now();
+        let link = LinkId(1);
+        let m = crate::wire::SignedMembership {
+            record: crate::wire::Membership {
+                origin: PeerId([0xa; 16]),
+                version: 3,
+                neighbours: vec![PeerId([0xb; 16])],
+            },
+            signature: crate::wire::RecordSignature {
+                key: [1; 32],
+                sig: [2; 64],
+            },
+        };
+        let mut bytes = BytesMut::new();
+        Frame::SignedMembership(m.clone())
+            .encode(&mut bytes)
+            .unwrap();
+        let mut core = core_reading(link, &bytes, t0);
+        let mut out = Vec::new();
+        assert_eq!(core.read_frames(link, t0, &mut out), ReadStep::NeedBytes);
+        assert!(
+            matches!(&out[..], [ShardAction::Report {
+                msg: ToControl::SignedMembershipIn { link: l, record },
+                busy: IfBusy::Wait,
+            }] if *l == link && **record == m),
+            "{out:?}"
+        );
         assert_eq!(core.served().collect::<Vec<_>>(), vec![link]);
     }
 

@@ -12,6 +12,7 @@
 use super::cursor::Cursor;
 use super::defaults::FRAME_HEADER_LEN;
 use super::error::{DecodeError, EncodeError};
+use super::signed::{RecordSignature, ENTRY_KIND_SIGNATURE, SIGNATURE_LEN};
 use super::topic_frames::{
     DISCOVERY_ENTRY_HEADER_LEN, DISCOVERY_FRAME_TYPE, DISCOVERY_HEADER_LEN, ENTRY_KIND_RECORD,
     ENTRY_KIND_WITHDRAW, MAX_RECORD_ENTRY_LEN,
@@ -27,6 +28,9 @@ pub enum DiscoveryEntry {
     Record(Bytes),
     /// The GUID of an endpoint its origin removed.
     Withdraw([u8; 16]),
+    /// The origin's signature over the frame (identity mode; only as the last entry: see
+    /// [`Discovery::signed_message`]).
+    Signature(RecordSignature),
 }
 
 impl DiscoveryEntry {
@@ -40,6 +44,28 @@ impl DiscoveryEntry {
         match self {
             DiscoveryEntry::Record(r) => r.len(),
             DiscoveryEntry::Withdraw(g) => g.len(),
+            DiscoveryEntry::Signature(_) => SIGNATURE_LEN,
+        }
+    }
+
+    /// Appends the entry as encoded in a frame: `kind u8 | len u16 | value`.
+    pub(crate) fn encode<B: BufMut>(&self, out: &mut B) {
+        match self {
+            DiscoveryEntry::Record(r) => {
+                out.put_u8(ENTRY_KIND_RECORD);
+                out.put_u16(r.len() as u16);
+                out.put_slice(r);
+            }
+            DiscoveryEntry::Withdraw(g) => {
+                out.put_u8(ENTRY_KIND_WITHDRAW);
+                out.put_u16(g.len() as u16);
+                out.put_slice(g);
+            }
+            DiscoveryEntry::Signature(s) => {
+                out.put_u8(ENTRY_KIND_SIGNATURE);
+                out.put_u16(SIGNATURE_LEN as u16);
+                s.encode(out);
+            }
         }
     }
 }
@@ -48,8 +74,9 @@ impl DiscoveryEntry {
 ///
 /// Body: `origin 16 | seq u64 | ttl u8 | cycle u32 | part u16 | parts u16 | count u16 |
 /// count × (kind u8 | len u16 | value)`. Kind 1 is a Record (`len` 1 ..= 32 768), kind 2 a
-/// Withdraw (`len` 16); entries of other kinds are skipped when decoding (a later version's),
-/// and bytes after the last entry reject the frame. `(origin, seq)` is the flood's dedup key;
+/// Withdraw (`len` 16), kind 3 the origin's Signature (`len` 96, only as the last entry; see
+/// `signed`); entries of other kinds are skipped when decoding (a later version's), and bytes
+/// after the last entry reject the frame. `(origin, seq)` is the flood's dedup key;
 /// `parts = 0` marks a frame outside any announce cycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Discovery {
@@ -81,18 +108,24 @@ impl Discovery {
     }
 
     /// Checks what the decoder would reject: more than `u16::MAX` entries, a Record entry
-    /// outside `1..=`[`MAX_RECORD_ENTRY_LEN`], a frame too long for the length field.
+    /// outside `1..=`[`MAX_RECORD_ENTRY_LEN`], a Signature entry that is not the last, a frame
+    /// too long for the length field.
     pub(crate) fn validate(&self) -> Result<u32, EncodeError> {
         if self.entries.len() > usize::from(u16::MAX) {
             return Err(EncodeError::TooManyEntries {
                 count: self.entries.len(),
             });
         }
-        for e in &self.entries {
-            if let DiscoveryEntry::Record(r) = e {
-                if r.is_empty() || r.len() > MAX_RECORD_ENTRY_LEN {
+        let last = self.entries.len().saturating_sub(1);
+        for (i, e) in self.entries.iter().enumerate() {
+            match e {
+                DiscoveryEntry::Record(r) if r.is_empty() || r.len() > MAX_RECORD_ENTRY_LEN => {
                     return Err(EncodeError::RecordLen { len: r.len() });
                 }
+                DiscoveryEntry::Signature(_) if i != last => {
+                    return Err(EncodeError::SignatureNotLast);
+                }
+                _ => {}
             }
         }
         let len = self.encoded_len() - super::defaults::LENGTH_PREFIX_LEN;
@@ -120,18 +153,7 @@ impl Discovery {
         out.put_u16(self.parts);
         out.put_u16(self.entries.len() as u16);
         for e in &self.entries {
-            match e {
-                DiscoveryEntry::Record(r) => {
-                    out.put_u8(ENTRY_KIND_RECORD);
-                    out.put_u16(r.len() as u16);
-                    out.put_slice(r);
-                }
-                DiscoveryEntry::Withdraw(g) => {
-                    out.put_u8(ENTRY_KIND_WITHDRAW);
-                    out.put_u16(g.len() as u16);
-                    out.put_slice(g);
-                }
-            }
+            e.encode(out);
         }
     }
 
@@ -148,10 +170,18 @@ impl Discovery {
     pub(crate) fn fill_entries(&mut self, body: &Bytes, known: usize) {
         let mut entries = Vec::with_capacity(known);
         let r = walk(body, |kind, r| {
-            entries.push(if kind == ENTRY_KIND_RECORD {
-                DiscoveryEntry::Record(body.slice(r))
-            } else {
-                DiscoveryEntry::Withdraw(body[r].try_into().expect("checked: 16 bytes"))
+            entries.push(match kind {
+                ENTRY_KIND_RECORD => DiscoveryEntry::Record(body.slice(r)),
+                ENTRY_KIND_WITHDRAW => {
+                    DiscoveryEntry::Withdraw(body[r].try_into().expect("checked: 16 bytes"))
+                }
+                _ => {
+                    let v = &body[r];
+                    DiscoveryEntry::Signature(RecordSignature {
+                        key: v[..32].try_into().expect("checked: 96 bytes"),
+                        sig: v[32..].try_into().expect("checked: 96 bytes"),
+                    })
+                }
             })
         });
         debug_assert!(r.is_ok(), "the body was checked before");
@@ -160,7 +190,8 @@ impl Discovery {
 }
 
 /// Walks a Discovery body: reads the fixed fields, checks every entry and calls `known` with
-/// the kind and value range of each Record and Withdraw entry (other kinds are skipped).
+/// the kind and value range of each Record, Withdraw and Signature entry (other kinds are
+/// skipped).
 fn walk(body: &[u8], mut known: impl FnMut(u8, Range<usize>)) -> Result<Discovery, DecodeError> {
     let mut c = Cursor::new(body);
     let origin = PeerId(c.array("Discovery.origin")?);
@@ -170,7 +201,7 @@ fn walk(body: &[u8], mut known: impl FnMut(u8, Range<usize>)) -> Result<Discover
     let part = c.u16("Discovery.part")?;
     let parts = c.u16("Discovery.parts")?;
     let count = c.u16("Discovery.count")?;
-    for _ in 0..count {
+    for i in 0..count {
         let kind = c.u8("Discovery.entry.kind")?;
         let len = c.u16("Discovery.entry.len")?;
         let start = c.pos();
@@ -180,7 +211,13 @@ fn walk(body: &[u8], mut known: impl FnMut(u8, Range<usize>)) -> Result<Discover
                 return Err(DecodeError::BadRecordLen { len })
             }
             ENTRY_KIND_WITHDRAW if len != 16 => return Err(DecodeError::BadWithdrawLen { len }),
-            ENTRY_KIND_RECORD | ENTRY_KIND_WITHDRAW => known(kind, start..c.pos()),
+            ENTRY_KIND_SIGNATURE if usize::from(len) != SIGNATURE_LEN => {
+                return Err(DecodeError::BadSignatureLen { len })
+            }
+            ENTRY_KIND_SIGNATURE if i + 1 != count => return Err(DecodeError::SignatureNotLast),
+            ENTRY_KIND_RECORD | ENTRY_KIND_WITHDRAW | ENTRY_KIND_SIGNATURE => {
+                known(kind, start..c.pos())
+            }
             // A later version's entry: its length says how far to skip.
             _ => {}
         }

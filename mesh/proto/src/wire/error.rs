@@ -128,6 +128,19 @@ pub enum DecodeError {
         /// The frame's `count`.
         count: u16,
     },
+    /// A Discovery Signature entry (kind 3) that does not hold exactly `key 32 | sig 64`.
+    #[error("Discovery signature entry of {len} bytes, expected 96")]
+    BadSignatureLen {
+        /// The entry's `len`.
+        len: u16,
+    },
+    /// A Discovery Signature entry that is not the frame's last entry.
+    #[error("Discovery signature entry is not the last entry")]
+    SignatureNotLast,
+    /// A SignedMembership frame whose neighbours are not strictly ascending (the signer
+    /// sorts them, so a relay re-sends exactly what was signed).
+    #[error("SignedMembership neighbours are not strictly ascending")]
+    UnsortedNeighbours,
 }
 
 /// Why a value could not be encoded. Nothing is written to the output when this is returned.
@@ -180,4 +193,10 @@ pub enum EncodeError {
         /// The length the field would need to hold.
         len: usize,
     },
+    /// A Discovery Signature entry that is not the frame's last entry.
+    #[error("a Discovery signature entry must be the frame's last entry")]
+    SignatureNotLast,
+    /// A SignedMembership frame whose neighbours are not strictly ascending.
+    #[error("SignedMembership neighbours must be strictly ascending")]
+    UnsortedNeighbours,
 }

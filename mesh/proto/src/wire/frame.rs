@@ -1,8 +1,8 @@
 //! TCP frames: `length u32 | frameType u8 | body`, their bodies, and the framing decoder.
 //!
-//! **Owns:** the fourteen frame types (the eight of v1, Shoal's two topic frames, whose bodies
-//! are in `discovery` and `samples`, and the four reliability frames of `reliable_frames`),
-//! their encoding and decoding. **Must not touch:** what a
+//! **Owns:** the fifteen frame types (the eight of v1, Shoal's two topic frames, whose bodies
+//! are in `discovery` and `samples`, the four reliability frames of `reliable_frames` and the
+//! signed membership record of `signed`), their encoding and decoding. **Must not touch:** what a
 //! frame means (the state machines).
 
 use super::cursor::{check_str, put_str, Cursor};
@@ -16,6 +16,7 @@ use super::reliable_frames::{
     RELIABLE_HEARTBEAT_FRAME_TYPE, REPAIR_FRAME_TYPE,
 };
 use super::samples::Samples;
+use super::signed::{SignedMembership, SIGNED_MEMBERSHIP_FRAME_TYPE};
 use super::topic_frames::{DISCOVERY_FRAME_TYPE, SAMPLES_FRAME_TYPE};
 use crate::id::{MsgId, PeerId};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -55,6 +56,9 @@ pub enum FrameType {
     Repair = REPAIR_FRAME_TYPE,
     /// Extended: samples that will never come for one reliable reader.
     Gap = GAP_FRAME_TYPE,
+    /// Extended (with [`super::Features::SIGNED_RECORDS`]): a Membership record signed by
+    /// its origin.
+    SignedMembership = SIGNED_MEMBERSHIP_FRAME_TYPE,
 }
 
 impl FrameType {
@@ -78,6 +82,7 @@ impl FrameType {
             ACKNACK_FRAME_TYPE => FrameType::AckNack,
             REPAIR_FRAME_TYPE => FrameType::Repair,
             GAP_FRAME_TYPE => FrameType::Gap,
+            SIGNED_MEMBERSHIP_FRAME_TYPE => FrameType::SignedMembership,
             _ => return None,
         })
     }
@@ -218,7 +223,12 @@ pub struct Membership {
 
 impl Membership {
     fn decode_body(body: &[u8]) -> Result<Membership, DecodeError> {
-        let mut c = Cursor::new(body);
+        Membership::read(&mut Cursor::new(body))
+    }
+
+    /// Reads the fields of a Membership body (type 6 ignores what follows; type 15 reads its
+    /// signature next).
+    pub(crate) fn read(c: &mut Cursor<'_>) -> Result<Membership, DecodeError> {
         let origin = PeerId(c.array("Membership.origin")?);
         let version = c.u64("Membership.version")?;
         let count = c.u16("Membership.count")? as usize;
@@ -233,6 +243,21 @@ impl Membership {
             version,
             neighbours,
         })
+    }
+
+    /// Bytes of the body: `origin 16 | version 8 | count 2 | 16 × count`.
+    pub(crate) fn body_len(&self) -> usize {
+        16 + 8 + 2 + 16 * self.neighbours.len()
+    }
+
+    /// Writes the body (the count was checked to fit a `u16`).
+    pub(crate) fn encode_body<B: BufMut>(&self, out: &mut B) {
+        out.put_slice(&self.origin.0);
+        out.put_u64(self.version);
+        out.put_u16(self.neighbours.len() as u16);
+        for n in &self.neighbours {
+            out.put_slice(&n.0);
+        }
     }
 }
 
@@ -314,6 +339,8 @@ pub enum Frame {
     Repair(Repair),
     /// Type 14 (extended).
     Gap(Gap),
+    /// Type 15 (extended, with [`super::Features::SIGNED_RECORDS`]).
+    SignedMembership(SignedMembership),
 }
 
 impl Frame {
@@ -334,6 +361,7 @@ impl Frame {
             Frame::AckNack(_) => FrameType::AckNack,
             Frame::Repair(_) => FrameType::Repair,
             Frame::Gap(_) => FrameType::Gap,
+            Frame::SignedMembership(_) => FrameType::SignedMembership,
         }
     }
 
@@ -354,7 +382,8 @@ impl Frame {
             Frame::Hello(h) | Frame::HelloAck(h) => h.body_len(),
             Frame::Heartbeat | Frame::Goodbye => 0,
             Frame::Data(d) => d.encoded_len() - FRAME_HEADER_LEN,
-            Frame::Membership(m) => 16 + 8 + 2 + 16 * m.neighbours.len(),
+            Frame::Membership(m) => m.body_len(),
+            Frame::SignedMembership(m) => m.body_len(),
             Frame::AuthConfirm(a) => 32 + 1 + a.sig.map_or(0, |s| s.len()),
             Frame::IdentityRecord(r) => 32 + 8 + 64 + 1 + r.name.len(),
             Frame::Discovery(d) => d.encoded_len() - FRAME_HEADER_LEN,
@@ -380,6 +409,7 @@ impl Frame {
             }
             Frame::IdentityRecord(r) => check_str(&r.name, "IdentityRecord.name")?,
             Frame::Discovery(d) => return d.validate(),
+            Frame::SignedMembership(m) => m.validate()?,
             Frame::Samples(s) => s.validate()?,
             f => {
                 if let Some(r) = f.reliable() {
@@ -405,14 +435,8 @@ impl Frame {
                 out.put_slice(&header.0[FRAME_HEADER_LEN..]);
                 out.put_slice(&d.payload);
             }
-            Frame::Membership(m) => {
-                out.put_slice(&m.origin.0);
-                out.put_u64(m.version);
-                out.put_u16(m.neighbours.len() as u16);
-                for n in &m.neighbours {
-                    out.put_slice(&n.0);
-                }
-            }
+            Frame::Membership(m) => m.encode_body(out),
+            Frame::SignedMembership(m) => m.encode_body(out),
             Frame::AuthConfirm(a) => {
                 out.put_slice(&a.tag);
                 match &a.sig {
@@ -479,6 +503,9 @@ impl Frame {
                 return Ok((Frame::Repair(rep), Slices::Payload(at(r))));
             }
             FrameType::Gap => Frame::Gap(Gap::decode_body(body)?),
+            FrameType::SignedMembership => {
+                Frame::SignedMembership(SignedMembership::decode_body(body)?)
+            }
         };
         Ok((frame, Slices::None))
     }

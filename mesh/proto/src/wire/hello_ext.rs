@@ -5,6 +5,7 @@
 
 use super::cursor::Cursor;
 use super::frame::FrameType;
+use super::signed::SIGNED_MEMBERSHIP_FRAME_TYPE;
 use bytes::BufMut;
 use std::fmt;
 
@@ -22,12 +23,17 @@ pub struct Features(pub u64);
 impl Features {
     /// No features: what a plain multimaster peer is assumed to support.
     pub const NONE: Features = Features(0);
-    /// Bit 0: the sender understands frame types above 8 ("extended frames"): today
-    /// Discovery (9) and Samples (10), Shoal's topic frames. A peer without it never receives
-    /// them ([`peer_accepts_frame_type`]).
+    /// Bit 0: the sender understands frame types above 8 ("extended frames"): Discovery (9)
+    /// and Samples (10), Shoal's topic frames, and the reliability frames (11 to 14). A peer
+    /// without it never receives them ([`peer_accepts_frame_type`]).
     pub const EXTENDED_FRAMES: Features = Features(1 << 0);
+    /// Bit 1: the sender also understands SignedMembership (type 15), a Membership record
+    /// signed by its origin (identity mode). A peer without it gets the same records as
+    /// unsigned type 6 frames; a Shoal build that predates the bit would drop the link on 15.
+    pub const SIGNED_RECORDS: Features = Features(1 << 1);
     /// The features this build implements and therefore advertises.
-    pub const SUPPORTED: Features = Features::EXTENDED_FRAMES;
+    pub const SUPPORTED: Features =
+        Features(Features::EXTENDED_FRAMES.0 | Features::SIGNED_RECORDS.0);
 
     /// True when every bit of `other` is set in `self`.
     pub fn contains(self, other: Features) -> bool {
@@ -113,11 +119,16 @@ impl ShoalExtension {
 
 /// Whether a frame of type `frame_type` may be sent to a peer whose Hello carried `peer_ext`.
 /// Types 1..=8 are understood by every v1 peer; anything above needs the peer to have advertised
-/// [`Features::EXTENDED_FRAMES`], because the C++ library drops the link on an unknown type.
+/// [`Features::EXTENDED_FRAMES`], because the C++ library drops the link on an unknown type;
+/// SignedMembership (15) needs [`Features::SIGNED_RECORDS`] as well.
 pub fn peer_accepts_frame_type(peer_ext: Option<&ShoalExtension>, frame_type: u8) -> bool {
+    let has = |f: Features| peer_ext.is_some_and(|e| e.features.contains(f));
     match frame_type {
         0 => false,
         t if t <= FrameType::MAX_V1 => true,
-        _ => peer_ext.is_some_and(|e| e.features.contains(Features::EXTENDED_FRAMES)),
+        SIGNED_MEMBERSHIP_FRAME_TYPE => {
+            has(Features::EXTENDED_FRAMES.union(Features::SIGNED_RECORDS))
+        }
+        _ => has(Features::EXTENDED_FRAMES),
     }
 }

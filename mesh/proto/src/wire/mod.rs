@@ -48,8 +48,10 @@
 //! send a frame type above [`FrameType::MAX_V1`] (8) to a peer that has not advertised
 //! [`Features::EXTENDED_FRAMES`]: the C++ library drops the connection on an unknown type.
 //! [`peer_accepts_frame_type`] encodes that rule. Shoal advertises it
-//! ([`Features::SUPPORTED`]) and defines six extended frame types, below (the four reliability
-//! frames' rules are in the `reliable_frames` source).
+//! ([`Features::SUPPORTED`]) and defines seven extended frame types, below (the four reliability
+//! frames' rules are in the `reliable_frames` source). Type 15 needs a second bit,
+//! [`Features::SIGNED_RECORDS`]: a Shoal build that predates it knows types 9 to 14 only and
+//! would drop the link on 15.
 //!
 //! # Frame types
 //!
@@ -69,10 +71,13 @@
 //! | 12 | AckNack | [`AckNack`]: `ttl u8 \| writer 16 \| reader 16 \| count u32 \| base u64 \| nbits u16 \| bitmap` | extended |
 //! | 13 | Repair | [`Repair`]: `ttl u8 \| writer 16 \| reader 16 \| firstSeq u64 \| count u16 \| count × (len u32 \| payload)` | extended |
 //! | 14 | Gap | [`Gap`]: `ttl u8 \| writer 16 \| reader 16 \| first u64 \| last u64` | extended |
+//! | 15 | SignedMembership | [`SignedMembership`]: `origin 16 \| version u64 \| count u16 \| neighbours 16×count \| key 32 \| sig 64` | extended + signed records |
 //!
-//! A v1 body may be followed by bytes the decoder ignores; the two extended frames must be
-//! filled exactly; entry kinds and the rules of both are on [`Discovery`] and [`Samples`]
-//! (and in the `topic_frames` source); [`take_samples`] is their fast lane and
+//! A v1 body may be followed by bytes the decoder ignores; the extended frames must be
+//! filled exactly; entry kinds and the rules of the topic frames are on [`Discovery`] and
+//! [`Samples`] (and in the `topic_frames` source), those of the signed records (type 15 and
+//! the Discovery Signature entry, kind 3) in the `signed` source and
+//! `mesh/proto/PROTOCOL-SIGNED.md`. [`take_samples`] is the Samples fast lane and
 //! [`SamplesHeader`] / [`SampleRunWriter`] write them without copying payloads.
 
 mod beacon;
@@ -85,6 +90,7 @@ mod frame;
 mod hello_ext;
 mod reliable_frames;
 mod samples;
+mod signed;
 mod topic_frames;
 
 pub use beacon::{Beacon, BeaconFilter, BeaconReject, DecodedBeacon};
@@ -107,6 +113,10 @@ pub use reliable_frames::{
 };
 pub use samples::{
     split_own_samples, take_samples, SamplePayloads, SampleRunWriter, Samples, SamplesHeader,
+};
+pub use signed::{
+    RecordSignature, SignedMembership, DISCOVERY_SIGNATURE_ENTRY_LEN, DISCOVERY_SIGNATURE_LABEL,
+    ENTRY_KIND_SIGNATURE, MEMBERSHIP_SIGNATURE_LABEL, SIGNATURE_LEN, SIGNED_MEMBERSHIP_FRAME_TYPE,
 };
 pub use topic_frames::{
     DISCOVERY_ENTRY_HEADER_LEN, DISCOVERY_FRAME_TYPE, DISCOVERY_HEADER_LEN, ENTRY_KIND_RECORD,

@@ -14,6 +14,8 @@
 //! - kind 1 **Record**: one `shoal-discovery` record (participant or endpoint), as the origin
 //!   encoded it once; `1 ..= 32 768` bytes; the wire layer does not look inside.
 //! - kind 2 **Withdraw**: `len = 16`, the GUID of an endpoint the origin removed.
+//! - kind 3 **Signature**: `len = 96`, `key 32 | sig 64`, the origin's signature, only as the
+//!   last entry (identity mode; layout and covered bytes in the `signed` source).
 //! - any other kind: skipped (a later version's entry), never an error.
 //!
 //! `seq` rises by one per frame the origin sends (seeded from its wall clock at start, so a

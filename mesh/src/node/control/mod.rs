@@ -407,6 +407,12 @@ fn publish(ctl: &Ctl) {
     raise(&c.peer_table_full, s.peer_table_full);
     raise(&c.connections_refused, s.connections_refused);
     raise(&c.handshakes_evicted, s.handshakes_evicted);
+    raise(&c.record_signatures_verified, s.record_signatures_verified);
+    raise(&c.bad_record_signatures, s.bad_record_signatures);
+    raise(&c.untrusted_record_signers, s.untrusted_record_signers);
+    raise(&c.unsigned_records_refused, s.unsigned_records_refused);
+    raise(&c.unsigned_records_withheld, s.unsigned_records_withheld);
+    raise(&c.membership_records_refused, s.membership_records_refused);
 }
 
 /// A writer's first route table reached every shard: its create command is answered.

@@ -210,6 +210,8 @@ impl TopicsCore {
                         }
                     }
                 },
+                // Checked by the control core before the frame came here (`control::signed`).
+                DiscoveryEntry::Signature(_) => {}
                 DiscoveryEntry::Withdraw(g) => {
                     let g = super::guid_of(g);
                     if g.prefix != prefix {

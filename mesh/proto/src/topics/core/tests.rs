@@ -137,7 +137,7 @@ fn records(f: &Discovery) -> Vec<Bytes> {
         .iter()
         .filter_map(|e| match e {
             DiscoveryEntry::Record(b) => Some(b.clone()),
-            DiscoveryEntry::Withdraw(_) => None,
+            DiscoveryEntry::Withdraw(_) | DiscoveryEntry::Signature(_) => None,
         })
         .collect()
 }
