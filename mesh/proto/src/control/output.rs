@@ -161,4 +161,7 @@ pub struct ControlStats {
     pub connections_refused: u64,
     /// Inbound handshakes evicted for a newer one.
     pub handshakes_evicted: u64,
+    /// Connections refused: they claimed the id of a peer linked since before the race window
+    /// (a late claim never displaces a live link).
+    pub claims_refused: u64,
 }

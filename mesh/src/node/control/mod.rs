@@ -407,6 +407,7 @@ fn publish(ctl: &Ctl) {
     raise(&c.peer_table_full, s.peer_table_full);
     raise(&c.connections_refused, s.connections_refused);
     raise(&c.handshakes_evicted, s.handshakes_evicted);
+    raise(&c.claims_refused, s.claims_refused);
 }
 
 /// A writer's first route table reached every shard: its create command is answered.
