@@ -186,10 +186,12 @@ pub enum Event {
 pub type Callback = Arc<dyn Fn(&Event) + Send + Sync + 'static>;
 
 mod batch;
+mod errors;
 mod hub;
 mod receiver;
 
 pub use batch::{Received, SampleBatch, SampleIter};
+pub use errors::ErrorLog;
 pub(crate) use hub::{EventHub, Outbox, Room};
 use hub::{Item, Queued};
 pub use receiver::EventReceiver;
