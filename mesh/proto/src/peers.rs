@@ -55,11 +55,13 @@
 //! would keep the established link anyway, nothing changes.
 //!
 //! Both ends of a Shoal link reach the same verdict: a late connection is late at both ends,
-//! and each keeps the established one. The exception is this node's own late dial (a static
-//! endpoint redialed because its first dial failed while the peer dialed in) to a peer that
-//! did not advertise Shoal's extension: that peer follows multimaster's rule, so this node
-//! does too (an inbound late claim is refused whatever its Hello says: that is the claim a
-//! stranger makes).
+//! and each keeps the established one. The exception is this node's own late dial of a static
+//! endpoint (redialed because its first dial failed while the peer dialed in: the only dial
+//! made while its peer may be linked) that reached a peer without Shoal's extension: that
+//! peer follows multimaster's rule, so this node does too. Any other late claim is refused
+//! whatever its Hello says: an inbound one is the claim a stranger makes, and so is a
+//! discovered address (announced by anyone, under a fresh id) answering with a linked
+//! peer's id.
 //!
 //! Identity mode uses the same rule. There the newcomer proved the key, so it can only be the
 //! peer itself; but one rule for every mode is one verdict at both ends of a link whatever
@@ -681,11 +683,13 @@ impl<R: rand::RngCore> PeerManager<R> {
 
     /// True when `link` to `peer` began more than the race window after the peer's link was
     /// established: not a dial race, so it must not displace that link. This node's own dial
-    /// to a peer without Shoal's extension is judged by multimaster's rule alone, as that
-    /// peer judges it.
+    /// of a static endpoint that reached a peer without Shoal's extension is judged by
+    /// multimaster's rule alone, as that peer judges it. (Only a static endpoint is dialed
+    /// while its peer may be linked; a discovered address that answers with a linked peer's
+    /// id is a claim like any other: a stranger can announce its address under a fresh id.)
     fn late_claim(&self, peer: PeerId, link: LinkId, shoal_peer: bool) -> bool {
         let conn = &self.conns[&link];
-        if conn.outbound() && !shoal_peer {
+        if matches!(conn.origin, Origin::Static(_)) && !shoal_peer {
             return false;
         }
         let linked_at = self.peers[&peer].linked_at;

@@ -850,3 +850,30 @@ fn an_own_late_dial_keeps_both_ends_on_one_connection() {
         );
     }
 }
+
+/// The same claim made through this node's own dial: a stranger announces its address under
+/// a fresh id, and the dial there answers with the linked peer's id (posing as a multimaster
+/// peer, whose rule would hand the id to this node's own connection). Refused as well.
+#[test]
+fn a_late_claim_through_a_dial_of_an_announced_address_is_refused() {
+    // This node has the lower id: its own connection would win multimaster's rule.
+    let (lo, hi) = (PeerId([1; 16]), PeerId([9; 16]));
+    let t0 = Instant::now();
+    let mut pm = PeerManager::new(lo, &MeshConfig::default(), StdRng::seed_from_u64(1), t0);
+    let inbound = pm.on_accepted(None, t0).unwrap();
+    pm.on_handshake(inbound, hi, None, 7000, true, t0);
+    drain(&mut pm);
+    let late = t0 + pm.race_window() + Duration::from_millis(1);
+    pm.on_announce(PeerId([7; 16]), addr(66), late);
+    let dial = match drain(&mut pm)[..] {
+        [PeerAction::Dial { link, .. }] => link,
+        ref other => panic!("expected one dial, got {other:?}"),
+    };
+    pm.on_handshake(dial, hi, None, 7000, false, late);
+    assert_eq!(pm.link_of(&hi), Some(inbound));
+    assert!(drain(&mut pm).contains(&PeerAction::Close {
+        link: dial,
+        goodbye: true
+    }));
+    assert_eq!(pm.stats().claims_refused, 1);
+}
