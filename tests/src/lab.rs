@@ -30,6 +30,9 @@
 //!   Both wait until the host's `mt0` shows the new state: the kernel applies carrier changes
 //!   asynchronously, and traffic sent before that would be lost or leak through.
 //!
+//! Length: one object's plumbing (build, faults, teardown, each an `ip`/`tc` command list),
+//! the handle of the processes it starts and its error type; the delay line is [`cable`].
+//!
 //! **Owns:** the lab's namespaces, interfaces, qdiscs and delay lines, and the processes it
 //! starts in them. **Must not touch:** the root namespace (no interface, address, route or
 //! setting there), or any namespace that is not its own.
