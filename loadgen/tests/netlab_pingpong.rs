@@ -1,7 +1,7 @@
-//! `ping` on one lab host, `pong` on another, found by multicast discovery alone, on
-//! `../shared/netlab/lab.sh`: without and with 5 ms of added delay each way on the pong's
-//! host. The round trip moves by the delay (lab.sh `delay HOST 5 both` delays what the host
-//! sends and what it receives, so a round trip crosses it twice: +10 ms), nothing is lost,
+//! `ping` on one lab host, `pong` on another, found by multicast discovery alone, on the
+//! project's lab (`shoal_tests::lab`): without and with 5 ms of added delay each way on the
+//! pong's host. The round trip moves by the delay (`Lab::delay` delays what the host sends
+//! and what it receives, so a round trip crosses it twice: +10 ms), nothing is lost,
 //! and both processes end by themselves. Needs root; otherwise it prints why it was skipped.
 
 use shoal_tests::{HostProcess, Lab};
@@ -71,8 +71,7 @@ fn ping_pong_across_lab_hosts_moves_by_the_added_delay() {
     let (plain, pong) = run(&lab, "netlab-pp-a");
     let base = check_nothing_lost(&plain, &pong);
 
-    lab.run(&["delay", "h2", "5", "both"])
-        .unwrap_or_else(|e| panic!("lab.sh delay: {e}"));
+    lab.delay(2, 5);
     let (delayed, pong) = run(&lab, "netlab-pp-b");
     let slow = check_nothing_lost(&delayed, &pong);
     println!("p50 without delay {base:.1} µs, with 5 ms each way {slow:.1} µs");

@@ -11,7 +11,7 @@
 
 use clap::Parser;
 use shoal_mesh::topics::{guid_hex, Topic};
-use shoal_mesh::{Event, Mesh};
+use shoal_mesh::{ErrorLog, Event, Mesh};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,13 +96,21 @@ pub fn run(
     let mut matched = 0usize;
     let mut next = Instant::now();
     let mut written = 0u64;
+    // Error events (one per garbage connection a stranger opens) are logged aggregated, a
+    // line per kind and 10 s, as the node logs its own warnings.
+    let mut errors = ErrorLog::new();
     while !stop.load(Ordering::Relaxed) && (args.count == 0 || written < args.count) {
+        errors.flush();
         while let Some(ev) = events.try_recv() {
-            note(&ev, &writer, &mut matched, out)?;
+            if !errors.note(&ev) {
+                note(&ev, &writer, &mut matched, out)?;
+            }
         }
         if args.wait_match && matched == 0 {
             if let Some(ev) = events.recv_timeout(Duration::from_millis(100)) {
-                note(&ev, &writer, &mut matched, out)?;
+                if !errors.note(&ev) {
+                    note(&ev, &writer, &mut matched, out)?;
+                }
             }
             continue;
         }

@@ -12,7 +12,7 @@
 
 use clap::Parser;
 use shoal_mesh::topics::{guid_hex, Topic};
-use shoal_mesh::{Event, Mesh};
+use shoal_mesh::{ErrorLog, Event, Mesh};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,11 +79,15 @@ pub fn run(
         args.topic
     )?;
     let mut got = 0u64;
+    // Error events (one per garbage connection a stranger opens) are logged aggregated, a
+    // line per kind and 10 s, as the node logs its own warnings.
+    let mut errors = ErrorLog::new();
     while !stop.load(Ordering::Relaxed) && (args.count == 0 || got < args.count) {
+        errors.flush();
         let Some(ev) = events.recv_timeout(Duration::from_millis(100)) else {
             continue;
         };
-        if !reader.is_for(&ev) {
+        if errors.note(&ev) || !reader.is_for(&ev) {
             continue;
         }
         match ev {

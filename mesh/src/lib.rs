@@ -74,6 +74,7 @@ pub mod identity_file;
 pub mod metrics;
 pub mod node;
 pub mod topics;
+pub use node::ErrorLog;
 pub use node::{
     ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, MeshError, MeshStats, NodeOptions,
     OverflowPolicy, PublishError, Publisher, Received, SampleBatch, ShardStats, SlowLinkAction,

@@ -1,30 +1,21 @@
 //! Shared helpers for Shoal's cross-crate integration tests.
 //!
-//! The main piece is [`Lab`], a handle on `../shared/netlab/lab.sh`: several test hosts on one
-//! machine, made of network namespaces, with multicast between them and fault injection
-//! (random loss, link cut and heal). It needs root; [`Lab::skip_reason`] says why a test
-//! cannot run here so the test can print it and return instead of failing.
+//! The main piece is [`Lab`] (module [`lab`]), the project's own network lab: several test
+//! hosts on one machine, made of network namespaces, with multicast between them and fault
+//! injection (random loss, delay, link cut and heal). It needs root; [`Lab::skip_reason`] says
+//! why a test cannot run here so the test can print it and return instead of failing. A fresh
+//! clone needs nothing beside it: iproute2 (`ip`, `tc`) and a kernel with network namespaces.
 //!
-//! **Owns:** the tests that cross crates or hosts (`tests/`), the netlab handle, and the
-//! helper binaries they run in lab hosts (`meshnode`, `pubsubnode`, `attacker`).
+//! **Owns:** the tests that cross crates or hosts (`tests/`), the lab, and the helper
+//! binaries they run in lab hosts (`meshnode`, `pubsubnode`, `topicnode`, `attacker`).
 //!
 //! **Must not touch:** crate internals (tests go through public APIs; a crate's own tests stay
-//! in that crate), `shared/` (read-only: it only runs `lab.sh`), and any host but loopback and
-//! the lab's.
+//! in that crate), and any host but loopback and the lab's.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+pub mod lab;
+
+pub use lab::{HostProcess, Lab, LabError};
 use std::time::{Duration, Instant};
-
-/// Where the read-only `shared/` folder is: `$SHOAL_SHARED_DIR`, else beside the repository.
-pub fn shared_dir() -> PathBuf {
-    match std::env::var_os("SHOAL_SHARED_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared")),
-    }
-}
 
 /// True when lab tests cannot run here; it prints why, so the test can return (and pass).
 pub fn skip_without_lab() -> bool {
@@ -48,202 +39,6 @@ pub fn num(line: &str, key: &str) -> i64 {
     field(line, key)
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-}
-
-/// A network lab of `n` hosts, torn down when dropped.
-///
-/// Each lab has its own namespace prefix, so several tests may run labs at the same time.
-pub struct Lab {
-    script: PathBuf,
-    prefix: String,
-    hosts: usize,
-    lab_dir: PathBuf,
-}
-
-/// A process started inside a lab host, killed when dropped. Its standard output is read
-/// line by line on a background thread.
-pub struct HostProcess {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    /// Every line seen so far, for failure messages.
-    pub transcript: Vec<String>,
-}
-
-impl Lab {
-    /// Why lab tests cannot run on this machine, or `None` when they can.
-    pub fn skip_reason() -> Option<String> {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let euid = unsafe { libc::geteuid() };
-        if euid != 0 {
-            return Some(format!(
-                "netlab tests need root to create network namespaces (running as uid {euid})"
-            ));
-        }
-        if Command::new("ip").arg("-V").output().is_err() {
-            return Some("netlab tests need iproute2 (`ip`), which is not installed".into());
-        }
-        None
-    }
-
-    /// Creates a lab of `hosts` hosts under the namespace prefix `prefix` (short, unique per
-    /// test). Panics with lab.sh's own output when that fails.
-    pub fn up(prefix: &str, hosts: usize) -> Lab {
-        let script = shared_dir().join("netlab/lab.sh");
-        assert!(
-            script.exists(),
-            "netlab script not found at {} (set SHOAL_SHARED_DIR)",
-            script.display()
-        );
-        let lab_dir = std::env::temp_dir().join(format!("shoal-netlab-{prefix}"));
-        std::fs::create_dir_all(&lab_dir).expect("create lab dir");
-        let lab = Lab {
-            script,
-            prefix: prefix.to_string(),
-            hosts,
-            lab_dir,
-        };
-        // A lab left behind by a killed run would otherwise keep its faults.
-        let _ = lab.run(&["down"]);
-        lab.run(&["up", &hosts.to_string()])
-            .unwrap_or_else(|e| panic!("lab.sh up {hosts} failed: {e}"));
-        lab
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("bash");
-        cmd.arg(&self.script)
-            .args(args)
-            .env("LAB_PREFIX", &self.prefix)
-            .env("LAB_DIR", &self.lab_dir)
-            .env("LAB_QUIET", "1");
-        cmd
-    }
-
-    /// Runs one lab.sh command and returns its standard output.
-    pub fn run(&self, args: &[&str]) -> Result<String, String> {
-        let out = self
-            .command(args)
-            .output()
-            .map_err(|e| format!("cannot run lab.sh: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "lab.sh {args:?} exited with {}: {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    }
-
-    /// Number of hosts.
-    pub fn hosts(&self) -> usize {
-        self.hosts
-    }
-
-    /// The IPv4 address of host `k` (1-based).
-    pub fn addr(&self, k: usize) -> String {
-        self.run(&["addr", &format!("h{k}")])
-            .expect("lab.sh addr")
-            .trim()
-            .to_string()
-    }
-
-    /// Starts `program args` inside host `k`, with its standard output captured.
-    pub fn spawn(&self, k: usize, program: &str, args: &[String]) -> HostProcess {
-        let mut cmd = self.command(&["exec", &format!("h{k}"), program]);
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().expect("spawn lab process");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        HostProcess {
-            child,
-            lines,
-            transcript: Vec::new(),
-        }
-    }
-
-    /// Random loss of `pct` percent on host `k`'s link, both directions (0 removes it).
-    pub fn loss(&self, k: usize, pct: u32) {
-        self.run(&["loss", &format!("h{k}"), &pct.to_string(), "both"])
-            .expect("lab.sh loss");
-    }
-
-    /// Pulls host `k`'s cable.
-    pub fn cut(&self, k: usize) {
-        self.run(&["cut", &format!("h{k}")]).expect("lab.sh cut");
-    }
-
-    /// Plugs host `k`'s cable back in.
-    pub fn heal(&self, k: usize) {
-        self.run(&["heal", &format!("h{k}")]).expect("lab.sh heal");
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Err(e) = self.run(&["down"]) {
-            eprintln!("warning: {e}");
-        }
-    }
-}
-
-impl HostProcess {
-    /// Reads lines until `pred` accepts one or `deadline` passes; returns the accepted line.
-    pub fn wait_line(
-        &mut self,
-        deadline: Instant,
-        mut pred: impl FnMut(&str) -> bool,
-    ) -> Option<String> {
-        loop {
-            let left = deadline.checked_duration_since(Instant::now())?;
-            match self
-                .lines
-                .recv_timeout(left.min(Duration::from_millis(200)))
-            {
-                Ok(line) => {
-                    self.transcript.push(line.clone());
-                    if pred(&line) {
-                        return Some(line);
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
-            }
-        }
-    }
-
-    /// Reads every line already available without waiting.
-    pub fn drain(&mut self) {
-        while let Ok(line) = self.lines.try_recv() {
-            self.transcript.push(line);
-        }
-    }
-
-    /// The last `n` lines seen, for failure messages.
-    pub fn tail(&self, n: usize) -> String {
-        let start = self.transcript.len().saturating_sub(n);
-        self.transcript[start..].join("\n")
-    }
-}
-
-impl Drop for HostProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A lab host running `topicnode`: its process and the endpoints it opened, as

@@ -1,4 +1,4 @@
-//! The fault suite: real processes in network namespaces (`../shared/netlab/lab.sh`), found by
+//! The fault suite: real processes in network namespaces (`shoal_tests::lab`), found by
 //! multicast, one publisher and five subscribers, while the network misbehaves: 30 % loss on
 //! two hosts' links, a subscriber killed and restarted, a host cut off and healed.
 //!

@@ -1,4 +1,4 @@
-//! Floods and strangers on the lab (`../shared/netlab/lab.sh`): a victim node on h1, an
+//! Floods and strangers on the lab (`shoal_tests::lab`): a victim node on h1, an
 //! attacker on h2 (`attacker` binary), a legitimate node on h3 that joins while the attack
 //! runs. The victim's memory must stay bounded and the legitimate node must link within 1 s.
 //! Without root the test prints why it was skipped and passes.

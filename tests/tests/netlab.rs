@@ -1,4 +1,5 @@
-//! Multi-host tests: real processes in network namespaces made by `../shared/netlab/lab.sh`.
+//! Multi-host tests: real processes in network namespaces made by the project's lab
+//! (`shoal_tests::lab`).
 //!
 //! Each host runs the `meshnode` binary of this crate with multicast discovery only (no static
 //! or seed peers), so every link in these tests was found by multicast. The node prints one

@@ -1,4 +1,4 @@
-//! Reliable topics across hosts (issue 13): six lab hosts (`../shared/netlab/lab.sh`) found by
+//! Reliable topics across hosts (issue 13): six lab hosts (`shoal_tests::lab`) found by
 //! multicast, `topicnode` on each. h1 writes `r/a` (reliable, keep-all with a history smaller
 //! than the stream, volatile), h2 writes `r/b` (reliable, transient-local, keep-last deep
 //! enough for the whole stream); h3..h6 read both reliably (h6 reads `r/b` as

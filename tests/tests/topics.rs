@@ -1,4 +1,4 @@
-//! Topics across hosts: five lab hosts (`../shared/netlab/lab.sh`) that find each other by
+//! Topics across hosts: five lab hosts (`shoal_tests::lab`) that find each other by
 //! multicast alone, writers and readers spread over them (`topicnode`), one host cut off and
 //! healed. What must hold: every reader receives from every writer of its topic on other
 //! hosts, never a sample twice or out of order; the cut host's matches drop on both sides

@@ -4,9 +4,9 @@
 //! **Owns:** the peer table, dialing, backoff and dial races. **Must not touch:** sockets or
 //! handshakes: it names links, the control core runs them.
 //!
-//! Length: one state machine: `PeerManager`'s single impl is ~570 lines of code over private tables
+//! Length: one state machine: `PeerManager`'s single impl is ~600 lines of code over private tables
 //! (peers, connections, dial targets) that every input updates together; the rest is its public
-//! types and ~190 lines of docs. Its tests are in `tests/proto_peers.rs`.
+//! types and ~220 lines of docs. Its tests are in `tests/proto_peers.rs`.
 //!
 //! Three sources of dial targets converge on one handshake and dial-race path:
 //! - **discovered** peers (validated announces): dialed at the announced address at once, and
@@ -36,6 +36,39 @@
 //! `Install` of a dial-race winner precedes the `Close` of the loser, so the close is not a
 //! disconnect. Events for the application and for [`super::MemberGraph`] come from
 //! [`poll_event`](PeerManager::poll_event).
+//!
+//! # Dial races and late claims
+//!
+//! Two connections to one peer are a **dial race** when the second one began (accepted, or
+//! dialed by this node) before the first was established, or at most [`race_window`] after:
+//! both ends dialed before either saw the other's link. A race is resolved by multimaster's
+//! rule (mesh-v1.md: the connection initiated by the lower node id wins; same initiator, the
+//! older wins), so both ends keep the same connection, whatever their implementation.
+//!
+//! A connection that began later than that is no race: the peer already had its link when it
+//! was opened. Without identity such a newcomer may be anyone claiming the peer's id (the id
+//! is only what its Hello says), and multimaster's rule would let it displace the live link
+//! whenever the claimed id is lower, again and again. So a **late claim** never displaces an
+//! established link: the newcomer gets Goodbye and is counted (`claims_refused`); the link
+//! keeps its place until it ends (Goodbye, EOF, or `heartbeat_timeout` without input, so a
+//! peer that restarted with the same id waits at most that long). Where multimaster's rule
+//! would keep the established link anyway, nothing changes.
+//!
+//! Both ends of a Shoal link reach the same verdict: a late connection is late at both ends,
+//! and each keeps the established one. The exception is this node's own late dial of a static
+//! endpoint (redialed because its first dial failed while the peer dialed in: the only dial
+//! made while its peer may be linked) that reached a peer without Shoal's extension: that
+//! peer follows multimaster's rule, so this node does too. Any other late claim is refused
+//! whatever its Hello says: an inbound one is the claim a stranger makes, and so is a
+//! discovered address (announced by anyone, under a fresh id) answering with a linked
+//! peer's id.
+//!
+//! Identity mode uses the same rule. There the newcomer proved the key, so it can only be the
+//! peer itself; but one rule for every mode is one verdict at both ends of a link whatever
+//! their settings, and the only cost (a restarted peer waits for its stale link to end) is
+//! bounded by `heartbeat_timeout`.
+//!
+//! [`race_window`]: PeerManager::race_window
 //!
 //! # Strangers and floods
 //!
@@ -185,6 +218,10 @@ pub struct PeerStats {
     pub peers_evicted: u64,
     /// Inbound connections closed in their handshake to make room for a newer one.
     pub handshakes_evicted: u64,
+    /// Connections refused (Goodbye) because they claimed the id of a peer whose link was
+    /// established longer than the race window before they began: a late claim never
+    /// displaces a live link (see the module docs).
+    pub claims_refused: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +239,8 @@ struct Conn {
     peer: Option<PeerId>,
     /// Inbound: the remote address (eviction picks the busiest source).
     remote: Option<IpAddr>,
+    /// When it was accepted or dialed (a dial race or a late claim).
+    started: Instant,
 }
 
 impl Conn {
@@ -217,6 +256,8 @@ struct Peer {
     last_announce: Option<Instant>,
     last_seen: Instant,
     link: Option<LinkId>,
+    /// When `link` went from none to some (a switch in a dial race keeps it).
+    linked_at: Instant,
     dialing: Option<LinkId>,
     attempt: u32,
     reconnect_at: Option<Instant>,
@@ -247,6 +288,7 @@ pub struct PeerManager<R> {
     max_peers: usize,
     max_conns: usize,
     max_pending: usize,
+    race_window: Duration,
     limiter: NewPeerLimiter,
     /// Peers admitted from announces, oldest first (eviction candidates; entries that have
     /// since been linked or removed are skipped lazily).
@@ -291,6 +333,7 @@ impl<R: rand::RngCore> PeerManager<R> {
             max_peers: cfg.max_peers.max(1),
             max_conns: 2 * cfg.max_peers.max(1) + cfg.static_peers.len() + cfg.seed_peers.len(),
             max_pending: cfg.max_pending_handshakes.max(1),
+            race_window: 2 * cfg.handshake_timeout,
             limiter: NewPeerLimiter::new(
                 cfg.new_peer_rate,
                 cfg.new_peer_rate_per_source,
@@ -366,6 +409,15 @@ impl<R: rand::RngCore> PeerManager<R> {
         self.established
     }
 
+    /// How long after a peer's link was established a second connection to it may begin
+    /// and still be a dial race: twice `handshake_timeout`. A dial the peer began before it
+    /// saw the link connects within its connect timeout (`handshake_timeout` in Shoal; the
+    /// accept here may follow it by a retransmission), so every real race fits; anything
+    /// later is a late claim (see the module docs).
+    pub fn race_window(&self) -> Duration {
+        self.race_window
+    }
+
     /// A validated announce from `peer`, to be dialed back at `addr`.
     pub fn on_announce(&mut self, peer: PeerId, addr: SocketAddr, now: Instant) {
         if self.stopped || peer == self.me || peer.is_zero() {
@@ -430,7 +482,7 @@ impl<R: rand::RngCore> PeerManager<R> {
     /// must be closed. When the pending-handshake pool (or the table) is full, the oldest
     /// pending inbound connection of the busiest source is evicted instead: a
     /// [`PeerAction::Close`] for it is queued.
-    pub fn on_accepted(&mut self, remote: Option<IpAddr>, _now: Instant) -> Option<LinkId> {
+    pub fn on_accepted(&mut self, remote: Option<IpAddr>, now: Instant) -> Option<LinkId> {
         if self.stopped {
             return None;
         }
@@ -449,6 +501,7 @@ impl<R: rand::RngCore> PeerManager<R> {
                 origin: Origin::Inbound,
                 peer: None,
                 remote,
+                started: now,
             },
         );
         self.pending_inbound.push_back(link);
@@ -487,12 +540,15 @@ impl<R: rand::RngCore> PeerManager<R> {
 
     /// The handshake of `link` completed: the peer is `peer`, listening on `listen_port` at
     /// `remote_ip` (the socket's peer address; used to dial back an inbound-only peer).
+    /// `shoal_peer`: its Hello carried Shoal's extension block (see "Dial races and late
+    /// claims" in the module docs for what it changes).
     pub fn on_handshake(
         &mut self,
         link: LinkId,
         peer: PeerId,
         remote_ip: Option<IpAddr>,
         listen_port: u16,
+        shoal_peer: bool,
         now: Instant,
     ) {
         if self.stopped {
@@ -570,14 +626,25 @@ impl<R: rand::RngCore> PeerManager<R> {
         match p.link {
             None => {
                 p.link = Some(link);
+                p.linked_at = now;
                 p.state = PeerState::Connected;
                 self.established += 1;
                 self.actions.push_back(PeerAction::Install { peer, link });
                 self.events.push_back(PeerEvent::Connected { peer, link });
             }
             Some(existing) => {
-                self.stats.races_resolved += 1;
                 let keep_new = self.prefer(peer, link, existing);
+                if keep_new && self.late_claim(peer, link, shoal_peer) {
+                    self.stats.claims_refused += 1;
+                    tracing::debug!(%peer, kept = ?existing, refused = ?link, "late claim on a live link refused");
+                    self.conns.remove(&link);
+                    self.actions.push_back(PeerAction::Close {
+                        link,
+                        goodbye: true,
+                    });
+                    return;
+                }
+                self.stats.races_resolved += 1;
                 let p = self.peers.get_mut(&peer).expect("present");
                 let loser = if keep_new {
                     p.link = Some(link);
@@ -612,6 +679,21 @@ impl<R: rand::RngCore> PeerManager<R> {
         } else {
             a < b
         }
+    }
+
+    /// True when `link` to `peer` began more than the race window after the peer's link was
+    /// established: not a dial race, so it must not displace that link. This node's own dial
+    /// of a static endpoint that reached a peer without Shoal's extension is judged by
+    /// multimaster's rule alone, as that peer judges it. (Only a static endpoint is dialed
+    /// while its peer may be linked; a discovered address that answers with a linked peer's
+    /// id is a claim like any other: a stranger can announce its address under a fresh id.)
+    fn late_claim(&self, peer: PeerId, link: LinkId, shoal_peer: bool) -> bool {
+        let conn = &self.conns[&link];
+        if matches!(conn.origin, Origin::Static(_)) && !shoal_peer {
+            return false;
+        }
+        let linked_at = self.peers[&peer].linked_at;
+        conn.started.saturating_duration_since(linked_at) > self.race_window
     }
 
     /// `link` ended, for whatever reason (also a failed connect). Unknown or already-closed
@@ -776,7 +858,7 @@ impl<R: rand::RngCore> PeerManager<R> {
             let t = &self.statics[i];
             if t.pending.is_none() && t.next_dial <= now && !self.covered(t) {
                 let target = DialTarget::Endpoint(t.endpoint.clone());
-                match self.dial(Origin::Static(i), target) {
+                match self.dial(Origin::Static(i), target, now) {
                     Some(link) => self.statics[i].pending = Some(link),
                     None => self.statics[i].next_dial = now + self.reconnect_base,
                 }
@@ -789,7 +871,7 @@ impl<R: rand::RngCore> PeerManager<R> {
             let t = &self.seeds[i];
             if t.pending.is_none() && t.next_dial <= now {
                 let target = DialTarget::Endpoint(t.endpoint.clone());
-                match self.dial(Origin::Seed(i), target) {
+                match self.dial(Origin::Seed(i), target, now) {
                     Some(link) => self.seeds[i].pending = Some(link),
                     None => self.seeds[i].next_dial = now + self.reconnect_base,
                 }
@@ -813,7 +895,7 @@ impl<R: rand::RngCore> PeerManager<R> {
             p.reconnect_at = Some(now + self.reconnect_base);
             return;
         }
-        let dialed = self.dial(Origin::Discovered(peer), DialTarget::Addr(addr));
+        let dialed = self.dial(Origin::Discovered(peer), DialTarget::Addr(addr), now);
         let p = self.peers.get_mut(&peer).expect("caller checked");
         match dialed {
             Some(link) => {
@@ -827,7 +909,7 @@ impl<R: rand::RngCore> PeerManager<R> {
         }
     }
 
-    fn dial(&mut self, origin: Origin, target: DialTarget) -> Option<LinkId> {
+    fn dial(&mut self, origin: Origin, target: DialTarget, now: Instant) -> Option<LinkId> {
         if self.conns.len() >= self.max_conns {
             self.stats.conn_table_full += 1;
             return None;
@@ -839,6 +921,7 @@ impl<R: rand::RngCore> PeerManager<R> {
                 origin,
                 peer: None,
                 remote: None,
+                started: now,
             },
         );
         self.stats.dials += 1;
@@ -906,6 +989,7 @@ impl Peer {
             last_announce: None,
             last_seen: now,
             link: None,
+            linked_at: now,
             dialing: None,
             attempt: 0,
             reconnect_at: None,

@@ -235,6 +235,10 @@ counters! {
     links_opened,
     /// Links closed for any reason.
     links_closed,
+    /// Control plane: connections refused with Goodbye because they claimed the id of a peer
+    /// whose link was established longer than the race window before they began (a late
+    /// claim, not a dial race: it never displaces the live link).
+    claims_refused,
 }
 
 /// Raises a high-water mark of the calling executor's own set to `v`.

@@ -57,10 +57,10 @@ fn simultaneous_dials_converge_on_one_connection_in_every_arrival_order() {
                 }
             };
             for l in order(lo_first_outbound, a_out, a_in) {
-                a.on_handshake(l, hi, None, 7000, now);
+                a.on_handshake(l, hi, None, 7000, true, now);
             }
             for l in order(hi_first_outbound, b_out, b_in) {
-                b.on_handshake(l, lo, None, 7000, now);
+                b.on_handshake(l, lo, None, 7000, true, now);
             }
             // Lower id (A) initiated X: both keep X.
             assert_eq!(a.link_of(&hi), Some(a_out));
@@ -123,8 +123,8 @@ fn same_direction_twice_keeps_the_older() {
     let mut pm = PeerManager::new(me, &MeshConfig::default(), StdRng::seed_from_u64(1), now);
     let first = pm.on_accepted(None, now).unwrap();
     let second = pm.on_accepted(None, now).unwrap();
-    pm.on_handshake(second, peer, None, 1, now);
-    pm.on_handshake(first, peer, None, 1, now);
+    pm.on_handshake(second, peer, None, 1, true, now);
+    pm.on_handshake(first, peer, None, 1, true, now);
     assert_eq!(pm.link_of(&peer), Some(first));
     assert!(drain(&mut pm).contains(&PeerAction::Close {
         link: second,
@@ -424,7 +424,7 @@ fn announced_peer_is_discovered_before_it_is_connected() {
     let mut pm = PeerManager::new(me, &MeshConfig::default(), StdRng::seed_from_u64(1), now);
     pm.on_announce(peer, addr(7), now);
     let link = pm.on_accepted(None, now).unwrap();
-    pm.on_handshake(link, peer, None, 7000, now);
+    pm.on_handshake(link, peer, None, 7000, true, now);
     pm.on_announce(peer, addr(7), now);
     assert_eq!(
         events(&mut pm),
@@ -446,7 +446,7 @@ fn peer_connected_before_its_first_announce_is_discovered_when_it_arrives() {
     let (me, peer) = (PeerId([1; 16]), PeerId([2; 16]));
     let mut pm = PeerManager::new(me, &MeshConfig::default(), StdRng::seed_from_u64(1), now);
     let link = pm.on_accepted(None, now).unwrap();
-    pm.on_handshake(link, peer, None, 7000, now);
+    pm.on_handshake(link, peer, None, 7000, true, now);
     assert_eq!(events(&mut pm), [PeerEvent::Connected { peer, link }]);
     pm.on_announce(peer, addr(7), now);
     pm.on_announce(peer, addr(7), now + Duration::from_secs(1));
@@ -500,7 +500,7 @@ fn random_input_sequences_keep_events_paired() {
                         Some(i) if rng.gen_bool(0.8) => ids[i],
                         _ => ids[rng.gen_range(0..ids.len())],
                     };
-                    pm.on_handshake(l, peer, None, 7000, now);
+                    pm.on_handshake(l, peer, None, 7000, true, now);
                     up.push(l);
                 }
                 6 if !live.is_empty() => {
@@ -627,7 +627,7 @@ fn fake_announce_flood_is_rate_limited_and_gives_way_to_real_peers() {
         .on_accepted(Some("10.0.0.7".parse().unwrap()), now)
         .unwrap();
     let _ = events(&mut pm);
-    pm.on_handshake(link, real, None, 7000, now);
+    pm.on_handshake(link, real, None, 7000, true, now);
     assert_eq!(pm.link_of(&real), Some(link));
     assert_eq!(pm.peer_state(&real), Some(PeerState::Connected));
     let ev = events(&mut pm);
@@ -680,10 +680,200 @@ fn idle_pending_handshakes_give_way_oldest_of_the_busiest_source_first() {
     assert!(!drain(&mut pm)
         .iter()
         .any(|a| matches!(a, PeerAction::Close { link, .. } if *link == real)));
-    pm.on_handshake(real, PeerId([2; 16]), None, 7000, now);
+    pm.on_handshake(real, PeerId([2; 16]), None, 7000, true, now);
     assert_eq!(pm.established_count(), 1);
     // An evicted link's late close is ignored.
     pm.on_closed(newer, now);
     assert_eq!(pm.established_count(), 1);
     assert_eq!(pm.stats().conn_table_full, 0);
+}
+
+/// This node (`hi`) dialed `lo` and the link is up at `t0`: `(table, link, t0)`.
+fn linked_to_lower_id(hi: PeerId, lo: PeerId) -> (PeerManager<StdRng>, LinkId, Instant) {
+    let t0 = Instant::now();
+    let mut pm = PeerManager::new(hi, &MeshConfig::default(), StdRng::seed_from_u64(1), t0);
+    pm.on_announce(lo, addr(1), t0);
+    let out = match drain(&mut pm)[..] {
+        [PeerAction::Dial { link, .. }] => link,
+        ref other => panic!("expected one dial, got {other:?}"),
+    };
+    pm.on_handshake(out, lo, None, 7000, true, t0);
+    assert_eq!(pm.link_of(&lo), Some(out));
+    drain(&mut pm);
+    events(&mut pm);
+    (pm, out, t0)
+}
+
+/// Issue 24 finding 10: without identity, an inbound newcomer claiming the id of a peer
+/// whose link this node initiated wins multimaster's rule when that id is lower. Once the link
+/// is older than the race window, such a claim is no race: the live link keeps its place,
+/// the newcomer gets Goodbye and is counted, as often as it comes back.
+#[test]
+fn a_late_claim_never_displaces_an_established_link() {
+    let (hi, lo) = (PeerId([9; 16]), PeerId([1; 16]));
+    let (mut pm, out, t0) = linked_to_lower_id(hi, lo);
+    let late = t0 + pm.race_window() + Duration::from_millis(1);
+    for i in 0..5u32 {
+        let now = late + Duration::from_secs(u64::from(i));
+        let claim = pm.on_accepted(None, now).unwrap();
+        pm.on_handshake(claim, lo, None, 7000, true, now);
+        assert_eq!(
+            pm.link_of(&lo),
+            Some(out),
+            "claim {i} displaced the live link"
+        );
+        assert_eq!(
+            drain(&mut pm),
+            [PeerAction::Close {
+                link: claim,
+                goodbye: true
+            }]
+        );
+        // Its close (and the Goodbye it may bring back) is not the peer's.
+        pm.on_closed(claim, now);
+        assert_eq!(events(&mut pm), []);
+    }
+    assert_eq!(pm.stats().claims_refused, 5);
+    assert_eq!(pm.stats().races_resolved, 0);
+    assert_eq!(pm.established_count(), 1);
+    assert_eq!(pm.peer_state(&lo), Some(PeerState::Connected));
+}
+
+/// A real dial race still follows multimaster's rule, even when the second connection's
+/// handshake ends long after the first link came up: what counts is when it began (before the
+/// link, or within the race window after it), not when it finished.
+#[test]
+fn a_race_whose_second_connection_began_in_time_follows_the_rule() {
+    let (hi, lo) = (PeerId([9; 16]), PeerId([1; 16]));
+    for began in [Duration::ZERO, Duration::from_millis(1900)] {
+        let (mut pm, out, t0) = linked_to_lower_id(hi, lo);
+        assert!(began < pm.race_window());
+        let inbound = pm.on_accepted(None, t0 + began).unwrap();
+        // Its handshake ends well after the race window (a slow, lossy path).
+        let done = t0 + pm.race_window() + Duration::from_secs(1);
+        pm.on_handshake(inbound, lo, None, 7000, true, done);
+        // `lo` initiated it and is the lower id: it wins at both ends.
+        assert_eq!(pm.link_of(&lo), Some(inbound));
+        assert_eq!(
+            drain(&mut pm),
+            [
+                PeerAction::Install {
+                    peer: lo,
+                    link: inbound
+                },
+                PeerAction::Close {
+                    link: out,
+                    goodbye: true
+                }
+            ]
+        );
+        assert_eq!(pm.stats().races_resolved, 1);
+        assert_eq!(pm.stats().claims_refused, 0);
+    }
+    // Began before the link was even established (a plain race): the same.
+    let t0 = Instant::now();
+    let mut pm = PeerManager::new(hi, &MeshConfig::default(), StdRng::seed_from_u64(1), t0);
+    pm.on_announce(lo, addr(1), t0);
+    let out = match drain(&mut pm)[..] {
+        [PeerAction::Dial { link, .. }] => link,
+        ref other => panic!("expected one dial, got {other:?}"),
+    };
+    let inbound = pm.on_accepted(None, t0).unwrap();
+    let up = t0 + Duration::from_secs(10);
+    pm.on_handshake(out, lo, None, 7000, true, up);
+    pm.on_handshake(inbound, lo, None, 7000, true, up + pm.race_window() * 2);
+    assert_eq!(pm.link_of(&lo), Some(inbound));
+}
+
+/// This node's own late dial (a static endpoint whose first dial failed while the peer dialed
+/// in): against a Shoal peer both ends keep the established link (the peer sees an inbound
+/// late claim and refuses it); against a multimaster peer, which follows its rule, this node
+/// follows it too, so both ends still keep the same connection.
+#[test]
+fn an_own_late_dial_keeps_both_ends_on_one_connection() {
+    let (lo, hi) = (PeerId([1; 16]), PeerId([9; 16]));
+    for shoal_peer in [true, false] {
+        let t0 = Instant::now();
+        let cfg = MeshConfig {
+            static_peers: vec!["10.0.0.9:7000".into()],
+            ..MeshConfig::default()
+        };
+        let mut a = PeerManager::new(lo, &cfg, StdRng::seed_from_u64(1), t0);
+        let mut b = PeerManager::new(hi, &MeshConfig::default(), StdRng::seed_from_u64(2), t0);
+        a.start(t0);
+        let first = match drain(&mut a)[..] {
+            [PeerAction::Dial { link, .. }] => link,
+            ref other => panic!("expected the static dial, got {other:?}"),
+        };
+        // `hi` dials `lo` and the link comes up (E); `lo`'s static dial fails meanwhile.
+        b.on_announce(lo, addr(1), t0);
+        let b_out = match drain(&mut b)[..] {
+            [PeerAction::Dial { link, .. }] => link,
+            ref other => panic!("expected one dial, got {other:?}"),
+        };
+        let a_in = a.on_accepted(None, t0).unwrap();
+        a.on_handshake(a_in, hi, None, 7000, true, t0);
+        b.on_handshake(b_out, lo, None, 7000, true, t0);
+        a.on_closed(first, t0);
+        drain(&mut a);
+        drain(&mut b);
+        // The static endpoint is redialed after its backoff, long after E came up (N).
+        let later = t0 + Duration::from_secs(30);
+        a.handle_timeout(later);
+        let a_out = match drain(&mut a)[..] {
+            [PeerAction::Dial { link, .. }] => link,
+            ref other => panic!("expected the static redial, got {other:?}"),
+        };
+        a.on_handshake(a_out, hi, None, 7000, shoal_peer, later);
+        if shoal_peer {
+            // A Shoal `hi` sees N as an inbound late claim and keeps E: so does `lo`.
+            let b_in = b.on_accepted(None, later).unwrap();
+            b.on_handshake(b_in, lo, None, 7000, true, later);
+            assert_eq!(b.link_of(&lo), Some(b_out));
+            assert_eq!(a.link_of(&hi), Some(a_in));
+            assert_eq!(a.stats().claims_refused, 1);
+            assert_eq!(b.stats().claims_refused, 1);
+        } else {
+            // A multimaster `hi` keeps N (initiated by the lower id): so does `lo`.
+            assert_eq!(a.link_of(&hi), Some(a_out));
+            assert_eq!(a.stats().races_resolved, 1);
+            assert_eq!(a.stats().claims_refused, 0);
+        }
+        // Either way the static endpoint is now known to be `hi`, linked: no more dials.
+        drain(&mut a);
+        a.handle_timeout(later + Duration::from_secs(60));
+        assert!(
+            !drain(&mut a)
+                .iter()
+                .any(|x| matches!(x, PeerAction::Dial { .. })),
+            "the covered static endpoint is not redialed"
+        );
+    }
+}
+
+/// The same claim made through this node's own dial: a stranger announces its address under
+/// a fresh id, and the dial there answers with the linked peer's id (posing as a multimaster
+/// peer, whose rule would hand the id to this node's own connection). Refused as well.
+#[test]
+fn a_late_claim_through_a_dial_of_an_announced_address_is_refused() {
+    // This node has the lower id: its own connection would win multimaster's rule.
+    let (lo, hi) = (PeerId([1; 16]), PeerId([9; 16]));
+    let t0 = Instant::now();
+    let mut pm = PeerManager::new(lo, &MeshConfig::default(), StdRng::seed_from_u64(1), t0);
+    let inbound = pm.on_accepted(None, t0).unwrap();
+    pm.on_handshake(inbound, hi, None, 7000, true, t0);
+    drain(&mut pm);
+    let late = t0 + pm.race_window() + Duration::from_millis(1);
+    pm.on_announce(PeerId([7; 16]), addr(66), late);
+    let dial = match drain(&mut pm)[..] {
+        [PeerAction::Dial { link, .. }] => link,
+        ref other => panic!("expected one dial, got {other:?}"),
+    };
+    pm.on_handshake(dial, hi, None, 7000, false, late);
+    assert_eq!(pm.link_of(&hi), Some(inbound));
+    assert!(drain(&mut pm).contains(&PeerAction::Close {
+        link: dial,
+        goodbye: true
+    }));
+    assert_eq!(pm.stats().claims_refused, 1);
 }

@@ -12,8 +12,11 @@
 //! the wait (`event_queue_waits`; also `event_queue_byte_waits` when bytes were the limit).
 //! The byte bound is checked before each admission, so it may be passed by at most one
 //! entry's payload plus one credit chunk per shard. Control events (peers,
-//! members, errors) never wait: they may use the whole queue, and one that finds it full is
-//! dropped and counted (`dropped_event_queue_full`). Order is kept within each class.
+//! members, errors, topic matches) never wait: they may use the whole queue, and one that finds
+//! it full is dropped and counted (`dropped_event_queue_full`). An `Incompatible` event counts
+//! its heap (topic and reasons: partition lists a remote announcement chooses) against
+//! `event_queue_bytes` too, and is dropped and counted the same way when the bytes reserved
+//! have reached it. Order is kept within each class.
 //!
 //! A shard reserves room for each Message event as it is raised but hands the events of one
 //! batch (one socket read) over as a single queue entry; a receiver takes such an entry whole
@@ -183,10 +186,12 @@ pub enum Event {
 pub type Callback = Arc<dyn Fn(&Event) + Send + Sync + 'static>;
 
 mod batch;
+mod errors;
 mod hub;
 mod receiver;
 
 pub use batch::{Received, SampleBatch, SampleIter};
+pub use errors::ErrorLog;
 pub(crate) use hub::{EventHub, Outbox, Room};
 use hub::{Item, Queued};
 pub use receiver::EventReceiver;

@@ -155,6 +155,7 @@ mod warn;
 
 pub use builder::{MeshBuilder, NodeOptions};
 pub use error::{MeshError, PublishError};
+pub use event::ErrorLog;
 pub use event::{Callback, ErrorKind, Event, EventReceiver, Received, SampleBatch, SampleIter};
 pub use publisher::{Publisher, DEFAULT_BATCH_BYTES};
 pub use shoal_proto::{OverflowPolicy, SlowLinkAction, SlowLinkPolicy};

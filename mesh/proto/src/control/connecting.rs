@@ -146,8 +146,10 @@ impl ControlCore {
             return;
         }
         let (peer, port) = (ex.peer, ex.listen_port);
+        let shoal_peer = ex.link.peer_shoal().is_some();
         self.conns.insert(link, Conn::Ready(Box::new(ex)));
-        self.peers.on_handshake(link, peer, remote, port, now);
+        self.peers
+            .on_handshake(link, peer, remote, port, shoal_peer, now);
         self.round(now, wall);
         // Neither installed nor closed (the table refused it silently): drop it.
         if matches!(self.conns.get(&link), Some(Conn::Ready(_))) {

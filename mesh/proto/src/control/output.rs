@@ -177,4 +177,7 @@ pub struct ControlStats {
     /// Membership records refused for listing more than `max_membership_neighbours` nodes,
     /// or (this node's id) for a version too far past the wall clock.
     pub membership_records_refused: u64,
+    /// Connections refused: they claimed the id of a peer linked since before the race window
+    /// (a late claim never displaces a live link).
+    pub claims_refused: u64,
 }

@@ -227,6 +227,7 @@ impl ControlCore {
         s.peer_table_full = now.peer_table_full;
         s.connections_refused = now.conn_table_full;
         s.handshakes_evicted = now.handshakes_evicted;
+        s.claims_refused = now.claims_refused;
         let grew = [
             (
                 now.announces_rate_limited > was.announces_rate_limited,
@@ -244,6 +245,13 @@ impl ControlCore {
         for (_, key) in grew.into_iter().filter(|(g, _)| *g) {
             let detail = format!("max_peers = {}", self.cfg.max_peers);
             self.warn(key, detail);
+        }
+        if now.claims_refused > was.claims_refused {
+            let window = self.peers.race_window();
+            self.warn(
+                "connection claiming a linked peer's id, refused: a late claim, not a dial race",
+                format!("race window {window:?}"),
+            );
         }
     }
 }

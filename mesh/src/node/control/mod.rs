@@ -413,6 +413,7 @@ fn publish(ctl: &Ctl) {
     raise(&c.unsigned_records_refused, s.unsigned_records_refused);
     raise(&c.unsigned_records_withheld, s.unsigned_records_withheld);
     raise(&c.membership_records_refused, s.membership_records_refused);
+    raise(&c.claims_refused, s.claims_refused);
 }
 
 /// A writer's first route table reached every shard: its create command is answered.

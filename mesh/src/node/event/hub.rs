@@ -33,10 +33,10 @@ impl Item {
         }
     }
 
-    /// Payload bytes reserved for it (control events reserve none).
+    /// Bytes reserved for it (see [`event_bytes`]; most control events reserve none).
     pub(super) fn bytes(&self) -> usize {
         match self {
-            Item::One(_) => 0,
+            Item::One(ev) => event_bytes(ev),
             Item::Batch(_, _, b) => *b,
         }
     }
@@ -61,22 +61,52 @@ impl Queued {
         }
     }
 
-    /// Payload bytes it holds (see [`payload_bytes`]).
+    /// Bytes it holds (see [`event_bytes`]).
     pub(super) fn bytes(&self) -> usize {
         match self {
-            Queued::Ev(ev) => payload_bytes(ev),
+            Queued::Ev(ev) => event_bytes(ev),
             Queued::Run(r) => r.samples.body.len(),
         }
     }
 }
 
-/// Bytes an event counts against `event_queue_bytes`: its payload (Message and Sample events;
-/// the others carry no buffer worth counting).
-fn payload_bytes(ev: &Event) -> usize {
+/// Bytes an event counts against `event_queue_bytes`: the payload of a Message or Sample
+/// event, and what an `Incompatible` event holds on the heap (its topic and every reason:
+/// partition lists of up to 64 names of 256 bytes on each side, which a stranger's
+/// announcements choose). The other events hold a peer id, a topic name or a short message:
+/// their count alone bounds them.
+pub(super) fn event_bytes(ev: &Event) -> usize {
     match ev {
         Event::Message { payload, .. } | Event::Sample { payload, .. } => payload.len(),
+        Event::Incompatible { topic, reasons, .. } => topic.len() + reasons_bytes(reasons),
         _ => 0,
     }
+}
+
+/// The heap an `Incompatible` event's reasons hold: each reason, and the strings it owns.
+fn reasons_bytes(reasons: &crate::topics::Reasons) -> usize {
+    use crate::topics::Incompatibility as I;
+    let names = |v: &[String]| -> usize {
+        v.iter()
+            .map(|s| std::mem::size_of::<String>() + s.len())
+            .sum()
+    };
+    reasons
+        .iter()
+        .map(|r| {
+            std::mem::size_of::<I>()
+                + match r {
+                    I::Topic { writer, reader } | I::TypeName { writer, reader } => {
+                        writer.len() + reader.len()
+                    }
+                    I::Qos {
+                        offered, requested, ..
+                    } => offered.len() + requested.len(),
+                    I::Partitions { writer, reader } => names(writer) + names(reader),
+                    _ => 0,
+                }
+        })
+        .sum()
 }
 
 /// A shard's Message events admitted to the queue (their room is reserved) but not handed
@@ -147,8 +177,8 @@ pub(crate) struct EventHub {
     /// above the queue's capacity in entries, so the queue never runs out of entries.
     pub(super) events: AtomicUsize,
     pub(super) message_limit: usize,
-    /// Payload bytes reserved (queued or in an outbox, credit included), against
-    /// `bytes_limit`.
+    /// Bytes reserved (payloads queued or in an outbox, credit included, and queued
+    /// `Incompatible` events' reasons; see [`event_bytes`]), against `bytes_limit`.
     pub(super) bytes: AtomicUsize,
     pub(super) bytes_limit: usize,
     pub(super) ready: Signal,
@@ -268,13 +298,26 @@ impl EventHub {
         true
     }
 
+    /// Reserves `bytes` for a control event while the reserved bytes are below the limit.
+    fn reserve_control_bytes(&self, bytes: usize) -> bool {
+        let limit = self.bytes_limit;
+        self.bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                (b < limit).then(|| b + bytes)
+            })
+            .is_ok()
+    }
+
     /// True while Message events have room of both kinds.
     pub(super) fn message_room_left(&self) -> bool {
         self.events.load(Ordering::Acquire) < self.message_limit
             && self.bytes.load(Ordering::Acquire) < self.bytes_limit
     }
 
-    /// A peer/member/error event: never waits; dropped and counted when the queue is full.
+    /// A peer/member/error/topic event: never waits; dropped and counted when the queue is
+    /// full, or when it holds bytes ([`event_bytes`]: an `Incompatible` event) and the queue's
+    /// reserved bytes have reached `event_queue_bytes` (checked before admission, as for
+    /// Message events: passed by at most one event).
     pub(crate) fn emit_control(&self, ev: Event, counters: &Counters) {
         tracing::debug!(?ev, "event");
         self.run_callbacks(&ev);
@@ -287,7 +330,14 @@ impl EventHub {
                 return;
             }
         }
+        let bytes = event_bytes(&ev);
+        if bytes > 0 && !self.reserve_control_bytes(bytes) {
+            // Not a PeerConnected (those hold no bytes): nothing to unpair.
+            self.dropped_control(None, counters);
+            return;
+        }
         if !self.reserve(self.queue.capacity()) {
+            self.release(0, bytes);
             let connected = match ev {
                 Event::PeerConnected { peer } => Some(peer),
                 _ => None,
@@ -303,7 +353,7 @@ impl EventHub {
             self.ready.notify(1);
         } else {
             // Unreachable while `events` bounds the slots; counted rather than trusted.
-            self.release(1, 0);
+            self.release(1, bytes);
             self.dropped_control(connected, counters);
         }
     }
@@ -330,7 +380,7 @@ impl EventHub {
     /// The caller hands its outbox over once per batch with [`EventHub::wake_receivers`] (and
     /// must do so before it parks).
     pub(crate) fn try_queue_message(&self, ev: Event, outbox: &Outbox) -> Result<(), Event> {
-        match self.message_room(outbox, payload_bytes(&ev)) {
+        match self.message_room(outbox, event_bytes(&ev)) {
             Room::Discard => Ok(()),
             Room::Full => Err(ev),
             Room::Queue => {

@@ -554,8 +554,8 @@ enum Op {
     Run(usize, u16, usize),
     /// A shard hands its outbox over.
     Wake(usize),
-    /// A control event.
-    Control,
+    /// A control event: an `Incompatible` one (which holds bytes) when true.
+    Control(bool),
     /// Receiver `i` (modulo those alive) takes up to this many events, or runs whole.
     Take(usize, usize, bool),
     /// A receiver more (a clone).
@@ -570,7 +570,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         4 => (0usize..2, 0usize..40_000).prop_map(|(s, n)| Op::Message(s, n)),
         3 => (0usize..2, 1u16..40, 0usize..3_000).prop_map(|(s, c, n)| Op::Run(s, c, n)),
         3 => (0usize..2).prop_map(Op::Wake),
-        1 => Just(Op::Control),
+        1 => any::<bool>().prop_map(Op::Control),
         4 => (0usize..4, 1usize..30, any::<bool>()).prop_map(|(i, k, w)| Op::Take(i, k, w)),
         1 => Just(Op::Clone),
         1 => (0usize..4).prop_map(Op::Drop),
@@ -611,7 +611,12 @@ proptest::proptest! {
                     let _ = hub.try_queue_run(run, &outboxes[s]);
                 }
                 Op::Wake(s) => hub.wake_receivers(&outboxes[s]),
-                Op::Control => hub.emit_control(joined(1), &c),
+                Op::Control(false) => hub.emit_control(joined(1), &c),
+                Op::Control(true) => {
+                    let ev = incompatible(1);
+                    largest = largest.max(super::hub::event_bytes(&ev));
+                    hub.emit_control(ev, &c);
+                }
                 Op::Take(i, k, whole) if !rxs.is_empty() => {
                     let n = rxs.len();
                     let rx = &mut rxs[i % n];
@@ -652,4 +657,60 @@ proptest::proptest! {
         proptest::prop_assert_eq!(hub.events.load(Ordering::Relaxed), 0);
         proptest::prop_assert_eq!(hub.bytes.load(Ordering::Relaxed), 0);
     }
+}
+
+/// An `Incompatible` event whose partition lists are at the limits a remote announcement may
+/// use (64 names of 256 bytes on each side): ~33 KiB of heap.
+fn incompatible(n: u8) -> Event {
+    let names = |c: u8| vec![String::from_utf8(vec![c; 256]).unwrap(); 64];
+    Event::Incompatible {
+        writer: [n; 16],
+        reader: [n ^ 0xff; 16],
+        topic: "t".into(),
+        reasons: vec![crate::topics::Incompatibility::Partitions {
+            writer: names(b'w'),
+            reader: names(b'r'),
+        }]
+        .into(),
+    }
+}
+
+/// Issue 24 finding 7: `Incompatible` events carry partition lists a stranger chooses; they
+/// count against `event_queue_bytes` like payloads, so a flood of them queues at most about
+/// the byte ceiling (dropped and counted beyond it), and their bytes come back when taken.
+#[test]
+fn incompatible_events_are_bounded_in_bytes_like_payloads() {
+    let ceiling = 256 << 10;
+    let hub = Arc::new(EventHub::new(4096, ceiling, Vec::new()));
+    let c = Counters::default();
+    let mut rx = EventReceiver::new(hub.clone());
+    let one = super::hub::event_bytes(&incompatible(0));
+    assert!(one > 32 << 10, "the reasons' heap is counted: {one}");
+    for n in 0..1000u32 {
+        hub.emit_control(incompatible(n as u8), &c);
+    }
+    let queued = hub.events.load(Ordering::Relaxed);
+    let bytes = hub.bytes.load(Ordering::Relaxed);
+    assert!(
+        bytes <= ceiling + one,
+        "{bytes} bytes queued for a ceiling of {ceiling}"
+    );
+    assert_eq!(
+        queued,
+        ceiling.div_ceil(one),
+        "admitted while below the ceiling"
+    );
+    let s = c.snapshot();
+    assert_eq!(s.dropped_event_queue_full, 1000 - queued as u64);
+    // Peer events hold no bytes: they still pass.
+    hub.emit_control(joined(1), &c);
+    assert_eq!(hub.events.load(Ordering::Relaxed), queued + 1);
+    // Taking them gives every byte back; then they are admitted again.
+    let taken = std::iter::from_fn(|| rx.try_recv()).count();
+    assert_eq!(taken, queued + 1);
+    assert_eq!(hub.bytes.load(Ordering::Relaxed), 0);
+    assert_eq!(hub.events.load(Ordering::Relaxed), 0);
+    hub.emit_control(incompatible(7), &c);
+    assert_eq!(rx.try_recv(), Some(incompatible(7)));
+    assert_eq!(hub.bytes.load(Ordering::Relaxed), 0);
 }
