@@ -75,6 +75,7 @@ fn writer_cfg(w: usize) -> WriterConfig {
         max_repair_samples: 64,
         max_repair_bytes: 16 << 10,
         nack_suppression: Duration::from_millis(30),
+        ack_timeout: Some(Duration::from_secs(10)),
     }
 }
 

@@ -73,7 +73,7 @@ mod tests;
 
 pub use crate::wire::{AckNack, Gap, Heartbeat, Repair, SeqSet};
 pub use reader::ReliableReader;
-pub use writer::ReliableWriter;
+pub use writer::{ReliableWriter, MAX_COUNT_STEP};
 
 use std::time::Duration;
 
@@ -123,11 +123,18 @@ pub struct WriterConfig {
     /// A seq resent to a reader is not resent to it again within this time, whatever it asks
     /// (its repair is still on the way over a slow link).
     pub nack_suppression: Duration,
+    /// Keep-all: how long the writer waits for a reader that owes an acknowledgement (its
+    /// acked point has not moved since it last had everything) before it stops waiting for
+    /// it (counted in [`WriterStats::readers_released`]): one silent or lying reader cannot
+    /// hold the history full. The reader is still answered; it is waited for again once it
+    /// holds what the slowest reader still waited for holds. `None`: wait for ever (until
+    /// the reader is unmatched, e.g. its lease expires).
+    pub ack_timeout: Option<Duration>,
 }
 
 impl Default for WriterConfig {
     /// Volatile keep-all of 1024 samples / 16 MiB, heartbeat 100 ms, 1024 repairs per 100 ms,
-    /// Repair frames of 64 samples / 64 KiB.
+    /// Repair frames of 64 samples / 64 KiB, silent readers released after 10 s.
     fn default() -> Self {
         WriterConfig {
             history: HistoryKind::KeepAll,
@@ -141,6 +148,7 @@ impl Default for WriterConfig {
             max_repair_samples: 64,
             max_repair_bytes: 64 << 10,
             nack_suppression: Duration::from_millis(100),
+            ack_timeout: Some(Duration::from_secs(10)),
         }
     }
 }
@@ -263,6 +271,12 @@ pub struct WriterStats {
     pub acks_ignored_future: u64,
     /// AckNacks whose count is not above the last seen from that reader.
     pub acks_ignored_stale: u64,
+    /// AckNacks whose count jumped more than [`MAX_COUNT_STEP`] past the last one
+    /// taken from that reader, held until confirmed (a forged `u32::MAX`).
+    pub acks_ignored_far: u64,
+    /// Keep-all: readers no longer waited for because they did not acknowledge within
+    /// [`WriterConfig::ack_timeout`].
+    pub readers_released: u64,
     /// Keep-all writes refused for lack of room (or a sample over `max_bytes`).
     pub full_refusals: u64,
     /// Keep-all samples held beyond the history's bounds because they were already sent
@@ -292,6 +306,13 @@ pub struct ReaderStats {
     pub sync_requests: u64,
     /// Heartbeats going backwards (or for another writer), ignored.
     pub heartbeats_ignored: u64,
+    /// Heartbeats naming samples beyond the writer's plausible range (see
+    /// [`ReliableReader::on_heartbeat`]): held, not adopted.
+    pub heartbeats_held: u64,
+    /// Gaps reaching beyond the writer's plausible range (see [`ReliableReader::on_gap`]):
+    /// held until a sample of the writer's confirms them (the writer sends one after such a
+    /// Gap), or dropped.
+    pub gaps_held: u64,
     /// Gaps ignored: stale (all below next expected), before start not from 1, or more than
     /// [`MAX_PENDING_GAPS`] ahead.
     pub gaps_ignored: u64,

@@ -249,6 +249,10 @@ impl ShardCore {
                 st.repair_deferred - w.seen.repair_deferred,
             );
             add(&self.counters.samples_expired, st.expired - w.seen.expired);
+            add(
+                &self.counters.reliable_readers_released,
+                st.readers_released - w.seen.readers_released,
+            );
             w.seen = st;
             w.update_credit();
             let t = w.state.poll_timeout();
@@ -405,6 +409,7 @@ impl ShardCore {
                                 s.acks_ignored_unknown_reader
                                     + s.acks_ignored_future
                                     + s.acks_ignored_stale
+                                    + s.acks_ignored_far
                             };
                             let before = ignored(w.state.stats());
                             w.state.on_acknack(&a, now);
@@ -427,7 +432,12 @@ impl ShardCore {
             RelFrame::Heartbeat(mut h) => {
                 if let Some(s) = slot.as_mut() {
                     for (_, r) in s.readers.iter_mut() {
+                        let held = r.stats().heartbeats_held;
                         r.on_heartbeat(&h, now);
+                        add(
+                            &self.counters.reliable_held,
+                            r.stats().heartbeats_held - held,
+                        );
                     }
                 }
                 if h.ttl > 1 {
@@ -502,7 +512,9 @@ impl ShardCore {
         match here {
             Some((_, state)) => {
                 let mut got = std::mem::take(&mut self.reliable.scratch);
+                let held = state.stats().gaps_held;
                 feed(state, &mut |seq, p| got.push((seq, p)));
+                add(&self.counters.reliable_held, state.stats().gaps_held - held);
                 let c = route.topic.shard(self.idx);
                 self.deliver_ordered(route.writer, reader, got, c, out);
             }
@@ -666,14 +678,18 @@ fn encode(f: &Frame, counters: &crate::stats::Counters) -> Option<Bytes> {
 }
 
 /// True when `f`, read on `from`, travels the way its kind does for `route`'s writer: an
-/// AckNack comes up from one of the route's links toward its readers; a Heartbeat, Repair or
-/// Gap comes down from where the writer's samples come ([`WriterRoute::accept_from`]; never
-/// in on a link for a local writer). Anything else is a forgery or a copy along a tree this
-/// node does not see yet: a stranger's Gap would make a reader skip samples it can still
-/// get, its AckNack release history a reader still needs.
+/// AckNack comes up from the route's link toward its reader's node
+/// ([`WriterRoute::link_toward`]: on the writer's node and on every relay, only that link
+/// carries that reader's acknowledgements; a reader the route does not lead to has none); a
+/// Heartbeat, Repair or Gap comes down from where the writer's samples come
+/// ([`WriterRoute::accept_from`]; never in on a link for a local writer). Anything else is a
+/// forgery or a copy along a tree this node does not see yet: a stranger's Gap would make a
+/// reader skip samples it can still get, its AckNack (naming another node's reader) release
+/// history that reader still needs, or, with a count far ahead, make that reader's own
+/// AckNacks look stale.
 fn comes_its_way(route: &WriterRoute, from: LinkId, f: &RelFrame) -> bool {
     match f {
-        RelFrame::AckNack(_) => route.links.binary_search(&from).is_ok(),
+        RelFrame::AckNack(a) => route.link_toward(&a.reader) == Some(from),
         RelFrame::Heartbeat(_) | RelFrame::Repair(_) | RelFrame::Gap(_) => route.accepts_from(from),
     }
 }
