@@ -31,10 +31,16 @@
 //! each matched reader's durability from discovery; a volatile reader is answered as by a
 //! volatile writer), with `F` its first held seq at answer time: `Gap { 1 ..= F-1 }`
 //! when `F > 1`, then Repairs of the whole history `F ..= last` (the *handover*, budgeted like
-//! any repair). The reader starts exactly when it gets a Gap for it from 1 (next expected =
-//! `last + 1`; what it buffered below is discarded as not owed) or any sample or repair of
-//! seq 1 (next expected = 1). Every answer begins at 1, so a lost answer only costs a retry.
-//! Samples and repairs below a reader's start are counted (`before_start`), never delivered.
+//! any repair). A volatile answer `Gap { 1 ..= S-1 }` is followed by a Repair of `S` once
+//! written (the reader's proof of the Gap, see *Against forgers*). A reader that already
+//! acknowledged past its start (its state on its node was dropped and made again, or the
+//! request is stale or forged) is answered from its acked point `A` instead: `Gap { 1 ..=
+//! A-1 }`, then `A` (volatile) or `A ..= last` (transient-local): what it delivered is never
+//! handed over again. A sync request also starts the reader's count over. The reader starts
+//! exactly when it gets a Gap for it from 1 (next expected = `last + 1`; what it buffered
+//! below is discarded as not owed) or any sample or repair of seq 1 (next expected = 1).
+//! Every answer begins at 1, so a lost answer only costs a retry. Samples and repairs below
+//! a reader's start are counted (`before_start`), never delivered.
 //!
 //! **Acknowledgement.** A started reader sends `AckNack { base: next expected, missing }`
 //! where `missing` (up to 256 seqs from `base`) are the seqs it lacks that are known to exist
@@ -42,20 +48,40 @@
 //! `nack_delay` (a reordered frame may still come; one timestamp is kept per batch of news, so
 //! a seq learnt while an older batch matures waits up to twice that), within the reorder window. It sends one at most every `ack_period`,
 //! and only when something changed (next expected moved, a heartbeat asked) or something is
-//! still missing (a lost repair is asked again). `count` rises by one per AckNack; the writer
-//! ignores a count not above the last it saw from that reader.
+//! still missing (a lost repair is asked again). `count` rises by one per AckNack (wrapping);
+//! the writer ignores a count not above the last it took from that reader (serial-number
+//! order), and holds one more than [`MAX_COUNT_STEP`] above it until the next AckNack
+//! continues from it.
 //!
 //! **Repair and Gap.** The writer answers requested seqs it holds (not expired) with Repairs
 //! (runs of consecutive seqs, at most `max_repair_samples` / `max_repair_bytes` per frame,
 //! at most `repair_budget` samples per `repair_period` over all readers, round-robin); the
 //! rest wait for the next period and are counted as deferred. A requested seq it no longer
-//! holds (replaced, released, expired) is answered with a Gap up to its first held seq.
+//! holds (replaced, released, expired) is answered with a Gap up to its first held seq,
+//! followed by a Repair of that first held seq.
 //!
 //! **Loss.** A reader reports a loss only when the writer said so: a Gap `{a ..= b}` for it
 //! makes every seq of `a ..= b` it lacks *lost* ([`ReaderEvent::Lost`] per missing run,
 //! counted exactly in `lost`) and delivers the ones it had buffered; a Gap ahead of the next
 //! expected seq waits (bounded) until the reader gets there. A heartbeat whose `first` is
 //! above seqs the reader lacks makes it nack them, so the Gap follows.
+//!
+//! **Silent readers.** A keep-all writer waits for a reader only while it acknowledges: one
+//! whose acked point has not moved for [`WriterConfig::ack_timeout`] since it last had
+//! everything is released (counted): it no longer holds room, and what it lacks may be
+//! dropped (asked for, it gets a Gap). It is waited for again once its acked point reaches
+//! the slowest waited-for reader's.
+//!
+//! # Against forgers
+//!
+//! The routing layer takes an AckNack only from the link toward its reader's node and the
+//! other three frames only from the writer's side (`shard::reliable`). What a node on that
+//! path could still forge is bounded here: an AckNack base beyond what was written, a count
+//! not newer or too far ahead are ignored, a sync request restarts nothing (see *Sync*);
+//! a reader adopts a Gap or Heartbeat only within the writer's *plausible range* (its
+//! `last` at most `max_buffered_samples` past the highest seq received in a sample or
+//! repair), holds a Gap beyond it until data confirms it, and answers a Heartbeat beyond it
+//! by asking for its next expected seq alone (see `reader`'s module doc).
 //!
 //! # Bounds
 //!
@@ -64,6 +90,7 @@
 //! window (`max_buffered_samples` wide, `max_buffered_bytes`), [`MAX_PENDING_GAPS`] future
 //! gaps, [`MAX_EVENTS`] undrained events. Hitting any of them is counted.
 
+mod count;
 mod history;
 mod reader;
 mod writer;
@@ -72,8 +99,9 @@ mod writer;
 mod tests;
 
 pub use crate::wire::{AckNack, Gap, Heartbeat, Repair, SeqSet};
+pub use count::MAX_COUNT_STEP;
 pub use reader::ReliableReader;
-pub use writer::{ReliableWriter, MAX_COUNT_STEP};
+pub use writer::ReliableWriter;
 
 use std::time::Duration;
 

@@ -9,6 +9,7 @@
 //! Length: the writer's inputs (writes, acknowledgements, timers) and its outputs (sync
 //! answers, repairs, gaps, heartbeats) all read and move the same per-reader state.
 
+use super::count::{count_verdict, Count};
 use super::history::History;
 use super::{HistoryKind, WriterConfig, WriterError, WriterOut, WriterStats};
 use crate::wire::{AckNack, Gap, Heartbeat, Repair, SeqSet};
@@ -28,7 +29,7 @@ struct ReaderState {
     /// The count of the last AckNack taken (`None`: the next one is taken whatever its
     /// count, e.g. after a sync request: the reader's state may have started over).
     last_count: Option<u32>,
-    /// A count more than [`MAX_COUNT_STEP`] ahead of `last_count`, not taken: an AckNack
+    /// A count more than [`MAX_COUNT_STEP`](super::MAX_COUNT_STEP) ahead of `last_count`, not taken: an AckNack
     /// continuing from it confirms the jump (see `count_verdict`).
     far_count: Option<u32>,
     /// Since when the reader owes an acknowledgement that has not come: its acked point
@@ -58,42 +59,6 @@ struct ReaderState {
 
 /// The longest a reader's repeated request waits for its resend to arrive.
 const MAX_SUPPRESSION: Duration = Duration::from_secs(2);
-
-/// How far a reader's AckNack count may run ahead of the last one taken and still be taken
-/// at once: AckNacks the reader sent that were lost on the way (a reader sends at most one
-/// per `ack_period`, 20 ms by default, so 4096 is over a minute of losing every one). A
-/// bigger jump is held until the next AckNack continues from it; a forged `u32::MAX` alone
-/// therefore never makes the real reader's AckNacks look stale.
-pub const MAX_COUNT_STEP: u32 = 4096;
-
-/// What an AckNack's count says, against the last one taken from its reader.
-#[derive(Debug, PartialEq, Eq)]
-enum Count {
-    /// Newer, within [`MAX_COUNT_STEP`] (or confirming a held jump): taken.
-    Fresh,
-    /// Not newer (serial-number order, so the count may wrap): ignored.
-    Stale,
-    /// Too far ahead: held (`far_count`), ignored.
-    Far,
-}
-
-/// Judges `count` against `last` (the last taken) and `far` (a held jump), in serial-number
-/// arithmetic (RFC 1982 style: a count less than 2^31 ahead is newer).
-fn count_verdict(last: Option<u32>, far: Option<u32>, count: u32) -> Count {
-    let Some(last) = last else {
-        return Count::Fresh;
-    };
-    let ahead = |from: u32| {
-        let d = count.wrapping_sub(from);
-        (d != 0 && d < 1 << 31).then_some(d)
-    };
-    match ahead(last) {
-        None => Count::Stale,
-        Some(d) if d <= MAX_COUNT_STEP => Count::Fresh,
-        Some(_) if far.and_then(ahead).is_some_and(|d| d <= MAX_COUNT_STEP) => Count::Fresh,
-        Some(_) => Count::Far,
-    }
-}
 
 impl ReaderState {
     fn has_work(&self) -> bool {
@@ -420,7 +385,7 @@ impl ReliableWriter {
 
     /// A reader's acknowledgement and requests. Another writer's, an unknown reader's, a base
     /// beyond what was written, a count not above the last (or too far above it, see
-    /// [`MAX_COUNT_STEP`]): ignored and counted. A base of 0 (or below the reader's start) is
+    /// [`MAX_COUNT_STEP`](super::MAX_COUNT_STEP)): ignored and counted. A base of 0 (or below the reader's start) is
     /// a sync request: answered from what the reader already acknowledged, never from
     /// further back (see [`poll_transmit`](Self::poll_transmit)), and the reader's count
     /// starts over with it (a reader state dropped and made again on its node counts from 1).
