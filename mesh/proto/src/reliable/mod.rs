@@ -105,6 +105,13 @@ pub use writer::ReliableWriter;
 
 use std::time::Duration;
 
+/// The highest sequence number a reader takes from a sample, a Gap or a Heartbeat (2^63 - 1:
+/// a writer of a billion samples a second gets there in 292 years). A sample beyond it is
+/// forged or broken: ignored, counted (`ReaderStats::out_of_range`); a Gap or Heartbeat
+/// beyond it is never plausible (held). So the reader's own arithmetic (next seq, window,
+/// requests) never comes near `u64::MAX`.
+pub const MAX_SEQ: u64 = u64::MAX >> 1;
+
 /// Gaps ahead of a reader's next expected seq it remembers; more are dropped (counted) and
 /// asked for again by its nacks.
 pub const MAX_PENDING_GAPS: usize = 16;
@@ -346,4 +353,6 @@ pub struct ReaderStats {
     pub gaps_ignored: u64,
     /// Repairs and Gaps for another reader (or writer), ignored.
     pub foreign_ignored: u64,
+    /// Samples numbered above [`MAX_SEQ`], ignored.
+    pub out_of_range: u64,
 }

@@ -24,7 +24,7 @@
 //! the first sample owed after a sync answer, so a real Gap is confirmed within a round trip
 //! however far it reaches.
 
-use super::{ReaderConfig, ReaderEvent, ReaderStats, MAX_EVENTS, MAX_PENDING_GAPS};
+use super::{ReaderConfig, ReaderEvent, ReaderStats, MAX_EVENTS, MAX_PENDING_GAPS, MAX_SEQ};
 use crate::wire::{AckNack, Gap, Heartbeat, Repair, SeqSet, MAX_NACK_BITS};
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -133,8 +133,12 @@ impl ReliableReader {
     ) {
         for (i, p) in payloads.enumerate() {
             match first_seq.checked_add(i as u64) {
-                Some(seq) if seq >= 1 => self.accept(seq, p, deliver),
-                _ => break,
+                Some(seq) if (1..=MAX_SEQ).contains(&seq) => self.accept(seq, p, deliver),
+                Some(0) => break,
+                _ => {
+                    self.stats.out_of_range += 1;
+                    break;
+                }
             }
         }
         if let Some((first, last)) = self.held_gap {
@@ -148,10 +152,12 @@ impl ReliableReader {
         self.note_known(now);
     }
 
-    /// The highest seq a Gap or a Heartbeat may name and be taken (see the module doc).
+    /// The highest seq a Gap or a Heartbeat may name and be taken (see the module doc), never
+    /// above [`MAX_SEQ`].
     fn plausible_top(&self) -> u64 {
         self.seen
             .saturating_add(u64::from(self.cfg.max_buffered_samples))
+            .min(MAX_SEQ)
     }
 
     /// The fast lane of [`on_samples`](Self::on_samples): a run of `count` fresh samples
@@ -168,7 +174,10 @@ impl ReliableReader {
         {
             return false;
         }
-        let Some(next) = first_seq.checked_add(u64::from(count)) else {
+        let Some(next) = first_seq
+            .checked_add(u64::from(count))
+            .filter(|n| *n <= MAX_SEQ)
+        else {
             return false;
         };
         let top = (next - 1).saturating_add(u64::from(self.cfg.max_buffered_samples));
@@ -373,13 +382,13 @@ impl ReliableReader {
         let top = self.mature.min(self.known_last);
         // Asking for more than the window holds would only have the repair dropped again.
         let width = u64::from(MAX_NACK_BITS).min(u64::from(self.cfg.max_buffered_samples));
-        let mut s = self.next;
-        while s <= top && s - self.next < width {
-            let i = (s - self.next) as usize;
-            if !matches!(self.buf.get(i), Some(Some(_))) {
+        if top < self.next {
+            return set;
+        }
+        for i in 0..(top - self.next).saturating_add(1).min(width) {
+            if !matches!(self.buf.get(i as usize), Some(Some(_))) {
                 set.insert(i as u16);
             }
-            s += 1;
         }
         set
     }

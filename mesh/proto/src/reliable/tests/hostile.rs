@@ -292,3 +292,41 @@ fn a_held_gap_is_taken_once_data_confirms_it() {
     assert_eq!(got, vec![1001]);
     assert_eq!((r.next_expected(), r.stats().gaps_held), (1002, 1));
 }
+
+/// Sequence numbers at the end of the range: a sample beyond [`MAX_SEQ`] is ignored
+/// (counted), a Gap or Heartbeat beyond it is never taken, and a reader delivering up to
+/// `MAX_SEQ` itself computes its window and requests without overflowing.
+#[test]
+fn the_end_of_the_sequence_range_never_overflows() {
+    let t = Instant::now();
+    let mut r = reader(t);
+    assert!(live(&mut r, MAX_SEQ + 1, MAX_SEQ + 1, t).is_empty());
+    assert_eq!(r.stats().out_of_range, 1);
+    let top = MAX_SEQ;
+    assert!(live(&mut r, top - 2, top - 2, t).is_empty(), "not started");
+    let mut got = Vec::new();
+    r.on_gap(&gap(1, top - 3), t, &mut |s, _| got.push(s));
+    assert_eq!((got, r.next_expected()), (vec![top - 2], top - 1));
+    r.on_heartbeat(&hb(1, top), t);
+    r.on_heartbeat(&hb(1, u64::MAX), t);
+    r.on_gap(&gap(top, u64::MAX), t, &mut |_, _| {});
+    assert_eq!((r.stats().heartbeats_held, r.stats().gaps_held), (1, 1));
+    let nack = (1..=10)
+        .find_map(|k| {
+            let now = t + ms(10 * k);
+            r.handle_timeout(now);
+            r.poll_transmit(now).filter(|a| !a.missing.is_empty())
+        })
+        .expect("a nack");
+    assert_eq!(nack.missing_seqs().next(), Some(top - 1));
+    assert!(
+        nack.missing_seqs().all(|s| s <= top),
+        "nothing past the end"
+    );
+    let later = t + ms(200);
+    assert_eq!(live(&mut r, top - 1, top, later), vec![top - 1, top]);
+    assert_eq!(r.next_expected(), top + 1);
+    r.on_gap(&gap(top, top), later, &mut |_, _| {});
+    let a = r.poll_transmit(later).expect("the ack of everything");
+    assert_eq!((a.base, a.missing.is_empty()), (top + 1, true));
+}
