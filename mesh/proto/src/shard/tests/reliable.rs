@@ -451,3 +451,138 @@ fn a_gap_to_the_end_of_time_is_held_and_samples_still_arrive() {
         "1..=4 delivered, 3 and 4 after the Gap"
     );
 }
+
+/// A sink that takes every run of samples in place, recording (reader, seqs).
+#[derive(Clone, Default)]
+struct RunSink {
+    taken: std::rc::Rc<std::cell::RefCell<Vec<Vec<u64>>>>,
+}
+
+impl DeliverySink for RunSink {
+    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
+        Err(d)
+    }
+
+    fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
+        self.taken.borrow_mut().push(run.samples.seqs().collect());
+        Ok(())
+    }
+}
+
+/// `R1` on this node reads `W` of another node, whose frames come on `A`.
+fn remote_writer(s: &mut Sim) {
+    s.serve(A, PA, 1 << 20);
+    let r = WriterRoute {
+        writer: W,
+        slot: 0,
+        topic: Arc::new(crate::stats::TopicCounters::new(1)),
+        local: false,
+        links: vec![],
+        readers: vec![R1],
+        unreached: 0,
+        upstream: Some(A),
+        accept_from: vec![A],
+        toward: Vec::new(),
+        reliable: Some(Arc::new(ReliableRoute {
+            writer: None,
+            local_readers: vec![R1],
+        })),
+    };
+    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
+    s.core.on_command(cmd, s.t0, &mut s.out);
+    s.take();
+}
+
+fn samples(seqs: &[u64]) -> BytesMut {
+    let mut b = BytesMut::new();
+    for &q in seqs {
+        let mut w = SampleRunWriter::new(&mut b, W, 8, q, 1 << 16);
+        w.push(&q.to_be_bytes()).unwrap();
+        w.finish();
+    }
+    b
+}
+
+fn gap_frame(first: u64, last: u64) -> Vec<u8> {
+    encode(&Frame::Gap(crate::wire::Gap {
+        ttl: 8,
+        writer: W,
+        reader: R1,
+        first,
+        last,
+    }))
+}
+
+/// What the application gets, in order, from the actions: `Ok(seqs)` per run, `Err(range)`
+/// per loss report.
+fn stream(actions: &[ShardAction]) -> Vec<Result<Vec<u64>, (u64, u64)>> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            ShardAction::DeliverSamples(r) => Some(Ok(r.samples.seqs().collect())),
+            ShardAction::SamplesLost(l) => Some(Err((l.first, l.last))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A Gap that reports losses between samples the reader had buffered: the application gets
+/// each report before the samples above it, as the reader's sample order has them.
+#[test]
+fn loss_reports_come_in_the_readers_sample_order() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    remote_writer(&mut s);
+    assert!(s.feed(A, &samples(&[1, 4, 6]), s.at(1)));
+    assert_eq!(stream(&s.take()), vec![Ok(vec![1])]);
+    assert!(s.feed(A, &gap_frame(2, 7), s.at(2)));
+    assert_eq!(
+        stream(&s.take()),
+        vec![
+            Err((2, 3)),
+            Ok(vec![4]),
+            Err((5, 5)),
+            Ok(vec![6]),
+            Err((7, 7))
+        ]
+    );
+}
+
+/// A Gap and the samples after it read in one call, with a sink that takes samples in place:
+/// the samples after the loss report queue behind it instead of overtaking it through the
+/// sink (the application would see sample 11 before hearing 3..=10 were lost).
+#[test]
+fn samples_after_a_loss_report_in_the_same_call_do_not_overtake_it() {
+    let t0 = Instant::now();
+    let sink = RunSink::default();
+    let mut s = Sim {
+        core: ShardCore::new(
+            0,
+            1,
+            ShardConfig::new(ME, &MeshConfig::default()),
+            Arc::default(),
+            7,
+            t0,
+        )
+        .with_sink(Box::new(sink.clone())),
+        t0,
+        out: Vec::new(),
+    };
+    remote_writer(&mut s);
+    assert!(s.feed(A, &samples(&[1, 2]), s.at(1)));
+    let mut wire = gap_frame(3, 10);
+    wire.extend_from_slice(&samples(&[11, 12]));
+    assert!(s.feed(A, &wire, s.at(2)));
+    assert_eq!(
+        *sink.taken.borrow(),
+        vec![vec![1], vec![2]],
+        "before the report only"
+    );
+    assert_eq!(
+        stream(&s.take()),
+        vec![Err((3, 10)), Ok(vec![11]), Ok(vec![12])]
+    );
+    // The next call delivers in place again.
+    assert!(s.feed(A, &samples(&[13]), s.at(3)));
+    assert_eq!(sink.taken.borrow().last(), Some(&vec![13]));
+    assert!(stream(&s.take()).is_empty());
+}
