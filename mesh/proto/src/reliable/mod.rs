@@ -46,12 +46,12 @@
 //! where `missing` (up to 256 seqs from `base`) are the seqs it lacks that are known to exist
 //! (a later seq, or a heartbeat's `last`, was seen) and have been known missing for at least
 //! `nack_delay` (a reordered frame may still come; one timestamp is kept per batch of news, so
-//! a seq learnt while an older batch matures waits up to twice that), within the reorder window. It sends one at most every `ack_period`,
-//! and only when something changed (next expected moved, a heartbeat asked) or something is
-//! still missing (a lost repair is asked again). `count` rises by one per AckNack (wrapping);
-//! the writer ignores a count not above the last it took from that reader (serial-number
-//! order), and holds one more than [`MAX_COUNT_STEP`] above it until the next AckNack
-//! continues from it.
+//! a seq learnt while an older batch matures waits up to twice that), within the reorder
+//! window. It sends one at most every `ack_period`, and only when something changed (next
+//! expected moved, a heartbeat asked) or something is still missing (a lost repair is asked
+//! again). `count` rises by one per AckNack (wrapping); the writer ignores a count not above
+//! the last it took from that reader (serial-number order), and holds one more than
+//! [`MAX_COUNT_STEP`] above it until the next AckNack continues from it.
 //!
 //! **Repair and Gap.** The writer answers requested seqs it holds (not expired) with Repairs
 //! (runs of consecutive seqs, at most `max_repair_samples` / `max_repair_bytes` per frame,
@@ -64,7 +64,8 @@
 //! makes every seq of `a ..= b` it lacks *lost* ([`ReaderEvent::Lost`] per missing run,
 //! counted exactly in `lost`) and delivers the ones it had buffered; a Gap ahead of the next
 //! expected seq waits (bounded) until the reader gets there. A heartbeat whose `first` is
-//! above seqs the reader lacks makes it nack them, so the Gap follows.
+//! above seqs the reader lacks makes it nack them, so the Gap follows. A reader's losses
+//! reach the application in its sample order: a report before the samples above it.
 //!
 //! **Silent readers.** A keep-all writer waits for a reader only while it acknowledges: one
 //! whose acked point has not moved for [`WriterConfig::ack_timeout`] since it last had

@@ -29,8 +29,8 @@ struct ReaderState {
     /// The count of the last AckNack taken (`None`: the next one is taken whatever its
     /// count, e.g. after a sync request: the reader's state may have started over).
     last_count: Option<u32>,
-    /// A count more than [`MAX_COUNT_STEP`](super::MAX_COUNT_STEP) ahead of `last_count`, not taken: an AckNack
-    /// continuing from it confirms the jump (see `count_verdict`).
+    /// A count more than [`MAX_COUNT_STEP`](super::MAX_COUNT_STEP) ahead of `last_count`,
+    /// not taken: an AckNack continuing from it confirms the jump (see `count_verdict`).
     far_count: Option<u32>,
     /// Since when the reader owes an acknowledgement that has not come: its acked point
     /// last moved, or it was last caught up when a sample was written (see
@@ -385,11 +385,12 @@ impl ReliableWriter {
 
     /// A reader's acknowledgement and requests. Another writer's, an unknown reader's, a base
     /// beyond what was written, a count not above the last (or too far above it, see
-    /// [`MAX_COUNT_STEP`](super::MAX_COUNT_STEP)): ignored and counted. A base of 0 (or below the reader's start) is
-    /// a sync request: answered from what the reader already acknowledged, never from
-    /// further back (see [`poll_transmit`](Self::poll_transmit)), and the reader's count
-    /// starts over with it (a reader state dropped and made again on its node counts from 1).
-    /// A base below what the reader already acknowledged moves nothing back.
+    /// [`MAX_COUNT_STEP`](super::MAX_COUNT_STEP)): ignored and counted. A base of 0 (or
+    /// below the reader's start) is a sync request: answered from what the reader already
+    /// acknowledged, never from further back (see [`poll_transmit`](Self::poll_transmit)),
+    /// and the reader's count starts over with it (a reader state dropped and made again on
+    /// its node counts from 1). A base below what the reader already acknowledged moves
+    /// nothing back.
     pub fn on_acknack(&mut self, a: &AckNack, now: Instant) {
         let next = self.history.next_seq();
         let found = (a.writer == self.guid)
