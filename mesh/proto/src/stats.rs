@@ -142,14 +142,15 @@ counters! {
     reliable_unrouted,
     /// Reliable topics: reliability frames dropped because they came on a link they do not
     /// travel: a Heartbeat, Repair or Gap not from where the writer's samples come (see
-    /// `dropped_wrong_link`), an AckNack not from a link of the writer's route toward its
-    /// readers.
+    /// `dropped_wrong_link`), an AckNack not from the writer's route's link toward the node
+    /// of the reader it names.
     reliable_wrong_link,
     /// Reliable topics: samples a writer's history dropped because their lifespan ended
     /// (neither repaired nor handed to a late joiner afterwards: asked for, they get a Gap).
     samples_expired,
     /// Reliable topics: acknowledgements a writer ignored: from a reader not matched with it,
-    /// for samples it never wrote, or older than one already seen from that reader.
+    /// for samples it never wrote, older than one already seen from that reader, or with a
+    /// count far ahead of it (held until the next one confirms it).
     reliable_acks_ignored,
     /// Reliable topics: repair requests a writer left for a later period because its
     /// `repair_budget` for this one was spent (a flood of them never resends more).
@@ -161,6 +162,13 @@ counters! {
     /// they were already sent when the bound was reached (its handle overran its credit, e.g.
     /// while the first reliable reader matched).
     history_over_limit,
+    /// Reliable topics: readers a keep-all writer stopped waiting for because they did not
+    /// acknowledge within `topics.ack_timeout` (waited for again once they catch up).
+    reliable_readers_released,
+    /// Reliable topics: Gaps and Heartbeats this node's readers held instead of adopting
+    /// because they named samples beyond their writer's plausible range (far past the
+    /// highest sample received from it).
+    reliable_held,
     /// Links closed because a frame did not decode (random bytes, unknown type, bad field).
     malformed_frames,
     /// Links closed because a frame announced a length above `max_message_bytes` (before the

@@ -10,7 +10,11 @@
 //! restarted transient-local one the history first and then the rest) and reports no loss;
 //! best-effort readers miss exactly what the network dropped; the keep-all writer's room hits
 //! 0 while node 4 is cut and comes back after. A second test drives a keep-last writer whose
-//! reader misses replaced samples: an explicit Gap, reported as `ReaderEvent::Lost`.
+//! reader misses replaced samples: an explicit Gap, reported as `ReaderEvent::Lost`. A third
+//! runs the first with a forger (issue 24): every 50 ms it tells every reliable reader that
+//! everything from its next seq to `u64::MAX` is gone and exists, and sends each writer
+//! AckNacks for every real reader with counts far ahead of the reader's; the same
+//! exactly-once delivery holds.
 
 use bytes::{Bytes, BytesMut};
 use rand::rngs::StdRng;
@@ -18,7 +22,9 @@ use rand::{Rng, SeedableRng};
 use shoal_proto::reliable::{
     HistoryKind, ReaderConfig, ReaderEvent, ReliableReader, ReliableWriter, WriterConfig, WriterOut,
 };
-use shoal_proto::wire::{decode_frame, DecodeStatus, Frame, Samples};
+use shoal_proto::wire::{
+    decode_frame, AckNack, DecodeStatus, Frame, Gap, Heartbeat, Samples, SeqSet,
+};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
@@ -75,6 +81,7 @@ fn writer_cfg(w: usize) -> WriterConfig {
         max_repair_samples: 64,
         max_repair_bytes: 16 << 10,
         nack_suppression: Duration::from_millis(30),
+        ack_timeout: Some(Duration::from_secs(10)),
     }
 }
 
@@ -144,10 +151,12 @@ struct Sim {
     nodes: Vec<Node>,
     next_guid: u8,
     min_room_in_cut: u32,
+    /// A forger sends frames of its making every 50 ms.
+    forger: bool,
 }
 
 impl Sim {
-    fn new(seed: u64) -> Sim {
+    fn new(seed: u64, forger: bool) -> Sim {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut lossy = [[false; NODES]; 2];
         for row in &mut lossy {
@@ -173,6 +182,7 @@ impl Sim {
             nodes: (0..NODES).map(|_| Node::default()).collect(),
             next_guid: 1,
             min_room_in_cut: u32::MAX,
+            forger,
         };
         for n in 2..NODES {
             sim.nodes[n].up = true;
@@ -354,6 +364,9 @@ impl Sim {
                 }
             }
         }
+        if self.forger && ms % 50 == 25 {
+            self.forge();
+        }
         if (CUT.0 + 200..CUT.1).contains(&ms) {
             self.min_room_in_cut = self.min_room_in_cut.min(self.writers[0].room());
         }
@@ -376,6 +389,61 @@ impl Sim {
         self.now_us += 1000;
     }
 
+    /// What a forger that the routing layer lets through on a reader's side of a writer's
+    /// tree can send a reader (Gaps and Heartbeats reaching `u64::MAX`), and AckNacks naming
+    /// a real reader that the writer refuses on its own: counts far ahead of the reader's
+    /// (held, never adopted) with bases beyond what was written. (An AckNack with a
+    /// plausible count and base, the forger's way to release what the reader lacks, is the
+    /// routing layer's to refuse: only the link toward the reader's node carries its
+    /// AckNacks, see `shard::reliable`.)
+    fn forge(&mut self) {
+        let now = self.now();
+        for node in self.nodes.iter_mut().filter(|n| n.up) {
+            for rr in node.rel.iter_mut() {
+                let writer = WRITERS[rr.writer];
+                let reader = rr.r.reader();
+                let next = rr.r.next_expected().max(1);
+                let got = &mut rr.got;
+                rr.r.on_gap(
+                    &Gap {
+                        ttl: 0,
+                        writer,
+                        reader,
+                        first: next,
+                        last: u64::MAX,
+                    },
+                    now,
+                    &mut |seq, _| got.push(seq),
+                );
+                rr.r.on_heartbeat(
+                    &Heartbeat {
+                        ttl: 0,
+                        writer,
+                        first: 1,
+                        last: u64::MAX,
+                    },
+                    now,
+                );
+                // The reader's own count is the number of AckNacks it sent.
+                let count = rr.r.stats().acknacks_sent as u32;
+                let w = &mut self.writers[rr.writer];
+                for forged in [count.wrapping_add(1 << 30), count.wrapping_add(1 << 20)] {
+                    w.on_acknack(
+                        &AckNack {
+                            ttl: 0,
+                            writer,
+                            reader,
+                            count: forged,
+                            base: w.next_seq() + 1_000,
+                            missing: SeqSet::new(),
+                        },
+                        now,
+                    );
+                }
+            }
+        }
+    }
+
     fn done(&self) -> bool {
         self.writers.iter().all(|w| w.next_seq() > SAMPLES)
             && self
@@ -385,8 +453,8 @@ impl Sim {
     }
 }
 
-fn run(seed: u64) {
-    let mut sim = Sim::new(seed);
+fn run(seed: u64, forger: bool) {
+    let mut sim = Sim::new(seed, forger);
     while !sim.done() {
         assert!(
             sim.now_us / 1000 < LIMIT_MS,
@@ -443,7 +511,15 @@ fn run(seed: u64) {
 #[test]
 fn thirty_seeds_deliver_exactly_once_in_order() {
     for seed in 0..30 {
-        run(seed);
+        run(seed, false);
+    }
+}
+
+/// Issue 24, findings 6 and 9: the forger's frames change nothing a reader delivers.
+#[test]
+fn ten_seeds_with_a_forger_deliver_exactly_once_in_order() {
+    for seed in 100..110 {
+        run(seed, true);
     }
 }
 

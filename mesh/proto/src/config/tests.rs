@@ -228,4 +228,10 @@ fn topics_table_rejects_unknown_keys_and_bad_values() {
         bad("fallback_locators = [\"nohost\"]"),
         ConfigError::Topics(E::BadFallback(_))
     ));
+    assert!(matches!(
+        bad("ack_timeout_ms = 100"),
+        ConfigError::Topics(E::AckTimeoutTooShort { .. })
+    ));
+    let c = MeshConfig::from_toml_str("[topics]\nack_timeout_ms = 2500\n").unwrap();
+    assert_eq!(c.topics.ack_timeout, Duration::from_millis(2500));
 }

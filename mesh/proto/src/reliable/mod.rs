@@ -31,31 +31,58 @@
 //! each matched reader's durability from discovery; a volatile reader is answered as by a
 //! volatile writer), with `F` its first held seq at answer time: `Gap { 1 ..= F-1 }`
 //! when `F > 1`, then Repairs of the whole history `F ..= last` (the *handover*, budgeted like
-//! any repair). The reader starts exactly when it gets a Gap for it from 1 (next expected =
-//! `last + 1`; what it buffered below is discarded as not owed) or any sample or repair of
-//! seq 1 (next expected = 1). Every answer begins at 1, so a lost answer only costs a retry.
-//! Samples and repairs below a reader's start are counted (`before_start`), never delivered.
+//! any repair). A volatile answer `Gap { 1 ..= S-1 }` is followed by a Repair of `S` once
+//! written (the reader's proof of the Gap, see *Against forgers*). A reader that already
+//! acknowledged past its start (its state on its node was dropped and made again, or the
+//! request is stale or forged) is answered from its acked point `A` instead: `Gap { 1 ..=
+//! A-1 }`, then `A` (volatile) or `A ..= last` (transient-local): what it delivered is never
+//! handed over again. A sync request also starts the reader's count over. The reader starts
+//! exactly when it gets a Gap for it from 1 (next expected = `last + 1`; what it buffered
+//! below is discarded as not owed) or any sample or repair of seq 1 (next expected = 1).
+//! Every answer begins at 1, so a lost answer only costs a retry. Samples and repairs below
+//! a reader's start are counted (`before_start`), never delivered.
 //!
 //! **Acknowledgement.** A started reader sends `AckNack { base: next expected, missing }`
 //! where `missing` (up to 256 seqs from `base`) are the seqs it lacks that are known to exist
 //! (a later seq, or a heartbeat's `last`, was seen) and have been known missing for at least
 //! `nack_delay` (a reordered frame may still come; one timestamp is kept per batch of news, so
-//! a seq learnt while an older batch matures waits up to twice that), within the reorder window. It sends one at most every `ack_period`,
-//! and only when something changed (next expected moved, a heartbeat asked) or something is
-//! still missing (a lost repair is asked again). `count` rises by one per AckNack; the writer
-//! ignores a count not above the last it saw from that reader.
+//! a seq learnt while an older batch matures waits up to twice that), within the reorder
+//! window. It sends one at most every `ack_period`, and only when something changed (next
+//! expected moved, a heartbeat asked) or something is still missing (a lost repair is asked
+//! again). `count` rises by one per AckNack (wrapping); the writer ignores a count not above
+//! the last it took from that reader (serial-number order), and holds one more than
+//! [`MAX_COUNT_STEP`] above it until the next AckNack continues from it.
 //!
 //! **Repair and Gap.** The writer answers requested seqs it holds (not expired) with Repairs
 //! (runs of consecutive seqs, at most `max_repair_samples` / `max_repair_bytes` per frame,
 //! at most `repair_budget` samples per `repair_period` over all readers, round-robin); the
 //! rest wait for the next period and are counted as deferred. A requested seq it no longer
-//! holds (replaced, released, expired) is answered with a Gap up to its first held seq.
+//! holds (replaced, released, expired) is answered with a Gap up to its first held seq,
+//! followed by a Repair of that first held seq.
 //!
 //! **Loss.** A reader reports a loss only when the writer said so: a Gap `{a ..= b}` for it
 //! makes every seq of `a ..= b` it lacks *lost* ([`ReaderEvent::Lost`] per missing run,
 //! counted exactly in `lost`) and delivers the ones it had buffered; a Gap ahead of the next
 //! expected seq waits (bounded) until the reader gets there. A heartbeat whose `first` is
-//! above seqs the reader lacks makes it nack them, so the Gap follows.
+//! above seqs the reader lacks makes it nack them, so the Gap follows. A reader's losses
+//! reach the application in its sample order: a report before the samples above it.
+//!
+//! **Silent readers.** A keep-all writer waits for a reader only while it acknowledges: one
+//! whose acked point has not moved for [`WriterConfig::ack_timeout`] since it last had
+//! everything is released (counted): it no longer holds room, and what it lacks may be
+//! dropped (asked for, it gets a Gap). It is waited for again once its acked point reaches
+//! the slowest waited-for reader's.
+//!
+//! # Against forgers
+//!
+//! The routing layer takes an AckNack only from the link toward its reader's node and the
+//! other three frames only from the writer's side (`shard::reliable`). What a node on that
+//! path could still forge is bounded here: an AckNack base beyond what was written, a count
+//! not newer or too far ahead are ignored, a sync request restarts nothing (see *Sync*);
+//! a reader adopts a Gap or Heartbeat only within the writer's *plausible range* (its
+//! `last` at most `max_buffered_samples` past the highest seq received in a sample or
+//! repair), holds a Gap beyond it until data confirms it, and answers a Heartbeat beyond it
+//! by asking for its next expected seq alone (see `reader`'s module doc).
 //!
 //! # Bounds
 //!
@@ -64,6 +91,7 @@
 //! window (`max_buffered_samples` wide, `max_buffered_bytes`), [`MAX_PENDING_GAPS`] future
 //! gaps, [`MAX_EVENTS`] undrained events. Hitting any of them is counted.
 
+mod count;
 mod history;
 mod reader;
 mod writer;
@@ -72,10 +100,18 @@ mod writer;
 mod tests;
 
 pub use crate::wire::{AckNack, Gap, Heartbeat, Repair, SeqSet};
+pub use count::MAX_COUNT_STEP;
 pub use reader::ReliableReader;
 pub use writer::ReliableWriter;
 
 use std::time::Duration;
+
+/// The highest sequence number a reader takes from a sample, a Gap or a Heartbeat (2^63 - 1:
+/// a writer of a billion samples a second gets there in 292 years). A sample beyond it is
+/// forged or broken: ignored, counted (`ReaderStats::out_of_range`); a Gap or Heartbeat
+/// beyond it is never plausible (held). So the reader's own arithmetic (next seq, window,
+/// requests) never comes near `u64::MAX`.
+pub const MAX_SEQ: u64 = u64::MAX >> 1;
 
 /// Gaps ahead of a reader's next expected seq it remembers; more are dropped (counted) and
 /// asked for again by its nacks.
@@ -123,11 +159,18 @@ pub struct WriterConfig {
     /// A seq resent to a reader is not resent to it again within this time, whatever it asks
     /// (its repair is still on the way over a slow link).
     pub nack_suppression: Duration,
+    /// Keep-all: how long the writer waits for a reader that owes an acknowledgement (its
+    /// acked point has not moved since it last had everything) before it stops waiting for
+    /// it (counted in [`WriterStats::readers_released`]): one silent or lying reader cannot
+    /// hold the history full. The reader is still answered; it is waited for again once it
+    /// holds what the slowest reader still waited for holds. `None`: wait for ever (until
+    /// the reader is unmatched, e.g. its lease expires).
+    pub ack_timeout: Option<Duration>,
 }
 
 impl Default for WriterConfig {
     /// Volatile keep-all of 1024 samples / 16 MiB, heartbeat 100 ms, 1024 repairs per 100 ms,
-    /// Repair frames of 64 samples / 64 KiB.
+    /// Repair frames of 64 samples / 64 KiB, silent readers released after 10 s.
     fn default() -> Self {
         WriterConfig {
             history: HistoryKind::KeepAll,
@@ -141,6 +184,7 @@ impl Default for WriterConfig {
             max_repair_samples: 64,
             max_repair_bytes: 64 << 10,
             nack_suppression: Duration::from_millis(100),
+            ack_timeout: Some(Duration::from_secs(10)),
         }
     }
 }
@@ -263,6 +307,12 @@ pub struct WriterStats {
     pub acks_ignored_future: u64,
     /// AckNacks whose count is not above the last seen from that reader.
     pub acks_ignored_stale: u64,
+    /// AckNacks whose count jumped more than [`MAX_COUNT_STEP`] past the last one
+    /// taken from that reader, held until confirmed (a forged `u32::MAX`).
+    pub acks_ignored_far: u64,
+    /// Keep-all: readers no longer waited for because they did not acknowledge within
+    /// [`WriterConfig::ack_timeout`].
+    pub readers_released: u64,
     /// Keep-all writes refused for lack of room (or a sample over `max_bytes`).
     pub full_refusals: u64,
     /// Keep-all samples held beyond the history's bounds because they were already sent
@@ -292,9 +342,18 @@ pub struct ReaderStats {
     pub sync_requests: u64,
     /// Heartbeats going backwards (or for another writer), ignored.
     pub heartbeats_ignored: u64,
+    /// Heartbeats naming samples beyond the writer's plausible range (see
+    /// [`ReliableReader::on_heartbeat`]): held, not adopted.
+    pub heartbeats_held: u64,
+    /// Gaps reaching beyond the writer's plausible range (see [`ReliableReader::on_gap`]):
+    /// held until a sample of the writer's confirms them (the writer sends one after such a
+    /// Gap), or dropped.
+    pub gaps_held: u64,
     /// Gaps ignored: stale (all below next expected), before start not from 1, or more than
     /// [`MAX_PENDING_GAPS`] ahead.
     pub gaps_ignored: u64,
     /// Repairs and Gaps for another reader (or writer), ignored.
     pub foreign_ignored: u64,
+    /// Samples numbered above [`MAX_SEQ`], ignored.
+    pub out_of_range: u64,
 }

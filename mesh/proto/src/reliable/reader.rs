@@ -4,8 +4,27 @@
 //! **Owns:** start-up (sync), in-order exactly-once delivery, the bounded reorder window,
 //! loss accounting from Gaps, AckNack timing and content. **Must not touch:** the clock,
 //! routing, the application's queue (deliveries go to the caller's closure, in order).
+//!
+//! # The writer's plausible range
+//!
+//! A Gap or a Heartbeat says something about samples the reader may never have seen (that
+//! they will never come, that they exist). Taken as they come, one forged frame would end the
+//! reader: a Gap to `u64::MAX` moves its next expected seq there for good, a Heartbeat to
+//! `u64::MAX` makes every real one after it look backwards. So a reader takes them only
+//! within the writer's *plausible range*: a `last` at most `max_buffered_samples` (the
+//! reorder window) beyond `seen`, the highest seq it received in a sample or a repair of the
+//! writer. Only the writer's data raises the bar, never a Gap or a Heartbeat (else each
+//! forged one would raise it for the next).
+//!
+//! Beyond it, a Heartbeat is held (counted, not adopted: nothing known, nothing remembered
+//! for the backwards check); a started reader answers it by asking for its next expected seq
+//! alone, so the writer's Repair (data) or Gap moves the bar if the Heartbeat was the
+//! writer's. A Gap beyond it is held (the one reaching least far is kept) until data
+//! confirms it; the writer sends the first sample it holds after every Gap for requests and
+//! the first sample owed after a sync answer, so a real Gap is confirmed within a round trip
+//! however far it reaches.
 
-use super::{ReaderConfig, ReaderEvent, ReaderStats, MAX_EVENTS, MAX_PENDING_GAPS};
+use super::{ReaderConfig, ReaderEvent, ReaderStats, MAX_EVENTS, MAX_PENDING_GAPS, MAX_SEQ};
 use crate::wire::{AckNack, Gap, Heartbeat, Repair, SeqSet, MAX_NACK_BITS};
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -28,6 +47,14 @@ pub struct ReliableReader {
     buf_count: usize,
     /// Highest seq known to exist (received, or a heartbeat's `last`).
     known_last: u64,
+    /// Highest seq received in a sample or a repair: what bounds the writer's plausible
+    /// range (see the module doc).
+    seen: u64,
+    /// A Gap beyond the plausible range, waiting for data to confirm it.
+    held_gap: Option<(u64, u64)>,
+    /// A Heartbeat beyond the plausible range came: the next AckNack asks for the next
+    /// expected seq.
+    probe: bool,
     hb_first: u64,
     hb_last: u64,
     /// Seqs up to it have been known for at least `nack_delay`.
@@ -65,6 +92,9 @@ impl ReliableReader {
             buf_bytes: 0,
             buf_count: 0,
             known_last: 0,
+            seen: 0,
+            held_gap: None,
+            probe: false,
             hb_first: 0,
             hb_last: 0,
             mature: 0,
@@ -103,11 +133,31 @@ impl ReliableReader {
     ) {
         for (i, p) in payloads.enumerate() {
             match first_seq.checked_add(i as u64) {
-                Some(seq) if seq >= 1 => self.accept(seq, p, deliver),
-                _ => break,
+                Some(seq) if (1..=MAX_SEQ).contains(&seq) => self.accept(seq, p, deliver),
+                Some(0) => break,
+                _ => {
+                    self.stats.out_of_range += 1;
+                    break;
+                }
+            }
+        }
+        if let Some((first, last)) = self.held_gap {
+            if last <= self.plausible_top() {
+                self.held_gap = None;
+                self.take_gap(first, last, deliver);
+            } else if self.started && last < self.next {
+                self.held_gap = None;
             }
         }
         self.note_known(now);
+    }
+
+    /// The highest seq a Gap or a Heartbeat may name and be taken (see the module doc), never
+    /// above [`MAX_SEQ`].
+    fn plausible_top(&self) -> u64 {
+        self.seen
+            .saturating_add(u64::from(self.cfg.max_buffered_samples))
+            .min(MAX_SEQ)
     }
 
     /// The fast lane of [`on_samples`](Self::on_samples): a run of `count` fresh samples
@@ -124,10 +174,19 @@ impl ReliableReader {
         {
             return false;
         }
-        let Some(next) = first_seq.checked_add(u64::from(count)) else {
+        let Some(next) = first_seq
+            .checked_add(u64::from(count))
+            .filter(|n| *n <= MAX_SEQ)
+        else {
             return false;
         };
+        let top = (next - 1).saturating_add(u64::from(self.cfg.max_buffered_samples));
+        if self.held_gap.is_some_and(|(_, last)| last <= top) {
+            // The run confirms a held Gap: `on_samples` takes both.
+            return false;
+        }
         self.known_last = self.known_last.max(next - 1);
+        self.seen = self.seen.max(next - 1);
         self.next = next;
         self.buf.clear();
         self.buf_base = next;
@@ -147,10 +206,25 @@ impl ReliableReader {
     }
 
     /// The writer's heartbeat: raises what is known to exist and asks for an ack. One going
-    /// backwards (a lower `first` or `last` than one seen before) is ignored, counted.
+    /// backwards (a lower `first` or `last` than one taken before), or whose `first` is past
+    /// `last + 1`, is ignored, counted. One whose `last` is beyond the writer's plausible
+    /// range (module doc) is held: counted, not adopted; a started reader asks for its next
+    /// expected seq alone in its next AckNack.
     pub fn on_heartbeat(&mut self, hb: &Heartbeat, now: Instant) {
-        if hb.writer != self.writer || hb.first < self.hb_first || hb.last < self.hb_last {
+        if hb.writer != self.writer
+            || hb.first > hb.last.saturating_add(1)
+            || hb.first < self.hb_first
+            || hb.last < self.hb_last
+        {
             self.stats.heartbeats_ignored += 1;
+            return;
+        }
+        if hb.last > self.plausible_top() {
+            self.stats.heartbeats_held += 1;
+            if self.started {
+                self.probe = true;
+                self.ack_dirty = true;
+            }
             return;
         }
         self.hb_first = hb.first;
@@ -164,7 +238,9 @@ impl ReliableReader {
 
     /// Samples that will never come for this reader (another reader's are ignored, counted):
     /// the ones it lacks are lost ([`ReaderEvent::Lost`]), buffered ones are delivered, and
-    /// delivery goes on after. A Gap from 1 starts a reader that has not started.
+    /// delivery goes on after. A Gap from 1 starts a reader that has not started. A Gap whose
+    /// `last` is beyond the writer's plausible range (module doc) is held, counted, until a
+    /// sample or a repair confirms it (of several, the one reaching least far is kept).
     pub fn on_gap(&mut self, g: &Gap, now: Instant, deliver: &mut dyn FnMut(u64, Bytes)) {
         if g.reader != self.reader || g.writer != self.writer {
             self.stats.foreign_ignored += 1;
@@ -174,26 +250,38 @@ impl ReliableReader {
             self.stats.gaps_ignored += 1;
             return;
         }
-        self.known_last = self.known_last.max(g.last);
+        if g.last > self.plausible_top() {
+            self.stats.gaps_held += 1;
+            if self.held_gap.is_none_or(|(_, l)| g.last < l) {
+                self.held_gap = Some((g.first, g.last));
+            }
+            return;
+        }
+        self.take_gap(g.first, g.last, deliver);
+        self.note_known(now);
+    }
+
+    /// A plausible Gap `first ..= last`.
+    fn take_gap(&mut self, first: u64, last: u64, deliver: &mut dyn FnMut(u64, Bytes)) {
+        self.known_last = self.known_last.max(last);
         if !self.started {
-            if g.first == 1 {
-                self.start(g.last.saturating_add(1), deliver);
+            if first == 1 {
+                self.start(last.saturating_add(1), deliver);
             } else {
                 self.stats.gaps_ignored += 1;
             }
-        } else if g.last < self.next {
+        } else if last < self.next {
             self.stats.gaps_ignored += 1;
-        } else if g.first > self.next {
+        } else if first > self.next {
             if self.gaps.len() < MAX_PENDING_GAPS {
-                self.gaps.push((g.first, g.last));
+                self.gaps.push((first, last));
             } else {
                 self.stats.gaps_ignored += 1;
             }
         } else {
-            self.apply_gap(g.last, deliver);
+            self.apply_gap(last, deliver);
             self.drain(deliver);
         }
-        self.note_known(now);
     }
 
     /// The AckNack to send now, if one is due (sync request while not started).
@@ -215,7 +303,12 @@ impl ReliableReader {
         if now < self.ack_ready_at && !progressed && !answered {
             return None;
         }
-        let missing = self.missing();
+        let mut missing = self.missing();
+        if std::mem::take(&mut self.probe) {
+            // A heartbeat beyond the plausible range: its writer (if it was the writer's)
+            // answers this one seq with data or a Gap, either of which moves the range.
+            missing.insert(0);
+        }
         if !self.ack_dirty && missing.is_empty() {
             return None;
         }
@@ -289,13 +382,13 @@ impl ReliableReader {
         let top = self.mature.min(self.known_last);
         // Asking for more than the window holds would only have the repair dropped again.
         let width = u64::from(MAX_NACK_BITS).min(u64::from(self.cfg.max_buffered_samples));
-        let mut s = self.next;
-        while s <= top && s - self.next < width {
-            let i = (s - self.next) as usize;
-            if !matches!(self.buf.get(i), Some(Some(_))) {
+        if top < self.next {
+            return set;
+        }
+        for i in 0..(top - self.next).saturating_add(1).min(width) {
+            if !matches!(self.buf.get(i as usize), Some(Some(_))) {
                 set.insert(i as u16);
             }
-            s += 1;
         }
         set
     }
@@ -318,6 +411,7 @@ impl ReliableReader {
 
     fn accept(&mut self, seq: u64, p: Bytes, deliver: &mut dyn FnMut(u64, Bytes)) {
         self.known_last = self.known_last.max(seq);
+        self.seen = self.seen.max(seq);
         if !self.started {
             if seq == 1 {
                 self.start(1, deliver);

@@ -9,6 +9,7 @@
 //! Length: the writer's inputs (writes, acknowledgements, timers) and its outputs (sync
 //! answers, repairs, gaps, heartbeats) all read and move the same per-reader state.
 
+use super::count::{count_verdict, Count};
 use super::history::History;
 use super::{HistoryKind, WriterConfig, WriterError, WriterOut, WriterStats};
 use crate::wire::{AckNack, Gap, Heartbeat, Repair, SeqSet};
@@ -25,7 +26,19 @@ struct ReaderState {
     start: u64,
     /// The reader holds every seq below it (its highest acknowledged `base`, at least `start`).
     acked: u64,
+    /// The count of the last AckNack taken (`None`: the next one is taken whatever its
+    /// count, e.g. after a sync request: the reader's state may have started over).
     last_count: Option<u32>,
+    /// A count more than [`MAX_COUNT_STEP`](super::MAX_COUNT_STEP) ahead of `last_count`,
+    /// not taken: an AckNack continuing from it confirms the jump (see `count_verdict`).
+    far_count: Option<u32>,
+    /// Since when the reader owes an acknowledgement that has not come: its acked point
+    /// last moved, or it was last caught up when a sample was written (see
+    /// [`WriterConfig::ack_timeout`]).
+    stalled_since: Instant,
+    /// Keep-all: not waited for any more (silent past `ack_timeout`); waited for again once
+    /// it catches up with the slowest reader still waited for.
+    released: bool,
     /// A sync request waits for its answer.
     sync_pending: bool,
     /// The transient-local handover still to send, `lo ..= hi`.
@@ -152,6 +165,9 @@ impl ReliableWriter {
                 start,
                 acked: start,
                 last_count: None,
+                far_count: None,
+                stalled_since: now,
+                released: false,
                 sync_pending: false,
                 range: None,
                 nack_base: start,
@@ -196,12 +212,22 @@ impl ReliableWriter {
         }
     }
 
-    /// Held samples (and their bytes) some matched reader has not acknowledged.
+    /// Held samples (and their bytes) some matched reader still waited for has not
+    /// acknowledged.
     fn unacked(&self) -> (u64, usize) {
-        match self.readers.iter().map(|r| r.acked).min() {
+        match self.waited_floor() {
             Some(m) => (self.history.count_from(m), self.history.bytes_from(m)),
             None => (0, 0),
         }
+    }
+
+    /// The lowest acked point of the readers still waited for (`None`: none is).
+    fn waited_floor(&self) -> Option<u64> {
+        self.readers
+            .iter()
+            .filter(|r| !r.released)
+            .map(|r| r.acked)
+            .min()
     }
 
     /// The application wrote sample `seq` (must be [`next_seq`](Self::next_seq)). Keep-all
@@ -218,6 +244,7 @@ impl ReliableWriter {
         }
         self.expire(now);
         self.admit(payload.len())?;
+        self.note_owed(now);
         self.history.push(payload, now);
         self.after_push();
         self.arm_heartbeat(now);
@@ -263,6 +290,7 @@ impl ReliableWriter {
         if let Err(over) = self.admit_run(u64::from(count), bytes) {
             self.stats.held_over_limit += over;
         }
+        self.note_owed(now);
         self.history.push_lazy(body.clone(), u64::from(count), now);
         self.stats.written += u64::from(count);
         if let HistoryKind::KeepLast { depth } = self.cfg.history {
@@ -356,8 +384,13 @@ impl ReliableWriter {
     }
 
     /// A reader's acknowledgement and requests. Another writer's, an unknown reader's, a base
-    /// beyond what was written, or a count not above the last: ignored and counted. A base
-    /// of 0 (or below the reader's start) is a sync request.
+    /// beyond what was written, a count not above the last (or too far above it, see
+    /// [`MAX_COUNT_STEP`](super::MAX_COUNT_STEP)): ignored and counted. A base of 0 (or
+    /// below the reader's start) is a sync request: answered from what the reader already
+    /// acknowledged, never from further back (see [`poll_transmit`](Self::poll_transmit)),
+    /// and the reader's count starts over with it (a reader state dropped and made again on
+    /// its node counts from 1). A base below what the reader already acknowledged moves
+    /// nothing back.
     pub fn on_acknack(&mut self, a: &AckNack, now: Instant) {
         let next = self.history.next_seq();
         let found = (a.writer == self.guid)
@@ -372,20 +405,36 @@ impl ReliableWriter {
             return;
         };
         let r = &mut self.readers[i];
-        if r.last_count.is_some_and(|c| a.count <= c) {
-            self.stats.acks_ignored_stale += 1;
+        if a.base == 0 || a.base < r.start {
+            // Only a reader state that has not started sends one; its answer starts at the
+            // acked point, so a stale or repeated one costs one Gap, not a hand-over.
+            r.last_count = None;
+            r.far_count = None;
+            r.sync_pending = true;
             return;
+        }
+        match count_verdict(r.last_count, r.far_count, a.count) {
+            Count::Fresh => {}
+            Count::Stale => {
+                self.stats.acks_ignored_stale += 1;
+                return;
+            }
+            Count::Far => {
+                r.far_count = Some(a.count);
+                self.stats.acks_ignored_far += 1;
+                return;
+            }
         }
         if a.base > next {
             self.stats.acks_ignored_future += 1;
             return;
         }
         r.last_count = Some(a.count);
-        if a.base == 0 || a.base < r.start {
-            r.sync_pending = true;
-            return;
+        r.far_count = None;
+        if a.base > r.acked {
+            r.acked = a.base;
+            r.stalled_since = now;
         }
-        r.acked = r.acked.max(a.base);
         r.nack_base = a.base;
         r.nacks = SeqSet::new();
         if r.acked > r.resent_upto {
@@ -413,8 +462,64 @@ impl ReliableWriter {
         if let Some((lo, hi)) = r.range {
             r.range = (r.acked.max(lo) <= hi).then_some((r.acked.max(lo), hi));
         }
+        if r.released {
+            // Waited for again once it holds what the slowest reader still waited for
+            // holds: rejoining then takes no room the others had left.
+            let acked = r.acked;
+            let floor = self.waited_floor().unwrap_or(next);
+            if acked >= floor {
+                let r = &mut self.readers[i];
+                r.released = false;
+                r.stalled_since = now;
+            }
+        }
         self.release_acked();
         self.arm_heartbeat(now);
+    }
+
+    /// A sample is about to be written: readers that had acknowledged everything owe an
+    /// acknowledgement from now on.
+    fn note_owed(&mut self, now: Instant) {
+        let next = self.history.next_seq();
+        for r in self.readers.iter_mut().filter(|r| r.acked >= next) {
+            r.stalled_since = now;
+        }
+    }
+
+    /// Keep-all: stops waiting for the readers whose acknowledgement has not moved for
+    /// `ack_timeout` while they owed one (counted in `readers_released`); their count is
+    /// forgotten too (a count pushed far ahead by a forger is not held against them).
+    fn release_silent(&mut self, now: Instant) {
+        let (HistoryKind::KeepAll, Some(timeout)) = (self.cfg.history, self.cfg.ack_timeout) else {
+            return;
+        };
+        let next = self.history.next_seq();
+        let mut any = false;
+        for r in self.readers.iter_mut() {
+            if !r.released && r.acked < next && now >= r.stalled_since + timeout {
+                r.released = true;
+                r.last_count = None;
+                r.far_count = None;
+                self.stats.readers_released += 1;
+                any = true;
+            }
+        }
+        if any {
+            self.release_acked();
+        }
+    }
+
+    /// When the next waited-for reader times out (keep-all with an `ack_timeout`).
+    fn next_release(&self) -> Option<Instant> {
+        let (HistoryKind::KeepAll, Some(timeout)) = (self.cfg.history, self.cfg.ack_timeout) else {
+            return None;
+        };
+        let next = self.history.next_seq();
+        self.readers
+            .iter()
+            .filter(|r| !r.released && r.acked < next)
+            .map(|r| r.stalled_since + timeout)
+            .min()
     }
 
     /// A volatile writer lets go of what every matched reader acknowledged at once: no
@@ -425,11 +530,10 @@ impl ReliableWriter {
         if self.cfg.transient_local {
             return;
         }
+        // A released reader is not waited for: what it lacks and the others hold goes too
+        // (asked for, it gets a Gap).
         let floor = self
-            .readers
-            .iter()
-            .map(|r| r.acked)
-            .min()
+            .waited_floor()
             .unwrap_or_else(|| self.history.next_seq());
         self.stats.released += self.history.pop_below(floor);
     }
@@ -465,29 +569,37 @@ impl ReliableWriter {
         None
     }
 
-    /// Answers pending sync requests until one needs a Gap (see the module doc).
+    /// Answers pending sync requests until one needs a Gap (see the module doc). The answer
+    /// starts where the reader is owed from: its start, or, once it acknowledged past it, its
+    /// acked point (a reader state made again on its node is not handed again what it
+    /// already delivered, and a forged or stale sync request restarts no hand-over). The
+    /// first sample owed is resent with it when written: the reader's proof that the Gap's
+    /// range is the writer's (see `ReliableReader::on_gap`).
     fn answer_sync(&mut self) -> Option<WriterOut> {
         let (first, last) = (self.history.first(), self.history.last());
         for r in self.readers.iter_mut().filter(|r| r.sync_pending) {
             r.sync_pending = false;
             self.stats.syncs_answered += 1;
-            let gap_to = if r.durable {
-                r.range = (first <= last).then_some((first, last));
-                first - 1
+            let from = if r.acked > r.start {
+                r.acked
+            } else if r.durable {
+                first
             } else {
-                if r.start == 1 && last >= 1 {
-                    r.range = Some((1, 1));
-                }
-                r.start - 1
+                r.start
             };
-            if gap_to > 0 {
+            r.range = if r.durable {
+                (from <= last).then_some((from, last))
+            } else {
+                (from <= last).then_some((from, from))
+            };
+            if from > 1 {
                 self.stats.gaps_sent += 1;
                 return Some(WriterOut::Gap(Gap {
                     ttl: 0,
                     writer: self.guid,
                     reader: r.guid,
                     first: 1,
-                    last: gap_to,
+                    last: from - 1,
                 }));
             }
         }
@@ -526,6 +638,11 @@ impl ReliableWriter {
                 first - 1
             };
             advance(r, lo, last, from_range);
+            if !from_range && r.range.is_none() && first <= self.history.last() {
+                // The first held sample follows: the reader takes a Gap reaching far past
+                // what it has seen only once a sample of the writer's confirms it.
+                r.range = Some((first, first));
+            }
             self.stats.gaps_sent += 1;
             return Some(WriterOut::Gap(Gap {
                 ttl: 0,
@@ -587,12 +704,17 @@ impl ReliableWriter {
             })
             .flatten();
         let expiry = self.cfg.lifespan.and_then(|l| self.history.next_expiry(l));
-        [heartbeat, repairs, expiry].into_iter().flatten().min()
+        [heartbeat, repairs, expiry, self.next_release()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// Expires samples past their lifespan and starts a new repair period when due.
+    /// Expires samples past their lifespan, stops waiting for silent readers and starts a
+    /// new repair period when due.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.expire(now);
+        self.release_silent(now);
         if self
             .period_start
             .is_none_or(|p| now >= p + self.cfg.repair_period)

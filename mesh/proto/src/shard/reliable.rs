@@ -27,7 +27,7 @@
 //! reliability protocol itself (`crate::reliable`), routes (the control plane's), delivery to
 //! the application (the sink / driver).
 
-use super::action::{IfBusy, SamplesLost, ShardAction};
+use super::action::{IfBusy, SampleRun, SamplesLost, ShardAction};
 use super::route::{Path, Targets};
 use super::samples::samples_shard;
 use super::ShardCore;
@@ -97,6 +97,11 @@ pub(super) struct Reliable {
     next_timer: Option<Instant>,
     /// Deliveries of one reader call, reused.
     scratch: Vec<(u64, Bytes)>,
+    /// Readers whose loss report was queued as an action in the current input call, with
+    /// its index in the call's actions: their later samples of the call must queue behind it
+    /// (as actions), not overtake it through the delivery sink. An entry whose action is no
+    /// longer at its index belongs to a past call (the driver took the actions) and goes.
+    lost_queued: Vec<(EndpointGuid, usize)>,
 }
 
 impl Reliable {
@@ -249,6 +254,10 @@ impl ShardCore {
                 st.repair_deferred - w.seen.repair_deferred,
             );
             add(&self.counters.samples_expired, st.expired - w.seen.expired);
+            add(
+                &self.counters.reliable_readers_released,
+                st.readers_released - w.seen.readers_released,
+            );
             w.seen = st;
             w.update_credit();
             let t = w.state.poll_timeout();
@@ -261,14 +270,8 @@ impl ShardCore {
                 self.send_up(route, &Frame::AckNack(a), None, now, out);
             }
             while let Some(ReaderEvent::Lost { first, last }) = r.poll_event() {
-                add(&self.counters.samples_lost, last - first + 1);
-                add(&route.topic.shard(self.idx).lost, last - first + 1);
-                out.push(ShardAction::SamplesLost(SamplesLost {
-                    reader: *reader,
-                    writer: route.writer,
-                    first,
-                    last,
-                }));
+                let c = route.topic.shard(self.idx);
+                self.queue_lost(*reader, route.writer, first, last, c, out);
             }
             let t = r.poll_timeout();
             self.reliable.note_timer(t);
@@ -405,6 +408,7 @@ impl ShardCore {
                                 s.acks_ignored_unknown_reader
                                     + s.acks_ignored_future
                                     + s.acks_ignored_stale
+                                    + s.acks_ignored_far
                             };
                             let before = ignored(w.state.stats());
                             w.state.on_acknack(&a, now);
@@ -427,7 +431,12 @@ impl ShardCore {
             RelFrame::Heartbeat(mut h) => {
                 if let Some(s) = slot.as_mut() {
                     for (_, r) in s.readers.iter_mut() {
+                        let held = r.stats().heartbeats_held;
                         r.on_heartbeat(&h, now);
+                        add(
+                            &self.counters.reliable_held,
+                            r.stats().heartbeats_held - held,
+                        );
                     }
                 }
                 if h.ttl > 1 {
@@ -502,9 +511,11 @@ impl ShardCore {
         match here {
             Some((_, state)) => {
                 let mut got = std::mem::take(&mut self.reliable.scratch);
+                let held = state.stats().gaps_held;
                 feed(state, &mut |seq, p| got.push((seq, p)));
+                add(&self.counters.reliable_held, state.stats().gaps_held - held);
                 let c = route.topic.shard(self.idx);
-                self.deliver_ordered(route.writer, reader, got, c, out);
+                self.deliver_ordered(route.writer, reader, state, got, c, out);
             }
             None => match forward() {
                 Some(f) => self.send_down(route, &f, Some(from), now, out),
@@ -547,14 +558,14 @@ impl ShardCore {
             };
             if state.accept_in_order(s.first_seq, s.count, now) {
                 // In order, as it came (the common case): the run itself, no payload walked.
-                self.deliver_samples(*reader, s.clone(), c, n, out);
+                self.deliver_reliable_run(*reader, s.clone(), c, out);
                 continue;
             }
             let mut got = std::mem::take(&mut self.reliable.scratch);
             state.on_samples(s.first_seq, s.payloads(), now, &mut |seq, p| {
                 got.push((seq, p))
             });
-            self.deliver_ordered(route.writer, *reader, got, c, out);
+            self.deliver_ordered(route.writer, *reader, state, got, c, out);
         }
         if let Some(mut x) = slot {
             self.flush_slot(&mut x, route, now, out);
@@ -563,12 +574,39 @@ impl ShardCore {
     }
 
     /// Hands `got` (consecutive or not, in delivery order) to `reader` as runs of
-    /// consecutive samples; gives the scratch vector back.
+    /// consecutive samples, with the loss reports its reader `state` raised meanwhile in
+    /// between, in the reader's sample order (a report comes before the samples above its
+    /// range); gives the scratch vector back.
     fn deliver_ordered(
         &mut self,
         writer: EndpointGuid,
         reader: EndpointGuid,
+        state: &mut ReliableReader,
         mut got: Vec<(u64, Bytes)>,
+        c: &TopicCounterSet,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let mut i = 0;
+        while let Some(ReaderEvent::Lost { first, last }) = state.poll_event() {
+            let j = got[i..]
+                .iter()
+                .position(|(seq, _)| *seq > last)
+                .map_or(got.len(), |k| i + k);
+            self.deliver_runs(writer, reader, &got[i..j], c, out);
+            i = j;
+            self.queue_lost(reader, writer, first, last, c, out);
+        }
+        self.deliver_runs(writer, reader, &got[i..], c, out);
+        got.clear();
+        self.reliable.scratch = got;
+    }
+
+    /// Hands `got` (in delivery order) to `reader` as runs of consecutive samples.
+    fn deliver_runs(
+        &mut self,
+        writer: EndpointGuid,
+        reader: EndpointGuid,
+        got: &[(u64, Bytes)],
         c: &TopicCounterSet,
         out: &mut Vec<ShardAction>,
     ) {
@@ -579,16 +617,65 @@ impl ShardCore {
                 j += 1;
             }
             match Samples::new(0, writer, got[i].0, got[i..j].iter().map(|(_, p)| p)) {
-                Ok(run) => {
-                    let k = run.count;
-                    self.deliver_samples(reader, run, c, u64::from(k), out);
-                }
+                Ok(run) => self.deliver_reliable_run(reader, run, c, out),
                 Err(_) => inc(&self.counters.oversize_frames),
             }
             i = j;
         }
-        got.clear();
-        self.reliable.scratch = got;
+    }
+
+    /// Delivers a run to a reliable reader: through the sink, or, when a loss report of the
+    /// reader is queued as an action in this call, as an action behind it.
+    fn deliver_reliable_run(
+        &mut self,
+        reader: EndpointGuid,
+        run: Samples,
+        c: &TopicCounterSet,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let n = u64::from(run.count);
+        if self.reliable.lost_queued.is_empty() || !self.lost_queued_for(reader, out) {
+            self.deliver_samples(reader, run, c, n, out);
+            return;
+        }
+        add(&c.delivered, n);
+        out.push(ShardAction::DeliverSamples(SampleRun {
+            reader,
+            samples: run,
+        }));
+    }
+
+    /// True when a loss report of `reader` is queued in `out` (this call's actions).
+    fn lost_queued_for(&mut self, reader: EndpointGuid, out: &[ShardAction]) -> bool {
+        self.reliable.lost_queued.retain(
+            |(r, at)| matches!(out.get(*at), Some(ShardAction::SamplesLost(l)) if l.reader == *r),
+        );
+        self.reliable.lost_queued.iter().any(|(r, _)| *r == reader)
+    }
+
+    /// Queues `reader`'s loss report (`first ..= last` of `writer`), counted.
+    fn queue_lost(
+        &mut self,
+        reader: EndpointGuid,
+        writer: EndpointGuid,
+        first: u64,
+        last: u64,
+        c: &TopicCounterSet,
+        out: &mut Vec<ShardAction>,
+    ) {
+        add(&self.counters.samples_lost, last - first + 1);
+        add(&c.lost, last - first + 1);
+        out.push(ShardAction::SamplesLost(SamplesLost {
+            reader,
+            writer,
+            first,
+            last,
+        }));
+        // Entries of past calls go first: the list holds this call's reports only.
+        self.reliable.lost_queued.retain(
+            |(r, at)| matches!(out.get(*at), Some(ShardAction::SamplesLost(l)) if l.reader == *r),
+        );
+        self.reliable.lost_queued.push((reader, out.len() - 1));
     }
 
     /// What this node's reliable writer wrote (one Samples frame of its batch), into its
@@ -666,14 +753,18 @@ fn encode(f: &Frame, counters: &crate::stats::Counters) -> Option<Bytes> {
 }
 
 /// True when `f`, read on `from`, travels the way its kind does for `route`'s writer: an
-/// AckNack comes up from one of the route's links toward its readers; a Heartbeat, Repair or
-/// Gap comes down from where the writer's samples come ([`WriterRoute::accept_from`]; never
-/// in on a link for a local writer). Anything else is a forgery or a copy along a tree this
-/// node does not see yet: a stranger's Gap would make a reader skip samples it can still
-/// get, its AckNack release history a reader still needs.
+/// AckNack comes up from the route's link toward its reader's node
+/// ([`WriterRoute::link_toward`]: on the writer's node and on every relay, only that link
+/// carries that reader's acknowledgements; a reader the route does not lead to has none); a
+/// Heartbeat, Repair or Gap comes down from where the writer's samples come
+/// ([`WriterRoute::accept_from`]; never in on a link for a local writer). Anything else is a
+/// forgery or a copy along a tree this node does not see yet: a stranger's Gap would make a
+/// reader skip samples it can still get, its AckNack (naming another node's reader) release
+/// history that reader still needs, or, with a count far ahead, make that reader's own
+/// AckNacks look stale.
 fn comes_its_way(route: &WriterRoute, from: LinkId, f: &RelFrame) -> bool {
     match f {
-        RelFrame::AckNack(_) => route.links.binary_search(&from).is_ok(),
+        RelFrame::AckNack(a) => route.link_toward(&a.reader) == Some(from),
         RelFrame::Heartbeat(_) | RelFrame::Repair(_) | RelFrame::Gap(_) => route.accepts_from(from),
     }
 }

@@ -41,6 +41,8 @@ pub struct ReliableTuning {
     pub max_reader_buffer_samples: u32,
     /// See [`TopicsConfig::max_reader_buffer_bytes`].
     pub max_reader_buffer_bytes: usize,
+    /// See [`TopicsConfig::ack_timeout`].
+    pub ack_timeout: Duration,
 }
 
 impl ReliableTuning {
@@ -59,6 +61,7 @@ impl ReliableTuning {
             max_history_bytes: t.max_history_bytes,
             max_reader_buffer_samples: t.max_reader_buffer_samples,
             max_reader_buffer_bytes: t.max_reader_buffer_bytes,
+            ack_timeout: t.ack_timeout,
         }
     }
 
@@ -81,6 +84,7 @@ impl ReliableTuning {
             max_repair_samples: MAX_REPAIR_SAMPLES,
             max_repair_bytes: MAX_REPAIR_BYTES,
             nack_suppression: self.nack_suppression,
+            ack_timeout: Some(self.ack_timeout),
         }
     }
 

@@ -44,6 +44,7 @@
 //! max_history_bytes = 67108864
 //! max_reader_buffer_samples = 65536
 //! max_reader_buffer_bytes = 67108864
+//! ack_timeout_ms = 10000
 //! # control-plane work budgets (units: records applied and candidate pairs matched)
 //! origin_work_per_sec = 200000
 //! origin_work_burst = 1000000
@@ -83,6 +84,14 @@ pub enum TopicsConfigError {
         period: Duration,
         /// Configured lease.
         lease: Duration,
+    },
+    /// A reader would be released between two heartbeats asking it to acknowledge.
+    #[error("topics.ack_timeout ({timeout:?}) must exceed heartbeat_period ({period:?})")]
+    AckTimeoutTooShort {
+        /// Configured heartbeat period.
+        period: Duration,
+        /// Configured timeout.
+        timeout: Duration,
     },
     /// A Discovery frame must fit at least one record of the largest size.
     #[error("topics.max_discovery_frame_bytes {0} is below {MIN_DISCOVERY_FRAME_BYTES}")]
@@ -210,6 +219,15 @@ pub struct TopicsConfig {
     pub link_work_per_sec: u64,
     /// How much of that a link may spend at once. Default 2 000 000.
     pub link_work_burst: u64,
+    /// Reliable keep-all writers: how long a writer waits for a matched reader that owes an
+    /// acknowledgement (its acknowledgements have not moved since it last had everything)
+    /// before it stops waiting for it (counted, `reliable_readers_released`): one silent or
+    /// lying reader cannot keep the history full and the writes waiting beyond this. The
+    /// reader is still answered and is waited for again once it catches up. Keep it at or
+    /// below the longest participant lease admitted, so a reader is released no later than
+    /// a dead one's lease would unmatch it. Must exceed `heartbeat_period`. Default 10000 ms.
+    #[serde(rename = "ack_timeout_ms", with = "millis")]
+    pub ack_timeout: Duration,
 }
 
 impl Default for TopicsConfig {
@@ -252,6 +270,7 @@ impl Default for TopicsConfig {
             origin_work_burst: 1_000_000,
             link_work_per_sec: 400_000,
             link_work_burst: 2_000_000,
+            ack_timeout: Duration::from_millis(10_000),
         }
     }
 }
@@ -334,6 +353,12 @@ impl TopicsConfig {
             return Err(TopicsConfigError::LeaseTooShort {
                 period: self.announce_period,
                 lease: self.participant_lease,
+            });
+        }
+        if self.ack_timeout <= self.heartbeat_period {
+            return Err(TopicsConfigError::AckTimeoutTooShort {
+                period: self.heartbeat_period,
+                timeout: self.ack_timeout,
             });
         }
         if self.max_discovery_frame_bytes < MIN_DISCOVERY_FRAME_BYTES {

@@ -37,8 +37,13 @@ fn acknack(
     encode(&Frame::AckNack(a))
 }
 
+/// The 12-byte node prefix of an endpoint GUID.
+fn node_of(g: &EndpointGuid) -> [u8; 12] {
+    g[..12].try_into().unwrap()
+}
+
 /// This node's reliable keep-all writer `W` with reliable reader `R1` on another node,
-/// routed on `links`.
+/// routed on `links` (R1's node behind the first).
 fn local_writer(s: &mut Sim, links: &[LinkId]) -> Arc<WriterCredit> {
     let credit = Arc::new(WriterCredit::new());
     let r = WriterRoute {
@@ -51,7 +56,7 @@ fn local_writer(s: &mut Sim, links: &[LinkId]) -> Arc<WriterCredit> {
         unreached: 0,
         upstream: None,
         accept_from: Vec::new(),
-        toward: Vec::new(),
+        toward: vec![(node_of(&R1), links[0])],
         reliable: Some(Arc::new(ReliableRoute {
             writer: Some(ReliableWriterSpec {
                 keep_last: None,
@@ -118,8 +123,12 @@ fn hostile_acknowledgements_are_counted_and_change_nothing() {
         "keep-all with a reliable reader: a bounded credit"
     );
     let st0 = s.stats();
-    // A writer this node does not know, a reader that is not matched, samples never written.
+    // A writer this node does not know, a reader that is not matched (on R1's node, and on
+    // a node the route does not lead to), samples never written.
+    let mut unmatched = R1;
+    unmatched[12..].copy_from_slice(&[0x99; 4]);
     assert!(s.feed(A, &acknack([0xee; 16], R1, 1, 50, &[]), s.at(2)));
+    assert!(s.feed(A, &acknack(W, unmatched, 1, 101, &[]), s.at(2)));
     assert!(s.feed(A, &acknack(W, [0x99; 16], 1, 101, &[]), s.at(2)));
     assert!(s.feed(A, &acknack(W, R1, 1, 5_000, &[]), s.at(2)));
     let st = s.stats();
@@ -127,6 +136,11 @@ fn hostile_acknowledgements_are_counted_and_change_nothing() {
         st.reliable_unrouted - st0.reliable_unrouted,
         1,
         "unknown writer"
+    );
+    assert_eq!(
+        st.reliable_wrong_link - st0.reliable_wrong_link,
+        1,
+        "a reader on no node the route leads to"
     );
     assert_eq!(st.reliable_acks_ignored - st0.reliable_acks_ignored, 2);
     assert_eq!(credit.limit(), limit, "nothing was released");
@@ -255,4 +269,320 @@ fn a_gap_from_off_the_writers_tree_makes_no_reader_give_up() {
     assert!(s.feed(A, &gap(8), s.at(2)));
     assert_eq!(lost(&s.take()), 1, "the writer's own Gap is heard");
     assert_eq!(s.stats().reliable_wrong_link, 1);
+}
+
+const C: LinkId = LinkId(3);
+
+/// Finding 6: an AckNack naming another node's reader was taken from any link of the
+/// writer's route, and any node hosting any matched reader (a best-effort one will do) is on
+/// it. From such a link, `count = u32::MAX, base = next` released history the reader lacked
+/// and made its own AckNacks stale for good. Now only the route's link toward the named
+/// reader's node carries its AckNacks.
+#[test]
+fn an_acknowledgement_for_another_nodes_reader_from_a_link_on_the_tree_is_refused() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    // R1's node behind A; B's node hosts a reader of W too (on the tree, not toward R1).
+    let credit = local_writer(&mut s, &[A, B]);
+    let t1 = s.at(1);
+    write(&mut s, 100, t1);
+    s.take();
+    let limit = credit.limit();
+    let st0 = s.stats();
+    assert!(s.feed(B, &acknack(W, R1, u32::MAX - 1, 101, &[]), s.at(2)));
+    assert!(s.feed(B, &acknack(W, R1, 1, 0, &[]), s.at(2)));
+    let st = s.stats();
+    assert_eq!(st.reliable_wrong_link - st0.reliable_wrong_link, 2);
+    assert_eq!(st.reliable_acks_ignored, st0.reliable_acks_ignored);
+    assert_eq!(credit.limit(), limit, "nothing was released");
+    assert!(
+        frames(&s.written(A, s.at(2))).is_empty(),
+        "no sync answered for R1"
+    );
+    // R1's own acknowledgements, from its side, still count.
+    assert!(s.feed(A, &acknack(W, R1, 2, 51, &[]), s.at(3)));
+    assert!(credit.limit() > limit, "R1's AckNack is taken");
+    assert_eq!(s.stats().reliable_acks_ignored, st0.reliable_acks_ignored);
+    assert!(s.core.served().any(|l| l == B), "the link stays up");
+}
+
+/// The same rule on a relay: an AckNack for a reader below it goes up only when it came
+/// from the branch that leads to that reader's node; from another branch of the tree it is
+/// dropped, counted, and never reaches the writer's node.
+#[test]
+fn a_relay_passes_an_acknowledgement_up_only_from_its_readers_branch() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    s.serve(C, PC, 1 << 20);
+    let r = WriterRoute {
+        writer: W,
+        slot: 0,
+        topic: Arc::new(crate::stats::TopicCounters::new(1)),
+        local: false,
+        links: vec![B, C],
+        readers: vec![],
+        unreached: 0,
+        upstream: Some(A),
+        accept_from: vec![A],
+        // Sorted by node prefix.
+        toward: vec![([0xb; 12], B), (node_of(&R1), C)],
+        reliable: None,
+    };
+    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
+    s.core.on_command(cmd, s.t0, &mut s.out);
+    s.take();
+    let st0 = s.stats();
+    assert!(s.feed(B, &acknack(W, R1, u32::MAX, 101, &[]), s.at(1)));
+    assert_eq!(s.stats().reliable_wrong_link - st0.reliable_wrong_link, 1);
+    assert!(frames(&s.written(A, s.at(1))).is_empty(), "not passed up");
+    assert!(s.feed(C, &acknack(W, R1, 7, 101, &[]), s.at(2)));
+    let up = frames(&s.written(A, s.at(2)));
+    assert!(
+        matches!(&up[..], [Frame::AckNack(a)] if a.reader == R1 && a.count == 7),
+        "from R1's branch it goes up: {up:?}"
+    );
+}
+
+/// A keep-all writer whose only reader never acknowledges stops waiting for it after
+/// `ack_timeout`: the write credit opens again and the release is counted (the writer's
+/// handle would otherwise wait until the reader's lease ran out, for ever if its node stays
+/// alive).
+#[test]
+fn a_keep_all_writer_stops_waiting_for_a_silent_reader_after_the_ack_timeout() {
+    let t0 = Instant::now();
+    let mut cfg = ShardConfig::new(ME, &MeshConfig::default());
+    cfg.reliable.ack_timeout = Duration::from_millis(500);
+    let mut s = Sim {
+        core: ShardCore::new(0, 1, cfg, Arc::default(), 7, t0),
+        t0,
+        out: Vec::new(),
+    };
+    s.serve(A, PA, 1 << 20);
+    let credit = local_writer(&mut s, &[A]);
+    let t1 = s.at(1);
+    write(&mut s, 100, t1);
+    s.take();
+    let limit = credit.limit();
+    assert!(limit < u64::MAX);
+    // Heartbeats go out, nothing comes back.
+    let mut now = s.at(1);
+    while now < s.at(400) {
+        now = s.core.poll_timeout().max(now + Duration::from_millis(1));
+        s.core.handle_timeout(now, &mut s.out);
+    }
+    assert_eq!(credit.limit(), limit, "still waiting within the timeout");
+    assert_eq!(s.stats().reliable_readers_released, 0);
+    while s.stats().reliable_readers_released == 0 {
+        assert!(now < s.at(2000), "released within the timeout");
+        now = s.core.poll_timeout().max(now + Duration::from_millis(1));
+        s.core.handle_timeout(now, &mut s.out);
+    }
+    assert!(now >= s.at(500));
+    assert!(
+        credit.limit() > limit,
+        "the writer's handle may write again"
+    );
+}
+
+/// Finding 9 on a reader's node: a Gap from the writer's side reaching `u64::MAX` is held
+/// (counted), not taken: nothing is reported lost and the writer's next samples are
+/// delivered.
+#[test]
+fn a_gap_to_the_end_of_time_is_held_and_samples_still_arrive() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    let topic = Arc::new(crate::stats::TopicCounters::new(1));
+    let r = WriterRoute {
+        writer: W,
+        slot: 0,
+        topic: topic.clone(),
+        local: false,
+        links: vec![],
+        readers: vec![R1],
+        unreached: 0,
+        upstream: Some(A),
+        accept_from: vec![A],
+        toward: Vec::new(),
+        reliable: Some(Arc::new(ReliableRoute {
+            writer: None,
+            local_readers: vec![R1],
+        })),
+    };
+    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
+    s.core.on_command(cmd, s.t0, &mut s.out);
+    s.take();
+    let run = |first: u64, n: u64| {
+        let mut b = BytesMut::new();
+        let mut w = SampleRunWriter::new(&mut b, W, 8, first, 1 << 16);
+        for k in first..first + n {
+            w.push(&k.to_be_bytes()).unwrap();
+        }
+        w.finish();
+        b
+    };
+    assert!(s.feed(A, &run(1, 2), s.at(1)));
+    let gap = encode(&Frame::Gap(crate::wire::Gap {
+        ttl: 8,
+        writer: W,
+        reader: R1,
+        first: 3,
+        last: u64::MAX,
+    }));
+    let hb = encode(&Frame::WriterHeartbeat(crate::wire::Heartbeat {
+        ttl: 8,
+        writer: W,
+        first: 1,
+        last: u64::MAX,
+    }));
+    assert!(s.feed(A, &gap, s.at(2)));
+    assert!(s.feed(A, &hb, s.at(2)));
+    assert_eq!(s.stats().reliable_held, 2);
+    assert!(s.feed(A, &run(3, 2), s.at(3)));
+    assert!(!s
+        .take()
+        .iter()
+        .any(|a| matches!(a, ShardAction::SamplesLost(_))));
+    assert_eq!(s.stats().samples_lost, 0);
+    assert_eq!(
+        topic.snapshot().delivered,
+        4,
+        "1..=4 delivered, 3 and 4 after the Gap"
+    );
+}
+
+/// A sink that takes every run of samples in place, recording (reader, seqs).
+#[derive(Clone, Default)]
+struct RunSink {
+    taken: std::rc::Rc<std::cell::RefCell<Vec<Vec<u64>>>>,
+}
+
+impl DeliverySink for RunSink {
+    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
+        Err(d)
+    }
+
+    fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
+        self.taken.borrow_mut().push(run.samples.seqs().collect());
+        Ok(())
+    }
+}
+
+/// `R1` on this node reads `W` of another node, whose frames come on `A`.
+fn remote_writer(s: &mut Sim) {
+    s.serve(A, PA, 1 << 20);
+    let r = WriterRoute {
+        writer: W,
+        slot: 0,
+        topic: Arc::new(crate::stats::TopicCounters::new(1)),
+        local: false,
+        links: vec![],
+        readers: vec![R1],
+        unreached: 0,
+        upstream: Some(A),
+        accept_from: vec![A],
+        toward: Vec::new(),
+        reliable: Some(Arc::new(ReliableRoute {
+            writer: None,
+            local_readers: vec![R1],
+        })),
+    };
+    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
+    s.core.on_command(cmd, s.t0, &mut s.out);
+    s.take();
+}
+
+fn samples(seqs: &[u64]) -> BytesMut {
+    let mut b = BytesMut::new();
+    for &q in seqs {
+        let mut w = SampleRunWriter::new(&mut b, W, 8, q, 1 << 16);
+        w.push(&q.to_be_bytes()).unwrap();
+        w.finish();
+    }
+    b
+}
+
+fn gap_frame(first: u64, last: u64) -> Vec<u8> {
+    encode(&Frame::Gap(crate::wire::Gap {
+        ttl: 8,
+        writer: W,
+        reader: R1,
+        first,
+        last,
+    }))
+}
+
+/// What the application gets, in order, from the actions: `Ok(seqs)` per run, `Err(range)`
+/// per loss report.
+fn stream(actions: &[ShardAction]) -> Vec<Result<Vec<u64>, (u64, u64)>> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            ShardAction::DeliverSamples(r) => Some(Ok(r.samples.seqs().collect())),
+            ShardAction::SamplesLost(l) => Some(Err((l.first, l.last))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A Gap that reports losses between samples the reader had buffered: the application gets
+/// each report before the samples above it, as the reader's sample order has them.
+#[test]
+fn loss_reports_come_in_the_readers_sample_order() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    remote_writer(&mut s);
+    assert!(s.feed(A, &samples(&[1, 4, 6]), s.at(1)));
+    assert_eq!(stream(&s.take()), vec![Ok(vec![1])]);
+    assert!(s.feed(A, &gap_frame(2, 7), s.at(2)));
+    assert_eq!(
+        stream(&s.take()),
+        vec![
+            Err((2, 3)),
+            Ok(vec![4]),
+            Err((5, 5)),
+            Ok(vec![6]),
+            Err((7, 7))
+        ]
+    );
+}
+
+/// A Gap and the samples after it read in one call, with a sink that takes samples in place:
+/// the samples after the loss report queue behind it instead of overtaking it through the
+/// sink (the application would see sample 11 before hearing 3..=10 were lost).
+#[test]
+fn samples_after_a_loss_report_in_the_same_call_do_not_overtake_it() {
+    let t0 = Instant::now();
+    let sink = RunSink::default();
+    let mut s = Sim {
+        core: ShardCore::new(
+            0,
+            1,
+            ShardConfig::new(ME, &MeshConfig::default()),
+            Arc::default(),
+            7,
+            t0,
+        )
+        .with_sink(Box::new(sink.clone())),
+        t0,
+        out: Vec::new(),
+    };
+    remote_writer(&mut s);
+    assert!(s.feed(A, &samples(&[1, 2]), s.at(1)));
+    let mut wire = gap_frame(3, 10);
+    wire.extend_from_slice(&samples(&[11, 12]));
+    assert!(s.feed(A, &wire, s.at(2)));
+    assert_eq!(
+        *sink.taken.borrow(),
+        vec![vec![1], vec![2]],
+        "before the report only"
+    );
+    assert_eq!(
+        stream(&s.take()),
+        vec![Err((3, 10)), Ok(vec![11]), Ok(vec![12])]
+    );
+    // The next call delivers in place again.
+    assert!(s.feed(A, &samples(&[13]), s.at(3)));
+    assert_eq!(sink.taken.borrow().last(), Some(&vec![13]));
+    assert!(stream(&s.take()).is_empty());
 }
