@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::partition::partitions_match;
+use crate::partition::{overlap, partitions_match, CompiledPartitions};
 use crate::qos::{EndpointQos, Policy, QosError};
 use crate::types::{EndpointInfo, EndpointKind};
 
@@ -228,26 +228,53 @@ impl fmt::Display for Incompatibility {
     }
 }
 
-/// The full compatibility test, allocation-free: kinds, consistency, topic,
-/// type name, known and equal type hash, QoS, partitions.
+/// The full compatibility test: kinds, consistency, topic, type name, known and equal
+/// type hash, QoS, partitions. Allocation-free except for preparing partition patterns
+/// (the graph prepares them once per endpoint instead).
 pub fn compatible(w: &EndpointInfo, r: &EndpointInfo) -> bool {
     w.kind == EndpointKind::Writer
         && r.kind == EndpointKind::Reader
         && w.topic == r.topic
         && w.qos.consistent().is_ok()
         && r.qos.consistent().is_ok()
-        && compatible_on_topic(w, r)
+        && compatible_on_topic(w, None, r, None, &mut 0)
 }
 
 /// The part of [`compatible`] left once the graph has established the rest:
 /// `w` a writer and `r` a reader of the same topic, both admitted (so both
-/// consistent). Cheapest and most selective tests first.
-pub(crate) fn compatible_on_topic(w: &EndpointInfo, r: &EndpointInfo) -> bool {
-    w.type_hash == r.type_hash
+/// consistent). Cheapest and most selective tests first. `wc`/`rc` are the lists'
+/// prepared forms when the caller holds them (`None` prepares them here); partition
+/// work is added to `work`.
+pub(crate) fn compatible_on_topic(
+    w: &EndpointInfo,
+    wc: Option<&CompiledPartitions>,
+    r: &EndpointInfo,
+    rc: Option<&CompiledPartitions>,
+    work: &mut u64,
+) -> bool {
+    if !(w.type_hash == r.type_hash
         && w.type_hash.is_known()
         && qos_compatible(&w.qos, &r.qos)
-        && w.type_name == r.type_name
-        && partitions_match(&w.partitions, &r.partitions)
+        && w.type_name == r.type_name)
+    {
+        return false;
+    }
+    let (own_w, own_r);
+    let wc = match wc {
+        Some(c) => Some(c),
+        None => {
+            own_w = CompiledPartitions::new(&w.partitions);
+            own_w.as_ref()
+        }
+    };
+    let rc = match rc {
+        Some(c) => Some(c),
+        None => {
+            own_r = CompiledPartitions::new(&r.partitions);
+            own_r.as_ref()
+        }
+    };
+    overlap(&w.partitions, wc, &r.partitions, rc, work)
 }
 
 /// Every reason writer `w` and reader `r` do not match; `Ok(())` if they do.
