@@ -46,6 +46,11 @@ fn big_config(scope: MatchScope) -> GraphConfig {
             remote_writers: 1 << 20,
             remote_readers: 1 << 20,
             matches: 1 << 22,
+            // Its participants hold up to 100k endpoints each.
+            participant_endpoints: usize::MAX,
+            participant_bytes: usize::MAX,
+            remote_endpoint_bytes: usize::MAX,
+            ..Capacities::default()
         },
         scope,
     }

@@ -132,7 +132,10 @@ impl TopicsCore {
         let locators = p.user_locators.clone();
         match self.graph.admit_participant(p, self.time(now)) {
             Ok(adm) => {
-                let expires = self.time(now).saturating_add(lease);
+                // The graph holds the lease capped at `max_lease`: expire with it.
+                let expires = self
+                    .time(now)
+                    .saturating_add(self.graph.admitted_lease(lease));
                 let r = self.remotes.entry(prefix).or_insert(Remote {
                     node: origin,
                     expires,
