@@ -33,16 +33,22 @@ fn is_continuation(b: u8) -> bool {
     b & 0xc0 == 0x80
 }
 
-/// State words a run keeps on the stack; longer patterns (only through the public
-/// one-shot functions: stored names are at most 256 bytes, 5 words) use the heap.
-const STACK_WORDS: usize = 8;
+/// Word counts with a run specialised for them (fixed-size state, unrolled): every stored
+/// name is at most 256 bytes, so 255 states, 4 words. Longer patterns (only through the
+/// public one-shot functions) take the general run.
+const MAX_UNROLLED: usize = 5;
 
 /// One compiled pattern (a name with at least one wildcard).
 ///
 /// States are numbered 0..=m over the m non-`*` bytes of the middle (state j: the first
-/// j of them matched); state 0 is the start, state m accepts. Masks, each `words` long,
-/// sit in one slice: `*` self-loops, `?` states, then one mask per distinct literal byte
-/// (the states that byte advances into), indexed through `class`.
+/// j of them matched); state 0 is the start, state m accepts. A name byte `b` moves the
+/// state set `D` to `((D << 1) & advance[b]) | (D & stay[b])`. Bytes fall into classes:
+/// 0 and 1 for bytes that are no literal of the middle (0: starts a character, 1: a
+/// continuation byte), then one class per distinct literal byte. Masks, `words` each,
+/// sit in one slice: `stay` for a starting byte (the `*` states), `stay` for a
+/// continuation byte (`*` and `?` states: a `?` keeps its state through its
+/// character), then `advance` per class (the states entered by a byte of that class: its
+/// literal positions, and the `?` positions when the byte starts a character).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Glob {
     /// Literal bytes before the first wildcard.
@@ -53,16 +59,16 @@ pub(crate) struct Glob {
     words: u16,
     /// The accepting state (m).
     accept: u16,
-    /// Byte -> its literal class (0: the byte is not a literal of the middle).
+    /// Byte -> its class.
     class: Box<[u8; 256]>,
-    /// `[star | qmark | class 1 | class 2 | …]`, `words` each.
+    /// `[stay | stay, continuation | advance class 0 | advance class 1 | …]`.
     masks: Box<[u64]>,
 }
 
 /// The shape of a pattern's middle: (tokens, distinct literal bytes).
 fn shape(mid: &[u8]) -> (usize, usize) {
     let mut seen = [false; 256];
-    let (mut tokens, mut classes) = (0, 0);
+    let (mut tokens, mut literals) = (0, 0);
     for &b in mid {
         if b == b'*' {
             continue;
@@ -70,10 +76,10 @@ fn shape(mid: &[u8]) -> (usize, usize) {
         tokens += 1;
         if b != b'?' && !seen[usize::from(b)] {
             seen[usize::from(b)] = true;
-            classes += 1;
+            literals += 1;
         }
     }
-    (tokens, classes)
+    (tokens, literals)
 }
 
 /// The middle of a pattern: from its first wildcard to its last, both included.
@@ -83,15 +89,21 @@ fn middle(p: &[u8]) -> (usize, usize) {
     (first, last)
 }
 
+/// Masks for a middle with `literals` distinct literal bytes: two `stay`, two
+/// non-literal `advance`, one `advance` per literal.
+fn mask_count(literals: usize) -> usize {
+    4 + literals
+}
+
 impl Glob {
     /// Heap bytes [`Glob::compile`] would allocate for `pattern`, without compiling it.
     /// O(|pattern|).
     pub(crate) fn heap_estimate(pattern: &str) -> usize {
         let p = pattern.as_bytes();
         let (first, last) = middle(p);
-        let (tokens, classes) = shape(&p[first..=last]);
+        let (tokens, literals) = shape(&p[first..=last]);
         let words = (tokens + 1).div_ceil(64);
-        256 + (2 + classes) * words * 8
+        256 + mask_count(literals) * words * 8
     }
 
     /// Compiles `pattern`, which must contain a wildcard. O(|pattern| + 256).
@@ -100,33 +112,52 @@ impl Glob {
         debug_assert!(p.iter().any(is_wild), "compile needs a pattern");
         let (first, last) = middle(p);
         let mid = &p[first..=last];
-        let (tokens, classes) = shape(mid);
+        let (tokens, literals) = shape(mid);
         let words = (tokens + 1).div_ceil(64);
         let mut class = Box::new([0u8; 256]);
-        let mut next = 0u8;
+        for (b, c) in class.iter_mut().enumerate() {
+            *c = u8::from(is_continuation(b as u8));
+        }
+        let mut next = 1usize;
+        let mut is_literal = [false; 256];
         for &b in mid.iter().filter(|b| !is_wild(b)) {
-            if class[usize::from(b)] == 0 {
-                // At most 254 distinct non-wildcard byte values exist: u8 holds them.
+            if !is_literal[usize::from(b)] {
+                is_literal[usize::from(b)] = true;
                 next += 1;
-                class[usize::from(b)] = next;
+                // UTF-8 text holds at most 241 distinct non-wildcard byte values, so
+                // classes 2.. fit a byte.
+                class[usize::from(b)] = u8::try_from(next).expect("at most 243 classes");
             }
         }
-        debug_assert_eq!(usize::from(next), classes);
-        let mut masks = vec![0u64; (2 + classes) * words];
+        debug_assert_eq!(next - 1, literals);
+        let mut masks = vec![0u64; mask_count(literals) * words];
         let mut set = |mask: usize, state: usize| {
             masks[mask * words + state / 64] |= 1 << (state % 64);
         };
+        const STAY: usize = 0;
+        const STAY_CONT: usize = 1;
+        let advance = |class: u8| 2 + usize::from(class);
         let mut state = 0usize;
         for &b in mid {
             match b {
-                b'*' => set(0, state),
+                b'*' => {
+                    set(STAY, state);
+                    set(STAY_CONT, state);
+                }
                 b'?' => {
                     state += 1;
-                    set(1, state);
+                    set(STAY_CONT, state);
+                    // Entered by any byte that starts a character.
+                    set(advance(0), state);
+                    for lit in (0..=255u8).filter(|&l| is_literal[usize::from(l)]) {
+                        if !is_continuation(lit) {
+                            set(advance(class[usize::from(lit)]), state);
+                        }
+                    }
                 }
                 _ => {
                     state += 1;
-                    set(1 + usize::from(class[usize::from(b)]), state);
+                    set(advance(class[usize::from(b)]), state);
                 }
             }
         }
@@ -155,53 +186,87 @@ impl Glob {
         if n.len() < h + t || n[..h] != p[..h] || n[n.len() - t..] != p[p.len() - t..] {
             return false;
         }
-        self.run(&n[h..n.len() - t], work)
+        let mid = &n[h..n.len() - t];
+        let (hit, bytes) = match usize::from(self.words) {
+            1 => self.run::<1>(mid),
+            2 => self.run::<2>(mid),
+            3 => self.run::<3>(mid),
+            4 => self.run::<4>(mid),
+            5 => self.run::<5>(mid),
+            _ => self.run_wide(mid),
+        };
+        *work += (bytes * usize::from(self.words)) as u64;
+        hit
     }
 
-    fn run(&self, name: &[u8], work: &mut u64) -> bool {
-        let w = usize::from(self.words);
-        let mut stack = [0u64; STACK_WORDS];
-        let mut heap = Vec::new();
-        let d: &mut [u64] = if w <= STACK_WORDS {
-            &mut stack[..w]
-        } else {
-            heap.resize(w, 0);
-            &mut heap
+    /// The accepting state's word and bit, and whether it has a `*` self-loop (then it
+    /// accepts as soon as it is reached: nothing later can undo it).
+    fn accept(&self) -> (usize, u64, bool) {
+        let a = usize::from(self.accept);
+        let (word, bit) = (a / 64, 1u64 << (a % 64));
+        (word, bit, self.masks[word] & bit != 0)
+    }
+
+    /// The run with `N` state words held in registers. Returns (matched, bytes read).
+    fn run<const N: usize>(&self, name: &[u8]) -> (bool, usize) {
+        debug_assert!(N <= MAX_UNROLLED && usize::from(self.words) == N);
+        let masks = &self.masks;
+        let word_set = |i: usize| -> &[u64; N] {
+            masks[i * N..(i + 1) * N]
+                .try_into()
+                .expect("masks hold whole word sets")
         };
+        let stay = [word_set(0), word_set(1)];
+        let (aw, abit, open_end) = self.accept();
+        let mut d = [0u64; N];
         d[0] = 1;
-        let (star, qmark) = (&self.masks[..w], &self.masks[w..2 * w]);
-        let accept = usize::from(self.accept);
-        let (aw, abit) = (accept / 64, 1u64 << (accept % 64));
-        // A trailing `*` accepts as soon as its state is reached: the rest cannot undo it.
-        let open_end = star[aw] & abit != 0;
         for (i, &b) in name.iter().enumerate() {
-            let cont = is_continuation(b);
-            let c = usize::from(self.class[usize::from(b)]);
-            let lit = (c != 0).then(|| &self.masks[(1 + c) * w..(2 + c) * w]);
+            let advance = word_set(2 + usize::from(self.class[usize::from(b)]));
+            let stay = stay[usize::from(is_continuation(b))];
             let (mut carry, mut alive) = (0u64, 0u64);
-            for k in 0..w {
+            for k in 0..N {
                 let old = d[k];
-                let shifted = (old << 1) | carry;
+                let next = (((old << 1) | carry) & advance[k]) | (old & stay[k]);
                 carry = old >> 63;
-                let l = lit.map_or(0, |m| m[k]);
-                // A `?` state is entered on a byte that starts a character and kept
-                // through that character's continuation bytes.
-                let (advance, stay) = if cont {
-                    (l, star[k] | qmark[k])
-                } else {
-                    (l | qmark[k], star[k])
-                };
-                let next = (shifted & advance) | (old & stay);
                 d[k] = next;
                 alive |= next;
             }
-            if alive == 0 || (open_end && d[aw] & abit != 0) {
-                *work += ((i + 1) * w) as u64;
-                return alive != 0;
+            if alive == 0 {
+                return (false, i + 1);
+            }
+            if open_end && d[aw] & abit != 0 {
+                return (true, i + 1);
             }
         }
-        *work += (name.len() * w) as u64;
-        d[aw] & abit != 0
+        (d[aw] & abit != 0, name.len())
+    }
+
+    /// The same run for any width, its state on the heap.
+    fn run_wide(&self, name: &[u8]) -> (bool, usize) {
+        let w = usize::from(self.words);
+        let word_set = |i: usize| &self.masks[i * w..(i + 1) * w];
+        let (aw, abit, open_end) = self.accept();
+        let mut d = vec![0u64; w];
+        d[0] = 1;
+        for (i, &b) in name.iter().enumerate() {
+            let advance = word_set(2 + usize::from(self.class[usize::from(b)]));
+            let stay = word_set(usize::from(is_continuation(b)));
+            let (mut carry, mut alive) = (0u64, 0u64);
+            for k in 0..w {
+                let old = d[k];
+                let next = (((old << 1) | carry) & advance[k]) | (old & stay[k]);
+                carry = old >> 63;
+                d[k] = next;
+                alive |= next;
+            }
+            if alive == 0 {
+                return (false, i + 1);
+            }
+            if open_end && d[aw] & abit != 0 {
+                return (true, i + 1);
+            }
+        }
+        (d[aw] & abit != 0, name.len())
     }
 }
 
@@ -235,7 +300,7 @@ mod tests {
         let p = format!("*{}b*", "a".repeat(700));
         let yes = format!("x{}by", "a".repeat(700));
         let no = "a".repeat(2000);
-        assert!(Glob::compile(&p).words as usize > STACK_WORDS);
+        assert!(Glob::compile(&p).words as usize > MAX_UNROLLED);
         assert!(m(&p, &yes));
         assert!(!m(&p, &no));
     }

@@ -1341,7 +1341,8 @@ impl DiscoveryGraph {
             (EndpointKind::Reader, EndpointKind::Writer) => (eb, ea),
             _ => (ea, eb),
         };
-        let mut why = match matching::explain(&w.info, &r.info) {
+        let (wc, rc) = (w.parts.as_deref(), r.parts.as_deref());
+        let mut why = match matching::explain_prepared(&w.info, wc, &r.info, rc) {
             Ok(()) => Vec::new(),
             Err(v) => v,
         };

@@ -1,13 +1,14 @@
 //! Writer/reader compatibility: the pure test behind Match-Writer, and the
 //! explanation users get when two endpoints do not match.
 //!
-//! [`compatible`] is the allocation-free test used inside the matching scan;
-//! [`explain`] evaluates the same rules but reports every failing one. A test
-//! keeps the two in agreement.
+//! [`compatible`] is the test behind the matching scan (the graph runs it on
+//! partition lists it prepared once per endpoint, so the scan allocates
+//! nothing); [`explain`] evaluates the same rules but reports every failing
+//! one. A test keeps the two in agreement.
 
 use std::fmt;
 
-use crate::partition::{overlap, partitions_match, CompiledPartitions};
+use crate::partition::{overlap, CompiledPartitions};
 use crate::qos::{EndpointQos, Policy, QosError};
 use crate::types::{EndpointInfo, EndpointKind};
 
@@ -259,6 +260,18 @@ pub(crate) fn compatible_on_topic(
     {
         return false;
     }
+    partitions_overlap(w, wc, r, rc, work)
+}
+
+/// Partitions-Match of two endpoints, preparing a list here when its prepared form is
+/// not given.
+fn partitions_overlap(
+    w: &EndpointInfo,
+    wc: Option<&CompiledPartitions>,
+    r: &EndpointInfo,
+    rc: Option<&CompiledPartitions>,
+    work: &mut u64,
+) -> bool {
     let (own_w, own_r);
     let wc = match wc {
         Some(c) => Some(c),
@@ -281,6 +294,17 @@ pub(crate) fn compatible_on_topic(
 /// Reasons come in a fixed order: kinds, consistency, topic, type, QoS rules
 /// (in [`QosRule`] order), partitions.
 pub fn explain(w: &EndpointInfo, r: &EndpointInfo) -> Result<(), Vec<Incompatibility>> {
+    explain_prepared(w, None, r, None)
+}
+
+/// [`explain`] with the partition lists' prepared forms when the caller holds them (the
+/// graph does), so explaining a stored pair compiles nothing.
+pub(crate) fn explain_prepared(
+    w: &EndpointInfo,
+    wc: Option<&CompiledPartitions>,
+    r: &EndpointInfo,
+    rc: Option<&CompiledPartitions>,
+) -> Result<(), Vec<Incompatibility>> {
     let mut why = Vec::new();
     if w.kind != EndpointKind::Writer || r.kind != EndpointKind::Reader {
         why.push(Incompatibility::NotWriterReader {
@@ -321,7 +345,7 @@ pub fn explain(w: &EndpointInfo, r: &EndpointInfo) -> Result<(), Vec<Incompatibi
             });
         }
     }
-    if !partitions_match(&w.partitions, &r.partitions) {
+    if !partitions_overlap(w, wc, r, rc, &mut 0) {
         why.push(Incompatibility::Partitions {
             writer: w.partitions.names().to_vec(),
             reader: r.partitions.names().to_vec(),

@@ -319,14 +319,17 @@ mod tests {
 
     #[test]
     fn compiled_lists_report_linear_work() {
-        // The worst pair: 64 names of 256 bytes against 64 patterns `*aaaa…ab*`.
-        let names = Partitions::new((0..64).map(|i| format!("{:a<256}", i % 10))).unwrap();
-        let pats = Partitions::new((0..64).map(|i| {
-            let mut s = "*".to_owned() + &"a".repeat(253) + "b*";
-            s.replace_range(1..2, &(i % 10).to_string());
-            s
+        // The worst pair: 64 names `aaaa…a-<i>` of 256 bytes against 64 patterns
+        // `*aaaa…ab*` (the last letter varies): the seed's matcher compared ~253²/2
+        // bytes per pattern and name.
+        let names = Partitions::new((0..64).map(|i| {
+            let s = format!("-{i}");
+            "a".repeat(256 - s.len()) + &s
         }))
         .unwrap();
+        let ends = ('b'..='z').chain('A'..='Z').chain("!#%&+,.:;=@_~".chars());
+        let pats = Partitions::new(ends.map(|c| format!("*{}{c}*", "a".repeat(253)))).unwrap();
+        assert_eq!(pats.names().len(), 64);
         assert!(pats.names().iter().all(|n| n.len() == 256));
         let (nc, pc) = (
             CompiledPartitions::new(&names),

@@ -59,10 +59,26 @@ fn names(n: usize, len: usize) -> Vec<String> {
     (0..n).map(|i| format!("{i:x<len$}")).collect()
 }
 
-/// The hostile patterns: `*aaaa…ab*`, 256 bytes each (one distinct digit first
-/// so no two are the same text).
+/// The hostile names: `aaaa…a-<i>`, 256 bytes each.
+fn hostile_names(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let s = format!("-{i}");
+            "a".repeat(256 - s.len()) + &s
+        })
+        .collect()
+}
+
+/// The hostile patterns: `*aaaa…ab*`, 256 bytes each (the last letter varies
+/// so no two are the same text). Against `hostile_names` the seed's matcher compared
+/// ~253²/2 bytes per pattern and name.
 fn hostile_patterns(n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("*{:a<253}b*", i % 10)).collect()
+    ('b'..='z')
+        .chain('A'..='Z')
+        .chain("!#%&+,.:;=@_~".chars())
+        .take(n)
+        .map(|c| format!("*{}{c}*", "a".repeat(253)))
+        .collect()
 }
 
 #[test]
@@ -254,7 +270,7 @@ fn admission_reports_linear_matching_work() {
     };
     let mut g = graph(caps);
     let w = g
-        .admit_endpoint(ep(2, 0, EndpointKind::Writer, &names(64, 256)))
+        .admit_endpoint(ep(2, 0, EndpointKind::Writer, &hostile_names(64)))
         .unwrap();
     assert_eq!(w.work.pairs, 0, "no reader to compare with yet");
     let before = g.match_work();

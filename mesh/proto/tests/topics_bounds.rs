@@ -139,8 +139,17 @@ fn the_issues_worst_frame_costs_no_matching_work() {
     let t0 = Instant::now();
     let mut c = core(TopicsConfig::default(), t0);
     let p = participant(QosDuration::from_secs(10));
-    let names: Vec<String> = (0..64).map(|i| format!("{i:x<256}")).collect();
-    let patterns: Vec<String> = (0..64).map(|i| format!("*{:a<253}b*", i % 10)).collect();
+    let names: Vec<String> = (0..64)
+        .map(|i| {
+            let s = format!("-{i}");
+            "a".repeat(256 - s.len()) + &s
+        })
+        .collect();
+    let patterns: Vec<String> = ('b'..='z')
+        .chain('A'..='Z')
+        .chain("!#%&+,.:;=@_~".chars())
+        .map(|c| format!("*{}{c}*", "a".repeat(253)))
+        .collect();
     let mut eps = Vec::new();
     for e in 0..5 {
         eps.push(endpoint(e, EndpointKind::Writer, names.clone()));

@@ -448,11 +448,13 @@ mod tests {
         assert_eq!(c.participant_bytes, 9000);
         assert_eq!(c.remote_endpoint_bytes, 90_000);
         assert_eq!(c.max_lease, QosDuration::from_millis(15_000));
-        assert_eq!(TopicsConfig::default().capacities(), {
-            let mut d = Capacities::default();
-            d.local_participants = 1;
-            d
-        });
+        assert_eq!(
+            TopicsConfig::default().capacities(),
+            Capacities {
+                local_participants: 1,
+                ..Capacities::default()
+            }
+        );
     }
 
     #[test]
