@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_main, BatchSize, BenchmarkId, Criterion};
 use shoal_discovery::graph::{Capacities, DiscoveryGraph, GraphConfig, MatchScope};
-use shoal_discovery::partition::partitions_match;
+use shoal_discovery::partition::{overlap, CompiledPartitions};
 use shoal_discovery::qos::{DurabilityKind, History, Limit};
 use shoal_discovery::record;
 use shoal_discovery::types::*;
@@ -46,6 +46,11 @@ fn big_config(scope: MatchScope) -> GraphConfig {
             remote_writers: 1 << 20,
             remote_readers: 1 << 20,
             matches: 1 << 22,
+            // Its participants hold up to 100k endpoints each.
+            participant_endpoints: usize::MAX,
+            participant_bytes: usize::MAX,
+            remote_endpoint_bytes: usize::MAX,
+            ..Capacities::default()
         },
         scope,
     }
@@ -237,11 +242,16 @@ fn partitions(c: &mut Criterion) {
         Partitions::new(["robot"]).unwrap(),
         Partitions::default_partition(),
     ];
+    // Lists prepared once, as the graph holds them (`discovery_match` also times the
+    // seed's matcher and preparing per call).
+    let wc = CompiledPartitions::new(&writer);
+    let rcs: Vec<_> = readers.iter().map(CompiledPartitions::new).collect();
     group.bench_function("seed_table_4_readers", |b| {
         b.iter(|| {
             readers
                 .iter()
-                .filter(|r| partitions_match(black_box(&writer), r))
+                .zip(&rcs)
+                .filter(|(r, rc)| overlap(black_box(&writer), wc.as_ref(), r, rc.as_ref(), &mut 0))
                 .count()
         })
     });
@@ -252,8 +262,20 @@ fn partitions(c: &mut Criterion) {
     let names =
         Partitions::new((0..8).map(|i| format!("fleet/{i}/robot/arm-{i}/sensors/00/cooked")))
             .unwrap();
+    let (pc, nc) = (
+        CompiledPartitions::new(&pats),
+        CompiledPartitions::new(&names),
+    );
     group.bench_function("8x8_patterns_no_overlap", |b| {
-        b.iter(|| partitions_match(black_box(&pats), black_box(&names)))
+        b.iter(|| {
+            overlap(
+                black_box(&pats),
+                pc.as_ref(),
+                black_box(&names),
+                nc.as_ref(),
+                &mut 0,
+            )
+        })
     });
     group.finish();
 }

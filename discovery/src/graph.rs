@@ -1,8 +1,10 @@
 //! The discovery graph: participants, endpoints, matches, admission, expiry.
 //!
-//! Length: one data structure: `DiscoveryGraph`'s impl is ~650 lines of code (757 with docs) that
-//! keep the slab, the per-topic and per-participant lists and both halves of every match
-//! consistent; splitting it would expose those private indexes.
+//! Length: one data structure: `DiscoveryGraph`'s impl is ~850 lines of code (~985 with docs)
+//! that keep the slab, the per-topic and per-participant lists, both halves of every match
+//! and the per-participant and remote byte counts consistent; splitting it would expose
+//! those private indexes. The footprint measure and the pattern matcher it stores live in
+//! their own modules.
 //!
 //! Storage follows the seed (an array of endpoints with hash indexes beside
 //! it, a set of matched pairs, readers-of-writer and writers-of-reader) with
@@ -33,8 +35,10 @@ use ahash::{AHashMap, AHashSet};
 use slab::Slab;
 use tracing::{debug, info};
 
+use crate::footprint::{endpoint_footprint, partition_bytes};
 use crate::matching::{self, Incompatibility};
-use crate::qos::QosError;
+use crate::partition::CompiledPartitions;
+use crate::qos::{QosDuration, QosError};
 use crate::types::{
     EndpointInfo, EndpointKind, Guid, GuidPrefix, ParticipantInfo, Time, TypesError,
 };
@@ -88,11 +92,23 @@ pub enum RejectCause {
     WrongLocality,
     /// A known GUID re-announced as the other endpoint kind.
     KindChanged,
+    /// The endpoint's partition names exceed
+    /// [`Capacities::endpoint_partition_bytes`].
+    PartitionBytes,
+    /// Its remote participant already has
+    /// [`Capacities::participant_endpoints`] endpoints.
+    ParticipantEndpoints,
+    /// Its remote participant's endpoints would exceed
+    /// [`Capacities::participant_bytes`].
+    ParticipantBytes,
+    /// All remote endpoints together would exceed
+    /// [`Capacities::remote_endpoint_bytes`].
+    RemoteBytes,
 }
 
 impl RejectCause {
     /// Every cause, in counter order.
-    pub const ALL: [RejectCause; 7] = [
+    pub const ALL: [RejectCause; 11] = [
         Self::TableFull,
         Self::MatchCapacity,
         Self::Invalid,
@@ -100,6 +116,10 @@ impl RejectCause {
         Self::UnknownParticipant,
         Self::WrongLocality,
         Self::KindChanged,
+        Self::PartitionBytes,
+        Self::ParticipantEndpoints,
+        Self::ParticipantBytes,
+        Self::RemoteBytes,
     ];
 }
 
@@ -162,6 +182,49 @@ pub enum AdmitError {
         /// The GUID.
         guid: Guid,
     },
+    /// The partition names are longer in total than the cap. For a remote record this
+    /// is a counted rejection, not a protocol error: the sender may run with a larger cap.
+    #[error("{table:?} record has {bytes} bytes of partition names, cap {cap}")]
+    PartitionBytes {
+        /// Table.
+        table: Table,
+        /// The record's partition bytes.
+        bytes: usize,
+        /// The cap.
+        cap: usize,
+    },
+    /// The remote participant has as many endpoints as its quota allows.
+    #[error("{table:?} record: participant {prefix:?} at its quota of {quota} endpoints")]
+    ParticipantEndpoints {
+        /// Table.
+        table: Table,
+        /// The participant.
+        prefix: GuidPrefix,
+        /// Its quota.
+        quota: usize,
+    },
+    /// The remote participant's endpoints would take more bytes than its quota.
+    #[error("{table:?} record: participant {prefix:?} would hold {would_be} bytes, quota {quota}")]
+    ParticipantBytes {
+        /// Table.
+        table: Table,
+        /// The participant.
+        prefix: GuidPrefix,
+        /// Its endpoints' footprint after admission.
+        would_be: usize,
+        /// Its quota.
+        quota: usize,
+    },
+    /// Remote endpoints together would take more bytes than the ceiling.
+    #[error("{table:?} record: remote endpoints would hold {would_be} bytes, ceiling {ceiling}")]
+    RemoteBytes {
+        /// Table.
+        table: Table,
+        /// All remote endpoints' footprint after admission.
+        would_be: usize,
+        /// The ceiling.
+        ceiling: usize,
+    },
 }
 
 impl AdmitError {
@@ -174,7 +237,11 @@ impl AdmitError {
             | Self::Inconsistent { table, .. }
             | Self::UnknownParticipant { table, .. }
             | Self::WrongLocality { table }
-            | Self::KindChanged { table, .. } => table,
+            | Self::KindChanged { table, .. }
+            | Self::PartitionBytes { table, .. }
+            | Self::ParticipantEndpoints { table, .. }
+            | Self::ParticipantBytes { table, .. }
+            | Self::RemoteBytes { table, .. } => table,
         }
     }
     /// The cause, for counting.
@@ -187,6 +254,10 @@ impl AdmitError {
             Self::UnknownParticipant { .. } => RejectCause::UnknownParticipant,
             Self::WrongLocality { .. } => RejectCause::WrongLocality,
             Self::KindChanged { .. } => RejectCause::KindChanged,
+            Self::PartitionBytes { .. } => RejectCause::PartitionBytes,
+            Self::ParticipantEndpoints { .. } => RejectCause::ParticipantEndpoints,
+            Self::ParticipantBytes { .. } => RejectCause::ParticipantBytes,
+            Self::RemoteBytes { .. } => RejectCause::RemoteBytes,
         }
     }
 }
@@ -216,7 +287,8 @@ impl RejectionCounters {
     }
 }
 
-/// Capacity of every table. Occupancy never exceeds these.
+/// Capacity of every table, and the bounds on what one record and one remote
+/// participant may hold. Occupancy never exceeds these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capacities {
     /// Local participants.
@@ -232,6 +304,20 @@ pub struct Capacities {
     /// Stored matches (the seed's "local matches": with
     /// [`MatchScope::LocalOnly`] every match has a local side).
     pub matches: usize,
+    /// Most bytes of partition names (their text, summed) one endpoint may declare,
+    /// local or remote. Bounds what matching one pair can cost. Default 2048.
+    pub endpoint_partition_bytes: usize,
+    /// Most endpoints one remote participant may have. Default 4096 (a Shoal node's
+    /// default `max_local_endpoints`).
+    pub participant_endpoints: usize,
+    /// Most bytes one remote participant's endpoints may take, as
+    /// [`crate::footprint::endpoint_footprint`] counts them. Default 8 MiB.
+    pub participant_bytes: usize,
+    /// Most bytes all remote endpoints together may take (same measure). Default 128 MiB.
+    pub remote_endpoint_bytes: usize,
+    /// Longest lease a remote participant is admitted with: a longer one, infinite
+    /// included, counts as this. Default 60 s.
+    pub max_lease: QosDuration,
 }
 
 impl Default for Capacities {
@@ -243,6 +329,11 @@ impl Default for Capacities {
             remote_writers: 65_536,
             remote_readers: 65_536,
             matches: 262_144,
+            endpoint_partition_bytes: 2048,
+            participant_endpoints: 4096,
+            participant_bytes: 8 << 20,
+            remote_endpoint_bytes: 128 << 20,
+            max_lease: QosDuration::from_secs(60),
         }
     }
 }
@@ -276,6 +367,29 @@ pub enum ParticipantAdmission {
     Refreshed,
 }
 
+/// The matching work an admission cost, for a caller that budgets it per origin.
+/// Rejected admissions count too ([`DiscoveryGraph::match_work`] sums every one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MatchWork {
+    /// Candidate (writer, reader) pairs examined: opposite-kind endpoints on the topic
+    /// within the match scope.
+    pub pairs: u64,
+    /// Partition work: name comparisons plus the bytes they compared, pattern runs in
+    /// word steps (one per name byte per 64 pattern states), and bytes compiled.
+    pub steps: u64,
+}
+
+impl MatchWork {
+    /// Pairs and steps as one number: a pair's fixed checks count as one step.
+    pub fn units(&self) -> u64 {
+        self.pairs.saturating_add(self.steps)
+    }
+    fn add(&mut self, other: MatchWork) {
+        self.pairs = self.pairs.saturating_add(other.pairs);
+        self.steps = self.steps.saturating_add(other.steps);
+    }
+}
+
 /// Result of admitting an endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointAdmission {
@@ -287,6 +401,8 @@ pub struct EndpointAdmission {
     pub matched: Vec<EndpointId>,
     /// Peers no longer matched because the replacement changed policies.
     pub unmatched: Vec<EndpointId>,
+    /// What matching it cost (zero for a refresh that changed nothing matchable).
+    pub work: MatchWork,
 }
 
 /// What a removal or expiry took out.
@@ -316,6 +432,8 @@ struct ParticipantEntry {
     expires_at: Time,
     /// Slots of its endpoints.
     endpoints: Vec<u32>,
+    /// Their footprint, summed.
+    bytes: usize,
 }
 
 #[derive(Debug)]
@@ -327,7 +445,11 @@ struct EndpointEntry {
     pos_in_participant: u32,
     topic: u32,
     pos_in_topic: u32,
+    /// [`endpoint_footprint`] of `info`.
+    footprint: u32,
     matches: Vec<MatchRef>,
+    /// `info.partitions` prepared for matching (`None`: the default partition).
+    parts: Option<Box<CompiledPartitions>>,
 }
 
 #[derive(Debug)]
@@ -390,6 +512,10 @@ pub struct DiscoveryGraph {
     occupancy: [usize; Table::ALL.len()],
     next_id: u64,
     rejections: RejectionCounters,
+    /// Footprint of every remote endpoint, summed.
+    remote_bytes: usize,
+    /// Matching work of every admission so far.
+    work: MatchWork,
     /// Reused buffer for the candidate scan, so admission allocates only
     /// what it stores.
     scratch: Vec<u32>,
@@ -411,6 +537,8 @@ impl DiscoveryGraph {
             occupancy: [0; Table::ALL.len()],
             next_id: 0,
             rejections: RejectionCounters::default(),
+            remote_bytes: 0,
+            work: MatchWork::default(),
             scratch: Vec::new(),
         }
     }
@@ -446,6 +574,45 @@ impl DiscoveryGraph {
         &self.rejections
     }
 
+    /// The matching work of every endpoint admission so far, refused ones included:
+    /// a caller charging work per origin reads it before and after an admission.
+    pub fn match_work(&self) -> MatchWork {
+        self.work
+    }
+
+    /// Footprint of all remote endpoints ([`crate::footprint::endpoint_footprint`]).
+    pub fn remote_endpoint_bytes(&self) -> usize {
+        self.remote_bytes
+    }
+
+    /// A participant's endpoint count and their footprint in bytes.
+    pub fn participant_usage(&self, prefix: &GuidPrefix) -> Option<(usize, usize)> {
+        self.by_prefix.get(prefix).map(|&ps| {
+            let p = &self.participants[ps as usize];
+            (p.endpoints.len(), p.bytes)
+        })
+    }
+
+    /// The lease a remote participant announcing `lease` is admitted with:
+    /// at most [`Capacities::max_lease`].
+    pub fn admitted_lease(&self, lease: QosDuration) -> QosDuration {
+        // A cap configured at zero would make every record invalid: one nanosecond is
+        // the least lease there is.
+        lease.min(
+            self.config
+                .capacities
+                .max_lease
+                .max(QosDuration::from_nanos(1)),
+        )
+    }
+
+    /// When a participant's lease runs out (`Time(u64::MAX)`: never, a local one).
+    pub fn participant_expiry(&self, prefix: &GuidPrefix) -> Option<Time> {
+        self.by_prefix
+            .get(prefix)
+            .map(|&ps| self.participants[ps as usize].expires_at)
+    }
+
     fn reject<T>(&mut self, e: AdmitError) -> Result<T, AdmitError> {
         debug!(error = %e, "discovery record rejected");
         self.rejections.record(&e);
@@ -465,12 +632,15 @@ impl DiscoveryGraph {
 
     /// Admit-Record for a participant announcement heard at `now`: a known
     /// prefix is replaced in place and its lease renewed even when the table
-    /// is full; a new one needs room.
+    /// is full; a new one needs room. Its lease is capped at
+    /// [`Capacities::max_lease`] (the stored record carries the capped lease), so a
+    /// participant that stops announcing always expires.
     pub fn admit_participant(
         &mut self,
-        info: ParticipantInfo,
+        mut info: ParticipantInfo,
         now: Time,
     ) -> Result<ParticipantAdmission, AdmitError> {
+        info.lease_duration = self.admitted_lease(info.lease_duration);
         let expires_at = now.saturating_add(info.lease_duration);
         self.admit_participant_inner(info, false, expires_at)
     }
@@ -508,6 +678,7 @@ impl DiscoveryGraph {
             local,
             expires_at,
             endpoints: Vec::new(),
+            bytes: 0,
         }));
         self.by_prefix.insert(prefix, ps);
         self.occupancy[table as usize] += 1;
@@ -642,17 +813,42 @@ impl DiscoveryGraph {
         if let Err(source) = info.qos.consistent() {
             return self.reject(AdmitError::Inconsistent { table, source });
         }
+        // Bounds what preparing this record and matching it against anything can cost.
+        let bytes = partition_bytes(&info.partitions);
+        let cap = self.config.capacities.endpoint_partition_bytes;
+        if bytes > cap {
+            return self.reject(AdmitError::PartitionBytes { table, bytes, cap });
+        }
+        let footprint = endpoint_footprint(&info);
         if let Some(&es) = self.by_guid.get(&info.guid) {
-            return self.replace_endpoint(es, info, table);
+            return self.replace_endpoint(es, info, table, footprint);
         }
         let capacity = self.capacity(table);
         if self.occupancy[table as usize] >= capacity {
             return self.reject(AdmitError::TableFull { table, capacity });
         }
+        if !local {
+            let quota = self.config.capacities.participant_endpoints;
+            if self.participants[ps as usize].endpoints.len() >= quota {
+                return self.reject(AdmitError::ParticipantEndpoints {
+                    table,
+                    prefix,
+                    quota,
+                });
+            }
+            self.check_bytes(table, ps, 0, footprint)?;
+        }
         // Count-New-Matches before anything is written.
+        let parts = CompiledPartitions::new(&info.partitions).map(Box::new);
+        let mut work = MatchWork {
+            pairs: 0,
+            steps: bytes as u64,
+        };
         let mut cands = std::mem::take(&mut self.scratch);
         let known_topic = self.by_topic.get(&info.topic).copied();
-        self.candidates(&info, known_topic, local, None, &mut cands);
+        let prepared = (&info, parts.as_deref());
+        self.candidates(prepared, known_topic, local, None, &mut cands, &mut work);
+        self.work.add(work);
         let would_be = self.matched.len() + cands.len();
         if would_be > self.config.capacities.matches {
             cands.clear();
@@ -686,9 +882,12 @@ impl DiscoveryGraph {
             pos_in_participant,
             topic: ts,
             pos_in_topic,
+            footprint: 0,
             matches: Vec::with_capacity(cands.len()),
+            parts,
         });
         debug_assert_eq!(slot(inserted), es);
+        self.set_footprint(es, footprint);
         self.by_id.insert(id, es);
         self.by_guid.insert(guid, es);
         self.occupancy[table as usize] += 1;
@@ -704,18 +903,69 @@ impl DiscoveryGraph {
             replaced: false,
             matched,
             unmatched: Vec::new(),
+            work,
         })
     }
 
-    /// Compatible peers for `info` on its topic, in topic-list order.
-    /// `exclude` skips the endpoint's own slot when it is being replaced.
+    /// Refuses a remote record that would take participant `ps`'s endpoints, or all
+    /// remote endpoints, past their byte quota once `old` bytes become `new`.
+    fn check_bytes(
+        &mut self,
+        table: Table,
+        ps: u32,
+        old: usize,
+        new: usize,
+    ) -> Result<(), AdmitError> {
+        if new <= old {
+            return Ok(());
+        }
+        let c = self.config.capacities;
+        let p = &self.participants[ps as usize];
+        let would_be = p.bytes - old + new;
+        if would_be > c.participant_bytes {
+            let prefix = p.info.prefix;
+            return self.reject(AdmitError::ParticipantBytes {
+                table,
+                prefix,
+                would_be,
+                quota: c.participant_bytes,
+            });
+        }
+        let would_be = self.remote_bytes - old + new;
+        if would_be > c.remote_endpoint_bytes {
+            return self.reject(AdmitError::RemoteBytes {
+                table,
+                would_be,
+                ceiling: c.remote_endpoint_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sets slot `es`'s footprint, keeping its participant's and the remote total in step.
+    fn set_footprint(&mut self, es: u32, bytes: usize) {
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+        let e = &mut self.endpoints[es as usize];
+        let old = std::mem::replace(&mut e.footprint, bytes) as usize;
+        let (local, ps) = (e.local, e.participant);
+        let p = &mut self.participants[ps as usize];
+        p.bytes = p.bytes - old + bytes as usize;
+        if !local {
+            self.remote_bytes = self.remote_bytes - old + bytes as usize;
+        }
+    }
+
+    /// Compatible peers for `info` (with its prepared partitions) on its topic, in
+    /// topic-list order, adding the work spent to `work`. `exclude` skips the
+    /// endpoint's own slot when it is being replaced.
     fn candidates(
         &self,
-        info: &EndpointInfo,
+        (info, parts): (&EndpointInfo, Option<&CompiledPartitions>),
         topic: Option<u32>,
         local: bool,
         exclude: Option<u32>,
         out: &mut Vec<u32>,
+        work: &mut MatchWork,
     ) {
         out.clear();
         let Some(ts) = topic else {
@@ -730,9 +980,16 @@ impl DiscoveryGraph {
             if need_local && !peer.local {
                 continue;
             }
+            work.pairs += 1;
+            let pp = peer.parts.as_deref();
+            let steps = &mut work.steps;
             let ok = match info.kind {
-                EndpointKind::Writer => matching::compatible_on_topic(info, &peer.info),
-                EndpointKind::Reader => matching::compatible_on_topic(&peer.info, info),
+                EndpointKind::Writer => {
+                    matching::compatible_on_topic(info, parts, &peer.info, pp, steps)
+                }
+                EndpointKind::Reader => {
+                    matching::compatible_on_topic(&peer.info, pp, info, parts, steps)
+                }
             };
             if ok {
                 out.push(ps);
@@ -799,6 +1056,7 @@ impl DiscoveryGraph {
         es: u32,
         info: EndpointInfo,
         table: Table,
+        footprint: usize,
     ) -> Result<EndpointAdmission, AdmitError> {
         let entry = &self.endpoints[es as usize];
         let id = entry.id;
@@ -806,20 +1064,54 @@ impl DiscoveryGraph {
             let guid = info.guid;
             return self.reject(AdmitError::KindChanged { table, guid });
         }
+        let (local, ps, old_bytes) = (entry.local, entry.participant, entry.footprint as usize);
+        if !local {
+            // A record that grows (more locators, longer names) must fit the quotas too.
+            self.check_bytes(table, ps, old_bytes, footprint)?;
+        }
+        let entry = &self.endpoints[es as usize];
         if same_matching_fields(&entry.info, &info) {
             // A refresh: only addresses may differ. Matches stand.
             self.endpoints[es as usize].info = info;
+            self.set_footprint(es, footprint);
             return Ok(EndpointAdmission {
                 id,
                 replaced: true,
                 matched: Vec::new(),
                 unmatched: Vec::new(),
+                work: MatchWork::default(),
             });
         }
-        let local = entry.local;
+        let same_parts = entry.info.partitions == info.partitions;
+        let fresh = if same_parts {
+            None
+        } else {
+            CompiledPartitions::new(&info.partitions).map(Box::new)
+        };
+        let parts = if same_parts {
+            self.endpoints[es as usize].parts.as_deref()
+        } else {
+            fresh.as_deref()
+        };
+        let mut work = MatchWork {
+            pairs: 0,
+            steps: if same_parts {
+                0
+            } else {
+                partition_bytes(&info.partitions) as u64
+            },
+        };
         let mut cands = std::mem::take(&mut self.scratch);
         let known_topic = self.by_topic.get(&info.topic).copied();
-        self.candidates(&info, known_topic, local, Some(es), &mut cands);
+        self.candidates(
+            (&info, parts),
+            known_topic,
+            local,
+            Some(es),
+            &mut cands,
+            &mut work,
+        );
+        self.work.add(work);
         let new_set: AHashSet<u32> = cands.iter().copied().collect();
         let old: Vec<u32> = self.endpoints[es as usize]
             .matches
@@ -867,6 +1159,10 @@ impl DiscoveryGraph {
             e.pos_in_topic = pos;
         }
         self.endpoints[es as usize].info = info;
+        if !same_parts {
+            self.endpoints[es as usize].parts = fresh;
+        }
+        self.set_footprint(es, footprint);
         let mut matched = Vec::with_capacity(added);
         for &peer in &cands {
             if !old_set.contains(&peer) {
@@ -881,6 +1177,7 @@ impl DiscoveryGraph {
             replaced: true,
             matched,
             unmatched,
+            work,
         })
     }
 
@@ -904,6 +1201,7 @@ impl DiscoveryGraph {
     /// GUID and the number of matches removed.
     fn remove_endpoint_slot(&mut self, es: u32) -> (EndpointId, Guid, usize) {
         let n = self.endpoints[es as usize].matches.len();
+        self.set_footprint(es, 0);
         // Unlinking the last entry moves nothing within this endpoint's list.
         for i in (0..n).rev() {
             self.unlink(es, i);
@@ -1045,7 +1343,8 @@ impl DiscoveryGraph {
             (EndpointKind::Reader, EndpointKind::Writer) => (eb, ea),
             _ => (ea, eb),
         };
-        let mut why = match matching::explain(&w.info, &r.info) {
+        let (wc, rc) = (w.parts.as_deref(), r.parts.as_deref());
+        let mut why = match matching::explain_prepared(&w.info, wc, &r.info, rc) {
             Ok(()) => Vec::new(),
             Err(v) => v,
         };
@@ -1083,7 +1382,24 @@ impl DiscoveryGraph {
             if self.by_prefix.get(&p.info.prefix).is_none() {
                 return Err(format!("participant {:?} not indexed", p.info.prefix));
             }
+            let bytes: usize = p
+                .endpoints
+                .iter()
+                .map(|&es| self.endpoints[es as usize].footprint as usize)
+                .sum();
+            if bytes != p.bytes {
+                return Err(format!("participant {:?} bytes drifted", p.info.prefix));
+            }
+            let c = &self.config.capacities;
+            if !p.local
+                && (p.endpoints.len() > c.participant_endpoints
+                    || p.bytes > c.participant_bytes
+                    || p.info.lease_duration > self.admitted_lease(p.info.lease_duration))
+            {
+                return Err(format!("participant {:?} over quota", p.info.prefix));
+            }
         }
+        let mut remote_bytes = 0usize;
         let mut half_matches = 0usize;
         for (k, e) in &self.endpoints {
             let es = slot(k);
@@ -1093,6 +1409,17 @@ impl DiscoveryGraph {
                 (false, EndpointKind::Reader) => Table::RemoteReaders,
             };
             occ[t as usize] += 1;
+            if !e.local {
+                remote_bytes += e.footprint as usize;
+            }
+            let footprint = u32::try_from(endpoint_footprint(&e.info)).unwrap_or(u32::MAX);
+            if e.footprint != footprint
+                || e.parts.as_deref() != CompiledPartitions::new(&e.info.partitions).as_ref()
+                || partition_bytes(&e.info.partitions)
+                    > self.config.capacities.endpoint_partition_bytes
+            {
+                return Err(format!("endpoint {:?} footprint or partitions stale", e.id));
+            }
             if self.by_id.get(&e.id) != Some(&es) || self.by_guid.get(&e.info.guid) != Some(&es) {
                 return Err(format!("endpoint {:?} index mismatch", e.id));
             }
@@ -1141,6 +1468,14 @@ impl DiscoveryGraph {
                 }
             }
         }
+        if remote_bytes != self.remote_bytes
+            || remote_bytes > self.config.capacities.remote_endpoint_bytes
+        {
+            return Err(format!(
+                "remote bytes {} != counted {remote_bytes}",
+                self.remote_bytes
+            ));
+        }
         if half_matches != 2 * self.matched.len() {
             return Err(format!(
                 "{} match halves for {} matches",
@@ -1178,12 +1513,22 @@ mod footprint {
     /// The crate docs state these sizes; growing a struct must update them.
     #[test]
     fn sizes_match_crate_docs() {
-        assert!(size_of::<super::EndpointEntry>() <= 296);
+        assert!(size_of::<super::EndpointEntry>() <= 304);
         assert_eq!(size_of::<super::MatchRef>(), 8);
         assert_eq!(size_of::<(super::EndpointId, super::EndpointId)>(), 16);
         assert_eq!(size_of::<(super::EndpointId, u32)>(), 16);
         assert_eq!(size_of::<(crate::types::Guid, u32)>(), 20);
         assert!(size_of::<super::TopicEntry>() <= 72);
+    }
+
+    /// The footprint's fixed part covers the slot, both index entries at half load,
+    /// the two list positions and a topic entry of its own.
+    #[test]
+    fn footprint_overhead_covers_fixed_costs() {
+        let index = 2 * (size_of::<(super::EndpointId, u32)>() + 1)
+            + 2 * (size_of::<(crate::types::Guid, u32)>() + 1);
+        let fixed = size_of::<super::EndpointEntry>() + index + 8 + size_of::<super::TopicEntry>();
+        assert!(crate::footprint::ENDPOINT_OVERHEAD >= fixed, "{fixed}");
     }
 }
 

@@ -9,9 +9,11 @@
 //! Owns what a participant knows about the mesh and how it decides who talks
 //! to whom: participant and endpoint identities ([`types`]), every QoS policy
 //! with its default and valid range ([`qos`]), writer/reader compatibility
-//! and its explanation ([`matching`]), partition patterns ([`partition`]), and
-//! the discovery graph with bounded admission, matching and lease expiry
-//! ([`graph`]), the announcement record codec and announcer ([`record`],
+//! and its explanation ([`matching`]), partition patterns ([`partition`],
+//! matched by a compiled bit-parallel NFA), what an endpoint costs to hold
+//! ([`footprint`]), and the discovery graph with bounded admission (table
+//! capacities, per-participant quotas, a byte ceiling, capped leases),
+//! matching and lease expiry ([`graph`]), the announcement record codec and announcer ([`record`],
 //! [`announce`]), address selection ([`locators`]) and per-match routes
 //! ([`routes`]).
 //!
@@ -30,22 +32,33 @@
 //! matches). The seed's design paid O(E) per insertion and O(E + M) per
 //! removal. See [`graph`] for how.
 //!
+//! Comparing one pair's partitions is linear in their size (one merge of the
+//! sorted names, and |name| · ⌈states / 64⌉ word steps per pattern–name pair),
+//! and an endpoint's partition names are capped at
+//! [`graph::Capacities::endpoint_partition_bytes`], so no record can make one
+//! pair expensive; every admission reports its work
+//! ([`graph::MatchWork`]) so the caller can budget it per origin.
+//!
 //! # Memory
 //!
 //! Measured with `size_of` on x86-64 (kept honest by a unit test in
 //! `graph.rs` that fails if the structs grow past these numbers):
 //!
-//! * per endpoint: a 296-byte slot (its record with all policies inline),
+//! * per endpoint: a 304-byte slot (its record with all policies inline),
 //!   plus two hash-index entries (16 and 20 bytes + 1 control byte each),
 //!   4 bytes in its topic's list and 4 in its participant's list — about
-//!   345 bytes — plus the heap text of its topic, type and partition names
-//!   and its locators (24 bytes each);
+//!   355 bytes — plus the heap text of its topic, type and partition names,
+//!   its locators (24 bytes each) and its prepared partition patterns (256
+//!   bytes plus a few words per pattern state each). [`footprint`] turns this
+//!   into the byte measure the per-participant and total quotas count;
 //! * per match: two 8-byte back-linked halves (one in each endpoint's list)
 //!   plus one 16-byte entry (+1 control byte) in the matched-pair set —
 //!   about 33 bytes, up to ~2x that at low hash-table load;
 //! * per topic: a 72-byte entry plus its name twice (entry and index key).
 
 pub mod announce;
+pub mod footprint;
+mod glob;
 pub mod graph;
 pub mod locators;
 pub mod matching;

@@ -1,13 +1,14 @@
 //! Writer/reader compatibility: the pure test behind Match-Writer, and the
 //! explanation users get when two endpoints do not match.
 //!
-//! [`compatible`] is the allocation-free test used inside the matching scan;
-//! [`explain`] evaluates the same rules but reports every failing one. A test
-//! keeps the two in agreement.
+//! [`compatible`] is the test behind the matching scan (the graph runs it on
+//! partition lists it prepared once per endpoint, so the scan allocates
+//! nothing); [`explain`] evaluates the same rules but reports every failing
+//! one. A test keeps the two in agreement.
 
 use std::fmt;
 
-use crate::partition::partitions_match;
+use crate::partition::{overlap, CompiledPartitions};
 use crate::qos::{EndpointQos, Policy, QosError};
 use crate::types::{EndpointInfo, EndpointKind};
 
@@ -228,32 +229,82 @@ impl fmt::Display for Incompatibility {
     }
 }
 
-/// The full compatibility test, allocation-free: kinds, consistency, topic,
-/// type name, known and equal type hash, QoS, partitions.
+/// The full compatibility test: kinds, consistency, topic, type name, known and equal
+/// type hash, QoS, partitions. Allocation-free except for preparing partition patterns
+/// (the graph prepares them once per endpoint instead).
 pub fn compatible(w: &EndpointInfo, r: &EndpointInfo) -> bool {
     w.kind == EndpointKind::Writer
         && r.kind == EndpointKind::Reader
         && w.topic == r.topic
         && w.qos.consistent().is_ok()
         && r.qos.consistent().is_ok()
-        && compatible_on_topic(w, r)
+        && compatible_on_topic(w, None, r, None, &mut 0)
 }
 
 /// The part of [`compatible`] left once the graph has established the rest:
 /// `w` a writer and `r` a reader of the same topic, both admitted (so both
-/// consistent). Cheapest and most selective tests first.
-pub(crate) fn compatible_on_topic(w: &EndpointInfo, r: &EndpointInfo) -> bool {
-    w.type_hash == r.type_hash
+/// consistent). Cheapest and most selective tests first. `wc`/`rc` are the lists'
+/// prepared forms when the caller holds them (`None` prepares them here); partition
+/// work is added to `work`.
+pub(crate) fn compatible_on_topic(
+    w: &EndpointInfo,
+    wc: Option<&CompiledPartitions>,
+    r: &EndpointInfo,
+    rc: Option<&CompiledPartitions>,
+    work: &mut u64,
+) -> bool {
+    if !(w.type_hash == r.type_hash
         && w.type_hash.is_known()
         && qos_compatible(&w.qos, &r.qos)
-        && w.type_name == r.type_name
-        && partitions_match(&w.partitions, &r.partitions)
+        && w.type_name == r.type_name)
+    {
+        return false;
+    }
+    partitions_overlap(w, wc, r, rc, work)
+}
+
+/// Partitions-Match of two endpoints, preparing a list here when its prepared form is
+/// not given.
+fn partitions_overlap(
+    w: &EndpointInfo,
+    wc: Option<&CompiledPartitions>,
+    r: &EndpointInfo,
+    rc: Option<&CompiledPartitions>,
+    work: &mut u64,
+) -> bool {
+    let (own_w, own_r);
+    let wc = match wc {
+        Some(c) => Some(c),
+        None => {
+            own_w = CompiledPartitions::new(&w.partitions);
+            own_w.as_ref()
+        }
+    };
+    let rc = match rc {
+        Some(c) => Some(c),
+        None => {
+            own_r = CompiledPartitions::new(&r.partitions);
+            own_r.as_ref()
+        }
+    };
+    overlap(&w.partitions, wc, &r.partitions, rc, work)
 }
 
 /// Every reason writer `w` and reader `r` do not match; `Ok(())` if they do.
 /// Reasons come in a fixed order: kinds, consistency, topic, type, QoS rules
 /// (in [`QosRule`] order), partitions.
 pub fn explain(w: &EndpointInfo, r: &EndpointInfo) -> Result<(), Vec<Incompatibility>> {
+    explain_prepared(w, None, r, None)
+}
+
+/// [`explain`] with the partition lists' prepared forms when the caller holds them (the
+/// graph does), so explaining a stored pair compiles nothing.
+pub(crate) fn explain_prepared(
+    w: &EndpointInfo,
+    wc: Option<&CompiledPartitions>,
+    r: &EndpointInfo,
+    rc: Option<&CompiledPartitions>,
+) -> Result<(), Vec<Incompatibility>> {
     let mut why = Vec::new();
     if w.kind != EndpointKind::Writer || r.kind != EndpointKind::Reader {
         why.push(Incompatibility::NotWriterReader {
@@ -294,7 +345,7 @@ pub fn explain(w: &EndpointInfo, r: &EndpointInfo) -> Result<(), Vec<Incompatibi
             });
         }
     }
-    if !partitions_match(&w.partitions, &r.partitions) {
+    if !partitions_overlap(w, wc, r, rc, &mut 0) {
         why.push(Incompatibility::Partitions {
             writer: w.partitions.names().to_vec(),
             reader: r.partitions.names().to_vec(),

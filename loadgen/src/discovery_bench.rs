@@ -110,7 +110,8 @@ impl DiscoveryArgs {
     }
 
     /// The `[topics]` settings of every node: the announce period, a lease of ten periods,
-    /// and tables large enough for `endpoints` endpoints and `matches` matches.
+    /// and tables and per-participant quotas large enough for `endpoints` endpoints and
+    /// `matches` matches.
     pub fn topics_config(&self, endpoints: usize, matches: usize) -> TopicsConfig {
         let d = TopicsConfig::default();
         TopicsConfig {
@@ -120,6 +121,12 @@ impl DiscoveryArgs {
             max_remote_writers: d.max_remote_writers.max(endpoints),
             max_remote_readers: d.max_remote_readers.max(endpoints),
             max_matches: d.max_matches.max(matches),
+            // One node may hold all `endpoints`: its peers must not refuse them (~600
+            // bytes of footprint each; 1 KiB leaves room).
+            max_endpoints_per_participant: d.max_endpoints_per_participant.max(endpoints),
+            max_bytes_per_participant: d.max_bytes_per_participant.max(endpoints << 10),
+            max_remote_endpoint_bytes: d.max_remote_endpoint_bytes.max(endpoints << 10),
+            max_lease: d.max_lease.max(self.period() * 10),
             ..d
         }
     }

@@ -1,7 +1,9 @@
 //! The `[topics]` settings: announce period, participant lease, the capacity of every
 //! discovery table, the bounds of the flood's dedup table and of the set of incompatible
 //! pairs already reported, the address selection policy and whether participants heard
-//! through discovery are dialed.
+//! through discovery are dialed, and what one remote participant may make this node hold:
+//! partition bytes per endpoint, endpoints and bytes per participant, bytes in all, and
+//! the longest lease.
 //!
 //! **Owns:** the topics settings, their defaults, validation and TOML form. **Must not
 //! touch:** what the settings drive (`topics::core`).
@@ -45,16 +47,23 @@
 //! max_reader_buffer_samples = 65536
 //! max_reader_buffer_bytes = 67108864
 //! ack_timeout_ms = 10000
-//! # control-plane work budgets (units: records applied and candidate pairs matched)
-//! origin_work_per_sec = 200000
-//! origin_work_burst = 1000000
-//! link_work_per_sec = 400000
-//! link_work_burst = 2000000
+//! # control-plane work budgets (units: about a nanosecond of control-plane CPU each)
+//! origin_work_per_sec = 20000000
+//! origin_work_burst = 100000000
+//! link_work_per_sec = 100000000
+//! link_work_burst = 300000000
+//! # what remote participants may make this node hold
+//! max_partition_bytes = 2048
+//! max_endpoints_per_participant = 4096
+//! max_bytes_per_participant = 8388608
+//! max_remote_endpoint_bytes = 134217728
+//! max_lease_ms = 60000
 //! ```
 
 use serde::Deserialize;
 use shoal_discovery::graph::Capacities;
 use shoal_discovery::locators::{LocatorError, SelectionPolicy};
+use shoal_discovery::qos::QosDuration;
 use shoal_discovery::record::MAX_RECORD_LEN;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -102,6 +111,15 @@ pub enum TopicsConfigError {
     /// A fallback locator is not `ip:port`.
     #[error("topics.fallback_locators: {0:?} is not ip:port")]
     BadFallback(String),
+    /// The cap on remote leases is below this node's own lease: nodes sharing this
+    /// configuration would expire each other between announcements' leases.
+    #[error("topics.max_lease ({max_lease:?}) must be at least participant_lease ({lease:?})")]
+    LeaseCapBelowLease {
+        /// Configured own lease.
+        lease: Duration,
+        /// Configured cap.
+        max_lease: Duration,
+    },
 }
 
 /// Topics settings (see the [module docs](self) for the TOML form).
@@ -205,19 +223,21 @@ pub struct TopicsConfig {
     pub max_reader_buffer_samples: u32,
     /// Their payload bytes. Default 64 MiB.
     pub max_reader_buffer_bytes: usize,
-    /// Control-plane work one Discovery origin may cause per second, in work units (one
-    /// per record applied, plus the matching work its endpoints cost: see
-    /// `topics::core::origins`). Frames of an origin past its budget are dropped before
-    /// they are decoded, counted (`budget_dropped`); its next announce cycle repairs them.
-    /// Default 200 000.
+    /// Control-plane work one Discovery origin may cause per second, in work units of
+    /// about a nanosecond of control-plane CPU each: an entry costs its bytes plus 64, the
+    /// matching its endpoints cause costs the discovery graph's `MatchWork::units` (pairs
+    /// examined and partition steps, refused admissions included), a signature's
+    /// verification 100 000 (see `topics::core::origins`). Frames of an origin past its
+    /// budget are dropped before they are verified or decoded, counted (`budget_dropped`);
+    /// its next announce cycle repairs them. Default 20 000 000 (about 2 % of a core).
     pub origin_work_per_sec: u64,
-    /// How much of that an origin may spend at once. Default 1 000 000.
+    /// How much of that an origin may spend at once. Default 100 000 000.
     pub origin_work_burst: u64,
     /// The same budget per link, for every origin whose frames it carries (a relay
     /// carries many, so it is larger): one neighbour cannot keep the control plane busy
-    /// whatever origins it claims. Default 400 000.
+    /// whatever origins it claims. Default 100 000 000 (about 10 % of a core).
     pub link_work_per_sec: u64,
-    /// How much of that a link may spend at once. Default 2 000 000.
+    /// How much of that a link may spend at once. Default 300 000 000.
     pub link_work_burst: u64,
     /// Reliable keep-all writers: how long a writer waits for a matched reader that owes an
     /// acknowledgement (its acknowledgements have not moved since it last had everything)
@@ -228,6 +248,27 @@ pub struct TopicsConfig {
     /// a dead one's lease would unmatch it. Must exceed `heartbeat_period`. Default 10000 ms.
     #[serde(rename = "ack_timeout_ms", with = "millis")]
     pub ack_timeout: Duration,
+    /// Most bytes of partition names (their text, summed) one endpoint may declare: it
+    /// bounds what matching one writer/reader pair can cost. Creating a local endpoint
+    /// over it is an error; a remote endpoint over it is refused and counted (its node
+    /// keeps its link). Default 2048.
+    pub max_partition_bytes: usize,
+    /// Most endpoints one remote participant (node) may have here; more are refused,
+    /// counted. Keep it at least the peers' `max_local_endpoints`. Default 4096.
+    pub max_endpoints_per_participant: usize,
+    /// Most bytes one remote participant's endpoints may take here (the discovery
+    /// crate's `footprint::endpoint_footprint`: ~550 bytes for a plain endpoint, more
+    /// for long names, locators and partition patterns); more are refused, counted.
+    /// Default 8 MiB.
+    pub max_bytes_per_participant: usize,
+    /// Most bytes all remote endpoints together may take here (same measure); more are
+    /// refused, counted. Default 128 MiB.
+    pub max_remote_endpoint_bytes: usize,
+    /// Longest lease a remote participant is held with when it goes silent: a longer
+    /// one, infinite included, counts as this. At least `participant_lease`. Default
+    /// 60000 ms.
+    #[serde(rename = "max_lease_ms", with = "millis")]
+    pub max_lease: Duration,
 }
 
 impl Default for TopicsConfig {
@@ -266,11 +307,16 @@ impl Default for TopicsConfig {
             max_history_bytes: 64 << 20,
             max_reader_buffer_samples: 65_536,
             max_reader_buffer_bytes: 64 << 20,
-            origin_work_per_sec: 200_000,
-            origin_work_burst: 1_000_000,
-            link_work_per_sec: 400_000,
-            link_work_burst: 2_000_000,
+            origin_work_per_sec: 20_000_000,
+            origin_work_burst: 100_000_000,
+            link_work_per_sec: 100_000_000,
+            link_work_burst: 300_000_000,
             ack_timeout: Duration::from_millis(10_000),
+            max_partition_bytes: c.endpoint_partition_bytes,
+            max_endpoints_per_participant: c.participant_endpoints,
+            max_bytes_per_participant: c.participant_bytes,
+            max_remote_endpoint_bytes: c.remote_endpoint_bytes,
+            max_lease: Duration::from_nanos(c.max_lease.as_nanos()),
         }
     }
 }
@@ -285,6 +331,13 @@ impl TopicsConfig {
             remote_writers: self.max_remote_writers,
             remote_readers: self.max_remote_readers,
             matches: self.max_matches,
+            endpoint_partition_bytes: self.max_partition_bytes,
+            participant_endpoints: self.max_endpoints_per_participant,
+            participant_bytes: self.max_bytes_per_participant,
+            remote_endpoint_bytes: self.max_remote_endpoint_bytes,
+            max_lease: QosDuration::from_nanos(
+                u64::try_from(self.max_lease.as_nanos()).unwrap_or(u64::MAX),
+            ),
         }
     }
 
@@ -318,6 +371,7 @@ impl TopicsConfig {
             ("ack_period", self.ack_period),
             ("sync_retry", self.sync_retry),
             ("repair_period", self.repair_period),
+            ("max_lease", self.max_lease),
         ] {
             if d.is_zero() {
                 return Err(TopicsConfigError::ZeroDuration(name));
@@ -344,6 +398,13 @@ impl TopicsConfig {
             ("origin_work_burst", usize_of(self.origin_work_burst)),
             ("link_work_per_sec", usize_of(self.link_work_per_sec)),
             ("link_work_burst", usize_of(self.link_work_burst)),
+            ("max_partition_bytes", self.max_partition_bytes),
+            (
+                "max_endpoints_per_participant",
+                self.max_endpoints_per_participant,
+            ),
+            ("max_bytes_per_participant", self.max_bytes_per_participant),
+            ("max_remote_endpoint_bytes", self.max_remote_endpoint_bytes),
         ] {
             if n == 0 {
                 return Err(TopicsConfigError::Zero(name));
@@ -359,6 +420,12 @@ impl TopicsConfig {
             return Err(TopicsConfigError::AckTimeoutTooShort {
                 period: self.heartbeat_period,
                 timeout: self.ack_timeout,
+            });
+        }
+        if self.max_lease < self.participant_lease {
+            return Err(TopicsConfigError::LeaseCapBelowLease {
+                lease: self.participant_lease,
+                max_lease: self.max_lease,
             });
         }
         if self.max_discovery_frame_bytes < MIN_DISCOVERY_FRAME_BYTES {
@@ -383,5 +450,86 @@ mod millis {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml: &str) -> Result<TopicsConfig, String> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct File {
+            topics: TopicsConfig,
+        }
+        let f: File = toml::from_str(&format!("[topics]\n{toml}")).map_err(|e| e.to_string())?;
+        f.topics.validate().map_err(|e| e.to_string())?;
+        Ok(f.topics)
+    }
+
+    /// The module docs' example is the whole table: it parses and validates, and names
+    /// the defaults.
+    #[test]
+    fn doc_example_parses_with_the_new_bounds() {
+        let doc = include_str!("config.rs");
+        let example: String = doc
+            .lines()
+            .skip_while(|l| !l.starts_with("//! [topics]"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| l.trim_start_matches("//!").trim_start().to_owned() + "\n")
+            .collect();
+        let t = parse(&example).unwrap();
+        let d = TopicsConfig::default();
+        assert_eq!(t.max_partition_bytes, d.max_partition_bytes);
+        assert_eq!(
+            t.max_endpoints_per_participant,
+            d.max_endpoints_per_participant
+        );
+        assert_eq!(t.max_bytes_per_participant, d.max_bytes_per_participant);
+        assert_eq!(t.max_remote_endpoint_bytes, d.max_remote_endpoint_bytes);
+        assert_eq!(t.max_lease, d.max_lease);
+    }
+
+    #[test]
+    fn new_bounds_reach_the_graph() {
+        let t = parse(
+            "max_partition_bytes = 100\nmax_endpoints_per_participant = 7\n\
+             max_bytes_per_participant = 9000\nmax_remote_endpoint_bytes = 90000\n\
+             max_lease_ms = 15000\n",
+        )
+        .unwrap();
+        let c = t.capacities();
+        assert_eq!(c.endpoint_partition_bytes, 100);
+        assert_eq!(c.participant_endpoints, 7);
+        assert_eq!(c.participant_bytes, 9000);
+        assert_eq!(c.remote_endpoint_bytes, 90_000);
+        assert_eq!(c.max_lease, QosDuration::from_millis(15_000));
+        assert_eq!(
+            TopicsConfig::default().capacities(),
+            Capacities {
+                local_participants: 1,
+                ..Capacities::default()
+            }
+        );
+    }
+
+    #[test]
+    fn new_bounds_are_validated() {
+        for key in [
+            "max_partition_bytes",
+            "max_endpoints_per_participant",
+            "max_bytes_per_participant",
+            "max_remote_endpoint_bytes",
+        ] {
+            let e = parse(&format!("{key} = 0")).unwrap_err();
+            assert!(e.contains(key), "{e}");
+        }
+        assert!(parse("max_lease_ms = 0").unwrap_err().contains("max_lease"));
+        let e = parse("participant_lease_ms = 20000\nmax_lease_ms = 19999").unwrap_err();
+        assert!(e.contains("at least participant_lease"), "{e}");
+        parse("participant_lease_ms = 20000\nmax_lease_ms = 20000").unwrap();
+        assert!(parse("max_lease = 5").is_err(), "durations carry _ms");
     }
 }

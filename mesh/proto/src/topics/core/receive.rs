@@ -34,15 +34,16 @@ use super::{prefix_of, Cycle, Remote, TopicsCore, TopicsOutput, MAX_TRACKED_PART
 use crate::reverse_path::PathVerdict;
 use crate::wire::{Discovery, DiscoveryEntry};
 use crate::{LinkId, PeerId};
-use shoal_discovery::graph::{AdmitError, EndpointAdmission, ParticipantAdmission};
+use shoal_discovery::graph::{AdmitError, ParticipantAdmission};
 use shoal_discovery::locators::{candidates, select_locators};
 use shoal_discovery::record::{decode, Record};
 use shoal_discovery::routes::to_socket;
 use shoal_discovery::types::{EndpointInfo, Guid, GuidPrefix, LocatorOrigin, ParticipantInfo};
 use std::time::Instant;
 
-/// Work units charged per entry of a frame, besides the matching its endpoints cost.
-const ENTRY_WORK: u64 = 1;
+/// Work units charged per entry of a frame besides its bytes (and the matching its
+/// endpoints cost): see [`TopicsConfig::origin_work_per_sec`](crate::topics::TopicsConfig).
+const ENTRY_WORK: u64 = 64;
 
 /// What applying a frame's entries came to.
 struct Applied {
@@ -78,8 +79,7 @@ impl TopicsCore {
             self.stats.off_path += 1;
             return;
         }
-        if !self.has_budget(link, &frame.origin, now) {
-            self.stats.budget_dropped += 1;
+        if !self.admits_work(link, &frame.origin, now) {
             return;
         }
         let trusted = signed || path == PathVerdict::Direct;
@@ -136,7 +136,15 @@ impl TopicsCore {
         self.paths.toward(origin, via)
     }
 
-    /// True when both the link's and the origin's budgets have credit left.
+    /// True when both the link's and the origin's work budgets have credit left: a frame
+    /// of `origin` from `link` may be worked on (the control core asks before it verifies
+    /// a signature). A refusal is counted (`budget_dropped`).
+    pub fn admits_work(&mut self, link: LinkId, origin: &PeerId, now: Instant) -> bool {
+        let ok = self.has_budget(link, origin, now);
+        self.stats.budget_dropped += u64::from(!ok);
+        ok
+    }
+
     fn has_budget(&mut self, link: LinkId, origin: &PeerId, now: Instant) -> bool {
         let c = &self.cfg;
         let (lr, lb, or, ob) = (
@@ -156,7 +164,9 @@ impl TopicsCore {
                 .is_none_or(|b| b.has_credit(or, ob, now))
     }
 
-    fn charge(&mut self, link: LinkId, origin: &PeerId, work: u64) {
+    /// Charges `work` units to `link`'s and `origin`'s budgets (the control core charges
+    /// what it spent on a frame before handing it over, a signature's verification).
+    pub fn charge(&mut self, link: LinkId, origin: &PeerId, work: u64) {
         if let Some(l) = self.links.get_mut(&link) {
             l.budget.charge(work);
         }
@@ -175,8 +185,9 @@ impl TopicsCore {
             participant: false,
             listed: Vec::new(),
         };
+        let matching = self.graph.match_work().units();
         for entry in &frame.entries {
-            applied.work += ENTRY_WORK;
+            applied.work += ENTRY_WORK + entry.encoded_len() as u64;
             match entry {
                 DiscoveryEntry::Record(bytes) => match decode(bytes) {
                     Err(e) => {
@@ -201,12 +212,9 @@ impl TopicsCore {
                             continue;
                         }
                         applied.listed.push(e.guid);
-                        match self.admit_endpoint(e) {
-                            Ok(work) => applied.work += work,
-                            Err(()) => {
-                                self.malformed(link);
-                                return None;
-                            }
+                        if self.admit_endpoint(e).is_err() {
+                            self.malformed(link);
+                            return None;
                         }
                     }
                 },
@@ -225,6 +233,8 @@ impl TopicsCore {
                 }
             }
         }
+        // Matching, refused admissions included.
+        applied.work += self.graph.match_work().units().saturating_sub(matching);
         Some(applied)
     }
 
@@ -305,12 +315,10 @@ impl TopicsCore {
         }
     }
 
-    /// Admits an endpoint record; `Ok` with the matching work it cost. `Err` only for an
-    /// out-of-range record.
-    fn admit_endpoint(&mut self, e: EndpointInfo) -> Result<u64, ()> {
+    /// Admits an endpoint record. `Err` only for an out-of-range record.
+    fn admit_endpoint(&mut self, e: EndpointInfo) -> Result<(), ()> {
         match self.graph.admit_endpoint(e) {
             Ok(adm) => {
-                let work = admission_work(&adm);
                 if !adm.unmatched.is_empty() {
                     let mut seen = Default::default();
                     let kind = self.graph.endpoint(adm.id).map(|i| i.kind);
@@ -329,10 +337,10 @@ impl TopicsCore {
                     self.incompatible_events(adm.id);
                     self.changed();
                 }
-                Ok(work)
+                Ok(())
             }
             Err(AdmitError::Invalid { .. }) => Err(()),
-            Err(_) => Ok(0),
+            Err(_) => Ok(()),
         }
     }
 
@@ -385,10 +393,4 @@ impl TopicsCore {
             self.remove_endpoints(&stale);
         }
     }
-}
-
-/// The control-plane work an endpoint admission cost, in work units: the candidate pairs
-/// the graph matched (each a QoS and partition comparison).
-fn admission_work(adm: &EndpointAdmission) -> u64 {
-    (adm.matched.len() + adm.unmatched.len()) as u64
 }

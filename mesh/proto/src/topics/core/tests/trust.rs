@@ -228,8 +228,8 @@ fn incomplete_cycles_expire() {
 fn an_origin_past_its_work_budget_waits_for_it_to_refill() {
     let now = Instant::now();
     let c = TopicsConfig {
-        origin_work_per_sec: 10,
-        origin_work_burst: 10,
+        origin_work_per_sec: 100_000,
+        origin_work_burst: 1_000,
         ..cfg()
     };
     let mut v = core_with(1, c, now);
