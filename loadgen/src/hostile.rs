@@ -217,12 +217,11 @@ fn type_hash() -> TypeHash {
     shoal_mesh::topics::type_hash_of(TYPE)
 }
 
-/// Reads and drops what the victim sends, heartbeating, until the link closes or `stop`.
+/// Reads and drops what the victim sends until the link closes or `stop`. It never writes:
+/// the stranger's frames keep its link alive, and a second writer would interleave bytes.
 fn drain(mut sock: TcpStream, stop: Arc<AtomicBool>, closed: Arc<AtomicBool>) {
     let _ = sock.set_read_timeout(Some(Duration::from_millis(200)));
     let mut buf = vec![0u8; 64 * 1024];
-    let mut hb = Vec::new();
-    let _ = Frame::Heartbeat.encode(&mut hb);
     while !stop.load(Ordering::Acquire) {
         match sock.read(&mut buf) {
             Ok(0) => break,
@@ -233,9 +232,6 @@ fn drain(mut sock: TcpStream, stop: Arc<AtomicBool>, closed: Arc<AtomicBool>) {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
             Err(_) => break,
-        }
-        if sock.write_all(&hb).is_err() {
-            break;
         }
     }
     closed.store(!stop.load(Ordering::Acquire), Ordering::Release);
@@ -257,7 +253,7 @@ pub fn run(a: &DiscoveryArgs) -> Result<HostileReport, RunError> {
         participant_lease: a.period() * 10,
         ..TopicsConfig::default()
     };
-    let partition_bytes = a.hostile_partition_bytes.unwrap_or(2048);
+    let partition_bytes = a.hostile_partition_bytes.unwrap_or(cfg.max_partition_bytes);
     let (control_before, shards_before) = (threads_named(CONTROL_COMM), threads_named(SHARD_COMM));
     let victim = node_builder(a, Vec::new(), &cfg)?
         .build()

@@ -1,5 +1,5 @@
 //! Checks the wire codec against the bytes captured from the C++ library in
-//! `shared/protocol/vectors.txt`, read at run time (never pasted here): every plaintext frame and
+//! `tests/data/vectors.txt` (the protocol notes' `vectors.txt`, kept here), read at run time (never pasted here): every plaintext frame and
 //! datagram must decode to the fields printed beside it and re-encode to the same bytes.
 
 use bytes::{Bytes, BytesMut};
@@ -11,22 +11,16 @@ use shoal_proto::{MsgId, PeerId};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+/// The captured bytes, kept in the repository (`tests/data/vectors.txt`, a copy of the
+/// protocol notes' `shared/protocol/vectors.txt`).
 fn vectors_path() -> PathBuf {
-    let dir = std::env::var_os("SHOAL_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")));
-    dir.join("protocol/vectors.txt")
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vectors.txt"))
 }
 
 fn load() -> String {
     let path = vectors_path();
-    std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read the wire test vectors at {}: {e}. Set SHOAL_SHARED_DIR to the directory \
-             holding protocol/vectors.txt (CI places shared/ beside the repository clone).",
-            path.display()
-        )
-    })
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read the wire test vectors at {}: {e}", path.display()))
 }
 
 /// One frame printed in the file: its header line and the plaintext frame bytes under it.

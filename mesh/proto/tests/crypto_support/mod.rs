@@ -1,4 +1,4 @@
-//! Reads `shared/protocol/vectors.txt` at run time (never pasted by hand into tests).
+//! Reads `tests/data/vectors.txt` (the protocol notes' `vectors.txt`, kept in the repository) at run time (never pasted by hand into tests).
 //!
 //! The file is a sequence of sections (`V5  TCP connection, ...` between `====` rulers). Inside a
 //! section, `key = value` lines give named values (the value is the first word after the last
@@ -77,12 +77,10 @@ impl Section {
     }
 }
 
-/// Where the shared directory is: `SHOAL_SHARED_DIR`, else `<mesh>/../../shared`.
-pub fn shared_dir() -> PathBuf {
-    match std::env::var_os("SHOAL_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")),
-    }
+/// The captured bytes, kept in the repository (`tests/data/vectors.txt`, a copy of the
+/// protocol notes' `shared/protocol/vectors.txt`).
+pub fn vectors_path() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vectors.txt"))
 }
 
 fn is_hex_line(line: &str) -> bool {
@@ -96,13 +94,9 @@ fn is_hex_line(line: &str) -> bool {
 
 /// Parses the whole file into sections keyed `V1`..`V6`. Panics (test failure) when missing.
 pub fn load() -> HashMap<String, Section> {
-    let path = shared_dir().join("protocol/vectors.txt");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read test vectors at {}: {e} (set SHOAL_SHARED_DIR to the shared/ directory)",
-            path.display()
-        )
-    });
+    let path = vectors_path();
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read test vectors at {}: {e}", path.display()));
     parse(&text)
 }
 
