@@ -347,6 +347,11 @@ pub enum MatchScope {
     /// Every compatible pair, remote-remote included: a global view, for
     /// monitoring tools.
     All,
+    /// Every compatible pair but those of two endpoints of one remote participant: what a
+    /// node that relays samples for others needs (a remote node's writer and reader meet
+    /// on that node; their samples never cross this one), and what keeps one participant
+    /// from filling the match table with pairs of its own.
+    AcrossParticipants,
 }
 
 /// Graph configuration.
@@ -971,13 +976,12 @@ impl DiscoveryGraph {
         let Some(ts) = topic else {
             return;
         };
-        let need_local = self.config.scope == MatchScope::LocalOnly && !local;
         for &ps in self.topics[ts as usize].list(opposite(info.kind)) {
             if Some(ps) == exclude {
                 continue;
             }
             let peer = &self.endpoints[ps as usize];
-            if need_local && !peer.local {
+            if !self.in_scope(&info.guid, local, &peer.info.guid, peer.local) {
                 continue;
             }
             work.pairs += 1;
@@ -994,6 +998,16 @@ impl DiscoveryGraph {
             if ok {
                 out.push(ps);
             }
+        }
+    }
+
+    /// Whether the pair of endpoints `a` and `b` (with their locality) is matched at all
+    /// under the graph's scope.
+    fn in_scope(&self, a: &Guid, a_local: bool, b: &Guid, b_local: bool) -> bool {
+        match self.config.scope {
+            MatchScope::All => true,
+            MatchScope::LocalOnly => a_local || b_local,
+            MatchScope::AcrossParticipants => a_local || b_local || a.prefix != b.prefix,
         }
     }
 
@@ -1348,8 +1362,11 @@ impl DiscoveryGraph {
             Ok(()) => Vec::new(),
             Err(v) => v,
         };
-        if self.config.scope == MatchScope::LocalOnly && !w.local && !r.local {
-            why.push(Incompatibility::NoLocalSide);
+        if !self.in_scope(&w.info.guid, w.local, &r.info.guid, r.local) {
+            why.push(match self.config.scope {
+                MatchScope::AcrossParticipants => Incompatibility::SameRemoteParticipant,
+                _ => Incompatibility::NoLocalSide,
+            });
         }
         if why.is_empty() {
             Ok(())
@@ -1463,8 +1480,8 @@ impl DiscoveryGraph {
                         w.id, r.id
                     ));
                 }
-                if self.config.scope == MatchScope::LocalOnly && !w.local && !r.local {
-                    return Err(format!("match {:?}-{:?} has no local side", w.id, r.id));
+                if !self.in_scope(&w.info.guid, w.local, &r.info.guid, r.local) {
+                    return Err(format!("match {:?}-{:?} out of scope", w.id, r.id));
                 }
             }
         }

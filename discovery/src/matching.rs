@@ -173,6 +173,10 @@ pub enum Incompatibility {
     /// Both endpoints are remote and the graph matches only pairs with a
     /// local side ([`crate::graph::MatchScope::LocalOnly`]).
     NoLocalSide,
+    /// Both endpoints belong to one remote participant and the graph matches only pairs
+    /// across participants ([`crate::graph::MatchScope::AcrossParticipants`]): that node
+    /// matches them itself.
+    SameRemoteParticipant,
     /// The endpoint is not in the graph.
     UnknownEndpoint,
 }
@@ -224,6 +228,7 @@ impl fmt::Display for Incompatibility {
                 )
             }
             Self::NoLocalSide => write!(f, "neither endpoint is local"),
+            Self::SameRemoteParticipant => write!(f, "both endpoints are on one remote node"),
             Self::UnknownEndpoint => write!(f, "endpoint not known"),
         }
     }

@@ -617,3 +617,32 @@ mod model {
         }
     }
 }
+
+/// A remote participant's own writer and reader are not matched in the relay scope: they
+/// meet on their own node, and one participant cannot fill the match table with its own
+/// pairs (issue 24, finding 7). Across participants they are.
+#[test]
+fn one_remote_participants_own_pairs_are_not_matched_across_participants() {
+    let mut g = two_party(GraphConfig {
+        scope: MatchScope::AcrossParticipants,
+        ..Default::default()
+    });
+    g.admit_participant(part(3, 1000), Time(0)).unwrap();
+    let w = g
+        .admit_endpoint(ep(2, 1, EndpointKind::Writer, "t"))
+        .unwrap();
+    let r_same = g
+        .admit_endpoint(ep(2, 2, EndpointKind::Reader, "t"))
+        .unwrap();
+    assert_eq!(g.match_count(), 0, "one participant's own pair");
+    assert_eq!(
+        g.explain(w.id, r_same.id),
+        Err(vec![Incompatibility::SameRemoteParticipant])
+    );
+    let r_other = g
+        .admit_endpoint(ep(3, 1, EndpointKind::Reader, "t"))
+        .unwrap();
+    assert_eq!(r_other.matched, vec![w.id], "across participants");
+    assert_eq!(g.match_count(), 1);
+    g.check_invariants().unwrap();
+}

@@ -14,13 +14,20 @@ use std::path::PathBuf;
 /// The captured bytes, kept in the repository (`tests/data/vectors.txt`, a copy of the
 /// protocol notes' `shared/protocol/vectors.txt`).
 fn vectors_path() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vectors.txt"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/vectors.txt"
+    ))
 }
 
 fn load() -> String {
     let path = vectors_path();
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read the wire test vectors at {}: {e}", path.display()))
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read the wire test vectors at {}: {e}",
+            path.display()
+        )
+    })
 }
 
 /// One frame printed in the file: its header line and the plaintext frame bytes under it.

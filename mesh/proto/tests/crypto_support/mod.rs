@@ -80,7 +80,10 @@ impl Section {
 /// The captured bytes, kept in the repository (`tests/data/vectors.txt`, a copy of the
 /// protocol notes' `shared/protocol/vectors.txt`).
 pub fn vectors_path() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vectors.txt"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/vectors.txt"
+    ))
 }
 
 fn is_hex_line(line: &str) -> bool {

@@ -447,7 +447,7 @@ impl TopicsCore {
         let prefix = prefix_of(&me);
         let mut graph = DiscoveryGraph::new(GraphConfig {
             capacities: cfg.capacities(),
-            scope: MatchScope::All,
+            scope: MatchScope::AcrossParticipants,
         });
         let mut info = ParticipantInfo::new(prefix, hex::encode(me.0));
         info.lease_duration = QosDuration::from_nanos(
