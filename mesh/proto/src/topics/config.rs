@@ -73,9 +73,12 @@ use std::time::Duration;
 pub const DISCOVERY_HEADER_LEN: usize = 4 + 1 + 16 + 8 + 1 + 4 + 2 + 2 + 2;
 /// Bytes of one entry besides its value: kind and length.
 pub const ENTRY_HEADER_LEN: usize = 1 + 2;
-/// The smallest frame bound that still fits one record of the largest size.
-pub const MIN_DISCOVERY_FRAME_BYTES: usize =
-    DISCOVERY_HEADER_LEN + ENTRY_HEADER_LEN + MAX_RECORD_LEN;
+/// The smallest frame bound that still fits one record of the largest size and the signature
+/// entry an identity-mode node appends.
+pub const MIN_DISCOVERY_FRAME_BYTES: usize = DISCOVERY_HEADER_LEN
+    + ENTRY_HEADER_LEN
+    + MAX_RECORD_LEN
+    + crate::wire::DISCOVERY_SIGNATURE_ENTRY_LEN;
 
 /// Why a `[topics]` configuration was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

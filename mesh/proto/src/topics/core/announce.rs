@@ -37,7 +37,9 @@ impl TopicsCore {
 
     /// One announce cycle: every own record, the participant record first in every frame.
     pub(super) fn announce_cycle(&mut self) {
-        let budget = self.cfg.max_discovery_frame_bytes;
+        // Room for the signature entry an identity-mode node appends to each frame.
+        let budget =
+            self.cfg.max_discovery_frame_bytes - crate::wire::DISCOVERY_SIGNATURE_ENTRY_LEN;
         let participant = self.announcer.participant_record().clone();
         let first = DISCOVERY_HEADER_LEN + ENTRY_HEADER_LEN + participant.len();
         let mut frames: Vec<Vec<Bytes>> = vec![vec![participant.clone()]];
