@@ -27,6 +27,7 @@
 //! | [`shard`] | **the shard core**: links, queues, backpressure, origination, delivery, teardown | each data shard |
 //! | [`link`] | one connection: handshake, heartbeat, liveness, Goodbye | handshake: control core; then its shard core |
 //! | [`router`] + [`dedup`] | gossip routing of Data frames | shard core |
+//! | [`reverse_path`] | per origin, the neighbours its frames may come from (the reverse-path check) | control core (tables pushed to the shards) |
 //! | [`budget`] | [`LinkBudget`]: a link queue's byte bound, shared by the shards that send on it | shard cores (and the application's `try_*` checks) |
 //! | [`cmd`] | the commands between cores, one enum per direction | between executors |
 //! | [`stats`] | the counters, one set per executor | each core |
@@ -81,6 +82,7 @@ pub mod link;
 pub mod membership;
 pub mod peers;
 pub mod reliable;
+pub mod reverse_path;
 pub mod router;
 pub mod scouting;
 pub mod shard;

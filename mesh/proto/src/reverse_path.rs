@@ -1,0 +1,338 @@
+//! Reverse paths over the membership graph: for each origin X, the direct neighbours a frame
+//! of X's may come from (issue 24, finding 12).
+//!
+//! **Owns:** the "toward" rule ([`ReversePaths`], [`PathVerdict`]). **Must not touch:** the
+//! membership state machine (it reads [`MemberGraph`]'s public accessors only), links,
+//! frames or counters: callers decide what an [`PathVerdict::Off`] frame costs and count it.
+//!
+//! A flooded frame travels every path, so the first copy of X's frame that reaches this node
+//! arrives from *some* neighbour; a frame forged by a stranger arrives from the stranger.
+//! The rule: neighbour N is **toward** X when N is X, or `dist(N, X) < dist(me, X)` in the
+//! membership graph. Frames of X are taken only from neighbours toward X. It holds every
+//! genuine frame when all nodes judge by the same graph: by induction on the distance from
+//! X, every node at distance `d` gets the frame from a neighbour at distance `d - 1` (which
+//! took it from one at `d - 2`, and floods it to every link but that one), so the copy
+//! travelling a shortest path always comes from a neighbour toward X. A copy from a
+//! neighbour at the same distance or farther is never the only one. While nodes judge by
+//! different graphs (a link came or went and the records have not reached everyone) a frame
+//! can meet a node that does not take it from the neighbour it came by: that is the rule's
+//! cost in redundancy, measured on the fault suite.
+//!
+//! The graph, the same edge rule as the topic trees (`topics::tree`): the nodes are this
+//! node and every node whose membership record is known (and that `include` admits), an edge
+//! A–B counts only when both A's and B's records list each other, and this node's own edges
+//! are its own record's list. An edge listed by one end only is a link coming up or going
+//! down; counting it would let a stranger that lists a real node as its neighbour in its own
+//! record claim to be next to it, which is exactly the lie this module exists to refuse.
+//!
+//! Origins that are not in the graph, or that this node does not reach over counted edges,
+//! are [`PathVerdict::UnknownOrigin`]: the graph cannot say where they are, so callers take
+//! their frames (a node that just joined, whose records have not arrived yet, loses
+//! nothing). A neighbour whose own record is unknown is toward no one but itself, so a
+//! stranger that sends no record is judged [`PathVerdict::Off`] for every origin but its
+//! own id.
+//!
+//! Cost: one BFS from this node and one from each neighbour, `O(deg * (V + E))`, run only
+//! when the graph's edges changed ([`MemberGraph::shape`]); a lookup is one hash probe and a
+//! binary search in the (short, sorted) list of the origin's toward neighbours.
+
+use crate::membership::MemberGraph;
+use crate::PeerId;
+use ahash::AHashMap;
+use std::collections::VecDeque;
+
+/// Where a frame of some origin, arriving from a direct neighbour, comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathVerdict {
+    /// The neighbour is the origin itself.
+    Direct,
+    /// The neighbour is closer to the origin than this node: a path a genuine frame takes.
+    Toward,
+    /// The neighbour is no closer to the origin than this node (or not in the graph): a
+    /// genuine frame always also arrives on a path toward its origin, so this copy is not
+    /// needed, and a forged one is refused.
+    Off,
+    /// The origin is not in the graph (no record yet, or not reached from this node over
+    /// counted edges): callers accept its frames.
+    UnknownOrigin,
+}
+
+impl PathVerdict {
+    /// True unless [`PathVerdict::Off`].
+    pub fn accepted(self) -> bool {
+        self != PathVerdict::Off
+    }
+}
+
+/// Per origin, the neighbours toward it (see the [module docs](self)). Immutable once built;
+/// rebuild it when the graph changes ([`ReversePaths::refresh`]).
+#[derive(Debug, Clone, Default)]
+pub struct ReversePaths {
+    me: PeerId,
+    /// The [`MemberGraph::shape`] it was built from (`None`: built from something else, or
+    /// never).
+    shape: Option<u64>,
+    /// Every origin this node reaches: its hops from this node and its range in `toward`.
+    origins: AHashMap<PeerId, Entry>,
+    /// The toward neighbours of every origin, one ascending run per origin.
+    toward: Vec<PeerId>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    start: u32,
+    len: u32,
+    hops: u32,
+}
+
+/// Not reached.
+const FAR: u32 = u32::MAX;
+
+impl ReversePaths {
+    /// No graph yet: every origin is [`PathVerdict::UnknownOrigin`] (a frame from the
+    /// origin itself is still [`PathVerdict::Direct`]).
+    pub fn new(me: PeerId) -> ReversePaths {
+        ReversePaths {
+            me,
+            ..ReversePaths::default()
+        }
+    }
+
+    /// The reverse paths of the graph given as `adjacency` (origin → the neighbours its
+    /// record lists, this node's own entry included, as [`MemberGraph::adjacency`] yields
+    /// it), restricted to this node and the nodes `include` admits (e.g. only topic-capable
+    /// nodes, for frames that only capable links carry). Pure: the same inputs in any order
+    /// give the same result.
+    pub fn build<'a>(
+        me: PeerId,
+        adjacency: impl IntoIterator<Item = (&'a PeerId, &'a [PeerId])>,
+        include: impl Fn(&PeerId) -> bool,
+    ) -> ReversePaths {
+        let g = Graph::build(me, adjacency, include);
+        let n = g.ids.len();
+        let me_i = g.index[&me];
+        let mut dist_me = vec![FAR; n];
+        let mut queue = VecDeque::with_capacity(n);
+        g.bfs(me_i, &mut dist_me, &mut queue);
+
+        // (origin, neighbour) pairs, both as node indices: ascending ids when sorted.
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        let mut dist = vec![FAR; n];
+        // This node's own list names its neighbours; those without a record are not nodes
+        // and so are toward nobody.
+        for &nb in &g.own {
+            g.bfs(nb, &mut dist, &mut queue);
+            for x in 0..n as u32 {
+                let (dm, dn) = (dist_me[x as usize], dist[x as usize]);
+                if x != me_i && dm != FAR && dn < dm {
+                    pairs.push((x, nb));
+                }
+            }
+        }
+        pairs.sort_unstable();
+
+        let mut origins = AHashMap::with_capacity(n);
+        let mut toward = Vec::with_capacity(pairs.len());
+        let mut k = 0;
+        for x in 0..n as u32 {
+            if x == me_i || dist_me[x as usize] == FAR {
+                continue;
+            }
+            let start = toward.len() as u32;
+            while k < pairs.len() && pairs[k].0 < x {
+                k += 1;
+            }
+            while k < pairs.len() && pairs[k].0 == x {
+                toward.push(g.ids[pairs[k].1 as usize]);
+                k += 1;
+            }
+            origins.insert(
+                g.ids[x as usize],
+                Entry {
+                    start,
+                    len: toward.len() as u32 - start,
+                    hops: dist_me[x as usize],
+                },
+            );
+        }
+        ReversePaths {
+            me,
+            shape: None,
+            origins,
+            toward,
+        }
+    }
+
+    /// Rebuilds from `graph` (every node included) if its [`MemberGraph::shape`] changed
+    /// since the last build; true when it did.
+    pub fn refresh(&mut self, graph: &MemberGraph) -> bool {
+        if self.shape == Some(graph.shape()) {
+            return false;
+        }
+        *self = ReversePaths {
+            shape: Some(graph.shape()),
+            ..ReversePaths::build(self.me, graph.adjacency(), |_| true)
+        };
+        true
+    }
+
+    /// Where a frame of `origin` that arrived from the direct neighbour `via` comes from.
+    pub fn toward(&self, origin: &PeerId, via: &PeerId) -> PathVerdict {
+        if origin == via {
+            return PathVerdict::Direct;
+        }
+        match self.accepted(origin) {
+            None => PathVerdict::UnknownOrigin,
+            Some(list) if list.binary_search(via).is_ok() => PathVerdict::Toward,
+            Some(_) => PathVerdict::Off,
+        }
+    }
+
+    /// The neighbours toward `origin`, ascending (the origin itself included when it is a
+    /// neighbour with a record); `None` when the origin is unknown (accept from anyone).
+    pub fn accepted(&self, origin: &PeerId) -> Option<&[PeerId]> {
+        self.origins
+            .get(origin)
+            .map(|e| &self.toward[e.start as usize..(e.start + e.len) as usize])
+    }
+
+    /// Hops from this node to `origin` over counted edges (`None`: unknown).
+    pub fn hops(&self, origin: &PeerId) -> Option<u32> {
+        self.origins.get(origin).map(|e| e.hops)
+    }
+
+    /// Every known origin with its toward neighbours, in no particular order.
+    pub fn origins(&self) -> impl Iterator<Item = (&PeerId, &[PeerId])> {
+        self.origins.iter().map(|(o, e)| {
+            (
+                o,
+                &self.toward[e.start as usize..(e.start + e.len) as usize],
+            )
+        })
+    }
+
+    /// Known origins (reached from this node).
+    pub fn len(&self) -> usize {
+        self.origins.len()
+    }
+
+    /// True when no origin is known.
+    pub fn is_empty(&self) -> bool {
+        self.origins.is_empty()
+    }
+
+    /// This node.
+    pub fn me(&self) -> &PeerId {
+        &self.me
+    }
+}
+
+/// The counted graph as compressed adjacency: node `i` is `ids[i]` (ascending), its
+/// neighbours over counted edges `edges[off[i]..off[i + 1]]`; `own` is what this node's own
+/// record lists among the nodes (its direct neighbours with a record).
+struct Graph {
+    ids: Vec<PeerId>,
+    index: AHashMap<PeerId, u32>,
+    off: Vec<u32>,
+    edges: Vec<u32>,
+    own: Vec<u32>,
+}
+
+impl Graph {
+    fn build<'a>(
+        me: PeerId,
+        adjacency: impl IntoIterator<Item = (&'a PeerId, &'a [PeerId])>,
+        include: impl Fn(&PeerId) -> bool,
+    ) -> Graph {
+        let is_node = |p: &PeerId| !p.is_zero() && (*p == me || include(p));
+        let mut records: Vec<(PeerId, &'a [PeerId])> = adjacency
+            .into_iter()
+            .filter(|(o, _)| is_node(o))
+            .map(|(o, l)| (*o, l))
+            .collect();
+        records.sort_unstable_by_key(|r| r.0);
+        let mut ids: Vec<PeerId> = records.iter().map(|r| r.0).collect();
+        ids.push(me);
+        ids.sort_unstable();
+        ids.dedup();
+        let index: AHashMap<PeerId, u32> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (*p, i as u32))
+            .collect();
+        let n = ids.len();
+
+        // What each node's record(s) list among the nodes, sorted and deduplicated; duplicate
+        // origins are merged so that the input's order does not matter.
+        let mut loff = vec![0u32; n + 1];
+        let mut lists: Vec<u32> = Vec::new();
+        let mut r = 0;
+        for (i, id) in ids.iter().enumerate() {
+            let start = lists.len();
+            while r < records.len() && records[r].0 == *id {
+                lists.extend(
+                    records[r]
+                        .1
+                        .iter()
+                        .filter_map(|p| index.get(p).copied())
+                        .filter(|&j| j as usize != i),
+                );
+                r += 1;
+            }
+            lists[start..].sort_unstable();
+            let mut kept = start;
+            for k in start..lists.len() {
+                if kept == start || lists[kept - 1] != lists[k] {
+                    lists[kept] = lists[k];
+                    kept += 1;
+                }
+            }
+            lists.truncate(kept);
+            loff[i + 1] = lists.len() as u32;
+        }
+        let listed = |i: usize| &lists[loff[i] as usize..loff[i + 1] as usize];
+
+        let mut off = vec![0u32; n + 1];
+        let mut edges = Vec::with_capacity(lists.len());
+        for i in 0..n {
+            for &j in listed(i) {
+                if listed(j as usize).binary_search(&(i as u32)).is_ok() {
+                    edges.push(j);
+                }
+            }
+            off[i + 1] = edges.len() as u32;
+        }
+        let own = listed(index[&me] as usize).to_vec();
+        Graph {
+            ids,
+            index,
+            off,
+            edges,
+            own,
+        }
+    }
+
+    fn neighbours(&self, i: u32) -> &[u32] {
+        &self.edges[self.off[i as usize] as usize..self.off[i as usize + 1] as usize]
+    }
+
+    /// Hops from `root` to every node into `dist` (`FAR`: not reached).
+    fn bfs(&self, root: u32, dist: &mut [u32], queue: &mut VecDeque<u32>) {
+        dist.fill(FAR);
+        queue.clear();
+        dist[root as usize] = 0;
+        queue.push_back(root);
+        while let Some(u) = queue.pop_front() {
+            let d = dist[u as usize] + 1;
+            for &v in self.neighbours(u) {
+                if dist[v as usize] == FAR {
+                    dist[v as usize] = d;
+                    queue.push_back(v);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

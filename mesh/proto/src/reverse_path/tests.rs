@@ -1,0 +1,286 @@
+use super::*;
+use crate::LinkId;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::time::{Duration, Instant};
+
+fn p(n: u8) -> PeerId {
+    PeerId([n; 16])
+}
+
+/// Reverse paths of node `me` from records `(origin, listed)`; `me`'s own list is its entry.
+fn paths(me: u8, records: &[(u8, &[u8])]) -> ReversePaths {
+    let owned: Vec<(PeerId, Vec<PeerId>)> = records
+        .iter()
+        .map(|(o, l)| (p(*o), l.iter().map(|x| p(*x)).collect()))
+        .collect();
+    ReversePaths::build(p(me), owned.iter().map(|(o, l)| (o, l.as_slice())), |_| {
+        true
+    })
+}
+
+/// Every node's record, from an undirected edge list.
+fn records_of(nodes: &[u8], edges: &[(u8, u8)]) -> Vec<(u8, Vec<u8>)> {
+    nodes
+        .iter()
+        .map(|&n| {
+            let mut l: Vec<u8> = edges
+                .iter()
+                .filter_map(|&(a, b)| match (a == n, b == n) {
+                    (true, _) => Some(b),
+                    (_, true) => Some(a),
+                    _ => None,
+                })
+                .collect();
+            l.sort_unstable();
+            (n, l)
+        })
+        .collect()
+}
+
+fn paths_of(me: u8, recs: &[(u8, Vec<u8>)]) -> ReversePaths {
+    let v: Vec<(u8, &[u8])> = recs.iter().map(|(o, l)| (*o, l.as_slice())).collect();
+    paths(me, &v)
+}
+
+#[test]
+fn line_takes_each_origin_from_its_side_only() {
+    // 1 - 2 - 3 - 4 - 5, seen from 3.
+    let recs = records_of(&[1, 2, 3, 4, 5], &[(1, 2), (2, 3), (3, 4), (4, 5)]);
+    let r = paths_of(3, &recs);
+    assert_eq!(r.toward(&p(1), &p(2)), PathVerdict::Toward);
+    assert_eq!(r.toward(&p(1), &p(4)), PathVerdict::Off);
+    assert_eq!(r.toward(&p(2), &p(2)), PathVerdict::Direct);
+    assert_eq!(r.toward(&p(2), &p(4)), PathVerdict::Off);
+    assert_eq!(r.toward(&p(5), &p(4)), PathVerdict::Toward);
+    assert_eq!(r.toward(&p(5), &p(2)), PathVerdict::Off);
+    assert_eq!(r.accepted(&p(1)), Some(&[p(2)][..]));
+    assert_eq!(r.accepted(&p(4)), Some(&[p(4)][..]));
+    assert_eq!((r.hops(&p(1)), r.hops(&p(5))), (Some(2), Some(2)));
+    assert_eq!(r.len(), 4, "every other node is a known origin");
+    assert_eq!(r.hops(&p(3)), None, "this node is no origin of its own");
+}
+
+#[test]
+fn ring_takes_the_far_origin_from_both_sides() {
+    // 1 - 2 - 3 - 4 - 5 - 6 - 1, seen from 1.
+    let recs = records_of(
+        &[1, 2, 3, 4, 5, 6],
+        &[(1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 1)],
+    );
+    let r = paths_of(1, &recs);
+    // 4 is opposite: both ways are shortest.
+    assert_eq!(r.accepted(&p(4)), Some(&[p(2), p(6)][..]));
+    assert_eq!(r.toward(&p(4), &p(6)), PathVerdict::Toward);
+    // 3 is two hops one way, four the other.
+    assert_eq!(r.toward(&p(3), &p(2)), PathVerdict::Toward);
+    assert_eq!(r.toward(&p(3), &p(6)), PathVerdict::Off);
+    assert_eq!(r.toward(&p(5), &p(2)), PathVerdict::Off);
+    // An odd ring: the opposite pair are equally far, so neither side is toward the other.
+    let recs = records_of(&[1, 2, 3, 4, 5], &[(1, 2), (2, 3), (3, 4), (4, 5), (5, 1)]);
+    let r = paths_of(1, &recs);
+    assert_eq!(r.accepted(&p(3)), Some(&[p(2)][..]));
+    assert_eq!(r.toward(&p(3), &p(5)), PathVerdict::Off);
+    assert_eq!(r.toward(&p(4), &p(5)), PathVerdict::Toward);
+}
+
+#[test]
+fn full_mesh_takes_each_origin_only_directly() {
+    let nodes = [1, 2, 3, 4, 5];
+    let mut edges = Vec::new();
+    for a in 1..=5u8 {
+        for b in a + 1..=5 {
+            edges.push((a, b));
+        }
+    }
+    let r = paths_of(3, &records_of(&nodes, &edges));
+    for x in [1, 2, 4, 5] {
+        assert_eq!(r.accepted(&p(x)), Some(&[p(x)][..]));
+        for via in [1, 2, 4, 5] {
+            let want = if via == x {
+                PathVerdict::Direct
+            } else {
+                PathVerdict::Off
+            };
+            assert_eq!(r.toward(&p(x), &p(via)), want, "origin {x} via {via}");
+        }
+    }
+}
+
+#[test]
+fn a_node_without_a_record_is_toward_nobody_and_unknown_as_origin() {
+    // 1 is linked to 2 and to 9; 9 sent no record. 2 - 3; 3 lists 7, whose record is unknown.
+    let r = paths(1, &[(1, &[2, 9]), (2, &[1, 3]), (3, &[2, 7])]);
+    assert_eq!(r.toward(&p(3), &p(2)), PathVerdict::Toward);
+    assert_eq!(r.toward(&p(3), &p(9)), PathVerdict::Off);
+    assert_eq!(r.toward(&p(2), &p(9)), PathVerdict::Off);
+    // 9's own frames: directly from it, anyone's otherwise (the graph cannot place it).
+    assert_eq!(r.toward(&p(9), &p(9)), PathVerdict::Direct);
+    assert_eq!(r.toward(&p(9), &p(2)), PathVerdict::UnknownOrigin);
+    assert_eq!(r.toward(&p(7), &p(2)), PathVerdict::UnknownOrigin);
+    assert_eq!(r.toward(&p(7), &p(9)), PathVerdict::UnknownOrigin);
+    assert!(PathVerdict::UnknownOrigin.accepted() && !PathVerdict::Off.accepted());
+}
+
+#[test]
+fn a_neighbour_that_only_claims_an_edge_is_not_toward() {
+    // Stranger 9 lists 1 and 3 in its record; 3's record does not list 9.
+    let r = paths(1, &[(1, &[2, 9]), (2, &[1, 3]), (3, &[2]), (9, &[1, 3])]);
+    assert_eq!(r.toward(&p(3), &p(9)), PathVerdict::Off);
+    assert_eq!(r.toward(&p(3), &p(2)), PathVerdict::Toward);
+    // Once 3 lists 9 too, the edge counts and 9 is as close to 3 as 2 is.
+    let r = paths(1, &[(1, &[2, 9]), (2, &[1, 3]), (3, &[2, 9]), (9, &[1, 3])]);
+    assert_eq!(r.accepted(&p(3)), Some(&[p(2), p(9)][..]));
+}
+
+#[test]
+fn an_origin_not_reached_over_two_sided_edges_is_unknown() {
+    // 1's new link to 2 is not in 2's record yet: nothing is reached.
+    let r = paths(1, &[(1, &[2]), (2, &[3]), (3, &[2])]);
+    assert!(r.is_empty());
+    assert_eq!(r.toward(&p(3), &p(2)), PathVerdict::UnknownOrigin);
+    assert_eq!(r.toward(&p(2), &p(2)), PathVerdict::Direct);
+}
+
+#[test]
+fn the_include_filter_routes_around_excluded_nodes() {
+    // 1 - 2 - 4 and 1 - 3 - 5 - 4; 2 is left out (e.g. not topic-capable).
+    let recs = records_of(&[1, 2, 3, 4, 5], &[(1, 2), (2, 4), (1, 3), (3, 5), (5, 4)]);
+    let owned: Vec<(PeerId, Vec<PeerId>)> = recs
+        .iter()
+        .map(|(o, l)| (p(*o), l.iter().map(|x| p(*x)).collect()))
+        .collect();
+    let adj = || owned.iter().map(|(o, l)| (o, l.as_slice()));
+    let all = ReversePaths::build(p(1), adj(), |_| true);
+    assert_eq!(all.accepted(&p(4)), Some(&[p(2)][..]));
+    let capable = ReversePaths::build(p(1), adj(), |x| *x != p(2));
+    assert_eq!(capable.accepted(&p(4)), Some(&[p(3)][..]));
+    assert_eq!(capable.toward(&p(4), &p(2)), PathVerdict::Off);
+    assert_eq!(capable.toward(&p(2), &p(3)), PathVerdict::UnknownOrigin);
+}
+
+#[test]
+fn order_and_duplicate_entries_do_not_matter() {
+    let a = paths(1, &[(1, &[2, 3]), (2, &[1, 4]), (3, &[1, 4]), (4, &[2, 3])]);
+    let b = paths(
+        1,
+        &[
+            (4, &[3, 2, 3]),
+            (3, &[4]),
+            (1, &[3, 2]),
+            (2, &[4, 1, 1]),
+            (3, &[1]),
+        ],
+    );
+    let sorted = |r: &ReversePaths| {
+        let mut v: Vec<(PeerId, Vec<PeerId>)> =
+            r.origins().map(|(o, l)| (*o, l.to_vec())).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(&a), sorted(&b));
+    assert_eq!(a.accepted(&p(4)), Some(&[p(2), p(3)][..]));
+}
+
+fn graph(me: u8, now: Instant) -> MemberGraph {
+    MemberGraph::new(
+        p(me),
+        Duration::from_secs(2),
+        Duration::from_secs(6),
+        64,
+        1_000,
+        now,
+    )
+}
+
+fn record(origin: u8, version: u64, listed: &[u8]) -> crate::wire::Membership {
+    crate::wire::Membership {
+        origin: p(origin),
+        version,
+        neighbours: listed.iter().map(|x| p(*x)).collect(),
+    }
+}
+
+#[test]
+fn refresh_rebuilds_on_a_shape_change_only() {
+    let now = Instant::now();
+    let mut g = graph(1, now);
+    g.neighbour_up(p(2), LinkId(2), 1_000, now);
+    g.neighbour_up(p(3), LinkId(3), 1_000, now);
+    for r in [
+        record(2, 10, &[1, 4]),
+        record(3, 10, &[1, 4]),
+        record(4, 10, &[2, 3]),
+    ] {
+        g.on_record(LinkId(2), &r, 1_000, now);
+    }
+    let mut rp = ReversePaths::new(p(1));
+    assert_eq!(rp.toward(&p(4), &p(3)), PathVerdict::UnknownOrigin);
+    assert!(rp.refresh(&g));
+    assert_eq!(rp.accepted(&p(4)), Some(&[p(2), p(3)][..]));
+    // A periodic refresh with the same lists changes nothing.
+    g.on_record(LinkId(2), &record(4, 11, &[3, 2]), 1_000, now);
+    assert!(!rp.refresh(&g));
+    // 3 drops its link to 4: 4 is now behind 2 only.
+    g.on_record(LinkId(3), &record(3, 11, &[1]), 1_000, now);
+    assert!(rp.refresh(&g));
+    assert_eq!(rp.accepted(&p(4)), Some(&[p(2)][..]));
+    assert_eq!(rp.toward(&p(4), &p(3)), PathVerdict::Off);
+    assert_eq!(rp.hops(&p(4)), Some(2));
+    // This node loses 2: 4 is cut off from it, so unknown.
+    g.neighbour_down(&p(2), 2_000, now);
+    assert!(rp.refresh(&g));
+    assert_eq!(rp.toward(&p(4), &p(3)), PathVerdict::UnknownOrigin);
+    assert_eq!(rp.toward(&p(3), &p(3)), PathVerdict::Direct);
+}
+
+/// A random connected graph, all nodes judging by the same records: a flood of every origin
+/// in any delivery order reaches every node, each taking only copies its rule accepts, and
+/// every accepted first copy travelled a shortest path.
+#[test]
+fn floods_reach_every_node_in_any_order_when_views_agree() {
+    let mut rng = StdRng::seed_from_u64(24);
+    for round in 0..60 {
+        let n: u8 = rng.gen_range(2..=14);
+        let mut edges: Vec<(u8, u8)> = (2..=n).map(|b| (rng.gen_range(1..b), b)).collect();
+        for _ in 0..rng.gen_range(0..=(n as usize * 2)) {
+            let (a, b) = (rng.gen_range(1..=n), rng.gen_range(1..=n));
+            if a != b && !edges.contains(&(a.min(b), a.max(b))) {
+                edges.push((a.min(b), a.max(b)));
+            }
+        }
+        let nodes: Vec<u8> = (1..=n).collect();
+        let recs = records_of(&nodes, &edges);
+        let views: Vec<ReversePaths> = nodes.iter().map(|&m| paths_of(m, &recs)).collect();
+        let links = |u: u8| recs[u as usize - 1].1.clone();
+        for x in 1..=n {
+            let mut got = vec![false; n as usize + 1];
+            got[x as usize] = true;
+            // (receiver, sender, hops travelled)
+            let mut pending: Vec<(u8, u8, u32)> = links(x).iter().map(|&v| (v, x, 1)).collect();
+            while !pending.is_empty() {
+                let (v, from, hops) = pending.swap_remove(rng.gen_range(0..pending.len()));
+                let view = &views[v as usize - 1];
+                if got[v as usize] || !view.toward(&p(x), &p(from)).accepted() {
+                    continue;
+                }
+                assert_eq!(
+                    Some(hops),
+                    view.hops(&p(x)),
+                    "round {round}: not a shortest path"
+                );
+                got[v as usize] = true;
+                pending.extend(
+                    links(v)
+                        .into_iter()
+                        .filter(|&w| w != from)
+                        .map(|w| (w, v, hops + 1)),
+                );
+            }
+            assert!(
+                got[1..].iter().all(|g| *g),
+                "round {round}: origin {x} missed {got:?} over {edges:?}"
+            );
+        }
+    }
+}
