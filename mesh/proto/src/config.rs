@@ -35,6 +35,11 @@
 //!   at once. A link that sent its FIN stays open, reading, until the peer closes too, for at
 //!   most `heartbeat_timeout` (or the stop grace): closing it with the peer's frames unread
 //!   would reset the connection and lose what the peer had received but not read yet.
+//! - `reverse_path_check = true`: a Data frame of a known origin X is taken only from a link
+//!   toward X in the membership graph ([`crate::reverse_path`]), so a stranger cannot spend
+//!   X's next message ids (issue 24). It costs the copies that come around other paths while
+//!   a link is down or lossy (the fault suite's numbers are in BENCHMARKS.md); `false` takes
+//!   every link's copy, as mesh-v1.md does.
 
 use serde::Deserialize;
 use std::fmt;
@@ -240,6 +245,9 @@ pub struct MeshConfig {
     pub max_identity_records: usize,
     /// Topics (discovery, matching, routes): the `[topics]` table.
     pub topics: crate::topics::TopicsConfig,
+    /// Take a Data frame of a known origin only from a link toward that origin in the
+    /// membership graph (see the module docs). Default true.
+    pub reverse_path_check: bool,
 }
 
 impl Default for MeshConfig {
@@ -283,6 +291,7 @@ impl Default for MeshConfig {
             require_identity: None,
             max_identity_records: 4096,
             topics: crate::topics::TopicsConfig::default(),
+            reverse_path_check: true,
         }
     }
 }
@@ -319,6 +328,7 @@ impl fmt::Debug for MeshConfig {
             .field("trusted_keys", &self.trusted_keys)
             .field("require_identity", &self.requires_identity())
             .field("topics", &self.topics)
+            .field("reverse_path_check", &self.reverse_path_check)
             .finish_non_exhaustive()
     }
 }
@@ -560,6 +570,8 @@ macro_rules! mesh_config_setters {
         max_identity_records: usize,
         /// Sets the `[topics]` settings.
         topics: $crate::topics::TopicsConfig,
+        /// Enables or disables the reverse-path check of Data frames.
+        reverse_path_check: bool,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {

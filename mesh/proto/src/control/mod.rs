@@ -33,6 +33,7 @@ pub mod handshake;
 pub mod held;
 mod identity;
 pub mod output;
+mod paths;
 mod round;
 mod scout;
 mod topics;
@@ -137,6 +138,8 @@ pub struct ControlCore {
     /// differ.
     changed: bool,
     topics: crate::topics::TopicsCore,
+    /// The reverse-path check's graph and last table (see `paths`).
+    paths: paths::Paths,
 }
 
 impl ControlCore {
@@ -197,6 +200,7 @@ impl ControlCore {
             shown_view,
             ready_pending: Vec::new(),
             topics,
+            paths: paths::Paths::new(me, cfg.reverse_path_check),
             cfg,
         };
         if let Some(detail) = topics_warning {
@@ -302,6 +306,9 @@ impl ControlCore {
         if !self.stopping {
             t = t.min(self.topics.poll_timeout());
             if let Some(p) = self.topics.plan_timeout() {
+                t = t.min(p);
+            }
+            if let Some(p) = self.paths_timeout() {
                 t = t.min(p);
             }
         }
