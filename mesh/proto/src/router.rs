@@ -225,6 +225,10 @@ pub struct Router {
     stats: RouterStats,
     /// The reverse-path table (`None`: no check).
     paths: Option<Arc<PathTable>>,
+    /// The last `(origin, link)` the check took a frame from: a read holds runs of one
+    /// origin's frames, and all but the first of a run skip the table's hash probe. Cleared
+    /// with every new table; link ids are never reused, so it cannot outlive its link.
+    path_hit: Option<(PeerId, LinkId)>,
 }
 
 impl Router {
@@ -251,6 +255,7 @@ impl Router {
             dedup,
             stats: RouterStats::default(),
             paths: None,
+            path_hit: None,
         }
     }
 
@@ -258,6 +263,7 @@ impl Router {
     /// (`None`: from any link). Swapped whole when the control plane pushes a new table.
     pub fn set_paths(&mut self, paths: Option<Arc<PathTable>>) {
         self.paths = paths;
+        self.path_hit = None;
     }
 
     /// Routing counters.
@@ -300,9 +306,13 @@ impl Router {
             return self.drop(DropReason::ForeignMsgId);
         }
         if let Some(paths) = &self.paths {
-            if paths.check(&meta.src, from) == Some(false) && table.link_to(&meta.src) != Some(from)
-            {
-                return self.drop(DropReason::OffPath);
+            if self.path_hit != Some((meta.src, from)) {
+                if paths.check(&meta.src, from) == Some(false)
+                    && table.link_to(&meta.src) != Some(from)
+                {
+                    return self.drop(DropReason::OffPath);
+                }
+                self.path_hit = Some((meta.src, from));
             }
         }
         match self.dedup.check(meta.msg_id, now) {

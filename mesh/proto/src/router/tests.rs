@@ -361,3 +361,43 @@ fn the_path_check_takes_direct_links_and_unknown_origins() {
     ));
     assert_eq!(r.stats().dropped_off_path, 1);
 }
+
+/// The router remembers the last origin and link it took a frame from; a new table forgets it.
+#[test]
+fn a_new_table_is_obeyed_at_once_for_the_origin_just_taken() {
+    use crate::reverse_path::{PathTable, ReversePaths};
+    let now = Instant::now();
+    let table = |toward: u8| {
+        let listed = [
+            (p(1), vec![p(2), p(3)]),
+            (p(toward), vec![p(1), p(4)]),
+            (p(4), vec![p(toward)]),
+        ];
+        let rp = ReversePaths::build(p(1), listed.iter().map(|(o, l)| (o, l.as_slice())), |_| {
+            true
+        });
+        Arc::new(PathTable::new(&rp, &[(p(2), LinkId(2)), (p(3), LinkId(3))]))
+    };
+    let (mut r, t, _) = setup();
+    r.set_paths(Some(table(2)));
+    for n in 1..=3 {
+        assert!(matches!(
+            r.on_data(&t, LinkId(2), &meta(4, PeerId::ZERO, n, 8), now),
+            DataVerdict::DeliverAndForward { .. }
+        ));
+    }
+    assert_eq!(
+        r.on_data(&t, LinkId(3), &meta(4, PeerId::ZERO, 4, 8), now),
+        DataVerdict::Drop(DropReason::OffPath)
+    );
+    // 4 moved behind 3.
+    r.set_paths(Some(table(3)));
+    assert_eq!(
+        r.on_data(&t, LinkId(2), &meta(4, PeerId::ZERO, 5, 8), now),
+        DataVerdict::Drop(DropReason::OffPath)
+    );
+    assert!(matches!(
+        r.on_data(&t, LinkId(3), &meta(4, PeerId::ZERO, 6, 8), now),
+        DataVerdict::DeliverAndForward { .. }
+    ));
+}
