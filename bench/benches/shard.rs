@@ -12,7 +12,11 @@
 //! forwarded; `broadcast_in/64_busy_writer`, the same while the link's writer has frames of
 //! this node's own in hand (the node also sends on that link); `broadcast_in/64_relayed_to_2`,
 //! a node with two more neighbours, each frame also forwarded to both (their writers idle at
-//! the start of each read, as after a write).
+//! the start of each read, as after a write); `broadcast_in/64_path_checked`, the `64` case with
+//! the reverse-path check on: a table of 256 origins (the peer and 255 nodes behind it) is
+//! pushed first (issue 24; compare with `64` in the same run); `broadcast_in/64_mixed` and
+//! `64_mixed_path_checked`, frames of 16 origins behind the peer taking turns frame by frame,
+//! so that every frame's check is a table lookup (the router remembers the last origin's).
 
 use std::cell::RefCell;
 use std::hint::black_box;
@@ -25,6 +29,7 @@ use criterion::{criterion_main, BatchSize, Criterion, Throughput};
 use shoal_mesh::proto::budget::LinkBudget;
 use shoal_mesh::proto::cmd::{NewLink, ToShard};
 use shoal_mesh::proto::link::{Link, LinkTimers};
+use shoal_mesh::proto::reverse_path::{PathTable, ReversePaths};
 use shoal_mesh::proto::shard::{
     Delivery, DeliverySink, ReadStep, ShardAction, ShardConfig, ShardCore, WriteStep,
 };
@@ -110,6 +115,23 @@ fn serve(core: &mut ShardCore, link: LinkId, peer: PeerId, t0: Instant) {
     core.on_command(install, t0, &mut out);
 }
 
+/// The reverse-path table of a node whose one neighbour [`PEER`] has 255 more nodes behind it.
+fn path_table() -> Arc<PathTable> {
+    let behind: Vec<PeerId> = (1..=255u8).map(behind).collect();
+    let mut peer_list = behind.clone();
+    peer_list.push(ME);
+    let me_list = [PEER];
+    let back = [PEER];
+    let adjacency = std::iter::once((&ME, &me_list[..]))
+        .chain(std::iter::once((&PEER, &peer_list[..])))
+        .chain(behind.iter().map(|b| (b, &back[..])));
+    let rp = ReversePaths::build(ME, adjacency, |_| true);
+    let t = PathTable::new(&rp, &[(PEER, LINK)]);
+    assert_eq!(t.len(), 256);
+    assert_eq!(t.check(&PEER, LINK), Some(true));
+    Arc::new(t)
+}
+
 /// Everything queued on `link` is written; its writer goes idle, as a live one does.
 fn drain(core: &mut ShardCore, link: LinkId, now: Instant) {
     let mut bufs = Vec::new();
@@ -119,14 +141,27 @@ fn drain(core: &mut ShardCore, link: LinkId, now: Instant) {
     }
 }
 
-/// `FRAMES` broadcasts from [`PEER`] with ids `first..`, encoded as they arrive.
-fn frames(first: u64, size: usize) -> BytesMut {
+/// The `i`-th node behind [`PEER`] (1..=255).
+fn behind(i: u8) -> PeerId {
+    let mut id = [0u8; 16];
+    id[0] = 0x80;
+    id[1] = i;
+    PeerId(id)
+}
+
+/// `FRAMES` broadcasts from [`PEER`] with ids `first..`, encoded as they arrive; `mixed`:
+/// from 16 nodes behind it in turn instead (each origin's ids still count up by one).
+fn frames(first: u64, size: usize, mixed: bool) -> BytesMut {
     let mut b = BytesMut::with_capacity(FRAMES * (size + 64));
     let payload = vec![7u8; size];
     for n in first..first + FRAMES as u64 {
-        let id = MsgId::new(&PEER, n);
-        encode_data_into(&mut b, &PEER, &PeerId::ZERO, &id, INITIAL_TTL, &payload)
-            .expect("encodes");
+        let (src, counter) = if mixed {
+            (behind(1 + (n % 16) as u8), n / 16)
+        } else {
+            (PEER, n)
+        };
+        let id = MsgId::new(&src, counter);
+        encode_data_into(&mut b, &src, &PeerId::ZERO, &id, INITIAL_TTL, &payload).expect("encodes");
     }
     b
 }
@@ -150,15 +185,26 @@ fn read_all(core: &mut ShardCore, bytes: BytesMut, now: Instant, out: &mut Vec<S
 fn broadcast_in(c: &mut Criterion) {
     let mut g = c.benchmark_group("broadcast_in");
     g.throughput(Throughput::Elements(FRAMES as u64));
-    for (name, size, relay_to, busy) in [
-        ("64", 64usize, 0u8, false),
-        ("1024", 1024, 0, false),
-        ("64_busy_writer", 64, 0, true),
-        ("64_relayed_to_2", 64, 2, false),
+    for (name, size, relay_to, busy, checked, mixed) in [
+        ("64", 64usize, 0u8, false, false, false),
+        ("64_path_checked", 64, 0, false, true, false),
+        ("64_mixed", 64, 0, false, false, true),
+        ("64_mixed_path_checked", 64, 0, false, true, true),
+        ("1024", 1024, 0, false, false, false),
+        ("64_busy_writer", 64, 0, true, false, false),
+        ("64_relayed_to_2", 64, 2, false, false, false),
     ] {
         let t0 = Instant::now();
         let kept = Keep::default();
-        let core = RefCell::new(core(kept.clone(), relay_to, busy, t0));
+        let mut c = core(kept.clone(), relay_to, busy, t0);
+        if checked {
+            c.on_command(
+                ToShard::<()>::ReversePaths(path_table()),
+                t0,
+                &mut Vec::new(),
+            );
+        }
+        let core = RefCell::new(c);
         let mut out = Vec::new();
         let mut next = 0u64;
         g.bench_function(name, |b| {
@@ -169,7 +215,7 @@ fn broadcast_in(c: &mut Criterion) {
                         drain(&mut core.borrow_mut(), LinkId(LINK.0 + u64::from(i)), t0);
                     }
                     next += FRAMES as u64;
-                    frames(next, size)
+                    frames(next, size, mixed)
                 },
                 |bytes| {
                     read_all(&mut core.borrow_mut(), bytes, t0, &mut out);
@@ -180,6 +226,7 @@ fn broadcast_in(c: &mut Criterion) {
         });
         let s = core.borrow().counters().snapshot();
         assert_eq!(s.delivered, next, "every frame was delivered once");
+        assert_eq!(s.dropped_off_path, 0);
     }
     g.finish();
 }

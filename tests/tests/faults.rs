@@ -45,6 +45,11 @@ impl Host {
             .map(String::from),
         );
         args.extend_from_slice(extra);
+        // `SHOAL_FAULTS_REVERSE_PATH=off`: the same run with the reverse-path check off, to
+        // measure what the check costs (issue 24).
+        if std::env::var("SHOAL_FAULTS_REVERSE_PATH").is_ok_and(|v| v == "off") {
+            args.push("--no-reverse-path-check".into());
+        }
         let mut p = lab.spawn(k, NODE, &args);
         p.wait_line(Instant::now() + Duration::from_secs(20), |l| {
             l.starts_with("ready ")
@@ -261,4 +266,21 @@ fn loss_restart_and_cut_keep_delivery_at_most_once_and_accounted() {
     }
     let pub_stats = hosts[0].last("stats ").expect("publisher stats");
     println!("publisher at {lossy_rate:.0} msg/s under loss; rejoin {rejoin:?}; {pub_stats}");
+    // Per subscriber, what reached it and what each node refused (issue 24's measurement).
+    for (i, h) in hosts.iter_mut().enumerate() {
+        let sub = h.last("sub ").unwrap_or_default();
+        let s = h.last("stats ").expect("stats");
+        let n = |k: &str| num(&s, k);
+        println!(
+            "h{}: {sub} | dropped_off_path={} dropped_duplicate={} dropped_too_old={} \
+             dropped_slow_link={} dropped_queue_full={} dropped_link_closed={}",
+            i + 1,
+            n("dropped_off_path"),
+            n("dropped_duplicate"),
+            n("dropped_too_old"),
+            n("dropped_slow_link"),
+            n("dropped_queue_full"),
+            n("dropped_link_closed"),
+        );
+    }
 }

@@ -9,6 +9,7 @@
 
 use crate::budget::LinkBudget;
 use crate::crypto::{RecordOpener, RecordSealer};
+use crate::reverse_path::PathTable;
 use crate::topics::SampleRoutes;
 use crate::wire::{
     Data, DataHeader, Discovery, IdentityRecord, Membership, Samples, SamplesHeader,
@@ -97,6 +98,9 @@ pub enum ToShard<C> {
     Stop,
     /// Answer [`ToControl::Synced`] with the same token: everything posted before is applied.
     Sync(u64),
+    /// From now on, take each origin's Data frames only from the links this table names for
+    /// it (the reverse-path check, [`crate::reverse_path`]), replacing the previous table.
+    ReversePaths(Arc<PathTable>),
 }
 
 impl<C> ToShard<C> {
@@ -123,6 +127,7 @@ impl<C> ToShard<C> {
             ToShard::SampleRoutes(r) => ToShard::SampleRoutes(r),
             ToShard::Stop => ToShard::Stop,
             ToShard::Sync(t) => ToShard::Sync(t),
+            ToShard::ReversePaths(t) => ToShard::ReversePaths(t),
         })
     }
 }

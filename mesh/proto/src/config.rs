@@ -39,6 +39,13 @@
 //!   at once. A link that sent its FIN stays open, reading, until the peer closes too, for at
 //!   most `heartbeat_timeout` (or the stop grace): closing it with the peer's frames unread
 //!   would reset the connection and lose what the peer had received but not read yet.
+//! - `reverse_path_check = true`: a Data frame of a known origin X is taken only from a link
+//!   toward X in the membership graph ([`crate::reverse_path`]), so a stranger cannot spend
+//!   X's next message ids (issue 24). It costs the copies that come around other paths while
+//!   a link is down or lossy (the fault suite's numbers are in BENCHMARKS.md); `false` takes
+//!   every link's copy, as mesh-v1.md does. The same switch governs Discovery frames, whose
+//!   origin's frames are taken only from links toward it over the topic-capable nodes
+//!   (`topics::core`).
 
 use serde::Deserialize;
 use std::fmt;
@@ -256,6 +263,9 @@ pub struct MeshConfig {
     /// allows 65 535); with `max_membership_records` it bounds the store to
     /// `max_membership_records × max_membership_neighbours × 16` bytes.
     pub max_membership_neighbours: usize,
+    /// Take a Data or Discovery frame of a known origin only from a link toward that origin
+    /// in the membership graph (see the module docs). Default true.
+    pub reverse_path_check: bool,
 }
 
 impl Default for MeshConfig {
@@ -301,6 +311,7 @@ impl Default for MeshConfig {
             topics: crate::topics::TopicsConfig::default(),
             require_signed_membership: false,
             max_membership_neighbours: crate::membership::DEFAULT_MAX_NEIGHBOURS,
+            reverse_path_check: true,
         }
     }
 }
@@ -339,6 +350,7 @@ impl fmt::Debug for MeshConfig {
             .field("topics", &self.topics)
             .field("require_signed_membership", &self.require_signed_membership)
             .field("max_membership_neighbours", &self.max_membership_neighbours)
+            .field("reverse_path_check", &self.reverse_path_check)
             .finish_non_exhaustive()
     }
 }
@@ -590,6 +602,8 @@ macro_rules! mesh_config_setters {
         require_signed_membership: bool,
         /// Sets `max_membership_neighbours`.
         max_membership_neighbours: usize,
+        /// Enables or disables the reverse-path check of Data frames.
+        reverse_path_check: bool,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {

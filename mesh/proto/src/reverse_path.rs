@@ -1,9 +1,10 @@
 //! Reverse paths over the membership graph: for each origin X, the direct neighbours a frame
 //! of X's may come from (issue 24, finding 12).
 //!
-//! **Owns:** the "toward" rule ([`ReversePaths`], [`PathVerdict`]). **Must not touch:** the
-//! membership state machine (it reads [`MemberGraph`]'s public accessors only), links,
-//! frames or counters: callers decide what an [`PathVerdict::Off`] frame costs and count it.
+//! **Owns:** the "toward" rule ([`ReversePaths`], [`PathVerdict`]) and its per-link form for
+//! the shards ([`PathTable`]). **Must not touch:** the membership state machine (it reads
+//! [`MemberGraph`]'s public accessors only), frames or counters: callers decide what an
+//! [`PathVerdict::Off`] frame costs and count it.
 //!
 //! A flooded frame travels every path, so the first copy of X's frame that reaches this node
 //! arrives from *some* neighbour; a frame forged by a stranger arrives from the stranger.
@@ -37,7 +38,7 @@
 //! binary search in the (short, sorted) list of the origin's toward neighbours.
 
 use crate::membership::MemberGraph;
-use crate::PeerId;
+use crate::{LinkId, PeerId};
 use ahash::AHashMap;
 use std::collections::VecDeque;
 
@@ -176,6 +177,13 @@ impl ReversePaths {
         true
     }
 
+    /// The [`MemberGraph::shape`] the last [`refresh`](Self::refresh) built from (`None`:
+    /// never refreshed): a caller that rebuilds at a bounded rate compares it with the
+    /// graph's.
+    pub fn shape(&self) -> Option<u64> {
+        self.shape
+    }
+
     /// Where a frame of `origin` that arrived from the direct neighbour `via` comes from.
     pub fn toward(&self, origin: &PeerId, via: &PeerId) -> PathVerdict {
         if origin == via {
@@ -224,6 +232,71 @@ impl ReversePaths {
     /// This node.
     pub fn me(&self) -> &PeerId {
         &self.me
+    }
+}
+
+/// Per origin, the links a shard takes its Data frames from: the links to the neighbours
+/// toward it (its own link included). Built on the control plane from a [`ReversePaths`] and
+/// this node's links, handed to every shard as an `Arc` and swapped whole when the graph or a
+/// link changes; the message path only reads it (one hash probe per frame).
+#[derive(Debug, Clone, Default)]
+pub struct PathTable {
+    by_origin: AHashMap<PeerId, (u32, u32)>,
+    links: Vec<LinkId>,
+}
+
+impl PathTable {
+    /// The table of `paths` over this node's links `links` (`(neighbour, link)`, any order;
+    /// a neighbour may have several links while a dial race settles: all are taken).
+    pub fn new(paths: &ReversePaths, links: &[(PeerId, LinkId)]) -> PathTable {
+        let mut sorted = links.to_vec();
+        sorted.sort_unstable();
+        let mut by_origin = AHashMap::with_capacity(paths.len());
+        let mut all = Vec::new();
+        for (origin, toward) in paths.origins() {
+            let start = all.len();
+            for n in toward {
+                let from = sorted.partition_point(|(q, _)| q < n);
+                all.extend(
+                    sorted[from..]
+                        .iter()
+                        .take_while(|(q, _)| q == n)
+                        .map(|(_, l)| *l),
+                );
+            }
+            all[start..].sort_unstable();
+            by_origin.insert(*origin, (start as u32, (all.len() - start) as u32));
+        }
+        PathTable {
+            by_origin,
+            links: all,
+        }
+    }
+
+    /// Whether a frame of `origin` is taken from `link`: `None` when the origin is unknown
+    /// (take it), else whether `link` leads to a neighbour toward it.
+    #[inline]
+    pub fn check(&self, origin: &PeerId, link: LinkId) -> Option<bool> {
+        self.by_origin
+            .get(origin)
+            .map(|&(s, n)| self.links[s as usize..(s + n) as usize].contains(&link))
+    }
+
+    /// The links `origin`'s frames are taken from, ascending; `None`: any (unknown origin).
+    pub fn accepted(&self, origin: &PeerId) -> Option<&[LinkId]> {
+        self.by_origin
+            .get(origin)
+            .map(|&(s, n)| &self.links[s as usize..(s + n) as usize])
+    }
+
+    /// Known origins.
+    pub fn len(&self) -> usize {
+        self.by_origin.len()
+    }
+
+    /// True when no origin is known (every frame is taken).
+    pub fn is_empty(&self) -> bool {
+        self.by_origin.is_empty()
     }
 }
 

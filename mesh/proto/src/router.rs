@@ -3,12 +3,29 @@
 //! A [`Router`] lives on each data shard next to that shard's [`DedupCache`]. The driver calls
 //! [`Router::on_data`] on the shard that owns the message's originator
 //! ([`super::dedup_shard`]) and executes the returned [`DataVerdict`]; the decision itself reads only
-//! the shard's [`NeighbourLinks`] (pushed by the control plane) and allocates nothing.
+//! the shard's [`NeighbourLinks`] and [`PathTable`] (pushed by the control plane) and allocates
+//! nothing.
+//!
+//! Before the dedup cache sees an id, two checks keep a stranger from spending another
+//! origin's ids (issue 24, finding 12: forged frames carrying an origin's next ids, once
+//! recorded, made the real ones duplicates everywhere):
+//! - the id must be the originator's: `msgId[0..8] == src[0..8]`, as mesh-v1.md builds it
+//!   (else [`DropReason::ForeignMsgId`]); the dedup cache keys streams by that prefix, so a
+//!   frame under its own `src` could otherwise still spend another node's ids;
+//! - with a [`PathTable`] set ([`Router::set_paths`]), origin X's frames are taken only from the
+//!   links toward X ([`crate::reverse_path`]), or from X's own link as the [`NeighbourLinks`]
+//!   name it (a link that replaced another before the next table arrived); else
+//!   [`DropReason::OffPath`]. Targeted frames too: a relay floods them like broadcasts until a
+//!   node next to the destination unicasts, and that node is one hop closer to the origin than
+//!   the destination on the copy that travelled a shortest path (the reverse-path module's
+//!   induction), so the check costs them nothing more than it costs broadcasts.
 
 use super::dedup::{DedupCache, DedupStats, Seen};
 use super::LinkId;
+use crate::reverse_path::PathTable;
 use crate::{MsgId, PeerId};
 use ahash::AHashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Which link reaches each direct neighbour, as pushed by the control plane to every shard.
@@ -106,6 +123,11 @@ pub enum DropReason {
     /// The id is older than anything the dedup cache still remembers for its stream: it may
     /// have been seen and forgotten, so it is never delivered (see [`super::dedup`]).
     TooOld,
+    /// The frame's origin is known and the link it came on does not lead toward it (see the
+    /// [module docs](self)): a forgery, or a redundant copy while the graph changes.
+    OffPath,
+    /// The message id does not start with its `src`'s first 8 bytes.
+    ForeignMsgId,
 }
 
 /// What to do with a Data frame. For every variant that sends, the frame goes out with
@@ -160,6 +182,10 @@ pub struct RouterStats {
     pub dropped_no_route: u64,
     /// Dropped for [`DropReason::TooOld`].
     pub dropped_too_old: u64,
+    /// Dropped for [`DropReason::OffPath`].
+    pub dropped_off_path: u64,
+    /// Dropped for [`DropReason::ForeignMsgId`].
+    pub dropped_foreign_msg_id: u64,
 }
 
 /// Hands out message ids: the originator prefix and a counter seeded randomly at start.
@@ -197,6 +223,12 @@ pub struct Router {
     initial_ttl: u8,
     dedup: DedupCache,
     stats: RouterStats,
+    /// The reverse-path table (`None`: no check).
+    paths: Option<Arc<PathTable>>,
+    /// The last `(origin, link)` the check took a frame from: a read holds runs of one
+    /// origin's frames, and all but the first of a run skip the table's hash probe. Cleared
+    /// with every new table; link ids are never reused, so it cannot outlive its link.
+    path_hit: Option<(PeerId, LinkId)>,
 }
 
 impl Router {
@@ -222,7 +254,16 @@ impl Router {
             initial_ttl: initial_ttl.max(1),
             dedup,
             stats: RouterStats::default(),
+            paths: None,
+            path_hit: None,
         }
+    }
+
+    /// From now on, takes each origin's frames only from the links `paths` names for it
+    /// (`None`: from any link). Swapped whole when the control plane pushes a new table.
+    pub fn set_paths(&mut self, paths: Option<Arc<PathTable>>) {
+        self.paths = paths;
+        self.path_hit = None;
     }
 
     /// Routing counters.
@@ -260,6 +301,19 @@ impl Router {
         if meta.src == self.me {
             self.stats.self_echo_suppressed += 1;
             return self.drop(DropReason::Duplicate);
+        }
+        if meta.msg_id.0[..8] != meta.src.0[..8] {
+            return self.drop(DropReason::ForeignMsgId);
+        }
+        if let Some(paths) = &self.paths {
+            if self.path_hit != Some((meta.src, from)) {
+                if paths.check(&meta.src, from) == Some(false)
+                    && table.link_to(&meta.src) != Some(from)
+                {
+                    return self.drop(DropReason::OffPath);
+                }
+                self.path_hit = Some((meta.src, from));
+            }
         }
         match self.dedup.check(meta.msg_id, now) {
             Seen::New => {}
@@ -317,7 +371,11 @@ impl Router {
                 DataVerdict::Drop(DropReason::NoRoute) => self.stats.dropped_no_route += more,
                 // Not decisions `originate` makes.
                 DataVerdict::Drop(
-                    DropReason::Duplicate | DropReason::TtlExpired | DropReason::TooOld,
+                    DropReason::Duplicate
+                    | DropReason::TtlExpired
+                    | DropReason::TooOld
+                    | DropReason::OffPath
+                    | DropReason::ForeignMsgId,
                 )
                 | DataVerdict::DeliverAndForward { .. } => {}
             }
@@ -375,6 +433,8 @@ impl Router {
             DropReason::TtlExpired => self.stats.dropped_ttl += 1,
             DropReason::NoRoute => self.stats.dropped_no_route += 1,
             DropReason::TooOld => self.stats.dropped_too_old += 1,
+            DropReason::OffPath => self.stats.dropped_off_path += 1,
+            DropReason::ForeignMsgId => self.stats.dropped_foreign_msg_id += 1,
         }
         DataVerdict::Drop(reason)
     }

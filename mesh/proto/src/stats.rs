@@ -247,6 +247,14 @@ counters! {
     /// whose link was established longer than the race window before they began (a late
     /// claim, not a dial race: it never displaces the live link).
     claims_refused,
+    /// Dropped: a Data frame whose origin is known came on a link that does not lead toward
+    /// it in the membership graph (the reverse-path check, `reverse_path_check`): a stranger
+    /// forging another node's frames, or a redundant copy while the graph changes. Dropped
+    /// before its id is remembered, so it spends nothing of the origin's.
+    dropped_off_path,
+    /// Dropped: a Data frame whose message id does not start with its `src`'s first 8 bytes
+    /// (mesh-v1.md builds every id that way; another node's id under one's own `src`).
+    dropped_foreign_msg_id,
 }
 
 /// Raises a high-water mark of the calling executor's own set to `v`.

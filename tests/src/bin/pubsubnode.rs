@@ -57,6 +57,9 @@ struct Args {
     /// Exit after this many seconds.
     #[arg(long, default_value_t = 120)]
     run_for: u64,
+    /// Take every link's copy of a Data frame (`reverse_path_check = false`).
+    #[arg(long)]
+    no_reverse_path_check: bool,
 }
 
 /// Which sequence numbers arrived, and how often one arrived again.
@@ -114,6 +117,7 @@ fn main() {
         .announce_interval(Duration::from_millis(args.announce_ms))
         .max_outbound_queue_bytes(args.queue_bytes)
         .max_dedup_entries(args.dedup_entries)
+        .reverse_path_check(!args.no_reverse_path_check)
         .build()
         .unwrap_or_else(|e| fail(&format!("build: {e}")));
     let mut events = mesh.events();

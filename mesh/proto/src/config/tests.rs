@@ -235,3 +235,15 @@ fn topics_table_rejects_unknown_keys_and_bad_values() {
     let c = MeshConfig::from_toml_str("[topics]\nack_timeout_ms = 2500\n").unwrap();
     assert_eq!(c.topics.ack_timeout, Duration::from_millis(2500));
 }
+
+#[test]
+fn reverse_path_check_is_on_by_default_and_can_be_turned_off() {
+    assert!(MeshConfig::default().reverse_path_check);
+    let c = MeshConfig::from_toml_str("reverse_path_check = false\n").unwrap();
+    assert!(!c.reverse_path_check);
+    let c = MeshConfig::builder()
+        .reverse_path_check(false)
+        .build()
+        .unwrap();
+    assert!(!c.reverse_path_check);
+}

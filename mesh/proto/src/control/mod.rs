@@ -37,6 +37,7 @@ pub mod handshake;
 pub mod held;
 mod identity;
 pub mod output;
+mod paths;
 mod round;
 mod scout;
 pub mod signed;
@@ -154,6 +155,8 @@ pub struct ControlCore {
     /// differ.
     changed: bool,
     topics: crate::topics::TopicsCore,
+    /// The reverse-path check's graph and last table (see `paths`).
+    paths: paths::Paths,
 }
 
 impl ControlCore {
@@ -221,6 +224,7 @@ impl ControlCore {
             shown_view,
             ready_pending: Vec::new(),
             topics,
+            paths: paths::Paths::new(me, cfg.reverse_path_check),
             cfg,
         };
         if let Some(detail) = topics_warning {
@@ -326,6 +330,9 @@ impl ControlCore {
         if !self.stopping {
             t = t.min(self.topics.poll_timeout());
             if let Some(p) = self.topics.plan_timeout() {
+                t = t.min(p);
+            }
+            if let Some(p) = self.paths_timeout() {
                 t = t.min(p);
             }
         }

@@ -196,8 +196,10 @@ impl ControlCore {
                 }
             });
         }
-        // Once per round, after every link and membership change: the routes, then the
-        // topics events, held like the others until the shards applied the new table.
+        // Once per round, after every link and membership change: the reverse-path table,
+        // the routes, then the topics events, held like the others until the shards applied
+        // the new table.
+        self.push_paths(now);
         self.topics_outputs(now);
         installed |= self.topics_routes(now);
         self.topics_events(&mut events);

@@ -45,7 +45,7 @@ pub(super) fn new_topics(
         wall_ms,
         entity_seed,
         planner: Box::new(TreePlanner::new(writer_capacity(&tc))),
-        reverse_path: true,
+        reverse_path: cfg.reverse_path_check,
         cfg: tc,
     };
     match TopicsCore::new(init(cfg.topics.clone(), listen_addrs.clone()), now) {

@@ -284,3 +284,31 @@ fn floods_reach_every_node_in_any_order_when_views_agree() {
         }
     }
 }
+
+#[test]
+fn path_table_maps_toward_neighbours_to_their_links() {
+    // 1 - 2 - 4, 1 - 3 - 4, 1 - 5 (5 sent no record), seen from 1.
+    let r = paths(
+        1,
+        &[(1, &[2, 3, 5]), (2, &[1, 4]), (3, &[1, 4]), (4, &[2, 3])],
+    );
+    // 3 has two links while a dial race settles; 2's link is not up on this side.
+    let links = [
+        (p(3), LinkId(30)),
+        (p(5), LinkId(50)),
+        (p(3), LinkId(31)),
+        (p(2), LinkId(20)),
+    ];
+    let t = PathTable::new(&r, &links);
+    assert_eq!(t.len(), 3);
+    assert_eq!(
+        t.accepted(&p(4)),
+        Some(&[LinkId(20), LinkId(30), LinkId(31)][..])
+    );
+    assert_eq!(t.check(&p(4), LinkId(31)), Some(true));
+    assert_eq!(t.check(&p(4), LinkId(50)), Some(false));
+    assert_eq!(t.check(&p(2), LinkId(20)), Some(true));
+    assert_eq!(t.check(&p(2), LinkId(30)), Some(false));
+    assert_eq!(t.check(&p(5), LinkId(30)), None, "5 is unknown: taken");
+    assert!(PathTable::default().is_empty());
+}

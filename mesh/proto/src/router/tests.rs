@@ -1,4 +1,5 @@
 use super::*;
+use std::sync::Arc;
 
 fn p(n: u8) -> PeerId {
     PeerId([n; 16])
@@ -233,4 +234,170 @@ fn table_replacement_and_stale_removal() {
     assert_eq!(t.link_to(&p(2)), Some(LinkId(5)));
     assert!(t.remove(&p(2), LinkId(5)));
     assert!(t.is_empty());
+}
+
+#[test]
+fn an_id_not_starting_with_its_src_is_dropped_before_the_cache() {
+    let (mut r, t, now) = setup();
+    // Node 2 sends a frame carrying node 3's id 5.
+    let forged = DataMeta {
+        src: p(2),
+        dst: PeerId::ZERO,
+        msg_id: MsgId::new(&p(3), 5),
+        ttl: 5,
+    };
+    assert_eq!(
+        r.on_data(&t, LinkId(2), &forged, now),
+        DataVerdict::Drop(DropReason::ForeignMsgId)
+    );
+    assert_eq!(r.stats().dropped_foreign_msg_id, 1);
+    // Node 3's own id 5 was not spent.
+    assert!(matches!(
+        r.on_data(&t, LinkId(3), &meta(3, PeerId::ZERO, 5, 5), now),
+        DataVerdict::DeliverAndForward { .. }
+    ));
+}
+
+/// Node 1 is linked to 2 (which leads to 4) and to a stranger 9. The stranger sends 4's next
+/// ids first; with the table they are refused and 4's real frames still get through, without
+/// it they spend the ids and the real frames are dropped as duplicates.
+#[test]
+fn forged_next_ids_from_a_link_off_the_path_spend_nothing() {
+    use crate::reverse_path::{PathTable, ReversePaths};
+    let now = Instant::now();
+    let mut t = NeighbourLinks::new();
+    t.insert(p(2), LinkId(2));
+    t.insert(p(9), LinkId(9));
+    let listed = [
+        (p(1), vec![p(2), p(9)]),
+        (p(2), vec![p(1), p(4)]),
+        (p(4), vec![p(2)]),
+        // The stranger claims to be next to 4; 4's record says otherwise.
+        (p(9), vec![p(1), p(4)]),
+    ];
+    let rp = ReversePaths::build(p(1), listed.iter().map(|(o, l)| (o, l.as_slice())), |_| {
+        true
+    });
+    let table = Arc::new(PathTable::new(&rp, &[(p(2), LinkId(2)), (p(9), LinkId(9))]));
+    for checked in [true, false] {
+        let mut r = Router::new(p(1), 8, 1000, Duration::from_secs(30), now);
+        r.set_paths(checked.then(|| table.clone()));
+        for n in 100..105 {
+            let broadcast = r.on_data(&t, LinkId(9), &meta(4, PeerId::ZERO, n, 8), now);
+            let targeted = r.on_data(&t, LinkId(9), &meta(4, p(1), n + 50, 8), now);
+            if checked {
+                assert_eq!(broadcast, DataVerdict::Drop(DropReason::OffPath));
+                assert_eq!(targeted, DataVerdict::Drop(DropReason::OffPath));
+            } else {
+                assert!(matches!(broadcast, DataVerdict::DeliverAndForward { .. }));
+                assert_eq!(targeted, DataVerdict::Deliver);
+            }
+        }
+        let real: Vec<DataVerdict> = (100..105)
+            .flat_map(|n| {
+                [
+                    r.on_data(&t, LinkId(2), &meta(4, PeerId::ZERO, n, 7), now),
+                    r.on_data(&t, LinkId(2), &meta(4, p(1), n + 50, 7), now),
+                ]
+            })
+            .collect();
+        let taken = real
+            .iter()
+            .filter(|v| !matches!(v, DataVerdict::Drop(_)))
+            .count();
+        let s = r.stats();
+        if checked {
+            assert_eq!(taken, 10, "every real frame is taken: {real:?}");
+            assert_eq!((s.dropped_off_path, s.dropped_duplicate), (10, 0));
+        } else {
+            assert_eq!(taken, 0, "without the check the forgeries won: {real:?}");
+            assert_eq!((s.dropped_off_path, s.dropped_duplicate), (0, 10));
+        }
+    }
+}
+
+#[test]
+fn the_path_check_takes_direct_links_and_unknown_origins() {
+    use crate::reverse_path::{PathTable, ReversePaths};
+    let now = Instant::now();
+    let listed = [
+        (p(1), vec![p(2), p(3)]),
+        (p(2), vec![p(1), p(3)]),
+        (p(3), vec![p(1), p(2)]),
+    ];
+    let rp = ReversePaths::build(p(1), listed.iter().map(|(o, l)| (o, l.as_slice())), |_| {
+        true
+    });
+    let table = Arc::new(PathTable::new(&rp, &[(p(2), LinkId(2)), (p(3), LinkId(3))]));
+    let mut r = Router::new(p(1), 8, 1000, Duration::from_secs(30), now);
+    r.set_paths(Some(table));
+    let mut t = NeighbourLinks::new();
+    t.insert(p(2), LinkId(2));
+    t.insert(p(3), LinkId(3));
+    // Full mesh: 2's frames only from 2.
+    assert_eq!(
+        r.on_data(&t, LinkId(3), &meta(2, PeerId::ZERO, 1, 8), now),
+        DataVerdict::Drop(DropReason::OffPath)
+    );
+    assert!(matches!(
+        r.on_data(&t, LinkId(2), &meta(2, PeerId::ZERO, 1, 8), now),
+        DataVerdict::DeliverAndForward { .. }
+    ));
+    // 2's link was replaced (a dial race) before the next table: its own link still counts.
+    t.insert(p(2), LinkId(7));
+    assert!(matches!(
+        r.on_data(&t, LinkId(7), &meta(2, PeerId::ZERO, 2, 8), now),
+        DataVerdict::DeliverAndForward { .. }
+    ));
+    // An origin the graph does not know is taken from anyone.
+    assert!(matches!(
+        r.on_data(&t, LinkId(3), &meta(8, PeerId::ZERO, 1, 8), now),
+        DataVerdict::DeliverAndForward { .. }
+    ));
+    r.set_paths(None);
+    assert!(matches!(
+        r.on_data(&t, LinkId(3), &meta(2, PeerId::ZERO, 3, 8), now),
+        DataVerdict::DeliverAndForward { .. }
+    ));
+    assert_eq!(r.stats().dropped_off_path, 1);
+}
+
+/// The router remembers the last origin and link it took a frame from; a new table forgets it.
+#[test]
+fn a_new_table_is_obeyed_at_once_for_the_origin_just_taken() {
+    use crate::reverse_path::{PathTable, ReversePaths};
+    let now = Instant::now();
+    let table = |toward: u8| {
+        let listed = [
+            (p(1), vec![p(2), p(3)]),
+            (p(toward), vec![p(1), p(4)]),
+            (p(4), vec![p(toward)]),
+        ];
+        let rp = ReversePaths::build(p(1), listed.iter().map(|(o, l)| (o, l.as_slice())), |_| {
+            true
+        });
+        Arc::new(PathTable::new(&rp, &[(p(2), LinkId(2)), (p(3), LinkId(3))]))
+    };
+    let (mut r, t, _) = setup();
+    r.set_paths(Some(table(2)));
+    for n in 1..=3 {
+        assert!(matches!(
+            r.on_data(&t, LinkId(2), &meta(4, PeerId::ZERO, n, 8), now),
+            DataVerdict::DeliverAndForward { .. }
+        ));
+    }
+    assert_eq!(
+        r.on_data(&t, LinkId(3), &meta(4, PeerId::ZERO, 4, 8), now),
+        DataVerdict::Drop(DropReason::OffPath)
+    );
+    // 4 moved behind 3.
+    r.set_paths(Some(table(3)));
+    assert_eq!(
+        r.on_data(&t, LinkId(2), &meta(4, PeerId::ZERO, 5, 8), now),
+        DataVerdict::Drop(DropReason::OffPath)
+    );
+    assert!(matches!(
+        r.on_data(&t, LinkId(3), &meta(4, PeerId::ZERO, 6, 8), now),
+        DataVerdict::DeliverAndForward { .. }
+    ));
 }

@@ -322,6 +322,7 @@ impl ShardCore {
                 msg: ToControl::Synced(token),
                 busy: IfBusy::Detach,
             }),
+            ToShard::ReversePaths(t) => self.router.set_paths(Some(t)),
         }
         None
     }

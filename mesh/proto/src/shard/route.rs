@@ -91,6 +91,8 @@ impl ShardCore {
             DataVerdict::Drop(DropReason::TtlExpired) => inc(&c.dropped_ttl),
             DataVerdict::Drop(DropReason::NoRoute) => inc(&c.dropped_no_route),
             DataVerdict::Drop(DropReason::TooOld) => inc(&c.dropped_too_old),
+            DataVerdict::Drop(DropReason::OffPath) => inc(&c.dropped_off_path),
+            DataVerdict::Drop(DropReason::ForeignMsgId) => inc(&c.dropped_foreign_msg_id),
         }
     }
 

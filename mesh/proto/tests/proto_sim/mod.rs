@@ -312,6 +312,23 @@ impl Sim {
         self.apply_shard(i, out);
     }
 
+    /// Writes `bytes` (whole frames) on node `from`'s established link to node `to`, between
+    /// the writes of its shard: what a hand-driven peer at `from` would send. Panics without
+    /// such a link.
+    pub fn inject(&mut self, from: usize, to: usize, bytes: Bytes) {
+        let n = &self.nodes[from];
+        let (link, r) = n
+            .socks
+            .iter()
+            .find_map(|(l, s)| {
+                s.remote
+                    .filter(|r| r.node == to && n.shard.owns(*l))
+                    .map(|r| (*l, r))
+            })
+            .expect("an established link between the two nodes");
+        self.schedule_stream(from, link, r, bytes, Duration::ZERO);
+    }
+
     fn lat(&self, from: usize, to: usize) -> Duration {
         *self.latency_of.get(&(from, to)).unwrap_or(&self.latency)
     }

@@ -1,0 +1,120 @@
+//! The control core's side of the reverse-path check: it keeps the membership graph's
+//! [`ReversePaths`] and pushes every shard the per-origin table of the links Data frames are
+//! taken from ([`PathTable`], an `Arc` swapped whole, as the sample route tables are).
+//!
+//! **Owns:** when a new table is built and posted. **Must not touch:** the rule itself
+//! ([`crate::reverse_path`]), the membership state machine (read only) or the shards' use of
+//! the table (`router`).
+//!
+//! A table is rebuilt when the graph's edges may have changed ([`MemberGraph::shape`]) or this
+//! node's links did (a link placed or removed, a dial race that replaced one), and only then;
+//! a round that changed neither costs one comparison of the link list. It goes out at the end
+//! of the round's link and membership changes, after the `Install`s of the same round, so a
+//! shard never holds a table naming a link it does not route yet.
+//!
+//! The reverse paths cost one BFS per neighbour (`O(deg * (V + E))`); while the graph keeps
+//! changing (a mesh booting: every node's record changes once per neighbour it links) they are
+//! rebuilt at most once per [`REBUILD_INTERVAL`], the first change at once and the last one
+//! when the interval ends ([`ControlCore::paths_timeout`]), as the topic routes are planned.
+//! A change of links alone rebuilds only the table (`O(table)`) at once.
+//!
+//! [`MemberGraph::shape`]: crate::membership::MemberGraph::shape
+
+use super::ControlCore;
+use crate::cmd::ToShard;
+use crate::reverse_path::{PathTable, ReversePaths};
+use crate::{LinkId, PeerId};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The shortest time between two rebuilds of the reverse paths (the topic routes' planning
+/// interval's default): at 512 nodes a rebuild is a few hundred microseconds, and a booting
+/// mesh changes the graph thousands of times.
+pub const REBUILD_INTERVAL: Duration = Duration::from_millis(10);
+
+/// What the control core keeps for the reverse-path check.
+#[derive(Debug)]
+pub(super) struct Paths {
+    /// `reverse_path_check`: off, no table is ever built and the shards take every copy.
+    enabled: bool,
+    paths: ReversePaths,
+    /// The links the last table was built over, `(peer, link)` sorted.
+    links: Vec<(PeerId, LinkId)>,
+    scratch: Vec<(PeerId, LinkId)>,
+    /// Tables posted (each to every shard).
+    pushed: u64,
+    /// The shards' table knows no origin (they start so): an empty table is not posted
+    /// again, it takes every frame like none.
+    shards_empty: bool,
+    /// No rebuild of the reverse paths before then.
+    next_build: Option<Instant>,
+}
+
+impl Paths {
+    pub(super) fn new(me: PeerId, enabled: bool) -> Paths {
+        Paths {
+            enabled,
+            paths: ReversePaths::new(me),
+            links: Vec::new(),
+            scratch: Vec::new(),
+            pushed: 0,
+            shards_empty: true,
+            next_build: None,
+        }
+    }
+}
+
+impl ControlCore {
+    /// Posts a new reverse-path table to every shard when the graph (at most once per
+    /// [`REBUILD_INTERVAL`]) or the links changed.
+    pub(super) fn push_paths(&mut self, now: Instant) {
+        let p = &mut self.paths;
+        if !p.enabled {
+            return;
+        }
+        let mut rebuilt = false;
+        if p.paths.shape() != Some(self.membership.shape()) && p.next_build.is_none_or(|t| now >= t)
+        {
+            rebuilt = p.paths.refresh(&self.membership);
+            p.next_build = Some(now + REBUILD_INTERVAL);
+        }
+        p.scratch.clear();
+        p.scratch
+            .extend(self.placed.iter().map(|(l, placed)| (placed.peer, *l)));
+        p.scratch.sort_unstable();
+        if !rebuilt && p.scratch == p.links {
+            return;
+        }
+        std::mem::swap(&mut p.scratch, &mut p.links);
+        let table = Arc::new(PathTable::new(&p.paths, &p.links));
+        if table.is_empty() && p.shards_empty {
+            return;
+        }
+        p.shards_empty = table.is_empty();
+        p.pushed += 1;
+        for s in 0..self.shards {
+            self.post(s, ToShard::ReversePaths(table.clone()));
+        }
+    }
+
+    /// When a graph change waits for its rebuild ([`REBUILD_INTERVAL`]); `None`: none waits.
+    pub(super) fn paths_timeout(&self) -> Option<Instant> {
+        let p = &self.paths;
+        (p.enabled && p.paths.shape() != Some(self.membership.shape()))
+            .then_some(p.next_build)
+            .flatten()
+    }
+
+    /// The reverse paths the last table was built from (every origin [`PathVerdict`]
+    /// `UnknownOrigin` while the check is off).
+    ///
+    /// [`PathVerdict`]: crate::reverse_path::PathVerdict
+    pub fn reverse_paths(&self) -> &ReversePaths {
+        &self.paths.paths
+    }
+
+    /// Reverse-path tables posted to the shards so far (each to every shard).
+    pub fn path_tables_pushed(&self) -> u64 {
+        self.paths.pushed
+    }
+}

@@ -1,0 +1,191 @@
+//! The reverse-path check of Data frames (issue 24, finding 12), in the simulation that drives
+//! the real control and shard cores: a stranger linked to one node sends Data frames carrying
+//! a real origin's next message ids before the origin sends them. With the check the forgeries
+//! are dropped where they enter (counted) and every real message reaches every node; without
+//! it (`reverse_path_check = false`, the mesh-v1 behaviour) the forgeries are delivered and
+//! flooded, and the real messages are dropped everywhere as duplicates.
+
+mod proto_sim;
+
+use bytes::{Bytes, BytesMut};
+use proto_sim::*;
+use shoal_proto::wire::{Data, Frame};
+use shoal_proto::{MsgId, PeerId};
+use std::time::Duration;
+
+const X: usize = 0;
+const A: usize = 1;
+const V: usize = 2;
+const B: usize = 3;
+const S: usize = 4;
+const FORGED: u64 = 10;
+
+/// X - A - V - B, and the stranger S linked to V only (a full node that speaks the protocol,
+/// whose frames the test writes by hand). Edges (i, j): j dials i.
+fn mesh(seed: u64, check: bool) -> Sim {
+    let edges = [(X, A), (A, V), (V, B), (V, S)];
+    let mut sim = Sim::new(seed);
+    for j in 0..5 {
+        let mut c = cfg();
+        c.reverse_path_check = check;
+        c.static_peers = edges
+            .iter()
+            .filter(|(_, b)| *b == j)
+            .map(|(a, _)| format!("node{a}:{PORT}"))
+            .collect();
+        sim.add_node(c);
+    }
+    sim.start_all();
+    sim.run_for(Duration::from_millis(500));
+    for i in 0..5 {
+        assert_eq!(sim.members(i).len(), 4, "node {i} sees the whole mesh");
+    }
+    sim
+}
+
+fn data(src: PeerId, dst: PeerId, counter: u64, payload: &str) -> Bytes {
+    let mut b = BytesMut::new();
+    Frame::Data(Data {
+        src,
+        dst,
+        msg_id: MsgId::new(&src, counter),
+        ttl: 8,
+        payload: Bytes::copy_from_slice(payload.as_bytes()),
+    })
+    .encode(&mut b)
+    .unwrap();
+    b.freeze()
+}
+
+/// Runs the attack; returns the mesh afterwards.
+fn attack(seed: u64, check: bool) -> Sim {
+    let mut sim = mesh(seed, check);
+    let (x, b) = (sim.id(X), sim.id(B));
+    if check {
+        // V takes X's frames from A only; the stranger is toward nobody.
+        let rp = sim.nodes[V].core.reverse_paths();
+        assert_eq!(rp.accepted(&x), Some(&[sim.id(A)][..]));
+        assert!(sim.nodes[V].core.path_tables_pushed() > 0);
+    }
+    // The stranger learns X's ids from the flood.
+    sim.broadcast(X, "warm");
+    sim.run_for(Duration::from_millis(50));
+    let last = *sim.nodes[S]
+        .delivered_ids
+        .iter()
+        .rev()
+        .find(|id| id.0[..8] == x.0[..8])
+        .expect("the stranger saw X's broadcast");
+    let c = last.counter();
+    let mut forged = BytesMut::new();
+    for n in 1..=FORGED {
+        forged.extend_from_slice(&data(x, PeerId::ZERO, c + n, &format!("forged-{n}")));
+    }
+    forged.extend_from_slice(&data(x, b, c + FORGED + 1, "forged-t"));
+    sim.inject(S, V, forged.freeze());
+    sim.run_for(Duration::from_millis(50));
+    // Now X sends for real: the same ids.
+    for n in 1..=FORGED {
+        sim.broadcast(X, format!("real-{n}"));
+    }
+    sim.send(X, b, "real-t");
+    sim.run_for(Duration::from_millis(200));
+    sim
+}
+
+fn count(sim: &Sim, i: usize, prefix: &str) -> usize {
+    sim.nodes[i]
+        .delivered
+        .iter()
+        .filter(|(_, p)| p.starts_with(prefix.as_bytes()))
+        .count()
+}
+
+#[test]
+fn forged_next_ids_from_a_stranger_do_not_silence_the_origin() {
+    for seed in [1, 2, 3] {
+        let sim = attack(seed, true);
+        for i in [A, V, B, S] {
+            for n in 1..=FORGED {
+                assert_eq!(
+                    sim.count_delivered(i, format!("real-{n}").as_bytes()),
+                    1,
+                    "seed {seed}: node {i} got X's real message {n} once"
+                );
+            }
+            assert_eq!(count(&sim, i, "forged"), 0, "seed {seed}: node {i}");
+        }
+        assert_eq!(sim.count_delivered(B, b"real-t"), 1, "seed {seed}");
+        let v = sim.nodes[V].shard.counters().snapshot();
+        assert_eq!(v.dropped_off_path, FORGED + 1, "seed {seed}: counted at V");
+        assert_eq!(v.dropped_foreign_msg_id, 0);
+        // Nothing genuine was refused anywhere.
+        for i in [X, A, B, S] {
+            let c = sim.nodes[i].shard.counters().snapshot();
+            assert_eq!(c.dropped_off_path, 0, "seed {seed}: node {i}");
+        }
+    }
+}
+
+/// The same attack with the check off: the forgeries win everywhere (what the check is for).
+#[test]
+fn without_the_check_the_forgeries_win() {
+    let sim = attack(1, false);
+    for i in [A, V, B] {
+        for n in 1..=FORGED {
+            let (forged, real) = (format!("forged-{n}"), format!("real-{n}"));
+            assert_eq!(sim.count_delivered(i, forged.as_bytes()), 1, "node {i}");
+            assert_eq!(sim.count_delivered(i, real.as_bytes()), 0, "node {i}");
+        }
+    }
+    assert_eq!(sim.count_delivered(B, b"real-t"), 0);
+    assert_eq!(sim.count_delivered(B, b"forged-t"), 1);
+    let v = sim.nodes[V].shard.counters().snapshot();
+    assert_eq!(v.dropped_off_path, 0);
+}
+
+/// A frame under one's own `src` spending another node's id is refused whatever the setting.
+#[test]
+fn another_nodes_id_under_ones_own_src_is_refused() {
+    for check in [true, false] {
+        let mut sim = mesh(4, check);
+        let (x, s) = (sim.id(X), sim.id(S));
+        sim.broadcast(X, "warm");
+        sim.run_for(Duration::from_millis(50));
+        let c = sim.nodes[S]
+            .delivered_ids
+            .iter()
+            .rev()
+            .find(|id| id.0[..8] == x.0[..8])
+            .expect("seen")
+            .counter();
+        let mut b = BytesMut::new();
+        Frame::Data(Data {
+            src: s,
+            dst: PeerId::ZERO,
+            msg_id: MsgId::new(&x, c + 1),
+            ttl: 8,
+            payload: Bytes::from_static(b"forged"),
+        })
+        .encode(&mut b)
+        .unwrap();
+        sim.inject(S, V, b.freeze());
+        sim.run_for(Duration::from_millis(50));
+        sim.broadcast(X, "real");
+        sim.run_for(Duration::from_millis(100));
+        for i in [A, V, B, S] {
+            assert_eq!(
+                sim.count_delivered(i, b"real"),
+                1,
+                "node {i}, check {check}"
+            );
+            assert_eq!(
+                sim.count_delivered(i, b"forged"),
+                0,
+                "node {i}, check {check}"
+            );
+        }
+        let v = sim.nodes[V].shard.counters().snapshot();
+        assert_eq!(v.dropped_foreign_msg_id, 1, "check {check}");
+    }
+}
