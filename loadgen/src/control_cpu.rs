@@ -59,6 +59,9 @@ pub struct CpuReport {
     pub frames_in_per_s: f64,
     /// Of those, duplicates dropped per second.
     pub duplicates_per_s: f64,
+    /// Of those, copies dropped per second because their link is not toward their origin
+    /// (the reverse-path check: a second path's copy, which flooding took as a duplicate).
+    pub off_path_per_s: f64,
     /// Frames it built per second (its own announcements).
     pub frames_built_per_s: f64,
     /// Frames it re-flooded per second.
@@ -259,6 +262,7 @@ fn measure(
         process_cpu_ms_per_s: (pu.cpu_user_s + pu.cpu_sys_s) * 1e3 / window_s,
         frames_in_per_s: per_s(s1.frames_in, s0.frames_in),
         duplicates_per_s: per_s(s1.duplicates, s0.duplicates),
+        off_path_per_s: per_s(s1.off_path, s0.off_path),
         frames_built_per_s: per_s(s1.frames_built, s0.frames_built),
         frames_reflooded_per_s: per_s(s1.frames_reflooded, s0.frames_reflooded),
         cycles_per_s: per_s(s1.cycles_completed, s0.cycles_completed),
@@ -284,16 +288,17 @@ pub fn print(c: &CpuReport) {
         c.window_s
     );
     println!();
-    println!("| control thread CPU | its shard thread(s) | whole process | frames in/s | duplicates/s | built/s | re-flooded/s | cycles in/s | route tables | peak RSS |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| control thread CPU | its shard thread(s) | whole process | frames in/s | duplicates/s | off-path/s | built/s | re-flooded/s | cycles in/s | route tables | peak RSS |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| **{:.1} ms/s** (±{:.1}) | {:.1} ms/s | {:.0} ms/s | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.0} MiB |",
+        "| **{:.1} ms/s** (±{:.1}) | {:.1} ms/s | {:.0} ms/s | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.0} MiB |",
         c.control_cpu_ms_per_s,
         c.resolution_ms_per_s,
         c.shard_cpu_ms_per_s,
         c.process_cpu_ms_per_s,
         c.frames_in_per_s,
         c.duplicates_per_s,
+        c.off_path_per_s,
         c.frames_built_per_s,
         c.frames_reflooded_per_s,
         c.cycles_per_s,
