@@ -118,7 +118,10 @@ fn cpu_part_measures_the_node_that_knows_the_remote_endpoints() {
     // Three helpers announce every 200 ms: frames arrive; with two links some come twice,
     // the second copy a duplicate or, off the origin's path, refused.
     assert!(f(c, "frames_in_per_s") > 0.0, "{c}");
-    assert!(f(c, "duplicates_per_s") + f(c, "off_path_per_s") > 0.0, "{c}");
+    assert!(
+        f(c, "duplicates_per_s") + f(c, "off_path_per_s") > 0.0,
+        "{c}"
+    );
     assert!(f(c, "frames_built_per_s") > 0.0, "{c}");
     let control = f(c, "control_cpu_ms_per_s");
     assert!(

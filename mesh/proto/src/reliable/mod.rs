@@ -184,7 +184,7 @@ impl Default for WriterConfig {
             max_repair_samples: 64,
             max_repair_bytes: 64 << 10,
             nack_suppression: Duration::from_millis(100),
-            ack_timeout: Some(Duration::from_secs(10)),
+            ack_timeout: Some(Duration::from_secs(60)),
         }
     }
 }

@@ -39,6 +39,9 @@ struct ReaderState {
     /// Keep-all: not waited for any more (silent past `ack_timeout`); waited for again once
     /// it catches up with the slowest reader still waited for.
     released: bool,
+    /// Its node's lease (`set_reader_leases`): released after that much silence if it is
+    /// shorter than `ack_timeout`.
+    lease: Option<Duration>,
     /// A sync request waits for its answer.
     sync_pending: bool,
     /// The transient-local handover still to send, `lo ..= hi`.
@@ -138,6 +141,17 @@ impl ReliableWriter {
         self.set_readers_durable(&v, now);
     }
 
+    /// The lease of each matched reader's node (`readers` and `leases` in the same order):
+    /// a keep-all writer waits for a silent reader at most that long, or `ack_timeout` if
+    /// shorter. Readers not listed keep what they had.
+    pub fn set_reader_leases(&mut self, readers: &[[u8; 16]], leases: &[Duration]) {
+        for (g, l) in readers.iter().zip(leases) {
+            if let Ok(i) = self.readers.binary_search_by(|r| r.guid.cmp(g)) {
+                self.readers[i].lease = Some(*l);
+            }
+        }
+    }
+
     /// The matched reliable readers now, each with whether it asked for the history
     /// (durability transient-local or above). A new reader starts at the first held seq
     /// when this writer is transient-local and the reader asked for it (its sync is answered
@@ -168,6 +182,7 @@ impl ReliableWriter {
                 far_count: None,
                 stalled_since: now,
                 released: false,
+                lease: None,
                 sync_pending: false,
                 range: None,
                 nack_base: start,
@@ -496,6 +511,7 @@ impl ReliableWriter {
         let next = self.history.next_seq();
         let mut any = false;
         for r in self.readers.iter_mut() {
+            let timeout = r.lease.map_or(timeout, |l| l.min(timeout));
             if !r.released && r.acked < next && now >= r.stalled_since + timeout {
                 r.released = true;
                 r.last_count = None;
@@ -518,7 +534,7 @@ impl ReliableWriter {
         self.readers
             .iter()
             .filter(|r| !r.released && r.acked < next)
-            .map(|r| r.stalled_since + timeout)
+            .map(|r| r.stalled_since + r.lease.map_or(timeout, |l| l.min(timeout)))
             .min()
     }
 

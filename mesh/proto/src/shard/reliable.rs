@@ -196,6 +196,8 @@ impl ShardCore {
                     .map(|g| (*g, spec.durable_readers.binary_search(g).is_ok()))
                     .collect();
                 w.state.set_readers_durable(&readers, now);
+                w.state
+                    .set_reader_leases(&spec.readers, &spec.reader_leases);
                 w.update_credit();
             }
             _ => slot.w = None,

@@ -46,7 +46,7 @@
 //! max_history_bytes = 67108864
 //! max_reader_buffer_samples = 65536
 //! max_reader_buffer_bytes = 67108864
-//! ack_timeout_ms = 10000
+//! ack_timeout_ms = 60000
 //! # control-plane work budgets (units: about a nanosecond of control-plane CPU each)
 //! origin_work_per_sec = 20000000
 //! origin_work_burst = 100000000
@@ -242,13 +242,14 @@ pub struct TopicsConfig {
     pub link_work_per_sec: u64,
     /// How much of that a link may spend at once. Default 300 000 000.
     pub link_work_burst: u64,
-    /// Reliable keep-all writers: how long a writer waits for a matched reader that owes an
-    /// acknowledgement (its acknowledgements have not moved since it last had everything)
-    /// before it stops waiting for it (counted, `reliable_readers_released`): one silent or
-    /// lying reader cannot keep the history full and the writes waiting beyond this. The
-    /// reader is still answered and is waited for again once it catches up. Keep it at or
-    /// below the longest participant lease admitted, so a reader is released no later than
-    /// a dead one's lease would unmatch it. Must exceed `heartbeat_period`. Default 10000 ms.
+    /// Reliable keep-all writers: the longest a writer waits for a matched reader that owes
+    /// an acknowledgement (its acknowledgements have not moved since it last had
+    /// everything) before it stops waiting for it (counted, `reliable_readers_released`):
+    /// each reader is waited for at most its node's lease as admitted (capped at
+    /// `max_lease_ms`), or this if shorter, so one silent or lying reader cannot keep the
+    /// history full and the writes waiting longer than a dead one's lease would. The reader
+    /// is still answered and is waited for again once it catches up. Must exceed
+    /// `heartbeat_period`. Default 60000 ms (the default `max_lease_ms`).
     #[serde(rename = "ack_timeout_ms", with = "millis")]
     pub ack_timeout: Duration,
     /// Most bytes of partition names (their text, summed) one endpoint may declare: it
@@ -314,7 +315,7 @@ impl Default for TopicsConfig {
             origin_work_burst: 100_000_000,
             link_work_per_sec: 100_000_000,
             link_work_burst: 300_000_000,
-            ack_timeout: Duration::from_millis(10_000),
+            ack_timeout: Duration::from_millis(60_000),
             max_partition_bytes: c.endpoint_partition_bytes,
             max_endpoints_per_participant: c.participant_endpoints,
             max_bytes_per_participant: c.participant_bytes,

@@ -102,6 +102,10 @@ pub struct ReliableWriterSpec {
     /// Of them, those that asked for the history (durability transient-local or above):
     /// only they get it handed over. Sorted.
     pub durable_readers: Vec<EndpointGuid>,
+    /// The lease of each reader's node as admitted (capped), in `readers`' order: a
+    /// keep-all writer stops waiting for a reader silent that long (or `ack_timeout`, if
+    /// shorter).
+    pub reader_leases: Vec<Duration>,
     /// The write credit the writer's handle waits on (keep-all), shared with the shard.
     pub credit: Arc<WriterCredit>,
 }
@@ -114,6 +118,7 @@ impl PartialEq for ReliableWriterSpec {
             && self.transient_local == o.transient_local
             && self.readers == o.readers
             && self.durable_readers == o.durable_readers
+            && self.reader_leases == o.reader_leases
             && Arc::ptr_eq(&self.credit, &o.credit)
     }
 }

@@ -197,6 +197,38 @@ fn a_reader_that_does_not_acknowledge_is_no_longer_waited_for() {
     assert_eq!(w.stats().readers_released, 1);
 }
 
+/// The "within its (capped) lease": each reader is waited for at most its node's
+/// lease, or `ack_timeout` if shorter. A reader on a node with a 15 s lease is still waited
+/// for after 10 s (a cut it may come back from, as the lab's reliable test cuts a host for
+/// 10 s); one on a node with a 2 s lease is released after 2 s.
+#[test]
+fn a_silent_reader_is_waited_for_at_most_its_nodes_lease() {
+    let t = Instant::now();
+    let mut w = ReliableWriter::new(
+        W,
+        WriterConfig {
+            ack_timeout: Some(ms(60_000)),
+            ..keep_all(4)
+        },
+    );
+    w.set_readers(&[R1, R2], t);
+    w.set_reader_leases(&[R1, R2], &[ms(15_000), ms(2_000)]);
+    write(&mut w, 4, t);
+    assert_eq!(w.room(), 0);
+    w.handle_timeout(t + ms(2_000));
+    assert_eq!(
+        w.stats().readers_released,
+        1,
+        "R2, after its node's 2 s lease"
+    );
+    w.handle_timeout(t + ms(10_000));
+    assert_eq!(w.stats().readers_released, 1, "R1's node has a 15 s lease");
+    assert_eq!(w.room(), 0, "R1 still holds the history");
+    w.handle_timeout(t + ms(15_000));
+    assert_eq!(w.stats().readers_released, 2);
+    assert_eq!(w.room(), 4);
+}
+
 /// Finding 9: a Gap to `u64::MAX` set a reader's next expected seq to `u64::MAX` for good
 /// (every real sample after it a duplicate). Now a Gap beyond the writer's plausible range is
 /// held, and delivery goes on; unstarted, the reader does not start on it either.

@@ -65,6 +65,7 @@ fn local_writer(s: &mut Sim, links: &[LinkId]) -> Arc<WriterCredit> {
                 transient_local: false,
                 readers: vec![R1],
                 durable_readers: vec![],
+                reader_leases: vec![],
                 credit: credit.clone(),
             }),
             local_readers: vec![],

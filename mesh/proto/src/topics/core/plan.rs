@@ -283,7 +283,15 @@ impl TopicsCore {
                     Some(n) => {
                         reader_nodes.push(n);
                         if reliable {
-                            reliable_remote.push(guid_bytes(&ri.guid));
+                            // Its node's lease, as admitted (capped): a keep-all writer waits
+                            // for it no longer than that.
+                            let lease = self
+                                .graph
+                                .participant(&ri.guid.prefix)
+                                .map_or(std::time::Duration::MAX, |p| {
+                                    std::time::Duration::from_nanos(p.lease_duration.as_nanos())
+                                });
+                            reliable_remote.push((guid_bytes(&ri.guid), lease));
                             if ri.qos.durability >= DurabilityKind::TransientLocal {
                                 durable_remote.push(guid_bytes(&ri.guid));
                             }
@@ -333,10 +341,11 @@ impl TopicsCore {
     }
 }
 
-/// A local reliable writer's history settings from its QoS.
+/// A local reliable writer's history settings from its QoS; `readers` with their node's
+/// lease, sorted.
 fn writer_spec(
     q: &EndpointQos,
-    readers: Vec<EndpointGuid>,
+    readers: Vec<(EndpointGuid, std::time::Duration)>,
     durable_readers: Vec<EndpointGuid>,
     credit: Arc<crate::topics::WriterCredit>,
 ) -> ReliableWriterSpec {
@@ -355,7 +364,8 @@ fn writer_spec(
         lifespan: (!lifespan.is_infinite())
             .then(|| std::time::Duration::from_nanos(lifespan.as_nanos())),
         transient_local: q.durability >= DurabilityKind::TransientLocal,
-        readers,
+        reader_leases: readers.iter().map(|(_, l)| *l).collect(),
+        readers: readers.into_iter().map(|(g, _)| g).collect(),
         durable_readers,
         credit,
     }
