@@ -18,6 +18,7 @@ use crate::wire::{
 use crate::{Link, LinkId, PeerId};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// An established connection handed from the control plane to its data shard.
 #[derive(Debug)]
@@ -101,6 +102,15 @@ pub enum ToShard<C> {
     /// From now on, take each origin's Data frames only from the links this table names for
     /// it (the reverse-path check, [`crate::reverse_path`]), replacing the previous table.
     ReversePaths(Arc<PathTable>),
+    /// `link`'s control-plane work budget is spent: drop its Discovery frames here until
+    /// `until` (counted in `dropped_discovery_over_budget`) instead of handing each to the
+    /// control plane to be dropped there.
+    PauseDiscovery {
+        /// The link (owned by the receiving shard).
+        link: LinkId,
+        /// When its budget has credit again.
+        until: Instant,
+    },
 }
 
 impl<C> ToShard<C> {
@@ -128,6 +138,7 @@ impl<C> ToShard<C> {
             ToShard::Stop => ToShard::Stop,
             ToShard::Sync(t) => ToShard::Sync(t),
             ToShard::ReversePaths(t) => ToShard::ReversePaths(t),
+            ToShard::PauseDiscovery { link, until } => ToShard::PauseDiscovery { link, until },
         })
     }
 }

@@ -255,6 +255,10 @@ counters! {
     /// Dropped: a Data frame whose message id does not start with its `src`'s first 8 bytes
     /// (mesh-v1.md builds every id that way; another node's id under one's own `src`).
     dropped_foreign_msg_id,
+    /// Dropped: a Discovery frame from a link whose control-plane work budget was spent
+    /// (`link_work_per_sec`): the control plane paused that link's Discovery frames until the
+    /// budget refills, and the shard drops them on arrival instead of handing each over.
+    dropped_discovery_over_budget,
 }
 
 /// Raises a high-water mark of the calling executor's own set to `v`.

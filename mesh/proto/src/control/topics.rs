@@ -200,6 +200,11 @@ impl ControlCore {
                     );
                     self.close(link, false);
                 }
+                TopicsOutput::PauseDiscovery { link, until } => {
+                    if let Some(shard) = self.placed.get(&link).map(|p| p.shard) {
+                        self.post(shard, ToShard::PauseDiscovery { link, until });
+                    }
+                }
                 TopicsOutput::Dial { peer, addr } => {
                     if !self.stopping && self.peers.link_of(&peer).is_none() {
                         self.peers.on_announce(peer, addr, now);

@@ -48,6 +48,9 @@ pub(super) struct Served {
     /// The writer found nothing to write and waits for `budget.wake` (see
     /// [`Served::wake_writer`]).
     pub(super) writer_idle: bool,
+    /// Its Discovery frames are dropped here until then: the control plane found its work
+    /// budget spent ([`crate::cmd::ToShard::PauseDiscovery`]).
+    pub(super) discovery_paused: Option<Instant>,
 }
 
 impl Served {
@@ -171,6 +174,7 @@ impl ShardCore {
             chunk: READ_CHUNK,
             tx,
             writer_idle: false,
+            discovery_paused: None,
         });
         inc(&self.counters.links_opened);
         tracing::debug!(shard = self.idx, ?link, %peer, "link attached");

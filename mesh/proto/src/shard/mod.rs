@@ -323,6 +323,11 @@ impl ShardCore {
                 busy: IfBusy::Detach,
             }),
             ToShard::ReversePaths(t) => self.router.set_paths(Some(t)),
+            ToShard::PauseDiscovery { link, until } => {
+                if let Some(slot) = self.links.slot(link) {
+                    self.links.at(slot).discovery_paused = Some(until);
+                }
+            }
         }
         None
     }

@@ -291,6 +291,15 @@ impl ShardCore {
                     Incoming::Frame(Frame::Gap(g)) => {
                         self.reliable_in(link, RelFrame::Gap(g), now, out)
                     }
+                    Incoming::Frame(Frame::Discovery(_))
+                        if self
+                            .links
+                            .at(slot)
+                            .discovery_paused
+                            .is_some_and(|t| now < t) =>
+                    {
+                        inc(&self.counters.dropped_discovery_over_budget);
+                    }
                     Incoming::Frame(Frame::Discovery(d)) => out.push(ShardAction::Report {
                         msg: ToControl::DiscoveryIn {
                             link,
@@ -489,6 +498,61 @@ mod tests {
         let s = core.counters().snapshot();
         // No table names the writer yet: its two runs wait for one.
         assert_eq!((s.frames_in, s.sample_runs_parked), (3, 2));
+        assert_eq!(core.served().collect::<Vec<_>>(), vec![link]);
+    }
+
+    /// A link whose work budget the control plane found spent: its Discovery frames are
+    /// dropped on arrival (counted) until the pause ends, then handed over again; the link
+    /// stays up.
+    #[test]
+    fn discovery_frames_of_a_paused_link_are_dropped_until_the_pause_ends() {
+        let t0 = Instant::now();
+        let link = LinkId(1);
+        let frame = |seq: u64| {
+            let d = Discovery {
+                origin: PeerId([0xa; 16]),
+                seq,
+                ttl: 4,
+                cycle: 0,
+                part: 0,
+                parts: 0,
+                entries: vec![DiscoveryEntry::Record(Bytes::from_static(b"record"))],
+            };
+            let mut b = BytesMut::new();
+            d.encode(&mut b).unwrap();
+            b
+        };
+        let reported = |out: &[ShardAction]| {
+            out.iter()
+                .filter(|a| {
+                    matches!(
+                        a,
+                        ShardAction::Report {
+                            msg: ToControl::DiscoveryIn { .. },
+                            ..
+                        }
+                    )
+                })
+                .count()
+        };
+        let mut core = core_reading(link, &frame(1), t0);
+        let until = t0 + std::time::Duration::from_secs(1);
+        core.on_command(
+            ToShard::<()>::PauseDiscovery { link, until },
+            t0,
+            &mut Vec::new(),
+        );
+        let mut out = Vec::new();
+        core.read_frames(link, t0, &mut out);
+        assert_eq!(reported(&out), 0, "paused: dropped here");
+        assert_eq!(core.counters().snapshot().dropped_discovery_over_budget, 1);
+        let (mut buf, _) = core.read_buffer(link).unwrap();
+        let next = frame(2);
+        buf.extend_from_slice(&next);
+        core.on_read(link, buf, next.len(), until);
+        let mut out = Vec::new();
+        core.read_frames(link, until, &mut out);
+        assert_eq!(reported(&out), 1, "the pause is over");
         assert_eq!(core.served().collect::<Vec<_>>(), vec![link]);
     }
 

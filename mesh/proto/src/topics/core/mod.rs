@@ -144,6 +144,14 @@ pub enum TopicsOutput {
     /// A Discovery frame on this link carried a record that does not decode: a protocol
     /// error, the link is closed.
     CloseLink(LinkId),
+    /// The link's work budget is spent until `until`: its shard drops its Discovery frames
+    /// until then instead of handing each over (one such output per spell).
+    PauseDiscovery {
+        /// The link.
+        link: LinkId,
+        /// When its budget has credit again.
+        until: Instant,
+    },
     /// `dial_participants`: a participant heard through discovery whose node has no link;
     /// dial it here (through the peer table, which skips a node it has a link to).
     Dial {
@@ -305,6 +313,8 @@ impl Cycle {
 struct CapableLink {
     peer: PeerId,
     budget: origins::Bucket,
+    /// Its Discovery frames are dropped on its shard until then (budget spent).
+    paused: Option<Instant>,
 }
 
 /// The largest cycle whose completeness is tracked (a bigger one repairs nothing; leases
@@ -633,7 +643,14 @@ impl TopicsCore {
         }
         // Full from the start (it refills from `origin` up to the burst on first use).
         let budget = origins::Bucket::new(self.cfg.link_work_burst, self.origin);
-        self.links.insert(link, CapableLink { peer, budget });
+        self.links.insert(
+            link,
+            CapableLink {
+                peer,
+                budget,
+                paused: None,
+            },
+        );
         self.next_announce = self.origin;
         self.changed();
     }

@@ -82,6 +82,16 @@ impl Bucket {
         self.level > 0
     }
 
+    /// When it has credit again at `per_sec` (now, if it has).
+    pub(super) fn credit_at(&self, per_sec: u64) -> Instant {
+        if self.level > 0 || per_sec == 0 {
+            return self.at;
+        }
+        let owed = u128::from(self.level.unsigned_abs()) + 1;
+        let nanos = owed * 1_000_000_000 / u128::from(per_sec);
+        self.at + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
     /// Takes `units` (the bucket may go into debt).
     pub(super) fn charge(&mut self, units: u64) {
         self.level = self.level.saturating_sub(clamp(units));

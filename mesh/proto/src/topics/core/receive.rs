@@ -140,28 +140,35 @@ impl TopicsCore {
     /// of `origin` from `link` may be worked on (the control core asks before it verifies
     /// a signature). A refusal is counted (`budget_dropped`).
     pub fn admits_work(&mut self, link: LinkId, origin: &PeerId, now: Instant) -> bool {
-        let ok = self.has_budget(link, origin, now);
+        let ok = self.link_has_budget(link, now) && self.origin_has_budget(origin, now);
         self.stats.budget_dropped += u64::from(!ok);
         ok
     }
 
-    fn has_budget(&mut self, link: LinkId, origin: &PeerId, now: Instant) -> bool {
-        let c = &self.cfg;
-        let (lr, lb, or, ob) = (
-            c.link_work_per_sec,
-            c.link_work_burst,
-            c.origin_work_per_sec,
-            c.origin_work_burst,
-        );
-        let link_ok = self
-            .links
-            .get_mut(&link)
-            .is_none_or(|l| l.budget.has_credit(lr, lb, now));
-        link_ok
-            && self
-                .origins
-                .budget(origin)
-                .is_none_or(|b| b.has_credit(or, ob, now))
+    /// True when `link`'s budget has credit; when not, its shard is told to drop its
+    /// Discovery frames until it has (once per spell).
+    fn link_has_budget(&mut self, link: LinkId, now: Instant) -> bool {
+        let (rate, burst) = (self.cfg.link_work_per_sec, self.cfg.link_work_burst);
+        let Some(l) = self.links.get_mut(&link) else {
+            return true;
+        };
+        if l.budget.has_credit(rate, burst, now) {
+            return true;
+        }
+        let until = l.budget.credit_at(rate);
+        if l.paused.is_none_or(|p| p < until) {
+            l.paused = Some(until);
+            self.out
+                .push_back(TopicsOutput::PauseDiscovery { link, until });
+        }
+        false
+    }
+
+    fn origin_has_budget(&mut self, origin: &PeerId, now: Instant) -> bool {
+        let (rate, burst) = (self.cfg.origin_work_per_sec, self.cfg.origin_work_burst);
+        self.origins
+            .budget(origin)
+            .is_none_or(|b| b.has_credit(rate, burst, now))
     }
 
     /// Charges `work` units to `link`'s and `origin`'s budgets (the control core charges

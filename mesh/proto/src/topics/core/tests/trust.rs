@@ -257,6 +257,60 @@ fn an_origin_past_its_work_budget_waits_for_it_to_refill() {
     assert_eq!(v.stats().budget_dropped, 1, "refilled");
 }
 
+/// A link past its work budget: its frames are dropped (counted), and its shard is told
+/// once to drop its Discovery frames until the budget refills, not once per frame.
+#[test]
+fn a_link_past_its_work_budget_is_paused_on_its_shard_once_per_spell() {
+    let now = Instant::now();
+    let c = TopicsConfig {
+        link_work_per_sec: 100_000,
+        link_work_burst: 1_000,
+        ..cfg()
+    };
+    let mut v = core_with(1, c, now);
+    v.link_up(W_LINK, id(5), true);
+    let big: Vec<Bytes> = std::iter::once(participant_rec(5))
+        .chain((0..20).map(|i| {
+            let e = endpoint_info(prefix_of(&id(5)), 0x100 + i, EndpointKind::Writer, "t");
+            encode_endpoint(&e).unwrap()
+        }))
+        .collect();
+    v.on_discovery(W_LINK, frame(5, 1, 4, big), false, now);
+    let pauses = |v: &mut TopicsCore| {
+        std::iter::from_fn(|| v.poll_output())
+            .filter_map(|o| match o {
+                TopicsOutput::PauseDiscovery { link, until } => Some((link, until)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(pauses(&mut v).is_empty(), "the first frame had credit");
+    for seq in 2..5 {
+        v.on_discovery(
+            W_LINK,
+            frame(5, seq, 4, vec![participant_rec(5)]),
+            false,
+            now,
+        );
+    }
+    let p = pauses(&mut v);
+    assert_eq!(p.len(), 1, "{p:?}");
+    let (link, until) = p[0];
+    assert!(link == W_LINK && until > now);
+    assert_eq!(v.stats().budget_dropped, 3);
+    v.on_discovery(
+        W_LINK,
+        frame(5, 9, 4, vec![participant_rec(5)]),
+        false,
+        until,
+    );
+    assert_eq!(
+        v.stats().budget_dropped,
+        3,
+        "credit again when the pause ends"
+    );
+}
+
 /// Finding 11: a revoked node's endpoints go at once.
 #[test]
 fn forgetting_a_node_removes_its_endpoints_with_their_matches() {
