@@ -73,8 +73,10 @@ pub struct HostileReport {
     pub off_path: u64,
     /// Held seq jumps.
     pub seq_jumps_held: u64,
-    /// Dropped over a work budget.
+    /// Dropped over a work budget by the control plane.
     pub budget_dropped: u64,
+    /// Dropped on the victim's shard while the stranger's link was paused (budget spent).
+    pub shard_dropped_over_budget: u64,
     /// Refused for another origin's prefix.
     pub prefix_conflicts: u64,
     /// Records refused by the discovery graph's admission (tables, quotas, caps).
@@ -329,7 +331,14 @@ fn attack(
         })
     };
     let stats = || victim.topics().discovery;
-    let (s0, c0, sh0, t0) = (stats(), sum_cpu(control), sum_cpu(shards), Instant::now());
+    let paused = || victim.stats().total.dropped_discovery_over_budget;
+    let (s0, p0, c0, sh0, t0) = (
+        stats(),
+        paused(),
+        sum_cpu(control),
+        sum_cpu(shards),
+        Instant::now(),
+    );
     // Let the flood build up before the real node comes.
     let warm = Duration::from_secs(1).min(Duration::from_secs(a.hostile_seconds) / 2);
     wait_for(a.timeout_s, "the stranger's first frames", || {
@@ -365,8 +374,9 @@ fn attack(
     // The rest of the window: nothing to wait for but time.
     let window = Duration::from_secs(a.hostile_seconds);
     std::thread::sleep(window.saturating_sub(t0.elapsed()));
-    let (s1, c1, sh1, window_s) = (
+    let (s1, p1, c1, sh1, window_s) = (
         stats(),
+        paused(),
         sum_cpu(control),
         sum_cpu(shards),
         t0.elapsed().as_secs_f64(),
@@ -396,6 +406,7 @@ fn attack(
         off_path: s1.off_path - s0.off_path,
         seq_jumps_held: s1.seq_jumps_held - s0.seq_jumps_held,
         budget_dropped: s1.budget_dropped - s0.budget_dropped,
+        shard_dropped_over_budget: p1 - p0,
         prefix_conflicts: s1.prefix_conflicts - s0.prefix_conflicts,
         rejections: view.as_ref().map_or(0, |v| v.rejections.total()),
         participants: view.as_ref().map_or(0, |v| {
@@ -429,8 +440,8 @@ pub fn print(h: &HostileReport) {
     );
     println!();
     println!(
-        "Victim: {} frames in, {} off-path, {} seq jumps held, {} over budget, {} prefix conflicts, {} records refused by admission; {} participants and {} endpoints held.",
-        h.frames_in, h.off_path, h.seq_jumps_held, h.budget_dropped, h.prefix_conflicts, h.rejections, h.participants, h.endpoints
+        "Victim: {} frames reached its control plane ({} over budget there, {} off-path, {} seq jumps held, {} prefix conflicts), {} more dropped on its shard while the link was paused; {} records refused by admission; {} participants and {} endpoints held.",
+        h.frames_in, h.budget_dropped, h.off_path, h.seq_jumps_held, h.prefix_conflicts, h.shard_dropped_over_budget, h.rejections, h.participants, h.endpoints
     );
     println!("Issue 24's targets: control thread under 20 % of a core, the real node linked and matched within 1 s.");
 }
