@@ -7,7 +7,8 @@
 //! TCP and their public API).
 
 use super::plain_hello;
-use shoal_mesh::wire::{Frame, ShoalExtension};
+use bytes::BytesMut;
+use shoal_mesh::wire::{take_frame, Discovery, Frame, ShoalExtension, DISCOVERY_FRAME_TYPE};
 use shoal_mesh::{MsgId, PeerId};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -116,6 +117,8 @@ struct RawLog {
     /// Every frame type byte the node sent, in order.
     types: Vec<u8>,
     data: Vec<RawData>,
+    /// The Discovery frames, whole (length prefix included), decoded when asked for.
+    discovery: Vec<Vec<u8>>,
     closed: bool,
 }
 
@@ -123,7 +126,8 @@ struct RawLog {
 /// plain multimaster v1 peer, [`RawPeer::dial`]: it advertises no extended frames) or with it
 /// ([`RawPeer::dial_capable`]), keeps the link alive with heartbeats, records every frame it
 /// is sent by its raw type byte (it never decodes a frame it does not know, as a v1 peer would
-/// drop the link on one) and sends Data frames, or any frame, of its own.
+/// drop the link on one; the Discovery frames a capable one is sent are kept and decoded on
+/// demand) and sends Data frames, or any frame, of its own.
 pub struct RawPeer {
     /// Its node id.
     pub id: PeerId,
@@ -146,6 +150,15 @@ impl RawPeer {
     /// then sends it topic frames and takes topic frames from it ([`RawPeer::send_frame`]).
     pub fn dial_capable(port: u16) -> RawPeer {
         let mut hello = plain_hello();
+        hello.shoal = Some(ShoalExtension::current());
+        RawPeer::dial_with(port, hello)
+    }
+
+    /// Dials like [`RawPeer::dial_capable`] under `id`: a second link of the peer `id` (to
+    /// another node), as a stranger that says it is next to both nodes has.
+    pub fn dial_capable_as(port: u16, id: PeerId) -> RawPeer {
+        let mut hello = plain_hello();
+        hello.node_id = id;
         hello.shoal = Some(ShoalExtension::current());
         RawPeer::dial_with(port, hello)
     }
@@ -205,6 +218,18 @@ impl RawPeer {
         self.log.lock().unwrap().data.clone()
     }
 
+    /// Every Discovery frame received so far, decoded (a capable peer is sent them).
+    pub fn discovery(&self) -> Vec<Discovery> {
+        let raw = self.log.lock().unwrap().discovery.clone();
+        raw.into_iter()
+            .filter_map(|f| take_frame(&mut BytesMut::from(&f[..]), u32::MAX).ok()?)
+            .filter_map(|f| match f {
+                Frame::Discovery(d) => Some(d),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// True once the node closed the connection.
     pub fn closed(&self) -> bool {
         self.log.lock().unwrap().closed
@@ -257,6 +282,9 @@ fn read_loop(
             let frame: Vec<u8> = buf.drain(..4 + len).collect();
             let mut l = log.lock().unwrap();
             l.types.push(frame[4]);
+            if frame[4] == DISCOVERY_FRAME_TYPE {
+                l.discovery.push(frame.clone());
+            }
             // Data body: src 16 | dst 16 | msgId 16 | ttl 1 | payloadLen 4 | payload.
             if frame[4] == 4 && frame.len() >= 5 + 53 {
                 let b = &frame[5..];
