@@ -77,6 +77,7 @@ pub mod admission;
 pub mod budget;
 pub mod cmd;
 pub mod control;
+mod counted_graph;
 pub mod dedup;
 pub mod link;
 pub mod membership;

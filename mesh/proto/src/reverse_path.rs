@@ -37,6 +37,7 @@
 //! when the graph's edges changed ([`MemberGraph::shape`]); a lookup is one hash probe and a
 //! binary search in the (short, sorted) list of the origin's toward neighbours.
 
+use crate::counted_graph::{CountedGraph as Graph, FAR};
 use crate::membership::MemberGraph;
 use crate::{LinkId, PeerId};
 use ahash::AHashMap;
@@ -85,9 +86,6 @@ struct Entry {
     len: u32,
     hops: u32,
 }
-
-/// Not reached.
-const FAR: u32 = u32::MAX;
 
 impl ReversePaths {
     /// No graph yet: every origin is [`PathVerdict::UnknownOrigin`] (a frame from the
@@ -297,113 +295,6 @@ impl PathTable {
     /// True when no origin is known (every frame is taken).
     pub fn is_empty(&self) -> bool {
         self.by_origin.is_empty()
-    }
-}
-
-/// The counted graph as compressed adjacency: node `i` is `ids[i]` (ascending), its
-/// neighbours over counted edges `edges[off[i]..off[i + 1]]`; `own` is what this node's own
-/// record lists among the nodes (its direct neighbours with a record).
-struct Graph {
-    ids: Vec<PeerId>,
-    index: AHashMap<PeerId, u32>,
-    off: Vec<u32>,
-    edges: Vec<u32>,
-    own: Vec<u32>,
-}
-
-impl Graph {
-    fn build<'a>(
-        me: PeerId,
-        adjacency: impl IntoIterator<Item = (&'a PeerId, &'a [PeerId])>,
-        include: impl Fn(&PeerId) -> bool,
-    ) -> Graph {
-        let is_node = |p: &PeerId| !p.is_zero() && (*p == me || include(p));
-        let mut records: Vec<(PeerId, &'a [PeerId])> = adjacency
-            .into_iter()
-            .filter(|(o, _)| is_node(o))
-            .map(|(o, l)| (*o, l))
-            .collect();
-        records.sort_unstable_by_key(|r| r.0);
-        let mut ids: Vec<PeerId> = records.iter().map(|r| r.0).collect();
-        ids.push(me);
-        ids.sort_unstable();
-        ids.dedup();
-        let index: AHashMap<PeerId, u32> = ids
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (*p, i as u32))
-            .collect();
-        let n = ids.len();
-
-        // What each node's record(s) list among the nodes, sorted and deduplicated; duplicate
-        // origins are merged so that the input's order does not matter.
-        let mut loff = vec![0u32; n + 1];
-        let mut lists: Vec<u32> = Vec::new();
-        let mut r = 0;
-        for (i, id) in ids.iter().enumerate() {
-            let start = lists.len();
-            while r < records.len() && records[r].0 == *id {
-                lists.extend(
-                    records[r]
-                        .1
-                        .iter()
-                        .filter_map(|p| index.get(p).copied())
-                        .filter(|&j| j as usize != i),
-                );
-                r += 1;
-            }
-            lists[start..].sort_unstable();
-            let mut kept = start;
-            for k in start..lists.len() {
-                if kept == start || lists[kept - 1] != lists[k] {
-                    lists[kept] = lists[k];
-                    kept += 1;
-                }
-            }
-            lists.truncate(kept);
-            loff[i + 1] = lists.len() as u32;
-        }
-        let listed = |i: usize| &lists[loff[i] as usize..loff[i + 1] as usize];
-
-        let mut off = vec![0u32; n + 1];
-        let mut edges = Vec::with_capacity(lists.len());
-        for i in 0..n {
-            for &j in listed(i) {
-                if listed(j as usize).binary_search(&(i as u32)).is_ok() {
-                    edges.push(j);
-                }
-            }
-            off[i + 1] = edges.len() as u32;
-        }
-        let own = listed(index[&me] as usize).to_vec();
-        Graph {
-            ids,
-            index,
-            off,
-            edges,
-            own,
-        }
-    }
-
-    fn neighbours(&self, i: u32) -> &[u32] {
-        &self.edges[self.off[i as usize] as usize..self.off[i as usize + 1] as usize]
-    }
-
-    /// Hops from `root` to every node into `dist` (`FAR`: not reached).
-    fn bfs(&self, root: u32, dist: &mut [u32], queue: &mut VecDeque<u32>) {
-        dist.fill(FAR);
-        queue.clear();
-        dist[root as usize] = 0;
-        queue.push_back(root);
-        while let Some(u) = queue.pop_front() {
-            let d = dist[u as usize] + 1;
-            for &v in self.neighbours(u) {
-                if dist[v as usize] == FAR {
-                    dist[v as usize] = d;
-                    queue.push_back(v);
-                }
-            }
-        }
     }
 }
 

@@ -42,6 +42,7 @@
 //! [`MemberGraph::adjacency`]: crate::membership::MemberGraph::adjacency
 
 use super::routes::{EndpointGuid, ReliableRoute, WriterRoute};
+use crate::counted_graph::CountedGraph as Graph;
 use crate::stats::TopicCounters;
 use crate::{LinkId, PeerId};
 use ahash::{AHashMap, AHashSet};
@@ -99,96 +100,6 @@ pub struct RouteOutput {
 
 /// No node / no parent.
 const NONE: u32 = u32::MAX;
-
-/// The usable graph as compressed adjacency: node `i` is `ids[i]` (ascending `PeerId`, so
-/// ascending index is ascending id) and its usable neighbours are
-/// `edges[off[i]..off[i + 1]]`, ascending.
-struct Graph {
-    ids: Vec<PeerId>,
-    index: AHashMap<PeerId, u32>,
-    off: Vec<u32>,
-    edges: Vec<u32>,
-}
-
-impl Graph {
-    fn build<'a>(
-        me: PeerId,
-        adjacency: impl IntoIterator<Item = (&'a PeerId, &'a [PeerId])>,
-        capable: &AHashSet<PeerId>,
-    ) -> Graph {
-        let is_node = |p: &PeerId| !p.is_zero() && (*p == me || capable.contains(p));
-        let mut records: Vec<(PeerId, &'a [PeerId])> = adjacency
-            .into_iter()
-            .filter(|(o, _)| is_node(o))
-            .map(|(o, l)| (*o, l))
-            .collect();
-        // Sorting by origin alone would leave duplicate origins in input order; merging them
-        // (below) makes the result independent of it.
-        records.sort_unstable_by_key(|a| a.0);
-        let mut ids: Vec<PeerId> = records.iter().map(|r| r.0).collect();
-        ids.push(me);
-        ids.sort_unstable();
-        ids.dedup();
-        let index: AHashMap<PeerId, u32> = ids
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (*p, i as u32))
-            .collect();
-
-        // What each node's record lists, restricted to nodes with a record, as indices.
-        let n = ids.len();
-        let mut loff = vec![0u32; n + 1];
-        let mut lists: Vec<u32> = Vec::new();
-        let mut r = 0;
-        for (i, id) in ids.iter().enumerate() {
-            let start = lists.len();
-            while r < records.len() && records[r].0 == *id {
-                lists.extend(
-                    records[r]
-                        .1
-                        .iter()
-                        .filter_map(|p| index.get(p).copied())
-                        .filter(|&j| j as usize != i),
-                );
-                r += 1;
-            }
-            lists[start..].sort_unstable();
-            let mut len = start;
-            for k in start..lists.len() {
-                if len == start || lists[len - 1] != lists[k] {
-                    lists[len] = lists[k];
-                    len += 1;
-                }
-            }
-            lists.truncate(len);
-            loff[i + 1] = lists.len() as u32;
-        }
-        let listed = |i: usize| &lists[loff[i] as usize..loff[i + 1] as usize];
-
-        // Usable: both ends list each other (see the module docs for why one side is not
-        // enough).
-        let mut off = vec![0u32; n + 1];
-        let mut edges = Vec::with_capacity(lists.len());
-        for i in 0..n {
-            for &j in listed(i) {
-                if listed(j as usize).binary_search(&(i as u32)).is_ok() {
-                    edges.push(j);
-                }
-            }
-            off[i + 1] = edges.len() as u32;
-        }
-        Graph {
-            ids,
-            index,
-            off,
-            edges,
-        }
-    }
-
-    fn neighbours(&self, i: u32) -> &[u32] {
-        &self.edges[self.off[i as usize] as usize..self.off[i as usize + 1] as usize]
-    }
-}
 
 /// One root's tree, as seen from this node (reused across roots).
 struct Tree {
@@ -261,7 +172,7 @@ pub fn compute_routes<'a>(
     links: &AHashMap<PeerId, LinkId>,
     writers: &[WriterInput],
 ) -> RouteOutput {
-    let g = Graph::build(me, adjacency, capable);
+    let g = Graph::build(me, adjacency, |p| capable.contains(p));
     let me_i = g.index[&me];
     let mut tree = Tree::new(g.ids.len());
     let mut stats = RouteStats::default();
