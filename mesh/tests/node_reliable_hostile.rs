@@ -6,21 +6,20 @@
 
 mod node_support;
 
+use node_support::samples::{lost, matched, prefix, seqs, total, wait_complete, write_to};
 use node_support::wiring::RawPeer;
 use node_support::{ep, plain_hello, quiet, wait_connected, wait_until, Node};
 use shoal_discovery::record::{encode_endpoint, encode_participant};
-use shoal_discovery::types::{
-    EndpointInfo, EntityId, Guid, GuidPrefix, ParticipantInfo, TopicName, TypeName,
-};
+use shoal_discovery::types::{EndpointInfo, EntityId, Guid, ParticipantInfo, TopicName, TypeName};
 use shoal_mesh::topics::{
     EndpointGuid, EndpointKind, Limit, QosDuration, Reliability, ReliabilityKind, ResourceLimits,
-    Topic, Writer,
+    Topic,
 };
 use shoal_mesh::wire::{
     AckNack, Discovery, DiscoveryEntry, Frame, Gap, Heartbeat, Membership, SeqSet, ShoalExtension,
     SAMPLES_FRAME_TYPE,
 };
-use shoal_mesh::{Event, MeshBuilder, PeerId, ShardStats};
+use shoal_mesh::{MeshBuilder, PeerId};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,64 +49,6 @@ fn keep_all(max_samples: u32) -> Topic {
         })
 }
 
-fn total(n: &Node) -> ShardStats {
-    n.mesh.stats().total
-}
-
-fn matched(n: &Node, w: EndpointGuid, r: EndpointGuid) -> bool {
-    n.rec
-        .has(|e| matches!(e, Event::Matched { writer, reader, .. } if *writer == w && *reader == r))
-}
-
-/// The seqs `n` delivered to `reader` (from `w`), in delivery order.
-fn seqs(n: &Node, reader: EndpointGuid, w: EndpointGuid) -> Vec<u64> {
-    n.rec
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Sample {
-                reader: r,
-                writer,
-                seq,
-                ..
-            } if r == reader && writer == w => Some(seq),
-            _ => None,
-        })
-        .collect()
-}
-
-fn lost(n: &Node, reader: EndpointGuid) -> usize {
-    n.rec
-        .events()
-        .iter()
-        .filter(|e| matches!(e, Event::SamplesLost { reader: r, .. } if *r == reader))
-        .count()
-}
-
-/// Writes samples until `last` (each one's payload its seq), flushing every 10.
-fn write_to(w: &mut Writer, last: u64) {
-    while w.next_seq() <= last {
-        let seq = w.next_seq();
-        assert_eq!(w.write_blocking(&seq.to_be_bytes()).unwrap(), seq);
-        if seq % 10 == 0 {
-            w.flush_blocking().unwrap();
-        }
-    }
-    w.flush_blocking().unwrap();
-}
-
-/// Waits until `reader` on `n` has `1..=last`, then checks it got each exactly once, in order.
-fn wait_complete(n: &Node, reader: EndpointGuid, w: EndpointGuid, last: u64) {
-    wait_until(60, &format!("the reader has 1..={last}"), || {
-        seqs(n, reader, w).len() as u64 >= last
-    });
-    assert_eq!(
-        seqs(n, reader, w),
-        (1..=last).collect::<Vec<_>>(),
-        "every sample once, in order"
-    );
-}
-
 /// The stranger's Discovery frame: its participant (lease 60 s) and `endpoints`, one
 /// complete announce cycle.
 fn announce(me: PeerId, endpoints: &[EndpointInfo]) -> Frame {
@@ -135,10 +76,6 @@ fn membership(me: PeerId, neighbours: Vec<PeerId>) -> Frame {
         version: 1,
         neighbours,
     })
-}
-
-fn prefix(p: PeerId) -> GuidPrefix {
-    GuidPrefix(p.0[..12].try_into().unwrap())
 }
 
 /// A best-effort reader of the test's topic on the stranger's node.

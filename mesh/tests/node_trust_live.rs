@@ -21,13 +21,14 @@
 
 mod node_support;
 
+use node_support::samples::{lost, matched, prefix, seqs, total, wait_complete, write_to};
 use node_support::secure_peer::SecurePeer;
 use node_support::wiring::RawPeer;
 use node_support::{ep, quiet, wait_until, Node};
 use shoal_discovery::graph::{RejectCause, Table};
 use shoal_discovery::record::{encode_endpoint, encode_participant};
 use shoal_discovery::types::{
-    EndpointInfo, EntityId, Guid, GuidPrefix, ParticipantInfo, Partitions, TopicName, TypeName,
+    EndpointInfo, EntityId, Guid, ParticipantInfo, Partitions, TopicName, TypeName,
 };
 use shoal_mesh::crypto::{sign_discovery, sign_membership, Identity};
 use shoal_mesh::topics::{
@@ -37,7 +38,7 @@ use shoal_mesh::topics::{
 use shoal_mesh::wire::{
     AckNack, Discovery, DiscoveryEntry, Frame, Gap, Heartbeat, Membership, SeqSet, SignedMembership,
 };
-use shoal_mesh::{Event, MeshBuilder, PeerId, ShardStats};
+use shoal_mesh::{Event, MeshBuilder, PeerId};
 use std::cell::Cell;
 use std::time::Duration;
 
@@ -83,19 +84,6 @@ fn linked(a: &Node, b: &Node) {
 
 fn disc(n: &Node) -> TopicsStats {
     n.mesh.topics().discovery
-}
-
-fn total(n: &Node) -> ShardStats {
-    n.mesh.stats().total
-}
-
-fn prefix(p: PeerId) -> GuidPrefix {
-    GuidPrefix(p.0[..12].try_into().unwrap())
-}
-
-fn matched(n: &Node, w: EndpointGuid, r: EndpointGuid) -> bool {
-    n.rec
-        .has(|e| matches!(e, Event::Matched { writer, reader, .. } if *writer == w && *reader == r))
 }
 
 /// True when `n` raised Unmatched for writer `w` after its first `mark` events.
@@ -745,51 +733,6 @@ fn keep_all(max_samples: u32) -> Topic {
             kind: ReliabilityKind::Reliable,
             max_blocking_time: QosDuration::from_secs(5),
         })
-}
-
-/// The seqs `n` delivered to `reader` from `w`, in order.
-fn seqs(n: &Node, reader: EndpointGuid, w: EndpointGuid) -> Vec<u64> {
-    n.rec
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Sample {
-                reader: r,
-                writer,
-                seq,
-                ..
-            } if r == reader && writer == w => Some(seq),
-            _ => None,
-        })
-        .collect()
-}
-
-fn lost(n: &Node, reader: EndpointGuid) -> usize {
-    n.rec
-        .events()
-        .iter()
-        .filter(|e| matches!(e, Event::SamplesLost { reader: r, .. } if *r == reader))
-        .count()
-}
-
-/// Writes samples until `last`, flushing every 10.
-fn write_to(w: &mut Writer, last: u64) {
-    while w.next_seq() <= last {
-        let seq = w.next_seq();
-        assert_eq!(w.write_blocking(&seq.to_be_bytes()).unwrap(), seq);
-        if seq % 10 == 0 {
-            w.flush_blocking().unwrap();
-        }
-    }
-    w.flush_blocking().unwrap();
-}
-
-/// Waits until `reader` on `n` has `1..=last`, each exactly once, in order.
-fn wait_complete(n: &Node, reader: EndpointGuid, w: EndpointGuid, last: u64) {
-    wait_until(60, &format!("the reader has 1..={last}"), || {
-        seqs(n, reader, w).len() as u64 >= last
-    });
-    assert_eq!(seqs(n, reader, w), (1..=last).collect::<Vec<_>>());
 }
 
 /// A best-effort reader of `RT` on the member's node.

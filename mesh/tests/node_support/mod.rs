@@ -2,6 +2,7 @@
 //! bounded waits with clear failure messages.
 #![allow(dead_code)]
 
+pub mod samples;
 pub mod secure_peer;
 pub mod wiring;
 
