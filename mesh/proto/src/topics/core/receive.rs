@@ -79,7 +79,9 @@ impl TopicsCore {
             self.stats.off_path += 1;
             return;
         }
-        if !self.admits_work(link, &frame.origin, now) {
+        // A signed frame was admitted before its verification was paid for (the control
+        // core asks first): refusing it now would waste that.
+        if !signed && !self.admits_work(link, &frame.origin, now) {
             return;
         }
         let trusted = signed || path == PathVerdict::Direct;
