@@ -652,3 +652,97 @@ fn an_oversize_membership_record_is_refused_and_counted() {
     assert_eq!(stored(&c, id_of(3)), None);
     assert!(!closed(&mut c, now, mm));
 }
+
+/// Finding 11: revoking a key closed that node's links but left its topic endpoints (with
+/// an infinite lease, for ever). Now they go at once, their matches end with Unmatched
+/// events, and the node's relayed records are refused from then on.
+#[test]
+fn revoking_a_key_removes_its_topic_endpoints_at_once() {
+    use shoal_proto::control::ControlEvent;
+    use shoal_proto::topics::shoal_discovery::qos::EndpointQos;
+    use shoal_proto::topics::shoal_discovery::record::{encode_endpoint, encode_participant};
+    use shoal_proto::topics::shoal_discovery::types::{
+        EndpointInfo, EndpointKind, EntityId, Guid, GuidPrefix, ParticipantInfo, TopicName,
+        TypeHash, TypeName,
+    };
+    use shoal_proto::topics::TopicEvent;
+    use shoal_proto::wire::DiscoveryEntry;
+    let now = Instant::now();
+    let policy = IdentityPolicy::allowlist(
+        [2u8, 4]
+            .iter()
+            .map(|s| (*identity(*s).public_key(), format!("n{s}"))),
+        true,
+    );
+    let mut c = core_with(cfg(), context(1, policy.clone()), now);
+    let four = connect(&mut c, 4, Kind::Shoal, now);
+    sent(&mut c, now);
+    let reader = c
+        .create_endpoint(
+            EndpointKind::Reader,
+            "t",
+            "T",
+            [7; 16],
+            EndpointQos::reader_default(),
+            &[],
+            now,
+            WALL,
+        )
+        .unwrap();
+    let prefix = GuidPrefix(id_of(4).0[..12].try_into().unwrap());
+    let mut p = ParticipantInfo::new(prefix, "n4");
+    p.lease_duration = shoal_proto::topics::shoal_discovery::qos::QosDuration::INFINITE;
+    let w = EndpointInfo::new(
+        Guid::new(prefix, EntityId([0, 0, 1, 2])),
+        EndpointKind::Writer,
+        TopicName::new("t").unwrap(),
+        TypeName::new("T").unwrap(),
+        TypeHash([7; 16]),
+    );
+    let mut f = Discovery {
+        origin: id_of(4),
+        seq: 10,
+        ttl: 4,
+        cycle: 0,
+        part: 0,
+        parts: 0,
+        entries: vec![
+            DiscoveryEntry::Record(encode_participant(&p).unwrap()),
+            DiscoveryEntry::Record(encode_endpoint(&w).unwrap()),
+        ],
+    };
+    sign_discovery(&identity(4), &mut f, &mut Vec::new());
+    c.on_shard_report(
+        ToControl::DiscoveryIn {
+            link: four,
+            frame: Box::new(f),
+        },
+        now,
+        WALL,
+    );
+    let later = now + std::time::Duration::from_millis(50);
+    c.handle_timeout(later, WALL);
+    sent(&mut c, later);
+    let view = c.topics_view();
+    assert_eq!(view.matches.len(), 1, "node 4's writer matched our reader");
+    actions(&mut c);
+    let mut revoked = (*context(1, policy)).clone();
+    revoked.policy_mut().revoke(identity(4).public_key());
+    c.set_secure_context(Arc::new(revoked), later, WALL);
+    let t2 = later + std::time::Duration::from_millis(50);
+    c.handle_timeout(t2, WALL);
+    sent(&mut c, t2);
+    let unmatched = actions(&mut c).into_iter().any(|a| {
+        matches!(
+            a,
+            Action::Event(ControlEvent::Topic(TopicEvent::Unmatched { reader: r, .. })) if r == reader
+        )
+    });
+    assert!(unmatched, "the match ended at once");
+    let view = c.topics_view();
+    assert!(view.matches.is_empty());
+    assert!(view
+        .endpoints
+        .iter()
+        .all(|e| e.guid[..12] != id_of(4).0[..12]));
+}
