@@ -6,8 +6,9 @@
 //! membership records bounded, the shard's parked and reliable state bounded, and the
 //! node's own endpoints (created at start) still there and still matched to each other.
 //!
-//! Input: a sequence of operations, each an opcode byte and its arguments (a missing
-//! argument reads as zero); `mesh/fuzz/seed_corpus.py` writes the seeds in the same format.
+//! Input: a sequence of operations (at most 48), each an opcode byte, a slot byte and the
+//! operation's arguments (a missing argument reads as zero); `mesh/fuzz/seed_control_plane.py`
+//! writes the seeds in the same format.
 //!
 //! | op % 9 | arguments | what |
 //! |---|---|---|
@@ -16,10 +17,13 @@
 //! | 2 | slot, kind, writer, reader, numbers | Heartbeat / AckNack / Repair / Gap |
 //! | 3 | slot, origin, version, neighbours, signed | Membership or SignedMembership |
 //! | 4 | slot, writer, first seq, count | a Samples run |
-//! | 5 | ms u16 | time advances (every timer due on the way fires) |
+//! | 5 | u16 | time advances (every timer due on the way fires): `& 0x3ff` ms, or with bit 15 `(& 0x3f) + 1` s; bit 14 silences the peers (their links time out) |
 //! | 6 | slot | the peer closes the link |
 //! | 7 | slot | the peer connects again (a new handshake) |
 //! | 8 | slot | the link is lost (read error) |
+//!
+//! Length: one file, as every fuzz target is (a binary of its own): the node's wiring, the
+//! checker and the input grammar. `CONTROL_PLANE_TRACE=1` prints a line per operation.
 #![no_main]
 
 use bytes::{Bytes, BytesMut};
