@@ -746,3 +746,82 @@ fn revoking_a_key_removes_its_topic_endpoints_at_once() {
         .iter()
         .all(|e| e.guid[..12] != id_of(4).0[..12]));
 }
+
+/// A member's forgeries about another node are paid for by the link that carried them, not
+/// by the node they claim to come from: verifying a frame that turns out forged used to be
+/// charged to the claimed origin's work budget, so a member reconnecting after each forgery
+/// drained the victim's budget and the victim's genuine frames were then dropped
+/// (`budget_dropped`) until it refilled.
+#[test]
+fn forgeries_about_a_node_do_not_spend_that_nodes_work_budget() {
+    let now = Instant::now();
+    let mut c = core(
+        MeshConfig {
+            topics: shoal_proto::topics::TopicsConfig {
+                // Three verifications' worth, refilling slowly.
+                origin_work_burst: 300_000,
+                origin_work_per_sec: 1_000,
+                ..Default::default()
+            },
+            ..cfg()
+        },
+        now,
+    );
+    let victim = connect(&mut c, 4, Kind::Shoal, now);
+    sent(&mut c, now);
+    let genuine = |seq| {
+        let mut f = Discovery {
+            origin: id_of(4),
+            seq,
+            ttl: 4,
+            cycle: 0,
+            part: 0,
+            parts: 0,
+            entries: vec![],
+        };
+        sign_discovery(&identity(4), &mut f, &mut Vec::new());
+        f
+    };
+    let deliver = |c: &mut ControlCore, link, f: Discovery| {
+        c.on_shard_report(
+            ToControl::DiscoveryIn {
+                link,
+                frame: Box::new(f),
+            },
+            now,
+            WALL,
+        )
+    };
+    deliver(&mut c, victim, genuine(10));
+    assert_eq!(c.topics_stats().frames_in, 1);
+    // Five forgeries about the victim (the liar's own signature), a new link for each.
+    for i in 0..5u64 {
+        let liar = connect(&mut c, 2, Kind::Shoal, now);
+        sent(&mut c, now);
+        let mut f = Discovery {
+            seq: 11 + i,
+            ..genuine(11 + i)
+        };
+        f.entries.clear();
+        sign_discovery(&identity(2), &mut f, &mut Vec::new());
+        deliver(&mut c, liar, f);
+        closed(&mut c, now, liar);
+        c.on_shard_report(ToControl::LinkClosed { link: liar }, now, WALL);
+    }
+    // And a forged Membership record about the victim.
+    let liar = connect(&mut c, 2, Kind::Shoal, now);
+    sent(&mut c, now);
+    send_signed(
+        &mut c,
+        liar,
+        signed_by(2, &record(id_of(4), WALL + 5, vec![])),
+        now,
+    );
+    // The victim's next genuine frame is still taken.
+    let dropped = c.topics_stats().budget_dropped;
+    deliver(&mut c, victim, genuine(20));
+    assert_eq!(c.topics_stats().budget_dropped, dropped, "not dropped");
+    assert_eq!(c.topics_stats().frames_in, 2, "the victim's frame is taken");
+    // Every forgery was verified, refused and cost its link.
+    assert_eq!(c.stats().bad_record_signatures, 6);
+}

@@ -72,6 +72,13 @@ pub(super) struct Parked {
     bytes: usize,
 }
 
+impl Parked {
+    /// Body bytes held.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 /// A parked run.
 #[derive(Debug)]
 enum Held {
