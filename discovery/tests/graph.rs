@@ -1,5 +1,9 @@
 //! Discovery graph: matching, admission, removal, expiry, explanations, and a
 //! model-based property test against a naive all-pairs matcher.
+//!
+//! Length: the graph is one data structure (`src/graph.rs`); its behaviours share the
+//! builders at the top, and the property test (about 140 lines with its naive model) needs
+//! the same ones. Quotas and partition costs are in `quotas.rs`.
 
 use shoal_discovery::graph::*;
 use shoal_discovery::matching::{self, Incompatibility, QosRule};

@@ -1,6 +1,10 @@
 //! The announcement record format: round trips, defaults for absent
 //! policies, whole-record rejection for out-of-range ones, extensibility,
 //! bounds, and no panic on any input.
+//!
+//! Length: one test per rule of the format (`src/record/mod.rs`) on shared record editors
+//! (`rewrite`, `replace`, `remove`), then the property tests, whose value strategies for
+//! every policy and locator take about 150 lines.
 
 use proptest::prelude::*;
 use shoal_discovery::qos::{

@@ -25,6 +25,9 @@
 //! The QoS types are `shoal-discovery`'s, re-exported here under the same names (one name,
 //! one meaning): every policy it models can be set, and its matching rules decide.
 //!
+//! Length: about 480 lines of code and docs (the declaration's builder methods each carry a
+//! doc comment for users) and 120 of tests of the synchronous validation.
+//!
 //! **Owns:** the application's topic vocabulary: the [`Topic`] declaration and its
 //! synchronous validation ([`TopicSpecError`]), the default type hash ([`type_hash_of`]),
 //! the match-event reasons ([`Reasons`]) and the introspection snapshot

@@ -2,6 +2,10 @@
 //! mesh, samples with their writer, sequence number and payload, match / unmatch /
 //! incompatible events with their reasons, introspection, backpressure, configuration.
 //! Every wait is for a condition (bounded), never a fixed sleep.
+//!
+//! Length: one short test per behaviour of the topics API a user relies on, all on the same
+//! loopback helpers (`star`, `samples`, `matched`); the routes across relays, reliability
+//! and trust have test files of their own.
 
 mod node_support;
 

@@ -4,6 +4,10 @@
 //! **Owns:** the settings of a mesh, their defaults, validation and TOML form. **Must not touch:**
 //! the node's runtime options (shards, queues, policies: `shoal-mesh`'s builder).
 //!
+//! Length: one settings struct with a doc comment per setting, its defaults, its builder (one
+//! setter per setting, by a macro the node's builder shares) and one validation; about a third of the file is docs, the tests are in
+//! `config/tests.rs`.
+//!
 //! Loadable from TOML (`#[serde(default)]`, so a file names only what it changes; durations are
 //! written in milliseconds with an `_ms` suffix), buildable with [`MeshConfigBuilder`], and
 //! checked by [`MeshConfig::validate`].

@@ -12,26 +12,44 @@
 //! the caller carries out. The same code runs under the live driver (`shoal-mesh`) and in
 //! the deterministic multi-node simulation of `mesh/proto/tests/proto_sim/`.
 //!
+//! **What it shares between threads.** Each core runs on one thread, but three kinds of
+//! value here are made to be shared (behind an `Arc`) by the driver's threads, so they hold
+//! atomics and wake-ups instead of plain fields: [`LinkBudget`] (a link queue's byte count
+//! and slow-link clock: reserved by every shard that sends on the link, released by the
+//! link's writer; its `wake` and room signals are `event-listener` events that the driver's
+//! link writer and Block-policy publishers wait on), [`topics::WriterCredit`] (a keep-all
+//! writer's highest writable sequence number: moved by the shard that keeps the history,
+//! waited on by the application's writer handle) and the counters of [`stats`] (each set
+//! written by one executor with relaxed stores, read by `Mesh::stats` from any thread).
+//! `event-listener` is a wait list, not an executor: `notify` takes its short `std` mutex,
+//! and no code here waits on a listener or parks a thread (the driver does). Everything else
+//! handed between threads is immutable once built and travels as an `Arc` or by value: the
+//! route tables ([`topics::SampleRoutes`], [`reverse_path::PathTable`]), the topics view and
+//! the commands of [`cmd`].
+//!
 //! # The house
 //!
 //! | module | what | lives on |
 //! |---|---|---|
-//! | [`wire`] | codec: the scouting beacon, the eight v1 frame types and Shoal's two topic frames (Discovery 9, Samples 10, only to peers advertising extended frames), Shoal's Hello extension | both |
-//! | [`crypto`] | PSK keys, beacon MAC, X25519 handshake, records, Ed25519 identity | both |
+//! | [`wire`] | codec: the scouting beacon, the eight v1 frame types, Shoal's Hello extension block and its seven extended frames (Discovery 9, Samples 10, the reliability frames 11–14, SignedMembership 15: only to peers whose Hello advertised them) | both |
+//! | [`crypto`] | PSK keys, beacon MAC, X25519 handshake, records, Ed25519 identity, signed records | both |
 //! | [`config`] | [`MeshConfig`], the settings a user writes (builder and TOML) | both |
-//! | [`control`] | **the control core**: composes the machines below, handshakes, identity records, held events, commands to shards | control plane |
+//! | [`id`] | node and message ids | both |
+//! | [`control`] | **the control core**: composes the machines below, handshakes, identity records, signed records, held events, commands to shards | control plane |
 //! | [`scouting`] | beacon schedule, acceptance, dial-back address | control core |
 //! | [`peers`] | peer table, dialing, reconnect backoff, dial races, Lost | control core |
 //! | [`admission`] | budgets for admitting and dialing never-linked peers | control core |
 //! | [`membership`] | [`MemberGraph`]: adjacency gossip and the member set | control core |
-//! | [`shard`] | **the shard core**: links, queues, backpressure, origination, delivery, teardown | each data shard |
+//! | [`reverse_path`] | per origin, the neighbours its frames may come from (the reverse-path check) | control core (tables pushed to the shards) |
+//! | `counted_graph` | the membership graph as the topic trees and the reverse paths count it (an edge counts when both ends list it) | control core |
+//! | [`topics`] | the **topics core** (`topics::core`: own endpoints and their announcements, the Discovery flood and its checks, the discovery graph of `shoal-discovery`, match events), the sample route trees (`tree`), the immutable route table (`routes`), the `[topics]` settings (`config`) and a keep-all writer's write credit (`credit`) | control core (route tables and credits read by the shards) |
+//! | [`shard`] | **the shard core**: links, queues, backpressure, origination, Data and sample routing, reliable topics' per-shard state, delivery, teardown | each data shard |
 //! | [`link`] | one connection: handshake, heartbeat, liveness, Goodbye | handshake: control core; then its shard core |
 //! | [`router`] + [`dedup`] | gossip routing of Data frames | shard core |
-//! | [`reverse_path`] | per origin, the neighbours its frames may come from (the reverse-path check) | control core (tables pushed to the shards) |
 //! | [`budget`] | [`LinkBudget`]: a link queue's byte bound, shared by the shards that send on it | shard cores (and the application's `try_*` checks) |
+//! | [`reliable`] | reliable topics: a writer's history, acks, repairs and gaps; a reader's ordering and loss accounting (frames 11–14) | the shard cores of the writer's and the readers' nodes |
 //! | [`cmd`] | the commands between cores, one enum per direction | between executors |
 //! | [`stats`] | the counters, one set per executor | each core |
-//! | [`reliable`] | reliable topics: a writer's history, acks, repairs and gaps; a reader's ordering and loss accounting (frames 11–14) | the writer's and the readers' nodes |
 //!
 //! # How a driver runs a state machine
 //!
@@ -52,7 +70,10 @@
 //! [`dedup_shard`]`(msg_id)` (the originator's shard): frames arriving straight from their
 //! originator are already there; relayed ones hop once. Every shard holds the same
 //! [`router::NeighbourLinks`]; a `Forward`/`Unicast` route is fanned out to the shards owning
-//! the target links (again `link_shard` of each neighbour).
+//! the target links (again `link_shard` of each neighbour). A topic writer's samples and
+//! reliability frames are sequenced on [`shard::samples_shard`]`(writer)`, the shard of the
+//! writer's node id (the same hash of a node's first 8 bytes), so a node's own writers are
+//! sequenced where they publish and a run read on another shard hops there once.
 //!
 //! Order between machines: apply a [`peers::PeerManager`]'s actions (routing-table
 //! `Install`/`Uninstall`) before feeding its events to [`membership::MemberGraph`], so a

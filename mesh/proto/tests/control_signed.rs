@@ -4,6 +4,10 @@
 //! key is dropped, a duplicate costs no verification); unsigned records are taken only from
 //! links that cannot sign about origins not known to sign. Peers are played by the test over
 //! a real secured handshake (the crate's own handshake machine).
+//!
+//! Length: every test needs the same harness (a core with an identity, peers that connect
+//! over a real handshake as Shoal or multimaster nodes, and readers of what the core sent),
+//! about 200 lines; one test per rule of `control::signed` follows.
 
 use bytes::{Bytes, BytesMut};
 use rand::rngs::StdRng;

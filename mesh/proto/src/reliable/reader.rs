@@ -5,6 +5,10 @@
 //! loss accounting from Gaps, AckNack timing and content. **Must not touch:** the clock,
 //! routing, the application's queue (deliveries go to the caller's closure, in order).
 //!
+//! Length: one state machine whose inputs (samples, repairs, heartbeats, gaps, the timer)
+//! all read and move the same window and marks; its tests are in `tests.rs` and
+//! `tests/hostile.rs`.
+//!
 //! # The writer's plausible range
 //!
 //! A Gap or a Heartbeat says something about samples the reader may never have seen (that

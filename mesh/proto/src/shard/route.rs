@@ -1,15 +1,23 @@
-//! Routing and fan-out of Data frames on a shard.
+//! Routing of Data frames on a shard, and the fan-out that Data frames, topic samples
+//! (`samples`) and reliability frames (`reliable`) all leave through.
 //!
 //! A Data frame is routed on the shard that owns its originator's dedup state
 //! ([`dedup_shard`]): when that is the reading shard — always for a message straight from its
 //! originator — nothing leaves the shard; otherwise the frame hops once
-//! ([`ShardToShard::Relay`]). Sending on a link of another shard is one more hop
-//! ([`ShardToShard::Transmit`]) with the bytes already reserved in the link's [`LinkBudget`],
-//! so a policy always acts on a whole new frame, never on one already queued.
+//! ([`ShardToShard::Relay`]).
 //!
-//! **Owns:** the route decision's execution (deliver, fan out, drop and count) and the
-//! reservation of link room. **Must not touch:** waiting (a Block publish that finds no room
-//! becomes a [`ShardAction::Block`]; see `backpressure`).
+//! The fan-out ([`ShardCore::fan_out_with`]) sends on one link, on every routed link but the
+//! inbound one (a flood), or on a writer's route ([`Targets::Route`], counted per topic too).
+//! It reserves each link's bytes in its [`LinkBudget`] before anything is queued, so a policy
+//! always acts on a whole new frame, never on one already queued: what does not fit is
+//! dropped and counted (full queue, slow link, link gone), or, for a publish of this node's
+//! own under the Block policy, waits. Sending on a link of another shard is one more hop
+//! ([`ShardToShard::Transmit`]) with the bytes already reserved.
+//!
+//! **Owns:** the Data route decision's execution (deliver, fan out, drop and count), the
+//! reservation of link room and the queuing on links. **Must not touch:** waiting (a Block
+//! publish that finds no room becomes a [`ShardAction::Block`]; see `backpressure`), or
+//! where samples and reliability frames go (`samples`, `reliable` pick the targets).
 
 use super::action::{Delivery, IfBusy, ShardAction};
 use super::backpressure::Blocked;

@@ -4,6 +4,11 @@
 //! are in `discovery` and `samples`, the four reliability frames of `reliable_frames` and the
 //! signed membership record of `signed`), their encoding and decoding. **Must not touch:** what a
 //! frame means (the state machines).
+//!
+//! Length: the v1 bodies (Hello, Membership, AuthConfirm, IdentityRecord) are decoded here,
+//! beside the one `Frame` enum and the framing functions every reader uses (`peek_frame_len`,
+//! `decode_frame`, `take_frame`, `take_data`); the extended bodies live in their own files.
+//! The tests are in `mesh/proto/tests/wire_*.rs` and `vectors.rs`.
 
 use super::cursor::{check_str, put_str, Cursor};
 use super::data::Data;

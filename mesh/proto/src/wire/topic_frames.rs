@@ -19,7 +19,9 @@
 //! - any other kind: skipped (a later version's entry), never an error.
 //!
 //! `seq` rises by one per frame the origin sends (seeded from its wall clock at start, so a
-//! restarted node outranks what it sent before); the flood's dedup key is `(origin, seq)`.
+//! restarted node outranks what it sent before). A receiver keeps, per origin, the highest
+//! `seq` it took and takes a frame only above it (and within a window: a far jump waits for
+//! confirmation; `topics::core::origins`), so a copy or an older frame is a duplicate.
 //! `cycle`/`part`/`parts` say which announce cycle the frame belongs to: a receiver that has
 //! every part `0..parts` of one cycle knows the origin's complete set of endpoints.
 //! `parts = 0` marks a frame outside any cycle (an immediate announcement or withdrawal).
@@ -35,7 +37,8 @@
 //! The fixed part, `length u32 | type u8 | ttl .. count` (33 bytes, [`SAMPLES_HEADER_LEN`]),
 //! carries everything a relay changes (`ttl`), so it re-sends a run as a fresh
 //! [`SamplesHeader`](super::SamplesHeader) followed by the body it received, two slices and
-//! no copy. [`SampleRunWriter`](super::SampleRunWriter) packs runs on the sending side.
+//! no copy. [`SampleRunWriter`](super::SampleRunWriter) packs runs for the tests and the
+//! simulation; the live writer handle (`shoal_mesh::topics::Writer`) still packs its own.
 //!
 //! Unlike the v1 frames, whose decoders ignore bytes after the last field, both topic frames
 //! must be filled exactly by their counts and lengths: the `count` of a frame is what its

@@ -515,7 +515,6 @@ fn ended(ctx: &Rc<Ctx>, link: LinkId, who: Who) {
     }
 }
 
-/// Raises the application's `Error` event for a link error.
 /// The application's event for a [`SamplesLost`] action.
 fn lost_event(l: SamplesLost) -> Event {
     Event::SamplesLost {
@@ -526,6 +525,7 @@ fn lost_event(l: SamplesLost) -> Event {
     }
 }
 
+/// Raises the application's `Error` event for a link error.
 fn error_event(ctx: &Ctx, e: LinkError) {
     let ev = Event::Error {
         peer: e.peer,

@@ -48,7 +48,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Frames an origin's `seq` may advance beyond the last one taken, besides one per ms
-/// elapsed since then (see the [module docs](self)).
+/// elapsed since then: a frame further ahead is a jump, held until something confirms it
+/// (the rules are in the module docs of `topics::core::origins`).
 pub const SEQ_WINDOW: u64 = 4096;
 
 /// A token bucket of control-plane work units.
