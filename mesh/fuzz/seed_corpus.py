@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the fuzz seed corpus for frame_decode from shared/protocol/vectors.txt.
+"""Writes the fuzz seed corpus for frame_decode from mesh/proto/tests/data/vectors.txt.
 
 Every plaintext frame in the vectors file (handshake frames and the decrypted frames of the
 secured captures) becomes one seed, plus each V4 direction as one stream of frames in a row,
@@ -11,8 +11,8 @@ import re
 import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-default = os.environ.get("SHOAL_SHARED_DIR", os.path.join(here, "..", "..", "..", "shared"))
-path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(default, "protocol", "vectors.txt")
+default = os.path.join(here, "..", "proto", "tests", "data", "vectors.txt")
+path = sys.argv[1] if len(sys.argv) > 1 else default
 out_dir = os.path.join(here, "seeds", "frame_decode")
 os.makedirs(out_dir, exist_ok=True)
 

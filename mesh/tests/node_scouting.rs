@@ -1,5 +1,6 @@
 //! Multicast discovery over loopback: the interface address 127.0.0.1 is named explicitly for
-//! joining and sending, as `mesh-v1.md` prescribes for one machine.
+//! joining and sending, as the v1 wire needs on one machine
+//! (`mesh/proto/protocol/v1-wire.md`, "Scouting datagram").
 
 mod node_support;
 

@@ -1,5 +1,5 @@
-//! Mesh settings: every knob of `mesh-v1.md` with the C++ library's defaults, plus the few
-//! ceilings Shoal adds so that every table stays bounded.
+//! Mesh settings: every knob of the v1 wire (`mesh/proto/protocol/v1-wire.md`) with the C++
+//! library's defaults, plus the few ceilings Shoal adds so that every table stays bounded.
 //!
 //! **Owns:** the settings of a mesh, their defaults, validation and TOML form. **Must not touch:**
 //! the node's runtime options (shards, queues, policies: `shoal-mesh`'s builder).
@@ -12,7 +12,7 @@
 //! written in milliseconds with an `_ms` suffix), buildable with [`MeshConfigBuilder`], and
 //! checked by [`MeshConfig::validate`].
 //!
-//! Membership timing follows the C++ library's config header (`mesh-v1.md`'s defaults table
+//! Membership timing follows the C++ library's config header (its documented defaults table
 //! does not list it): `membership_interval_ms = 2000` (a node re-floods its adjacency record
 //! this often even when nothing changed, so records lost to a cut link are repaired within one
 //! interval) and `membership_timeout_ms = 8000` (four intervals: a vanished node leaves the
@@ -28,7 +28,7 @@
 //!   `max_membership_neighbours = 1024`: the longest neighbour list a record may carry.
 //! - `require_signed_membership = false`: in identity mode, unsigned Membership records are
 //!   still taken from links that cannot sign (multimaster peers) about origins not known to
-//!   sign; true refuses them all (`mesh/proto/PROTOCOL-SIGNED.md`).
+//!   sign; true refuses them all (`mesh/proto/protocol/signed-records.md`).
 //! - `new_peer_rate = 50`, `new_peer_rate_per_source = 10`: how many never-linked peers the
 //!   node admits from announces and dials per second, node-wide and per source address (see
 //!   [`crate::admission`]). A legitimate mesh meets a handful of new peers per second;
@@ -47,7 +47,7 @@
 //!   toward X in the membership graph ([`crate::reverse_path`]), so a stranger cannot spend
 //!   X's next message ids (issue 24). It costs the copies that come around other paths while
 //!   a link is down or lossy (the fault suite's numbers are in BENCHMARKS.md); `false` takes
-//!   every link's copy, as mesh-v1.md does. The same switch governs Discovery frames, whose
+//!   every link's copy, as the v1 wire does. The same switch governs Discovery frames, whose
 //!   origin's frames are taken only from links toward it over the topic-capable nodes
 //!   (`topics::core`).
 
@@ -244,7 +244,7 @@ pub struct MeshConfig {
     pub node_name: String,
     /// Identity keys this node accepts, with local labels; empty accepts any key. Requires
     /// an identity. The list applies to peers that show an identity; a peer that shows none
-    /// is refused too unless `require_identity` is set to false (crypto.md).
+    /// is refused too unless `require_identity` is set to false (`secured.md`, "Identity").
     pub trusted_keys: Vec<TrustedKey>,
     /// Refuse peers that show no identity. Unset (the default) means: refuse them exactly when
     /// this node has an identity, as the C++ library does; `Some(false)` admits identity-less
@@ -259,8 +259,8 @@ pub struct MeshConfig {
     /// Identity mode: refuse every unsigned Membership record (type 6), even a multimaster
     /// neighbour's own. Default false: an unsigned record is taken from a link that cannot
     /// sign (a multimaster peer, a Shoal peer without identity) about an origin not known to
-    /// sign (`mesh/proto/PROTOCOL-SIGNED.md`). Set it in a mesh of Shoal identity nodes only.
-    /// Requires an identity.
+    /// sign (`mesh/proto/protocol/signed-records.md`). Set it in a mesh of Shoal identity
+    /// nodes only. Requires an identity.
     pub require_signed_membership: bool,
     /// Ceiling of the neighbours one Membership record may list; a longer record is refused
     /// (counted in `membership_records_refused`), the link stays. Default 1024 (the wire

@@ -4,14 +4,13 @@
 //! (the router asks it).
 //!
 //! One instance per data shard, holding the ids whose originator hashes to that shard
-//! ([`dedup_shard`]). A message id is the originator's 8-byte prefix and a per-originator
-//! counter that goes up by one per message (mesh-v1.md), so the ids a node sees come in runs.
-//! The cache stores them in **blocks**: one entry per (originator, `counter / 64`) holding a
-//! 64-bit mask of the counters seen. A flood of one originator's messages touches one hot
-//! entry per 64 messages instead of one random hash-table slot per message (plus one more to
-//! evict the oldest id), which kept the old id-per-entry cache out of the CPU caches at its
-//! 100 000-id bound. Sparse ids (targeted traffic seen only in part) cost one entry each, as
-//! before.
+//! ([`dedup_shard`]). A message id is the originator's 8-byte prefix and a per-originator counter
+//! that goes up by one per message (`mesh/proto/protocol/v1-wire.md`), so the ids a node sees come
+//! in runs. The cache stores them in **blocks**: one entry per (originator, `counter / 64`) holding
+//! a 64-bit mask of the counters seen. A flood of one originator's messages touches one hot entry
+//! per 64 messages instead of one random hash-table slot per message (plus one more to evict the
+//! oldest id), which kept the old id-per-entry cache out of the CPU caches at its 100 000-id bound.
+//! Sparse ids (targeted traffic seen only in part) cost one entry each, as before.
 //!
 //! The semantics are the C++ library's, at block granularity: an id is remembered until
 //! `max_entries` newer ids pushed its block out (oldest block first, so at most 63 ids more

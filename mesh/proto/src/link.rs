@@ -8,7 +8,7 @@
 //! mode, not ourselves); a mismatch closes the link with a typed [`CloseReason`]. On a
 //! plaintext mesh the link is then established; on a secured mesh it waits in
 //! [`LinkState::AwaitingAuth`] until the crypto layer, which runs the AuthConfirm exchange of
-//! `crypto.md`, reports [`Link::auth_confirmed`] or [`Link::auth_failed`].
+//! `mesh/proto/protocol/secured.md`, reports [`Link::auth_confirmed`] or [`Link::auth_failed`].
 //!
 //! Liveness: a Heartbeat goes out only when nothing was sent for `heartbeat_interval`; the link
 //! is dead when it made no progress for `heartbeat_timeout`. Progress is a whole frame

@@ -1,4 +1,4 @@
-//! Mesh-wide membership by adjacency gossip (mesh-v1.md, "Membership").
+//! Mesh-wide membership by adjacency gossip (`mesh/proto/protocol/v1-wire.md`, "Membership").
 //!
 //! Length: one state machine (records, the member set, floods and expiry) whose parts share its tables; the accessor the topics routes read, the bounds on what peers send and the signatures stored with records are parts of it, not modules of their own.
 //!
@@ -30,8 +30,8 @@
 //!   in [`MemberStats::recomputes_deferred`]. Until then the member set may still hold nodes
 //!   that left; joins are applied at once as before.
 //!
-//! Signed records (identity mode, `mesh/proto/PROTOCOL-SIGNED.md`): the control core verifies
-//! a SignedMembership frame and hands the record in with its signature
+//! Signed records (identity mode, `mesh/proto/protocol/signed-records.md`): the control core
+//! verifies a SignedMembership frame and hands the record in with its signature
 //! ([`MemberGraph::on_signed_record`]); the signature is stored with the record, so relays and
 //! the catch-up of a new neighbour carry it ([`MemberTransmit::signature`]). Verification is
 //! not done here (this module holds no keys): [`MemberGraph::precheck`] lets the caller skip
@@ -54,7 +54,7 @@
 //!
 //! Members are the nodes reachable from self over the edges of the records. An edge between
 //! two other nodes counts when every end whose record is known lists the other; the edges
-//! of this node are exactly its own neighbours. mesh-v1.md counts an edge when *either* end
+//! of this node are exactly its own neighbours. The C++ library counts an edge when *either* end
 //! lists it; that keeps a crashed node reachable through its own last record, which lists the
 //! neighbours that already dropped it, until that record expires (up to `membership_timeout`
 //! after its last refresh). Requiring both ends lets a node leave as soon as its neighbours'

@@ -1,5 +1,6 @@
 //! The control plane's peer table: who to dial, when to redial, which of two connections to the
-//! same peer survives, and when a peer is Lost (mesh-v1.md, "Connection behaviour").
+//! same peer survives, and when a peer is Lost (`mesh/proto/protocol/v1-wire.md`, "A
+//! connection's life").
 //!
 //! **Owns:** the peer table, dialing, backoff and dial races. **Must not touch:** sockets or
 //! handshakes: it names links, the control core runs them.
@@ -42,7 +43,7 @@
 //! Two connections to one peer are a **dial race** when the second one began (accepted, or
 //! dialed by this node) before the first was established, or at most [`race_window`] after:
 //! both ends dialed before either saw the other's link. A race is resolved by multimaster's
-//! rule (mesh-v1.md: the connection initiated by the lower node id wins; same initiator, the
+//! rule (the v1 wire's: the connection initiated by the lower node id wins; same initiator, the
 //! older wins), so both ends keep the same connection, whatever their implementation.
 //!
 //! A connection that began later than that is no race: the peer already had its link when it

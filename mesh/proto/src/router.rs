@@ -1,4 +1,5 @@
-//! The gossip routing decision for Data frames (mesh-v1.md, "Gossip routing").
+//! The gossip routing decision for Data frames (`mesh/proto/protocol/v1-wire.md`, "Gossip
+//! routing of Data frames").
 //!
 //! A [`Router`] lives on each data shard next to that shard's [`DedupCache`]. The driver calls
 //! [`Router::on_data`] on the shard that owns the message's originator
@@ -9,7 +10,7 @@
 //! Before the dedup cache sees an id, two checks keep a stranger from spending another
 //! origin's ids (issue 24, finding 12: forged frames carrying an origin's next ids, once
 //! recorded, made the real ones duplicates everywhere):
-//! - the id must be the originator's: `msgId[0..8] == src[0..8]`, as mesh-v1.md builds it
+//! - the id must be the originator's: `msgId[0..8] == src[0..8]`, as the v1 wire builds it
 //!   (else [`DropReason::ForeignMsgId`]); the dedup cache keys streams by that prefix, so a
 //!   frame under its own `src` could otherwise still spend another node's ids;
 //! - with a [`PathTable`] set ([`Router::set_paths`]), origin X's frames are taken only from the

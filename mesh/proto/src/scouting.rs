@@ -3,7 +3,8 @@
 //! Sending: once at start, then every `announce_interval` with ±20% jitter so that nodes
 //! started together do not announce in lockstep ([`BeaconSchedule`]).
 //!
-//! Receiving ([`accept_beacon`]), in the order of `mesh-v1.md` / `crypto.md`: on a secured
+//! Receiving ([`accept_beacon`]), in the order of the protocol notes (`mesh/proto/protocol/`,
+//! `v1-wire.md` "Scouting datagram", `secured.md` "The beacon MAC"): on a secured
 //! mesh the datagram must be longer than the 16-byte MAC and the MAC over everything before it
 //! must verify; then it must parse (magic included), its secured flag must equal our mode, its
 //! version and group must equal ours, and its node id must not be ours. The dial-back address

@@ -253,7 +253,7 @@ counters! {
     /// before its id is remembered, so it spends nothing of the origin's.
     dropped_off_path,
     /// Dropped: a Data frame whose message id does not start with its `src`'s first 8 bytes
-    /// (mesh-v1.md builds every id that way; another node's id under one's own `src`).
+    /// (the v1 wire builds every id that way; another node's id under one's own `src`).
     dropped_foreign_msg_id,
     /// Dropped: a Discovery frame from a link whose control-plane work budget was spent
     /// (`link_work_per_sec`): the control plane paused that link's Discovery frames until the

@@ -245,7 +245,7 @@ fn bad_or_missing_signature_rejected() {
 
 #[test]
 fn tag_is_checked_before_identity() {
-    // A wrong tag with a bogus identity reports the tag (crypto.md order).
+    // A wrong tag with a bogus identity reports the tag (the protocol's order, `secured.md`).
     let (a, _) = run(id_pair(IdentityPolicy::open(false)), |h, slot| {
         h.node_id = PeerId([9; 16]);
         *slot = Some(AuthConfirm {

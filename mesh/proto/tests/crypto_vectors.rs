@@ -1,5 +1,6 @@
 //! The secured-mesh cryptography against the captures of the C++ library (vectors V2, V3, V5,
-//! V6 of `shared/protocol/vectors.txt`, parsed at run time).
+//! V6 of `tests/data/vectors.txt`, parsed at run time; the rules are
+//! `mesh/proto/protocol/secured.md`).
 
 mod crypto_support;
 
@@ -88,7 +89,7 @@ fn check_announce_section(s: &Section) {
     guard.seal(&mut out);
     assert_eq!(out, datagram, "sealed announce");
 
-    // Receiver side, in crypto.md's order.
+    // Receiver side, in the protocol's order (`secured.md`).
     let other = PeerId([0x77; 16]);
     let filter = |own: PeerId, secured: bool| BeaconFilter {
         secured,

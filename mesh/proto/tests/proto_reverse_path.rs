@@ -2,7 +2,7 @@
 //! the real control and shard cores: a stranger linked to one node sends Data frames carrying
 //! a real origin's next message ids before the origin sends them. With the check the forgeries
 //! are dropped where they enter (counted) and every real message reaches every node; without
-//! it (`reverse_path_check = false`, the mesh-v1 behaviour) the forgeries are delivered and
+//! it (`reverse_path_check = false`, the plain v1 behaviour) the forgeries are delivered and
 //! flooded, and the real messages are dropped everywhere as duplicates.
 
 mod proto_sim;

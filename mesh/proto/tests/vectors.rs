@@ -1,6 +1,7 @@
 //! Checks the wire codec against the bytes captured from the C++ library in
-//! `tests/data/vectors.txt` (the protocol notes' `vectors.txt`, kept here), read at run time (never pasted here): every plaintext frame and
-//! datagram must decode to the fields printed beside it and re-encode to the same bytes.
+//! `tests/data/vectors.txt` (kept in the repository), read at run time (never pasted here):
+//! every plaintext frame and datagram must decode to the fields printed beside it and re-encode
+//! to the same bytes.
 
 use bytes::{Bytes, BytesMut};
 use shoal_proto::wire::{
@@ -11,8 +12,8 @@ use shoal_proto::{MsgId, PeerId};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// The captured bytes, kept in the repository (`tests/data/vectors.txt`, a copy of the
-/// protocol notes' `shared/protocol/vectors.txt`).
+/// The captured bytes, kept in the repository (`tests/data/vectors.txt`; the protocol notes
+/// are in `mesh/proto/protocol/`).
 fn vectors_path() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),

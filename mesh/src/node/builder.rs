@@ -64,8 +64,9 @@ impl Default for NodeOptions {
     }
 }
 
-/// Builds a [`Mesh`]: every protocol setting of `mesh-v1.md` (through [`MeshConfig`], also
-/// loadable with [`MeshConfig::from_toml_str`]) plus the node options.
+/// Builds a [`Mesh`]: every protocol setting of the v1 wire (`mesh/proto/protocol/v1-wire.md`,
+/// through [`MeshConfig`], also loadable with [`MeshConfig::from_toml_str`]) plus the node
+/// options.
 pub struct MeshBuilder {
     cfg: MeshConfig,
     opts: NodeOptions,
@@ -537,7 +538,7 @@ mod tests {
             .node_name("eleven")
             .build()
             .unwrap();
-        // crypto.md §6: seed 11x32 gives this node id.
+        // Seed 11x32 gives this node id (vector V3; `mesh/proto/protocol/secured.md`, Identity).
         assert_eq!(m.id().to_string(), "c0c5ecd7f1ee33f526dd27d34c3e1daa");
         assert_eq!(m.node_name(m.id()).as_deref(), Some("eleven"));
         assert!(m.identity_public_key().is_some());

@@ -120,15 +120,15 @@
 //!
 //! # Secured mesh
 //!
-//! With a PSK (`crypto.md`) the node MACs its announces and drops announces of the other mode;
-//! the control plane runs the X25519 handshake (ephemeral key in the Hello, AuthConfirm) and
-//! refuses a peer of the other mode, another PSK or a refused identity with an
-//! [`Event::Error`] ([`ErrorKind::ModeMismatch`], [`ErrorKind::Crypto`],
-//! [`ErrorKind::Identity`]). The established link reaches its shard with its record keys:
-//! the reader opens ChaCha20-Poly1305 records in place and parses frames from the plaintext,
-//! the writer seals each batch of queued frames into as few records as fit (the counter is
-//! assigned when a record is sealed, i.e. committed, never for a frame the queue dropped). A
-//! record that does not authenticate closes only that link.
+//! With a PSK (`mesh/proto/protocol/secured.md`) the node MACs its announces and drops announces of
+//! the other mode; the control plane runs the X25519 handshake (ephemeral key in the Hello,
+//! AuthConfirm) and refuses a peer of the other mode, another PSK or a refused identity with an
+//! [`Event::Error`] ([`ErrorKind::ModeMismatch`], [`ErrorKind::Crypto`], [`ErrorKind::Identity`]).
+//! The established link reaches its shard with its record keys: the reader opens ChaCha20-Poly1305
+//! records in place and parses frames from the plaintext, the writer seals each batch of queued
+//! frames into as few records as fit (the counter is assigned when a record is sealed, i.e.
+//! committed, never for a frame the queue dropped). A record that does not authenticate closes only
+//! that link.
 //!
 //! With an identity too (`identity_file` or `identity_seed_hex`), the node id is the hash of
 //! the Ed25519 key, the handshake is signed and checked against `trusted_keys` /
@@ -223,7 +223,8 @@ impl std::fmt::Debug for Mesh {
 }
 
 impl Mesh {
-    /// A builder with the defaults of `mesh-v1.md` and [`NodeOptions::default`].
+    /// A builder with the v1 wire's defaults (`mesh/proto/protocol/v1-wire.md`) and
+    /// [`NodeOptions::default`].
     pub fn builder() -> MeshBuilder {
         MeshBuilder::new()
     }

@@ -1,4 +1,5 @@
-//! Identity records and revocation (crypto.md §6): our own signed record (to each new
+//! Identity records and revocation (`mesh/proto/protocol/secured.md`, "Identity"): our own
+//! signed record (to each new
 //! neighbour and every `membership_interval`), gossiped records of others (stored and
 //! re-flooded once when new), the identity recheck at the end of a handshake, and the closing
 //! of links whose key the application revoked (whose signing key is forgotten too: see

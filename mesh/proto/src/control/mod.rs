@@ -20,7 +20,7 @@
 //!
 //! Identity mode (this node has an Ed25519 identity): Membership records and Discovery frames
 //! are signed by their origin and verified before anything is applied ([`signed`] has the
-//! rules, `mesh/proto/PROTOCOL-SIGNED.md` the bytes).
+//! rules, `mesh/proto/protocol/signed-records.md` the bytes).
 //!
 //! Outputs: [`poll_action`](ControlCore::poll_action) ([`Action`]: dial, write, close a socket,
 //! send a beacon, events, names, warnings) and, separately, the ordered shard outbox

@@ -1,6 +1,6 @@
 //! Signed records in the control core: Membership records and Discovery frames are verified
 //! against their origin's key before anything is applied, this node's own are signed, and
-//! the rule for unsigned records in identity mode (`mesh/proto/PROTOCOL-SIGNED.md` has the
+//! the rule for unsigned records in identity mode (`mesh/proto/protocol/signed-records.md` has the
 //! bytes and test vectors).
 //!
 //! **Owns:** which records need a signature, verifying them (through

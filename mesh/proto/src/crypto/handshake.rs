@@ -6,11 +6,11 @@
 //! touch:** frames or sockets: the control core feeds it the Hello fields and sends what it
 //! returns.
 //!
-//! Order (crypto.md §3): [`Handshake::fill_hello`] sets the crypto fields of our Hello/HelloAck;
-//! [`Handshake::on_peer_hello`] derives the keys and returns our AuthConfirm (sent in plaintext);
-//! [`Handshake::on_peer_auth_confirm`] checks the peer's tag, then its identity, and returns the
-//! record sealer/opener. From then on every frame we send is sealed and every byte read after the
-//! peer's AuthConfirm frame is records.
+//! Order (`mesh/proto/protocol/secured.md`, "The handshake"): [`Handshake::fill_hello`] sets the
+//! crypto fields of our Hello/HelloAck; [`Handshake::on_peer_hello`] derives the keys and returns
+//! our AuthConfirm (sent in plaintext); [`Handshake::on_peer_auth_confirm`] checks the peer's tag,
+//! then its identity, and returns the record sealer/opener. From then on every frame we send is
+//! sealed and every byte read after the peer's AuthConfirm frame is records.
 
 use std::fmt;
 use std::sync::Arc;
@@ -391,9 +391,9 @@ impl Handshake {
         Ok(AuthConfirm { tag, sig })
     }
 
-    /// Handles the peer's AuthConfirm, checking in crypto.md's order: the tag (constant time),
-    /// then, when both sides have identities, signature present, node id = `BLAKE2b-16(key)`,
-    /// signature valid, key on the allowlist. Success ends the handshake.
+    /// Handles the peer's AuthConfirm, checking in the protocol's order (`secured.md`): the tag
+    /// (constant time), then, when both sides have identities, signature present, node id =
+    /// `BLAKE2b-16(key)`, signature valid, key on the allowlist. Success ends the handshake.
     pub fn on_peer_auth_confirm(
         &mut self,
         confirm: &AuthConfirm,

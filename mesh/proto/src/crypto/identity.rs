@@ -179,7 +179,7 @@ pub fn verify_transcript(
     verify_strict(peer_key, msg, sig)
 }
 
-/// Why a peer's identity is refused (crypto.md's "Identity errors").
+/// Why a peer's identity is refused (the identity errors of `mesh/proto/protocol/secured.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityReject {
     /// `require_identity` is set and the peer's Hello shows no identity.

@@ -116,9 +116,9 @@ impl IdentityBook {
         }
     }
 
-    /// Applies a received record with crypto.md's receiver rules, in order: drop our own, keys
-    /// not on a non-empty allowlist, bad signatures, versions no newer than held. On success the
-    /// record is stored and should be re-flooded; returns its origin.
+    /// Applies a received record with the protocol's receiver rules (`secured.md`), in order:
+    /// drop our own, keys not on a non-empty allowlist, bad signatures, versions no newer than
+    /// held. On success the record is stored and should be re-flooded; returns its origin.
     pub fn accept(
         &mut self,
         policy: &IdentityPolicy,

@@ -1,7 +1,8 @@
 //! BLAKE2b with the digest-length parameter (not truncation), as the C++ library's libsodium
 //! `crypto_generichash(out, n, msg, key)` computes it.
 //!
-//! **Owns:** the BLAKE2b derivations of crypto.md. **Must not touch:** anything stateful.
+//! **Owns:** the BLAKE2b derivations of the secured mesh (`mesh/proto/protocol/secured.md`).
+//! **Must not touch:** anything stateful.
 //!
 //! BLAKE2b writes the output length into its parameter block, so a 16-byte digest is a different
 //! function from the first 16 bytes of a 32-byte digest; vectors V2/V3 show both values.

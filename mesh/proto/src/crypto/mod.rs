@@ -1,12 +1,12 @@
 //! Cryptography of the secured mesh, byte-exact with the C++ library (see
-//! `shared/protocol/crypto.md`), as pure I/O-free code.
+//! `mesh/proto/protocol/secured.md`), as pure I/O-free code.
 //!
 //! **Owns:** the secured mesh's cryptography, byte-exact. **Must not touch:** frames, sockets,
 //! files or the clock.
 //!
 //! Its modules:
 //!
-//! - [`psk`]: K and Kd from the PSK; the scouting beacon MAC (crypto.md: the announce MAC)
+//! - [`psk`]: K and Kd from the PSK; the scouting beacon MAC (the C++ library's announce MAC)
 //!   and the receive-side checks.
 //! - [`handshake`]: ephemeral X25519, master/directional keys, AuthConfirm tags, transcript
 //!   signatures, as a sans-I/O state machine.

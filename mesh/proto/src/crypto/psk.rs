@@ -116,9 +116,10 @@ pub enum BeaconDrop {
     Rejected(#[from] BeaconReject),
 }
 
-/// A node's discovery mode: plaintext, or secured with the PSK's keys. Runs crypto.md's
-/// receive-side checks in order: MAC first (secured), then parse, mode flag, version, group, own
-/// id (so a secured node drops plaintext announces and a plaintext node drops secured ones).
+/// A node's discovery mode: plaintext, or secured with the PSK's keys. Runs the beacon's
+/// receive-side checks (`mesh/proto/protocol/secured.md`) in order: MAC first (secured), then
+/// parse, mode flag, version, group, own id (so a secured node drops plaintext announces and a
+/// plaintext node drops secured ones).
 #[derive(Debug, Clone)]
 pub enum ScoutGuard {
     /// Plaintext mesh: nothing is stripped; secured announces fail on the flag.

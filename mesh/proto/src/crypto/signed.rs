@@ -1,6 +1,6 @@
 //! Signed records (identity mode): this node's Membership records and Discovery frames signed
 //! with its Ed25519 key, others' verified against their origin, and the bounded book of the
-//! keys verified so far (`mesh/proto/PROTOCOL-SIGNED.md` has the rules and test vectors).
+//! keys verified so far (`mesh/proto/protocol/signed-records.md` has the rules and test vectors).
 //!
 //! **Owns:** signing and verifying the signed records' bytes, and the signer book. **Must not
 //! touch:** the records' layout (`wire::signed` builds the signed bytes) or what a verified

@@ -76,13 +76,15 @@ impl DiscoveryEntry {
 /// count × (kind u8 | len u16 | value)`. Kind 1 is a Record (`len` 1 ..= 32 768), kind 2 a
 /// Withdraw (`len` 16), kind 3 the origin's Signature (`len` 96, only as the last entry; see
 /// `signed`); entries of other kinds are skipped when decoding (a later version's), and bytes
-/// after the last entry reject the frame. `(origin, seq)` is the flood's dedup key;
-/// `parts = 0` marks a frame outside any announce cycle.
+/// after the last entry reject the frame. `seq` numbers the origin's frames (a receiver takes
+/// only frames above the highest it took from that origin); `parts = 0` marks a frame outside
+/// any announce cycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Discovery {
     /// The node that built the records (the only node allowed to describe its endpoints).
     pub origin: PeerId,
-    /// Per-origin frame sequence number: the flood's dedup key with `origin`.
+    /// Per-origin frame sequence number, rising by one per frame (what the flood's receivers
+    /// deduplicate by).
     pub seq: u64,
     /// Remaining hops.
     pub ttl: u8,

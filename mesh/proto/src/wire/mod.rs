@@ -1,5 +1,6 @@
 //! The multimaster v1 wire codec: scouting beacons and TCP frames, byte for byte as the C++
-//! library writes them (`shared/protocol/mesh-v1.md`), plus Shoal's Hello extension block.
+//! library writes them (`mesh/proto/protocol/v1-wire.md`), plus Shoal's Hello extension block
+//! and extended frames (`mesh/proto/protocol/extensions.md`).
 //!
 //! **Owns:** the multimaster v1 bytes. **Must not touch:** I/O, clocks or crypto.
 //!
@@ -77,7 +78,7 @@
 //! filled exactly; entry kinds and the rules of the topic frames are on [`Discovery`] and
 //! [`Samples`] (and in the `topic_frames` source), those of the signed records (type 15 and
 //! the Discovery Signature entry, kind 3) in the `signed` source and
-//! `mesh/proto/PROTOCOL-SIGNED.md`. [`take_samples`] is the Samples fast lane and
+//! `mesh/proto/protocol/signed-records.md`. [`take_samples`] is the Samples fast lane and
 //! [`SamplesHeader`] / [`SampleRunWriter`] write them without copying payloads.
 
 mod beacon;

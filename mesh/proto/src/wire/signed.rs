@@ -1,6 +1,7 @@
 //! Shoal's signed records (identity mode): the signature carried by a Discovery frame (entry
 //! kind 3) and the SignedMembership frame (type 15), with the exact bytes each signature
-//! covers. The rules and test vectors are in `mesh/proto/PROTOCOL-SIGNED.md`.
+//! covers. The rules and test vectors are in
+//! `mesh/proto/protocol/signed-records.md`.
 //!
 //! **Owns:** the bytes of signed records and of what their signatures cover. **Must not
 //! touch:** the cryptography (`crypto::signed` signs and verifies these bytes) or what a

@@ -1,4 +1,5 @@
-//! Reads `tests/data/vectors.txt` (the protocol notes' `vectors.txt`, kept in the repository) at run time (never pasted by hand into tests).
+//! Reads `tests/data/vectors.txt` (bytes captured from the C++ library, kept in the repository)
+//! at run time (never pasted by hand into tests).
 //!
 //! The file is a sequence of sections (`V5  TCP connection, ...` between `====` rulers). Inside a
 //! section, `key = value` lines give named values (the value is the first word after the last
@@ -77,8 +78,8 @@ impl Section {
     }
 }
 
-/// The captured bytes, kept in the repository (`tests/data/vectors.txt`, a copy of the
-/// protocol notes' `shared/protocol/vectors.txt`).
+/// The captured bytes, kept in the repository (`tests/data/vectors.txt`: what the C++ library
+/// wrote, described in `mesh/proto/protocol/`).
 pub fn vectors_path() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -1,4 +1,4 @@
-//! The signed records' test vectors (`mesh/proto/PROTOCOL-SIGNED.md`, derived independently
+//! The signed records' test vectors (`mesh/proto/protocol/signed-records.md`, derived independently
 //! with Python's `cryptography` and `hashlib`) and the signer book's rules.
 
 use super::*;
@@ -92,11 +92,11 @@ fn the_protocol_notes_vectors_are_reproduced() {
     assert_eq!(hex::encode(&msg), DISC_MSG);
 }
 
-/// The vectors in `PROTOCOL-SIGNED.md` are the ones reproduced above (the notes and the code
+/// The vectors in `signed-records.md` are the ones reproduced above (the notes and the code
 /// cannot drift apart).
 #[test]
 fn the_protocol_notes_carry_these_vectors() {
-    let doc = include_str!("../../../PROTOCOL-SIGNED.md");
+    let doc = include_str!("../../../protocol/signed-records.md");
     let vectors = &doc[doc.find("## Test vectors").expect("a vectors section")..];
     // Each labelled value runs over its continuation lines (spaces only for reading).
     let mut values: Vec<(String, String)> = Vec::new();
