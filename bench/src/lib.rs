@@ -2,7 +2,8 @@
 //!
 //! **Owns:** the criterion benchmarks of every crate (`benches/`, each beside a baseline
 //! measured in the same run so results read as ratios), `run.sh` (the loadgen comparison set
-//! behind `BENCHMARKS.md`) and the cipher choice study (`aead-choice/`, outside the workspace).
+//! behind `BENCHMARKS.md`), the cipher choice study (`aead-choice/`, outside the workspace)
+//! and the dated measurement notes (`notes/`).
 //!
 //! **Must not touch:** the crates' code: it measures through their public APIs and asserts no
 //! timing (performance goals live here and in `BENCHMARKS.md`, never in tests).

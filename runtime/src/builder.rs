@@ -84,7 +84,7 @@ impl Builder {
     /// its next loop iteration. A spinning executor burns its core for `spin` after every
     /// burst of work, though it yields the core to any other runnable thread between its
     /// polls (so it does not starve the thread it is waiting for when threads outnumber
-    /// cores). Measured numbers are in `BENCHMARKS.md` ("Runtime lab notes").
+    /// cores). Measured numbers are in `bench/notes/runtime.md` ("Spin before park").
     pub fn spin_before_park(mut self, spin: Duration) -> Self {
         self.spin = spin;
         self

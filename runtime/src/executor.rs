@@ -478,7 +478,7 @@ fn drive(
                 // core), a spinner that only hinted the CPU kept the thread it waited for
                 // off the core until its spin ran out (two-process ping-pong with 100 µs of
                 // shard spin: 250 µs p50 against 60 µs parked; yielding: 42-49 µs, see
-                // `BENCHMARKS.md`). With nothing else runnable the yield returns at once;
+                // `bench/notes/latency.md`). With nothing else runnable the yield returns at once;
                 // yielding every round instead slowed a socket ping-pong on dedicated cores
                 // (each yield is a system call between completion polls).
                 spins = spins.wrapping_add(1);

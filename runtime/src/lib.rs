@@ -19,7 +19,7 @@
 //! (thread body, ring setup, `drive` loop), `task.rs` (`spawn_local`, the task wrapper, the
 //! local join handle), `net.rs`, `time.rs` and `memlock.rs` (setup-error mapping); the
 //! channels (`channel/`) use only `std::task::Waker`. Why compio and not glommio, with the
-//! measurements, is in `BENCHMARKS.md` ("Runtime lab notes").
+//! measurements, is in `bench/notes/runtime.md`.
 //!
 //! **Wake chains.** compio runs, per round, the tasks that were queued when the round began.
 //! Our `drive` loop runs up to two such rounds back to back before it enters the kernel to

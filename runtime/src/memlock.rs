@@ -4,7 +4,8 @@
 //! charge them to the memory cgroup instead, but still charge *registered buffers* (and
 //! some setups) to the limit. Either way an `ENOMEM` from `io_uring_setup` is reported as
 //! [`RuntimeError::MemlockLimit`] with the limit that was in force, never papered over
-//! with another driver. What was measured on this kernel is in `BENCHMARKS.md` ("Runtime lab notes").
+//! with another driver. What was measured on this kernel is in `bench/notes/runtime.md`
+//! ("memlock").
 
 use std::io;
 

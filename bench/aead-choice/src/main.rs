@@ -1,4 +1,4 @@
-//! The measurement behind the record cipher's choice (issue 14, BENCHMARKS.md record crypto):
+//! The measurement behind the record cipher's choice (issue 14, `bench/notes/secured.md`, "Record crypto"):
 //! seal + open in place of one record (64 B, 1 KiB, 16 KiB) with ring, aws-lc-rs and the
 //! pure-Rust chacha20poly1305 used before, in interleaved rounds, timed in thread CPU time so
 //! other processes on a shared machine do not count.

@@ -6,7 +6,8 @@
 //! - control bytes per node per second at steady state (every frame that is not Data).
 //!
 //! CI runs moderate sizes against the targets scaled to their size; the full curve is an
-//! ignored test that prints the table of BENCHMARKS.md ("Membership at scale (simulation)"):
+//! ignored test that prints the table of `bench/notes/membership-scale.md` (its summary is in
+//! BENCHMARKS.md, "Discovery and scale"):
 //! `cargo test --release -p shoal-proto --test proto_scale -- --ignored --nocapture`.
 
 mod proto_sim;
@@ -427,7 +428,7 @@ fn assert_within_scaled_targets(p: &Point, hb_timeout: Duration) {
 }
 
 /// Short phases for CI: one flood interval of traffic, and observations long enough for a
-/// heartbeat timeout (3 s) but shorter than a record's expiry (6 s), so a member set that
+/// heartbeat timeout (3 s) but shorter than a record's expiry (8 s), so a member set that
 /// only converges by expiry fails.
 const CI_PHASES: Phases = Phases {
     warmup: Duration::from_secs(1),
@@ -447,7 +448,7 @@ fn full_32_node_mesh_within_scaled_targets() {
     assert_within_scaled_targets(&p, cfg().heartbeat_timeout);
 }
 
-/// The curve of BENCHMARKS.md. Sizes can be narrowed with SHOAL_SCALE_MAX_N.
+/// The curve of `bench/notes/membership-scale.md`. Sizes can be narrowed with SHOAL_SCALE_MAX_N.
 #[test]
 #[ignore = "the full curve: run with --release --ignored --nocapture"]
 fn membership_curve() {

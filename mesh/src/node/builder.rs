@@ -41,8 +41,9 @@ pub struct NodeOptions {
     /// How long each executor keeps polling after its last task before it parks, and an
     /// application thread blocked in [`EventReceiver::recv_timeout`] polls the event queue
     /// before it sleeps (default zero: park at once). Trades CPU for latency (both yield the
-    /// core to other runnable threads while they poll); see `BENCHMARKS.md` ("Runtime lab
-    /// notes", "Latency and throughput between two processes").
+    /// core to other runnable threads while they poll); see `bench/notes/runtime.md` ("Spin
+    /// before park") and `bench/notes/latency.md` ("Latency and throughput between two
+    /// processes").
     ///
     /// [`EventReceiver::recv_timeout`]: crate::EventReceiver::recv_timeout
     pub spin_before_park: Duration,

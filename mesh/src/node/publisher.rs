@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 /// wake-ups on the way to a subscriber: shard, peer shard, receiving thread) vanishes behind
 /// the bytes, small enough to stay in the CPU caches between the two threads. 32 KiB against
 /// 16 KiB: 64 B topic samples +12 % (six pairs, 1.03-1.25), 1 KiB about even; 64 KiB gained
-/// nothing more at 64 B and lost at 1 KiB (BENCHMARKS.md, "Batches of 32 KiB").
+/// nothing more at 64 B and lost at 1 KiB (`bench/notes/topics.md`, "Batches of 32 KiB").
 pub const DEFAULT_BATCH_BYTES: usize = 32 * 1024;
 
 /// Buffers allocated per this many bytes of batches (one allocation serves several batches).

@@ -79,8 +79,8 @@ pub struct Delivery {
 /// Where the shard core hands what it delivers, at the moment it decides to: the driver's
 /// event outbox in the live node. Delivering in place, rather than as a
 /// [`ShardAction::Deliver`] per message that the driver reads back and matches, is what keeps
-/// a delivered message at the cost of the pre-core node (BENCHMARKS.md, "The node as two
-/// cores": the action round trip was about a fifth of the receiving shard's message work).
+/// a delivered message at the cost of the pre-core node (`bench/notes/two-cores.md`: the
+/// action round trip was about a fifth of the receiving shard's message work).
 ///
 /// Every delivery of an input call is offered, in order. A delivery the sink gives back is
 /// queued as a [`ShardAction::Deliver`], which the driver waits for in order; so that one

@@ -31,7 +31,7 @@ use std::time::Instant;
 /// Bytes reserved for a read when the buffer has less room: from [`READ_CHUNK`], doubled
 /// up to [`READ_CHUNK_MAX`] while reads fill what was asked (a busy link), back to the
 /// minimum when a read comes back small, so idle links keep small buffers. Reads of 256 KiB
-/// made 1 KiB throughput ~15 % higher than reads of 64 KiB (BENCHMARKS.md).
+/// made 1 KiB throughput ~15 % higher than reads of 64 KiB (`bench/notes/throughput.md`).
 pub(super) const READ_CHUNK: usize = 64 * 1024;
 /// The largest read a busy link grows to.
 pub(super) const READ_CHUNK_MAX: usize = 256 * 1024;

@@ -24,7 +24,7 @@ use std::time::Instant;
 /// one, and for small frames that walk costs more than the copy: two iovecs per 64-byte
 /// message made `_copy_from_iter` the largest cost of a publishing shard. At 1024 a 1 KiB
 /// message (1082 bytes with its header) still went as two iovecs; copying frames up to 2 KiB
-/// made 1 KiB throughput 20-25 % higher (BENCHMARKS.md).
+/// made 1 KiB throughput 20-25 % higher (`bench/notes/throughput.md`).
 const COPY_MAX: usize = 2048;
 /// Most bytes gathered into one write (the link budget bounds what is queued anyway).
 const BATCH_MAX: usize = 1 << 20;
