@@ -63,8 +63,7 @@ fn check_nothing_lost(run: &serde_json::Value, pong: &serde_json::Value) -> f64 
 
 #[test]
 fn ping_pong_across_lab_hosts_moves_by_the_added_delay() {
-    if let Some(why) = Lab::skip_reason() {
-        println!("skipped: {why}");
+    if shoal_tests::skip_without_lab() {
         return;
     }
     let lab = Lab::up("shP", 2);

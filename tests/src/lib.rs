@@ -15,13 +15,17 @@
 pub mod lab;
 
 pub use lab::{HostProcess, Lab, LabError};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
-/// True when lab tests cannot run here; it prints why, so the test can return (and pass).
+/// True when lab tests cannot run here; it prints why, one line, so the test can return (and
+/// pass).
 pub fn skip_without_lab() -> bool {
     match Lab::skip_reason() {
         Some(why) => {
-            println!("skipped: {why}");
+            // Straight to the process's stderr: the test harness captures `println!` of a test
+            // that passes, and a skipped lab test passes, so `cargo test` would not show why.
+            let _ = writeln!(std::io::stderr(), "skipped: {why}");
             true
         }
         None => false,
