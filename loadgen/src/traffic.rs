@@ -385,11 +385,14 @@ mod tests {
         assert!(p.p50_us >= 2_000_000.0, "{p:?}");
     }
 
-    /// Records the stamps it is given; stalls once, at message `stall_at`.
+    /// Records the stamps it is given; stalls once, at message `stall_at`; raises `stop` once
+    /// it holds `stop_after` stamps (0: never), so a run can end by count, not by the clock.
     struct StallingSink {
         stamps: Vec<u64>,
         stall_at: usize,
         stall: Duration,
+        stop: std::sync::Arc<AtomicBool>,
+        stop_after: usize,
     }
 
     impl Sink for StallingSink {
@@ -402,6 +405,9 @@ mod tests {
                     std::thread::sleep(self.stall);
                 }
                 self.stamps.push(sent_ns);
+                if self.stamps.len() == self.stop_after {
+                    self.stop.store(true, Ordering::Relaxed);
+                }
             }
             Ok(())
         }
@@ -419,6 +425,8 @@ mod tests {
             stamps: Vec::new(),
             stall_at: 3,
             stall: Duration::from_millis(40),
+            stop: Default::default(),
+            stop_after: 0,
         };
         let rep = publish(
             &mut sink,
@@ -442,22 +450,21 @@ mod tests {
 
     #[test]
     fn at_max_rate_stamps_are_send_times() {
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
         let mut sink = StallingSink {
             stamps: Vec::new(),
             stall_at: 2,
             stall: Duration::from_millis(20),
+            stop: stop.clone(),
+            stop_after: 5,
         };
         let before = now_ns();
-        publish(
-            &mut sink,
-            &shape(0.0, 30),
-            7,
-            &Live::default(),
-            &AtomicBool::new(false),
-        )
-        .unwrap();
+        // A run far longer than it needs, ended by the sink after five messages: it used to
+        // last 30 ms, and a loaded machine that ran this thread 10 ms late (or overslept the
+        // stall) ended it before the fourth message.
+        publish(&mut sink, &shape(0.0, 60_000), 7, &Live::default(), &stop).unwrap();
         let s = &sink.stamps;
-        assert!(s.len() > 3 && s[0] >= before);
+        assert!(s.len() == 5 && s[0] >= before, "{s:?}");
         assert!(s.windows(2).all(|w| w[1] >= w[0]));
         assert!(s[3] - s[2] >= 20_000_000, "the stall is between 2 and 3");
     }
