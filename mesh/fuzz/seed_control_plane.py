@@ -5,8 +5,8 @@ Each seed is a sequence of the target's operations (see the table at the top of
 fuzz_targets/control_plane.rs): an honest peer announcing, sending samples and reliability
 frames, and the single-frame attacks of issue 24 (a prefix twin withdrawing the node's own
 writer, an empty complete cycle, seq = u64::MAX, a participant record under another origin,
-AckNack count = u32::MAX, Gap last = u64::MAX, Membership version = u64::MAX), link churn
-and junk. The target never fails on any input; the seeds only get it past the decoders.
+AckNack count = u32::MAX, Gap last = u64::MAX, Membership version = u64::MAX), a Samples
+run ending at u64::MAX (the fuzzer's first find), link churn and junk. The target never fails on any input; the seeds only get it past the decoders.
 Usage: python3 mesh/fuzz/seed_control_plane.py
 """
 import os
@@ -60,8 +60,9 @@ def gap(slot, writer, reader, first_sel=0):
     return [2, slot, 3] + writer + reader + [0, first_sel, 0]
 
 
-def samples(slot, writer, count=3):
-    return [4, slot] + writer + [0, count, 0]
+def samples(slot, writer, count=3, first=None):
+    sel = [0] if first is None else [2] + list(first.to_bytes(8, "big"))
+    return [4, slot] + writer + sel + [count, 0]
 
 
 def membership(slot, origin, seq, neighbours, signed=False):
@@ -117,6 +118,7 @@ seeds = {
     + [8, 1]
     + advance_s(40, silent=True)
     + [7, 1],
+    "samples-end-of-time": honest + samples(0, P0_W, 2, first=2**64 - 2) + samples(0, P0_W),
     "raw-junk": honest + [0, 0, 0, 9, 0, 0, 0, 5, 4, 1, 2, 3, 4] + [0, 3, 0, 4, 0xFF, 0xFF, 0xFF, 0xFF],
 }
 

@@ -50,6 +50,12 @@
 //!   every link's copy, as the v1 wire does. The same switch governs Discovery frames, whose
 //!   origin's frames are taken only from links toward it over the topic-capable nodes
 //!   (`topics::core`).
+//! - `reverse_path_settle_ms = 4000`: for this long after an origin's links change, its Data
+//!   frames are taken from any link (the dedup cache drops the second copy): nodes whose
+//!   graph the change has not reached yet judge by the old one, and two neighbours judging
+//!   by different graphs could each refuse the only copy the other sends (a ring booting lost
+//!   broadcasts that way). Two membership intervals: a record lost on the way is re-flooded
+//!   within one.
 
 use serde::Deserialize;
 use std::fmt;
@@ -270,6 +276,12 @@ pub struct MeshConfig {
     /// Take a Data or Discovery frame of a known origin only from a link toward that origin
     /// in the membership graph (see the module docs). Default true.
     pub reverse_path_check: bool,
+    /// How long an origin whose links changed still takes Data frames from links not toward
+    /// it, while the change reaches every node's graph ([`crate::reverse_path::PathTable`]).
+    /// Default 4000 ms (two default membership intervals: a record lost on the way is
+    /// re-flooded within one); keep it at least two `membership_interval`s.
+    #[serde(rename = "reverse_path_settle_ms", with = "millis")]
+    pub reverse_path_settle: Duration,
 }
 
 impl Default for MeshConfig {
@@ -316,6 +328,7 @@ impl Default for MeshConfig {
             require_signed_membership: false,
             max_membership_neighbours: crate::membership::DEFAULT_MAX_NEIGHBOURS,
             reverse_path_check: true,
+            reverse_path_settle: Duration::from_millis(4000),
         }
     }
 }
@@ -355,6 +368,7 @@ impl fmt::Debug for MeshConfig {
             .field("require_signed_membership", &self.require_signed_membership)
             .field("max_membership_neighbours", &self.max_membership_neighbours)
             .field("reverse_path_check", &self.reverse_path_check)
+            .field("reverse_path_settle", &self.reverse_path_settle)
             .finish_non_exhaustive()
     }
 }
@@ -608,6 +622,8 @@ macro_rules! mesh_config_setters {
         max_membership_neighbours: usize,
         /// Enables or disables the reverse-path check of Data frames.
         reverse_path_check: bool,
+        /// Sets `reverse_path_settle`.
+        reverse_path_settle: Duration,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
