@@ -87,6 +87,12 @@ impl TcpStream {
         self.inner.local_addr()
     }
 
+    /// The kernel's smoothed estimate of the connection's round-trip time (`TCP_INFO`'s
+    /// `tcpi_rtt`, microsecond resolution; zero before anything was acknowledged).
+    pub fn rtt(&self) -> io::Result<std::time::Duration> {
+        tcp_rtt(&self.inner)
+    }
+
     /// Reads what is available into the spare capacity of `buf` (after its current
     /// contents; [`READ_RESERVE`] bytes are reserved if it has none). `Ok(0)` is EOF.
     pub async fn read(&mut self, buf: BytesMut) -> (io::Result<usize>, BytesMut) {
@@ -178,6 +184,36 @@ impl TcpWriteHalf {
     pub async fn shutdown(&mut self) -> io::Result<()> {
         AsyncWrite::shutdown(&mut self.inner).await
     }
+
+    /// See [`TcpStream::rtt`].
+    pub fn rtt(&self) -> io::Result<std::time::Duration> {
+        tcp_rtt(&self.inner)
+    }
+}
+
+/// The kernel's smoothed round-trip time of a connection (`tcpi_rtt` of `TCP_INFO`): one
+/// `getsockopt`, no I/O on the connection.
+fn tcp_rtt(s: &compio::net::TcpStream) -> io::Result<std::time::Duration> {
+    use std::os::fd::AsRawFd;
+    let sock = SockRef::from(s);
+    // SAFETY: all-zero bytes are a valid `tcp_info` (plain integers).
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the descriptor is open for the borrow of `s`; the kernel writes at most `len`
+    // bytes into `info`, which is that large, and stores the length it wrote in `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(std::time::Duration::from_micros(u64::from(info.tcpi_rtt)))
 }
 
 async fn read_into(

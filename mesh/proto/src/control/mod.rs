@@ -36,6 +36,7 @@ mod connecting;
 pub mod handshake;
 pub mod held;
 mod identity;
+pub mod nodes;
 pub mod output;
 mod paths;
 mod round;
@@ -45,6 +46,7 @@ mod topics;
 
 pub use handshake::{Exchanged, Failure, Handshaking, Progress};
 pub use held::HeldEvents;
+pub use nodes::{LinkView, NodeIdentity, NodeView, NodesView, Speaks};
 pub use output::{Action, ControlErrorKind, ControlEvent, ControlStats, ShardPost};
 
 use crate::cmd::{ToControl, ToShard};
@@ -357,6 +359,11 @@ impl ControlCore {
         self.refresh_own_record(now);
         self.beacon_due(now);
         if !self.stopping {
+            if self.topics.announce_due(now) {
+                // Observers see this node's links (RTT, extended frames) from its record.
+                let links = self.link_reports();
+                self.topics.report_links(links);
+            }
             self.topics.handle_timeout(now);
         }
         let expired: Vec<LinkId> = self
