@@ -380,7 +380,8 @@ pub struct ParticipantInfo {
 pub struct LinkReport {
     /// The neighbour's node id.
     pub peer: [u8; 16],
-    /// The smoothed round-trip time of the link in microseconds; 0 when not measured yet.
+    /// The round-trip time of the link in microseconds as measured at this end; 0 when not
+    /// measured yet.
     pub rtt_us: u32,
     /// The neighbour advertised Shoal's extended frames in its Hello (false: it speaks only
     /// the multimaster v1 frames).

@@ -87,8 +87,11 @@ impl TcpStream {
         self.inner.local_addr()
     }
 
-    /// The kernel's smoothed estimate of the connection's round-trip time (`TCP_INFO`'s
-    /// `tcpi_rtt`, microsecond resolution; zero before anything was acknowledged).
+    /// The connection's round-trip time as the kernel measured it: the lowest sample of the
+    /// last minutes (`TCP_INFO`'s `tcpi_min_rtt`: the path's round trip, without the
+    /// delayed-acknowledgement waits that dominate the smoothed `tcpi_rtt` of a link with
+    /// sparse traffic), else the smoothed estimate. Microsecond resolution; zero before
+    /// anything was acknowledged.
     pub fn rtt(&self) -> io::Result<std::time::Duration> {
         tcp_rtt(&self.inner)
     }
@@ -191,8 +194,11 @@ impl TcpWriteHalf {
     }
 }
 
-/// The kernel's smoothed round-trip time of a connection (`tcpi_rtt` of `TCP_INFO`): one
-/// `getsockopt`, no I/O on the connection.
+/// A connection's round-trip time as the kernel measured it (`TCP_INFO`, one `getsockopt`, no
+/// I/O on the connection): its lowest sample of the last minutes (`tcpi_min_rtt`), which is
+/// the path's round trip; the smoothed estimate (`tcpi_rtt`) of a link with sparse traffic
+/// is mostly the peer's delayed-acknowledgement wait (milliseconds on loopback, where the
+/// path takes microseconds). The smoothed estimate where the kernel gives no minimum.
 fn tcp_rtt(s: &compio::net::TcpStream) -> io::Result<std::time::Duration> {
     use std::os::fd::AsRawFd;
     let sock = SockRef::from(s);
@@ -213,7 +219,12 @@ fn tcp_rtt(s: &compio::net::TcpStream) -> io::Result<std::time::Duration> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(std::time::Duration::from_micros(u64::from(info.tcpi_rtt)))
+    let us = match info.tcpi_min_rtt {
+        // Not measured yet, or a kernel whose `tcp_info` ends before the field.
+        0 | u32::MAX => info.tcpi_rtt,
+        min => min,
+    };
+    Ok(std::time::Duration::from_micros(u64::from(us)))
 }
 
 async fn read_into(

@@ -209,10 +209,10 @@ pub fn text(r: &NodesReport) -> String {
                 (Some(us), Some(by)) => format!(
                     "rtt {} (measured by {})",
                     crate::text::micros(us),
-                    if *by == n.id {
-                        "it".to_owned()
-                    } else if *by == r.me {
+                    if *by == r.me {
                         "us".to_owned()
+                    } else if *by == n.id {
+                        "it".to_owned()
                     } else {
                         name_of(by).unwrap_or_else(|| short(by).to_owned())
                     }

@@ -46,7 +46,8 @@ pub struct NodeIdentity {
 pub struct LinkView {
     /// The node at the other end.
     pub peer: PeerId,
-    /// Its round-trip time (the kernel's smoothed estimate at the measuring end), when some
+    /// Its round-trip time (the kernel's measurement at the measuring end: its lowest recent
+    /// sample, see `shoal_runtime::net::TcpStream::rtt`), when some
     /// end reported one.
     pub rtt: Option<Duration>,
     /// The end that measured `rtt` (this node for its own links).
