@@ -76,6 +76,9 @@ pub struct Meter {
     window_start: Instant,
     last_arrival: Option<Instant>,
     gaps_ns: Vec<u64>,
+    /// Samples that arrived in the same run as the one before them (inter-arrival zero),
+    /// counted rather than stored: at millions of samples a second most arrive so.
+    same_run: u64,
     samples: u64,
     bytes: u64,
     max_size: u64,
@@ -99,6 +102,7 @@ impl Meter {
             window_start: now,
             last_arrival: None,
             gaps_ns: Vec::new(),
+            same_run: 0,
             samples: 0,
             bytes: 0,
             max_size: 0,
@@ -115,27 +119,52 @@ impl Meter {
     /// counts the samples in it as lost (the first sample of a writer counts none: what
     /// came before the observer joined is not its loss).
     pub fn sample(&mut self, now: Instant, writer: EndpointGuid, seq: u64, size: usize) {
+        self.run(now, writer, seq, 1, size as u64, size as u64);
+    }
+
+    /// A run of `count` consecutive samples of `writer` from `first_seq` that arrived
+    /// together at `now`, `bytes` in all, the largest `max_size`: one lookup per run, and
+    /// the samples after its first count as arriving with no gap.
+    pub fn run(
+        &mut self,
+        now: Instant,
+        writer: EndpointGuid,
+        first_seq: u64,
+        count: u64,
+        bytes: u64,
+        max_size: u64,
+    ) {
+        if count == 0 {
+            return;
+        }
         if let Some(last) = self.last_arrival {
             if self.gaps_ns.len() < MAX_GAPS {
                 self.gaps_ns
                     .push(now.saturating_duration_since(last).as_nanos() as u64);
             }
         }
+        self.same_run += count - 1;
         self.last_arrival = Some(now);
-        self.samples += 1;
-        self.bytes += size as u64;
-        self.max_size = self.max_size.max(size as u64);
-        self.writers_now.insert(writer, ());
+        self.samples += count;
+        self.bytes += bytes;
+        self.max_size = self.max_size.max(max_size);
+        let last_seq = first_seq + (count - 1);
         match self.last_seq.get_mut(&writer) {
-            Some(last) if seq > *last => {
-                self.lost += seq - *last - 1;
-                *last = seq;
+            Some(last) if first_seq > *last => {
+                self.lost += first_seq - *last - 1;
+                *last = last_seq;
             }
-            Some(_) => self.out_of_order += 1,
+            Some(last) => {
+                self.out_of_order += count;
+                *last = (*last).max(last_seq);
+            }
             None => {
-                self.last_seq.insert(writer, seq);
+                self.writers_now.insert(writer, ());
+                self.last_seq.insert(writer, last_seq);
+                return;
             }
         }
+        self.writers_now.insert(writer, ());
     }
 
     /// A reliable reader will never get `n` samples (the writer no longer holds them).
@@ -149,21 +178,30 @@ impl Meter {
             .saturating_duration_since(self.window_start)
             .as_secs_f64()
             .max(1e-9);
-        let jitter = (!self.gaps_ns.is_empty()).then(|| {
+        let zeros = self.same_run;
+        let jitter = (self.gaps_ns.len() as u64 + zeros > 0).then(|| {
             let g = &mut self.gaps_ns;
             g.sort_unstable();
-            let pct = |p: f64| {
-                let i = ((g.len() - 1) as f64 * p).round() as usize;
-                g[i] as f64 / 1000.0
+            // The sorted inter-arrival times are `zeros` zeros, then `g`.
+            let n = g.len() as u64 + zeros;
+            let at = |i: u64| {
+                if i < zeros {
+                    0.0
+                } else {
+                    g[(i - zeros) as usize] as f64 / 1000.0
+                }
             };
-            let mean = g.iter().map(|&x| x as f64).sum::<f64>() / g.len() as f64;
-            let var = g.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / g.len() as f64;
+            let pct = |p: f64| at(((n - 1) as f64 * p).round() as u64);
+            let mean = g.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
+            let var = (g.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>()
+                + zeros as f64 * mean * mean)
+                / n as f64;
             Jitter {
-                min_us: g[0] as f64 / 1000.0,
+                min_us: at(0),
                 p50_us: pct(0.5),
                 p90_us: pct(0.9),
                 p99_us: pct(0.99),
-                max_us: g[g.len() - 1] as f64 / 1000.0,
+                max_us: at(n - 1),
                 std_us: var.sqrt() / 1000.0,
             }
         });
@@ -195,6 +233,7 @@ impl Meter {
         };
         self.window_start = now;
         self.gaps_ns.clear();
+        self.same_run = 0;
         self.samples = 0;
         self.bytes = 0;
         self.max_size = 0;
@@ -296,10 +335,12 @@ pub fn run(
         let at = Instant::now();
         match got {
             Received::Samples(b) if ours(&b.reader()) => {
-                let w = b.writer();
-                for (seq, p) in b.iter() {
-                    m.sample(at, w, seq, p.len());
+                let (mut bytes, mut max) = (0u64, 0u64);
+                for (_, p) in b.iter() {
+                    bytes += p.len() as u64;
+                    max = max.max(p.len() as u64);
                 }
+                m.run(at, b.writer(), b.first_seq(), b.len() as u64, bytes, max);
             }
             Received::Event(Event::Sample {
                 reader,
@@ -355,6 +396,30 @@ mod tests {
         assert!((w2.total_rate_hz - 3.0).abs() < 1e-9);
         assert!(line(&w2, Show::Hz).contains("rate 1.00 Hz"));
         assert!(line(&w2, Show::Bw).contains("bandwidth 1 B/s"));
+    }
+
+    #[test]
+    fn a_run_counts_as_its_samples_arriving_together() {
+        let t0 = Instant::now();
+        let mut m = Meter::new(t0);
+        let w = [3; 16];
+        m.run(t0, w, 1, 4, 40, 10);
+        // 5..=7 after 1..=4: no gap; then 10..=11: 8 and 9 lost.
+        m.run(t0 + Duration::from_millis(10), w, 5, 3, 30, 10);
+        m.run(t0 + Duration::from_millis(30), w, 10, 2, 20, 10);
+        let win = m.window(t0 + Duration::from_secs(1));
+        assert_eq!((win.samples, win.lost, win.max_size), (9, 2, 10));
+        let j = win.jitter.unwrap();
+        // Eight inter-arrival times: six zeros (within runs), 10 ms and 20 ms.
+        assert_eq!((j.min_us, j.p50_us, j.max_us), (0.0, 0.0, 20_000.0));
+        let mean = 30_000.0 / 8.0;
+        let var =
+            (6.0 * mean * mean + (10_000.0f64 - mean).powi(2) + (20_000.0f64 - mean).powi(2)) / 8.0;
+        assert!((j.std_us - var.sqrt()).abs() < 1e-6);
+        // Run 10..=11 again: out of order, nothing more lost.
+        m.run(t0 + Duration::from_millis(40), w, 10, 2, 20, 10);
+        let win = m.window(t0 + Duration::from_secs(2));
+        assert_eq!((win.out_of_order, win.lost), (2, 0));
     }
 
     #[test]

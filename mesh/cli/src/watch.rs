@@ -290,9 +290,12 @@ impl Meters {
                     return;
                 };
                 if let Some(m) = self.meters.get_mut(&t) {
-                    for (seq, p) in b.iter() {
-                        m.sample(at, b.writer(), seq, p.len());
+                    let (mut bytes, mut max) = (0u64, 0u64);
+                    for (_, p) in b.iter() {
+                        bytes += p.len() as u64;
+                        max = max.max(p.len() as u64);
                     }
+                    m.run(at, b.writer(), b.first_seq(), b.len() as u64, bytes, max);
                 }
             }
             Received::Event(Event::Sample {
