@@ -117,3 +117,32 @@ fn nodes_needs_a_running_node() {
     m.stop();
     assert!(matches!(m.nodes(), Err(MeshError::NotRunning)));
 }
+
+/// In an identity mesh every member shows its verified key and signed name.
+#[test]
+fn identity_nodes_show_their_verified_key_and_signed_name() {
+    let id = |seed: &str, name: &str| {
+        named(name)
+            .psk("nodes-test")
+            .identity_seed_hex(seed.repeat(32))
+            .node_name(name)
+    };
+    let a = Node::start(id("11", "alpha"));
+    let b = Node::start(id("22", "bravo").static_peer(ep(a.port())));
+    wait_until(20, "A knows B's identity", || {
+        a.mesh
+            .nodes()
+            .unwrap()
+            .node(&b.id())
+            .is_some_and(|n| n.identity.is_some())
+    });
+    let v = a.mesh.nodes().unwrap();
+    let got = v.node(&b.id()).unwrap().identity.clone().unwrap();
+    assert_eq!(got.key, b.mesh.identity_public_key().unwrap());
+    assert_eq!(got.name, "bravo");
+    let me = v.node(&a.id()).unwrap().identity.clone().unwrap();
+    assert_eq!(
+        (me.key, me.name.as_str()),
+        (a.mesh.identity_public_key().unwrap(), "alpha")
+    );
+}

@@ -26,7 +26,8 @@
 //! send a beacon, events, names, warnings) and, separately, the ordered shard outbox
 //! [`poll_to_shard`](ControlCore::poll_to_shard) (the driver attaches the socket of a
 //! [`ToShard::AddLink`]). Queries for the application: connected peers, known peers, members,
-//! link budgets; counters: [`stats`](ControlCore::stats).
+//! link budgets, what is known of every member ([`nodes_view`](ControlCore::nodes_view), see
+//! [`nodes`]); counters: [`stats`](ControlCore::stats).
 //!
 //! **Owns:** every protocol decision of the control plane. **Must not touch:** sockets, tasks,
 //! channels, threads, the clock or the OS random source (randomness comes from the seed given
