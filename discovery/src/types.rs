@@ -13,6 +13,9 @@ pub const MAX_NAME_LEN: usize = 256;
 pub const MAX_PARTITIONS: usize = 64;
 /// Most locators one participant or endpoint may advertise per list.
 pub const MAX_LOCATORS: usize = 16;
+/// Most links one participant may report about itself ([`ParticipantInfo::links`]); a node
+/// with more reports the first ones by peer id.
+pub const MAX_LINK_REPORTS: usize = 64;
 
 /// Why a name, list or record is outside its allowed range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +40,9 @@ pub enum TypesError {
     /// More than [`MAX_LOCATORS`] locators in one list.
     #[error("{0} locators, more than {MAX_LOCATORS}")]
     TooManyLocators(usize),
+    /// More than [`MAX_LINK_REPORTS`] link reports in a participant record.
+    #[error("{0} link reports, more than {MAX_LINK_REPORTS}")]
+    TooManyLinkReports(usize),
     /// A locator kind code that is not one of [`LocatorKind`].
     #[error("unknown locator kind code {0}")]
     UnknownLocatorKind(i32),
@@ -361,6 +367,25 @@ pub struct ParticipantInfo {
     pub user_locators: Vec<Locator>,
     /// Whether it offers shared-memory transport to same-host peers.
     pub shared_memory: bool,
+    /// When it started, in wall-clock milliseconds since the Unix epoch (its own clock;
+    /// `None`: not said). Observers show uptime from it.
+    pub started_ms: Option<u64>,
+    /// Its own links as it sees them (≤ [`MAX_LINK_REPORTS`]): for observers only, never
+    /// used for routing or matching.
+    pub links: Vec<LinkReport>,
+}
+
+/// One link a participant reports about itself, as measured at its own end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LinkReport {
+    /// The neighbour's node id.
+    pub peer: [u8; 16],
+    /// The round-trip time of the link in microseconds as measured at this end; 0 when not
+    /// measured yet.
+    pub rtt_us: u32,
+    /// The neighbour advertised Shoal's extended frames in its Hello (false: it speaks only
+    /// the multimaster v1 frames).
+    pub extended: bool,
 }
 
 impl ParticipantInfo {
@@ -374,6 +399,8 @@ impl ParticipantInfo {
             discovery_locators: Vec::new(),
             user_locators: Vec::new(),
             shared_memory: false,
+            started_ms: None,
+            links: Vec::new(),
         }
     }
     /// Checks every bounded field.
@@ -381,6 +408,9 @@ impl ParticipantInfo {
         check_name("participant name", &self.name, true)?;
         check_locators(&self.discovery_locators)?;
         check_locators(&self.user_locators)?;
+        if self.links.len() > MAX_LINK_REPORTS {
+            return Err(TypesError::TooManyLinkReports(self.links.len()));
+        }
         if self.lease_duration == QosDuration::ZERO {
             return Err(crate::qos::QosError::OutOfRange {
                 policy: crate::qos::Policy::Liveliness,

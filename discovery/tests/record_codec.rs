@@ -18,12 +18,82 @@ use shoal_discovery::record::{
     RecordKind, RecordWriter, HEADER_LEN, MAX_FIELDS, MAX_RECORD_LEN,
 };
 use shoal_discovery::types::{
-    EndpointInfo, EndpointKind, EntityId, Guid, GuidPrefix, Locator, LocatorKind, ParticipantInfo,
-    Partitions, TopicName, TypeHash, TypeName, TypesError, MAX_LOCATORS, MAX_NAME_LEN,
-    MAX_PARTITIONS,
+    EndpointInfo, EndpointKind, EntityId, Guid, GuidPrefix, LinkReport, Locator, LocatorKind,
+    ParticipantInfo, Partitions, TopicName, TypeHash, TypeName, TypesError, MAX_LINK_REPORTS,
+    MAX_LOCATORS, MAX_NAME_LEN, MAX_PARTITIONS,
 };
 
 // ---------------------------------------------------------------- helpers
+
+fn link(n: u8, rtt_us: u32, extended: bool) -> LinkReport {
+    LinkReport {
+        peer: [n; 16],
+        rtt_us,
+        extended,
+    }
+}
+
+/// A participant's start time and its links with their round-trip times (observer fields)
+/// survive the round trip; absent, they decode as "not said" and "none".
+#[test]
+fn started_and_link_reports_round_trip_and_default_to_absent() {
+    let mut p = participant();
+    p.started_ms = Some(1_700_000_000_123);
+    p.links = vec![link(2, 180, true), link(3, 0, false)];
+    let rec = encode_participant(&p).unwrap();
+    assert_eq!(decode_participant(&rec).unwrap(), p);
+    let bare = participant();
+    let rec = encode_participant(&bare).unwrap();
+    let raw = RawRecord::parse(&rec).unwrap();
+    assert!(
+        raw.fields()
+            .all(|f| ![pf::STARTED, pf::LINKS].contains(&f.unwrap().id)),
+        "absent observer fields are not written"
+    );
+    let back = decode_participant(&rec).unwrap();
+    assert_eq!((back.started_ms, back.links.len()), (None, 0));
+}
+
+/// Link reports are bounded on both sides, and a list whose length disagrees with its count
+/// rejects the record; unknown flag bits are ignored (room for later versions).
+#[test]
+fn link_reports_are_bounded_and_checked() {
+    let mut p = participant();
+    p.links = (0..=MAX_LINK_REPORTS as u8)
+        .map(|n| link(n, 1, true))
+        .collect();
+    assert_eq!(
+        encode_participant(&p).unwrap_err(),
+        EncodeError::Invalid(TypesError::TooManyLinkReports(MAX_LINK_REPORTS + 1))
+    );
+    p.links.truncate(1);
+    p.started_ms = Some(5);
+    let rec = encode_participant(&p).unwrap();
+    let mut long = 2u16.to_be_bytes().to_vec();
+    long.extend_from_slice(&[9; 21]);
+    assert!(matches!(
+        decode_participant(&replace(&rec, pf::LINKS, &long)),
+        Err(DecodeError::Malformed { field: "links", .. })
+    ));
+    let mut many = ((MAX_LINK_REPORTS + 1) as u16).to_be_bytes().to_vec();
+    many.extend(std::iter::repeat_n(0u8, 21 * (MAX_LINK_REPORTS + 1)));
+    assert_eq!(
+        decode_participant(&replace(&rec, pf::LINKS, &many)),
+        Err(DecodeError::from(TypesError::TooManyLinkReports(
+            MAX_LINK_REPORTS + 1
+        )))
+    );
+    let mut flags = 1u16.to_be_bytes().to_vec();
+    flags.extend_from_slice(&[4; 16]);
+    flags.extend_from_slice(&7u32.to_be_bytes());
+    flags.push(0b1111_1110);
+    let got = decode_participant(&replace(&rec, pf::LINKS, &flags)).unwrap();
+    assert_eq!(got.links, vec![link(4, 7, false)]);
+    assert!(matches!(
+        decode_participant(&replace(&rec, pf::STARTED, &[1, 2, 3])),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
 
 fn writer() -> EndpointInfo {
     EndpointInfo::new(
@@ -168,7 +238,12 @@ fn every_policy_is_written_even_defaults() {
     }
     let ids =
         field_ids(&encode_participant(&ParticipantInfo::new(GuidPrefix([3; 12]), "")).unwrap());
-    assert_eq!(ids, pf::ALL.to_vec());
+    // Every field but the observer ones, which are written only when said.
+    let said: Vec<u16> = pf::ALL
+        .into_iter()
+        .filter(|id| ![pf::STARTED, pf::LINKS].contains(id))
+        .collect();
+    assert_eq!(ids, said);
 }
 
 #[test]
@@ -713,15 +788,30 @@ fn arb_participant() -> impl Strategy<Value = ParticipantInfo> {
         arb_locators(),
         arb_locators(),
         any::<bool>(),
+        any::<Option<u64>>(),
+        prop::collection::vec(
+            (any::<[u8; 16]>(), any::<u32>(), any::<bool>()).prop_map(
+                |(peer, rtt_us, extended)| LinkReport {
+                    peer,
+                    rtt_us,
+                    extended,
+                },
+            ),
+            0..=MAX_LINK_REPORTS,
+        ),
     )
-        .prop_map(|(prefix, name, lease, disc, user, shm)| ParticipantInfo {
-            prefix: GuidPrefix(prefix),
-            name,
-            lease_duration: lease,
-            discovery_locators: disc,
-            user_locators: user,
-            shared_memory: shm,
-        })
+        .prop_map(
+            |(prefix, name, lease, disc, user, shm, started_ms, links)| ParticipantInfo {
+                prefix: GuidPrefix(prefix),
+                name,
+                lease_duration: lease,
+                discovery_locators: disc,
+                user_locators: user,
+                shared_memory: shm,
+                started_ms,
+                links,
+            },
+        )
 }
 
 fn arb_endpoint() -> impl Strategy<Value = EndpointInfo> {

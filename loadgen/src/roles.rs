@@ -293,7 +293,12 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
         .saturating_duration_since(Instant::now())
         .as_secs()
         .max(1);
-    shoal::wait_for(secs, &format!("{want} matched reader(s)"), || {
+    let what = format!(
+        "{want} matched reader(s) on topic {:?} (`shoal topics {}` says why a reader does \
+         not match, or why its node's endpoints cannot be seen)",
+        r.topic.topics[0], r.topic.topics[0]
+    );
+    shoal::wait_for(secs, &what, || {
         mesh.topics()
             .matches()
             .iter()

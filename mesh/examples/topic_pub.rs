@@ -45,6 +45,9 @@ pub struct Args {
     /// TCP listen address (port 0: any).
     #[arg(long, default_value = "0.0.0.0:0")]
     pub listen: SocketAddr,
+    /// The node's name, as observers (`shoal nodes`) show it (default: its id in hex).
+    #[arg(long, default_value = "")]
+    pub name: String,
     /// Samples per second (0: as fast as the mesh takes them).
     #[arg(long, default_value_t = 1.0)]
     pub rate: f64,
@@ -69,7 +72,8 @@ pub fn run(
     let mut b = Mesh::builder()
         .scouting(!args.no_multicast)
         .listen_addr(args.listen.ip())
-        .listen_port(args.listen.port());
+        .listen_port(args.listen.port())
+        .node_name(args.name.clone());
     for p in &args.peer {
         b = b.static_peer(p.clone());
     }

@@ -73,6 +73,7 @@ pub mod identity_file;
 #[cfg(feature = "prometheus")]
 pub mod metrics;
 pub mod node;
+pub mod nodes;
 pub mod topics;
 pub use node::ErrorLog;
 pub use node::{

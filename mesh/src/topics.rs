@@ -402,6 +402,37 @@ impl From<Vec<Incompatibility>> for Reasons {
     }
 }
 
+/// Why `writer` and `reader` do not match, by the rules the control plane applies (`Ok`
+/// when they do): for any pair a [`TopicsSnapshot`] lists, remote ones included,
+/// which raise no [`crate::Event::Incompatible`] here (only pairs with a local side do).
+/// Two endpoints that are not one writer and one reader give that as their reason.
+pub fn explain(writer: &EndpointView, reader: &EndpointView) -> Result<(), Reasons> {
+    let info = |e: &EndpointView| -> Option<shoal_discovery::types::EndpointInfo> {
+        let mut prefix = [0; 12];
+        prefix.copy_from_slice(&e.guid[..12]);
+        let mut entity = [0; 4];
+        entity.copy_from_slice(&e.guid[12..]);
+        let mut i = shoal_discovery::types::EndpointInfo::new(
+            shoal_discovery::types::Guid::new(
+                shoal_discovery::types::GuidPrefix(prefix),
+                shoal_discovery::types::EntityId(entity),
+            ),
+            e.kind,
+            TopicName::new(e.topic.as_str()).ok()?,
+            TypeName::new(e.type_name.as_str()).ok()?,
+            e.type_hash,
+        );
+        i.partitions = Partitions::new(e.partitions.iter().map(String::as_str)).ok()?;
+        i.qos = e.qos;
+        Some(i)
+    };
+    match (info(writer), info(reader)) {
+        (Some(w), Some(r)) => shoal_discovery::matching::explain(&w, &r).map_err(Reasons),
+        // A view holds only admitted endpoints, whose names and partitions are valid.
+        _ => Err(Reasons(vec![Incompatibility::UnknownEndpoint])),
+    }
+}
+
 /// An endpoint GUID as 32 hex digits (node prefix, then entity id), for logs and examples.
 pub fn guid_hex(guid: &EndpointGuid) -> String {
     hex::encode(guid)
@@ -595,6 +626,37 @@ mod tests {
         assert!(!r.type_mismatch());
         assert_eq!(r.policies(), vec![Policy::Reliability]);
         assert_eq!(Reasons::default().to_string(), "no reason given");
+    }
+
+    fn view(kind: EndpointKind, t: &Topic, n: u8) -> EndpointView {
+        let spec = t.validate(kind).unwrap();
+        EndpointView {
+            guid: [n; 16],
+            kind,
+            topic: spec.topic,
+            type_name: spec.type_name,
+            type_hash: spec.type_hash,
+            qos: spec.qos,
+            partitions: spec.partitions,
+            local: false,
+            node: shoal_proto::PeerId([n; 16]),
+        }
+    }
+
+    #[test]
+    fn explain_gives_the_reasons_of_any_listed_pair() {
+        let w = view(EndpointKind::Writer, &Topic::new("a", "T").best_effort(), 1);
+        let ok = view(EndpointKind::Reader, &Topic::new("a", "T"), 2);
+        assert_eq!(explain(&w, &ok), Ok(()));
+        let picky = Topic::new("a", "T2").reliable().partitions(["p"]);
+        let r = view(EndpointKind::Reader, &picky, 3);
+        let why = explain(&w, &r).unwrap_err();
+        assert!(why.type_mismatch() && why.partitions(), "{why}");
+        assert_eq!(why.policies(), vec![Policy::Reliability]);
+        assert!(matches!(
+            explain(&ok, &w).unwrap_err().0[..],
+            [Incompatibility::NotWriterReader { .. }]
+        ));
     }
 
     #[test]

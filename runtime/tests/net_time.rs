@@ -76,6 +76,8 @@ fn tcp_echo_across_executors_with_split_and_vectored_writes() {
                     break;
                 }
             }
+            // Data went both ways and was acknowledged: the kernel has measured the link.
+            assert!(s.rtt().unwrap() > Duration::ZERO, "an RTT was measured");
             echoed
         })
         .unwrap();

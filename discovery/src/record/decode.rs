@@ -15,9 +15,9 @@ use crate::qos::{
     Presentation, QosDuration, Reliability, ReliabilityKind,
 };
 use crate::types::{
-    EndpointInfo, EndpointKind, EntityId, Guid, GuidPrefix, Locator, LocatorKind, ParticipantInfo,
-    Partitions, TopicName, TypeHash, TypeName, TypesError, MAX_LOCATORS, MAX_NAME_LEN,
-    MAX_PARTITIONS,
+    EndpointInfo, EndpointKind, EntityId, Guid, GuidPrefix, LinkReport, Locator, LocatorKind,
+    ParticipantInfo, Partitions, TopicName, TypeHash, TypeName, TypesError, MAX_LINK_REPORTS,
+    MAX_LOCATORS, MAX_NAME_LEN, MAX_PARTITIONS,
 };
 
 /// Decodes a record of either kind.
@@ -97,6 +97,8 @@ fn participant_body(raw: &RawRecord<'_>) -> Result<ParticipantInfo, DecodeError>
             }
             pf::USER_LOCATORS => p.user_locators = locators(f.value, "user locators")?,
             pf::SHARED_MEMORY => p.shared_memory = bool_value(f.value, "shared memory")?,
+            pf::STARTED => p.started_ms = Some(u64_value(f.value, "started")?),
+            pf::LINKS => p.links = link_reports(f.value)?,
             _ => unreachable!("for_known_fields passes only ids in pf::ALL"),
         }
         Ok(())
@@ -397,6 +399,36 @@ fn locators(v: &[u8], field: &'static str) -> Result<Vec<Locator>, DecodeError> 
         });
     }
     Ok(out)
+}
+
+fn link_reports(v: &[u8]) -> Result<Vec<LinkReport>, DecodeError> {
+    let malformed = |reason| DecodeError::Malformed {
+        field: "links",
+        reason,
+    };
+    let Some((count, rest)) = v.split_first_chunk::<2>() else {
+        return Err(malformed("shorter than its count"));
+    };
+    let n = usize::from(u16::from_be_bytes(*count));
+    if n > MAX_LINK_REPORTS {
+        return Err(TypesError::TooManyLinkReports(n).into());
+    }
+    if rest.len() != n * pf::LINK_REPORT_LEN {
+        return Err(malformed("length does not match its count"));
+    }
+    Ok(rest
+        .chunks_exact(pf::LINK_REPORT_LEN)
+        .map(|c| {
+            let mut peer = [0; 16];
+            peer.copy_from_slice(&c[..16]);
+            LinkReport {
+                peer,
+                rtt_us: u32::from_be_bytes([c[16], c[17], c[18], c[19]]),
+                // Other flag bits are for later versions: ignored.
+                extended: c[20] & 1 != 0,
+            }
+        })
+        .collect())
 }
 
 fn partition_list(v: &[u8]) -> Result<Partitions, DecodeError> {

@@ -15,7 +15,10 @@ use crate::types::{EndpointInfo, EndpointKind, Locator, ParticipantInfo};
 /// Encodes a participant's description. Validates every bounded field first.
 pub fn encode_participant(p: &ParticipantInfo) -> Result<Bytes, EncodeError> {
     p.validate()?;
-    let cap = 128 + p.name.len() + 21 * (p.discovery_locators.len() + p.user_locators.len());
+    let cap = 128
+        + p.name.len()
+        + 21 * (p.discovery_locators.len() + p.user_locators.len())
+        + pf::LINK_REPORT_LEN * p.links.len();
     let mut w = RecordWriter::new(RecordKind::Participant, cap);
     w.field(pf::GUID_PREFIX, &p.prefix.0)?;
     w.field(pf::NAME, p.name.as_bytes())?;
@@ -28,6 +31,20 @@ pub fn encode_participant(p: &ParticipantInfo) -> Result<Bytes, EncodeError> {
     })?;
     w.field_with(pf::USER_LOCATORS, |b| put_locators(b, &p.user_locators))?;
     w.field(pf::SHARED_MEMORY, &[u8::from(p.shared_memory)])?;
+    if let Some(ms) = p.started_ms {
+        w.field(pf::STARTED, &ms.to_be_bytes())?;
+    }
+    if !p.links.is_empty() {
+        w.field_with(pf::LINKS, |b| {
+            // validate() bounds the count by MAX_LINK_REPORTS, far below u16::MAX.
+            b.put_u16(p.links.len() as u16);
+            for l in &p.links {
+                b.put_slice(&l.peer);
+                b.put_u32(l.rtt_us);
+                b.put_u8(u8::from(l.extended));
+            }
+        })?;
+    }
     w.finish()
 }
 

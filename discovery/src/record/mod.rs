@@ -65,6 +65,8 @@
 //! | `0x0004` | discovery locators | locators | none |
 //! | `0x0005` | user locators | locators | none |
 //! | `0x0006` | shared memory | bool | `false` |
+//! | `0x0008` | started | u64, wall-clock ms since the Unix epoch | not said |
+//! | `0x0009` | links | `count: u16`, then per link `peer: [u8; 16], rtt_us: u32, flags: u8` (bit 0: the peer advertised extended frames; other bits ignored) (≤ [`MAX_LINK_REPORTS`]) | none |
 //!
 //! ## Endpoint record (kind 2) — [`endpoint_field`]
 //!
@@ -90,7 +92,7 @@
 //! | `0x010B` | resource limits | limit max samples, limit max instances, limit max per instance (finite ≥ 1) | unlimited |
 //! | `0x010C` | lifespan | duration, > 0 | infinite |
 //!
-//! Field ids `0x0008..=0x00FF` and `0x010D..=0x7FFF` are free for optional
+//! Participant field ids `0x000A..=0x00FF`, endpoint field ids `0x0008..=0x00FF` and `0x010D..=0x7FFF` are free for optional
 //! extensions; `0x8000..=0xFFFF` are for extensions an old reader must not
 //! ignore.
 //!
@@ -125,7 +127,7 @@ pub use wire::{Field, Fields, RawRecord, RecordWriter};
 use crate::qos::EndpointQos;
 use crate::types::{EndpointInfo, ParticipantInfo};
 #[cfg(doc)]
-use crate::types::{MAX_LOCATORS, MAX_NAME_LEN, MAX_PARTITIONS};
+use crate::types::{MAX_LINK_REPORTS, MAX_LOCATORS, MAX_NAME_LEN, MAX_PARTITIONS};
 
 /// The four bytes every record starts with.
 pub const MAGIC: [u8; 4] = *b"SHRD";
@@ -162,15 +164,23 @@ pub mod participant_field {
     pub const USER_LOCATORS: u16 = 0x0005;
     /// Shared-memory flag.
     pub const SHARED_MEMORY: u16 = 0x0006;
+    /// Start time, wall-clock ms (optional: observers only).
+    pub const STARTED: u16 = 0x0008;
+    /// The participant's own links with their round-trip times (optional: observers only).
+    pub const LINKS: u16 = 0x0009;
     /// Every known id.
-    pub const ALL: [u16; 6] = [
+    pub const ALL: [u16; 8] = [
         GUID_PREFIX,
         NAME,
         LEASE_DURATION,
         DISCOVERY_LOCATORS,
         USER_LOCATORS,
         SHARED_MEMORY,
+        STARTED,
+        LINKS,
     ];
+    /// Size of one entry of [`LINKS`].
+    pub const LINK_REPORT_LEN: usize = 21;
 }
 
 /// Field ids of an endpoint record.

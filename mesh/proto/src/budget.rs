@@ -5,12 +5,17 @@
 //! and released by the link's writer once the frame is on the socket. A policy therefore
 //! always acts on a whole new frame and never touches a frame already queued or half written.
 //!
-//! **Owns:** the byte bound of a link queue and the slow-link clock. **Must not touch:** the
+//! It also carries the link's last measured round-trip time ([`LinkBudget::rtt`]): the one
+//! per-link state the link's shard and the control plane already share, so observers read it
+//! without a message to the shard.
+//!
+//! **Owns:** the byte bound of a link queue, the slow-link clock and the link's last RTT
+//! sample. **Must not touch:** the
 //! queue itself (the shard core), the clock (every time-dependent method takes `now`) or any
 //! executor: waiting is an `event-listener` notification.
 
 use event_listener::Event as Signal;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// What happens to a frame when its link's outbound queue is at `max_outbound_queue_bytes`.
@@ -105,6 +110,8 @@ pub struct LinkBudget {
     /// Bytes written in all, and that total when the current congestion episode began.
     written_total: AtomicU64,
     written_at_congestion: AtomicU64,
+    /// The link's round-trip time in µs as its writer last sampled it; 0 = not measured.
+    rtt_us: AtomicU32,
     epoch: Instant,
 }
 
@@ -126,7 +133,23 @@ impl LinkBudget {
             drain_rate: AtomicU64::new(0f64.to_bits()),
             written_total: AtomicU64::new(0),
             written_at_congestion: AtomicU64::new(0),
+            rtt_us: AtomicU32::new(0),
             epoch,
+        }
+    }
+
+    /// Records the link's round-trip time (its shard samples the kernel's estimate at most
+    /// about once a second; microsecond resolution, at least 1 µs once measured).
+    pub fn set_rtt(&self, rtt: Duration) {
+        let us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX).max(1);
+        self.rtt_us.store(us, Ordering::Relaxed);
+    }
+
+    /// The link's last measured round-trip time; `None` before the first sample.
+    pub fn rtt(&self) -> Option<Duration> {
+        match self.rtt_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(u64::from(us))),
         }
     }
 
@@ -329,6 +352,16 @@ mod tests {
 
     fn ms(t0: Instant, n: u64) -> Instant {
         t0 + Duration::from_millis(n)
+    }
+
+    #[test]
+    fn rtt_is_unknown_until_sampled_and_a_sample_under_a_microsecond_still_counts() {
+        let b = LinkBudget::new(100, Instant::now());
+        assert_eq!(b.rtt(), None);
+        b.set_rtt(Duration::from_micros(250));
+        assert_eq!(b.rtt(), Some(Duration::from_micros(250)));
+        b.set_rtt(Duration::from_nanos(300));
+        assert_eq!(b.rtt(), Some(Duration::from_micros(1)));
     }
 
     #[test]

@@ -246,7 +246,9 @@ pub struct MeshConfig {
     /// Identity mesh: the seed inline as 64 hex characters (exclusive with `identity_file`).
     /// Secret: never logged.
     pub identity_seed_hex: String,
-    /// The name this node signs and sends with its identity (at most 255 bytes).
+    /// The name this node signs and sends with its identity (at most 255 bytes), and the
+    /// name its topics participant record announces to observers in any mode (empty: its
+    /// id in hex there).
     pub node_name: String,
     /// Identity keys this node accepts, with local labels; empty accepts any key. Requires
     /// an identity. The list applies to peers that show an identity; a peer that shows none

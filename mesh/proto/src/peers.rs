@@ -377,6 +377,11 @@ impl<R: rand::RngCore> PeerManager<R> {
         !self.actions.is_empty() || !self.events.is_empty()
     }
 
+    /// The dial-back address a peer announced (scouting), if it is in the table with one.
+    pub fn peer_addr(&self, peer: &PeerId) -> Option<SocketAddr> {
+        self.peers.get(peer).and_then(|p| p.addr)
+    }
+
     /// Counters.
     pub fn stats(&self) -> PeerStats {
         self.stats

@@ -105,6 +105,7 @@ impl World {
                 shards: 1,
                 listen_addrs: vec!["10.0.0.1:7000".parse().unwrap()],
                 wall_ms: 1_000_000,
+                name: String::new(),
                 entity_seed: 1,
                 planner: Box::new(TreePlanner::new(1024)),
                 reverse_path: true,

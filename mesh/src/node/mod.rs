@@ -145,6 +145,7 @@ mod deadline;
 mod error;
 pub mod event;
 mod msg;
+mod nodes;
 mod publisher;
 mod recycle;
 mod shard;

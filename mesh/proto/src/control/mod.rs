@@ -26,7 +26,8 @@
 //! send a beacon, events, names, warnings) and, separately, the ordered shard outbox
 //! [`poll_to_shard`](ControlCore::poll_to_shard) (the driver attaches the socket of a
 //! [`ToShard::AddLink`]). Queries for the application: connected peers, known peers, members,
-//! link budgets; counters: [`stats`](ControlCore::stats).
+//! link budgets, what is known of every member ([`nodes_view`](ControlCore::nodes_view), see
+//! [`nodes`]); counters: [`stats`](ControlCore::stats).
 //!
 //! **Owns:** every protocol decision of the control plane. **Must not touch:** sockets, tasks,
 //! channels, threads, the clock or the OS random source (randomness comes from the seed given
@@ -36,6 +37,7 @@ mod connecting;
 pub mod handshake;
 pub mod held;
 mod identity;
+pub mod nodes;
 pub mod output;
 mod paths;
 mod round;
@@ -45,6 +47,7 @@ mod topics;
 
 pub use handshake::{Exchanged, Failure, Handshaking, Progress};
 pub use held::HeldEvents;
+pub use nodes::{LinkView, NodeIdentity, NodeView, NodesView, Speaks};
 pub use output::{Action, ControlErrorKind, ControlEvent, ControlStats, ShardPost};
 
 use crate::cmd::{ToControl, ToShard};
@@ -357,6 +360,11 @@ impl ControlCore {
         self.refresh_own_record(now);
         self.beacon_due(now);
         if !self.stopping {
+            if self.topics.announce_due(now) {
+                // Observers see this node's links (RTT, extended frames) from its record.
+                let links = self.link_reports();
+                self.topics.report_links(links);
+            }
             self.topics.handle_timeout(now);
         }
         let expired: Vec<LinkId> = self

@@ -43,6 +43,7 @@ pub(super) fn new_topics(
         shards,
         listen_addrs: addrs,
         wall_ms,
+        name: cfg.node_name.clone(),
         entity_seed,
         planner: Box::new(TreePlanner::new(writer_capacity(&tc))),
         reverse_path: cfg.reverse_path_check,

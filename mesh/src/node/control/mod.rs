@@ -73,6 +73,9 @@ pub(crate) enum Cmd {
     },
     /// Remove a local endpoint (its last handle went).
     RemoveEndpoint(EndpointGuid),
+    /// Answer with what the control plane knows about every member (`Mesh::nodes`; room
+    /// for one: the control plane never waits on it).
+    Nodes(mpsc::SyncSender<shoal_proto::control::NodesView>),
 }
 
 thread_local! {
@@ -132,6 +135,10 @@ fn handle(ctl: &Rc<Ctl>, cmd: Cmd, inline: bool) {
         }
         Cmd::RemoveEndpoint(guid) => {
             ctl.feed(|c, now, wall| topics::remove(c, guid, now, wall));
+        }
+        Cmd::Nodes(reply) => {
+            let view = ctl.core.borrow().nodes_view(wall_ms());
+            let _ = reply.try_send(view);
         }
     }
 }

@@ -3,7 +3,8 @@
 //! The reader reads into the buffer the core hands out (reusing blocks the application has
 //! released, see [`super::super::recycle`]) and lets the core parse and route every whole
 //! frame; the writer writes what the core gathers (or seals) into one vectored write per
-//! batch; the timer fires the link's heartbeat and liveness checks when the core says.
+//! batch, and samples the link's round-trip time about once a second for observers; the
+//! timer fires the link's heartbeat and liveness checks when the core says.
 //!
 //! **Owns:** the link's socket halves and tasks. **Must not touch:** what is read, written,
 //! counted or closed (the core's).
@@ -17,6 +18,9 @@ use shoal_runtime::spawn_local;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
+
+/// How often a link's writer samples the kernel's RTT estimate.
+const RTT_SAMPLE_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Starts the tasks of a link the core now serves; if its socket cannot join this shard's
 /// executor, the core hears the link is lost.
@@ -107,6 +111,9 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
     let (mut actions, mut waits) = (Vec::new(), Vec::new());
     let who = Who::Writer(link);
     let mut bufs: Vec<Bytes> = Vec::with_capacity(MAX_IOVECS);
+    // The next RTT sample for observers (`Mesh::nodes`): at most one `getsockopt` per
+    // `RTT_SAMPLE_PERIOD`, after a write (an idle link still writes its heartbeats).
+    let mut next_rtt = Instant::now();
     loop {
         let now = ctx.now();
         let step = ctx
@@ -138,7 +145,15 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
         bufs.clear();
         let now = ctx.tick();
         match res {
-            Ok(()) => ctx.core.borrow_mut().on_written(link, bytes, now),
+            Ok(()) => {
+                ctx.core.borrow_mut().on_written(link, bytes, now);
+                if now >= next_rtt {
+                    next_rtt = now + RTT_SAMPLE_PERIOD;
+                    if let Ok(rtt) = wr.rtt() {
+                        budget.set_rtt(rtt);
+                    }
+                }
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "link write failed");
                 ctx.core.borrow_mut().on_link_lost(link, now, &mut actions);

@@ -60,8 +60,8 @@ use shoal_discovery::locators::SelectionPolicy;
 use shoal_discovery::matching::Incompatibility;
 use shoal_discovery::qos::{EndpointQos, QosDuration, QosError};
 use shoal_discovery::types::{
-    EndpointInfo, EndpointKind, EntityId, Guid, GuidPrefix, Locator, LocatorKind, ParticipantInfo,
-    Partitions, Time, TopicName, TypeHash, TypeName, TypesError,
+    EndpointInfo, EndpointKind, EntityId, Guid, GuidPrefix, LinkReport, Locator, LocatorKind,
+    ParticipantInfo, Partitions, Time, TopicName, TypeHash, TypeName, TypesError,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -390,8 +390,12 @@ pub struct TopicsInit {
     pub shards: usize,
     /// This node's TCP listen addresses, announced in its participant record.
     pub listen_addrs: Vec<SocketAddr>,
-    /// Wall clock in ms: seeds the frame sequence so a restarted node outranks itself.
+    /// Wall clock in ms: seeds the frame sequence so a restarted node outranks itself, and is
+    /// announced as this node's start time (observers show its uptime).
     pub wall_ms: u64,
+    /// The name announced in the participant record (`MeshConfig::node_name`); empty: the
+    /// node id in hex.
+    pub name: String,
     /// Seeds the endpoint entity counter.
     pub entity_seed: u32,
     /// Computes the route tables.
@@ -449,6 +453,7 @@ impl TopicsCore {
             shards,
             listen_addrs,
             wall_ms,
+            name,
             entity_seed,
             planner,
             reverse_path,
@@ -459,7 +464,13 @@ impl TopicsCore {
             capacities: cfg.capacities(),
             scope: MatchScope::AcrossParticipants,
         });
-        let mut info = ParticipantInfo::new(prefix, hex::encode(me.0));
+        let name = if name.is_empty() {
+            hex::encode(me.0)
+        } else {
+            name
+        };
+        let mut info = ParticipantInfo::new(prefix, name);
+        info.started_ms = Some(wall_ms);
         info.lease_duration = QosDuration::from_nanos(
             u64::try_from(cfg.participant_lease.as_nanos()).unwrap_or(u64::MAX),
         );
@@ -672,6 +683,45 @@ impl TopicsCore {
     /// [`routes_due`](Self::routes_due) then.
     pub fn plan_timeout(&self) -> Option<Instant> {
         self.routes_dirty.then_some(self.next_plan)
+    }
+
+    /// Whether the next [`handle_timeout`](Self::handle_timeout) at `now` runs an announce
+    /// cycle (the control core then refreshes [`report_links`](Self::report_links) first).
+    pub fn announce_due(&self, now: Instant) -> bool {
+        now >= self.next_announce
+    }
+
+    /// This node's links as its participant record reports them to observers (peer, RTT,
+    /// extended frames): sorted by peer, at most `MAX_LINK_REPORTS`. The record is
+    /// re-encoded only when the list differs, and goes out with the next announce cycle
+    /// (records are built once per change, never per frame).
+    pub fn report_links(&mut self, mut links: Vec<LinkReport>) {
+        links.sort_unstable();
+        links.dedup_by_key(|l| l.peer);
+        links.truncate(shoal_discovery::types::MAX_LINK_REPORTS);
+        if self.announcer.participant().links == links {
+            return;
+        }
+        let mut info = self.announcer.participant().clone();
+        info.links = links;
+        if let Err(e) = self.announcer.set_participant(info) {
+            // Bounded above, so unreachable; the old record keeps going out.
+            tracing::debug!(error = %e, "participant record not updated");
+        }
+    }
+
+    /// The participant record node `node` announced, as admitted here (its own word: name,
+    /// addresses, start time, links); this node's own for `node == me`. `None` when none
+    /// arrived (a multimaster node, or one whose Discovery frames cannot reach this node).
+    pub fn participant_of(&self, node: &PeerId) -> Option<&ParticipantInfo> {
+        if *node == self.me {
+            return Some(self.announcer.participant());
+        }
+        let prefix = prefix_of(node);
+        match self.remotes.get(&prefix) {
+            Some(r) if r.node == *node => self.graph.participant(&prefix),
+            _ => None,
+        }
     }
 
     /// Runs a due announce cycle and lease expiry.

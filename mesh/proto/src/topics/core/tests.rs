@@ -38,6 +38,7 @@ fn core_with(n: u8, cfg: TopicsConfig, now: Instant) -> TopicsCore {
             shards: 2,
             listen_addrs: vec![format!("10.0.0.{n}:7000").parse().unwrap()],
             wall_ms: 1_000_000,
+            name: String::new(),
             entity_seed: u32::from(n) << 8,
             planner: Box::new(TreePlanner::new(1024)),
             reverse_path: true,

@@ -9,7 +9,8 @@ use crate::stats::TopicCounters;
 use crate::topics::routes::EndpointGuid;
 use crate::PeerId;
 use shoal_discovery::graph::{RejectionCounters, Table};
-use shoal_discovery::types::{EndpointKind, TopicName};
+use shoal_discovery::qos::EndpointQos;
+use shoal_discovery::types::{EndpointKind, TopicName, TypeHash};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -37,6 +38,10 @@ pub struct EndpointView {
     pub topic: String,
     /// Type name.
     pub type_name: String,
+    /// Type hash (all zeros: unknown, never matches).
+    pub type_hash: TypeHash,
+    /// Every policy it offers (a writer) or requests (a reader), as announced.
+    pub qos: EndpointQos,
     /// Partitions (empty: the default partition).
     pub partitions: Vec<String>,
     /// One of this node's own.
@@ -142,6 +147,8 @@ impl TopicsCore {
                 kind: e.kind,
                 topic: e.topic.as_str().to_owned(),
                 type_name: e.type_name.as_str().to_owned(),
+                type_hash: e.type_hash,
+                qos: e.qos,
                 partitions: e.partitions.names().to_vec(),
                 local,
                 node,
