@@ -46,6 +46,9 @@
 //!   every link's copy, as mesh-v1.md does. The same switch governs Discovery frames, whose
 //!   origin's frames are taken only from links toward it over the topic-capable nodes
 //!   (`topics::core`).
+//! - `record_suite = "auto"`: a secured node offers AES-256-GCM records to Shoal peers when
+//!   its CPU has AES instructions, and a link uses them when both sides offered
+//!   ([`crate::crypto::suite`]); multimaster links stay ChaCha20-Poly1305.
 
 use serde::Deserialize;
 use std::fmt;
@@ -117,6 +120,9 @@ pub enum ConfigError {
     /// `node_name` does not fit a wire `str` (255 bytes).
     #[error("node_name is {0} bytes, at most 255 fit on the wire")]
     NodeNameTooLong(usize),
+    /// `record_suite` is set (not `auto`) in a plaintext mesh, which has no records.
+    #[error("record_suite = {0:?} requires a psk (records exist only in a secured mesh)")]
+    SuiteWithoutPsk(&'static str),
     /// The `[topics]` table is invalid.
     #[error(transparent)]
     Topics(#[from] crate::topics::TopicsConfigError),
@@ -266,6 +272,12 @@ pub struct MeshConfig {
     /// Take a Data or Discovery frame of a known origin only from a link toward that origin
     /// in the membership graph (see the module docs). Default true.
     pub reverse_path_check: bool,
+    /// Secured mesh: which record suite this node offers Shoal peers, `"auto"` (the default:
+    /// AES-256-GCM when the CPU has AES instructions), `"chacha20-poly1305"` (never offer
+    /// AES: every link ChaCha20-Poly1305) or `"aes-256-gcm"` (offer it even without AES
+    /// instructions). A link is AES-256-GCM only when both ends offered it; links to
+    /// multimaster peers are always ChaCha20-Poly1305.
+    pub record_suite: crate::crypto::RecordSuitePolicy,
 }
 
 impl Default for MeshConfig {
@@ -312,6 +324,7 @@ impl Default for MeshConfig {
             require_signed_membership: false,
             max_membership_neighbours: crate::membership::DEFAULT_MAX_NEIGHBOURS,
             reverse_path_check: true,
+            record_suite: crate::crypto::RecordSuitePolicy::Auto,
         }
     }
 }
@@ -351,6 +364,7 @@ impl fmt::Debug for MeshConfig {
             .field("require_signed_membership", &self.require_signed_membership)
             .field("max_membership_neighbours", &self.max_membership_neighbours)
             .field("reverse_path_check", &self.reverse_path_check)
+            .field("record_suite", &self.record_suite)
             .finish_non_exhaustive()
     }
 }
@@ -497,6 +511,9 @@ impl MeshConfig {
                 return Err(ConfigError::BadEndpoint(ep.clone()));
             }
         }
+        if !self.secured() && self.record_suite != crate::crypto::RecordSuitePolicy::Auto {
+            return Err(ConfigError::SuiteWithoutPsk(self.record_suite.name()));
+        }
         self.topics.validate()?;
         Ok(())
     }
@@ -604,6 +621,8 @@ macro_rules! mesh_config_setters {
         max_membership_neighbours: usize,
         /// Enables or disables the reverse-path check of Data frames.
         reverse_path_check: bool,
+        /// Sets `record_suite` (secured mesh: the record suite offered to Shoal peers).
+        record_suite: $crate::crypto::RecordSuitePolicy,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {

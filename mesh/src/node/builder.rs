@@ -387,7 +387,14 @@ fn secure_context(cfg: &MeshConfig) -> Result<Option<SecureContext>, MeshError> 
     }
     let keys = PskKeys::derive(cfg.psk.as_bytes()).map_err(|_| MeshError::NotSecured)?;
     let ctx = SecureContext::new(keys, cfg.group_name.as_bytes())?
-        .with_max_message_bytes(cfg.max_message_bytes as usize);
+        .with_max_message_bytes(cfg.max_message_bytes as usize)
+        .with_record_suite(cfg.record_suite);
+    tracing::info!(
+        record_suite = cfg.record_suite.name(),
+        offers_aes = ctx.offers_aes(),
+        aes_instructions = shoal_proto::crypto::aes_accelerated(),
+        "secured mesh: record suite"
+    );
     let identity = if let Some(path) = &cfg.identity_file {
         Some(crate::identity_file::load_or_create(
             path,

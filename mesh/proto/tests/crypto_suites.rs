@@ -1,0 +1,222 @@
+//! The record suite of a secured link: AES-256-GCM exactly when both Shoal Hellos offered it,
+//! ChaCha20-Poly1305 otherwise; an offer changed on the way fails the AuthConfirm exchange,
+//! offers stripped from both Hellos leave the link on ChaCha20-Poly1305.
+
+use std::sync::Arc;
+
+use shoal_proto::crypto::{
+    Established, Handshake, HandshakeError, Opened, PskKeys, RecordOpener, RecordSuite,
+    RecordSuitePolicy, SecureContext,
+};
+use shoal_proto::wire::{Features, Hello, ShoalExtension};
+use shoal_proto::PeerId;
+
+const GROUP: &str = "suite-group";
+
+fn ctx(policy: RecordSuitePolicy) -> SecureContext {
+    SecureContext::new(PskKeys::derive(b"k").unwrap(), GROUP.as_bytes())
+        .unwrap()
+        .with_record_suite(policy)
+}
+
+const AES: RecordSuitePolicy = RecordSuitePolicy::Aes256Gcm;
+const CHACHA: RecordSuitePolicy = RecordSuitePolicy::ChaCha20Poly1305;
+
+/// A Shoal node's Hello (with the extension block), or a multimaster node's (without).
+fn hello(hs: &mut Handshake, node_byte: u8, shoal: bool) -> Hello {
+    let mut h = Hello {
+        node_id: PeerId([node_byte; 16]),
+        protocol_version: 1,
+        tcp_listen_port: 4000,
+        group_name: GROUP.into(),
+        nonce: 7,
+        eph_pub_key: None,
+        identity: None,
+        shoal: shoal.then(ShoalExtension::current),
+    };
+    hs.fill_hello(&mut h);
+    h
+}
+
+type Outcome = (
+    Result<Established, HandshakeError>,
+    Result<Established, HandshakeError>,
+);
+
+/// A and B (Shoal nodes unless `b_shoal` is false) exchange Hellos and AuthConfirms;
+/// `to_a` changes B's Hello as A receives it, `to_b` A's Hello as B receives it.
+fn run(
+    a: RecordSuitePolicy,
+    b: RecordSuitePolicy,
+    b_shoal: bool,
+    to_a: impl FnOnce(&mut Hello),
+    to_b: impl FnOnce(&mut Hello),
+) -> Outcome {
+    let mut ha = Handshake::new(Arc::new(ctx(a)), &mut rand::thread_rng());
+    let mut hb = Handshake::new(Arc::new(ctx(b)), &mut rand::thread_rng());
+    let mut hello_a = hello(&mut ha, 0xa1, true);
+    let mut hello_b = hello(&mut hb, 0xb2, b_shoal);
+    to_a(&mut hello_b);
+    to_b(&mut hello_a);
+    let conf_a = ha.on_peer_hello(&hello_b).unwrap();
+    let conf_b = hb.on_peer_hello(&hello_a).unwrap();
+    (
+        ha.on_peer_auth_confirm(&conf_b),
+        hb.on_peer_auth_confirm(&conf_a),
+    )
+}
+
+fn untouched(_: &mut Hello) {}
+
+fn set_features(h: &mut Hello, f: impl FnOnce(u64) -> u64) {
+    let ext = h.shoal.as_mut().expect("a Shoal Hello");
+    ext.features = Features(f(ext.features.0));
+}
+
+fn strip_offer(h: &mut Hello) {
+    set_features(h, |f| f & !Features::AES_GCM_RECORDS.0);
+}
+
+fn add_offer(h: &mut Hello) {
+    set_features(h, |f| f | Features::AES_GCM_RECORDS.0);
+}
+
+/// Both sides established on `suite`, and records flow both ways.
+fn assert_link(o: Outcome, suite: RecordSuite) {
+    let (mut a, mut b) = (o.0.expect("A established"), o.1.expect("B established"));
+    for e in [&a, &b] {
+        assert_eq!(e.suite, suite);
+        assert_eq!(e.sealer.suite(), suite);
+        assert_eq!(e.opener.suite(), suite);
+    }
+    for (tx, rx) in [
+        (&mut a.sealer, &mut b.opener),
+        (&mut b.sealer, &mut a.opener),
+    ] {
+        for n in 0..3u8 {
+            let mut buf = Vec::new();
+            tx.seal_frame(&mut buf, &[n; 100]).unwrap();
+            match rx.open_in_place(&mut buf).unwrap() {
+                Opened::Record { plaintext, .. } => assert_eq!(&buf[plaintext], &[n; 100]),
+                o => panic!("{o:?}"),
+            }
+        }
+    }
+}
+
+fn assert_refused(o: Outcome) {
+    assert_eq!(o.0.err(), Some(HandshakeError::BadTag), "A refuses B's tag");
+    assert_eq!(o.1.err(), Some(HandshakeError::BadTag), "B refuses A's tag");
+}
+
+#[test]
+fn two_offers_make_an_aes_link() {
+    assert_link(
+        run(AES, AES, true, untouched, untouched),
+        RecordSuite::Aes256Gcm,
+    );
+}
+
+#[test]
+fn one_offer_or_a_multimaster_peer_makes_a_chacha_link() {
+    for (a, b) in [(AES, CHACHA), (CHACHA, AES), (CHACHA, CHACHA)] {
+        assert_link(
+            run(a, b, true, untouched, untouched),
+            RecordSuite::ChaCha20Poly1305,
+        );
+    }
+    // B speaks multimaster v1: no extension block, so nothing to offer with.
+    assert_link(
+        run(AES, AES, false, untouched, untouched),
+        RecordSuite::ChaCha20Poly1305,
+    );
+}
+
+#[test]
+fn a_chacha_link_between_shoal_nodes_keeps_crypto_md_keys() {
+    // A ChaCha link opens with crypto.md's keys whatever the extension blocks say, so it is
+    // the multimaster link it always was; an AES link does not.
+    for (policy, suite) in [
+        (CHACHA, RecordSuite::ChaCha20Poly1305),
+        (AES, RecordSuite::Aes256Gcm),
+    ] {
+        let mut ha = Handshake::with_ephemeral_secret(Arc::new(ctx(policy)), [1; 32]);
+        let mut hb = Handshake::with_ephemeral_secret(Arc::new(ctx(policy)), [2; 32]);
+        let (hello_a, hello_b) = (hello(&mut ha, 1, true), hello(&mut hb, 2, true));
+        let ca = ha.on_peer_hello(&hello_b).unwrap();
+        let cb = hb.on_peer_hello(&hello_a).unwrap();
+        let mut a = ha.on_peer_auth_confirm(&cb).unwrap();
+        hb.on_peer_auth_confirm(&ca).unwrap();
+        assert_eq!(a.suite, suite);
+
+        let dh = x25519_dalek::StaticSecret::from([1; 32])
+            .diffie_hellman(&x25519_dalek::PublicKey::from(*hb.eph_public()));
+        let keys = shoal_proto::crypto::SessionKeys::derive(
+            &PskKeys::derive(b"k").unwrap(),
+            dh.as_bytes(),
+            ha.eph_public(),
+            hb.eph_public(),
+            GROUP.as_bytes(),
+        );
+        let (tx, _) = keys.directional(ha.eph_public());
+        assert_eq!(
+            ca.tag == keys.tag(ha.eph_public()),
+            suite == RecordSuite::ChaCha20Poly1305
+        );
+        let mut buf = Vec::new();
+        a.sealer.seal_frame(&mut buf, b"frame").unwrap();
+        let opened = RecordOpener::new(tx, 1 << 20).open_in_place(&mut buf);
+        assert_eq!(opened.is_ok(), suite == RecordSuite::ChaCha20Poly1305);
+    }
+}
+
+#[test]
+fn a_tampered_offer_fails_the_handshake() {
+    // Both offer; another feature bit of B's block changed on the way to A.
+    assert_refused(run(
+        AES,
+        AES,
+        true,
+        |h| set_features(h, |f| f ^ Features::SIGNED_RECORDS.0),
+        untouched,
+    ));
+    // Both offer; a tail appended to A's block on the way to B.
+    assert_refused(run(AES, AES, true, untouched, |h| {
+        let ext = h.shoal.take().unwrap();
+        h.shoal = Some(ext.with_tail(&b"x"[..]));
+    }));
+    // Only A offers; an offer forged into B's Hello: A would go AES, B stays ChaCha.
+    assert_refused(run(AES, CHACHA, true, add_offer, untouched));
+    // Both offer; B's offer stripped on the way to A only: A stays ChaCha, B goes AES.
+    assert_refused(run(AES, AES, true, strip_offer, untouched));
+}
+
+#[test]
+fn offers_stripped_both_ways_leave_chacha() {
+    assert_link(
+        run(AES, AES, true, strip_offer, strip_offer),
+        RecordSuite::ChaCha20Poly1305,
+    );
+    // The whole extension block stripped both ways: two multimaster-looking Hellos.
+    assert_link(
+        run(AES, AES, true, |h| h.shoal = None, |h| h.shoal = None),
+        RecordSuite::ChaCha20Poly1305,
+    );
+}
+
+#[test]
+fn the_hello_offers_exactly_what_the_context_says() {
+    for (policy, offered) in [(AES, true), (CHACHA, false)] {
+        let mut hs = Handshake::new(Arc::new(ctx(policy)), &mut rand::thread_rng());
+        let mut h = hello(&mut hs, 1, true);
+        // A caller's stale bit is overwritten too.
+        add_offer(&mut h);
+        hs.fill_hello(&mut h);
+        let ext = h.shoal.unwrap();
+        assert_eq!(ext.features.contains(Features::AES_GCM_RECORDS), offered);
+        assert!(ext.features.contains(Features::SUPPORTED));
+    }
+    // The C++ library's behaviour unless told: a context without a suite setting offers none.
+    let plain = SecureContext::new(PskKeys::derive(b"k").unwrap(), b"g").unwrap();
+    assert!(!plain.offers_aes());
+}
