@@ -1,6 +1,7 @@
 //! The record suite of a secured link: AES-256-GCM exactly when both Shoal Hellos offered it,
 //! ChaCha20-Poly1305 otherwise; an offer changed on the way fails the AuthConfirm exchange,
-//! offers stripped from both Hellos leave the link on ChaCha20-Poly1305.
+//! offers stripped from both Hellos leave the link on ChaCha20-Poly1305; and the vectors of
+//! `mesh/proto/PROTOCOL-AES.md`, read from that file.
 
 use std::sync::Arc;
 
@@ -219,4 +220,98 @@ fn the_hello_offers_exactly_what_the_context_says() {
     // The C++ library's behaviour unless told: a context without a suite setting offers none.
     let plain = SecureContext::new(PskKeys::derive(b"k").unwrap(), b"g").unwrap();
     assert!(!plain.offers_aes());
+}
+
+/// `name = hex` lines of PROTOCOL-AES.md's vector block.
+fn doc_vectors() -> std::collections::HashMap<&'static str, Vec<u8>> {
+    let doc = include_str!("../PROTOCOL-AES.md");
+    let block = doc
+        .split("## Test vectors")
+        .nth(1)
+        .and_then(|s| s.split("```").nth(1))
+        .expect("the vector block");
+    block
+        .lines()
+        .filter_map(|l| l.split_once(" = "))
+        .map(|(k, v)| (k.trim(), hex::decode(v.trim()).expect("hex")))
+        .collect()
+}
+
+#[test]
+fn the_protocol_notes_vectors_are_reproduced() {
+    let v = doc_vectors();
+    assert_eq!(v.len(), 15, "every vector is read");
+    let ctx = |p| {
+        Arc::new(
+            SecureContext::new(PskKeys::derive(b"test-psk").unwrap(), b"vector-group")
+                .unwrap()
+                .with_record_suite(p),
+        )
+    };
+    let sk_a: [u8; 32] = std::array::from_fn(|i| i as u8);
+    let sk_b: [u8; 32] = std::array::from_fn(|i| 0x20 + i as u8);
+    let mut ha = Handshake::with_ephemeral_secret(ctx(AES), sk_a);
+    let mut hb = Handshake::with_ephemeral_secret(ctx(AES), sk_b);
+    let hello_a = hello(&mut ha, 0xa1, true);
+    let mut hello_b = hello(&mut hb, 0xb2, false);
+    // B: a later extension version with a tail, its offer set by the handshake.
+    hello_b.shoal = Some(ShoalExtension::new(2, Features::SUPPORTED).with_tail(&[0xbe, 0xef][..]));
+    hb.fill_hello(&mut hello_b);
+    assert_eq!(hello_a.shoal.as_ref().unwrap().to_bytes(), v["ext_A"]);
+    assert_eq!(hello_b.shoal.as_ref().unwrap().to_bytes(), v["ext_B"]);
+    assert_eq!(&ha.eph_public()[..], &v["eph_pk_A"][..]);
+    assert_eq!(&hb.eph_public()[..], &v["eph_pk_B"][..]);
+
+    // The key schedule, step by step.
+    let dh = x25519_dalek::StaticSecret::from(sk_a)
+        .diffie_hellman(&x25519_dalek::PublicKey::from(*hb.eph_public()));
+    assert_eq!(&dh.as_bytes()[..], &v["dh"][..]);
+    let keys = shoal_proto::crypto::SessionKeys::derive(
+        &PskKeys::derive(b"test-psk").unwrap(),
+        dh.as_bytes(),
+        ha.eph_public(),
+        hb.eph_public(),
+        b"vector-group",
+    );
+    assert_eq!(&keys.master()[..], &v["master"][..]);
+    // B's key is lo, so T = B's block first.
+    let t = &v["T"];
+    let (len_lo, rest) = t.split_at(4);
+    let (ext_lo, rest) = rest.split_at(u32::from_be_bytes(len_lo.try_into().unwrap()) as usize);
+    let ext_hi = &rest[4..];
+    assert_eq!((ext_lo, ext_hi), (&v["ext_B"][..], &v["ext_A"][..]));
+    let aes = keys.aes_256_gcm(ext_lo, ext_hi);
+    assert_eq!([&aes.ka()[..], &aes.kb()[..]].concat(), v["kA||kB"]);
+    assert_eq!(&aes.confirm_key()[..], &v["confirmKey"][..]);
+    assert_eq!(&aes.directional(ha.eph_public()).0[..], &v["tx_A"][..]);
+    assert_eq!(&aes.directional(hb.eph_public()).0[..], &v["tx_B"][..]);
+
+    // The same through the handshake and the records.
+    let conf_a = ha.on_peer_hello(&hello_b).unwrap();
+    let conf_b = hb.on_peer_hello(&hello_a).unwrap();
+    assert_eq!(&conf_a.tag[..], &v["tag_A"][..]);
+    assert_eq!(&conf_b.tag[..], &v["tag_B"][..]);
+    let mut a = ha.on_peer_auth_confirm(&conf_b).unwrap();
+    let mut b = hb.on_peer_auth_confirm(&conf_a).unwrap();
+    assert_eq!(
+        (a.suite, b.suite),
+        (RecordSuite::Aes256Gcm, RecordSuite::Aes256Gcm)
+    );
+    let membership = hex::decode(
+        "0000002b060102030405060708090a0b0c0d0e0f10000001a228303e2b0001f0\
+         e0d0c0b0a090807060504030201000",
+    )
+    .unwrap();
+    for (name, frame) in [
+        ("record_A0", &membership[..]),
+        ("record_A1", &[0, 0, 0, 1, 3]),
+    ] {
+        let mut rec = Vec::new();
+        a.sealer.seal_frame(&mut rec, frame).unwrap();
+        assert_eq!(rec, v[name], "{name}");
+        match b.opener.open_in_place(&mut rec).unwrap() {
+            Opened::Record { plaintext, .. } => assert_eq!(&rec[plaintext], frame),
+            o => panic!("{o:?}"),
+        }
+    }
 }
