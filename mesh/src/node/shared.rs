@@ -24,6 +24,8 @@ use std::time::Instant;
 #[derive(Debug, Default)]
 pub(crate) struct Snapshot {
     pub(crate) connected: Vec<PeerId>,
+    /// The installed links of the connected peers, with their record suites.
+    pub(crate) links: Vec<shoal_proto::control::LinkInfo>,
     pub(crate) known: Vec<PeerId>,
     pub(crate) members: Vec<PeerId>,
     /// Budgets of the installed links (for the non-waiting `try_*` checks).
