@@ -242,6 +242,7 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
     for m in &meshes {
         drops.add(&m.stats().total);
     }
+    let suites = shoal::record_suites(&meshes);
     for m in &meshes {
         m.stop();
     }
@@ -255,6 +256,7 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
         usage,
     );
     summary.topology = topology;
+    summary.record_suites = suites;
     summary.memory = memory;
     Ok(summary)
 }

@@ -101,6 +101,9 @@ pub struct Summary {
     pub links: usize,
     /// The in-process nodes and their links (empty for single-node roles and raw TCP).
     pub topology: Vec<NodeInfo>,
+    /// The record suites of this process's nodes' links, each named once, sorted:
+    /// `aes-256-gcm`, `chacha20-poly1305`, or `plaintext` (empty for raw TCP).
+    pub record_suites: Vec<String>,
     /// Payload bytes per message (the smallest, when sizes vary).
     pub payload_bytes: usize,
     /// Largest payload when sizes vary (else equal to `payload_bytes`).
@@ -184,6 +187,9 @@ impl Summary {
             self.msgs_per_s,
             self.mb_per_s
         );
+        if !self.record_suites.is_empty() {
+            let _ = writeln!(out, "   records: {}", self.record_suites.join(", "));
+        }
         for n in &self.topology {
             let role = if n.index == 0 {
                 "publisher"

@@ -57,6 +57,15 @@ fn a_relay_joins_an_aes_link_and_a_multimaster_chacha_link() {
         |p: PeerId| -> LinkInfo { *relay.mesh.links().iter().find(|l| l.peer == p).unwrap() };
     assert!(at_relay(a.id()).extended_frames);
     assert!(!at_relay(m.id).extended_frames);
+    // The same in the relay's metrics, one series per link.
+    #[cfg(feature = "prometheus")]
+    {
+        let page = shoal_mesh::metrics::render_mesh(&relay.mesh);
+        for (peer, suite) in [(a.id(), "aes-256-gcm"), (m.id, "chacha20-poly1305")] {
+            let line = format!("shoal_link_suite{{peer=\"{peer}\",suite=\"{suite}\"}} 1");
+            assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
+        }
+    }
 
     // Multimaster → relay (ChaCha) → A (AES).
     m.send_frame(Frame::Data(Data {
