@@ -61,6 +61,10 @@ pub struct NodeArgs {
     /// chacha20-poly1305, aes-256-gcm); overrides the settings file.
     #[arg(long)]
     pub record_suite: Option<RecordSuitePolicy>,
+    /// Secured mode: plaintext bytes after which a writer cuts a record (the node option
+    /// `record_bytes`; default the library's).
+    #[arg(long)]
+    pub record_bytes: Option<usize>,
     /// Full-queue policy.
     #[arg(long, value_enum, default_value = "block")]
     pub overflow: Policy,
@@ -121,6 +125,7 @@ impl NodeArgs {
             batch_bytes: shoal_mesh::node::DEFAULT_BATCH_BYTES,
             psk: None,
             record_suite: None,
+            record_bytes: None,
             overflow: Policy::Block,
             spin_us: 0,
             stop_grace_ms: 10_000,
@@ -160,6 +165,9 @@ impl NodeArgs {
                 Policy::Block => OverflowPolicy::Block,
                 Policy::DropNewest => OverflowPolicy::DropNewest,
             });
+        if let Some(n) = self.record_bytes {
+            b = b.record_bytes(n);
+        }
         if let Some(ifa) = self.multicast_interface {
             b = b.multicast_interface(ifa);
         }

@@ -50,6 +50,10 @@ pub(crate) struct BenchArgs {
         default_value = "chacha20-poly1305,aes-256-gcm"
     )]
     suites: Vec<RecordSuitePolicy>,
+    /// Secured runs: plaintext bytes after which a writer cuts a record (node option
+    /// `record_bytes`; default the library's).
+    #[arg(long)]
+    record_bytes: Option<usize>,
     /// With --compare-psk: measured time of each ping-pong leg, ms (0 = no ping-pong part).
     #[arg(long, default_value_t = 2000)]
     pingpong_ms: u64,
@@ -85,6 +89,7 @@ pub(crate) fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
     node.spin_us = a.spin_us;
     node.config = a.config.clone();
     node.psk = a.psk.clone();
+    node.record_bytes = a.record_bytes;
     let template = LocalRun {
         nodes: 2,
         shape: fixed_shape(64, 0.0, a.duration_ms, a.warmup_ms),

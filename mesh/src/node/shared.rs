@@ -156,6 +156,8 @@ pub(crate) struct NodeShared {
     pub(crate) cfg: MeshConfig,
     pub(crate) policy: OverflowPolicy,
     pub(crate) slow_link: SlowLinkPolicy,
+    /// [`super::NodeOptions::record_bytes`].
+    pub(crate) record_bytes: usize,
     pub(crate) shards: usize,
     /// One set per shard, then the control plane's.
     pub(crate) counters: Vec<Arc<Counters>>,

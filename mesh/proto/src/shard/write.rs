@@ -28,9 +28,12 @@ use std::time::Instant;
 const COPY_MAX: usize = 2048;
 /// Most bytes gathered into one write (the link budget bounds what is queued anyway).
 const BATCH_MAX: usize = 1 << 20;
-/// Secured writer: stop adding frames to a batch once this much plaintext is in it (records
-/// are cut at the receiver's limit, far above this, so a batch is usually one record).
+/// Secured writer: stop adding frames to a batch once this much plaintext is in it; the batch
+/// is cut into records of [`ShardConfig::record_bytes`](super::ShardConfig::record_bytes).
 pub(super) const SEAL_BATCH: usize = 256 * 1024;
+/// The default record size: a record is cut, between frames, once it holds this much
+/// plaintext (BENCHMARKS.md, "Record size").
+pub const DEFAULT_RECORD_BYTES: usize = 256 * 1024;
 /// Secured writer: a reusable buffer that grew past this for one huge frame is released.
 const SEAL_BUF_KEEP: usize = 1024 * 1024;
 
@@ -120,6 +123,7 @@ impl ShardCore {
             };
         }
         l.writer_idle = false;
+        let record_bytes = self.cfg.record_bytes;
         let mut taken = Taken::default();
         let tx = &mut l.tx;
         if let Some(sealer) = tx.sealer.as_mut() {
@@ -127,7 +131,13 @@ impl ShardCore {
             if tx.sealed.capacity() > SEAL_BUF_KEEP {
                 tx.sealed = BytesMut::with_capacity(SEAL_BATCH);
             }
-            let sealed = seal_batch(&mut l.queue, sealer, &mut tx.sealed, &mut taken);
+            let sealed = seal_batch(
+                &mut l.queue,
+                sealer,
+                &mut tx.sealed,
+                &mut taken,
+                record_bytes,
+            );
             l.in_flight = taken;
             if let Err(e) = sealed {
                 self.record_failure(link, e.to_string(), now, out);
@@ -233,13 +243,16 @@ fn reserve_arena(arena: &mut BytesMut, queued: usize, n: usize) {
 /// Seals frames from the front of `queue` into records appended to `out` until the queue is
 /// empty or the batch holds [`SEAL_BATCH`] plaintext bytes; what they held is added to `taken`
 /// (also when sealing fails, so the caller can count them as lost).
-/// A record is cut when the next frame does not fit it; a frame larger than a whole record
-/// (only possible if the peer's limit is below ours) is split across records.
+/// A record is cut before a frame that would take it past `record_bytes` of plaintext or
+/// does not fit it (a frame larger than `record_bytes` is a record of its own); a frame
+/// larger than a whole record (only possible if the peer's limit is below ours) is split
+/// across records.
 pub(super) fn seal_batch(
     queue: &mut VecDeque<Out>,
     sealer: &mut RecordSealer,
     out: &mut BytesMut,
     taken: &mut Taken,
+    record_bytes: usize,
 ) -> Result<(), SealError> {
     let mut batch = 0usize;
     let mut rec = sealer.begin(out);
@@ -253,8 +266,10 @@ pub(super) fn seal_batch(
         };
         let flen = head.len() + body.len();
         batch += flen;
-        // A frame that does not fit the rest of this record starts the next one.
-        if rec.plaintext_len() > 0 && flen > rec.remaining() {
+        // A frame that does not fit the rest of this record, or would take it past the
+        // record size, starts the next one.
+        let used = rec.plaintext_len();
+        if used > 0 && (flen > rec.remaining() || used + flen > record_bytes) {
             rec.seal()?;
             rec = sealer.begin(out);
         }
@@ -311,7 +326,14 @@ mod tests {
         expect.extend_from_slice(&[0, 0, 0, 1, 3]);
         let mut out = BytesMut::new();
         let mut taken = Taken::default();
-        seal_batch(&mut queue, &mut sealer, &mut out, &mut taken).unwrap();
+        seal_batch(
+            &mut queue,
+            &mut sealer,
+            &mut out,
+            &mut taken,
+            DEFAULT_RECORD_BYTES,
+        )
+        .unwrap();
         assert!(queue.is_empty());
         assert_eq!(taken.held, expect.len());
         assert_eq!(taken.frames, 5, "the Data frames, not the control frame");
@@ -335,5 +357,52 @@ mod tests {
         rr.decrypt().unwrap();
         assert_eq!(rr.plaintext(), &expect[..]);
         assert_eq!(rr.records(), records);
+    }
+
+    /// Plaintext lengths of the records in `out`.
+    fn record_lengths(out: &[u8]) -> Vec<usize> {
+        let mut at = 0;
+        let mut lens = Vec::new();
+        while at < out.len() {
+            let clen = u32::from_be_bytes(out[at..at + 4].try_into().unwrap()) as usize;
+            lens.push(clen - 16);
+            at += 4 + clen;
+        }
+        lens
+    }
+
+    /// Records are cut between frames at the record size: small frames fill records up to it,
+    /// a frame larger than it is a record of its own (never split below the receiver's limit).
+    #[test]
+    fn records_are_cut_between_frames_at_the_record_size() {
+        let key = [9u8; 32];
+        let frame = |len: usize, i: u8| {
+            let h =
+                DataHeader::new(&PeerId([1; 16]), &PeerId::ZERO, &MsgId([i; 16]), 3, len).unwrap();
+            Out::Data(h, Bytes::from(vec![i; len]))
+        };
+        let seal = |frames: Vec<Out>, record_bytes: usize| {
+            let mut sealer = RecordSealer::new(&key, 1 << 24);
+            let mut queue: VecDeque<Out> = frames.into();
+            let (mut out, mut taken) = (BytesMut::new(), Taken::default());
+            seal_batch(&mut queue, &mut sealer, &mut out, &mut taken, record_bytes).unwrap();
+            assert!(queue.is_empty());
+            let mut rr = RecordReader::new(RecordOpener::new(&key, 1 << 24), &out);
+            rr.decrypt().unwrap();
+            assert_eq!(rr.plaintext().len(), taken.held, "every byte read back");
+            record_lengths(&out)
+        };
+        // 100 frames of 122 bytes, records of at most 1000: 8 frames (976 bytes) per record.
+        let small: Vec<Out> = (0..100).map(|i| frame(64, i as u8)).collect();
+        let lens = seal(small, 1000);
+        assert_eq!(lens.len(), 13);
+        assert!(lens[..12].iter().all(|&l| l == 8 * 122), "{lens:?}");
+        assert_eq!(lens[12], 4 * 122);
+        // Frames above the record size: one per record, whole.
+        let big: Vec<Out> = (0..3).map(|i| frame(5000, i)).collect();
+        assert_eq!(seal(big, 1000), vec![5058; 3]);
+        // The old behaviour, one record per batch, is a record size of a batch.
+        let small: Vec<Out> = (0..100).map(|i| frame(64, i as u8)).collect();
+        assert_eq!(seal(small, SEAL_BATCH), vec![100 * 122]);
     }
 }
