@@ -233,6 +233,20 @@ pub fn print_psk_table(rows: &[PskComparison]) {
             .collect();
         print_pairs(("plain", "psk", "psk/plain"), &pairs, Subject::Second);
         println!();
+        let sizes: Vec<String> = rows
+            .iter()
+            .map(|c| {
+                let s = &c.secured[leg].summary;
+                format!(
+                    "{} B: {:.1} KiB ({} records)",
+                    c.payload_bytes,
+                    s.mean_record_kib(),
+                    s.records_sealed
+                )
+            })
+            .collect();
+        println!("Mean record written: {}", sizes.join("; "));
+        println!();
     }
 }
 

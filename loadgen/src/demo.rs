@@ -243,6 +243,12 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
         drops.add(&m.stats().total);
     }
     let suites = shoal::record_suites(&meshes);
+    let (mut records, mut written) = (0, 0);
+    for m in &meshes {
+        let t = m.stats().total;
+        records += t.records_sealed;
+        written += t.bytes_out;
+    }
     for m in &meshes {
         m.stop();
     }
@@ -257,6 +263,8 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
     );
     summary.topology = topology;
     summary.record_suites = suites;
+    summary.records_sealed = records;
+    summary.bytes_written = written;
     summary.memory = memory;
     Ok(summary)
 }

@@ -131,6 +131,7 @@ impl ShardCore {
             if tx.sealed.capacity() > SEAL_BUF_KEEP {
                 tx.sealed = BytesMut::with_capacity(SEAL_BATCH);
             }
+            let before = sealer.counter();
             let sealed = seal_batch(
                 &mut l.queue,
                 sealer,
@@ -138,6 +139,7 @@ impl ShardCore {
                 &mut taken,
                 record_bytes,
             );
+            add(&self.counters.records_sealed, sealer.counter() - before);
             l.in_flight = taken;
             if let Err(e) = sealed {
                 self.record_failure(link, e.to_string(), now, out);
@@ -243,8 +245,9 @@ fn reserve_arena(arena: &mut BytesMut, queued: usize, n: usize) {
 /// Seals frames from the front of `queue` into records appended to `out` until the queue is
 /// empty or the batch holds [`SEAL_BATCH`] plaintext bytes; what they held is added to `taken`
 /// (also when sealing fails, so the caller can count them as lost).
-/// A record is cut before a frame that would take it past `record_bytes` of plaintext or
-/// does not fit it (a frame larger than `record_bytes` is a record of its own); a frame
+/// A record is cut between frames, before one that would take it past `record_bytes` of
+/// plaintext or does not fit it at all; a publisher's run of frames (`Out::Raw`) is cut
+/// between its frames too. A frame larger than `record_bytes` is a record of its own, and one
 /// larger than a whole record (only possible if the peer's limit is below ours) is split
 /// across records.
 pub(super) fn seal_batch(
@@ -259,27 +262,47 @@ pub(super) fn seal_batch(
     while batch < SEAL_BATCH {
         let Some(o) = queue.pop_front() else { break };
         taken.add(&o);
-        let (head, body): (&[u8], &[u8]) = match &o {
-            Out::Data(h, p) => (&h.0[..], &p[..]),
-            Out::Samples(h, b, _) => (&h.0[..], &b[..]),
-            Out::Raw(b, ..) => (&b[..], &[]),
+        let (mut head, mut rest, run): (&[u8], &[u8], bool) = match &o {
+            Out::Data(h, p) => (&h.0[..], &p[..], false),
+            Out::Samples(h, b, _) => (&h.0[..], &b[..], false),
+            Out::Raw(b, ..) => (&[], &b[..], true),
         };
-        let flen = head.len() + body.len();
-        batch += flen;
-        // A frame that does not fit the rest of this record, or would take it past the
-        // record size, starts the next one.
-        let used = rec.plaintext_len();
-        if used > 0 && (flen > rec.remaining() || used + flen > record_bytes) {
-            rec.seal()?;
-            rec = sealer.begin(out);
-        }
-        for mut part in [head, body] {
-            while !part.is_empty() {
-                if rec.remaining() == 0 {
-                    rec.seal()?;
-                    rec = sealer.begin(out);
+        batch += head.len() + rest.len();
+        loop {
+            // What goes into the record next: one frame, or as many whole frames of a run as
+            // the record size leaves room for (at least one).
+            let unit = if run {
+                let room = record_bytes.saturating_sub(rec.plaintext_len());
+                match whole_frames_within(rest, room) {
+                    0 => frame_len(rest),
+                    n => n,
                 }
-                part = &part[rec.push_some(part)..];
+            } else {
+                rest.len()
+            };
+            let len = head.len() + unit;
+            if len == 0 {
+                break;
+            }
+            let used = rec.plaintext_len();
+            if used > 0 && (len > rec.remaining() || used + len > record_bytes) {
+                rec.seal()?;
+                rec = sealer.begin(out);
+                continue;
+            }
+            for mut part in [head, &rest[..unit]] {
+                while !part.is_empty() {
+                    if rec.remaining() == 0 {
+                        rec.seal()?;
+                        rec = sealer.begin(out);
+                    }
+                    part = &part[rec.push_some(part)..];
+                }
+            }
+            head = &[];
+            rest = &rest[unit..];
+            if rest.is_empty() {
+                break;
             }
         }
     }
@@ -288,6 +311,30 @@ pub(super) fn seal_batch(
     }
     // An empty builder removes its header when dropped.
     Ok(())
+}
+
+/// Bytes of the first frame of a run (all of it, if cut short: our own runs never are).
+fn frame_len(run: &[u8]) -> usize {
+    match run.first_chunk::<4>() {
+        Some(l) => (4 + u32::from_be_bytes(*l) as usize).min(run.len()),
+        None => run.len(),
+    }
+}
+
+/// Bytes of the longest prefix of whole frames of `run` that fits in `room`.
+fn whole_frames_within(run: &[u8], room: usize) -> usize {
+    if run.len() <= room {
+        return run.len();
+    }
+    let mut at = 0;
+    while let Some(l) = run[at..].first_chunk::<4>() {
+        let next = at + 4 + u32::from_be_bytes(*l) as usize;
+        if next > room {
+            break;
+        }
+        at = next;
+    }
+    at
 }
 
 #[cfg(test)]
@@ -401,6 +448,23 @@ mod tests {
         // Frames above the record size: one per record, whole.
         let big: Vec<Out> = (0..3).map(|i| frame(5000, i)).collect();
         assert_eq!(seal(big, 1000), vec![5058; 3]);
+        // A publisher's run of 100 frames is cut between its frames the same way.
+        let run = || {
+            let mut b = BytesMut::new();
+            for i in 0..100u8 {
+                if let Out::Data(h, p) = frame(64, i) {
+                    b.extend_from_slice(&h.0);
+                    b.extend_from_slice(&p);
+                }
+            }
+            Out::Raw(b.freeze(), 100 * 122, 100)
+        };
+        let lens = seal(vec![frame(64, 0), run()], 1000);
+        assert_eq!(lens.len(), 13);
+        assert!(lens[..12].iter().all(|&l| l == 8 * 122), "{lens:?}");
+        assert_eq!(lens[12], 5 * 122);
+        // A run within the record size is one record with what came before it.
+        assert_eq!(seal(vec![frame(64, 0), run()], 1 << 20), vec![101 * 122]);
         // The old behaviour, one record per batch, is a record size of a batch.
         let small: Vec<Out> = (0..100).map(|i| frame(64, i as u8)).collect();
         assert_eq!(seal(small, SEAL_BATCH), vec![100 * 122]);
