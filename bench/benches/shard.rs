@@ -128,7 +128,10 @@ fn path_table() -> Arc<PathTable> {
     let rp = ReversePaths::build(ME, adjacency, |_| true);
     let t = PathTable::new(&rp, &[(PEER, LINK)]);
     assert_eq!(t.len(), 256);
-    assert_eq!(t.check(&PEER, LINK), Some(true));
+    assert_eq!(
+        t.check(&PEER, LINK, Instant::now()),
+        shoal_mesh::proto::reverse_path::PathCheck::Toward
+    );
     Arc::new(t)
 }
 

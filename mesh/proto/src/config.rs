@@ -49,6 +49,12 @@
 //! - `record_suite = "auto"`: a secured node offers AES-256-GCM records to Shoal peers when
 //!   its CPU has AES instructions, and a link uses them when both sides offered
 //!   ([`crate::crypto::suite`]); multimaster links stay ChaCha20-Poly1305.
+//! - `reverse_path_settle_ms = 4000`: for this long after an origin's links change, its Data
+//!   frames are taken from any link (the dedup cache drops the second copy): nodes whose
+//!   graph the change has not reached yet judge by the old one, and two neighbours judging
+//!   by different graphs could each refuse the only copy the other sends (a ring booting lost
+//!   broadcasts that way). Two membership intervals: a record lost on the way is re-flooded
+//!   within one.
 
 use serde::Deserialize;
 use std::fmt;
@@ -278,6 +284,12 @@ pub struct MeshConfig {
     /// instructions). A link is AES-256-GCM only when both ends offered it; links to
     /// multimaster peers are always ChaCha20-Poly1305.
     pub record_suite: crate::crypto::RecordSuitePolicy,
+    /// How long an origin whose links changed still takes Data frames from links not toward
+    /// it, while the change reaches every node's graph ([`crate::reverse_path::PathTable`]).
+    /// Default 4000 ms (two default membership intervals: a record lost on the way is
+    /// re-flooded within one); keep it at least two `membership_interval`s.
+    #[serde(rename = "reverse_path_settle_ms", with = "millis")]
+    pub reverse_path_settle: Duration,
 }
 
 impl Default for MeshConfig {
@@ -325,6 +337,7 @@ impl Default for MeshConfig {
             max_membership_neighbours: crate::membership::DEFAULT_MAX_NEIGHBOURS,
             reverse_path_check: true,
             record_suite: crate::crypto::RecordSuitePolicy::Auto,
+            reverse_path_settle: Duration::from_millis(4000),
         }
     }
 }
@@ -365,6 +378,7 @@ impl fmt::Debug for MeshConfig {
             .field("max_membership_neighbours", &self.max_membership_neighbours)
             .field("reverse_path_check", &self.reverse_path_check)
             .field("record_suite", &self.record_suite)
+            .field("reverse_path_settle", &self.reverse_path_settle)
             .finish_non_exhaustive()
     }
 }
@@ -623,6 +637,8 @@ macro_rules! mesh_config_setters {
         reverse_path_check: bool,
         /// Sets `record_suite` (secured mesh: the record suite offered to Shoal peers).
         record_suite: $crate::crypto::RecordSuitePolicy,
+        /// Sets `reverse_path_settle`.
+        reverse_path_settle: Duration,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {

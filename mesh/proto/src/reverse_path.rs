@@ -42,6 +42,7 @@ use crate::membership::MemberGraph;
 use crate::{LinkId, PeerId};
 use ahash::AHashMap;
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 /// Where a frame of some origin, arriving from a direct neighbour, comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,20 +234,89 @@ impl ReversePaths {
     }
 }
 
+/// What a [`PathTable`] says of a Data frame of some origin arriving on some link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathCheck {
+    /// The origin is not in the table: take the frame.
+    Unknown,
+    /// The link leads to a neighbour toward the origin: take it.
+    Toward,
+    /// The link does not lead toward the origin, but the origin's links changed less than
+    /// the settling time ago: other nodes may still judge by the graph before the change
+    /// (their records have not all arrived), and their copy may be the only one this node
+    /// gets, so the frame is taken (the dedup cache drops a second copy).
+    Settling,
+    /// The link does not lead toward the origin and its links have been settled: drop.
+    Off,
+}
+
+impl PathCheck {
+    /// True unless [`PathCheck::Off`].
+    pub fn accepted(self) -> bool {
+        self != PathCheck::Off
+    }
+}
+
 /// Per origin, the links a shard takes its Data frames from: the links to the neighbours
 /// toward it (its own link included). Built on the control plane from a [`ReversePaths`] and
 /// this node's links, handed to every shard as an `Arc` and swapped whole when the graph or a
 /// link changes; the message path only reads it (one hash probe per frame).
+///
+/// **Settling.** The rule holds every genuine frame only when all nodes judge by the same
+/// graph. While a change travels (a link came up and the records naming it have reached some
+/// nodes but not others), two neighbours can each expect an origin's frame from the other and
+/// both drop it: a ring booting lost broadcasts that way. So an origin whose links changed
+/// takes off-path copies for a settling time (the control core uses two membership
+/// intervals: a lost record is re-flooded within one) and only then refuses them. A stranger
+/// gains nothing it lacked: an origin's links change here only when the counted graph
+/// between this node and the origin does, which a stranger's own record cannot do (an edge
+/// counts only when both ends list it).
 #[derive(Debug, Clone, Default)]
 pub struct PathTable {
-    by_origin: AHashMap<PeerId, (u32, u32)>,
+    by_origin: AHashMap<PeerId, TableEntry>,
     links: Vec<LinkId>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TableEntry {
+    start: u32,
+    len: u32,
+    /// Off-path copies are taken until then (`None`: settled from the start).
+    settling_until: Option<Instant>,
 }
 
 impl PathTable {
     /// The table of `paths` over this node's links `links` (`(neighbour, link)`, any order;
-    /// a neighbour may have several links while a dial race settles: all are taken).
+    /// a neighbour may have several links while a dial race settles: all are taken), every
+    /// origin settled.
     pub fn new(paths: &ReversePaths, links: &[(PeerId, LinkId)]) -> PathTable {
+        Self::build(paths, links, |_, _| None)
+    }
+
+    /// The table of `paths` over `links` that replaces `previous` at `now`: an origin that is
+    /// new, or whose links differ from `previous`'s, settles for `settle` from `now`; the
+    /// others keep `previous`'s settling time.
+    pub fn after(
+        previous: &PathTable,
+        paths: &ReversePaths,
+        links: &[(PeerId, LinkId)],
+        now: Instant,
+        settle: Duration,
+    ) -> PathTable {
+        let until = now + settle;
+        Self::build(paths, links, |origin, accepted| {
+            match previous.entry(origin) {
+                Some((e, old)) if old == accepted => e.settling_until,
+                _ => Some(until),
+            }
+        })
+    }
+
+    fn build(
+        paths: &ReversePaths,
+        links: &[(PeerId, LinkId)],
+        settling: impl Fn(&PeerId, &[LinkId]) -> Option<Instant>,
+    ) -> PathTable {
         let mut sorted = links.to_vec();
         sorted.sort_unstable();
         let mut by_origin = AHashMap::with_capacity(paths.len());
@@ -263,7 +333,15 @@ impl PathTable {
                 );
             }
             all[start..].sort_unstable();
-            by_origin.insert(*origin, (start as u32, (all.len() - start) as u32));
+            let settling_until = settling(origin, &all[start..]);
+            by_origin.insert(
+                *origin,
+                TableEntry {
+                    start: start as u32,
+                    len: (all.len() - start) as u32,
+                    settling_until,
+                },
+            );
         }
         PathTable {
             by_origin,
@@ -271,20 +349,32 @@ impl PathTable {
         }
     }
 
-    /// Whether a frame of `origin` is taken from `link`: `None` when the origin is unknown
-    /// (take it), else whether `link` leads to a neighbour toward it.
-    #[inline]
-    pub fn check(&self, origin: &PeerId, link: LinkId) -> Option<bool> {
+    fn entry(&self, origin: &PeerId) -> Option<(&TableEntry, &[LinkId])> {
         self.by_origin
             .get(origin)
-            .map(|&(s, n)| self.links[s as usize..(s + n) as usize].contains(&link))
+            .map(|e| (e, &self.links[e.start as usize..(e.start + e.len) as usize]))
+    }
+
+    /// Whether a frame of `origin` is taken from `link` at `now` (see [`PathCheck`]).
+    #[inline]
+    pub fn check(&self, origin: &PeerId, link: LinkId, now: Instant) -> PathCheck {
+        match self.entry(origin) {
+            None => PathCheck::Unknown,
+            Some((_, links)) if links.contains(&link) => PathCheck::Toward,
+            Some((e, _)) if e.settling_until.is_some_and(|t| now < t) => PathCheck::Settling,
+            Some(_) => PathCheck::Off,
+        }
     }
 
     /// The links `origin`'s frames are taken from, ascending; `None`: any (unknown origin).
     pub fn accepted(&self, origin: &PeerId) -> Option<&[LinkId]> {
-        self.by_origin
-            .get(origin)
-            .map(|&(s, n)| &self.links[s as usize..(s + n) as usize])
+        self.entry(origin).map(|(_, links)| links)
+    }
+
+    /// Until when `origin` takes off-path copies (`None`: unknown origin, or settled from
+    /// the start).
+    pub fn settling_until(&self, origin: &PeerId) -> Option<Instant> {
+        self.by_origin.get(origin).and_then(|e| e.settling_until)
     }
 
     /// Known origins.

@@ -14,15 +14,16 @@
 //!   frame under its own `src` could otherwise still spend another node's ids;
 //! - with a [`PathTable`] set ([`Router::set_paths`]), origin X's frames are taken only from the
 //!   links toward X ([`crate::reverse_path`]), or from X's own link as the [`NeighbourLinks`]
-//!   name it (a link that replaced another before the next table arrived); else
-//!   [`DropReason::OffPath`]. Targeted frames too: a relay floods them like broadcasts until a
+//!   name it (a link that replaced another before the next table arrived), or from any link
+//!   while X's links settle after a change (other nodes may still judge by the old graph;
+//!   see [`PathTable`]); else [`DropReason::OffPath`]. Targeted frames too: a relay floods them like broadcasts until a
 //!   node next to the destination unicasts, and that node is one hop closer to the origin than
 //!   the destination on the copy that travelled a shortest path (the reverse-path module's
 //!   induction), so the check costs them nothing more than it costs broadcasts.
 
 use super::dedup::{DedupCache, DedupStats, Seen};
 use super::LinkId;
-use crate::reverse_path::PathTable;
+use crate::reverse_path::{PathCheck, PathTable};
 use crate::{MsgId, PeerId};
 use ahash::AHashMap;
 use std::sync::Arc;
@@ -186,6 +187,9 @@ pub struct RouterStats {
     pub dropped_off_path: u64,
     /// Dropped for [`DropReason::ForeignMsgId`].
     pub dropped_foreign_msg_id: u64,
+    /// Taken from a link not toward their origin because the origin's links changed less
+    /// than the settling time ago ([`PathCheck::Settling`]).
+    pub taken_while_settling: u64,
 }
 
 /// Hands out message ids: the originator prefix and a counter seeded randomly at start.
@@ -307,12 +311,17 @@ impl Router {
         }
         if let Some(paths) = &self.paths {
             if self.path_hit != Some((meta.src, from)) {
-                if paths.check(&meta.src, from) == Some(false)
-                    && table.link_to(&meta.src) != Some(from)
-                {
-                    return self.drop(DropReason::OffPath);
+                match paths.check(&meta.src, from, now) {
+                    PathCheck::Unknown | PathCheck::Toward => {
+                        self.path_hit = Some((meta.src, from))
+                    }
+                    // Not remembered: the same link's copies are refused once it settles.
+                    PathCheck::Settling => self.stats.taken_while_settling += 1,
+                    PathCheck::Off if table.link_to(&meta.src) == Some(from) => {
+                        self.path_hit = Some((meta.src, from))
+                    }
+                    PathCheck::Off => return self.drop(DropReason::OffPath),
                 }
-                self.path_hit = Some((meta.src, from));
             }
         }
         match self.dedup.check(meta.msg_id, now) {

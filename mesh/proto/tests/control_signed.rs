@@ -652,3 +652,176 @@ fn an_oversize_membership_record_is_refused_and_counted() {
     assert_eq!(stored(&c, id_of(3)), None);
     assert!(!closed(&mut c, now, mm));
 }
+
+/// Finding 11: revoking a key closed that node's links but left its topic endpoints (with
+/// an infinite lease, for ever). Now they go at once, their matches end with Unmatched
+/// events, and the node's relayed records are refused from then on.
+#[test]
+fn revoking_a_key_removes_its_topic_endpoints_at_once() {
+    use shoal_proto::control::ControlEvent;
+    use shoal_proto::topics::shoal_discovery::qos::EndpointQos;
+    use shoal_proto::topics::shoal_discovery::record::{encode_endpoint, encode_participant};
+    use shoal_proto::topics::shoal_discovery::types::{
+        EndpointInfo, EndpointKind, EntityId, Guid, GuidPrefix, ParticipantInfo, TopicName,
+        TypeHash, TypeName,
+    };
+    use shoal_proto::topics::TopicEvent;
+    use shoal_proto::wire::DiscoveryEntry;
+    let now = Instant::now();
+    let policy = IdentityPolicy::allowlist(
+        [2u8, 4]
+            .iter()
+            .map(|s| (*identity(*s).public_key(), format!("n{s}"))),
+        true,
+    );
+    let mut c = core_with(cfg(), context(1, policy.clone()), now);
+    let four = connect(&mut c, 4, Kind::Shoal, now);
+    sent(&mut c, now);
+    let reader = c
+        .create_endpoint(
+            EndpointKind::Reader,
+            "t",
+            "T",
+            [7; 16],
+            EndpointQos::reader_default(),
+            &[],
+            now,
+            WALL,
+        )
+        .unwrap();
+    let prefix = GuidPrefix(id_of(4).0[..12].try_into().unwrap());
+    let mut p = ParticipantInfo::new(prefix, "n4");
+    p.lease_duration = shoal_proto::topics::shoal_discovery::qos::QosDuration::INFINITE;
+    let w = EndpointInfo::new(
+        Guid::new(prefix, EntityId([0, 0, 1, 2])),
+        EndpointKind::Writer,
+        TopicName::new("t").unwrap(),
+        TypeName::new("T").unwrap(),
+        TypeHash([7; 16]),
+    );
+    let mut f = Discovery {
+        origin: id_of(4),
+        seq: 10,
+        ttl: 4,
+        cycle: 0,
+        part: 0,
+        parts: 0,
+        entries: vec![
+            DiscoveryEntry::Record(encode_participant(&p).unwrap()),
+            DiscoveryEntry::Record(encode_endpoint(&w).unwrap()),
+        ],
+    };
+    sign_discovery(&identity(4), &mut f, &mut Vec::new());
+    c.on_shard_report(
+        ToControl::DiscoveryIn {
+            link: four,
+            frame: Box::new(f),
+        },
+        now,
+        WALL,
+    );
+    let later = now + std::time::Duration::from_millis(50);
+    c.handle_timeout(later, WALL);
+    sent(&mut c, later);
+    let view = c.topics_view();
+    assert_eq!(view.matches.len(), 1, "node 4's writer matched our reader");
+    actions(&mut c);
+    let mut revoked = (*context(1, policy)).clone();
+    revoked.policy_mut().revoke(identity(4).public_key());
+    c.set_secure_context(Arc::new(revoked), later, WALL);
+    let t2 = later + std::time::Duration::from_millis(50);
+    c.handle_timeout(t2, WALL);
+    sent(&mut c, t2);
+    let unmatched = actions(&mut c).into_iter().any(|a| {
+        matches!(
+            a,
+            Action::Event(ControlEvent::Topic(TopicEvent::Unmatched { reader: r, .. })) if r == reader
+        )
+    });
+    assert!(unmatched, "the match ended at once");
+    let view = c.topics_view();
+    assert!(view.matches.is_empty());
+    assert!(view
+        .endpoints
+        .iter()
+        .all(|e| e.guid[..12] != id_of(4).0[..12]));
+}
+
+/// A member's forgeries about another node are paid for by the link that carried them, not
+/// by the node they claim to come from: verifying a frame that turns out forged used to be
+/// charged to the claimed origin's work budget, so a member reconnecting after each forgery
+/// drained the victim's budget and the victim's genuine frames were then dropped
+/// (`budget_dropped`) until it refilled.
+#[test]
+fn forgeries_about_a_node_do_not_spend_that_nodes_work_budget() {
+    let now = Instant::now();
+    let mut c = core(
+        MeshConfig {
+            topics: shoal_proto::topics::TopicsConfig {
+                // Three verifications' worth, refilling slowly.
+                origin_work_burst: 300_000,
+                origin_work_per_sec: 1_000,
+                ..Default::default()
+            },
+            ..cfg()
+        },
+        now,
+    );
+    let victim = connect(&mut c, 4, Kind::Shoal, now);
+    sent(&mut c, now);
+    let genuine = |seq| {
+        let mut f = Discovery {
+            origin: id_of(4),
+            seq,
+            ttl: 4,
+            cycle: 0,
+            part: 0,
+            parts: 0,
+            entries: vec![],
+        };
+        sign_discovery(&identity(4), &mut f, &mut Vec::new());
+        f
+    };
+    let deliver = |c: &mut ControlCore, link, f: Discovery| {
+        c.on_shard_report(
+            ToControl::DiscoveryIn {
+                link,
+                frame: Box::new(f),
+            },
+            now,
+            WALL,
+        )
+    };
+    deliver(&mut c, victim, genuine(10));
+    assert_eq!(c.topics_stats().frames_in, 1);
+    // Five forgeries about the victim (the liar's own signature), a new link for each.
+    for i in 0..5u64 {
+        let liar = connect(&mut c, 2, Kind::Shoal, now);
+        sent(&mut c, now);
+        let mut f = Discovery {
+            seq: 11 + i,
+            ..genuine(11 + i)
+        };
+        f.entries.clear();
+        sign_discovery(&identity(2), &mut f, &mut Vec::new());
+        deliver(&mut c, liar, f);
+        closed(&mut c, now, liar);
+        c.on_shard_report(ToControl::LinkClosed { link: liar }, now, WALL);
+    }
+    // And a forged Membership record about the victim.
+    let liar = connect(&mut c, 2, Kind::Shoal, now);
+    sent(&mut c, now);
+    send_signed(
+        &mut c,
+        liar,
+        signed_by(2, &record(id_of(4), WALL + 5, vec![])),
+        now,
+    );
+    // The victim's next genuine frame is still taken.
+    let dropped = c.topics_stats().budget_dropped;
+    deliver(&mut c, victim, genuine(20));
+    assert_eq!(c.topics_stats().budget_dropped, dropped, "not dropped");
+    assert_eq!(c.topics_stats().frames_in, 2, "the victim's frame is taken");
+    // Every forgery was verified, refused and cost its link.
+    assert_eq!(c.stats().bad_record_signatures, 6);
+}

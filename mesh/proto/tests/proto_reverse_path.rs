@@ -40,6 +40,9 @@ fn mesh(seed: u64, check: bool) -> Sim {
     for i in 0..5 {
         assert_eq!(sim.members(i).len(), 4, "node {i} sees the whole mesh");
     }
+    // Until the paths settle, every origin's off-path copies are still taken (see
+    // `ring_boot`): the attack below is on a settled mesh.
+    sim.run_for(cfg().reverse_path_settle);
     sim
 }
 
@@ -188,4 +191,77 @@ fn another_nodes_id_under_ones_own_src_is_refused() {
         let v = sim.nodes[V].shard.counters().snapshot();
         assert_eq!(v.dropped_foreign_msg_id, 1, "check {check}");
     }
+}
+
+/// A ring of five booting with uneven link latencies, every node broadcasting every few
+/// milliseconds from the start: every broadcast must reach every other node exactly once.
+/// Returns the broadcasts some node missed. With `settle` zero (the check as first written)
+/// nodes judging by graphs the latest records have not all reached refused each other's only
+/// copies (the live ring test failed that way on CI); while an origin's links settle,
+/// off-path copies are taken.
+fn ring_boot(seed: u64, settle: Duration) -> Vec<String> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let edges = [(0, 1), (1, 2), (2, 3), (3, 4), (0, 4)];
+    let mut sim = Sim::new(seed);
+    for &(a, b) in &edges {
+        for (x, y) in [(a, b), (b, a)] {
+            sim.latency_of
+                .insert((x, y), Duration::from_millis(rng.gen_range(1..40)));
+        }
+    }
+    for j in 0..5 {
+        let mut c = cfg();
+        c.reverse_path_settle = settle;
+        c.static_peers = edges
+            .iter()
+            .filter(|(_, b)| *b == j)
+            .map(|(a, _)| format!("node{a}:{PORT}"))
+            .collect();
+        sim.add_node(c);
+    }
+    sim.start_all();
+    // From the moment every link is up at both ends (as the live test waits): the records
+    // naming the last links are still on their way.
+    while (0..5).any(|i| sim.connected(i).len() < 2) {
+        sim.run_for(Duration::from_millis(1));
+    }
+    let mut sent = Vec::new();
+    for round in 0..80 {
+        for i in 0..5 {
+            let m = format!("b-{i}-{round}");
+            sim.broadcast(i, &m);
+            sent.push((i, m));
+        }
+        sim.run_for(Duration::from_millis(5));
+    }
+    sim.run_for(Duration::from_secs(2));
+    let mut missed = Vec::new();
+    for (i, m) in &sent {
+        for j in (0..5).filter(|j| j != i) {
+            let n = sim.count_delivered(j, m.as_bytes());
+            if n != 1 {
+                missed.push(format!("{m} at node {j}: {n}"));
+            }
+        }
+    }
+    missed
+}
+
+#[test]
+fn a_booting_ring_loses_no_broadcast_while_its_paths_settle() {
+    for seed in 0..40 {
+        let missed = ring_boot(seed, cfg().reverse_path_settle);
+        assert!(missed.is_empty(), "seed {seed}: {missed:?}");
+    }
+}
+
+/// The same boots judged strictly (no settling): some broadcast is lost (what settling is
+/// for; the ring test on CI failed this way about one run in eight under load).
+#[test]
+fn without_settling_a_booting_ring_loses_broadcasts() {
+    let lost: usize = (0..40)
+        .map(|seed| ring_boot(seed, Duration::ZERO).len())
+        .sum();
+    assert!(lost > 0, "strict judging lost nothing in 40 boots");
 }

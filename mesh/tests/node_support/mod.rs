@@ -29,6 +29,7 @@ pub fn fast() -> MeshBuilder {
         .peer_lost_timeout(Duration::from_millis(1500))
         .membership_interval(Duration::from_millis(300))
         .membership_timeout(Duration::from_millis(1500))
+        .reverse_path_settle(Duration::from_millis(600))
 }
 
 /// [`fast`] with everything periodic slow (heartbeats, membership gossip, announcements every

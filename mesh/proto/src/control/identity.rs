@@ -125,7 +125,8 @@ impl ControlCore {
     }
 
     /// The application changed the trust policy (a new context replaces the old one): links
-    /// of nodes whose key is now revoked close, their records and names are forgotten. A
+    /// of nodes whose key is now revoked close, their records, names and topic endpoints are
+    /// forgotten (their matches end). A
     /// handshake that finishes later is checked against the new policy.
     pub fn set_secure_context(&mut self, ctx: Arc<SecureContext>, now: Instant, wall_ms: u64) {
         if self.secure.as_ref().is_some_and(|c| Arc::ptr_eq(c, &ctx)) {
@@ -137,6 +138,9 @@ impl ControlCore {
             // Its signed records are refused from now on (the policy says so); the key is
             // forgotten too, so the book holds no revoked key.
             self.signers.remove(&node);
+            // Its topic endpoints go at once, linked or not: with no record of it ever
+            // accepted again, nothing would remove them before its lease ran out.
+            self.topics.forget_node(&node);
             let mut links: Vec<LinkId> = self
                 .placed
                 .iter()

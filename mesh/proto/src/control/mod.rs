@@ -239,7 +239,7 @@ impl ControlCore {
             shown_view,
             ready_pending: Vec::new(),
             topics,
-            paths: paths::Paths::new(me, cfg.reverse_path_check),
+            paths: paths::Paths::new(me, cfg.reverse_path_check, cfg.reverse_path_settle),
             cfg,
         };
         if let Some(detail) = topics_warning {

@@ -18,6 +18,11 @@
 //! when the interval ends ([`ControlCore::paths_timeout`]), as the topic routes are planned.
 //! A change of links alone rebuilds only the table (`O(table)`) at once.
 //!
+//! Each table is built from the last one posted ([`PathTable::after`]): an origin whose links
+//! changed takes off-path copies for `reverse_path_settle` (two membership intervals by
+//! default, the time a change needs to reach every node's graph), so that nodes still judging
+//! by the old graph lose nothing.
+//!
 //! [`MemberGraph::shape`]: crate::membership::MemberGraph::shape
 
 use super::ControlCore;
@@ -48,10 +53,16 @@ pub(super) struct Paths {
     shards_empty: bool,
     /// No rebuild of the reverse paths before then.
     next_build: Option<Instant>,
+    /// The last table posted: an origin whose links it already had keeps its settling time.
+    table: Arc<PathTable>,
+    /// How long an origin whose links changed takes off-path copies ([`PathTable`]).
+    settle: Duration,
 }
 
 impl Paths {
-    pub(super) fn new(me: PeerId, enabled: bool) -> Paths {
+    /// `settle`: how long an origin whose links changed keeps taking off-path copies
+    /// (`reverse_path_settle`).
+    pub(super) fn new(me: PeerId, enabled: bool, settle: Duration) -> Paths {
         Paths {
             enabled,
             paths: ReversePaths::new(me),
@@ -60,6 +71,8 @@ impl Paths {
             pushed: 0,
             shards_empty: true,
             next_build: None,
+            table: Arc::default(),
+            settle,
         }
     }
 }
@@ -86,7 +99,10 @@ impl ControlCore {
             return;
         }
         std::mem::swap(&mut p.scratch, &mut p.links);
-        let table = Arc::new(PathTable::new(&p.paths, &p.links));
+        let table = Arc::new(PathTable::after(
+            &p.table, &p.paths, &p.links, now, p.settle,
+        ));
+        p.table = table.clone();
         if table.is_empty() && p.shards_empty {
             return;
         }

@@ -139,16 +139,18 @@ impl ControlCore {
         match sig {
             Some(s) => {
                 // A member flooding valid records of its own pays for their verifications
-                // out of its link's work budget.
+                // out of its link's work budget; the origin's budget pays only for what it
+                // signed (see `charge_origin`).
                 if !self.topics.admits_work(link, &record.origin, now) {
                     return;
                 }
-                self.topics.charge(link, &record.origin, VERIFY_WORK);
+                self.topics.charge_link(link, VERIFY_WORK);
                 self.sig_scratch.clear();
                 record.signed_message(&mut self.sig_scratch);
                 if !self.verify_record(link, &record.origin, &s) {
                     return;
                 }
+                self.topics.charge_origin(&record.origin, VERIFY_WORK);
             }
             None => {
                 if let Some(why) = self.unsigned_membership_refused(link, &record.origin) {
@@ -191,16 +193,19 @@ impl ControlCore {
                         return;
                     }
                     // Verifying costs more than most frames' records: the link's and the
-                    // origin's budgets pay for it, and decide before it is spent.
+                    // origin's budgets decide before it is spent; the link pays for it, the
+                    // origin only once the signature shows it said it (a forgery about an
+                    // origin must not get the origin's genuine frames dropped).
                     if !self.topics.admits_work(link, &frame.origin, now) {
                         return;
                     }
-                    self.topics.charge(link, &frame.origin, VERIFY_WORK);
+                    self.topics.charge_link(link, VERIFY_WORK);
                     self.sig_scratch.clear();
                     frame.signed_message(&mut self.sig_scratch);
                     if !self.verify_record(link, &frame.origin, &sig) {
                         return;
                     }
+                    self.topics.charge_origin(&frame.origin, VERIFY_WORK);
                     self.signers.discovery_verified(&frame.origin, frame.seq);
                     signed = true;
                 }

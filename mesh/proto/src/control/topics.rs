@@ -120,6 +120,12 @@ impl ControlCore {
         self.topics.stats()
     }
 
+    /// The topics core itself (read only): its tables as they are now, for invariant
+    /// checks; [`topics_view`](Self::topics_view) is what the application sees.
+    pub fn topics(&self) -> &TopicsCore {
+        &self.topics
+    }
+
     /// Forgets a placed link (and tells the topics core).
     pub(super) fn unplace(&mut self, link: LinkId) -> Option<super::Placed> {
         self.topics.link_down(link);

@@ -300,15 +300,96 @@ fn path_table_maps_toward_neighbours_to_their_links() {
         (p(2), LinkId(20)),
     ];
     let t = PathTable::new(&r, &links);
+    let now = Instant::now();
     assert_eq!(t.len(), 3);
     assert_eq!(
         t.accepted(&p(4)),
         Some(&[LinkId(20), LinkId(30), LinkId(31)][..])
     );
-    assert_eq!(t.check(&p(4), LinkId(31)), Some(true));
-    assert_eq!(t.check(&p(4), LinkId(50)), Some(false));
-    assert_eq!(t.check(&p(2), LinkId(20)), Some(true));
-    assert_eq!(t.check(&p(2), LinkId(30)), Some(false));
-    assert_eq!(t.check(&p(5), LinkId(30)), None, "5 is unknown: taken");
+    assert_eq!(t.check(&p(4), LinkId(31), now), PathCheck::Toward);
+    assert_eq!(t.check(&p(4), LinkId(50), now), PathCheck::Off);
+    assert_eq!(t.check(&p(2), LinkId(20), now), PathCheck::Toward);
+    assert_eq!(t.check(&p(2), LinkId(30), now), PathCheck::Off);
+    assert_eq!(
+        t.check(&p(5), LinkId(30), now),
+        PathCheck::Unknown,
+        "5 is unknown: taken"
+    );
     assert!(PathTable::default().is_empty());
+}
+
+/// The live ring failure (CI: a broadcast never reached some node of a booting ring of five):
+/// two neighbours that each miss a different record both judge the other the only way to an
+/// origin, and each drops the copy the other does not send. Ring 1-2-3-4-5-1, origin 5:
+/// node 2 misses the record in which 5 lists 1 (so 5-1 does not count for it: 5 is three
+/// hops away, behind 3), node 3 misses the record in which 4 lists 5 (5 is behind 2 for it).
+/// 1 and 4 get 5's frame directly and pass it on; 2 refuses 1's copy, 3 refuses 4's, and
+/// neither ever gets another.
+#[test]
+fn two_stale_views_lose_an_origins_frame_without_settling() {
+    let ring = [(1, 2), (2, 3), (3, 4), (4, 5), (1, 5)];
+    let nodes = [1, 2, 3, 4, 5];
+    let recs = records_of(&nodes, &ring);
+    let stale = |me: u8, who: u8, drop: u8| -> ReversePaths {
+        let view: Vec<(u8, Vec<u8>)> = recs
+            .iter()
+            .map(|(o, l)| {
+                let l = if *o == who {
+                    l.iter().copied().filter(|x| *x != drop).collect()
+                } else {
+                    l.clone()
+                };
+                (*o, l)
+            })
+            .collect();
+        let borrowed: Vec<(u8, &[u8])> = view.iter().map(|(o, l)| (*o, l.as_slice())).collect();
+        paths(me, &borrowed)
+    };
+    let v2 = stale(2, 5, 1);
+    let v3 = stale(3, 4, 5);
+    assert_eq!(v2.toward(&p(5), &p(1)), PathVerdict::Off);
+    assert_eq!(v2.toward(&p(5), &p(3)), PathVerdict::Toward);
+    assert_eq!(v3.toward(&p(5), &p(4)), PathVerdict::Off);
+    assert_eq!(v3.toward(&p(5), &p(2)), PathVerdict::Toward);
+    let links: Vec<(PeerId, LinkId)> = vec![(p(1), LinkId(1)), (p(3), LinkId(3))];
+    let now = Instant::now();
+    let settled = PathTable::new(&v2, &links);
+    assert_eq!(settled.check(&p(5), LinkId(1), now), PathCheck::Off);
+    // Built as the control core builds it, after a table that did not know 5: settling.
+    let settle = Duration::from_secs(4);
+    let fresh = PathTable::after(&PathTable::default(), &v2, &links, now, settle);
+    assert_eq!(fresh.check(&p(5), LinkId(1), now), PathCheck::Settling);
+    assert_eq!(fresh.check(&p(5), LinkId(3), now), PathCheck::Toward);
+    assert_eq!(
+        fresh.check(&p(5), LinkId(1), now + settle),
+        PathCheck::Off,
+        "settled: off-path copies refused again"
+    );
+}
+
+#[test]
+fn an_origin_settles_again_only_when_its_links_change() {
+    // 1 - 2 - 4, 1 - 3 - 4 seen from 1; then 3 - 4 goes.
+    let square = paths(1, &[(1, &[2, 3]), (2, &[1, 4]), (3, &[1, 4]), (4, &[2, 3])]);
+    let cut = paths(1, &[(1, &[2, 3]), (2, &[1, 4]), (3, &[1]), (4, &[2])]);
+    let links = [(p(2), LinkId(2)), (p(3), LinkId(3))];
+    let t0 = Instant::now();
+    let settle = Duration::from_secs(4);
+    let a = PathTable::after(&PathTable::default(), &square, &links, t0, settle);
+    assert_eq!(a.settling_until(&p(4)), Some(t0 + settle));
+    // The same graph later (a link elsewhere changed): 2 and 4 keep their time.
+    let t1 = t0 + Duration::from_secs(10);
+    let b = PathTable::after(&a, &square, &links, t1, settle);
+    assert_eq!(b.settling_until(&p(4)), Some(t0 + settle));
+    assert_eq!(b.check(&p(2), LinkId(3), t1), PathCheck::Off);
+    // 4 is now behind 2 only: 4 settles again, 2 does not.
+    let c = PathTable::after(&b, &cut, &links, t1, settle);
+    assert_eq!(c.settling_until(&p(4)), Some(t1 + settle));
+    assert_eq!(c.check(&p(4), LinkId(3), t1), PathCheck::Settling);
+    assert_eq!(c.check(&p(2), LinkId(3), t1), PathCheck::Off);
+    // A neighbour's link replaced (a dial race): its origins settle again.
+    let relinked = [(p(2), LinkId(20)), (p(3), LinkId(3))];
+    let d = PathTable::after(&c, &cut, &relinked, t1 + settle, settle);
+    assert_eq!(d.settling_until(&p(2)), Some(t1 + settle + settle));
+    assert_eq!(d.settling_until(&p(3)), Some(t0 + settle));
 }

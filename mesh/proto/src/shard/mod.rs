@@ -281,6 +281,18 @@ impl ShardCore {
         self.links.ids()
     }
 
+    /// Bytes of sample runs held for a route table naming their writer (bounded by
+    /// [`ShardConfig::max_parked_sample_bytes`]).
+    pub fn parked_bytes(&self) -> usize {
+        self.parked.bytes()
+    }
+
+    /// Reliable writer states and reliable reader states this shard keeps (one slot per
+    /// routed writer at most).
+    pub fn reliable_states(&self) -> (usize, usize) {
+        self.reliable.states()
+    }
+
     /// Carries out a control-plane command. For `AddLink` the link is served from now on and
     /// its connection is handed back: the driver starts its reader, writer and timer (or
     /// reports [`on_link_lost`](Self::on_link_lost) if it cannot).

@@ -105,6 +105,13 @@ pub(super) struct Reliable {
 }
 
 impl Reliable {
+    /// Writer states and reader states kept.
+    pub(super) fn states(&self) -> (usize, usize) {
+        self.slots.iter().flatten().fold((0, 0), |(w, r), s| {
+            (w + usize::from(s.w.is_some()), r + s.readers.len())
+        })
+    }
+
     /// When some state has work next.
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
         self.next_timer

@@ -60,6 +60,9 @@ pub(super) struct WriterSeq {
     writer: EndpointGuid,
     /// The next sequence number expected (0: nothing seen yet).
     next: u64,
+    /// A run ended at `u64::MAX` (the decoder's bound): nothing can follow, and `next`
+    /// stays at `u64::MAX` instead of overflowing.
+    ended: bool,
 }
 
 /// Runs read from links whose writer the shard's route table does not know yet, oldest
@@ -70,6 +73,13 @@ pub(super) struct WriterSeq {
 pub(super) struct Parked {
     runs: std::collections::VecDeque<(Instant, Held)>,
     bytes: usize,
+}
+
+impl Parked {
+    /// Body bytes held.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
 }
 
 /// A parked run.
@@ -135,10 +145,11 @@ impl ShardCore {
             *st = WriterSeq {
                 writer: route.writer,
                 next: 0,
+                ended: false,
             };
         }
         let last = s.last_seq();
-        if st.next > last {
+        if st.next > last || st.ended {
             add(&c.dropped_duplicate, u64::from(s.count));
             return None;
         }
@@ -148,7 +159,8 @@ impl ShardCore {
         } else if st.next != 0 && s.first_seq > st.next {
             add(&c.missed, s.first_seq - st.next);
         }
-        st.next = last + 1;
+        st.next = last.saturating_add(1);
+        st.ended = last == u64::MAX;
         // `skip` < count here: `next <= last`.
         Some(Fresh { skip: skip as u16 })
     }
@@ -171,6 +183,7 @@ impl ShardCore {
         self.writer_seqs[slot] = WriterSeq {
             writer: route.writer,
             next,
+            ended: false,
         };
     }
 

@@ -134,6 +134,27 @@ fn seen_samples_are_dropped_and_counted_and_gaps_are_counted_as_missed() {
     assert_eq!((t.dropped_duplicate, t.missed, t.delivered), (3 + 2, 3, 6));
 }
 
+/// Found by the `control_plane` fuzz target: a run ending at the last sequence number a
+/// run may carry (`u64::MAX`, which the decoder allows) overflowed the writer's next
+/// expected number (a panic with overflow checks; in release it wrapped to 0, "nothing seen",
+/// so every later run passed as new). The state now stays at the end of time: the run is
+/// delivered once and copies of it are duplicates.
+#[test]
+fn a_run_ending_at_the_last_sequence_number_does_not_overflow_the_writers_state() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    let topic = routes(&mut s, &[B], &[R1], false);
+    assert!(s.feed(A, &run(1, 5, &[b"1"]), s.at(1)));
+    assert!(s.feed(A, &run(u64::MAX - 1, 5, &[b"a", b"b"]), s.at(2)));
+    assert!(s.feed(A, &run(u64::MAX - 1, 5, &[b"a", b"b"]), s.at(3)));
+    assert!(s.feed(A, &run(2, 5, &[b"2"]), s.at(4)));
+    let got: Vec<Vec<u64>> = delivered(&s.take()).into_iter().map(|d| d.1).collect();
+    assert_eq!(got, vec![vec![1], vec![u64::MAX - 1, u64::MAX]]);
+    let t = stats(&topic);
+    assert_eq!((t.delivered, t.dropped_duplicate), (3, 2 + 1));
+}
+
 #[test]
 fn runs_of_a_writer_the_table_does_not_know_yet_wait_for_it_in_order() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);

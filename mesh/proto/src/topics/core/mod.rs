@@ -799,6 +799,17 @@ impl TopicsCore {
         self.reported.len()
     }
 
+    /// Origins with an announce cycle in progress (bounded by the admitted participants:
+    /// a cycle is tracked only for the origin bound to its prefix).
+    pub fn cycles_len(&self) -> usize {
+        self.cycles.len()
+    }
+
+    /// Remote participants admitted, each bound to its origin.
+    pub fn remotes_len(&self) -> usize {
+        self.remotes.len()
+    }
+
     /// The frame a cycle or an immediate announcement starts from.
     fn frame(&mut self, cycle: u32, part: u16, parts: u16) -> Discovery {
         self.seq += 1;

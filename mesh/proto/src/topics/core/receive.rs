@@ -173,12 +173,24 @@ impl TopicsCore {
             .is_none_or(|b| b.has_credit(rate, burst, now))
     }
 
-    /// Charges `work` units to `link`'s and `origin`'s budgets (the control core charges
-    /// what it spent on a frame before handing it over, a signature's verification).
+    /// Charges `work` units to `link`'s and `origin`'s budgets.
     pub fn charge(&mut self, link: LinkId, origin: &PeerId, work: u64) {
+        self.charge_link(link, work);
+        self.charge_origin(origin, work);
+    }
+
+    /// Charges `work` units to `link`'s budget only: the control core's signature
+    /// verification, before it knows whether the frame's origin said it.
+    pub fn charge_link(&mut self, link: LinkId, work: u64) {
         if let Some(l) = self.links.get_mut(&link) {
             l.budget.charge(work);
         }
+    }
+
+    /// Charges `work` units to `origin`'s budget only: a verification once the signature
+    /// proved the origin said it (a forgery about an origin must not spend its budget, or
+    /// a member's forgeries would get the origin's genuine frames dropped).
+    pub fn charge_origin(&mut self, origin: &PeerId, work: u64) {
         if let Some(b) = self.origins.budget(origin) {
             b.charge(work);
         }
