@@ -1,19 +1,20 @@
-//! Secured-link record cost: ChaCha20-Poly1305 seal and open per record, beside a `memcpy` of
-//! the same plaintext and `ring`'s cipher called directly as the baselines for ratios, and the
-//! benefit of batching small frames into one record.
+//! Secured-link record cost: seal and open per record for both suites (ChaCha20-Poly1305,
+//! AES-256-GCM), beside a `memcpy` of the same plaintext and `ring`'s cipher called directly as
+//! the baselines for ratios, and the benefit of batching small frames into one record.
 //!
 //! `cargo bench -p shoal-bench --bench crypto -- --warm-up-time 1 --measurement-time 2`
 //!
-//! - `record/{memcpy,cipher,seal,open,seal_open}/{64B,1KiB,16KiB,64KiB}`: one record per
-//!   plaintext. `cipher` is ring's seal + open in place with no record layer around it; `open`
-//!   verifies a record sealed in the (unmeasured) setup; `seal_open` is the round trip.
+//! - `record/{memcpy,cipher,seal,open,seal_open}/{64B,1KiB,16KiB,64KiB}`: one ChaCha20-Poly1305
+//!   record per plaintext. `cipher` is ring's seal + open in place with no record layer around
+//!   it; `open` verifies a record sealed in the (unmeasured) setup; `seal_open` is the round
+//!   trip. `record_aes/...`: the same with AES-256-GCM records (no `memcpy` row).
 //! - `batch_16x64B/{memcpy,one_record,16_records}`: sixteen 64-byte frames sealed and opened as
 //!   one record vs as sixteen records.
 //! - `stream_16x1KiB/{cipher,plain_path,record_layer}`: what a loaded link does per batch:
 //!   sixteen 1 KiB frames copied into one record, sealed, pushed into a `RecordReader`, opened
 //!   and split into frames (`record_layer`); the same without records (`plain_path`); and the
 //!   cipher alone on the same 16 KiB. `record_layer - plain_path` is what securing a link
-//!   adds, to be set against `cipher`.
+//!   adds, to be set against `cipher`. `cipher_aes`, `record_layer_aes`: AES-256-GCM.
 //!
 //! Sealer and opener share a key and advance their counters in lock step, as the two ends of a
 //! link do; every open checks the tag, so a mismatch would fail the bench, not skew it.
@@ -21,9 +22,10 @@
 use std::hint::black_box;
 
 use criterion::{criterion_main, BatchSize, Criterion, Throughput};
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
 use shoal_mesh::crypto::{
-    Opened, RecordOpener, RecordReader, RecordSealer, DEFAULT_MAX_MESSAGE_BYTES as MAX_MESSAGE,
+    Opened, RecordOpener, RecordReader, RecordSealer, RecordSuite,
+    DEFAULT_MAX_MESSAGE_BYTES as MAX_MESSAGE,
 };
 
 const SIZES: [(usize, &str); 4] = [
@@ -37,9 +39,13 @@ const FRAMES: usize = 16;
 const SMALL: usize = 64;
 
 fn pair() -> (RecordSealer, RecordOpener) {
+    suite_pair(RecordSuite::ChaCha20Poly1305)
+}
+
+fn suite_pair(suite: RecordSuite) -> (RecordSealer, RecordOpener) {
     (
-        RecordSealer::new(&KEY, MAX_MESSAGE),
-        RecordOpener::new(&KEY, MAX_MESSAGE),
+        RecordSealer::with_suite(suite, &KEY, MAX_MESSAGE),
+        RecordOpener::with_suite(suite, &KEY, MAX_MESSAGE),
     )
 }
 
@@ -51,7 +57,7 @@ fn open(opener: &mut RecordOpener, buf: &mut [u8]) -> (usize, usize) {
     }
 }
 
-/// ring's ChaCha20-Poly1305 alone: seals `buf` in place with counter `ctr`, appends the tag,
+/// ring's cipher alone: seals `buf` in place with counter `ctr`, appends the tag,
 /// opens it again; the floor under any record layer.
 fn cipher_seal_open(key: &LessSafeKey, ctr: u64, buf: &mut Vec<u8>, len: usize) {
     let nonce = |ctr: u64| {
@@ -70,26 +76,33 @@ fn cipher_seal_open(key: &LessSafeKey, ctr: u64, buf: &mut Vec<u8>, len: usize) 
     black_box(pt);
 }
 
-fn raw_key() -> LessSafeKey {
-    LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &KEY).expect("32-byte key"))
+fn raw_key(suite: RecordSuite) -> LessSafeKey {
+    let alg = match suite {
+        RecordSuite::ChaCha20Poly1305 => &CHACHA20_POLY1305,
+        RecordSuite::Aes256Gcm => &AES_256_GCM,
+    };
+    LessSafeKey::new(UnboundKey::new(alg, &KEY).expect("32-byte key"))
 }
 
-fn bench_record(c: &mut Criterion) {
-    let mut g = c.benchmark_group("record");
+fn bench_record(c: &mut Criterion, group: &str, suite: RecordSuite) {
+    let mut g = c.benchmark_group(group);
+    let pair = || suite_pair(suite);
     for (size, name) in SIZES {
         let pt = vec![0xa5u8; size];
         g.throughput(Throughput::Bytes(size as u64));
         let mut buf: Vec<u8> = Vec::with_capacity(size + 64);
 
-        g.bench_function(format!("memcpy/{name}"), |b| {
-            b.iter(|| {
-                buf.clear();
-                buf.extend_from_slice(black_box(&pt));
-                black_box(&buf);
-            })
-        });
+        if suite == RecordSuite::ChaCha20Poly1305 {
+            g.bench_function(format!("memcpy/{name}"), |b| {
+                b.iter(|| {
+                    buf.clear();
+                    buf.extend_from_slice(black_box(&pt));
+                    black_box(&buf);
+                })
+            });
+        }
 
-        let key = raw_key();
+        let key = raw_key(suite);
         let mut ctr = 0u64;
         let mut raw = pt.clone();
         g.bench_function(format!("cipher/{name}"), |b| {
@@ -201,15 +214,20 @@ fn bench_stream(c: &mut Criterion) {
         })
         .collect();
 
-    let key = raw_key();
-    let mut ctr = 0u64;
-    let mut raw = frames.concat();
-    g.bench_function("cipher", |b| {
-        b.iter(|| {
-            cipher_seal_open(&key, ctr, &mut raw, N * SIZE);
-            ctr += 1;
-        })
-    });
+    for (suffix, suite) in [
+        ("", RecordSuite::ChaCha20Poly1305),
+        ("_aes", RecordSuite::Aes256Gcm),
+    ] {
+        let key = raw_key(suite);
+        let mut ctr = 0u64;
+        let mut raw = frames.concat();
+        g.bench_function(format!("cipher{suffix}"), |b| {
+            b.iter(|| {
+                cipher_seal_open(&key, ctr, &mut raw, N * SIZE);
+                ctr += 1;
+            })
+        });
+    }
 
     // What plaintext links do with the same frames: copy them into a batch, land the batch in
     // a read buffer (the kernel's copy, here a memcpy), split it into frames.
@@ -235,14 +253,32 @@ fn bench_stream(c: &mut Criterion) {
         })
     });
 
-    let (mut sealer, opener) = pair();
+    for (suffix, suite) in [
+        ("", RecordSuite::ChaCha20Poly1305),
+        ("_aes", RecordSuite::Aes256Gcm),
+    ] {
+        stream_record_layer(&mut g, &format!("record_layer{suffix}"), suite, &frames);
+    }
+    g.finish();
+}
+
+/// `stream_16x1KiB/record_layer` for one suite (see the module docs).
+fn stream_record_layer(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    suite: RecordSuite,
+    frames: &[Vec<u8>],
+) {
+    const N: usize = 16;
+    const SIZE: usize = 1024;
+    let (mut sealer, opener) = suite_pair(suite);
     let mut reader = RecordReader::new(opener, &[]);
     let mut wire = bytes::BytesMut::with_capacity(N * SIZE + 64);
-    g.bench_function("record_layer", |b| {
+    g.bench_function(name, |b| {
         b.iter(|| {
             wire.clear();
             let mut rec = sealer.begin(&mut wire);
-            for f in &frames {
+            for f in frames {
                 rec.try_push(black_box(f)).expect("fits");
             }
             rec.seal().expect("fits");
@@ -266,14 +302,14 @@ fn bench_stream(c: &mut Criterion) {
         })
     });
     assert_eq!(reader.moved_bytes(), 0, "whole frames are never moved");
-    g.finish();
 }
 
 /// Every crypto bench; a plain fn rather than `criterion_group!`, whose generated `pub fn` has
 /// no docs.
 fn benches() {
     let mut c = shoal_bench::quick_criterion();
-    bench_record(&mut c);
+    bench_record(&mut c, "record", RecordSuite::ChaCha20Poly1305);
+    bench_record(&mut c, "record_aes", RecordSuite::Aes256Gcm);
     bench_batch(&mut c);
     bench_stream(&mut c);
 }

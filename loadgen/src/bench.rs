@@ -1,9 +1,13 @@
 //! `bench`: Shoal A→B broadcast and raw TCP A→B back to back in one process, per payload
-//! size, and the ratio of their delivered message rates; or (`--compare-psk`) secured Shoal
-//! against plaintext Shoal, to price the record layer.
+//! size, and the ratio of their delivered message rates; or (`--compare-psk`) secured Shoal,
+//! once per record suite, against plaintext Shoal, to price the record layer, and the same
+//! for ping-pong round trips.
 
 use crate::demo::{run_raw, run_shoal, LocalRun, RunError};
+use crate::latency::{LatencyRun, Settings};
+use crate::latency_inline::pingpong_shoal_inline;
 use crate::report::Summary;
+use shoal_mesh::crypto::RecordSuitePolicy;
 
 /// One size's pair of runs.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -148,24 +152,38 @@ pub fn print_memory_table(rows: &[(usize, &str, &Summary)]) {
     }
 }
 
-/// One size's plaintext and secured Shoal runs.
+/// One secured leg of a PSK comparison: the record suite the nodes were set to offer, the
+/// suites their link used, and the run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SecuredRun {
+    /// The `record_suite` setting of both nodes.
+    pub setting: String,
+    /// The suites the run's links used (from `Mesh::links`).
+    pub record_suites: Vec<String>,
+    /// The run.
+    pub summary: Summary,
+    /// Its msgs/s divided by plaintext msgs/s.
+    pub ratio: f64,
+}
+
+/// One size's plaintext run and its secured runs, one per suite setting, back to back.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PskComparison {
     /// Payload bytes.
     pub payload_bytes: usize,
     /// Plaintext Shoal.
     pub plain: Summary,
-    /// Shoal with a PSK.
-    pub psk: Summary,
-    /// PSK msgs/s divided by plaintext msgs/s.
-    pub ratio: f64,
+    /// Shoal with a PSK, per `record_suite` setting, in the order asked.
+    pub secured: Vec<SecuredRun>,
 }
 
-/// Runs plaintext Shoal then Shoal with `psk` for each size in `sizes`.
+/// Runs plaintext Shoal then Shoal with `psk` once per suite setting in `suites`, for each
+/// size in `sizes`.
 pub fn compare_psk(
     template: &LocalRun,
     sizes: &[usize],
     psk: &str,
+    suites: &[RecordSuitePolicy],
 ) -> Result<Vec<PskComparison>, RunError> {
     let mut out = Vec::new();
     for &size in sizes {
@@ -174,23 +192,113 @@ pub fn compare_psk(
         run.shape.size_max = size;
         run.node.psk = None;
         let plain = run_shoal(&run)?;
-        run.node.psk = Some(psk.to_owned());
-        let secured = run_shoal(&run)?;
+        let mut secured = Vec::new();
+        for &suite in suites {
+            run.node.psk = Some(psk.to_owned());
+            run.node.record_suite = Some(suite);
+            let summary = run_shoal(&run)?;
+            secured.push(SecuredRun {
+                setting: suite.name().to_owned(),
+                record_suites: summary.record_suites.clone(),
+                ratio: rate_ratio(&summary, &plain),
+                summary,
+            });
+        }
         out.push(PskComparison {
             payload_bytes: size,
-            ratio: rate_ratio(&secured, &plain),
             plain,
-            psk: secured,
+            secured,
         });
     }
     Ok(out)
 }
 
-/// Prints the PSK comparison as a markdown table.
+/// Prints the PSK comparison as one markdown table per secured suite.
 pub fn print_psk_table(rows: &[PskComparison]) {
-    let pairs: Vec<_> = rows
-        .iter()
-        .map(|c| (c.payload_bytes, &c.plain, &c.psk, c.ratio))
-        .collect();
-    print_pairs(("plain", "psk", "psk/plain"), &pairs, Subject::Second);
+    let legs = rows.first().map_or(0, |r| r.secured.len());
+    for leg in 0..legs {
+        let first = &rows[0].secured[leg];
+        println!(
+            "record_suite = {} (links: {})",
+            first.setting,
+            first.record_suites.join(", ")
+        );
+        println!();
+        let pairs: Vec<_> = rows
+            .iter()
+            .map(|c| {
+                let s = &c.secured[leg];
+                (c.payload_bytes, &c.plain, &s.summary, s.ratio)
+            })
+            .collect();
+        print_pairs(("plain", "psk", "psk/plain"), &pairs, Subject::Second);
+        println!();
+        let sizes: Vec<String> = rows
+            .iter()
+            .map(|c| {
+                let s = &c.secured[leg].summary;
+                format!(
+                    "{} B: {:.1} KiB ({} records)",
+                    c.payload_bytes,
+                    s.mean_record_kib(),
+                    s.records_sealed
+                )
+            })
+            .collect();
+        println!("Mean record written: {}", sizes.join("; "));
+        println!();
+    }
+}
+
+/// Ping-pong round trips of the plaintext mesh and of each secured suite, one after the
+/// other.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PingPongComparison {
+    /// Plaintext Shoal.
+    pub plain: LatencyRun,
+    /// Per suite setting: the setting and the run.
+    pub secured: Vec<(String, LatencyRun)>,
+}
+
+/// Runs `latency --mode ping-pong --inline` (both ends answer on the shard thread: no
+/// application thread on the round trip) plaintext, then with `psk` per suite in `suites`.
+pub fn pingpong_psk(
+    s: &Settings,
+    psk: &str,
+    suites: &[RecordSuitePolicy],
+) -> Result<PingPongComparison, RunError> {
+    let mut s = s.clone();
+    s.node.psk = None;
+    let plain = pingpong_shoal_inline(&s)?;
+    let mut secured = Vec::new();
+    for &suite in suites {
+        s.node.psk = Some(psk.to_owned());
+        s.node.record_suite = Some(suite);
+        secured.push((suite.name().to_owned(), pingpong_shoal_inline(&s)?));
+    }
+    Ok(PingPongComparison { plain, secured })
+}
+
+/// Prints the ping-pong comparison as a markdown table, with each p50 over plaintext's.
+pub fn print_pingpong(c: &PingPongComparison) {
+    println!(
+        "Ping-pong, {} B, both ends answering on the shard thread:",
+        c.plain.payload_bytes
+    );
+    println!();
+    println!("| run | round trips | p50 µs | p99 µs | p99.9 µs | p50 / plain |");
+    println!("|---|---|---|---|---|---|");
+    let base = c.plain.percentiles.p50_us;
+    let row = |name: &str, r: &LatencyRun| {
+        let p = &r.percentiles;
+        let ratio = if base > 0.0 { p.p50_us / base } else { 0.0 };
+        println!(
+            "| {name} | {} | {:.1} | {:.1} | {:.1} | **{ratio:.2}x** |",
+            p.count, p.p50_us, p.p99_us, p.p999_us
+        );
+    };
+    row("plain", &c.plain);
+    for (name, r) in &c.secured {
+        row(&format!("psk, {name}"), r);
+    }
 }

@@ -242,6 +242,13 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
     for m in &meshes {
         drops.add(&m.stats().total);
     }
+    let suites = shoal::record_suites(&meshes);
+    let (mut records, mut written) = (0, 0);
+    for m in &meshes {
+        let t = m.stats().total;
+        records += t.records_sealed;
+        written += t.bytes_out;
+    }
     for m in &meshes {
         m.stop();
     }
@@ -255,6 +262,9 @@ pub fn run_shoal(run: &LocalRun) -> Result<Summary, RunError> {
         usage,
     );
     summary.topology = topology;
+    summary.record_suites = suites;
+    summary.records_sealed = records;
+    summary.bytes_written = written;
     summary.memory = memory;
     Ok(summary)
 }

@@ -47,9 +47,7 @@ impl Drop for MetricsServer {
 /// Serves `mesh`'s counters on `addr` (and says where on stderr).
 pub fn serve_mesh(addr: SocketAddr, mesh: &Mesh) -> std::io::Result<MetricsServer> {
     let mesh = mesh.clone();
-    let server = serve(addr, move || {
-        shoal_mesh::metrics::render_with_topics(&mesh.stats(), &mesh.topics())
-    })?;
+    let server = serve(addr, move || shoal_mesh::metrics::render_mesh(&mesh))?;
     eprintln!(
         "metrics: http://{}/metrics (Prometheus text format)",
         server.local_addr()

@@ -101,6 +101,14 @@ pub struct Summary {
     pub links: usize,
     /// The in-process nodes and their links (empty for single-node roles and raw TCP).
     pub topology: Vec<NodeInfo>,
+    /// The record suites of this process's nodes' links, each named once, sorted:
+    /// `aes-256-gcm`, `chacha20-poly1305`, or `plaintext` (empty for raw TCP).
+    pub record_suites: Vec<String>,
+    /// Secured runs: records this process's nodes sealed, and the bytes they wrote to links
+    /// (records and their headers and tags): their ratio is the mean record size.
+    pub records_sealed: u64,
+    /// Bytes this process's nodes wrote to links.
+    pub bytes_written: u64,
     /// Payload bytes per message (the smallest, when sizes vary).
     pub payload_bytes: usize,
     /// Largest payload when sizes vary (else equal to `payload_bytes`).
@@ -147,6 +155,14 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Bytes written per record sealed, KiB (0 without records).
+    pub fn mean_record_kib(&self) -> f64 {
+        if self.records_sealed == 0 {
+            return 0.0;
+        }
+        self.bytes_written as f64 / self.records_sealed as f64 / 1024.0
+    }
+
     /// Prints [`Summary::text`].
     pub fn print(&self) {
         print!("{}", self.text());
@@ -184,6 +200,18 @@ impl Summary {
             self.msgs_per_s,
             self.mb_per_s
         );
+        if !self.record_suites.is_empty() {
+            let _ = write!(out, "   records: {}", self.record_suites.join(", "));
+            if self.records_sealed > 0 {
+                let _ = write!(
+                    out,
+                    " | {} sealed, {:.1} KiB each on average",
+                    self.records_sealed,
+                    self.mean_record_kib()
+                );
+            }
+            let _ = writeln!(out);
+        }
         for n in &self.topology {
             let role = if n.index == 0 {
                 "publisher"

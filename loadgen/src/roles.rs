@@ -172,6 +172,7 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
     progress.finish();
     let usage = Usage::now().since(&before);
     let drops = node_drops(&mesh);
+    let suites = shoal::record_suites([&mesh]);
     mesh.stop();
     let rep = rep?;
     let mut s = with_send_rate(
@@ -188,6 +189,7 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
         r.shape.size,
     );
     s.memory = memory;
+    s.record_suites = suites;
     Ok(s)
 }
 
@@ -218,8 +220,9 @@ fn shoal_sub(r: &RoleRun) -> Result<Summary, RunError> {
     let usage = Usage::now().since(&before);
     let links = mesh.connected_peers().len();
     let drops = node_drops(&mesh);
+    let suites = shoal::record_suites([&mesh]);
     mesh.stop();
-    Ok(summarise(
+    let mut s = summarise(
         &r.local("sub"),
         "shoal",
         links,
@@ -227,7 +230,9 @@ fn shoal_sub(r: &RoleRun) -> Result<Summary, RunError> {
         &[recv],
         Some(drops),
         usage,
-    ))
+    );
+    s.record_suites = suites;
+    Ok(s)
 }
 
 fn shoal_relay(r: &RoleRun) -> Result<Summary, RunError> {
@@ -255,6 +260,7 @@ fn shoal_relay(r: &RoleRun) -> Result<Summary, RunError> {
     progress.finish();
     let usage = Usage::now().since(&before);
     let drops = node_drops(&mesh);
+    let suites = shoal::record_suites([&mesh]);
     let total = mesh.stats().total;
     mesh.stop();
     let mut s = summarise(
@@ -269,6 +275,7 @@ fn shoal_relay(r: &RoleRun) -> Result<Summary, RunError> {
     s.window_s = (r.shape.warmup + r.shape.duration + r.linger).as_secs_f64();
     s.frames_in = total.frames_in;
     s.frames_out = total.frames_queued;
+    s.record_suites = suites;
     Ok(s)
 }
 
@@ -324,6 +331,7 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
     progress.finish();
     let usage = Usage::now().since(&before);
     let drops = node_drops(&mesh);
+    let suites = shoal::record_suites([&mesh]);
     let counts = topics::counts_since(&topics::topic_counts(&me), &counts_before);
     let bytes = topics::bytes_out(&me).saturating_sub(bytes_before);
     // Stopped with the writer alive: its queued samples go out before the links close, and
@@ -346,6 +354,7 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
     );
     s.memory = memory;
     s.samples = Some(SampleReport::of(&[], &counts, writing_s, 0).with_bytes_out(bytes));
+    s.record_suites = suites;
     Ok(s)
 }
 
@@ -391,6 +400,7 @@ fn topic_sub(r: &RoleRun) -> Result<Summary, RunError> {
     let usage = Usage::now().since(&before);
     let links = mesh.connected_peers().len();
     let drops = node_drops(&mesh);
+    let suites = shoal::record_suites([&mesh]);
     let counts = topics::counts_since(&topics::topic_counts(&me), &counts_before);
     let unrouted = topics::unrouted(&me).saturating_sub(unrouted_before);
     drop(handles);
@@ -418,6 +428,7 @@ fn topic_sub(r: &RoleRun) -> Result<Summary, RunError> {
         usage,
     );
     s.samples = Some(report);
+    s.record_suites = suites;
     Ok(s)
 }
 

@@ -3,6 +3,7 @@
 
 use crate::traffic::{Receiver, Sink, SinkError};
 use bytes::BytesMut;
+use shoal_mesh::crypto::RecordSuitePolicy;
 use shoal_mesh::{
     ErrorLog, Event, EventReceiver, Mesh, MeshBuilder, MeshConfig, OverflowPolicy, PublishError,
     Publisher,
@@ -52,9 +53,18 @@ pub struct NodeArgs {
     /// `BufWriter`); 0 = one `broadcast_blocking` call per message.
     #[arg(long, default_value_t = shoal_mesh::node::DEFAULT_BATCH_BYTES)]
     pub batch_bytes: usize,
-    /// Pre-shared key (secured mode: ChaCha20-Poly1305 records on every link).
+    /// Pre-shared key (secured mode: records on every link, AES-256-GCM between Shoal nodes
+    /// that both offer it, ChaCha20-Poly1305 otherwise; see `--record-suite`).
     #[arg(long)]
     pub psk: Option<String>,
+    /// Secured mode: the record suite this node offers (`record_suite`: auto,
+    /// chacha20-poly1305, aes-256-gcm); overrides the settings file.
+    #[arg(long)]
+    pub record_suite: Option<RecordSuitePolicy>,
+    /// Secured mode: plaintext bytes after which a writer cuts a record (the node option
+    /// `record_bytes`; default the library's).
+    #[arg(long)]
+    pub record_bytes: Option<usize>,
     /// Full-queue policy.
     #[arg(long, value_enum, default_value = "block")]
     pub overflow: Policy,
@@ -114,6 +124,8 @@ impl NodeArgs {
             pin: Vec::new(),
             batch_bytes: shoal_mesh::node::DEFAULT_BATCH_BYTES,
             psk: None,
+            record_suite: None,
+            record_bytes: None,
             overflow: Policy::Block,
             spin_us: 0,
             stop_grace_ms: 10_000,
@@ -137,6 +149,9 @@ impl NodeArgs {
         if let Some(psk) = &self.psk {
             cfg.psk = psk.clone();
         }
+        if let Some(suite) = self.record_suite {
+            cfg.record_suite = suite;
+        }
         let mut b = Mesh::builder()
             .config(cfg)
             .group_name(self.group.clone())
@@ -150,6 +165,9 @@ impl NodeArgs {
                 Policy::Block => OverflowPolicy::Block,
                 Policy::DropNewest => OverflowPolicy::DropNewest,
             });
+        if let Some(n) = self.record_bytes {
+            b = b.record_bytes(n);
+        }
         if let Some(ifa) = self.multicast_interface {
             b = b.multicast_interface(ifa);
         }
@@ -172,6 +190,19 @@ impl NodeArgs {
         mesh.start()?;
         Ok((mesh, events))
     }
+}
+
+/// The record suites of the links of `meshes` now, each once, sorted (`plaintext` for the
+/// links of a plaintext mesh); read before the nodes stop.
+pub fn record_suites<'a>(meshes: impl IntoIterator<Item = &'a Mesh>) -> Vec<String> {
+    let mut names: Vec<String> = meshes
+        .into_iter()
+        .flat_map(|m| m.links())
+        .map(|l| l.suite.map_or("plaintext", |s| s.name()).to_owned())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// Waits until `cond` holds, polling every 5 ms, for at most `secs` seconds.

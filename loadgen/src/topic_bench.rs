@@ -122,6 +122,7 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
     for m in &meshes {
         drops.add(&m.stats().total);
     }
+    let suites = crate::shoal::record_suites(&meshes);
     drop(sink);
     drop(readers);
     for m in &meshes {
@@ -143,6 +144,7 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
         usage,
     );
     summary.memory = memory;
+    summary.record_suites = suites;
     summary.wire_bytes = report.bytes_out_per_sample.round() as usize;
     summary.samples = Some(report);
     Ok(summary)

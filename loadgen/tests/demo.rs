@@ -206,7 +206,7 @@ fn demo_prints_the_topics_part_after_the_throughput() {
 }
 
 #[test]
-fn secured_bench_delivers_with_a_psk() {
+fn secured_bench_delivers_with_a_psk_on_both_suites() {
     let v = run_json(&[
         "bench",
         "--compare-psk",
@@ -218,17 +218,38 @@ fn secured_bench_delivers_with_a_psk() {
         "300",
         "--warmup-ms",
         "100",
+        "--pingpong-ms",
+        "300",
         "--json",
     ]);
-    let row = &v[0];
-    for side in ["plain", "psk"] {
-        assert!(
-            row[side]["delivered"].as_u64().unwrap_or(0) > 0,
-            "{side}: {v}"
-        );
-        assert_eq!(row[side]["lost"].as_u64(), Some(0), "{side}: {v}");
+    let row = &v["sizes"][0];
+    assert_eq!(
+        row["plain"]["record_suites"],
+        serde_json::json!(["plaintext"]),
+        "{v}"
+    );
+    let legs = row["secured"].as_array().expect("secured legs");
+    // Both suites, forced, in the default order; each link reports the suite it used.
+    for (leg, suite) in legs.iter().zip(["chacha20-poly1305", "aes-256-gcm"]) {
+        assert_eq!(leg["setting"], suite, "{v}");
+        assert_eq!(leg["record_suites"], serde_json::json!([suite]), "{v}");
+        assert!(leg["ratio"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
     }
-    assert!(row["ratio"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
+    assert_eq!(legs.len(), 2, "{v}");
+    for run in std::iter::once(&row["plain"]).chain(legs.iter().map(|l| &l["summary"])) {
+        assert!(run["delivered"].as_u64().unwrap_or(0) > 0, "{v}");
+        assert_eq!(run["lost"].as_u64(), Some(0), "{v}");
+    }
+    let pp = &v["pingpong"];
+    let secured = pp["secured"].as_array().expect("secured ping-pongs");
+    assert_eq!(secured.len(), 2, "{v}");
+    for r in std::iter::once(&pp["plain"]).chain(secured.iter().map(|s| &s[1])) {
+        assert!(r["measured"].as_u64().unwrap_or(0) > 0, "{r}");
+        assert!(
+            r["percentiles"]["p50_us"].as_f64().unwrap_or(0.0) > 0.0,
+            "{r}"
+        );
+    }
 }
 
 #[test]

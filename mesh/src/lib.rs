@@ -77,9 +77,9 @@ pub mod nodes;
 pub mod topics;
 pub use node::ErrorLog;
 pub use node::{
-    ErrorKind, Event, EventReceiver, Mesh, MeshBuilder, MeshError, MeshStats, NodeOptions,
-    OverflowPolicy, PublishError, Publisher, Received, SampleBatch, ShardStats, SlowLinkAction,
-    SlowLinkPolicy, StatCounter,
+    ErrorKind, Event, EventReceiver, LinkInfo, Mesh, MeshBuilder, MeshError, MeshStats,
+    NodeOptions, OverflowPolicy, PublishError, Publisher, Received, SampleBatch, ShardStats,
+    SlowLinkAction, SlowLinkPolicy, StatCounter,
 };
 /// The protocol crate, whole: its state machines at the top, [`wire`], [`crypto`], [`config`].
 pub use shoal_proto as proto;

@@ -20,8 +20,13 @@
 //! ([`render_with_topics`], and [`MeshCollector`] on every scrape). The topics control
 //! plane's own counters (`TopicsStats`: Discovery frames in, refused off-path, over budget,
 //! seq jumps held, cycles, ...) are `shoal_discovery_<field>_total`, without labels.
+//!
+//! Links: `shoal_link_suite{peer="<node id>",suite="aes-256-gcm"} 1`, one series per
+//! established link, `suite` being its record suite (`aes-256-gcm`, `chacha20-poly1305`, or
+//! `plaintext` in a plaintext mesh) ([`render_mesh`], and [`MeshCollector`] on every scrape);
+//! count by `suite` for how many links each suite carries.
 
-use crate::node::{MeshStats, ShardStats};
+use crate::node::{LinkInfo, MeshStats, ShardStats};
 use crate::topics::{TopicStats, TopicsSnapshot};
 use crate::Mesh;
 use prometheus_client::collector::Collector;
@@ -60,19 +65,23 @@ impl MeshCollector {
 impl Collector for MeshCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
         stats_into(&self.mesh.stats(), &mut encoder)?;
-        topics_into(&self.mesh.topics(), &mut encoder)
+        topics_into(&self.mesh.topics(), &mut encoder)?;
+        links_into(&self.mesh.links(), &mut encoder)
     }
 }
 
 /// One snapshot, for [`render`].
 #[derive(Debug)]
-struct Snapshot(MeshStats, Option<TopicsSnapshot>);
+struct Snapshot(MeshStats, Option<TopicsSnapshot>, Option<Vec<LinkInfo>>);
 
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
         stats_into(&self.0, &mut encoder)?;
-        match &self.1 {
-            Some(t) => topics_into(t, &mut encoder),
+        if let Some(t) = &self.1 {
+            topics_into(t, &mut encoder)?;
+        }
+        match &self.2 {
+            Some(l) => links_into(l, &mut encoder),
             None => Ok(()),
         }
     }
@@ -80,12 +89,47 @@ impl Collector for Snapshot {
 
 /// The text-format page of `stats` (names prefixed with [`PREFIX`]), ending in `# EOF`.
 pub fn render(stats: &MeshStats) -> String {
-    page(Snapshot(stats.clone(), None))
+    page(Snapshot(stats.clone(), None, None))
 }
 
 /// [`render`] plus the per-topic counters of `topics` (from [`Mesh::topics`]).
 pub fn render_with_topics(stats: &MeshStats, topics: &TopicsSnapshot) -> String {
-    page(Snapshot(stats.clone(), Some(topics.clone())))
+    page(Snapshot(stats.clone(), Some(topics.clone()), None))
+}
+
+/// Everything [`MeshCollector`] exports for `mesh`, now: its counters, its topics and its
+/// links' record suites.
+pub fn render_mesh(mesh: &Mesh) -> String {
+    page(Snapshot(
+        mesh.stats(),
+        Some(mesh.topics()),
+        Some(mesh.links()),
+    ))
+}
+
+/// Encodes `shoal_link_suite` for `links` (from [`Mesh::links`]; see the module docs).
+pub fn encode_links(links: &[LinkInfo], mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+    links_into(links, &mut encoder)
+}
+
+fn links_into(links: &[LinkInfo], encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(
+        "link_suite",
+        "The record suite of each established link (1 per link; suite aes-256-gcm, \
+         chacha20-poly1305, or plaintext in a plaintext mesh).",
+        None,
+        ConstGauge::new(0i64).metric_type(),
+    )?;
+    for l in links {
+        let peer = l.peer.to_string();
+        let suite = l.suite.map_or("plaintext", |s| s.name());
+        let labels = [
+            ("peer", Cow::Borrowed(peer.as_str())),
+            ("suite", Cow::Borrowed(suite)),
+        ];
+        ConstGauge::new(1i64).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 fn page(snap: Snapshot) -> String {
@@ -362,6 +406,40 @@ mod tests {
             .expect("help line");
         assert!(help.contains("Event::Message"), "{help}");
         assert!(!help.contains('`') && !help.contains('['), "{help}");
+    }
+
+    #[test]
+    fn each_link_renders_its_suite() {
+        use crate::crypto::RecordSuite;
+        use crate::PeerId;
+        let link = |b: u8, suite| LinkInfo {
+            peer: PeerId([b; 16]),
+            suite,
+            extended_frames: true,
+        };
+        let links = vec![
+            link(1, Some(RecordSuite::Aes256Gcm)),
+            link(2, Some(RecordSuite::ChaCha20Poly1305)),
+            link(3, None),
+        ];
+        let text = page(Snapshot(MeshStats::default(), None, Some(links)));
+        let s = samples(&text);
+        let key = |b: u8, suite: &str| {
+            format!(
+                "shoal_link_suite{{peer=\"{}\",suite=\"{suite}\"}}",
+                PeerId([b; 16])
+            )
+        };
+        assert_eq!(s.get(&key(1, "aes-256-gcm")), Some(&1), "{text}");
+        assert_eq!(s.get(&key(2, "chacha20-poly1305")), Some(&1), "{text}");
+        assert_eq!(s.get(&key(3, "plaintext")), Some(&1), "{text}");
+        assert!(text.contains("# TYPE shoal_link_suite gauge"), "{text}");
+        // Without links, the family is there and empty; `render` has none.
+        let empty = page(Snapshot(MeshStats::default(), None, Some(Vec::new())));
+        assert!(!samples(&empty)
+            .keys()
+            .any(|k| k.starts_with("shoal_link_suite")));
+        assert!(!render(&MeshStats::default()).contains("link_suite"));
     }
 
     #[test]

@@ -39,7 +39,7 @@ fn client_ctx(identity_seed: Option<u8>) -> Arc<SecureContext> {
     })
 }
 
-fn hello(hs: &Handshake) -> Hello {
+fn hello(hs: &mut Handshake) -> Hello {
     let mut h = plain_hello();
     hs.fill_hello(&mut h);
     h
@@ -113,8 +113,8 @@ fn low_order_ephemeral_key_is_refused_by_a_live_node() {
         one[0] = 1;
         one
     }] {
-        let hs = Handshake::new(client_ctx(None), &mut rand::thread_rng());
-        let mut h = hello(&hs);
+        let mut hs = Handshake::new(client_ctx(None), &mut rand::thread_rng());
+        let mut h = hello(&mut hs);
         h.eph_pub_key = Some(bad);
         let mut s = connect(a.port());
         send(&mut s, Frame::Hello(h));
@@ -132,7 +132,7 @@ fn low_order_ephemeral_key_is_refused_by_a_live_node() {
 fn node_id_that_is_not_the_hash_of_the_key_is_refused_by_a_live_node() {
     let a = Node::start(secured_node());
     let mut hs = Handshake::new(client_ctx(Some(3)), &mut rand::thread_rng());
-    let mut h = hello(&hs);
+    let mut h = hello(&mut hs);
     let honest = h.node_id;
     h.node_id = PeerId([0x5a; 16]); // not BLAKE2b-16 of the key it sends
     assert_ne!(h.node_id, honest);

@@ -3,8 +3,9 @@
 use super::{check_size, emit_json, fixed_shape, MainError, Output};
 use crate::demo::LocalRun;
 use crate::shoal::NodeArgs;
-use crate::{bench, repair_bench, topic_bench};
+use crate::{bench, latency, repair_bench, topic_bench};
 use clap::Args;
+use shoal_mesh::crypto::RecordSuitePolicy;
 
 /// `bench`'s arguments.
 #[derive(Args, Debug)]
@@ -36,10 +37,26 @@ pub(crate) struct BenchArgs {
     /// Run the Shoal side secured with this pre-shared key (raw TCP stays plain).
     #[arg(long)]
     psk: Option<String>,
-    /// Instead of Shoal vs raw TCP: Shoal with a PSK vs plaintext Shoal per size, with the
-    /// PSK/plain ratio (the key is `--psk`, or a fixed one).
+    /// Instead of Shoal vs raw TCP: Shoal with a PSK vs plaintext Shoal per size, once per
+    /// `--suites` setting, with the PSK/plain ratios (the key is `--psk`, or a fixed one);
+    /// then a 64 B ping-pong of each (`--pingpong-ms`).
     #[arg(long)]
     compare_psk: bool,
+    /// With --compare-psk: the `record_suite` settings to run, in order (auto,
+    /// chacha20-poly1305, aes-256-gcm).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "chacha20-poly1305,aes-256-gcm"
+    )]
+    suites: Vec<RecordSuitePolicy>,
+    /// Secured runs: plaintext bytes after which a writer cuts a record (node option
+    /// `record_bytes`; default the library's).
+    #[arg(long)]
+    record_bytes: Option<usize>,
+    /// With --compare-psk: measured time of each ping-pong leg, ms (0 = no ping-pong part).
+    #[arg(long, default_value_t = 2000)]
+    pingpong_ms: u64,
     /// Instead of Shoal vs raw TCP: per size, broadcast A→B, topic samples A→B (one writer,
     /// one matched reader) and bare TCP of `u32 length | payload` (raw-lp), interleaved, with
     /// topic/broadcast and topic/raw-lp; then a fan-out to readers on `--fanout` nodes.
@@ -72,6 +89,7 @@ pub(crate) fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
     node.spin_us = a.spin_us;
     node.config = a.config.clone();
     node.psk = a.psk.clone();
+    node.record_bytes = a.record_bytes;
     let template = LocalRun {
         nodes: 2,
         shape: fixed_shape(64, 0.0, a.duration_ms, a.warmup_ms),
@@ -81,11 +99,33 @@ pub(crate) fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
     };
     if a.compare_psk {
         let psk = a.psk.as_deref().unwrap_or("shoal-bench-psk");
-        let rows = bench::compare_psk(&template, &a.sizes, psk)?;
+        let rows = bench::compare_psk(&template, &a.sizes, psk, &a.suites)?;
+        let pingpong = if a.pingpong_ms > 0 {
+            let s = latency::Settings {
+                mode: latency::Mode::PingPong,
+                shape: fixed_shape(64, 0.0, a.pingpong_ms, a.warmup_ms),
+                node: template.node.clone(),
+                quiet: template.quiet,
+            };
+            Some(bench::pingpong_psk(&s, psk, &a.suites)?)
+        } else {
+            None
+        };
         if a.out.json {
-            return emit_json(&rows);
+            #[derive(serde::Serialize)]
+            struct Psk<'a> {
+                sizes: &'a [bench::PskComparison],
+                pingpong: Option<bench::PingPongComparison>,
+            }
+            return emit_json(&Psk {
+                sizes: &rows,
+                pingpong,
+            });
         }
         bench::print_psk_table(&rows);
+        if let Some(p) = &pingpong {
+            bench::print_pingpong(p);
+        }
         return Ok(());
     }
     if a.reliable {

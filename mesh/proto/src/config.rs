@@ -50,6 +50,9 @@
 //!   every link's copy, as the v1 wire does. The same switch governs Discovery frames, whose
 //!   origin's frames are taken only from links toward it over the topic-capable nodes
 //!   (`topics::core`).
+//! - `record_suite = "auto"`: a secured node offers AES-256-GCM records to Shoal peers when
+//!   its CPU has AES instructions, and a link uses them when both sides offered
+//!   ([`crate::crypto::suite`]); multimaster links stay ChaCha20-Poly1305.
 //! - `reverse_path_settle_ms = 4000`: for this long after an origin's links change, its Data
 //!   frames are taken from any link (the dedup cache drops the second copy): nodes whose
 //!   graph the change has not reached yet judge by the old one, and two neighbours judging
@@ -127,6 +130,9 @@ pub enum ConfigError {
     /// `node_name` does not fit a wire `str` (255 bytes).
     #[error("node_name is {0} bytes, at most 255 fit on the wire")]
     NodeNameTooLong(usize),
+    /// `record_suite` is set (not `auto`) in a plaintext mesh, which has no records.
+    #[error("record_suite = {0:?} requires a psk (records exist only in a secured mesh)")]
+    SuiteWithoutPsk(&'static str),
     /// The `[topics]` table is invalid.
     #[error(transparent)]
     Topics(#[from] crate::topics::TopicsConfigError),
@@ -278,6 +284,12 @@ pub struct MeshConfig {
     /// Take a Data or Discovery frame of a known origin only from a link toward that origin
     /// in the membership graph (see the module docs). Default true.
     pub reverse_path_check: bool,
+    /// Secured mesh: which record suite this node offers Shoal peers, `"auto"` (the default:
+    /// AES-256-GCM when the CPU has AES instructions), `"chacha20-poly1305"` (never offer
+    /// AES: every link ChaCha20-Poly1305) or `"aes-256-gcm"` (offer it even without AES
+    /// instructions). A link is AES-256-GCM only when both ends offered it; links to
+    /// multimaster peers are always ChaCha20-Poly1305.
+    pub record_suite: crate::crypto::RecordSuitePolicy,
     /// How long an origin whose links changed still takes Data frames from links not toward
     /// it, while the change reaches every node's graph ([`crate::reverse_path::PathTable`]).
     /// Default 4000 ms (two default membership intervals: a record lost on the way is
@@ -330,6 +342,7 @@ impl Default for MeshConfig {
             require_signed_membership: false,
             max_membership_neighbours: crate::membership::DEFAULT_MAX_NEIGHBOURS,
             reverse_path_check: true,
+            record_suite: crate::crypto::RecordSuitePolicy::Auto,
             reverse_path_settle: Duration::from_millis(4000),
         }
     }
@@ -370,6 +383,7 @@ impl fmt::Debug for MeshConfig {
             .field("require_signed_membership", &self.require_signed_membership)
             .field("max_membership_neighbours", &self.max_membership_neighbours)
             .field("reverse_path_check", &self.reverse_path_check)
+            .field("record_suite", &self.record_suite)
             .field("reverse_path_settle", &self.reverse_path_settle)
             .finish_non_exhaustive()
     }
@@ -517,6 +531,9 @@ impl MeshConfig {
                 return Err(ConfigError::BadEndpoint(ep.clone()));
             }
         }
+        if !self.secured() && self.record_suite != crate::crypto::RecordSuitePolicy::Auto {
+            return Err(ConfigError::SuiteWithoutPsk(self.record_suite.name()));
+        }
         self.topics.validate()?;
         Ok(())
     }
@@ -624,6 +641,8 @@ macro_rules! mesh_config_setters {
         max_membership_neighbours: usize,
         /// Enables or disables the reverse-path check of Data frames.
         reverse_path_check: bool,
+        /// Sets `record_suite` (secured mesh: the record suite offered to Shoal peers).
+        record_suite: $crate::crypto::RecordSuitePolicy,
         /// Sets `reverse_path_settle`.
         reverse_path_settle: Duration,
         );

@@ -335,7 +335,7 @@ impl Link {
                 }
                 self.peer = Some(h.node_id);
                 self.peer_listen_port = h.tcp_listen_port;
-                self.peer_shoal = h.shoal;
+                self.peer_shoal = h.shoal.clone();
                 if self.local.is_secure() {
                     self.state = LinkState::AwaitingAuth;
                     self.events.push_back(LinkEvent::AuthRequired {
@@ -509,7 +509,7 @@ impl Link {
         self.events.push_back(LinkEvent::Established {
             peer: self.peer.expect("Hello received before establishing"),
             listen_port,
-            shoal: self.peer_shoal,
+            shoal: self.peer_shoal.clone(),
         });
     }
 

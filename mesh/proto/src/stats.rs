@@ -197,6 +197,9 @@ counters! {
     auth_failures,
     /// Secured mesh: links closed because a record did not authenticate or was cut short.
     record_failures,
+    /// Secured mesh: records sealed (bytes written over records sealed is the mean record
+    /// size).
+    records_sealed,
     /// Scouting datagrams (beacons) dropped as junk: unparsable, another protocol version, TCP port 0,
     /// a missing or wrong MAC, or the other mode's flag (plaintext and secured mesh alike).
     /// Our own multicast echoes and other groups' announces are not counted.

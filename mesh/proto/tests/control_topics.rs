@@ -91,10 +91,7 @@ fn connect(c: &mut ControlCore, id: u8, extended: bool, now: Instant) -> LinkId 
         nonce: u64::from(id),
         eph_pub_key: None,
         identity: None,
-        shoal: Some(ShoalExtension {
-            version: SHOAL_EXT_VERSION,
-            features,
-        }),
+        shoal: Some(ShoalExtension::new(SHOAL_EXT_VERSION, features)),
     };
     let mut out = BytesMut::new();
     let _peer = Handshaking::start(

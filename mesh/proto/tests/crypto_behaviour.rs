@@ -33,7 +33,7 @@ fn ctx(psk: &str) -> SecureContext {
     SecureContext::new(PskKeys::derive(psk.as_bytes()).unwrap(), GROUP.as_bytes()).unwrap()
 }
 
-fn hello(hs: &Handshake, node_byte: u8) -> Hello {
+fn hello(hs: &mut Handshake, node_byte: u8) -> Hello {
     let mut h = Hello {
         node_id: PeerId([node_byte; 16]),
         protocol_version: 1,
@@ -56,9 +56,9 @@ struct Pair {
 }
 
 fn pair(ca: SecureContext, cb: SecureContext) -> Pair {
-    let a = Handshake::new(Arc::new(ca), &mut rng());
-    let b = Handshake::new(Arc::new(cb), &mut rng());
-    let (hello_a, hello_b) = (hello(&a, 0xa1), hello(&b, 0xb2));
+    let mut a = Handshake::new(Arc::new(ca), &mut rng());
+    let mut b = Handshake::new(Arc::new(cb), &mut rng());
+    let (hello_a, hello_b) = (hello(&mut a, 0xa1), hello(&mut b, 0xb2));
     Pair {
         a,
         b,

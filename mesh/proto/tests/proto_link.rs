@@ -391,14 +391,11 @@ fn extended_frames_only_to_peers_that_said_so() {
     let plain = established(t0);
     assert!(plain.can_send_frame_type(8));
     assert!(!plain.can_send_frame_type(9));
-    let ext = ShoalExtension {
-        version: 1,
-        features: Features::EXTENDED_FRAMES,
-    };
+    let ext = ShoalExtension::new(1, Features::EXTENDED_FRAMES);
     let mut l = Link::acceptor(LinkId(1), hello(ME), timers(), t0);
     l.on_frame(
         &Frame::Hello(Hello {
-            shoal: Some(ext),
+            shoal: Some(ext.clone()),
             ..hello(PEER)
         }),
         t0,
@@ -408,10 +405,7 @@ fn extended_frames_only_to_peers_that_said_so() {
     let mut l = Link::acceptor(LinkId(1), hello(ME), timers(), t0);
     l.on_frame(
         &Frame::Hello(Hello {
-            shoal: Some(ShoalExtension {
-                version: 1,
-                features: Features::NONE,
-            }),
+            shoal: Some(ShoalExtension::new(1, Features::NONE)),
             ..hello(PEER)
         }),
         t0,

@@ -309,14 +309,8 @@ fn announce_filter_says_why() {
 #[test]
 fn extended_frames_need_the_feature() {
     let plain = None;
-    let shoal_without = Some(ShoalExtension {
-        version: 1,
-        features: Features::NONE,
-    });
-    let shoal_with = Some(ShoalExtension {
-        version: 1,
-        features: Features::EXTENDED_FRAMES,
-    });
+    let shoal_without = Some(ShoalExtension::new(1, Features::NONE));
+    let shoal_with = Some(ShoalExtension::new(1, Features::EXTENDED_FRAMES));
     for t in 1..=8 {
         assert!(peer_accepts_frame_type(plain, t));
     }

@@ -146,12 +146,7 @@ fn signed_membership_round_trips_and_is_strict() {
 
 #[test]
 fn type_15_goes_only_to_peers_that_advertised_signed_records() {
-    let ext = |f: Features| {
-        Some(ShoalExtension {
-            version: 1,
-            features: f,
-        })
-    };
+    let ext = |f: Features| Some(ShoalExtension::new(1, f));
     let t = SIGNED_MEMBERSHIP_FRAME_TYPE;
     assert!(!peer_accepts_frame_type(None, t), "a multimaster peer");
     assert!(

@@ -47,7 +47,15 @@ pub struct NodeOptions {
     ///
     /// [`EventReceiver::recv_timeout`]: crate::EventReceiver::recv_timeout
     pub spin_before_park: Duration,
+    /// Secured mesh: a link's writer cuts a record, between two frames, once it holds this
+    /// many plaintext bytes (a larger frame is a record of its own, up to the receiver's
+    /// limit). Smaller records are opened by the receiver while they are still in its cache
+    /// and cost more per-record overhead. Default [`DEFAULT_RECORD_BYTES`].
+    pub record_bytes: usize,
 }
+
+/// The default of [`NodeOptions::record_bytes`] (BENCHMARKS.md, "Record size").
+pub const DEFAULT_RECORD_BYTES: usize = shoal_proto::shard::DEFAULT_RECORD_BYTES;
 
 impl Default for NodeOptions {
     fn default() -> Self {
@@ -61,6 +69,7 @@ impl Default for NodeOptions {
             event_queue_bytes: 64 << 20,
             publish_queue_capacity: 4096,
             spin_before_park: Duration::ZERO,
+            record_bytes: DEFAULT_RECORD_BYTES,
         }
     }
 }
@@ -100,6 +109,7 @@ struct NodeToml {
     event_queue_bytes: usize,
     publish_queue_capacity: usize,
     spin_before_park_us: u64,
+    record_bytes: usize,
 }
 
 #[derive(serde::Deserialize)]
@@ -132,6 +142,7 @@ impl Default for NodeToml {
             event_queue_bytes: d.event_queue_bytes,
             publish_queue_capacity: d.publish_queue_capacity,
             spin_before_park_us: d.spin_before_park.as_micros() as u64,
+            record_bytes: d.record_bytes,
         }
     }
 }
@@ -153,7 +164,7 @@ impl MeshBuilder {
     /// `overflow_policy = "block" | "drop_newest" | "disconnect"`, `disconnect_after_ms`
     /// (default 5000), `slow_link_after_ms` (default 1000), `slow_link_action = "drop" |
     /// "disconnect"` (see [`SlowLinkPolicy`]), `event_queue_capacity`, `event_queue_bytes`,
-    /// `publish_queue_capacity`, `spin_before_park_us`. The topics
+    /// `publish_queue_capacity`, `spin_before_park_us`, `record_bytes`. The topics
     /// settings are the `[topics]` table of [`MeshConfig`] (see
     /// [`TopicsConfig`](crate::topics::TopicsConfig): announce period, lease, every table's
     /// admission limit, locator allow/deny lists and gates; also settable with
@@ -189,6 +200,7 @@ impl MeshBuilder {
             event_queue_bytes: node.event_queue_bytes,
             publish_queue_capacity: node.publish_queue_capacity,
             spin_before_park: Duration::from_micros(node.spin_before_park_us),
+            record_bytes: node.record_bytes,
         }))
     }
 
@@ -261,6 +273,13 @@ impl MeshBuilder {
         self
     }
 
+    /// Secured mesh: plaintext bytes after which a writer cuts a record (default
+    /// [`DEFAULT_RECORD_BYTES`]); see [`NodeOptions::record_bytes`].
+    pub fn record_bytes(mut self, bytes: usize) -> Self {
+        self.opts.record_bytes = bytes;
+        self
+    }
+
     /// Ceiling of the event queue (default 65536).
     pub fn event_queue_capacity(mut self, n: usize) -> Self {
         self.opts.event_queue_capacity = n;
@@ -315,6 +334,9 @@ impl MeshBuilder {
         if self.opts.event_queue_bytes == 0 {
             return Err(MeshError::Option("event_queue_bytes must be at least 1"));
         }
+        if self.opts.record_bytes == 0 {
+            return Err(MeshError::Option("record_bytes must be at least 1"));
+        }
         if self.opts.publish_queue_capacity == 0 {
             return Err(MeshError::Option(
                 "publish_queue_capacity must be at least 1",
@@ -348,6 +370,7 @@ impl MeshBuilder {
             me,
             policy: self.opts.overflow_policy,
             slow_link: self.opts.slow_link,
+            record_bytes: self.opts.record_bytes,
             shards,
             counters: (0..=shards).map(|_| Arc::default()).collect(),
             hub: Arc::new(
@@ -389,7 +412,14 @@ fn secure_context(cfg: &MeshConfig) -> Result<Option<SecureContext>, MeshError> 
     }
     let keys = PskKeys::derive(cfg.psk.as_bytes()).map_err(|_| MeshError::NotSecured)?;
     let ctx = SecureContext::new(keys, cfg.group_name.as_bytes())?
-        .with_max_message_bytes(cfg.max_message_bytes as usize);
+        .with_max_message_bytes(cfg.max_message_bytes as usize)
+        .with_record_suite(cfg.record_suite);
+    tracing::info!(
+        record_suite = cfg.record_suite.name(),
+        offers_aes = ctx.offers_aes(),
+        aes_instructions = shoal_proto::crypto::aes_accelerated(),
+        "secured mesh: record suite"
+    );
     let identity = if let Some(path) = &cfg.identity_file {
         Some(crate::identity_file::load_or_create(
             path,
@@ -436,7 +466,7 @@ mod tests {
         let b = MeshBuilder::from_toml_str(
             "group_name = \"lab\"\nheartbeat_interval_ms = 250\nstatic_peers = [\"10.0.0.1:7000\"]\n\
              [node]\nshards = 2\nlisten_addr = \"127.0.0.1\"\noverflow_policy = \"disconnect\"\n\
-             disconnect_after_ms = 750\nevent_queue_bytes = 1048576\n",
+             disconnect_after_ms = 750\nevent_queue_bytes = 1048576\nrecord_bytes = 16384\n",
         )
         .unwrap();
         assert_eq!(b.cfg.group_name, "lab");
@@ -455,6 +485,7 @@ mod tests {
             NodeOptions::default().event_queue_capacity
         );
         assert_eq!(b.opts.event_queue_bytes, 1 << 20);
+        assert_eq!(b.opts.record_bytes, 16 * 1024);
         let d = MeshBuilder::from_toml_str("").unwrap();
         assert_eq!(d.opts, NodeOptions::default());
         assert_eq!(d.cfg, MeshConfig::default());

@@ -159,6 +159,7 @@ pub use error::{MeshError, PublishError};
 pub use event::ErrorLog;
 pub use event::{Callback, ErrorKind, Event, EventReceiver, Received, SampleBatch, SampleIter};
 pub use publisher::{Publisher, DEFAULT_BATCH_BYTES};
+pub use shoal_proto::control::LinkInfo;
 pub use shoal_proto::{OverflowPolicy, SlowLinkAction, SlowLinkPolicy};
 pub use stats::{MeshStats, ShardStats, StatCounter};
 
@@ -399,6 +400,13 @@ impl Mesh {
     /// Peers with an established link.
     pub fn connected_peers(&self) -> Vec<PeerId> {
         self.snapshot(|s| s.connected.clone())
+    }
+
+    /// The links of the connected peers, each with its record suite (`None` in a plaintext
+    /// mesh): AES-256-GCM to a Shoal node that offered it as this node did, ChaCha20-Poly1305
+    /// otherwise (see `record_suite` in [`MeshConfig`]).
+    pub fn links(&self) -> Vec<LinkInfo> {
+        self.snapshot(|s| s.links.clone())
     }
 
     /// Every peer in the peer table (discovered, connected, static).

@@ -24,6 +24,8 @@ use std::time::Instant;
 #[derive(Debug, Default)]
 pub(crate) struct Snapshot {
     pub(crate) connected: Vec<PeerId>,
+    /// The installed links of the connected peers, with their record suites.
+    pub(crate) links: Vec<shoal_proto::control::LinkInfo>,
     pub(crate) known: Vec<PeerId>,
     pub(crate) members: Vec<PeerId>,
     /// Budgets of the installed links (for the non-waiting `try_*` checks).
@@ -154,6 +156,8 @@ pub(crate) struct NodeShared {
     pub(crate) cfg: MeshConfig,
     pub(crate) policy: OverflowPolicy,
     pub(crate) slow_link: SlowLinkPolicy,
+    /// [`super::NodeOptions::record_bytes`].
+    pub(crate) record_bytes: usize,
     pub(crate) shards: usize,
     /// One set per shard, then the control plane's.
     pub(crate) counters: Vec<Arc<Counters>>,

@@ -247,3 +247,31 @@ fn reverse_path_check_is_on_by_default_and_can_be_turned_off() {
         .unwrap();
     assert!(!c.reverse_path_check);
 }
+
+#[test]
+fn record_suite_is_written_by_name_and_needs_a_psk_unless_auto() {
+    use crate::crypto::RecordSuitePolicy;
+    assert_eq!(MeshConfig::default().record_suite, RecordSuitePolicy::Auto);
+    for (name, want) in [
+        ("auto", RecordSuitePolicy::Auto),
+        ("chacha20-poly1305", RecordSuitePolicy::ChaCha20Poly1305),
+        ("aes-256-gcm", RecordSuitePolicy::Aes256Gcm),
+    ] {
+        let c = MeshConfig::from_toml_str(&format!("psk = \"k\"\nrecord_suite = \"{name}\"\n"))
+            .unwrap();
+        assert_eq!(c.record_suite, want);
+    }
+    let bad = MeshConfig::from_toml_str("psk = \"k\"\nrecord_suite = \"aes-128-gcm\"\n");
+    assert!(matches!(bad, Err(ConfigError::Toml(e)) if e.contains("aes-128-gcm")));
+    assert_eq!(
+        MeshConfig::from_toml_str("record_suite = \"aes-256-gcm\"\n"),
+        Err(ConfigError::SuiteWithoutPsk("aes-256-gcm"))
+    );
+    assert!(MeshConfig::from_toml_str("record_suite = \"auto\"\n").is_ok());
+    let built = MeshConfig::builder()
+        .psk("k")
+        .record_suite(RecordSuitePolicy::ChaCha20Poly1305)
+        .build()
+        .unwrap();
+    assert_eq!(built.record_suite, RecordSuitePolicy::ChaCha20Poly1305);
+}

@@ -85,14 +85,14 @@ impl Handshaking {
         id: LinkId,
         role: Role,
         mut hello: Hello,
-        crypto: Option<Handshake>,
+        mut crypto: Option<Handshake>,
         timers: LinkTimers,
         max_message_bytes: u32,
         remote: Option<IpAddr>,
         now: Instant,
         out: &mut BytesMut,
     ) -> Handshaking {
-        if let Some(c) = &crypto {
+        if let Some(c) = crypto.as_mut() {
             c.fill_hello(&mut hello);
         }
         let link = match role {

@@ -26,8 +26,9 @@
 //! send a beacon, events, names, warnings) and, separately, the ordered shard outbox
 //! [`poll_to_shard`](ControlCore::poll_to_shard) (the driver attaches the socket of a
 //! [`ToShard::AddLink`]). Queries for the application: connected peers, known peers, members,
-//! link budgets, what is known of every member ([`nodes_view`](ControlCore::nodes_view), see
-//! [`nodes`]); counters: [`stats`](ControlCore::stats).
+//! link budgets, the installed links and their record suites, what is known of every member
+//! ([`nodes_view`](ControlCore::nodes_view), see [`nodes`]); counters:
+//! [`stats`](ControlCore::stats).
 //!
 //! **Owns:** every protocol decision of the control plane. **Must not touch:** sockets, tasks,
 //! channels, threads, the clock or the OS random source (randomness comes from the seed given
@@ -52,7 +53,7 @@ pub use output::{Action, ControlErrorKind, ControlEvent, ControlStats, ShardPost
 
 use crate::cmd::{ToControl, ToShard};
 use crate::config::MeshConfig;
-use crate::crypto::{IdentityBook, SecureContext, SignerBook};
+use crate::crypto::{IdentityBook, RecordSuite, SecureContext, SignerBook};
 use crate::link::Role;
 use crate::{BeaconSchedule, LinkBudget, LinkId, MemberGraph, PeerId, PeerManager, PeerStats};
 use ahash::AHashMap;
@@ -117,6 +118,20 @@ struct Placed {
     /// both ends): it signs its own records and is sent no unsigned ones but multimaster
     /// nodes' (see [`signed`]).
     signs: bool,
+    /// Secured mesh: the suite of its records.
+    suite: Option<RecordSuite>,
+}
+
+/// One installed link, as the application sees it ([`ControlCore::links`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// The neighbour at its other end.
+    pub peer: PeerId,
+    /// The suite of its records; `None` in a plaintext mesh.
+    pub suite: Option<RecordSuite>,
+    /// The neighbour sent Shoal's Hello extension with extended frames (a Shoal node; `false`
+    /// for a multimaster node).
+    pub extended_frames: bool,
 }
 
 /// The control plane of one node (see the module docs).
@@ -304,6 +319,19 @@ impl ControlCore {
     /// Nodes reachable through the mesh.
     pub fn members(&self) -> impl Iterator<Item = &PeerId> {
         self.membership.members()
+    }
+
+    /// The links on shards whose peers are connected (as
+    /// [`connected_peers`](Self::connected_peers) shows them), with their record suites.
+    pub fn links(&self) -> impl Iterator<Item = LinkInfo> + '_ {
+        self.placed
+            .values()
+            .filter(|p| !self.held.is_hidden(&p.peer))
+            .map(|p| LinkInfo {
+                peer: p.peer,
+                suite: p.suite,
+                extended_frames: p.capable,
+            })
     }
 
     /// The outbound budgets of the links on shards.

@@ -48,6 +48,7 @@ impl ControlCore {
     pub(super) fn install(&mut self, peer: PeerId, link: LinkId) {
         let owner = link_shard(&peer, self.shards);
         let (capable, signed_frames, signs): (bool, bool, bool);
+        let suite;
         let budget = match self.conns.remove(&link) {
             Some(Conn::Ready(ex)) => {
                 let ex = *ex;
@@ -62,6 +63,7 @@ impl ControlCore {
                         .secure
                         .as_ref()
                         .is_some_and(|e| e.peer.as_ref().is_some_and(|v| v.node_id == peer));
+                suite = ex.secure.as_ref().map(|e| e.suite);
                 self.post(
                     owner,
                     ToShard::AddLink(Box::new(NewLink {
@@ -87,6 +89,7 @@ impl ControlCore {
             None => match self.placed.get(&link) {
                 Some(p) => {
                     (capable, signed_frames, signs) = (p.capable, p.signed_frames, p.signs);
+                    suite = p.suite;
                     p.budget.clone()
                 }
                 None => return,
@@ -101,6 +104,7 @@ impl ControlCore {
                 capable,
                 signed_frames,
                 signs,
+                suite,
             },
         );
         self.topics.link_up(link, peer, capable);

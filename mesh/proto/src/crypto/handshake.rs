@@ -7,8 +7,9 @@
 //! returns.
 //!
 //! Order (`mesh/proto/protocol/secured.md`, "The handshake"): [`Handshake::fill_hello`] sets the
-//! crypto fields of our Hello/HelloAck; [`Handshake::on_peer_hello`] derives the keys and returns
-//! our AuthConfirm (sent in plaintext); [`Handshake::on_peer_auth_confirm`] checks the peer's tag,
+//! crypto fields of our Hello/HelloAck (and Shoal's AES-256-GCM offer in its extension block);
+//! [`Handshake::on_peer_hello`] picks the record suite, derives the keys and returns our
+//! AuthConfirm (sent in plaintext); [`Handshake::on_peer_auth_confirm`] checks the peer's tag,
 //! then its identity, and returns the record sealer/opener. From then on every frame we send is
 //! sealed and every byte read after the peer's AuthConfirm frame is records.
 
@@ -24,11 +25,14 @@ use super::identity::{verify_transcript, Identity, IdentityPolicy, IdentityRejec
 use super::kdf::{mac32, mac64, node_id_from_key};
 use super::psk::PskKeys;
 use super::record::{RecordOpener, RecordSealer};
-use crate::wire::{AuthConfirm, Hello, HelloIdentity};
+use super::suite::{RecordSuite, RecordSuitePolicy};
+use crate::wire::{AuthConfirm, Features, Hello, HelloIdentity, ShoalExtension};
 use crate::PeerId;
 
 const SESSION_LABEL: &[u8] = b"mm-session-keys-v1";
 const CONFIRM_LABEL: &[u8] = b"mm-confirm-v1";
+const AES_KEYS_LABEL: &[u8] = b"shoal-aes256gcm-keys-v1";
+const AES_CONFIRM_LABEL: &[u8] = b"shoal-aes256gcm-confirm-v1";
 
 /// The C++ library's default `maxMessageBytes`.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = crate::wire::MAX_MESSAGE_BYTES as usize;
@@ -51,6 +55,7 @@ pub struct SecureContext {
     identity: Option<Identity>,
     policy: IdentityPolicy,
     max_message_bytes: usize,
+    offer_aes: bool,
 }
 
 impl SecureContext {
@@ -65,7 +70,21 @@ impl SecureContext {
             identity: None,
             policy: IdentityPolicy::default(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            offer_aes: false,
         })
+    }
+
+    /// Applies the `record_suite` setting: whether our Hellos offer AES-256-GCM to Shoal peers
+    /// (resolved here, once, for `auto`). Without this call nothing is offered and every link
+    /// is ChaCha20-Poly1305, as in the C++ library.
+    pub fn with_record_suite(mut self, policy: RecordSuitePolicy) -> SecureContext {
+        self.offer_aes = policy.offers_aes();
+        self
+    }
+
+    /// Whether our Hellos offer AES-256-GCM.
+    pub fn offers_aes(&self) -> bool {
+        self.offer_aes
     }
 
     /// Adds this node's identity and the policy applied to peers' identities.
@@ -114,6 +133,7 @@ impl fmt::Debug for SecureContext {
             .field("group", &String::from_utf8_lossy(&self.group))
             .field("identity", &self.identity)
             .field("policy", &self.policy)
+            .field("offer_aes", &self.offer_aes)
             .finish_non_exhaustive()
     }
 }
@@ -197,6 +217,39 @@ impl SessionKeys {
     pub fn tag(&self, eph: &[u8; 32]) -> [u8; 32] {
         mac32(&self.confirm_key, &[eph])
     }
+
+    /// The keys of an AES-256-GCM link (`protocol/aes-256-gcm.md`): the same master, other
+    /// labels, and the two Hello extension blocks bound in, `ext_lo` from the Hello of the side
+    /// whose ephemeral key is `lo`:
+    /// `T = u32(|ext_lo|) || ext_lo || u32(|ext_hi|) || ext_hi`,
+    /// `kA || kB = BLAKE2b-64(master, "shoal-aes256gcm-keys-v1" || T)`,
+    /// `confirmKey = BLAKE2b-32(master, "shoal-aes256gcm-confirm-v1" || T)`.
+    /// [`directional`](Self::directional) and [`tag`](Self::tag) work on the result as on
+    /// secured.md's keys, so two sides that saw different blocks disagree on the tags.
+    pub fn aes_256_gcm(&self, ext_lo: &[u8], ext_hi: &[u8]) -> SessionKeys {
+        let (len_lo, len_hi) = (
+            (ext_lo.len() as u32).to_be_bytes(),
+            (ext_hi.len() as u32).to_be_bytes(),
+        );
+        let t: [&[u8]; 4] = [&len_lo, ext_lo, &len_hi, ext_hi];
+        let mut both = Zeroizing::new(mac64(
+            &self.master,
+            &[AES_KEYS_LABEL, t[0], t[1], t[2], t[3]],
+        ));
+        let confirm_key = mac32(&self.master, &[AES_CONFIRM_LABEL, t[0], t[1], t[2], t[3]]);
+        let mut ka = [0u8; 32];
+        let mut kb = [0u8; 32];
+        ka.copy_from_slice(&both[..32]);
+        kb.copy_from_slice(&both[32..]);
+        both.zeroize();
+        SessionKeys {
+            master: self.master,
+            ka,
+            kb,
+            confirm_key,
+            lo: self.lo,
+        }
+    }
 }
 
 impl fmt::Debug for SessionKeys {
@@ -230,6 +283,8 @@ pub enum HandshakeError {
 
 /// The outcome of a completed handshake.
 pub struct Established {
+    /// The suite of both directions' records.
+    pub suite: RecordSuite,
     /// Seals everything we send from now on (`txKey`, counter 0).
     pub sealer: RecordSealer,
     /// Opens everything the peer sends after its AuthConfirm (`rxKey`, counter 0).
@@ -241,12 +296,14 @@ pub struct Established {
 impl fmt::Debug for Established {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Established")
+            .field("suite", &self.suite)
             .field("peer", &self.peer)
             .finish_non_exhaustive()
     }
 }
 
 struct AwaitingConfirm {
+    suite: RecordSuite,
     tx: Zeroizing<[u8; 32]>,
     rx: Zeroizing<[u8; 32]>,
     expected_tag: [u8; 32],
@@ -271,6 +328,8 @@ enum State {
 pub struct Handshake {
     ctx: Arc<SecureContext>,
     eph_public: [u8; 32],
+    /// The extension block our Hello carried, as [`fill_hello`](Handshake::fill_hello) left it.
+    own_ext: Option<ShoalExtension>,
     state: State,
 }
 
@@ -305,6 +364,7 @@ impl Handshake {
         Handshake {
             ctx,
             eph_public,
+            own_ext: None,
             state: State::AwaitingHello(secret),
         }
     }
@@ -315,8 +375,18 @@ impl Handshake {
     }
 
     /// Fills the crypto fields of our Hello/HelloAck: `ephPubKey` and, with an identity,
-    /// `idPubKey`, `nodeName` and the node id derived from the key. Send it at once.
-    pub fn fill_hello(&self, hello: &mut Hello) {
+    /// `idPubKey`, `nodeName` and the node id derived from the key; and when the Hello carries
+    /// Shoal's extension block, sets or clears its AES-256-GCM offer per the context (and
+    /// remembers the block, which an AES link's keys bind). Send it unchanged, at once.
+    pub fn fill_hello(&mut self, hello: &mut Hello) {
+        if let Some(ext) = hello.shoal.as_mut() {
+            ext.features = if self.ctx.offer_aes {
+                ext.features.union(Features::AES_GCM_RECORDS)
+            } else {
+                Features(ext.features.0 & !Features::AES_GCM_RECORDS.0)
+            };
+        }
+        self.own_ext = hello.shoal.clone();
         hello.eph_pub_key = Some(self.eph_public);
         hello.identity = self.ctx.identity.as_ref().map(|id| {
             hello.node_id = id.node_id();
@@ -333,8 +403,8 @@ impl Handshake {
     }
 
     /// Handles the peer's Hello/HelloAck (after the link checked version and group): checks the
-    /// secure flag and `require_identity`, derives the keys and returns our AuthConfirm, which
-    /// the link sends in plaintext.
+    /// secure flag and `require_identity`, picks the suite ([`Handshake::suite_for`]), derives
+    /// its keys and returns our AuthConfirm, which the link sends in plaintext.
     pub fn on_peer_hello(&mut self, peer: &Hello) -> Result<AuthConfirm, HandshakeError> {
         let State::AwaitingHello(_) = &self.state else {
             return Err(HandshakeError::UnexpectedHello);
@@ -364,6 +434,19 @@ impl Handshake {
             &ctx.group,
         );
         drop(dh);
+        let suite = self.suite_for(peer);
+        let keys = match (suite, &self.own_ext, &peer.shoal) {
+            (RecordSuite::Aes256Gcm, Some(own), Some(theirs)) => {
+                let (own, theirs) = (own.to_bytes(), theirs.to_bytes());
+                let (lo, hi) = if self.eph_public <= peer_eph {
+                    (&own, &theirs)
+                } else {
+                    (&theirs, &own)
+                };
+                keys.aes_256_gcm(lo, hi)
+            }
+            _ => keys,
+        };
         let (tx, rx) = keys.directional(&self.eph_public);
         let (tx, rx) = (Zeroizing::new(*tx), Zeroizing::new(*rx));
         let tag = keys.tag(&self.eph_public);
@@ -383,6 +466,7 @@ impl Handshake {
             _ => (None, None),
         };
         self.state = State::AwaitingConfirm(Box::new(AwaitingConfirm {
+            suite,
             tx,
             rx,
             expected_tag,
@@ -413,10 +497,26 @@ impl Handshake {
         };
         let max = self.ctx.max_message_bytes;
         Ok(Established {
-            sealer: RecordSealer::new(&st.tx, max),
-            opener: RecordOpener::new(&st.rx, max),
+            suite: st.suite,
+            sealer: RecordSealer::with_suite(st.suite, &st.tx, max),
+            opener: RecordOpener::with_suite(st.suite, &st.rx, max),
             peer,
         })
+    }
+
+    /// The suite of a link whose peer sent `peer`: AES-256-GCM exactly when our Hello offered
+    /// it ([`fill_hello`](Self::fill_hello)) and the peer's did too; ChaCha20-Poly1305
+    /// otherwise (every multimaster peer). A peer that saw another offer than we sent derives
+    /// other keys and tags, so the AuthConfirm exchange fails rather than the records.
+    pub fn suite_for(&self, peer: &Hello) -> RecordSuite {
+        let offers = |e: Option<&ShoalExtension>| {
+            e.is_some_and(|e| e.features.contains(Features::AES_GCM_RECORDS))
+        };
+        if offers(self.own_ext.as_ref()) && offers(peer.shoal.as_ref()) {
+            RecordSuite::Aes256Gcm
+        } else {
+            RecordSuite::ChaCha20Poly1305
+        }
     }
 
     fn check_peer_identity(

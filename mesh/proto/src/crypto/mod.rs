@@ -10,8 +10,10 @@
 //!   and the receive-side checks.
 //! - [`handshake`]: ephemeral X25519, master/directional keys, AuthConfirm tags, transcript
 //!   signatures, as a sans-I/O state machine.
-//! - [`record`]: ChaCha20-Poly1305 records with counter nonces, sealed and opened in place
-//!   (`ring`'s assembly cipher; everything else here is on the dalek and RustCrypto crates).
+//! - [`record`]: records with counter nonces, sealed and opened in place (`ring`'s assembly
+//!   ciphers; everything else here is on the dalek and RustCrypto crates).
+//! - [`suite`]: the record suites (ChaCha20-Poly1305; AES-256-GCM between Shoal nodes that
+//!   both offer it), the `record_suite` setting and the record key slot.
 //! - [`identity`]: Ed25519 identity, seed file, trust policy; [`idrecord`]: signed identity
 //!   records; [`signed`]: Shoal's signed Membership and Discovery records and the book of
 //!   their origins' keys.
@@ -27,6 +29,7 @@ mod kdf;
 pub mod psk;
 pub mod record;
 pub mod signed;
+pub mod suite;
 
 pub use handshake::{
     Established, Handshake, HandshakeError, SecureConfigError, SecureContext, SessionKeys,
@@ -47,3 +50,4 @@ pub use record::{
     SealError,
 };
 pub use signed::{sign_discovery, sign_membership, SignatureReject, SignerBook};
+pub use suite::{aes_accelerated, RecordSuite, RecordSuitePolicy, UnknownSuite};

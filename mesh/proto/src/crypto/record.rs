@@ -1,74 +1,50 @@
-//! Sealed records: `u32 clen || ChaCha20-Poly1305(txKey, nonce = 0^4 || ctr_be64, ad = empty, pt)`
-//! with `clen = |pt| + 16` and a per-direction counter starting at 0.
+//! Sealed records: `u32 clen || AEAD(txKey, nonce = 0^4 || ctr_be64, ad = empty, pt)` with
+//! `clen = |pt| + 16` and a per-direction counter starting at 0. The AEAD is the link's
+//! [`RecordSuite`]: ChaCha20-Poly1305 (`protocol/secured.md`, every multimaster link) or
+//! AES-256-GCM (Shoal–Shoal links that negotiated it, `protocol/aes-256-gcm.md`); nonces,
+//! counters and framing are the same for both.
 //!
 //! **Owns:** sealing and opening records, with counters that advance on commit only. **Must not
-//! touch:** what a record holds (the shard core decides) or the socket.
+//! touch:** what a record holds (the shard core decides), the socket, or which suite a link
+//! uses (the handshake decides).
 //!
 //! Unlike the C++ library, the send counter is assigned only when a record is committed: sealing
 //! *is* the commit, so a frame dropped by a queue policy (which acts on plaintext frames before
 //! sealing) never consumes a nonce. A record may carry several frames, and a frame may span
 //! records: the receiver parses plaintext as one frame stream.
 //!
-//! The cipher is `ring`'s ChaCha20-Poly1305 (assembly, chosen at run time by CPU features; the
-//! same RFC 8439 cipher as before, so the same bytes on the wire). Records are sealed and opened
-//! in place in the caller's buffer. [Keys](self#keys) says how the keys are wiped.
+//! Both ciphers are `ring`'s (assembly, chosen at run time by CPU features; ChaCha20-Poly1305
+//! is the same RFC 8439 cipher as the C++ library's, so the same bytes on the wire). Records
+//! are sealed and opened in place in the caller's buffer. [Keys](self#keys) says how the keys
+//! are wiped.
 //!
 //! # Keys
 //!
-//! `ring`'s `LessSafeKey` holds the 32-byte key as it is (ChaCha20 has no key schedule) inline,
-//! owns no heap memory and does not wipe itself. Each sealer and opener therefore keeps its key
-//! in one boxed slot that stays put for the key's life (moving the sealer moves the pointer, not
-//! the key) and overwrites that slot with zeros (volatile writes, `zeroize`) when dropped.
-//! Not covered: the transient copy made while the key is built (a stack temporary that is not
-//! wiped) and the per-record Poly1305 one-time keys inside `ring`'s assembly (each good for one
-//! nonce only, which is never used again).
+//! `ring`'s `LessSafeKey` holds the key inline (ChaCha20's 32 bytes as they are; AES-256-GCM's
+//! expanded round keys and GHASH table), owns no heap memory and does not wipe itself. Each
+//! sealer and opener therefore keeps its key in one boxed slot that stays put for the key's
+//! life (moving the sealer moves the pointer, not the key) and overwrites that slot with zeros
+//! (volatile writes, `zeroize`) when dropped (`suite::Cipher`). Not covered: the transient
+//! copy made while the key is built (a stack temporary that is not wiped) and the per-record
+//! one-time values inside `ring`'s assembly (Poly1305 keys, GCM counter blocks: each good for
+//! one nonce only, which is never used again).
 
-use std::mem::MaybeUninit;
 use std::ops::Range;
 
-use bytes::{Buf, BytesMut};
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
-use zeroize::Zeroize;
+use bytes::BytesMut;
+use ring::aead::Aad;
+
+use super::suite::{nonce, Cipher, RecordSuite};
+
+mod reader;
+pub use reader::RecordReader;
 
 /// Bytes of the record length prefix.
 pub const RECORD_HEADER_LEN: usize = 4;
-/// Bytes of the Poly1305 tag at the end of each record.
+/// Bytes of the AEAD tag at the end of each record (both suites).
 pub const RECORD_TAG_LEN: usize = 16;
 /// What the receiver allows beyond `maxMessageBytes` in `clen`.
 pub const RECORD_SLACK: usize = 64;
-
-fn nonce(ctr: u64) -> Nonce {
-    let mut n = [0u8; 12];
-    n[4..].copy_from_slice(&ctr.to_be_bytes());
-    Nonce::assume_unique_for_key(n)
-}
-
-// Wiping the slot without running a destructor leaks nothing only while ring's key has none.
-const _: () = assert!(!std::mem::needs_drop::<LessSafeKey>());
-
-/// One direction's ChaCha20-Poly1305 key, in a heap slot that never moves and is zeroed on drop
-/// (see [Keys](self#keys)).
-struct Cipher(Box<MaybeUninit<LessSafeKey>>);
-
-impl Cipher {
-    fn new(key: &[u8; 32]) -> Cipher {
-        let key = UnboundKey::new(&CHACHA20_POLY1305, key).expect("ChaCha20 takes a 32-byte key");
-        Cipher(Box::new(MaybeUninit::new(LessSafeKey::new(key))))
-    }
-
-    fn key(&self) -> &LessSafeKey {
-        // SAFETY: the slot is initialised in `new` and only overwritten in `drop`, after which
-        // `self` is never used again.
-        unsafe { self.0.assume_init_ref() }
-    }
-}
-
-impl Drop for Cipher {
-    fn drop(&mut self) {
-        // `LessSafeKey` has no destructor (asserted above), so overwriting it is its whole end.
-        self.0.zeroize();
-    }
-}
 
 /// Largest `clen` a receiver with this `maxMessageBytes` accepts.
 pub fn max_clen(max_message_bytes: usize) -> usize {
@@ -176,14 +152,28 @@ pub struct RecordSealer {
 }
 
 impl RecordSealer {
-    /// A sealer with counter 0. `peer_max_message_bytes` is the receiver's `maxMessageBytes`
-    /// (16 MiB by default); records are kept within its `clen` limit.
+    /// A ChaCha20-Poly1305 sealer with counter 0. `peer_max_message_bytes` is the receiver's
+    /// `maxMessageBytes` (16 MiB by default); records are kept within its `clen` limit.
     pub fn new(key: &[u8; 32], peer_max_message_bytes: usize) -> RecordSealer {
+        RecordSealer::with_suite(RecordSuite::ChaCha20Poly1305, key, peer_max_message_bytes)
+    }
+
+    /// A sealer of `suite` with counter 0 (see [`new`](Self::new)).
+    pub fn with_suite(
+        suite: RecordSuite,
+        key: &[u8; 32],
+        peer_max_message_bytes: usize,
+    ) -> RecordSealer {
         RecordSealer {
-            cipher: Cipher::new(key),
+            cipher: Cipher::new(suite, key),
             ctr: 0,
             max_plaintext: max_clen(peer_max_message_bytes) - RECORD_TAG_LEN,
         }
+    }
+
+    /// The suite this sealer seals with.
+    pub fn suite(&self) -> RecordSuite {
+        self.cipher.suite()
     }
 
     /// The counter the next committed record will use (= records committed so far).
@@ -226,7 +216,7 @@ impl RecordSealer {
             .cipher
             .key()
             .seal_in_place_separate_tag(nonce(self.ctr), Aad::empty(), &mut buf.bytes_mut()[body..])
-            .expect("plaintext is bounded far below ChaCha20's 256 GiB limit");
+            .expect("plaintext is bounded far below both suites' 64 GiB limit");
         buf.extend_from_slice(tag.as_ref());
         let clen = (len + RECORD_TAG_LEN) as u32;
         buf.bytes_mut()[start..body].copy_from_slice(&clen.to_be_bytes());
@@ -264,6 +254,7 @@ impl RecordSealer {
 impl std::fmt::Debug for RecordSealer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecordSealer")
+            .field("suite", &self.suite())
             .field("counter", &self.ctr)
             .finish_non_exhaustive()
     }
@@ -348,14 +339,29 @@ pub struct RecordOpener {
 }
 
 impl RecordOpener {
-    /// An opener with counter 0 that accepts `16 <= clen <= max_message_bytes + 64`.
+    /// A ChaCha20-Poly1305 opener with counter 0 that accepts
+    /// `16 <= clen <= max_message_bytes + 64`.
     pub fn new(key: &[u8; 32], max_message_bytes: usize) -> RecordOpener {
+        RecordOpener::with_suite(RecordSuite::ChaCha20Poly1305, key, max_message_bytes)
+    }
+
+    /// An opener of `suite` with counter 0 (see [`new`](Self::new)).
+    pub fn with_suite(
+        suite: RecordSuite,
+        key: &[u8; 32],
+        max_message_bytes: usize,
+    ) -> RecordOpener {
         RecordOpener {
-            cipher: Cipher::new(key),
+            cipher: Cipher::new(suite, key),
             ctr: 0,
             max_clen: max_clen(max_message_bytes),
             failed: false,
         }
+    }
+
+    /// The suite this opener opens.
+    pub fn suite(&self) -> RecordSuite {
+        self.cipher.suite()
     }
 
     /// Records opened so far (the counter of the next one).
@@ -427,172 +433,10 @@ impl RecordOpener {
 impl std::fmt::Debug for RecordOpener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecordOpener")
+            .field("suite", &self.suite())
             .field("counter", &self.ctr)
             .field("failed", &self.failed)
             .finish_non_exhaustive()
-    }
-}
-
-/// An opener with its stream buffer: ciphertext is appended at the back and records are
-/// opened in place, one at a time, where they lie; their plaintext is exposed as one contiguous
-/// frame stream at the front (frames may span records) for the frame decoder to consume.
-///
-/// Plaintext is not packed: a record opened while no plaintext is pending is exposed where it
-/// was decrypted (the buffer's front just moves past its header). Only when unconsumed plaintext
-/// (the start of a frame that continues in the next record) is pending does opening a record
-/// join the two across the 20 bytes of tag and header between them, by moving the shorter of
-/// the two; so frames that fit their records are never moved, and a frame spanning many
-/// records moves each of its bytes at most once. The node's reader opens the next record only
-/// when the plaintext holds no complete frame ([`open_next`](Self::open_next)).
-pub struct RecordReader {
-    opener: RecordOpener,
-    buf: BytesMut,
-    /// `buf[..plain]` is plaintext not yet consumed.
-    plain: usize,
-    /// `buf[cipher..]` is ciphertext not yet opened; `buf[plain..cipher]` is dead space (tags
-    /// and headers of opened records).
-    cipher: usize,
-    /// Plaintext bytes moved to join records (see [`moved_bytes`](Self::moved_bytes)).
-    moved: u64,
-}
-
-impl std::fmt::Debug for RecordReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the buffer itself: it holds decrypted plaintext.
-        f.debug_struct("RecordReader")
-            .field("opener", &self.opener)
-            .field("plaintext_len", &self.plain)
-            .field("pending_ciphertext", &self.pending_ciphertext())
-            .finish()
-    }
-}
-
-impl RecordReader {
-    /// Wraps an opener; `leftover` holds bytes read after the peer's AuthConfirm frame.
-    pub fn new(opener: RecordOpener, leftover: &[u8]) -> RecordReader {
-        let mut buf = BytesMut::with_capacity(leftover.len().max(8 * 1024));
-        buf.extend_from_slice(leftover);
-        RecordReader {
-            opener,
-            buf,
-            plain: 0,
-            cipher: 0,
-            moved: 0,
-        }
-    }
-
-    /// Lends the stream buffer for a socket read that appends ciphertext at its end, so the
-    /// bytes land where they are decrypted (no copy). Give it back with
-    /// [`restore_buffer`](Self::restore_buffer) before any other call; only appending is allowed.
-    pub fn take_buffer(&mut self) -> BytesMut {
-        std::mem::take(&mut self.buf)
-    }
-
-    /// Returns the buffer lent by [`take_buffer`](Self::take_buffer), with new ciphertext
-    /// appended.
-    pub fn restore_buffer(&mut self, buf: BytesMut) {
-        assert!(buf.len() >= self.cipher, "the lent buffer may only grow");
-        self.buf = buf;
-    }
-
-    /// Bytes still missing before the next record can be opened: the rest of a record whose
-    /// header is buffered, 0 when no header is buffered yet (size a read with it).
-    pub fn pending_record_bytes(&self) -> usize {
-        let pending = &self.buf[self.cipher..];
-        match pending.first_chunk::<RECORD_HEADER_LEN>() {
-            Some(h) => {
-                (RECORD_HEADER_LEN + u32::from_be_bytes(*h) as usize).saturating_sub(pending.len())
-            }
-            None => 0,
-        }
-    }
-
-    /// Appends ciphertext read from the socket.
-    pub fn push(&mut self, ciphertext: &[u8]) {
-        self.buf.extend_from_slice(ciphertext);
-    }
-
-    /// Opens the next record if it is wholly buffered and appends its plaintext to
-    /// [`plaintext`](Self::plaintext); false when it is not complete yet. An error breaks the
-    /// stream for good (the opener is poisoned).
-    pub fn open_next(&mut self) -> Result<bool, OpenError> {
-        let (len, body) = match self.opener.open_in_place(&mut self.buf[self.cipher..])? {
-            Opened::NeedMore(_) => return Ok(false),
-            Opened::Record { len, plaintext } => (len, plaintext),
-        };
-        let start = self.cipher + body.start;
-        let n = body.len();
-        if self.plain <= n {
-            // Move the pending plaintext (none, usually) up against the new plaintext and drop
-            // what lies before it: the consumed space, the old tag, the new header.
-            let gap = start - self.plain;
-            self.buf.copy_within(..self.plain, gap);
-            self.buf.advance(gap);
-            self.cipher = self.cipher + len - gap;
-            self.moved += self.plain as u64;
-        } else {
-            self.buf.copy_within(start..start + n, self.plain);
-            self.cipher += len;
-            self.moved += n as u64;
-        }
-        self.plain += n;
-        if self.cipher == self.buf.len() {
-            // Nothing more buffered: the next read lands right after the plaintext.
-            self.buf.truncate(self.plain);
-            self.cipher = self.plain;
-        }
-        Ok(true)
-    }
-
-    /// Opens every complete record buffered; returns how many plaintext bytes became
-    /// available. Records opened together are joined as in [`open_next`](Self::open_next).
-    pub fn decrypt(&mut self) -> Result<usize, OpenError> {
-        let before = self.plain;
-        while self.open_next()? {}
-        Ok(self.plain - before)
-    }
-
-    /// Decrypted bytes not yet consumed (the frame decoder's input).
-    pub fn plaintext(&self) -> &[u8] {
-        &self.buf[..self.plain]
-    }
-
-    /// Drops `n` plaintext bytes (a decoded frame).
-    pub fn consume(&mut self, n: usize) {
-        assert!(n <= self.plain, "consume beyond plaintext");
-        self.buf.advance(n);
-        self.plain -= n;
-        self.cipher -= n;
-    }
-
-    /// Takes `n` plaintext bytes out as an owned buffer without copying (zero-copy payloads).
-    pub fn split_plaintext(&mut self, n: usize) -> BytesMut {
-        assert!(n <= self.plain, "split beyond plaintext");
-        self.plain -= n;
-        self.cipher -= n;
-        self.buf.split_to(n)
-    }
-
-    /// Ciphertext bytes buffered but not yet opened.
-    pub fn pending_ciphertext(&self) -> usize {
-        self.buf.len() - self.cipher
-    }
-
-    /// Records opened so far.
-    pub fn records(&self) -> u64 {
-        self.opener.counter()
-    }
-
-    /// Plaintext bytes moved so far to join records: 0 while every frame lies within one
-    /// record and is consumed before the next record is opened; never more than the plaintext
-    /// opened.
-    pub fn moved_bytes(&self) -> u64 {
-        self.moved
-    }
-
-    /// At end of stream: a record cut short is an error.
-    pub fn finish(&self) -> Result<(), OpenError> {
-        self.opener.finish(&self.buf[self.cipher..])
     }
 }
 

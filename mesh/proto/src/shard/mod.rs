@@ -79,7 +79,7 @@ pub use origin::Publish;
 pub use read::ReadStep;
 pub use reliable_tuning::ReliableTuning;
 pub use samples::samples_shard;
-pub use write::WriteStep;
+pub use write::{WriteStep, DEFAULT_RECORD_BYTES};
 
 use crate::budget::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
 use crate::cmd::{ShardToShard, ToControl, ToShard};
@@ -117,6 +117,8 @@ pub struct ShardConfig {
     pub secure: bool,
     /// The most buffers one vectored write takes (the driver's limit).
     pub max_iovecs: usize,
+    /// Secured mesh: plaintext bytes after which the writer cuts a record between frames.
+    pub record_bytes: usize,
     /// Bytes of sample runs held for a route table naming their writer
     /// ([`crate::topics::TopicsConfig::max_parked_sample_bytes`]).
     pub max_parked_sample_bytes: usize,
@@ -147,6 +149,7 @@ impl ShardConfig {
             slow_link: SlowLinkPolicy::default(),
             secure: false,
             max_iovecs: 1024,
+            record_bytes: DEFAULT_RECORD_BYTES,
             max_parked_sample_bytes: cfg.topics.max_parked_sample_bytes,
             parked_sample_timeout: cfg.topics.parked_sample_timeout,
             stop_grace: cfg.stop_grace,

@@ -6,7 +6,7 @@
 use super::cursor::Cursor;
 use super::frame::FrameType;
 use super::signed::SIGNED_MEMBERSHIP_FRAME_TYPE;
-use bytes::BufMut;
+use bytes::{BufMut, Bytes};
 use std::fmt;
 
 /// Magic that opens the extension block.
@@ -31,7 +31,13 @@ impl Features {
     /// signed by its origin (identity mode). A peer without it gets the same records as
     /// unsigned type 6 frames; a Shoal build that predates the bit would drop the link on 15.
     pub const SIGNED_RECORDS: Features = Features(1 << 1);
-    /// The features this build implements and therefore advertises.
+    /// Bit 2: the sender offers AES-256-GCM records (secured mesh only). A link uses them when
+    /// both Hellos carry the bit; its keys and AuthConfirm tags are then derived with both
+    /// extension blocks bound in, so an offer changed on the way fails the handshake
+    /// (`protocol/aes-256-gcm.md`). Not in [`SUPPORTED`](Self::SUPPORTED): a node sets it
+    /// per its `record_suite` setting (by default when its CPU has AES instructions).
+    pub const AES_GCM_RECORDS: Features = Features(1 << 2);
+    /// The features this build implements and advertises on every link.
     pub const SUPPORTED: Features =
         Features(Features::EXTENDED_FRAMES.0 | Features::SIGNED_RECORDS.0);
 
@@ -58,35 +64,66 @@ impl fmt::Debug for Features {
 }
 
 /// The decoded Shoal extension block of a Hello/HelloAck.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShoalExtension {
     /// Extension version the sender wrote. Versions above [`SHOAL_EXT_VERSION`] are accepted:
     /// their extra fields live in the tail, which this build skips.
     pub version: u8,
     /// Features the sender understands.
     pub features: Features,
+    /// The tail as received (empty from this version), kept so the block re-encodes to the
+    /// exact bytes the sender wrote: the AES-256-GCM key schedule binds them.
+    tail: Bytes,
 }
 
 impl ShoalExtension {
+    /// A block of `version` with `features` and an empty tail.
+    pub fn new(version: u8, features: Features) -> ShoalExtension {
+        ShoalExtension {
+            version,
+            features,
+            tail: Bytes::new(),
+        }
+    }
+
     /// The extension this build sends: current version, [`Features::SUPPORTED`].
     pub fn current() -> ShoalExtension {
-        ShoalExtension {
-            version: SHOAL_EXT_VERSION,
-            features: Features::SUPPORTED,
-        }
+        ShoalExtension::new(SHOAL_EXT_VERSION, Features::SUPPORTED)
+    }
+
+    /// `self` with a tail (fields of a later extension version; at most 65 535 bytes).
+    pub fn with_tail(mut self, tail: impl Into<Bytes>) -> ShoalExtension {
+        let tail = tail.into();
+        assert!(tail.len() <= u16::MAX as usize, "tailLen is a u16");
+        self.tail = tail;
+        self
+    }
+
+    /// The tail bytes (skipped by this build).
+    pub fn tail(&self) -> &[u8] {
+        &self.tail
     }
 
     /// Bytes [`encode`](Self::encode) writes.
     pub fn encoded_len(&self) -> usize {
-        SHOAL_EXT_FIXED_LEN
+        SHOAL_EXT_FIXED_LEN + self.tail.len()
     }
 
-    /// Appends the block with an empty tail (this version defines no tail fields).
+    /// Appends the block: the fixed part, then the tail (empty in the blocks this build
+    /// writes). A decoded block re-encodes to the bytes received.
     pub fn encode<B: BufMut>(&self, out: &mut B) {
         out.put_slice(&SHOAL_EXT_MAGIC);
         out.put_u8(self.version);
         out.put_u64(self.features.0);
-        out.put_u16(0);
+        out.put_u16(self.tail.len() as u16);
+        out.put_slice(&self.tail);
+    }
+
+    /// The block's bytes, as [`encode`](Self::encode) writes them.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.encoded_len());
+        self.encode(&mut v);
+        v
     }
 
     /// Reads the block from the bytes after a Hello's last v1 field. Anything that is not a
@@ -104,8 +141,17 @@ impl ShoalExtension {
             let version = c.u8("shoal.version").ok()?;
             let features = Features(c.u64("shoal.features").ok()?);
             let tail_len = c.u16("shoal.tailLen").ok()? as usize;
-            c.take(tail_len, "shoal.tail").ok()?;
-            Some(ShoalExtension { version, features })
+            let tail = c.take(tail_len, "shoal.tail").ok()?;
+            let tail = if tail.is_empty() {
+                Bytes::new()
+            } else {
+                Bytes::copy_from_slice(tail)
+            };
+            Some(ShoalExtension {
+                version,
+                features,
+                tail,
+            })
         })();
         if parsed.is_none() {
             tracing::debug!(

@@ -52,7 +52,8 @@
 //! ([`Features::SUPPORTED`]) and defines seven extended frame types, below (the four reliability
 //! frames' rules are in the `reliable_frames` source). Type 15 needs a second bit,
 //! [`Features::SIGNED_RECORDS`]: a Shoal build that predates it knows types 9 to 14 only and
-//! would drop the link on 15.
+//! would drop the link on 15. Bit 2, [`Features::AES_GCM_RECORDS`], offers AES-256-GCM
+//! records in a secured mesh (`protocol/aes-256-gcm.md`); it changes no frame.
 //!
 //! # Frame types
 //!

@@ -376,6 +376,7 @@ fn publish(ctl: &Ctl) {
     if core.take_changed() {
         let snap = Snapshot {
             connected: core.connected_peers().copied().collect::<Vec<PeerId>>(),
+            links: core.links().collect(),
             known: core.known_peers().copied().collect(),
             members: core.members().copied().collect(),
             budgets: core.budgets().cloned().collect(),

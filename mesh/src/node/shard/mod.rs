@@ -219,6 +219,7 @@ pub(crate) async fn run(init: ShardInit) {
     cfg.slow_link = ns.slow_link;
     cfg.secure = ns.secure.is_some();
     cfg.max_iovecs = MAX_IOVECS;
+    cfg.record_bytes = ns.record_bytes;
     let outbox = Rc::new(Outbox::default());
     let sink = HubSink {
         ns: ns.clone(),

@@ -80,3 +80,29 @@ fn a_frame_over_many_records_moves_each_byte_at_most_once() {
     assert_eq!(rr.plaintext(), &pieces.concat()[..]);
     assert!(rr.moved_bytes() <= 200 * 256, "moved {}", rr.moved_bytes());
 }
+
+#[test]
+fn each_suite_reads_back_its_own_records_and_refuses_the_others() {
+    let suites = [RecordSuite::ChaCha20Poly1305, RecordSuite::Aes256Gcm];
+    for sealed_with in suites {
+        let mut sealer = RecordSealer::with_suite(sealed_with, &KEY, 1 << 20);
+        let mut s = Vec::new();
+        for p in [&[1u8; 70][..], &[2; 3000], &[3; 5]] {
+            sealer.seal_frame(&mut s, p).unwrap();
+        }
+        for opened_with in suites {
+            let opener = RecordOpener::with_suite(opened_with, &KEY, 1 << 20);
+            let mut rr = RecordReader::new(opener, &[]);
+            assert_eq!(rr.suite(), opened_with);
+            rr.push(&s);
+            let r = rr.decrypt();
+            if opened_with == sealed_with {
+                assert_eq!(r, Ok(3075));
+                assert_eq!(rr.records(), 3);
+            } else {
+                assert_eq!(r, Err(OpenError::AuthFailed));
+                assert!(rr.plaintext().is_empty(), "nothing of a forged record");
+            }
+        }
+    }
+}

@@ -158,7 +158,14 @@ fn a_secured_link_opens_records_in_place_and_a_forged_one_closes_only_it() {
         q.push_back(Out::Raw(Bytes::from(f), 0, 0));
     }
     let mut wire = BytesMut::new();
-    seal_batch(&mut q, &mut peer, &mut wire, &mut Taken::default()).unwrap();
+    seal_batch(
+        &mut q,
+        &mut peer,
+        &mut wire,
+        &mut Taken::default(),
+        DEFAULT_RECORD_BYTES,
+    )
+    .unwrap();
     // The records arrive in two reads, cut mid-record.
     let cut = wire.len() / 2;
     assert!(s.feed(A, &wire[..cut], s.at(1)));
@@ -168,7 +175,14 @@ fn a_secured_link_opens_records_in_place_and_a_forged_one_closes_only_it() {
     // A tampered record: this link goes, with a Crypto error.
     let mut q = VecDeque::from([Out::Raw(Bytes::from(data_frame(PC, ME, 3, 8, b"x")), 0, 0)]);
     let mut wire = BytesMut::new();
-    seal_batch(&mut q, &mut peer, &mut wire, &mut Taken::default()).unwrap();
+    seal_batch(
+        &mut q,
+        &mut peer,
+        &mut wire,
+        &mut Taken::default(),
+        DEFAULT_RECORD_BYTES,
+    )
+    .unwrap();
     let last = wire.len() - 1;
     wire[last] ^= 1;
     assert!(!s.feed(A, &wire, s.at(2)));
