@@ -8,7 +8,7 @@
 //! `mesh/proto` sits beside the driver it feeds, and the top level of the repository stays
 //! as it is. It is not a `shoal-loadgen` role: the load generator's job is to make load and
 //! measure it (histograms, charts, lab roles), and an observer must stay small, start fast
-//! and cost the mesh as little as it can (BENCHMARKS.md, "Observer cost"); it shares with the
+//! and cost the mesh as little as it can (`bench/notes/observer.md`); it shares with the
 //! loadgen only the way a node is configured from a command line (group, PSK, identity,
 //! multicast, static peers). What the API lacked for it (members' names, addresses,
 //! protocols, uptimes, link RTTs; the reasons of remote pairs) was added to `shoal_mesh`
