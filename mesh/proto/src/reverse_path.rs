@@ -270,7 +270,13 @@ impl PathCheck {
 /// intervals: a lost record is re-flooded within one) and only then refuses them. A stranger
 /// gains nothing it lacked: an origin's links change here only when the counted graph
 /// between this node and the origin does, which a stranger's own record cannot do (an edge
-/// counts only when both ends list it).
+/// counts only when both ends list it), but an off-path stranger can spend an origin's next
+/// ids within a window an honest change opened.
+///
+/// Discovery frames (`topics::core`) get no settling time: one that a node judging by an old
+/// graph refuses comes again with the origin's next announcement, while a forged one taken in
+/// the window would move the origin's seq mark by up to the seq window and silence it for
+/// that many announcements.
 #[derive(Debug, Clone, Default)]
 pub struct PathTable {
     by_origin: AHashMap<PeerId, TableEntry>,
