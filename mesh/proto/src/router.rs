@@ -271,6 +271,12 @@ impl Router {
         self.path_hit = None;
     }
 
+    /// [`RouterStats::taken_while_settling`] alone, for a caller that mirrors it per frame.
+    #[inline]
+    pub fn taken_while_settling(&self) -> u64 {
+        self.stats.taken_while_settling
+    }
+
     /// Routing counters.
     pub fn stats(&self) -> RouterStats {
         self.stats

@@ -258,6 +258,10 @@ counters! {
     /// Dropped: a Data frame whose message id does not start with its `src`'s first 8 bytes
     /// (the v1 wire builds every id that way; another node's id under one's own `src`).
     dropped_foreign_msg_id,
+    /// Data frames taken from a link not toward their origin because the origin's paths
+    /// changed less than `reverse_path_settle` ago (other nodes may still judge by the old
+    /// graph; see `reverse_path::PathTable`). Not a drop: the dedup cache drops a second copy.
+    taken_while_settling,
     /// Dropped: a Discovery frame from a link whose control-plane work budget was spent
     /// (`link_work_per_sec`): the control plane paused that link's Discovery frames until the
     /// budget refills, and the shard drops them on arrival instead of handing each over.

@@ -200,6 +200,11 @@ fn another_nodes_id_under_ones_own_src_is_refused() {
 /// copies (the live ring test failed that way on CI); while an origin's links settle,
 /// off-path copies are taken.
 fn ring_boot(seed: u64, settle: Duration) -> Vec<String> {
+    ring_boot_counted(seed, settle).0
+}
+
+/// [`ring_boot`], with the copies all nodes took while settling (`taken_while_settling`).
+fn ring_boot_counted(seed: u64, settle: Duration) -> (Vec<String>, u64) {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let edges = [(0, 1), (1, 2), (2, 3), (3, 4), (0, 4)];
@@ -245,15 +250,27 @@ fn ring_boot(seed: u64, settle: Duration) -> Vec<String> {
             }
         }
     }
-    missed
+    let taken = (0..5)
+        .map(|i| {
+            sim.nodes[i]
+                .shard
+                .counters()
+                .snapshot()
+                .taken_while_settling
+        })
+        .sum();
+    (missed, taken)
 }
 
 #[test]
 fn a_booting_ring_loses_no_broadcast_while_its_paths_settle() {
+    let mut settling = 0;
     for seed in 0..40 {
-        let missed = ring_boot(seed, cfg().reverse_path_settle);
+        let (missed, taken) = ring_boot_counted(seed, cfg().reverse_path_settle);
         assert!(missed.is_empty(), "seed {seed}: {missed:?}");
+        settling += taken;
     }
+    assert!(settling > 0, "no off-path copy was taken while settling");
 }
 
 /// The same boots judged strictly (no settling): some broadcast is lost (what settling is

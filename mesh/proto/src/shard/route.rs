@@ -83,7 +83,12 @@ impl ShardCore {
             ttl: d.ttl,
         };
         let c = &self.counters;
-        match self.router.on_data(&self.table, from, &meta, now) {
+        let settling = self.router.taken_while_settling();
+        let verdict = self.router.on_data(&self.table, from, &meta, now);
+        if self.router.taken_while_settling() != settling {
+            inc(&c.taken_while_settling);
+        }
+        match verdict {
             DataVerdict::Deliver => self.deliver(d, out),
             DataVerdict::DeliverAndForward { except, ttl } => {
                 self.fan_out(&meta, &d.payload, Some(except), None, ttl, path, now, out);
