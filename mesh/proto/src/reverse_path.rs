@@ -79,12 +79,17 @@ pub struct ReversePaths {
     origins: AHashMap<PeerId, Entry>,
     /// The toward neighbours of every origin, one ascending run per origin.
     toward: Vec<PeerId>,
+    /// The neighbours no farther from each origin than this node (toward ones included),
+    /// one ascending run per origin: a relay sends them no copy ([`PathTable`]).
+    not_farther: Vec<PeerId>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     start: u32,
     len: u32,
+    near_start: u32,
+    near_len: u32,
     hops: u32,
 }
 
@@ -115,8 +120,11 @@ impl ReversePaths {
         let mut queue = VecDeque::with_capacity(n);
         g.bfs(me_i, &mut dist_me, &mut queue);
 
-        // (origin, neighbour) pairs, both as node indices: ascending ids when sorted.
+        // (origin, neighbour) pairs, both as node indices: ascending ids when sorted. A
+        // neighbour toward the origin, and one no farther from it than this node (which
+        // takes the origin's frames from no link of ours: not worth a copy).
         let mut pairs: Vec<(u32, u32)> = Vec::new();
+        let mut near: Vec<(u32, u32)> = Vec::new();
         let mut dist = vec![FAR; n];
         // This node's own list names its neighbours; those without a record are not nodes
         // and so are toward nobody.
@@ -124,16 +132,21 @@ impl ReversePaths {
             g.bfs(nb, &mut dist, &mut queue);
             for x in 0..n as u32 {
                 let (dm, dn) = (dist_me[x as usize], dist[x as usize]);
-                if x != me_i && dm != FAR && dn < dm {
-                    pairs.push((x, nb));
+                if x != me_i && dm != FAR && dn <= dm {
+                    near.push((x, nb));
+                    if dn < dm {
+                        pairs.push((x, nb));
+                    }
                 }
             }
         }
         pairs.sort_unstable();
+        near.sort_unstable();
 
         let mut origins = AHashMap::with_capacity(n);
         let mut toward = Vec::with_capacity(pairs.len());
-        let mut k = 0;
+        let mut not_farther = Vec::with_capacity(near.len());
+        let (mut k, mut q) = (0, 0);
         for x in 0..n as u32 {
             if x == me_i || dist_me[x as usize] == FAR {
                 continue;
@@ -146,11 +159,21 @@ impl ReversePaths {
                 toward.push(g.ids[pairs[k].1 as usize]);
                 k += 1;
             }
+            let near_start = not_farther.len() as u32;
+            while q < near.len() && near[q].0 < x {
+                q += 1;
+            }
+            while q < near.len() && near[q].0 == x {
+                not_farther.push(g.ids[near[q].1 as usize]);
+                q += 1;
+            }
             origins.insert(
                 g.ids[x as usize],
                 Entry {
                     start,
                     len: toward.len() as u32 - start,
+                    near_start,
+                    near_len: not_farther.len() as u32 - near_start,
                     hops: dist_me[x as usize],
                 },
             );
@@ -160,6 +183,7 @@ impl ReversePaths {
             shape: None,
             origins,
             toward,
+            not_farther,
         }
     }
 
@@ -201,6 +225,15 @@ impl ReversePaths {
         self.origins
             .get(origin)
             .map(|e| &self.toward[e.start as usize..(e.start + e.len) as usize])
+    }
+
+    /// The neighbours (with a record) no farther from `origin` than this node, ascending:
+    /// under the rule none takes `origin`'s frames from this node, so a relay sends them
+    /// none. `None` when the origin is unknown.
+    pub fn not_farther(&self, origin: &PeerId) -> Option<&[PeerId]> {
+        self.origins
+            .get(origin)
+            .map(|e| &self.not_farther[e.near_start as usize..(e.near_start + e.near_len) as usize])
     }
 
     /// Hops from this node to `origin` over counted edges (`None`: unknown).
@@ -287,6 +320,8 @@ pub struct PathTable {
 struct TableEntry {
     start: u32,
     len: u32,
+    /// The links a relay sends none of this origin's frames (after the accepted ones).
+    skip_len: u32,
     /// Off-path copies are taken until then (`None`: settled from the start).
     settling_until: Option<Instant>,
 }
@@ -294,57 +329,73 @@ struct TableEntry {
 impl PathTable {
     /// The table of `paths` over this node's links `links` (`(neighbour, link)`, any order;
     /// a neighbour may have several links while a dial race settles: all are taken), every
-    /// origin settled.
+    /// origin settled, every link's neighbour following the rule.
     pub fn new(paths: &ReversePaths, links: &[(PeerId, LinkId)]) -> PathTable {
-        Self::build(paths, links, |_, _| None)
+        Self::build(paths, links, &[], |_, _, _| None)
     }
 
     /// The table of `paths` over `links` that replaces `previous` at `now`: an origin that is
-    /// new, or whose links differ from `previous`'s, settles for `settle` from `now`; the
-    /// others keep `previous`'s settling time.
+    /// new, or whose accepted or skipped links differ from `previous`'s, settles for `settle`
+    /// from `now`; the others keep `previous`'s settling time. `flooded`: links whose
+    /// neighbour gets every flooded frame whatever the graph says (a multimaster peer, which
+    /// floods as mesh-v1 does and takes every copy), never skipped.
     pub fn after(
         previous: &PathTable,
         paths: &ReversePaths,
         links: &[(PeerId, LinkId)],
+        flooded: &[LinkId],
         now: Instant,
         settle: Duration,
     ) -> PathTable {
         let until = now + settle;
-        Self::build(paths, links, |origin, accepted| {
-            match previous.entry(origin) {
-                Some((e, old)) if old == accepted => e.settling_until,
+        Self::build(
+            paths,
+            links,
+            flooded,
+            |origin, accepted, skipped| match previous.entry(origin) {
+                Some((e, old)) if old == accepted && previous.skipped(e) == skipped => {
+                    e.settling_until
+                }
                 _ => Some(until),
-            }
-        })
+            },
+        )
     }
 
     fn build(
         paths: &ReversePaths,
         links: &[(PeerId, LinkId)],
-        settling: impl Fn(&PeerId, &[LinkId]) -> Option<Instant>,
+        flooded: &[LinkId],
+        settling: impl Fn(&PeerId, &[LinkId], &[LinkId]) -> Option<Instant>,
     ) -> PathTable {
         let mut sorted = links.to_vec();
         sorted.sort_unstable();
+        let links_of = |n: PeerId| {
+            let from = sorted.partition_point(|(q, _)| *q < n);
+            sorted[from..]
+                .iter()
+                .take_while(move |(q, _)| *q == n)
+                .map(|(_, l)| *l)
+        };
         let mut by_origin = AHashMap::with_capacity(paths.len());
         let mut all = Vec::new();
         for (origin, toward) in paths.origins() {
             let start = all.len();
             for n in toward {
-                let from = sorted.partition_point(|(q, _)| q < n);
-                all.extend(
-                    sorted[from..]
-                        .iter()
-                        .take_while(|(q, _)| q == n)
-                        .map(|(_, l)| *l),
-                );
+                all.extend(links_of(*n));
             }
             all[start..].sort_unstable();
-            let settling_until = settling(origin, &all[start..]);
+            let skip_start = all.len();
+            for n in paths.not_farther(origin).unwrap_or_default() {
+                all.extend(links_of(*n).filter(|l| !flooded.contains(l)));
+            }
+            all[skip_start..].sort_unstable();
+            let settling_until = settling(origin, &all[start..skip_start], &all[skip_start..]);
             by_origin.insert(
                 *origin,
                 TableEntry {
                     start: start as u32,
-                    len: (all.len() - start) as u32,
+                    len: (skip_start - start) as u32,
+                    skip_len: (all.len() - skip_start) as u32,
                     settling_until,
                 },
             );
@@ -359,6 +410,25 @@ impl PathTable {
         self.by_origin
             .get(origin)
             .map(|e| (e, &self.links[e.start as usize..(e.start + e.len) as usize]))
+    }
+
+    fn skipped(&self, e: &TableEntry) -> &[LinkId] {
+        let from = (e.start + e.len) as usize;
+        &self.links[from..from + e.skip_len as usize]
+    }
+
+    /// The links a relay sends none of `origin`'s frames at `now`, ascending: those to
+    /// neighbours no farther from the origin than this node (none of them takes the origin's
+    /// frames from here), multimaster peers never among them. `None` (send on every link)
+    /// while the origin's links settle, or when it is unknown: other nodes may still judge by
+    /// another graph, and a copy they need must not be held back.
+    #[inline]
+    pub fn skipped_links(&self, origin: &PeerId, now: Instant) -> Option<&[LinkId]> {
+        let e = self.by_origin.get(origin)?;
+        if e.settling_until.is_some_and(|t| now < t) {
+            return None;
+        }
+        Some(self.skipped(e))
     }
 
     /// Whether a frame of `origin` is taken from `link` at `now` (see [`PathCheck`]).

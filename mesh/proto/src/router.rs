@@ -271,6 +271,13 @@ impl Router {
         self.path_hit = None;
     }
 
+    /// The links a relay of `origin`'s broadcast skips at `now` (see
+    /// [`PathTable::skipped_links`]); `None` (skip none) without a table.
+    #[inline]
+    pub fn skipped_links(&self, origin: &PeerId, now: Instant) -> Option<&[LinkId]> {
+        self.paths.as_ref()?.skipped_links(origin, now)
+    }
+
     /// [`RouterStats::taken_while_settling`] alone, for a caller that mirrors it per frame.
     #[inline]
     pub fn taken_while_settling(&self) -> u64 {

@@ -262,6 +262,11 @@ counters! {
     /// changed less than `reverse_path_settle` ago (other nodes may still judge by the old
     /// graph; see `reverse_path::PathTable`). Not a drop: the dedup cache drops a second copy.
     taken_while_settling,
+    /// Copies of relayed broadcasts not sent: the neighbour is no farther from the origin
+    /// than this node, so the reverse-path check would refuse it (`reverse_path_check`; a
+    /// neighbour without a record, a multimaster peer, or an origin whose links settle gets
+    /// every copy).
+    relay_copies_skipped,
     /// Dropped: a Discovery frame from a link whose control-plane work budget was spent
     /// (`link_work_per_sec`): the control plane paused that link's Discovery frames until the
     /// budget refills, and the shard drops them on arrival instead of handing each over.

@@ -282,3 +282,103 @@ fn without_settling_a_booting_ring_loses_broadcasts() {
         .sum();
     assert!(lost > 0, "strict judging lost nothing in 40 boots");
 }
+
+/// A settled mesh of `n` nodes linked by `edges` (i < j: j dials i), each node broadcasting
+/// `per_node` messages: (every message delivered exactly once at every other node, duplicates
+/// dropped, relay copies skipped), over all nodes.
+fn settled_broadcasts(
+    seed: u64,
+    n: usize,
+    edges: &[(usize, usize)],
+    check: bool,
+    per_node: usize,
+) -> (bool, u64, u64) {
+    let mut sim = Sim::new(seed);
+    for j in 0..n {
+        let mut c = cfg();
+        c.reverse_path_check = check;
+        c.static_peers = edges
+            .iter()
+            .filter(|(_, b)| *b == j)
+            .map(|(a, _)| format!("node{a}:{PORT}"))
+            .collect();
+        sim.add_node(c);
+    }
+    sim.start_all();
+    sim.run_for(Duration::from_millis(500));
+    sim.run_for(cfg().reverse_path_settle);
+    let before: Vec<_> = (0..n)
+        .map(|i| sim.nodes[i].shard.counters().snapshot())
+        .collect();
+    for k in 0..per_node {
+        for i in 0..n {
+            sim.broadcast(i, format!("m-{i}-{k}"));
+        }
+        sim.run_for(Duration::from_millis(5));
+    }
+    sim.run_for(Duration::from_millis(500));
+    let once = (0..n).all(|i| {
+        (0..n).filter(|j| *j != i).all(|j| {
+            (0..per_node).all(|k| sim.count_delivered(i, format!("m-{j}-{k}").as_bytes()) == 1)
+        })
+    });
+    let (mut dups, mut skipped) = (0, 0);
+    for (i, b) in before.iter().enumerate() {
+        let c = sim.nodes[i].shard.counters().snapshot();
+        dups += c.dropped_duplicate - b.dropped_duplicate;
+        skipped += c.relay_copies_skipped - b.relay_copies_skipped;
+    }
+    (once, dups, skipped)
+}
+
+/// Issue 29's full mesh (the shape multicast discovery builds): flooding makes every relay
+/// send every other neighbour a copy, each dropped as a duplicate; relaying only to the
+/// neighbours farther from the origin sends none, and loses nothing.
+#[test]
+fn a_settled_full_mesh_relays_no_broadcast_copy() {
+    let n = 5;
+    let edges: Vec<(usize, usize)> = (0..n)
+        .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+        .collect();
+    let (once, dups, skipped) = settled_broadcasts(1, n, &edges, true, 20);
+    assert!(once, "every broadcast delivered once everywhere");
+    assert_eq!(dups, 0, "no copy crossed a link twice");
+    // Each of the 100 messages reaches 4 nodes, each of which skips its 3 other links.
+    assert_eq!(skipped, 100 * 4 * 3);
+    let (once, dups, skipped) = settled_broadcasts(1, n, &edges, false, 20);
+    assert!(once);
+    assert_eq!(
+        (dups, skipped),
+        (100 * 4 * 3, 0),
+        "flooding: every copy a duplicate"
+    );
+}
+
+/// Random connected meshes, settled: every broadcast still reaches every node exactly once,
+/// with fewer duplicates than flooding the same mesh.
+#[test]
+fn settled_random_meshes_lose_no_broadcast_and_drop_fewer_copies() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+    let (mut pruned, mut flooded) = (0, 0);
+    for seed in 0..6 {
+        let n: usize = rng.gen_range(4..=8);
+        let mut edges: Vec<(usize, usize)> = (1..n).map(|b| (rng.gen_range(0..b), b)).collect();
+        for _ in 0..n {
+            let (a, b) = (rng.gen_range(0..n), rng.gen_range(0..n));
+            if a != b && !edges.contains(&(a.min(b), a.max(b))) {
+                edges.push((a.min(b), a.max(b)));
+            }
+        }
+        let (once, dups, _) = settled_broadcasts(seed, n, &edges, true, 5);
+        assert!(once, "seed {seed}: {edges:?}");
+        let (once, flood_dups, _) = settled_broadcasts(seed, n, &edges, false, 5);
+        assert!(once, "seed {seed}: flooding {edges:?}");
+        pruned += dups;
+        flooded += flood_dups;
+    }
+    assert!(
+        pruned * 2 < flooded,
+        "relaying dropped {pruned} duplicates, flooding {flooded}"
+    );
+}

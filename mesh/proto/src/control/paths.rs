@@ -46,6 +46,8 @@ pub(super) struct Paths {
     /// The links the last table was built over, `(peer, link)` sorted.
     links: Vec<(PeerId, LinkId)>,
     scratch: Vec<(PeerId, LinkId)>,
+    /// The links to multimaster peers, which get every flooded frame (never skipped).
+    flooded: Vec<LinkId>,
     /// Tables posted (each to every shard).
     pushed: u64,
     /// The shards' table knows no origin (they start so): an empty table is not posted
@@ -68,6 +70,7 @@ impl Paths {
             paths: ReversePaths::new(me),
             links: Vec::new(),
             scratch: Vec::new(),
+            flooded: Vec::new(),
             pushed: 0,
             shards_empty: true,
             next_build: None,
@@ -99,8 +102,15 @@ impl ControlCore {
             return;
         }
         std::mem::swap(&mut p.scratch, &mut p.links);
+        p.flooded.clear();
+        p.flooded.extend(
+            self.placed
+                .iter()
+                .filter(|(_, placed)| !placed.capable)
+                .map(|(l, _)| *l),
+        );
         let table = Arc::new(PathTable::after(
-            &p.table, &p.paths, &p.links, now, p.settle,
+            &p.table, &p.paths, &p.links, &p.flooded, now, p.settle,
         ));
         p.table = table.clone();
         if table.is_empty() && p.shards_empty {

@@ -357,7 +357,7 @@ fn two_stale_views_lose_an_origins_frame_without_settling() {
     assert_eq!(settled.check(&p(5), LinkId(1), now), PathCheck::Off);
     // Built as the control core builds it, after a table that did not know 5: settling.
     let settle = Duration::from_secs(4);
-    let fresh = PathTable::after(&PathTable::default(), &v2, &links, now, settle);
+    let fresh = PathTable::after(&PathTable::default(), &v2, &links, &[], now, settle);
     assert_eq!(fresh.check(&p(5), LinkId(1), now), PathCheck::Settling);
     assert_eq!(fresh.check(&p(5), LinkId(3), now), PathCheck::Toward);
     assert_eq!(
@@ -375,21 +375,117 @@ fn an_origin_settles_again_only_when_its_links_change() {
     let links = [(p(2), LinkId(2)), (p(3), LinkId(3))];
     let t0 = Instant::now();
     let settle = Duration::from_secs(4);
-    let a = PathTable::after(&PathTable::default(), &square, &links, t0, settle);
+    let a = PathTable::after(&PathTable::default(), &square, &links, &[], t0, settle);
     assert_eq!(a.settling_until(&p(4)), Some(t0 + settle));
     // The same graph later (a link elsewhere changed): 2 and 4 keep their time.
     let t1 = t0 + Duration::from_secs(10);
-    let b = PathTable::after(&a, &square, &links, t1, settle);
+    let b = PathTable::after(&a, &square, &links, &[], t1, settle);
     assert_eq!(b.settling_until(&p(4)), Some(t0 + settle));
     assert_eq!(b.check(&p(2), LinkId(3), t1), PathCheck::Off);
     // 4 is now behind 2 only: 4 settles again, 2 does not.
-    let c = PathTable::after(&b, &cut, &links, t1, settle);
+    let c = PathTable::after(&b, &cut, &links, &[], t1, settle);
     assert_eq!(c.settling_until(&p(4)), Some(t1 + settle));
     assert_eq!(c.check(&p(4), LinkId(3), t1), PathCheck::Settling);
     assert_eq!(c.check(&p(2), LinkId(3), t1), PathCheck::Off);
     // A neighbour's link replaced (a dial race): its origins settle again.
     let relinked = [(p(2), LinkId(20)), (p(3), LinkId(3))];
-    let d = PathTable::after(&c, &cut, &relinked, t1 + settle, settle);
+    let d = PathTable::after(&c, &cut, &relinked, &[], t1 + settle, settle);
     assert_eq!(d.settling_until(&p(2)), Some(t1 + settle + settle));
     assert_eq!(d.settling_until(&p(3)), Some(t0 + settle));
+}
+
+#[test]
+fn a_relay_skips_the_neighbours_no_farther_from_the_origin() {
+    // Full mesh of five seen from 3: every other node is one hop from every origin, so a
+    // relay of any origin's frame sends nobody a copy (each took it from the origin).
+    let nodes = [1, 2, 3, 4, 5];
+    let mut edges = Vec::new();
+    for a in 1..=5u8 {
+        for b in a + 1..=5 {
+            edges.push((a, b));
+        }
+    }
+    let r = paths_of(3, &records_of(&nodes, &edges));
+    for x in [1, 2, 4, 5] {
+        assert_eq!(r.not_farther(&p(x)), Some(&[p(1), p(2), p(4), p(5)][..]));
+    }
+    // Odd ring 1-2-3-4-5-1 seen from 1: 3 is two hops away by 2; 5 is as far from 3 as 1
+    // is, so 1 sends 5 none of 3's frames (5 takes them from 4) but sends 2 none either
+    // (2 is nearer); of 2's frames, 1 passes them on to 5 only.
+    let recs = records_of(&nodes, &[(1, 2), (2, 3), (3, 4), (4, 5), (5, 1)]);
+    let r = paths_of(1, &recs);
+    assert_eq!(r.not_farther(&p(3)), Some(&[p(2), p(5)][..]));
+    assert_eq!(r.not_farther(&p(2)), Some(&[p(2)][..]));
+    assert_eq!(r.not_farther(&p(7)), None, "unknown origin");
+    // The table: multimaster links are never skipped, links of nodes without a record
+    // neither (they are in no list), and nothing is skipped while the origin settles.
+    let links = [(p(2), LinkId(2)), (p(5), LinkId(5)), (p(9), LinkId(9))];
+    let t0 = Instant::now();
+    let settle = Duration::from_secs(4);
+    let t = PathTable::after(&PathTable::default(), &r, &links, &[LinkId(5)], t0, settle);
+    assert_eq!(t.skipped_links(&p(3), t0), None, "settling: every link");
+    assert_eq!(t.skipped_links(&p(3), t0 + settle), Some(&[LinkId(2)][..]));
+    assert_eq!(t.skipped_links(&p(7), t0 + settle), None);
+    let t = PathTable::new(&r, &links);
+    assert_eq!(
+        t.skipped_links(&p(3), t0),
+        Some(&[LinkId(2), LinkId(5)][..])
+    );
+}
+
+/// Random connected graphs, all nodes judging by the same records, each relaying an origin's
+/// frame only to the neighbours farther from it: every node still gets every origin's frame
+/// (the copy along a shortest path always goes on), over fewer links than a flood crosses.
+#[test]
+fn relaying_only_to_farther_neighbours_reaches_every_node() {
+    let mut rng = StdRng::seed_from_u64(29);
+    let (mut pruned_total, mut flood_total) = (0usize, 0usize);
+    for round in 0..60 {
+        let n: u8 = rng.gen_range(2..=14);
+        let mut edges: Vec<(u8, u8)> = (2..=n).map(|b| (rng.gen_range(1..b), b)).collect();
+        for _ in 0..rng.gen_range(0..=(n as usize * 3)) {
+            let (a, b) = (rng.gen_range(1..=n), rng.gen_range(1..=n));
+            if a != b && !edges.contains(&(a.min(b), a.max(b))) {
+                edges.push((a.min(b), a.max(b)));
+            }
+        }
+        let nodes: Vec<u8> = (1..=n).collect();
+        let recs = records_of(&nodes, &edges);
+        let views: Vec<ReversePaths> = nodes.iter().map(|&m| paths_of(m, &recs)).collect();
+        let links = |u: u8| recs[u as usize - 1].1.clone();
+        for x in 1..=n {
+            let mut got = vec![false; n as usize + 1];
+            got[x as usize] = true;
+            // The origin sends on every link; (to, from) copies in flight.
+            let mut pending: Vec<(u8, u8)> = links(x).iter().map(|&v| (v, x)).collect();
+            let mut flood_copies = pending.len();
+            let mut copies = pending.len();
+            while !pending.is_empty() {
+                let (v, from) = pending.swap_remove(rng.gen_range(0..pending.len()));
+                let view = &views[v as usize - 1];
+                if got[v as usize] || !view.toward(&p(x), &p(from)).accepted() {
+                    continue;
+                }
+                got[v as usize] = true;
+                let skip = view.not_farther(&p(x)).unwrap_or_default();
+                for w in links(v).into_iter().filter(|&w| w != from) {
+                    flood_copies += 1;
+                    if !skip.contains(&p(w)) {
+                        copies += 1;
+                        pending.push((w, v));
+                    }
+                }
+            }
+            assert!(
+                got[1..].iter().all(|g| *g),
+                "round {round}: origin {x} missed {got:?} over {edges:?}"
+            );
+            pruned_total += copies;
+            flood_total += flood_copies;
+        }
+    }
+    assert!(
+        pruned_total * 2 < flood_total,
+        "relaying to farther neighbours only sent {pruned_total} copies, flooding {flood_total}"
+    );
 }

@@ -103,18 +103,13 @@ impl ShardCore {
                 self.deliver(d, out);
             }
             DataVerdict::Forward { except, ttl } => {
-                self.fan_out(&meta, &payload, except, None, ttl, Path::Origin, now, out)
+                let to = Targets::AllExcept(except);
+                self.fan_out(&meta, &payload, to, ttl, Path::Origin, now, out)
             }
-            DataVerdict::Unicast { link, ttl } => self.fan_out(
-                &meta,
-                &payload,
-                None,
-                Some(link),
-                ttl,
-                Path::Origin,
-                now,
-                out,
-            ),
+            DataVerdict::Unicast { link, ttl } => {
+                let to = Targets::Only(link);
+                self.fan_out(&meta, &payload, to, ttl, Path::Origin, now, out)
+            }
             // Not a decision `originate` makes.
             DataVerdict::DeliverAndForward { .. } => {}
             DataVerdict::Drop(_) => inc(&self.counters.dropped_no_route),

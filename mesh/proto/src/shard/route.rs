@@ -27,7 +27,7 @@ use crate::cmd::{Out, ShardToShard};
 use crate::router::{DataMeta, DataVerdict, DropReason};
 use crate::stats::{add, add_dropped, inc, raise, TopicCounters};
 use crate::wire::{Data, DataHeader, DATA_HEADER_LEN};
-use crate::{dedup_shard, LinkId};
+use crate::{dedup_shard, LinkId, PeerId};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Instant;
@@ -91,14 +91,19 @@ impl ShardCore {
         match verdict {
             DataVerdict::Deliver => self.deliver(d, out),
             DataVerdict::DeliverAndForward { except, ttl } => {
-                self.fan_out(&meta, &d.payload, Some(except), None, ttl, path, now, out);
+                let to = Targets::Relay {
+                    except,
+                    origin: meta.src,
+                };
+                self.fan_out(&meta, &d.payload, to, ttl, path, now, out);
                 self.deliver(d, out);
             }
             DataVerdict::Forward { except, ttl } => {
-                self.fan_out(&meta, &d.payload, except, None, ttl, path, now, out)
+                let to = Targets::AllExcept(except);
+                self.fan_out(&meta, &d.payload, to, ttl, path, now, out)
             }
             DataVerdict::Unicast { link, ttl } => {
-                self.fan_out(&meta, &d.payload, None, Some(link), ttl, path, now, out)
+                self.fan_out(&meta, &d.payload, Targets::Only(link), ttl, path, now, out)
             }
             DataVerdict::Drop(DropReason::Duplicate) => inc(&c.dropped_duplicate),
             DataVerdict::Drop(DropReason::TtlExpired) => inc(&c.dropped_ttl),
@@ -131,8 +136,7 @@ impl ShardCore {
         &mut self,
         meta: &DataMeta,
         payload: &Bytes,
-        except: Option<LinkId>,
-        only: Option<LinkId>,
+        to: Targets<'_>,
         ttl: u8,
         path: Path,
         now: Instant,
@@ -144,10 +148,6 @@ impl ShardCore {
             return;
         };
         let n = DATA_HEADER_LEN + payload.len();
-        let to = match only {
-            Some(l) => Targets::Only(l),
-            None => Targets::AllExcept(except),
-        };
         self.fan_out_with(n, 1, to, path, now, out, || {
             Out::Data(header, payload.clone())
         });
@@ -177,6 +177,7 @@ impl ShardCore {
             owners,
             links,
             cfg,
+            router,
             ..
         } = self;
         let mut q = Queuer {
@@ -241,11 +242,25 @@ impl ShardCore {
             }
             q.transmit(link, *owner, budget, make(), frames, total, path, out);
         };
+        let mut skipped = 0;
         match to {
             Targets::Only(l) => send(l),
             Targets::AllExcept(except) => {
                 for &l in table.links() {
                     if Some(l) != except {
+                        send(l);
+                    }
+                }
+            }
+            Targets::Relay { except, origin } => {
+                let skip = router.skipped_links(&origin, now).unwrap_or_default();
+                for &l in table.links() {
+                    if l == except {
+                        continue;
+                    }
+                    if skip.binary_search(&l).is_ok() {
+                        skipped += 1;
+                    } else {
                         send(l);
                     }
                 }
@@ -261,6 +276,9 @@ impl ShardCore {
                     }
                 }
             }
+        }
+        if skipped > 0 {
+            add(&c.relay_copies_skipped, skipped);
         }
     }
 
@@ -291,6 +309,11 @@ pub(super) enum Targets<'a> {
     Only(LinkId),
     /// Every routed link except the one it came on (a flood).
     AllExcept(Option<LinkId>),
+    /// A broadcast relayed: every routed link except the one it came on and those to
+    /// neighbours no farther from `origin` than this node, which would refuse the copy
+    /// ([`crate::reverse_path::PathTable::skipped_links`]; all of them while the origin's
+    /// links settle).
+    Relay { except: LinkId, origin: PeerId },
     /// A writer's route from this node (topic samples), except the one it came on; what is
     /// queued and dropped is counted for its topic too.
     Route {
