@@ -50,6 +50,11 @@ impl Host {
         if std::env::var("SHOAL_FAULTS_REVERSE_PATH").is_ok_and(|v| v == "off") {
             args.push("--no-reverse-path-check".into());
         }
+        // `SHOAL_FAULTS_RELAY_PRUNING=off`: the check on, every relay sending on every link,
+        // to measure what skipping the copies that would be refused costs (issue 29).
+        if std::env::var("SHOAL_FAULTS_RELAY_PRUNING").is_ok_and(|v| v == "off") {
+            args.push("--no-relay-pruning".into());
+        }
         let mut p = lab.spawn(k, NODE, &args);
         p.wait_line(Instant::now() + Duration::from_secs(20), |l| {
             l.starts_with("ready ")
@@ -266,14 +271,16 @@ fn loss_restart_and_cut_keep_delivery_at_most_once_and_accounted() {
     }
     let pub_stats = hosts[0].last("stats ").expect("publisher stats");
     println!("publisher at {lossy_rate:.0} msg/s under loss; rejoin {rejoin:?}; {pub_stats}");
-    // Per subscriber, what reached it and what each node refused (issue 24's measurement).
+    // Per subscriber, what reached it and what each node refused or did not send (issues 24
+    // and 29's measurements).
     for (i, h) in hosts.iter_mut().enumerate() {
         let sub = h.last("sub ").unwrap_or_default();
         let s = h.last("stats ").expect("stats");
         let n = |k: &str| num(&s, k);
         println!(
             "h{}: {sub} | dropped_off_path={} dropped_duplicate={} dropped_too_old={} \
-             dropped_slow_link={} dropped_queue_full={} dropped_link_closed={}",
+             dropped_slow_link={} dropped_queue_full={} dropped_link_closed={} \
+             taken_while_settling={} relay_copies_skipped={}",
             i + 1,
             n("dropped_off_path"),
             n("dropped_duplicate"),
@@ -281,6 +288,8 @@ fn loss_restart_and_cut_keep_delivery_at_most_once_and_accounted() {
             n("dropped_slow_link"),
             n("dropped_queue_full"),
             n("dropped_link_closed"),
+            n("taken_while_settling"),
+            n("relay_copies_skipped"),
         );
     }
 }

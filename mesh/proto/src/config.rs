@@ -59,6 +59,10 @@
 //!   by different graphs could each refuse the only copy the other sends (a ring booting lost
 //!   broadcasts that way). Two membership intervals: a record lost on the way is re-flooded
 //!   within one.
+//! - `relay_pruning = true`: with the check on, a node relaying a broadcast of origin X skips
+//!   the links to neighbours no farther from X than itself (they would refuse the copy; never
+//!   a multimaster peer, a neighbour without a record, or while X's links settle), so a full
+//!   mesh carries each broadcast once per link. `false` sends on every link.
 
 use serde::Deserialize;
 use std::fmt;
@@ -296,6 +300,10 @@ pub struct MeshConfig {
     /// re-flooded within one); keep it at least two `membership_interval`s.
     #[serde(rename = "reverse_path_settle_ms", with = "millis")]
     pub reverse_path_settle: Duration,
+    /// With `reverse_path_check`: a relay of a broadcast skips the neighbours no farther from
+    /// its origin than itself, which would refuse the copy (see the module docs). Default
+    /// true; false sends on every link as mesh-v1 does (the copies are refused there).
+    pub relay_pruning: bool,
 }
 
 impl Default for MeshConfig {
@@ -344,6 +352,7 @@ impl Default for MeshConfig {
             reverse_path_check: true,
             record_suite: crate::crypto::RecordSuitePolicy::Auto,
             reverse_path_settle: Duration::from_millis(4000),
+            relay_pruning: true,
         }
     }
 }
@@ -385,6 +394,7 @@ impl fmt::Debug for MeshConfig {
             .field("reverse_path_check", &self.reverse_path_check)
             .field("record_suite", &self.record_suite)
             .field("reverse_path_settle", &self.reverse_path_settle)
+            .field("relay_pruning", &self.relay_pruning)
             .finish_non_exhaustive()
     }
 }
@@ -645,6 +655,9 @@ macro_rules! mesh_config_setters {
         record_suite: $crate::crypto::RecordSuitePolicy,
         /// Sets `reverse_path_settle`.
         reverse_path_settle: Duration,
+        /// Enables or disables skipping, on a broadcast's relay, the neighbours that would
+        /// refuse the copy.
+        relay_pruning: bool,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {

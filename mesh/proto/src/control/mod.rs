@@ -242,7 +242,12 @@ impl ControlCore {
             shown_view,
             ready_pending: Vec::new(),
             topics,
-            paths: paths::Paths::new(me, cfg.reverse_path_check, cfg.reverse_path_settle),
+            paths: paths::Paths::new(
+                me,
+                cfg.reverse_path_check,
+                cfg.reverse_path_settle,
+                cfg.relay_pruning,
+            ),
             cfg,
         };
         if let Some(detail) = topics_warning {

@@ -59,12 +59,15 @@ pub(super) struct Paths {
     table: Arc<PathTable>,
     /// How long an origin whose links changed takes off-path copies ([`PathTable`]).
     settle: Duration,
+    /// `relay_pruning`: off, every link counts as flooded and no relay skips any.
+    prune: bool,
 }
 
 impl Paths {
     /// `settle`: how long an origin whose links changed keeps taking off-path copies
     /// (`reverse_path_settle`).
-    pub(super) fn new(me: PeerId, enabled: bool, settle: Duration) -> Paths {
+    /// `prune`: `relay_pruning`.
+    pub(super) fn new(me: PeerId, enabled: bool, settle: Duration, prune: bool) -> Paths {
         Paths {
             enabled,
             paths: ReversePaths::new(me),
@@ -76,6 +79,7 @@ impl Paths {
             next_build: None,
             table: Arc::default(),
             settle,
+            prune,
         }
     }
 }
@@ -103,10 +107,11 @@ impl ControlCore {
         }
         std::mem::swap(&mut p.scratch, &mut p.links);
         p.flooded.clear();
+        let prune = p.prune;
         p.flooded.extend(
             self.placed
                 .iter()
-                .filter(|(_, placed)| !placed.capable)
+                .filter(|(_, placed)| !prune || !placed.capable)
                 .map(|(l, _)| *l),
         );
         let table = Arc::new(PathTable::after(
