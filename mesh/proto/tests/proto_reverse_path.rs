@@ -291,12 +291,14 @@ fn settled_broadcasts(
     n: usize,
     edges: &[(usize, usize)],
     check: bool,
+    prune: bool,
     per_node: usize,
 ) -> (bool, u64, u64) {
     let mut sim = Sim::new(seed);
     for j in 0..n {
         let mut c = cfg();
         c.reverse_path_check = check;
+        c.relay_pruning = prune;
         c.static_peers = edges
             .iter()
             .filter(|(_, b)| *b == j)
@@ -340,18 +342,22 @@ fn a_settled_full_mesh_relays_no_broadcast_copy() {
     let edges: Vec<(usize, usize)> = (0..n)
         .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
         .collect();
-    let (once, dups, skipped) = settled_broadcasts(1, n, &edges, true, 20);
+    let (once, dups, skipped) = settled_broadcasts(1, n, &edges, true, true, 20);
     assert!(once, "every broadcast delivered once everywhere");
     assert_eq!(dups, 0, "no copy crossed a link twice");
     // Each of the 100 messages reaches 4 nodes, each of which skips its 3 other links.
     assert_eq!(skipped, 100 * 4 * 3);
-    let (once, dups, skipped) = settled_broadcasts(1, n, &edges, false, 20);
+    let (once, dups, skipped) = settled_broadcasts(1, n, &edges, false, true, 20);
     assert!(once);
     assert_eq!(
         (dups, skipped),
         (100 * 4 * 3, 0),
         "flooding: every copy a duplicate"
     );
+    // `relay_pruning = false`: the copies are sent and refused off path instead.
+    let (once, dups, skipped) = settled_broadcasts(1, n, &edges, true, false, 20);
+    assert!(once);
+    assert_eq!((dups, skipped), (0, 0));
 }
 
 /// Random connected meshes, settled: every broadcast still reaches every node exactly once,
@@ -370,9 +376,9 @@ fn settled_random_meshes_lose_no_broadcast_and_drop_fewer_copies() {
                 edges.push((a.min(b), a.max(b)));
             }
         }
-        let (once, dups, _) = settled_broadcasts(seed, n, &edges, true, 5);
+        let (once, dups, _) = settled_broadcasts(seed, n, &edges, true, true, 5);
         assert!(once, "seed {seed}: {edges:?}");
-        let (once, flood_dups, _) = settled_broadcasts(seed, n, &edges, false, 5);
+        let (once, flood_dups, _) = settled_broadcasts(seed, n, &edges, false, true, 5);
         assert!(once, "seed {seed}: flooding {edges:?}");
         pruned += dups;
         flooded += flood_dups;
