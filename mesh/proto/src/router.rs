@@ -17,10 +17,12 @@
 //!   links toward X ([`crate::reverse_path`]), or from X's own link as the [`NeighbourLinks`]
 //!   name it (a link that replaced another before the next table arrived), or from any link
 //!   while X's links settle after a change (other nodes may still judge by the old graph;
-//!   see [`PathTable`]); else [`DropReason::OffPath`]. Targeted frames too: a relay floods them like broadcasts until a
-//!   node next to the destination unicasts, and that node is one hop closer to the origin than
-//!   the destination on the copy that travelled a shortest path (the reverse-path module's
-//!   induction), so the check costs them nothing more than it costs broadcasts.
+//!   see [`PathTable`]); else [`DropReason::OffPath`]. Targeted frames too: a relay floods
+//!   them like broadcasts until a node next to the destination unicasts, and that node is one
+//!   hop closer to the origin than the destination on the copy that travelled a shortest path
+//!   (the reverse-path module's induction), so the check costs them nothing more than it
+//!   costs broadcasts. A relayed broadcast skips the links whose neighbour would refuse it
+//!   ([`Router::skipped_links`], used by the shard's fan-out).
 
 use super::dedup::{DedupCache, DedupStats, Seen};
 use super::LinkId;
