@@ -29,12 +29,10 @@ use crate::LinkId;
 use bytes::{Bytes, BytesMut};
 use std::time::Instant;
 
-/// The shard (of `shards`) that keeps the sequence state of `writer`'s samples: the shard of
-/// its node's id (its first 8 bytes, as [`crate::link_shard`] and [`crate::dedup_shard`]
-/// hash a node), so a node's own writers are checked where they publish.
+/// The shard (of `shards`) that keeps the sequence state of `writer`'s samples: its node's
+/// ([`crate::id::node_shard`]), so a node's own writers are checked where they publish.
 pub fn samples_shard(writer: &EndpointGuid, shards: usize) -> usize {
-    let h = u64::from_be_bytes(writer[..8].try_into().expect("16 >= 8"));
-    (h % shards.max(1) as u64) as usize
+    crate::id::node_shard(writer, shards)
 }
 
 /// The sequence number of the last sample in a batch of whole Samples frames, from the frame
