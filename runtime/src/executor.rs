@@ -396,7 +396,7 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
             drive(&rt, &local, &slot.stop, spin)
         })
     }));
-    crate::channel::flush_deferred_wakes();
+    crate::unwind::flush_deferred_wakes();
     let outcome = match outcome {
         Ok(r) => r,
         Err(payload) => Err(panic_message(&*payload)),

@@ -211,7 +211,7 @@ impl<F: Future> Future for FailStop<F> {
         match catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
             Ok(p) => p,
             Err(payload) => {
-                crate::channel::flush_deferred_wakes();
+                crate::unwind::flush_deferred_wakes();
                 let msg = panic_message(&*payload);
                 let mut slot = this.local.panic.borrow_mut();
                 if slot.is_none() {

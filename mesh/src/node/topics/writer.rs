@@ -5,7 +5,7 @@
 //! touch:** where samples go (the origin shard routes the batch by the writer's route).
 
 use super::Endpoint;
-use crate::node::publisher::{send_batch, spare_blocks, Cancelled, Wait};
+use crate::node::publisher::{hand_over_on_drop, send_batch, spare_blocks, Cancelled, Wait};
 use crate::node::recycle::Recycler;
 use crate::node::shard::Publish;
 use crate::node::PublishError;
@@ -463,32 +463,10 @@ impl CreditWait {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        let pending = self.count as u64;
-        if pending == 0 {
-            return;
-        }
-        // As `Publisher`: never wait on an executor thread nor while unwinding. Unwinding,
-        // the hand-over happens on a helper: it wakes the shard's task, and compio aborts the
-        // process when a task is woken from a panicking thread.
-        let r = if std::thread::panicking() {
-            std::thread::scope(|s| {
-                s.spawn(|| self.try_flush())
-                    .join()
-                    .unwrap_or(Err(PublishError::Stopped))
-            })
-        } else if shoal_runtime::current_executor().is_some() {
-            self.try_flush()
-        } else {
-            self.flush_blocking()
-        };
-        if let Err(e) = r {
-            self.ep
-                .mesh
-                .inner
-                .ns
-                .unflushed_discarded
-                .fetch_add(pending, Ordering::Relaxed);
-            tracing::warn!(error = %e, lost = pending, "writer dropped with samples it could not hand over");
+        if self.count > 0 {
+            let ns = self.ep.mesh.inner.ns.clone();
+            let what = "writer dropped with samples it could not hand over";
+            hand_over_on_drop(&ns, self.count, what, |wait| self.hand_over(wait));
         }
         // `ep` drops after this body: the endpoint is removed once its samples are handed over.
     }
