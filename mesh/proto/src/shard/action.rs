@@ -3,14 +3,16 @@
 //! **Owns:** the output vocabulary of [`super::ShardCore`]. **Must not touch:** how the driver
 //! carries it out (channels, tasks, the application's event queue).
 
-use super::backpressure::Blocked;
-use crate::cmd::{ShardToShard, ToControl};
+use crate::budget::LinkBudget;
+use crate::cmd::{Out, ShardToShard, ToControl};
 use crate::link::CloseReason;
-use crate::stats::{inc, Counters};
+use crate::stats::{inc, Counters, TopicCounters};
 use crate::topics::EndpointGuid;
 use crate::wire::{DecodeError, Samples};
 use crate::{LinkId, MsgId, PeerId};
 use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// One output of the shard core, carried out in order.
 #[derive(Debug)]
@@ -49,6 +51,53 @@ pub enum ShardAction {
     /// reason is the link state machine's when it closed the link itself (heartbeat timeout,
     /// Goodbye, protocol violation), `None` for an I/O end, a fault or a stop.
     Ended(LinkId, Option<CloseReason>),
+}
+
+/// An originated frame (or batch of `frames`) waiting for room on a link.
+#[derive(Debug)]
+pub struct Blocked {
+    pub(super) link: LinkId,
+    pub(super) owner: usize,
+    pub(super) budget: Arc<LinkBudget>,
+    pub(super) out: Out,
+    pub(super) frames: u64,
+    /// The topic of a batch of samples: what finally goes out or is dropped is counted for
+    /// it too, as for a batch that found room at once.
+    pub(super) topic: Option<Arc<TopicCounters>>,
+    /// When to look at the congestion again (set by the first [`super::ShardCore::unblock`]).
+    pub(super) deadline: Option<Instant>,
+}
+
+impl Blocked {
+    pub(super) fn new(
+        link: LinkId,
+        owner: usize,
+        budget: Arc<LinkBudget>,
+        out: Out,
+        frames: u64,
+        topic: Option<Arc<TopicCounters>>,
+    ) -> Blocked {
+        Blocked {
+            link,
+            owner,
+            budget,
+            out,
+            frames,
+            topic,
+            deadline: None,
+        }
+    }
+
+    /// The link it waits for.
+    pub fn link(&self) -> LinkId {
+        self.link
+    }
+
+    /// Notified when the link may have room (or closed). Take it before calling
+    /// [`super::ShardCore::unblock`], so room made in between is not missed.
+    pub fn listen(&self) -> event_listener::EventListener {
+        self.budget.listen_room()
+    }
 }
 
 /// What the driver does with a post whose receiver's ring is full.
