@@ -186,7 +186,10 @@ impl Gate {
 impl std::future::Future for Gate {
     type Output = ();
 
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
         let mut g = self.0.lock().unwrap();
         if g.0 {
             return std::task::Poll::Ready(());

@@ -126,7 +126,9 @@ mod tests {
     #[test]
     fn a_nodes_links_messages_and_writers_share_one_shard() {
         for seed in 0..64u8 {
-            let node = PeerId(core::array::from_fn(|i| seed.wrapping_mul(37) ^ (i as u8 * 11)));
+            let node = PeerId(core::array::from_fn(|i| {
+                seed.wrapping_mul(37) ^ (i as u8 * 11)
+            }));
             // A writer GUID: the node's 12-byte id prefix, then an entity number.
             let mut writer = [0xee; 16];
             writer[..12].copy_from_slice(&node.0[..12]);

@@ -79,8 +79,8 @@ mod write;
 mod tests;
 
 pub use action::{
-    decode_fault, Blocked, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink,
-    SampleRun, SamplesLost, ShardAction,
+    decode_fault, Blocked, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink, SampleRun,
+    SamplesLost, ShardAction,
 };
 pub use backpressure::Unblock;
 pub use origin::Publish;
