@@ -12,9 +12,9 @@
 use super::cursor::Cursor;
 use super::defaults::LENGTH_PREFIX_LEN;
 use super::error::{DecodeError, EncodeError};
+use super::frame_type::SAMPLES_FRAME_TYPE;
 use super::topic_frames::{
-    SAMPLES_BODY_FIXED, SAMPLES_FRAME_TYPE, SAMPLES_HEADER_LEN, SAMPLES_KNOWN_FLAGS,
-    SAMPLE_LEN_PREFIX,
+    SAMPLES_BODY_FIXED, SAMPLES_HEADER_LEN, SAMPLES_KNOWN_FLAGS, SAMPLE_LEN_PREFIX,
 };
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::ops::Range;

@@ -44,11 +44,6 @@
 //! must be filled exactly by their counts and lengths: the `count` of a frame is what its
 //! receiver trusts, and a body that says less than it carries is malformed.
 
-/// Frame type of [`Discovery`](super::Discovery).
-pub const DISCOVERY_FRAME_TYPE: u8 = 9;
-/// Frame type of [`Samples`](super::Samples).
-pub const SAMPLES_FRAME_TYPE: u8 = 10;
-
 /// Discovery entry kind 1: one encoded `shoal-discovery` record.
 pub const ENTRY_KIND_RECORD: u8 = 1;
 /// Discovery entry kind 2: the GUID of a withdrawn endpoint.
