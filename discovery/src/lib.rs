@@ -59,6 +59,7 @@ pub mod announce;
 pub mod footprint;
 mod glob;
 pub mod graph;
+mod kind;
 pub mod locators;
 pub mod matching;
 pub mod partition;
