@@ -50,6 +50,7 @@ mod builder;
 pub mod channel;
 mod error;
 mod executor;
+mod id;
 pub mod memlock;
 pub mod net;
 mod task;
@@ -60,9 +61,9 @@ pub use builder::{Builder, ControlPlacement, Placement};
 pub use error::{
     Closed, Elapsed, JoinError, RuntimeError, SendError, SpawnError, TryRecvError, TrySendError,
 };
-pub use executor::{ExecutorId, Handle, Runtime};
+pub use executor::{current_handle, Handle, Runtime};
+pub use id::ExecutorId;
 pub use task::{
-    current_executor, current_handle, current_shard, spawn_local, try_spawn_local, JoinHandle,
-    LocalJoinHandle,
+    current_executor, current_shard, spawn_local, try_spawn_local, JoinHandle, LocalJoinHandle,
 };
 pub use unwind::outside_unwind;
