@@ -176,51 +176,28 @@ pub struct SampleRun {
 }
 
 impl SampleRun {
-    /// The same run without its first `k` samples (`k < count`): the body is re-sliced, no
-    /// payload is copied.
+    /// The same run without its first `k` samples (`k < count`; [`Samples::skip`]).
     pub fn skip(&self, k: u16) -> SampleRun {
         SampleRun {
             reader: self.reader,
-            samples: skip_samples(&self.samples, k),
+            samples: self.samples.skip(k),
         }
     }
-}
 
-impl SampleRun {
-    /// The run cut after its first `k` samples (`0 < k < count`): both halves share the
-    /// body, no payload is copied.
+    /// The run cut after its first `k` samples (`0 < k < count`; [`Samples::split_at`]).
     pub fn split_at(self, k: u16) -> (SampleRun, SampleRun) {
-        let rest = self.skip(k);
-        let head_len = self.samples.body.len() - rest.samples.body.len();
-        let head = SampleRun {
-            reader: self.reader,
-            samples: Samples {
-                ttl: self.samples.ttl,
-                writer: self.samples.writer,
-                first_seq: self.samples.first_seq,
-                count: k,
-                body: self.samples.body.slice(..head_len),
+        let (head, rest) = self.samples.split_at(k);
+        let reader = self.reader;
+        (
+            SampleRun {
+                reader,
+                samples: head,
             },
-        };
-        (head, rest)
-    }
-}
-
-/// `s` without its first `k` samples (`k < s.count`): the body re-sliced after their length
-/// prefixes and payloads.
-pub(super) fn skip_samples(s: &Samples, k: u16) -> Samples {
-    debug_assert!(k < s.count, "skip {k} of {}", s.count);
-    let mut at = 0usize;
-    for _ in 0..k {
-        let len = u32::from_be_bytes(s.body[at..at + 4].try_into().expect("4 bytes")) as usize;
-        at += 4 + len;
-    }
-    Samples {
-        ttl: s.ttl,
-        writer: s.writer,
-        first_seq: s.first_seq + u64::from(k),
-        count: s.count - k,
-        body: s.body.slice(at..),
+            SampleRun {
+                reader,
+                samples: rest,
+            },
+        )
     }
 }
 

@@ -122,7 +122,8 @@ pub use reliable_frames::{
     MAX_NACK_BITS, REPAIR_BODY_FIXED,
 };
 pub use samples::{
-    split_own_samples, take_samples, SamplePayloads, SampleRunWriter, Samples, SamplesHeader,
+    last_seq_of_own_samples, split_own_samples, take_samples, SamplePayloads, SampleRunWriter,
+    SampleSlices, Samples, SamplesHeader,
 };
 pub use signature::{
     RecordSignature, DISCOVERY_SIGNATURE_ENTRY_LEN, ENTRY_KIND_SIGNATURE, SIGNATURE_LEN,

@@ -78,6 +78,17 @@ impl Samples {
         }
     }
 
+    /// `(sequence number, payload)` of each sample, the payloads borrowed from the body (no
+    /// reference count touched); ends early as [`payloads`](Self::payloads) does.
+    pub fn iter(&self) -> SampleSlices<'_> {
+        SampleSlices {
+            body: &self.body,
+            pos: 0,
+            left: self.count,
+            seq: self.first_seq,
+        }
+    }
+
     /// The sequence numbers of the samples, `first_seq ..= last_seq()`, in the order of
     /// [`payloads`](Self::payloads).
     pub fn seqs(&self) -> impl ExactSizeIterator<Item = u64> + 'static {
@@ -90,6 +101,56 @@ impl Samples {
         self.first_seq
             .wrapping_add(u64::from(self.count))
             .wrapping_sub(1)
+    }
+
+    /// The run without its first `k` samples (`k < count`): the body re-sliced after their
+    /// length prefixes and payloads, no payload copied.
+    pub fn skip(&self, k: u16) -> Samples {
+        debug_assert!(k < self.count, "skip {k} of {}", self.count);
+        Samples {
+            ttl: self.ttl,
+            writer: self.writer,
+            first_seq: self.first_seq + u64::from(k),
+            count: self.count - k,
+            body: self.body.slice(self.offset_of(k)..),
+        }
+    }
+
+    /// The run cut after its first `k` samples (`0 < k < count`): both halves share the
+    /// body, no payload is copied.
+    pub fn split_at(self, k: u16) -> (Samples, Samples) {
+        let rest = self.skip(k);
+        let head = Samples {
+            count: k,
+            body: self.body.slice(..self.body.len() - rest.body.len()),
+            ..self
+        };
+        (head, rest)
+    }
+
+    /// Takes the first sample off the run: its sequence number and payload (a slice of the
+    /// body, no copy); the run keeps the rest. `None` once the run is empty, or when the body
+    /// is not `count` well-formed samples (only possible for a hand-built value).
+    pub fn pop_front(&mut self) -> Option<(u64, Bytes)> {
+        if self.count == 0 {
+            return None;
+        }
+        let at = payload_at(&self.body, 0)?;
+        let payload = self.body.slice(at.clone());
+        self.body.advance(at.end);
+        let seq = self.first_seq;
+        self.first_seq = seq.wrapping_add(1);
+        self.count -= 1;
+        Some((seq, payload))
+    }
+
+    /// Where sample `k` (`k < count`) starts in the body.
+    fn offset_of(&self, k: u16) -> usize {
+        (0..k).fold(0, |at, _| {
+            payload_at(&self.body, at)
+                .expect("a run of `count` whole samples")
+                .end
+        })
     }
 
     /// Bytes the whole frame occupies on the wire: `33 + body`.
@@ -217,18 +278,13 @@ impl Iterator for SamplePayloads<'_> {
         if self.left == 0 {
             return None;
         }
-        let start = self.pos + SAMPLE_LEN_PREFIX;
-        let len = self
-            .body
-            .get(self.pos..start)
-            .map(|l| u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize);
-        match len {
-            Some(len) if start + len <= self.body.len() => {
+        match payload_at(self.body, self.pos) {
+            Some(at) => {
                 self.left -= 1;
-                self.pos = start + len;
-                Some(self.body.slice(start..start + len))
+                self.pos = at.end;
+                Some(self.body.slice(at))
             }
-            _ => {
+            None => {
                 self.left = 0;
                 None
             }
@@ -238,6 +294,46 @@ impl Iterator for SamplePayloads<'_> {
     fn size_hint(&self) -> (usize, Option<usize>) {
         (0, Some(usize::from(self.left)))
     }
+}
+
+/// `(sequence number, payload)` of each sample of a [`Samples`] run, the payloads borrowed
+/// (see [`Samples::iter`]).
+#[derive(Debug, Clone)]
+pub struct SampleSlices<'a> {
+    body: &'a [u8],
+    pos: usize,
+    left: u16,
+    seq: u64,
+}
+
+impl<'a> Iterator for SampleSlices<'a> {
+    type Item = (u64, &'a [u8]);
+
+    fn next(&mut self) -> Option<(u64, &'a [u8])> {
+        if self.left == 0 {
+            return None;
+        }
+        let at = payload_at(self.body, self.pos)?;
+        self.pos = at.end;
+        self.left -= 1;
+        let seq = self.seq;
+        self.seq = seq.wrapping_add(1);
+        Some((seq, &self.body[at]))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(usize::from(self.left)))
+    }
+}
+
+/// Where the payload of the sample at `pos` of a run's body lies (after its length prefix),
+/// if the body holds it whole: the one reading of a sample's `len u32 | payload` that every
+/// walk of a run (iteration, skip, split, pop) goes through.
+fn payload_at(body: &[u8], pos: usize) -> Option<Range<usize>> {
+    let start = pos + SAMPLE_LEN_PREFIX;
+    let len = u32::from_be_bytes(body.get(pos..start)?.try_into().expect("4 bytes")) as usize;
+    let end = start.checked_add(len)?;
+    (end <= body.len()).then_some(start..end)
 }
 
 /// The read path's fast lane for Samples frames, like [`super::take_data`]: when the frame at
@@ -291,6 +387,35 @@ where
 /// well-formed, and this path runs for every batch a reliable writer writes). `None` if the
 /// header is not a Samples frame's or the frame runs past the batch.
 pub fn split_own_samples(batch: &Bytes, at: usize) -> Option<(Samples, usize)> {
+    let (head, total) = own_head(batch, at)?;
+    let s = Samples {
+        body: batch.slice(at + SAMPLES_HEADER_LEN..at + total),
+        ..head
+    };
+    Some((s, total))
+}
+
+/// The sequence number of the last sample in a batch of whole Samples frames that this
+/// node's own writer handle packed, from the frame headers alone (as
+/// [`split_own_samples`]); `None` if the batch is not such frames.
+pub fn last_seq_of_own_samples(batch: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    let mut last = None;
+    while at < batch.len() {
+        let (head, total) = own_head(batch, at)?;
+        last = head
+            .first_seq
+            .checked_add(u64::from(head.count))?
+            .checked_sub(1);
+        at += total;
+    }
+    last
+}
+
+/// The header fields (with an empty body) and the whole length of the Samples frame at `at`
+/// of `batch`, from its header alone; `None` if it is not a Samples frame's header or the
+/// frame runs past the batch.
+fn own_head(batch: &[u8], at: usize) -> Option<(Samples, usize)> {
     let h = batch.get(at..at + SAMPLES_HEADER_LEN)?;
     if h[LENGTH_PREFIX_LEN] != SAMPLES_FRAME_TYPE {
         return None;
@@ -304,7 +429,7 @@ pub fn split_own_samples(batch: &Bytes, at: usize) -> Option<(Samples, usize)> {
         writer: h[7..23].try_into().ok()?,
         first_seq: u64::from_be_bytes(h[23..31].try_into().ok()?),
         count: u16::from_be_bytes(h[31..33].try_into().ok()?),
-        body: batch.slice(at + SAMPLES_HEADER_LEN..at + total),
+        body: Bytes::new(),
     };
     Some((s, total))
 }
