@@ -84,8 +84,9 @@
 
 // Files, bottom up (none imports a sibling above it): `error`, `defaults`, `cursor`,
 // `frame_type` and `topic_frames` (numbers and layout constants); then the bodies: `data`,
-// `hello_ext`, `v1`, `signature`, `discovery`, `samples`, `reliable_frames`, `signed`; then
-// `frame`, the framing over all of them. `beacon` (UDP) stands apart.
+// `hello_ext`, `v1`, `signature`, `discovery`, `samples`, `reliable_frames`, `signed`; the
+// packer `sample_runs`; then `frame`, the framing over all of them. `beacon` (UDP) stands
+// apart.
 mod beacon;
 mod cursor;
 mod data;
@@ -96,6 +97,7 @@ mod frame;
 mod frame_type;
 mod hello_ext;
 mod reliable_frames;
+mod sample_runs;
 mod samples;
 mod signature;
 mod signed;
@@ -121,9 +123,10 @@ pub use reliable_frames::{
     AckNack, Gap, Heartbeat, Repair, SeqSet, ACKNACK_BODY_FIXED, GAP_BODY_LEN, HEARTBEAT_BODY_LEN,
     MAX_NACK_BITS, REPAIR_BODY_FIXED,
 };
+pub use sample_runs::{SampleRunWriter, SampleRuns};
 pub use samples::{
-    last_seq_of_own_samples, split_own_samples, take_samples, SamplePayloads, SampleRunWriter,
-    SampleSlices, Samples, SamplesHeader,
+    last_seq_of_own_samples, split_own_samples, take_samples, SamplePayloads, SampleSlices,
+    Samples, SamplesHeader,
 };
 pub use signature::{
     RecordSignature, DISCOVERY_SIGNATURE_ENTRY_LEN, ENTRY_KIND_SIGNATURE, SIGNATURE_LEN,

@@ -1,5 +1,6 @@
-//! The Samples frame (type 10): its value type, the read path's fast lane, the fixed header a
-//! relay re-sends a run with, and the writer that packs runs (layout in `topic_frames`).
+//! The Samples frame (type 10): its value type and the walks of its body, the read path's
+//! fast lane, and the fixed header a relay re-sends a run with (layout in `topic_frames`;
+//! the packer that writes runs is `sample_runs`).
 //!
 //! **Owns:** the Samples frame's bytes. **Must not touch:** where samples go (`shard`,
 //! `topics`) or their sequence numbers' meaning (the writer and reader state).
@@ -7,7 +8,8 @@
 //! Nothing here copies a payload or allocates per sample: a decoded run is its header fields
 //! plus one `Bytes` slice of the read buffer ([`Samples::body`]), walked lazily by
 //! [`Samples::payloads`]; a relay sends [`SamplesHeader`] and that body as two slices;
-//! [`SampleRunWriter`] writes into a caller's buffer and only reserves room in it.
+//! [`SampleRuns`](super::SampleRuns) (the one packer) writes into a caller's buffer and only
+//! reserves room in it.
 
 use super::cursor::Cursor;
 use super::defaults::LENGTH_PREFIX_LEN;
@@ -42,7 +44,7 @@ pub struct Samples {
 impl Samples {
     /// A run of `payloads` (at least one, at most `u16::MAX`) numbered from `first_seq`,
     /// copied into a new body: for tests and control traffic; the data path packs runs with
-    /// [`SampleRunWriter`] instead.
+    /// [`SampleRuns`](super::SampleRuns) instead.
     pub fn new<I>(
         ttl: u8,
         writer: [u8; 16],
@@ -494,145 +496,5 @@ impl SamplesHeader {
         u32::from_be_bytes(self.0[..4].try_into().expect("4 bytes")) as usize
             - 1
             - SAMPLES_BODY_FIXED
-    }
-}
-
-/// Packs samples of one writer into runs (Samples frames) appended to a caller's buffer,
-/// numbering them consecutively. A run holds at most `u16::MAX` samples and its frame at most
-/// `max_message_bytes`; the sample that would pass either bound closes the run and opens the
-/// next, so one batch may hold several frames back to back. The open run's length and count
-/// are patched in when it closes: at the bound, at [`finish`](Self::finish), or when the
-/// writer is dropped, so the buffer never holds a half-written frame once the writer is gone.
-/// Allocates nothing when `out` already has the capacity.
-#[derive(Debug)]
-pub struct SampleRunWriter<'a> {
-    out: &'a mut BytesMut,
-    writer: [u8; 16],
-    ttl: u8,
-    max: u32,
-    /// The next sample's number; 0 once `u64::MAX` was used (or if the writer started at 0).
-    next_seq: u64,
-    run: Option<OpenRun>,
-    frames: usize,
-    samples: u64,
-}
-
-/// Where the open run's frame starts in the buffer, and what it holds so far.
-#[derive(Debug, Clone, Copy)]
-struct OpenRun {
-    start: usize,
-    count: u16,
-    /// The frame's length field so far.
-    len: usize,
-}
-
-impl<'a> SampleRunWriter<'a> {
-    /// A writer appending to `out` samples of `writer`, sent with `ttl`, numbered from
-    /// `first_seq` (≥ 1), in frames whose length field is at most `max_message_bytes`.
-    pub fn new(
-        out: &'a mut BytesMut,
-        writer: [u8; 16],
-        ttl: u8,
-        first_seq: u64,
-        max_message_bytes: u32,
-    ) -> SampleRunWriter<'a> {
-        SampleRunWriter {
-            out,
-            writer,
-            ttl,
-            max: max_message_bytes,
-            next_seq: first_seq,
-            run: None,
-            frames: 0,
-            samples: 0,
-        }
-    }
-
-    /// Appends one sample and returns its sequence number. Fails, writing nothing, when the
-    /// sample alone does not fit a frame of `max_message_bytes`
-    /// ([`EncodeError::SampleTooLarge`]) or no sequence number is left (the writer started at
-    /// 0 or used `u64::MAX`).
-    pub fn push(&mut self, payload: &[u8]) -> Result<u64, EncodeError> {
-        let need = SAMPLE_LEN_PREFIX + payload.len();
-        let alone = 1 + SAMPLES_BODY_FIXED + need;
-        if alone > self.max as usize {
-            return Err(EncodeError::SampleTooLarge {
-                len: payload.len(),
-                max: self.max,
-            });
-        }
-        let seq = self.next_seq;
-        if seq == 0 {
-            return Err(EncodeError::BadSamples("no sequence number left"));
-        }
-        if let Some(run) = self.run {
-            if run.count == u16::MAX || run.len + need > self.max as usize {
-                self.close_run();
-            }
-        }
-        match self.run {
-            Some(_) => self.out.reserve(need),
-            None => {
-                self.out.reserve(SAMPLES_HEADER_LEN + need);
-                let start = self.out.len();
-                // Length and count are placeholders until the run closes.
-                let h = SamplesHeader::new(self.ttl, &self.writer, seq, 0, 0)
-                    .expect("an empty run fits the length field");
-                self.out.put_slice(&h.0);
-                self.frames += 1;
-                self.run = Some(OpenRun {
-                    start,
-                    count: 0,
-                    len: 1 + SAMPLES_BODY_FIXED,
-                });
-            }
-        }
-        // `alone` is at most `max`, a u32, so the length fits.
-        self.out.put_u32(payload.len() as u32);
-        self.out.put_slice(payload);
-        if let Some(run) = &mut self.run {
-            run.count += 1;
-            run.len += need;
-        }
-        self.samples += 1;
-        self.next_seq = seq.wrapping_add(1);
-        Ok(seq)
-    }
-
-    /// The sequence number the next sample gets (0: none left).
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
-    /// Frames started so far (the open run included).
-    pub fn frames(&self) -> usize {
-        self.frames
-    }
-
-    /// Samples written so far.
-    pub fn samples(&self) -> u64 {
-        self.samples
-    }
-
-    /// Closes the open run and returns the sequence number the writer's next sample gets
-    /// (0: none left), to start the next batch's writer from.
-    pub fn finish(mut self) -> u64 {
-        self.close_run();
-        self.next_seq
-    }
-
-    fn close_run(&mut self) {
-        if let Some(run) = self.run.take() {
-            let s = run.start;
-            let len = u32::try_from(run.len).expect("bounded by max_message_bytes");
-            self.out[s..s + 4].copy_from_slice(&len.to_be_bytes());
-            self.out[s + 31..s + 33].copy_from_slice(&run.count.to_be_bytes());
-        }
-    }
-}
-
-impl Drop for SampleRunWriter<'_> {
-    fn drop(&mut self) {
-        self.close_run();
     }
 }
