@@ -14,8 +14,7 @@
 //! ([`footprint`]), and the discovery graph with bounded admission (table
 //! capacities, per-participant quotas, a byte ceiling, capped leases),
 //! matching and lease expiry ([`graph`]), the announcement record codec and announcer ([`record`],
-//! [`announce`]), address selection ([`locators`]) and per-match routes
-//! ([`routes`]).
+//! [`announce`]) and address selection ([`locators`]).
 //!
 //! Must not touch: I/O, sockets, timers, threads, the async runtime or the
 //! mesh. It is pure, deterministic logic: time comes in as a [`types::Time`]
@@ -60,10 +59,10 @@ pub mod announce;
 pub mod footprint;
 mod glob;
 pub mod graph;
+mod kind;
 pub mod locators;
 pub mod matching;
 pub mod partition;
 pub mod qos;
 pub mod record;
-pub mod routes;
 pub mod types;

@@ -53,7 +53,7 @@
 //! ```
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
 use ahash::AHashSet;
@@ -210,6 +210,13 @@ pub fn locator_ip(loc: &Locator) -> Option<IpAddr> {
             Some(IpAddr::V6(Ipv6Addr::from(loc.address)).to_canonical())
         }
     }
+}
+
+/// The socket address of an IP locator; `None` for shared memory and for ports that do not
+/// fit 16 bits.
+pub fn to_socket(loc: &Locator) -> Option<SocketAddr> {
+    let port = u16::try_from(loc.port).ok()?;
+    Some(SocketAddr::new(locator_ip(loc)?, port))
 }
 
 /// Clears the bytes an IPv4 locator does not use, so two spellings of one

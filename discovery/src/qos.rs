@@ -7,7 +7,7 @@
 //! record invalid ([`EndpointQos::validate`]). Request/offered compatibility
 //! lives in [`crate::matching`].
 
-use crate::types::EndpointKind;
+use crate::kind::EndpointKind;
 
 /// A QoS duration in nanoseconds; [`QosDuration::INFINITE`] means "never".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]

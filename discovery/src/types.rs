@@ -7,6 +7,8 @@
 
 use crate::qos::{EndpointQos, QosDuration};
 
+pub use crate::kind::EndpointKind;
+
 /// Longest topic, type, partition or participant name, in bytes.
 pub const MAX_NAME_LEN: usize = 256;
 /// Most partition names one endpoint may declare.
@@ -73,15 +75,6 @@ impl Guid {
     pub const fn new(prefix: GuidPrefix, entity: EntityId) -> Self {
         Self { prefix, entity }
     }
-}
-
-/// Whether an endpoint sends (writer) or receives (reader).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum EndpointKind {
-    /// Offers samples.
-    Writer,
-    /// Requests samples.
-    Reader,
 }
 
 fn check_name(what: &'static str, s: &str, allow_empty: bool) -> Result<(), TypesError> {

@@ -1,10 +1,11 @@
-//! Select-Locators: every rule, ordering, dedup and the ceiling.
+//! Select-Locators: every rule, ordering, dedup and the ceiling; a locator's socket address.
 
 use std::net::IpAddr;
 
 use proptest::prelude::*;
 use shoal_discovery::locators::{
-    select_locators, AddressPrefix, LocatorError, SelectionPolicy, Verdict, MAX_POLICY_PREFIXES,
+    select_locators, to_socket, AddressPrefix, LocatorError, SelectionPolicy, Verdict,
+    MAX_POLICY_PREFIXES,
 };
 use shoal_discovery::types::{Locator, LocatorCandidate, LocatorKind, LocatorOrigin};
 
@@ -378,4 +379,19 @@ proptest! {
             input.len()
         );
     }
+}
+
+#[test]
+fn shm_and_oversized_ports_are_not_sockets() {
+    let shm = Locator {
+        kind: LocatorKind::Shm,
+        address: [0; 16],
+        port: 1,
+    };
+    assert_eq!(to_socket(&shm), None);
+    assert_eq!(to_socket(&Locator::udp_v4([10, 0, 0, 1], 70_000)), None);
+    assert_eq!(
+        to_socket(&Locator::udp_v6(std::net::Ipv6Addr::LOCALHOST.octets(), 5)),
+        Some("[::1]:5".parse().unwrap())
+    );
 }

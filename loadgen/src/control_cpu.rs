@@ -12,7 +12,7 @@
 //! touch:** the mesh's internals (public API and the process's own `/proc` entries only).
 
 use crate::demo::RunError;
-use crate::discovery_bench::{
+use crate::discovery_setup::{
     expected_matches, has_exactly, mesh_err, node_builder, open_all, open_layout, start_nodes,
     DiscoveryArgs,
 };

@@ -12,7 +12,8 @@
 
 use crate::demo::{start_mesh, RunError};
 use crate::shoal::{NodeArgs, SetupError};
-use crate::topics::{self, ReaderState, TopicCounts, TopicSink, WriterSeqs};
+use crate::topic_report::{counts_since, topic_counts, TopicCounts};
+use crate::topics::{self, ReaderState, TopicSink, WriterSeqs};
 use crate::traffic::{self, Live, Receiver, Shape};
 use shoal_mesh::topics::{EndpointGuid, EndpointKind, Reader, Topic, Writer};
 use shoal_mesh::{Event, EventReceiver, Mesh};
@@ -272,8 +273,8 @@ pub fn run(template: &NodeArgs, duration: Duration, quiet: bool) -> Result<Topic
 
     // Write: one thread per writer, one per node for its readers.
     let all: Vec<&Mesh> = meshes.iter().collect();
-    let counts_before = topics::topic_counts(&all);
-    let per_node_before: Vec<_> = meshes.iter().map(|m| topics::topic_counts(&[m])).collect();
+    let counts_before = topic_counts(&all);
+    let per_node_before: Vec<_> = meshes.iter().map(|m| topic_counts(&[m])).collect();
     let unrouted_before = topics::unrouted(&all);
     let shape = Shape {
         size: 64,
@@ -349,11 +350,11 @@ pub fn run(template: &NodeArgs, duration: Duration, quiet: bool) -> Result<Topic
     for t in reader_threads {
         states.extend(t.join().map_err(|_| RunError::Panicked)?);
     }
-    let counts = topics::counts_since(&topics::topic_counts(&all), &counts_before);
+    let counts = counts_since(&topic_counts(&all), &counts_before);
     let per_node: Vec<Vec<(String, TopicCounts)>> = meshes
         .iter()
         .zip(&per_node_before)
-        .map(|(m, b)| topics::counts_since(&topics::topic_counts(&[m]), b))
+        .map(|(m, b)| counts_since(&topic_counts(&[m]), b))
         .collect();
     let unrouted = topics::unrouted(&all).saturating_sub(unrouted_before);
     // Writers go only now: a writer dropped while its last samples are in flight is

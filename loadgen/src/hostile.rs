@@ -16,7 +16,7 @@
 
 use crate::control_cpu::{thread_cpu, threads_named, CONTROL_COMM, SHARD_COMM};
 use crate::demo::RunError;
-use crate::discovery_bench::{mesh_err, node_builder, DiscoveryArgs};
+use crate::discovery_setup::{mesh_err, node_builder, DiscoveryArgs};
 use crate::shoal::wait_for;
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};

@@ -3,7 +3,6 @@
 
 use crate::demo::{run_raw, run_shoal, start_mesh, LocalRun, RunError};
 use crate::latency_hist::{Latency, Percentiles};
-use crate::latency_inline::PING_PUBLISHER;
 use crate::raw::{write_frame, FrameReader, Framer};
 use crate::shoal::NodeArgs;
 use crate::stamp::{now_ns, Stamp, STAMP_LEN};
@@ -27,8 +26,13 @@ pub enum Mode {
     OneWay,
 }
 
-/// A reply slower than this counts as a timeout (and the run goes on).
-const REPLY_TIMEOUT: Duration = Duration::from_secs(1);
+/// A reply slower than this counts as a timeout (and the run goes on; the inline pinger
+/// sends the next ping itself).
+pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The `publisher` field of every ping's stamp (here, in `latency_inline` and `pingpong`):
+/// replies carrying anything else (probes, goodbyes) are not round trips.
+pub(crate) const PING_PUBLISHER: u64 = 1;
 
 /// The result of one latency run.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -49,7 +53,7 @@ pub struct LatencyRun {
     pub round_trips: u64,
     /// The answering process's report (two-process `ping`, once the pong said goodbye).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pong: Option<crate::pingpong::PongReport>,
+    pub pong: Option<PongReport>,
     /// Percentiles (corrected for coordinated omission at a fixed rate).
     pub percentiles: Percentiles,
     /// CPU and memory of the process.
@@ -57,6 +61,20 @@ pub struct LatencyRun {
     /// The histogram.
     #[serde(skip)]
     pub histogram: Latency,
+}
+
+/// What the pong of a two-process ping-pong reports back to the ping (its payload format is
+/// `pingpong`'s).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct PongReport {
+    /// Pings echoed (probes not included).
+    pub echoed: u64,
+    /// The pong process's CPU time from its first probe to the goodbye, user mode.
+    pub cpu_user_s: f64,
+    /// Same, kernel.
+    pub cpu_sys_s: f64,
+    /// The pong process's peak RSS, KiB.
+    pub peak_rss_kib: u64,
 }
 
 /// Settings of a latency run.

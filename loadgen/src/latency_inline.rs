@@ -12,7 +12,7 @@
 //! process) and by the `ping --inline` role (the pong in another process).
 
 use crate::demo::RunError;
-use crate::latency::{finish, LatencyRun, Settings};
+use crate::latency::{finish, LatencyRun, Settings, PING_PUBLISHER, REPLY_TIMEOUT};
 use crate::latency_hist::Latency;
 use crate::shoal::{wait_for, NodeArgs, SetupError};
 use crate::stamp::{wall_ns, Stamp, STAMP_LEN};
@@ -23,13 +23,6 @@ use shoal_mesh::{Event, Mesh, PeerId};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
-
-/// A pong later than this is taken as lost: the driver sends the next ping itself.
-pub const REPLY_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The `publisher` field of every ping's stamp: replies carrying anything else (probes,
-/// goodbyes) are not round trips.
-pub const PING_PUBLISHER: u64 = 1;
 
 /// A node's handle for its own callback. Set once the node is built; cleared before the nodes
 /// stop, so no callback keeps its node alive (the callback lives inside the node).

@@ -37,6 +37,7 @@ mod control_cpu;
 mod demo;
 mod demo_topics;
 mod discovery_bench;
+mod discovery_setup;
 mod gaps;
 mod hostile;
 mod latency;

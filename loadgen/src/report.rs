@@ -148,7 +148,7 @@ pub struct Summary {
     pub memory: Option<Memory>,
     /// Topic runs: per topic, per writer, the nodes' topic counters, bytes per sample.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub samples: Option<crate::topics::SampleReport>,
+    pub samples: Option<crate::topic_report::SampleReport>,
     /// The latency histogram behind `latency` (for `.hgrm` files and plots).
     #[serde(skip)]
     pub histogram: Latency,

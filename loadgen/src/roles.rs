@@ -7,7 +7,8 @@ use crate::raw::{self, RawSink};
 use crate::report::{Drops, Summary};
 use crate::rss::{QueueBound, RssSampler};
 use crate::shoal::{self, MeshSink, NodeArgs, SetupError};
-use crate::topics::{self, ReaderState, SampleReport, TopicArgs, TopicSink, WriterSeqs};
+use crate::topic_report::{counts_since, topic_counts, SampleReport};
+use crate::topics::{self, ReaderState, TopicArgs, TopicSink, WriterSeqs};
 use crate::traffic::{self, Live, PubReport, Receiver, Shape};
 use crate::usage::Usage;
 use shoal_mesh::Mesh;
@@ -315,7 +316,7 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
     })?;
     let links = mesh.connected_peers().len();
     let me = [&mesh];
-    let counts_before = topics::topic_counts(&me);
+    let counts_before = topic_counts(&me);
     let bytes_before = topics::bytes_out(&me);
     let before = Usage::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -332,7 +333,7 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let usage = Usage::now().since(&before);
     let drops = node_drops(&mesh);
     let suites = shoal::record_suites([&mesh]);
-    let counts = topics::counts_since(&topics::topic_counts(&me), &counts_before);
+    let counts = counts_since(&topic_counts(&me), &counts_before);
     let bytes = topics::bytes_out(&me).saturating_sub(bytes_before);
     // Stopped with the writer alive: its queued samples go out before the links close, and
     // no withdrawal overtakes them (a receiver drops samples of a writer it stopped routing).
@@ -382,7 +383,7 @@ fn topic_sub(r: &RoleRun) -> Result<Summary, RunError> {
     }
     ready("sub", &mesh, r);
     let me = [&mesh];
-    let counts_before = topics::topic_counts(&me);
+    let counts_before = topic_counts(&me);
     let unrouted_before = topics::unrouted(&me);
     let before = Usage::now();
     let started = Instant::now();
@@ -401,7 +402,7 @@ fn topic_sub(r: &RoleRun) -> Result<Summary, RunError> {
     let links = mesh.connected_peers().len();
     let drops = node_drops(&mesh);
     let suites = shoal::record_suites([&mesh]);
-    let counts = topics::counts_since(&topics::topic_counts(&me), &counts_before);
+    let counts = counts_since(&topic_counts(&me), &counts_before);
     let unrouted = topics::unrouted(&me).saturating_sub(unrouted_before);
     drop(handles);
     mesh.stop();

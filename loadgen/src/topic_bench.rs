@@ -12,7 +12,8 @@ use crate::raw::Framing;
 use crate::report::{Drops, Summary};
 use crate::rss::{QueueBound, RssSampler};
 use crate::shoal::SetupError;
-use crate::topics::{self, ReaderState, SampleReport, TopicSink, WriterSeqs};
+use crate::topic_report::{counts_since, topic_counts, SampleReport};
+use crate::topics::{self, ReaderState, TopicSink, WriterSeqs};
 use crate::traffic::{self, Live, Receiver};
 use crate::usage::Usage;
 use shoal_mesh::topics::Topic;
@@ -66,7 +67,7 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
         run.nodes - 1,
         &run.shape,
     );
-    let counts_before = topics::topic_counts(&all);
+    let counts_before = topic_counts(&all);
     let bytes_before = topics::bytes_out(&all);
     let reader_bytes_before = topics::bytes_out(&all[1..]);
     let unrouted_before = topics::unrouted(&all);
@@ -114,7 +115,7 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
     drop(ticker);
     progress.finish();
     let usage = Usage::now().since(&before);
-    let counts = topics::counts_since(&topics::topic_counts(&all), &counts_before);
+    let counts = counts_since(&topic_counts(&all), &counts_before);
     let bytes = topics::bytes_out(&all).saturating_sub(bytes_before);
     let reader_bytes = topics::bytes_out(&all[1..]).saturating_sub(reader_bytes_before);
     let unrouted = topics::unrouted(&all).saturating_sub(unrouted_before);

@@ -8,7 +8,6 @@
 //! events and [`Mesh::topics`] through `shoal-mesh`'s public API only.
 
 use crate::shoal::sink_error;
-pub use crate::topic_report::{counts_since, topic_counts, SampleReport, TopicCounts};
 use crate::traffic::{Receiver, Sink, SinkError};
 use ahash::AHashMap;
 use shoal_mesh::topics::{DurabilityKind, EndpointGuid, Topic, Writer};

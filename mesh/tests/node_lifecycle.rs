@@ -49,6 +49,27 @@ fn stop_is_seen_as_disconnected_then_lost_but_static_peers_are_never_lost() {
     assert_eq!(st.malformed_frames + st.oversize_frames, 0);
 }
 
+/// A node whose last handle goes with a panicking thread stops (its executors are woken
+/// outside the unwind: waking one from a panicking thread would abort the process).
+#[test]
+fn a_node_dropped_while_unwinding_stops() {
+    let a = Node::start(fast());
+    let b = Node::start(fast().static_peer(ep(a.port())));
+    let b_id = b.id();
+    wait_until(10, "A connected to B", || a.connected_to(&b));
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _b = b;
+        panic!("unwinding with a running node");
+    }));
+    assert!(
+        caught.is_err(),
+        "the closure panicked, and the process is still here"
+    );
+    wait_until(10, "A sees B disconnected", || {
+        a.rec.has(|e| *e == Event::PeerDisconnected { peer: b_id })
+    });
+}
+
 #[test]
 fn static_peer_restarted_with_a_new_id_is_reconnected() {
     let b = Node::start(fast());

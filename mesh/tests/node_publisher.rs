@@ -330,6 +330,26 @@ fn a_publisher_dropped_in_a_callback_hands_over_without_waiting() {
     s.stop();
 }
 
+/// A publisher dropped by a panicking application thread hands its batch over without
+/// waiting, outside the unwind (the origin shard is woken now, not when the thread exits):
+/// the messages arrive while the thread that caught the panic goes on.
+#[test]
+fn a_publisher_dropped_while_unwinding_hands_over() {
+    let (s, _r, mut rx) = sender_and_receiver(fast(), fast());
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut p = s.mesh.publisher();
+        for seq in 0..3 {
+            p.try_broadcast(&payload(7, seq, 20)).expect("room");
+        }
+        assert_eq!(p.pending(), 3);
+        panic!("unwinding with a pending publisher");
+    }));
+    assert!(caught.is_err());
+    let got = drain(&mut rx, 3, || format!("sender {:?}", s.mesh.stats()));
+    assert_eq!(seqs_of(&got, 7), vec![0, 1, 2]);
+    assert_eq!(s.mesh.stats().unflushed_discarded, 0);
+}
+
 /// An async flush dropped while it waits for ingress room (a cancelled future) drops its
 /// batch, and the loss is counted, never silent.
 #[test]

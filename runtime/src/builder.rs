@@ -1,9 +1,12 @@
 //! [`Builder`]: how many executors, where they run, how they wait.
+//!
+//! **Owns:** the runtime's settings and their checks. **Must not touch:** starting the
+//! executors: [`Builder::build`] hands the checked settings to the executor module, which
+//! defines it there so that this file imports nothing above it.
 
 use std::time::Duration;
 
 use crate::error::RuntimeError;
-use crate::executor::Runtime;
 
 /// Where the data-plane shards run.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -25,7 +28,8 @@ pub enum ControlPlacement {
     Pinned(usize),
 }
 
-/// Configures and starts a [`Runtime`]. Obtain one with [`Runtime::builder`].
+/// Configures and starts a [`Runtime`](crate::Runtime). Obtain one with
+/// [`Runtime::builder`](crate::Runtime::builder).
 #[derive(Debug, Clone)]
 pub struct Builder {
     pub(crate) name: String,
@@ -103,12 +107,8 @@ impl Builder {
         self
     }
 
-    /// Starts every executor thread and waits until each has its io_uring ready.
-    ///
-    /// Fails with a typed error — never a silent fallback — if a ring cannot be created
-    /// (e.g. [`RuntimeError::MemlockLimit`]) or a thread cannot be pinned; executors that
-    /// did start are stopped and joined first.
-    pub fn build(self) -> Result<Runtime, RuntimeError> {
+    /// The settings a runtime cannot start with, as [`RuntimeError::Config`].
+    pub(crate) fn check(&self) -> Result<(), RuntimeError> {
         if self.shards == 0 {
             return Err(RuntimeError::Config(
                 "at least one shard is required".into(),
@@ -125,6 +125,6 @@ impl Builder {
                 "Placement::Pinned needs at least one CPU".into(),
             ));
         }
-        Runtime::start(self)
+        Ok(())
     }
 }

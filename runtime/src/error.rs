@@ -2,7 +2,7 @@
 
 use std::io;
 
-use crate::ExecutorId;
+use crate::id::ExecutorId;
 
 /// Why a [`Runtime`](crate::Runtime) could not be built or did not stop cleanly.
 #[derive(Debug, thiserror::Error)]

@@ -16,25 +16,18 @@ use futures_util::FutureExt;
 use crate::builder::{Builder, ControlPlacement, Placement};
 use crate::channel::{ingress, IngressReceiver, IngressSender};
 use crate::error::{RuntimeError, SpawnError, TrySendError};
+use crate::id::ExecutorId;
 use crate::memlock;
 use crate::task::{panic_message, spawn_local, JoinHandle, Local, LOCAL};
 
-/// Names one executor of a [`Runtime`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ExecutorId {
-    /// Data-plane shard `i` (0-based).
-    Shard(usize),
-    /// The control-plane executor.
-    Control,
+thread_local! {
+    /// The spawn handle of the runtime this executor thread belongs to.
+    static HANDLE: RefCell<Option<Handle>> = const { RefCell::new(None) };
 }
 
-impl fmt::Display for ExecutorId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Shard(i) => write!(f, "shard {i}"),
-            Self::Control => f.write_str("control plane"),
-        }
-    }
+/// A spawn handle for the runtime the calling executor belongs to.
+pub fn current_handle() -> Option<Handle> {
+    HANDLE.with(|h| h.borrow().clone())
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -148,6 +141,19 @@ impl Handle {
     }
 }
 
+impl Builder {
+    /// Starts every executor thread and waits until each has its io_uring ready.
+    ///
+    /// Fails with a typed error — never a silent fallback — if the settings are invalid
+    /// ([`RuntimeError::Config`]), a ring cannot be created (e.g.
+    /// [`RuntimeError::MemlockLimit`]) or a thread cannot be pinned; executors that did start
+    /// are stopped and joined first.
+    pub fn build(self) -> Result<Runtime, RuntimeError> {
+        self.check()?;
+        Runtime::start(self)
+    }
+}
+
 /// A set of running executors: data-plane shards plus one control-plane executor.
 ///
 /// Dropping it stops and joins every executor (panics are logged); call
@@ -236,7 +242,7 @@ impl Runtime {
         first.map_or(Ok(()), Err)
     }
 
-    pub(crate) fn start(b: Builder) -> Result<Self, RuntimeError> {
+    fn start(b: Builder) -> Result<Self, RuntimeError> {
         let mut ids: Vec<ExecutorId> = (0..b.shards).map(ExecutorId::Shard).collect();
         ids.push(ExecutorId::Control);
         let mut receivers = Vec::with_capacity(ids.len());
@@ -381,11 +387,11 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
     let _ = slot.waker.set(rt.waker());
     let local = Rc::new(Local {
         id,
-        handle: handle.clone(),
         polls: Cell::new(0),
         panic: RefCell::new(None),
     });
     LOCAL.with(|l| *l.borrow_mut() = Some(local.clone()));
+    HANDLE.with(|h| *h.borrow_mut() = Some(handle.clone()));
     let _ = ready.send(Ok(()));
     drop(ready);
     tracing::debug!(executor = %id, ?cpu, "executor running");
@@ -396,7 +402,7 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
             drive(&rt, &local, &slot.stop, spin)
         })
     }));
-    crate::channel::flush_deferred_wakes();
+    crate::unwind::flush_deferred_wakes();
     let outcome = match outcome {
         Ok(r) => r,
         Err(payload) => Err(panic_message(&*payload)),
@@ -406,6 +412,7 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
     // so peers see `Closed` instead of waiting for us.
     drop(rt);
     LOCAL.with(|l| *l.borrow_mut() = None);
+    HANDLE.with(|h| *h.borrow_mut() = None);
     match &outcome {
         Ok(()) => tracing::debug!(executor = %id, "executor stopped"),
         Err(message) => {

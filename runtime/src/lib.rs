@@ -41,7 +41,8 @@
 //! `Closed` instead of hanging; [`Runtime::join`] returns [`RuntimeError::ExecutorPanicked`]
 //! naming the executor and the panic message. Other executors keep running. compio aborts
 //! the process if one of its task wakers is woken on a thread that is unwinding; our channel
-//! ends defer such wakes until the unwind has been caught (see `channel/notify.rs`).
+//! ends defer such wakes until the unwind has been caught, and a `Drop` elsewhere that
+//! reaches an executor runs that work through [`outside_unwind`] (both in `unwind.rs`).
 //! Third-party types whose `Drop` wakes a task on another executor during an unwind still
 //! would: prefer Shoal's channels across executors.
 
@@ -49,17 +50,20 @@ mod builder;
 pub mod channel;
 mod error;
 mod executor;
+mod id;
 pub mod memlock;
 pub mod net;
 mod task;
 pub mod time;
+mod unwind;
 
 pub use builder::{Builder, ControlPlacement, Placement};
 pub use error::{
     Closed, Elapsed, JoinError, RuntimeError, SendError, SpawnError, TryRecvError, TrySendError,
 };
-pub use executor::{ExecutorId, Handle, Runtime};
+pub use executor::{current_handle, Handle, Runtime};
+pub use id::ExecutorId;
 pub use task::{
-    current_executor, current_handle, current_shard, spawn_local, try_spawn_local, JoinHandle,
-    LocalJoinHandle,
+    current_executor, current_shard, spawn_local, try_spawn_local, JoinHandle, LocalJoinHandle,
 };
+pub use unwind::outside_unwind;

@@ -10,7 +10,7 @@
 use std::io;
 
 use crate::error::RuntimeError;
-use crate::ExecutorId;
+use crate::id::ExecutorId;
 
 /// The calling process's `RLIMIT_MEMLOCK` as `(soft, hard)` bytes; `u64::MAX` = unlimited.
 pub fn memlock_limit() -> io::Result<(u64, u64)> {

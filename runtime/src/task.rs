@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread;
 
 use crate::error::{JoinError, SpawnError};
-use crate::executor::{ExecutorId, Handle};
+use crate::id::ExecutorId;
 
 /// Awaits the result of a task started with [`Runtime::spawn_on`](crate::Runtime::spawn_on) / [`Handle::spawn_on`](crate::Handle::spawn_on).
 /// `Send`, so any thread or executor may await it. Dropping it detaches the task.
@@ -127,10 +127,9 @@ impl<T> Future for LocalJoinHandle<T> {
     }
 }
 
-/// Per-executor-thread state.
+/// Per-executor-thread state (the thread's spawn handle is the executor's: `HANDLE` there).
 pub(crate) struct Local {
     pub(crate) id: ExecutorId,
-    pub(crate) handle: Handle,
     /// Task polls so far; the spin loop uses it to tell "did work" from "idle".
     pub(crate) polls: Cell<u64>,
     /// First panic of a task; the run loop stops the executor when it sees it.
@@ -156,11 +155,6 @@ pub fn current_shard() -> Option<usize> {
         Some(ExecutorId::Shard(i)) => Some(i),
         _ => None,
     }
-}
-
-/// A spawn handle for the runtime the calling executor belongs to.
-pub fn current_handle() -> Option<Handle> {
-    with_local(|l| l.handle.clone())
 }
 
 /// Spawns `fut` on the calling executor.
@@ -211,7 +205,7 @@ impl<F: Future> Future for FailStop<F> {
         match catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
             Ok(p) => p,
             Err(payload) => {
-                crate::channel::flush_deferred_wakes();
+                crate::unwind::flush_deferred_wakes();
                 let msg = panic_message(&*payload);
                 let mut slot = this.local.panic.borrow_mut();
                 if slot.is_none() {

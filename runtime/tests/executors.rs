@@ -163,6 +163,79 @@ fn executor_panic_is_reported_and_closes_its_channels() {
     }
 }
 
+/// A future that completes once opened, keeping the waker of whoever waits on it.
+#[derive(Clone, Default)]
+struct Gate(std::sync::Arc<std::sync::Mutex<(bool, Option<std::task::Waker>)>>);
+
+impl Gate {
+    fn waited_on(&self) -> bool {
+        self.0.lock().unwrap().1.is_some()
+    }
+
+    /// Opens the gate and wakes its waiter straight away (no channel defers this wake).
+    fn open(&self) {
+        let waker = {
+            let mut g = self.0.lock().unwrap();
+            g.0 = true;
+            g.1.take()
+        };
+        waker.expect("a waiter").wake();
+    }
+}
+
+impl std::future::Future for Gate {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let mut g = self.0.lock().unwrap();
+        if g.0 {
+            return std::task::Poll::Ready(());
+        }
+        g.1 = Some(cx.waker().clone());
+        std::task::Poll::Pending
+    }
+}
+
+#[test]
+fn a_drop_during_a_panic_wakes_an_executor_task_outside_the_unwind() {
+    // compio aborts the process when its task is woken from a panicking thread: a handle
+    // dropped by a panicking application thread must still reach its executor.
+    struct Handle(Gate);
+    impl Drop for Handle {
+        fn drop(&mut self) {
+            let gate = &self.0;
+            assert!(std::thread::panicking());
+            let done = shoal_runtime::outside_unwind(|| gate.open());
+            assert_eq!(done, Some(()), "the helper ran it");
+        }
+    }
+    let rt = Runtime::builder().shards(1).build().unwrap();
+    let gate = Gate::default();
+    let waiter = {
+        let gate = gate.clone();
+        rt.spawn_on(ExecutorId::Shard(0), move || gate).unwrap()
+    };
+    while !gate.waited_on() {
+        std::thread::yield_now();
+    }
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _handle = Handle(gate);
+        panic!("application thread panics holding a handle");
+    }));
+    assert!(caught.is_err());
+    assert_eq!(waiter.join_blocking(), Ok(()));
+    // Outside an unwind it runs right here.
+    let here = std::thread::current().id();
+    assert_eq!(
+        shoal_runtime::outside_unwind(|| std::thread::current().id()),
+        Some(here)
+    );
+    rt.join().unwrap();
+}
+
 #[test]
 fn shutdown_drops_running_tasks_and_their_channels() {
     let rt = Runtime::builder().shards(1).build().unwrap();

@@ -8,7 +8,7 @@ use clap::Args;
 #[derive(Args, Debug)]
 pub(crate) struct DiscoveryCmd {
     #[command(flatten)]
-    args: discovery_bench::DiscoveryArgs,
+    args: crate::discovery_setup::DiscoveryArgs,
     #[command(flatten)]
     out: Output,
 }

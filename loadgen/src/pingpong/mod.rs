@@ -3,7 +3,8 @@
 //! (`--raw`), with the measurement and output of `latency`.
 //!
 //! The ping side (over Shoal, inline and raw TCP) is in `ping.rs`, the pong side in `pong.rs`;
-//! the payload formats both ends share (probe, goodbye, report) are defined here.
+//! the payload formats both ends share (probe, goodbye, report) are defined here (the report's
+//! fields are [`crate::latency`]'s, whose result carries it).
 //!
 //! The exchange, all in stamped payloads ([`crate::stamp`]):
 //! - **probe** (ping → everyone, broadcast, every 100 ms until one comes back): the first echo
@@ -17,8 +18,7 @@
 //!   drops, or at warm-up + duration + linger.
 
 use crate::demo::RunError;
-use crate::latency::Settings;
-use crate::latency_inline::PING_PUBLISHER;
+use crate::latency::{PongReport, Settings, PING_PUBLISHER};
 use crate::metrics::MetricsServer;
 use crate::stamp::{now_ns, Stamp, STAMP_LEN};
 use bytes::Bytes;
@@ -38,19 +38,6 @@ const PROBE_PUBLISHER: u64 = 2;
 const PONG_PUBLISHER: u64 = 3;
 /// How long each side waits for the other's goodbye step.
 const GOODBYE_WAIT: Duration = Duration::from_secs(2);
-
-/// What the pong reports back to the ping in its answer to the goodbye.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct PongReport {
-    /// Pings echoed (probes not included).
-    pub echoed: u64,
-    /// The pong process's CPU time from its first probe to the goodbye, user mode.
-    pub cpu_user_s: f64,
-    /// Same, kernel.
-    pub cpu_sys_s: f64,
-    /// The pong process's peak RSS, KiB.
-    pub peak_rss_kib: u64,
-}
 
 /// Bytes of the pong's answer: an end stamp (`total` = pings echoed), then CPU user µs, CPU
 /// sys µs and peak RSS KiB, big-endian u64 each.

@@ -4,7 +4,7 @@
 use super::{PingPongRun, PongReport, GOODBYE_WAIT, PROBE_PUBLISHER};
 use crate::demo::RunError;
 use crate::latency::read_one;
-use crate::latency_inline::PING_PUBLISHER;
+use crate::latency::PING_PUBLISHER;
 use crate::raw::{write_frame, FrameReader, Framer};
 use crate::shoal::SetupError;
 use crate::stamp::Stamp;

@@ -84,15 +84,11 @@ pub enum Seen {
     TooOld,
 }
 
-/// The shard (of `shards`) that owns the dedup state of `id`: the originator's hash, the same
-/// value [`crate::PeerId::shard_hash`] gives for the originator, so a message that arrives
-/// straight from its originator is deduplicated on the shard that owns that link.
+/// The shard (of `shards`) that owns the dedup state of `id`: its originator's
+/// ([`crate::id::node_shard`]), so a message that arrives straight from its originator is
+/// deduplicated on the shard that owns that link.
 pub fn dedup_shard(id: &MsgId, shards: usize) -> usize {
-    // One shard (the default) owns everything: no division on every received message.
-    if shards <= 1 {
-        return 0;
-    }
-    (id.origin_prefix() % shards as u64) as usize
+    crate::id::node_shard(&id.0, shards)
 }
 
 /// Counters of a [`DedupCache`].

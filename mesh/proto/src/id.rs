@@ -1,8 +1,29 @@
 //! Node and message identifiers as they appear on the wire.
 //!
-//! **Owns:** the node and message identifiers. **Must not touch:** anything else.
+//! **Owns:** the node and message identifiers, and the one hash that places what belongs to a
+//! node on a shard ([`node_shard`]). **Must not touch:** anything else.
 
 use std::fmt;
+
+/// The first 8 bytes of a 16-byte id whose leading bytes name a node: a node id, a message id
+/// (its originator's), or a topic endpoint GUID (its node's). Ids are random or a BLAKE2b
+/// digest, so these bytes are already uniform and stable across processes.
+pub fn node_prefix(id: &[u8; 16]) -> u64 {
+    u64::from_be_bytes(id[..8].try_into().expect("16 >= 8"))
+}
+
+/// The shard (of `shards`) that owns what is keyed by the node whose id starts as `id` does:
+/// the links to it ([`crate::link_shard`]), the dedup state of the messages it originated
+/// ([`crate::dedup_shard`]) and the sequence state of its topic writers
+/// ([`crate::shard::samples_shard`]). One hash for all three, so a message or sample read
+/// straight from its origin is handled on the shard that owns the link it came on, with no hop.
+pub fn node_shard(id: &[u8; 16], shards: usize) -> usize {
+    // One shard (the default) owns everything: no division on every received message.
+    if shards <= 1 {
+        return 0;
+    }
+    (node_prefix(id) % shards as u64) as usize
+}
 
 /// A node's 16-byte identifier. All-zero is reserved: as a destination it means "broadcast".
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -35,7 +56,7 @@ impl PeerId {
     /// A 64-bit hash of the id, stable across processes, used to pick a shard.
     /// Ids are random or a BLAKE2b digest, so their leading bytes are already uniform.
     pub fn shard_hash(&self) -> u64 {
-        u64::from_be_bytes(self.0[..8].try_into().expect("16 >= 8"))
+        node_prefix(&self.0)
     }
 }
 
@@ -69,7 +90,7 @@ impl MsgId {
 
     /// The originator prefix (first 8 bytes of the originator's id), as used for dedup sharding.
     pub fn origin_prefix(&self) -> u64 {
-        u64::from_be_bytes(self.0[..8].try_into().expect("16 >= 8"))
+        node_prefix(&self.0)
     }
 
     /// The per-originator counter.
@@ -100,5 +121,23 @@ mod tests {
         assert_eq!(id.0[..8], [1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(id.counter(), 0xdb43c63500b4735c);
         assert_eq!(id.origin_prefix(), src.shard_hash());
+    }
+
+    #[test]
+    fn a_nodes_links_messages_and_writers_share_one_shard() {
+        for seed in 0..64u8 {
+            let node = PeerId(core::array::from_fn(|i| {
+                seed.wrapping_mul(37) ^ (i as u8 * 11)
+            }));
+            // A writer GUID: the node's 12-byte id prefix, then an entity number.
+            let mut writer = [0xee; 16];
+            writer[..12].copy_from_slice(&node.0[..12]);
+            for shards in 1..9 {
+                let link = crate::link_shard(&node, shards);
+                assert!(link < shards);
+                assert_eq!(crate::dedup_shard(&MsgId::new(&node, 7), shards), link);
+                assert_eq!(crate::shard::samples_shard(&writer, shards), link);
+            }
+        }
     }
 }

@@ -72,8 +72,9 @@
 //! [`router::NeighbourLinks`]; a `Forward`/`Unicast` route is fanned out to the shards owning
 //! the target links (again `link_shard` of each neighbour). A topic writer's samples and
 //! reliability frames are sequenced on [`shard::samples_shard`]`(writer)`, the shard of the
-//! writer's node id (the same hash of a node's first 8 bytes), so a node's own writers are
-//! sequenced where they publish and a run read on another shard hops there once.
+//! writer's node id. All three are one hash of a node's id, [`id::node_shard`], so a node's
+//! own writers are sequenced where they publish and a run read on another shard hops there
+//! once.
 //!
 //! Order between machines: apply a [`peers::PeerManager`]'s actions (routing-table
 //! `Install`/`Uninstall`) before feeding its events to [`membership::MemberGraph`], so a
@@ -133,7 +134,7 @@ pub struct LinkId(pub u64);
 
 /// The data shard (of `shards`) that owns the connection to `peer`.
 pub fn link_shard(peer: &PeerId, shards: usize) -> usize {
-    (peer.shard_hash() % shards.max(1) as u64) as usize
+    id::node_shard(&peer.0, shards)
 }
 
 /// Reconnect delay before jitter: `min(base << min(attempt, 20), max)`.

@@ -9,11 +9,12 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use shoal_proto::wire::{
-    decode_frame, encode_data_into, peek_frame_len, take_data, take_frame, take_samples, AckNack,
-    AuthConfirm, Beacon, Data, DecodeError, DecodeStatus, Discovery, DiscoveryEntry, Features,
-    Frame, Gap, Heartbeat, Hello, HelloIdentity, IdentityRecord, Membership, RecordSignature,
-    Repair, SampleRunWriter, Samples, SeqSet, ShoalExtension, SignedMembership,
-    DISCOVERY_HEADER_LEN, MAX_MESSAGE_BYTES, MAX_RECORD_ENTRY_LEN, SAMPLES_HEADER_LEN,
+    decode_frame, encode_data_into, last_seq_of_own_samples, peek_frame_len, take_data, take_frame,
+    take_samples, AckNack, AuthConfirm, Beacon, Data, DecodeError, DecodeStatus, Discovery,
+    DiscoveryEntry, Features, Frame, Gap, Heartbeat, Hello, HelloIdentity, IdentityRecord,
+    Membership, RecordSignature, Repair, SampleRunWriter, Samples, SeqSet, ShoalExtension,
+    SignedMembership, DISCOVERY_HEADER_LEN, MAX_MESSAGE_BYTES, MAX_RECORD_ENTRY_LEN,
+    SAMPLES_HEADER_LEN,
 };
 use shoal_proto::{MsgId, PeerId};
 
@@ -712,6 +713,53 @@ proptest! {
         let mut direct = Vec::new();
         Frame::Samples(Samples { ttl, ..s }).encode(&mut direct).unwrap();
         prop_assert_eq!(relayed, direct);
+    }
+}
+
+proptest! {
+    /// A run's own walks agree with its payloads: `iter` borrows them with their numbers,
+    /// `pop_front` takes them off one by one, `skip(k)` is the run after `k` of them and `split_at(k)` its two
+    /// halves, each a valid run that encodes as one would built from its payloads.
+    #[test]
+    fn a_run_skips_splits_and_pops_as_its_payloads_say(s in samples(), k in any::<u16>()) {
+        let all: Vec<(u64, Bytes)> = s.seqs().zip(s.payloads()).collect();
+        let borrowed: Vec<(u64, &[u8])> = s.iter().collect();
+        let owned: Vec<(u64, &[u8])> = all.iter().map(|(q, p)| (*q, &p[..])).collect();
+        prop_assert_eq!(borrowed, owned);
+        let mut popped = Vec::new();
+        let mut rest = s.clone();
+        while let Some(p) = rest.pop_front() {
+            popped.push(p);
+        }
+        prop_assert_eq!(&popped, &all);
+        prop_assert_eq!(rest.count, 0);
+        let k = k % s.count;
+        let tail = |from: usize| Samples::new(s.ttl, s.writer, all[from].0, all[from..].iter().map(|p| &p.1)).unwrap();
+        prop_assert_eq!(s.skip(k), tail(usize::from(k)));
+        if k > 0 {
+            let (head, rest) = s.clone().split_at(k);
+            let want = Samples::new(s.ttl, s.writer, s.first_seq, all[..usize::from(k)].iter().map(|p| &p.1)).unwrap();
+            prop_assert_eq!(head, want);
+            prop_assert_eq!(rest, tail(usize::from(k)));
+        }
+    }
+
+    /// The last sequence number of a writer's batch, read off the frame headers, is that of
+    /// the batch's last sample.
+    #[test]
+    fn the_last_seq_of_a_batch_is_its_last_samples(
+        first in 1u64..u64::MAX / 2,
+        sizes in proptest::collection::vec(0usize..300, 1..200),
+        max in 400u32..2000,
+    ) {
+        let mut buf = BytesMut::new();
+        let mut w = SampleRunWriter::new(&mut buf, [4; 16], 2, first, max);
+        for n in &sizes {
+            w.push(&vec![7u8; *n]).unwrap();
+        }
+        let next = w.finish();
+        prop_assert_eq!(last_seq_of_own_samples(&buf), Some(next - 1));
+        prop_assert_eq!(last_seq_of_own_samples(&buf[..buf.len() - 1]), None);
     }
 }
 

@@ -1,6 +1,6 @@
 //! A deadline future that works under any executor (the application's async writes may run
-//! on tokio, async-std or compio): one process-wide timer thread wakes the futures whose
-//! deadline passed.
+//! on tokio, async-std or Shoal's own runtime): one process-wide timer thread wakes the
+//! futures whose deadline passed.
 //!
 //! **Owns:** the timer thread and its heap of wake-ups. **Must not touch:** what waits
 //! (the writer's credit wait races it).

@@ -528,16 +528,10 @@ impl Mesh {
 }
 
 impl Inner {
+    /// Stops the node; stopping wakes the executors' tasks and waits for them, so a node
+    /// dropped during a panic stops outside the unwind.
     fn stop(&self) {
-        if std::thread::panicking() {
-            // compio aborts the process when one of its tasks is woken from a panicking
-            // thread (as stopping does), so a node dropped during an unwind stops on a helper.
-            std::thread::scope(|s| {
-                let _ = s.spawn(|| self.stop_now()).join();
-            });
-        } else {
-            self.stop_now();
-        }
+        shoal_runtime::outside_unwind(|| self.stop_now());
     }
 
     fn stop_now(&self) {

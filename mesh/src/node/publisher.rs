@@ -335,26 +335,37 @@ impl Drop for Cancelled<'_> {
 
 impl Drop for Publisher {
     fn drop(&mut self) {
-        let pending = self.count as u64;
-        if pending == 0 {
-            return;
+        if self.count > 0 {
+            let ns = self.mesh.inner.ns.clone();
+            let what = "publisher dropped with messages it could not hand over";
+            hand_over_on_drop(&ns, self.count, what, |wait| self.hand_over(wait));
         }
-        // Never wait on an executor thread (it would stall its tasks) nor while unwinding
-        // (a panic must not turn into a hang on a full queue).
-        let no_wait = shoal_runtime::current_executor().is_some() || std::thread::panicking();
-        let r = if no_wait {
-            self.try_flush()
-        } else {
-            self.flush_blocking()
-        };
-        if let Err(e) = r {
-            let lost = pending;
-            self.mesh
-                .inner
-                .ns
-                .unflushed_discarded
-                .fetch_add(lost, Ordering::Relaxed);
-            tracing::warn!(error = %e, lost, "publisher dropped with messages it could not hand over");
-        }
+    }
+}
+
+/// Hands over the `pending` messages or samples a dropped [`Publisher`] or topics `Writer`
+/// still holds (`hand_over` as their flushes do), counting in
+/// [`super::MeshStats::unflushed_discarded`] and logging as `what` those it could not.
+///
+/// It waits for room only on a plain thread that is not unwinding: never on an executor
+/// thread (it would stall its tasks) nor during a panic (which must not turn into a hang on
+/// a full queue). The hand-over wakes the origin shard's task, so during a panic it runs
+/// outside the unwind ([`shoal_runtime::outside_unwind`]).
+pub(crate) fn hand_over_on_drop(
+    ns: &super::shared::NodeShared,
+    pending: usize,
+    what: &str,
+    hand_over: impl FnOnce(Wait) -> Result<(), PublishError> + Send,
+) {
+    let wait = if shoal_runtime::current_executor().is_some() || std::thread::panicking() {
+        Wait::Never
+    } else {
+        Wait::Block
+    };
+    let r = shoal_runtime::outside_unwind(|| hand_over(wait));
+    if let Err(e) = r.unwrap_or(Err(PublishError::Stopped)) {
+        let lost = pending as u64;
+        ns.unflushed_discarded.fetch_add(lost, Ordering::Relaxed);
+        tracing::warn!(error = %e, lost, "{what}");
     }
 }

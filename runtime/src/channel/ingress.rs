@@ -36,8 +36,8 @@ struct Shared<T> {
     weigh: Option<fn(&T) -> usize>,
     load: AtomicUsize,
     rx_notify: Notify,
-    /// In its own `Arc` so a panicking receiver can hand the final notify to a helper thread.
-    room: Arc<Event>,
+    /// Wakes senders waiting for room.
+    room: Event,
     senders: AtomicUsize,
     rx_closed: AtomicBool,
     full_events: AtomicU64,
@@ -106,7 +106,7 @@ fn make<T: Send>(
         weigh,
         load: AtomicUsize::new(0),
         rx_notify: Notify::default(),
-        room: Arc::new(Event::new()),
+        room: Event::new(),
         senders: AtomicUsize::new(1),
         rx_closed: AtomicBool::new(false),
         full_events: AtomicU64::new(0),
@@ -314,15 +314,8 @@ impl<T> Drop for IngressReceiver<T> {
     fn drop(&mut self) {
         self.shared.rx_closed.store(true, Ordering::Release);
         while self.shared.queue.pop().is_some() {}
-        if std::thread::panicking() {
-            // Waking a compio task while unwinding aborts the process (see
-            // `notify::wake_or_defer`); a helper thread is not unwinding.
-            let room = self.shared.room.clone();
-            let _ = std::thread::Builder::new()
-                .name("shoal-late-wake".into())
-                .spawn(move || room.notify(usize::MAX));
-        } else {
-            self.shared.room.notify(usize::MAX);
-        }
+        // Senders may be tasks of other executors, and this drop may be a panicking task's.
+        let room = &self.shared.room;
+        crate::unwind::outside_unwind(|| room.notify(usize::MAX));
     }
 }

@@ -9,7 +9,7 @@ use super::notify::Notify;
 use super::p2p::Sender;
 use super::spsc::{Consumer, Ring};
 use crate::error::{Closed, TryRecvError};
-use crate::ExecutorId;
+use crate::id::ExecutorId;
 
 /// Builds a full mesh among `executors`: one ring of at least `capacity` messages per
 /// ordered pair (from, to), from != to.

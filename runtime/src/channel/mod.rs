@@ -20,5 +20,4 @@ mod spsc;
 
 pub use ingress::{ingress, ingress_weighted, IngressReceiver, IngressSender};
 pub use mesh::{channel_mesh, MeshEndpoint, MeshReceiver};
-pub(crate) use notify::flush_deferred_wakes;
 pub use p2p::{channel, Receiver, Sender};

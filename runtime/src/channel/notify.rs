@@ -7,11 +7,12 @@
 //! sleep, or the notifier sees `waiting` and wakes it. No wake-up is lost, and a
 //! notifier whose peer is busy pays one fence and one relaxed load, not an atomic RMW.
 
-use std::cell::RefCell;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::task::Waker;
 
 use futures_util::task::AtomicWaker;
+
+use crate::unwind::wake_or_defer;
 
 /// One parked waiter (a task on one executor, or nothing).
 #[derive(Debug, Default)]
@@ -52,50 +53,5 @@ impl Notify {
         if let Some(w) = self.waker.take() {
             wake_or_defer(w);
         }
-    }
-}
-
-/// Wakers whose wake had to wait until this thread stopped unwinding.
-struct Deferred(RefCell<Vec<Waker>>);
-
-impl Drop for Deferred {
-    fn drop(&mut self) {
-        for w in self.0.get_mut().drain(..) {
-            w.wake();
-        }
-    }
-}
-
-thread_local! {
-    static DEFERRED: Deferred = const { Deferred(RefCell::new(Vec::new())) };
-}
-
-/// Wakes `w`, unless this thread is unwinding from a panic.
-///
-/// compio aborts the process when one of its task wakers is woken while the waking
-/// thread is panicking (its remote-schedule path has an abort-on-panic guard). Channel
-/// ends are dropped during exactly such unwinds (a task panics, its locals drop, each
-/// drop wakes the peer), so those wakes are parked in a thread-local list and delivered
-/// by [`flush_deferred_wakes`] once the unwind was caught, or when the thread exits.
-fn wake_or_defer(w: Waker) {
-    if !std::thread::panicking() {
-        w.wake();
-        return;
-    }
-    if let Err(err) = DEFERRED.try_with(|d| d.0.borrow_mut().push(w.clone())) {
-        // Thread-local storage is being torn down: hand the wake to a fresh thread,
-        // which is not panicking.
-        tracing::debug!(%err, "deferring a wake to a helper thread");
-        let _ = std::thread::Builder::new()
-            .name("shoal-late-wake".into())
-            .spawn(move || w.wake());
-    }
-}
-
-/// Delivers wakes deferred by [`wake_or_defer`]; call after a caught panic.
-pub(crate) fn flush_deferred_wakes() {
-    let pending = DEFERRED.try_with(|d| std::mem::take(&mut *d.0.borrow_mut()));
-    for w in pending.into_iter().flatten() {
-        w.wake();
     }
 }

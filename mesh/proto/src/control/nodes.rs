@@ -15,7 +15,7 @@
 use super::ControlCore;
 use crate::PeerId;
 use ahash::AHashMap;
-use shoal_discovery::routes::to_socket;
+use shoal_discovery::locators::to_socket;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -3,14 +3,16 @@
 //! **Owns:** the output vocabulary of [`super::ShardCore`]. **Must not touch:** how the driver
 //! carries it out (channels, tasks, the application's event queue).
 
-use super::backpressure::Blocked;
-use crate::cmd::{ShardToShard, ToControl};
+use crate::budget::LinkBudget;
+use crate::cmd::{Out, ShardToShard, ToControl};
 use crate::link::CloseReason;
-use crate::stats::{inc, Counters};
+use crate::stats::{inc, Counters, TopicCounters};
 use crate::topics::EndpointGuid;
 use crate::wire::{DecodeError, Samples};
 use crate::{LinkId, MsgId, PeerId};
 use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// One output of the shard core, carried out in order.
 #[derive(Debug)]
@@ -49,6 +51,53 @@ pub enum ShardAction {
     /// reason is the link state machine's when it closed the link itself (heartbeat timeout,
     /// Goodbye, protocol violation), `None` for an I/O end, a fault or a stop.
     Ended(LinkId, Option<CloseReason>),
+}
+
+/// An originated frame (or batch of `frames`) waiting for room on a link.
+#[derive(Debug)]
+pub struct Blocked {
+    pub(super) link: LinkId,
+    pub(super) owner: usize,
+    pub(super) budget: Arc<LinkBudget>,
+    pub(super) out: Out,
+    pub(super) frames: u64,
+    /// The topic of a batch of samples: what finally goes out or is dropped is counted for
+    /// it too, as for a batch that found room at once.
+    pub(super) topic: Option<Arc<TopicCounters>>,
+    /// When to look at the congestion again (set by the first [`super::ShardCore::unblock`]).
+    pub(super) deadline: Option<Instant>,
+}
+
+impl Blocked {
+    pub(super) fn new(
+        link: LinkId,
+        owner: usize,
+        budget: Arc<LinkBudget>,
+        out: Out,
+        frames: u64,
+        topic: Option<Arc<TopicCounters>>,
+    ) -> Blocked {
+        Blocked {
+            link,
+            owner,
+            budget,
+            out,
+            frames,
+            topic,
+            deadline: None,
+        }
+    }
+
+    /// The link it waits for.
+    pub fn link(&self) -> LinkId {
+        self.link
+    }
+
+    /// Notified when the link may have room (or closed). Take it before calling
+    /// [`super::ShardCore::unblock`], so room made in between is not missed.
+    pub fn listen(&self) -> event_listener::EventListener {
+        self.budget.listen_room()
+    }
 }
 
 /// What the driver does with a post whose receiver's ring is full.
@@ -127,51 +176,28 @@ pub struct SampleRun {
 }
 
 impl SampleRun {
-    /// The same run without its first `k` samples (`k < count`): the body is re-sliced, no
-    /// payload is copied.
+    /// The same run without its first `k` samples (`k < count`; [`Samples::skip`]).
     pub fn skip(&self, k: u16) -> SampleRun {
         SampleRun {
             reader: self.reader,
-            samples: skip_samples(&self.samples, k),
+            samples: self.samples.skip(k),
         }
     }
-}
 
-impl SampleRun {
-    /// The run cut after its first `k` samples (`0 < k < count`): both halves share the
-    /// body, no payload is copied.
+    /// The run cut after its first `k` samples (`0 < k < count`; [`Samples::split_at`]).
     pub fn split_at(self, k: u16) -> (SampleRun, SampleRun) {
-        let rest = self.skip(k);
-        let head_len = self.samples.body.len() - rest.samples.body.len();
-        let head = SampleRun {
-            reader: self.reader,
-            samples: Samples {
-                ttl: self.samples.ttl,
-                writer: self.samples.writer,
-                first_seq: self.samples.first_seq,
-                count: k,
-                body: self.samples.body.slice(..head_len),
+        let (head, rest) = self.samples.split_at(k);
+        let reader = self.reader;
+        (
+            SampleRun {
+                reader,
+                samples: head,
             },
-        };
-        (head, rest)
-    }
-}
-
-/// `s` without its first `k` samples (`k < s.count`): the body re-sliced after their length
-/// prefixes and payloads.
-pub(super) fn skip_samples(s: &Samples, k: u16) -> Samples {
-    debug_assert!(k < s.count, "skip {k} of {}", s.count);
-    let mut at = 0usize;
-    for _ in 0..k {
-        let len = u32::from_be_bytes(s.body[at..at + 4].try_into().expect("4 bytes")) as usize;
-        at += 4 + len;
-    }
-    Samples {
-        ttl: s.ttl,
-        writer: s.writer,
-        first_seq: s.first_seq + u64::from(k),
-        count: s.count - k,
-        body: s.body.slice(at..),
+            SampleRun {
+                reader,
+                samples: rest,
+            },
+        )
     }
 }
 

@@ -14,30 +14,13 @@
 //! [`OverflowPolicy::Block`]: crate::OverflowPolicy::Block
 //! [`SlowLinkPolicy`]: crate::SlowLinkPolicy
 
-use super::action::{LinkError, LinkFault, ShardAction};
+use super::action::{Blocked, LinkError, LinkFault, ShardAction};
 use super::route::{Path, Queuer};
 use super::ShardCore;
 use crate::budget::{LinkBudget, SlowLinkAction};
-use crate::cmd::Out;
-use crate::stats::{add, add_dropped, inc, TopicCounters};
+use crate::stats::{add, add_dropped, inc};
 use crate::LinkId;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// An originated frame (or batch of `frames`) waiting for room on a link.
-#[derive(Debug)]
-pub struct Blocked {
-    link: LinkId,
-    owner: usize,
-    budget: Arc<LinkBudget>,
-    out: Out,
-    frames: u64,
-    /// The topic of a batch of samples: what finally goes out or is dropped is counted for
-    /// it too, as for a batch that found room at once.
-    topic: Option<Arc<TopicCounters>>,
-    /// When to look at the congestion again (set by the first [`ShardCore::unblock`]).
-    deadline: Option<Instant>,
-}
 
 /// What [`ShardCore::unblock`] decided.
 #[derive(Debug)]
@@ -47,38 +30,6 @@ pub enum Unblock {
     /// Still waiting: wait for [`Blocked::listen`] (taken before the call) or `until`, then
     /// call [`ShardCore::unblock`] again.
     Wait(Box<Blocked>, Instant),
-}
-
-impl Blocked {
-    pub(super) fn new(
-        link: LinkId,
-        owner: usize,
-        budget: Arc<LinkBudget>,
-        out: Out,
-        frames: u64,
-        topic: Option<Arc<TopicCounters>>,
-    ) -> Blocked {
-        Blocked {
-            link,
-            owner,
-            budget,
-            out,
-            frames,
-            topic,
-            deadline: None,
-        }
-    }
-
-    /// The link it waits for.
-    pub fn link(&self) -> LinkId {
-        self.link
-    }
-
-    /// Notified when the link may have room (or closed). Take it before calling
-    /// [`ShardCore::unblock`], so room made in between is not missed.
-    pub fn listen(&self) -> event_listener::EventListener {
-        self.budget.listen_room()
-    }
 }
 
 impl ShardCore {

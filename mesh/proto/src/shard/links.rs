@@ -63,6 +63,27 @@ impl Served {
             self.budget.wake.notify(1);
         }
     }
+
+    /// Moves the link state machine's control frames into the queue; returns a close reason
+    /// if the state machine closed the link.
+    pub(super) fn pull(&mut self) -> Option<CloseReason> {
+        while let Some(f) = self.state.poll_transmit() {
+            let mut b = BytesMut::with_capacity(f.encoded_len());
+            if f.encode(&mut b).is_ok() {
+                self.queue.push_back(Out::Raw(b.freeze(), 0, 0));
+            }
+        }
+        let mut closed = None;
+        while let Some(ev) = self.state.poll_event() {
+            if let LinkEvent::Closed(r) = ev {
+                closed = Some(r);
+            }
+        }
+        if !self.queue.is_empty() {
+            self.wake_writer();
+        }
+        closed
+    }
 }
 
 /// The served links, in slots so a reader's batch finds its link once, not once per frame.
@@ -119,27 +140,6 @@ impl Links {
     pub(super) fn is_empty(&self) -> bool {
         self.index.is_empty()
     }
-}
-
-/// Moves the link state machine's control frames into the queue; returns a close reason if
-/// the state machine closed the link.
-pub(super) fn pull(l: &mut Served) -> Option<CloseReason> {
-    while let Some(f) = l.state.poll_transmit() {
-        let mut b = BytesMut::with_capacity(f.encoded_len());
-        if f.encode(&mut b).is_ok() {
-            l.queue.push_back(Out::Raw(b.freeze(), 0, 0));
-        }
-    }
-    let mut closed = None;
-    while let Some(ev) = l.state.poll_event() {
-        if let LinkEvent::Closed(r) = ev {
-            closed = Some(r);
-        }
-    }
-    if !l.queue.is_empty() {
-        l.wake_writer();
-    }
-    closed
 }
 
 impl ShardCore {
@@ -280,7 +280,7 @@ impl ShardCore {
             l.state.on_bytes_received(now);
         }
         l.state.handle_timeout(now);
-        match pull(l) {
+        match l.pull() {
             Some(reason @ CloseReason::Stalled) => {
                 inc(&self.counters.stalled_links);
                 let e = self.error(link, LinkFault::Stalled, reason.to_string());

@@ -55,6 +55,14 @@
 //! and seals each write's batch into the link's reusable buffer, because what a record holds
 //! (frames may span records, a frame dropped by policy must never consume a nonce, a record
 //! that fails closes that link only) is protocol; the driver only moves ciphertext.
+//!
+//! # Files, bottom up
+//!
+//! No file imports a sibling above it: `action` (the output vocabulary, [`Blocked`] included)
+//! and `reliable_tuning` import none; `read` and `write` (a link's bytes in and out) only
+//! `action`; `links` (the served links, their lifecycle) `read` and `write`; `route` (the
+//! Data path and queuing on links) `links`; `backpressure`, `origin` and `samples` `route`;
+//! `reliable` `samples`. Each adds its part of [`ShardCore`]'s methods.
 
 mod action;
 mod backpressure;
@@ -71,10 +79,10 @@ mod write;
 mod tests;
 
 pub use action::{
-    decode_fault, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink, SampleRun,
+    decode_fault, Blocked, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink, SampleRun,
     SamplesLost, ShardAction,
 };
-pub use backpressure::{Blocked, Unblock};
+pub use backpressure::Unblock;
 pub use origin::Publish;
 pub use read::ReadStep;
 pub use reliable_tuning::ReliableTuning;

@@ -14,7 +14,6 @@
 //! per-frame dispatch); the rest are the unit tests of that dispatch and of buffer sizing.
 
 use super::action::{decode_fault, IfBusy, LinkFault, ShardAction};
-use super::links::pull;
 use super::ShardCore;
 use crate::cmd::{RelFrame, ToControl};
 use crate::crypto::{OpenError, RecordReader};
@@ -241,7 +240,7 @@ impl ShardCore {
             return Step::Consumed;
         }
         let action = step(&mut l.state, now);
-        let closed = pull(l);
+        let closed = l.pull();
         match action {
             FrameAction::Consumed => Step::Consumed,
             FrameAction::Close => {

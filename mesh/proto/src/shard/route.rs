@@ -19,8 +19,7 @@
 //! publish that finds no room becomes a [`ShardAction::Block`]; see `backpressure`), or
 //! where samples and reliability frames go (`samples`, `reliable` pick the targets).
 
-use super::action::{Delivery, IfBusy, ShardAction};
-use super::backpressure::Blocked;
+use super::action::{Blocked, Delivery, IfBusy, ShardAction};
 use super::ShardCore;
 use crate::budget::{LinkBudget, OverflowPolicy};
 use crate::cmd::{Out, ShardToShard};

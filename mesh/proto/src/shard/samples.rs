@@ -18,39 +18,21 @@
 //! **Must not touch:** how routes are computed (the control plane's `topics`) or how a
 //! delivery reaches the application (the driver's [`super::DeliverySink`]).
 
-use super::action::{skip_samples, IfBusy, SampleRun, ShardAction};
+use super::action::{IfBusy, SampleRun, ShardAction};
 use super::route::{Path, Targets};
 use super::ShardCore;
 use crate::cmd::{Out, ShardToShard};
 use crate::stats::{add, inc, TopicCounterSet};
 use crate::topics::{EndpointGuid, SampleRoutes, WriterRoute};
-use crate::wire::{split_own_samples, Samples, SAMPLES_HEADER_LEN};
+use crate::wire::{last_seq_of_own_samples, split_own_samples, Samples};
 use crate::LinkId;
 use bytes::{Bytes, BytesMut};
 use std::time::Instant;
 
-/// The shard (of `shards`) that keeps the sequence state of `writer`'s samples: the shard of
-/// its node's id (its first 8 bytes, as [`crate::link_shard`] and [`crate::dedup_shard`]
-/// hash a node), so a node's own writers are checked where they publish.
+/// The shard (of `shards`) that keeps the sequence state of `writer`'s samples: its node's
+/// ([`crate::id::node_shard`]), so a node's own writers are checked where they publish.
 pub fn samples_shard(writer: &EndpointGuid, shards: usize) -> usize {
-    let h = u64::from_be_bytes(writer[..8].try_into().expect("16 >= 8"));
-    (h % shards.max(1) as u64) as usize
-}
-
-/// The sequence number of the last sample in a batch of whole Samples frames, from the frame
-/// headers alone (`None` if the batch is not such frames).
-fn last_seq_of(batch: &[u8]) -> Option<u64> {
-    let mut at = 0;
-    let mut last = None;
-    while at < batch.len() {
-        let h = batch.get(at..at + SAMPLES_HEADER_LEN)?;
-        let len = u32::from_be_bytes(h[..4].try_into().ok()?) as usize;
-        let first = u64::from_be_bytes(h[23..31].try_into().ok()?);
-        let count = u16::from_be_bytes(h[31..33].try_into().ok()?);
-        last = first.checked_add(u64::from(count))?.checked_sub(1);
-        at += 4 + len;
-    }
-    last
+    crate::id::node_shard(writer, shards)
 }
 
 /// One writer's sequence state on its shard.
@@ -251,7 +233,7 @@ impl ShardCore {
             return;
         };
         let s = if fresh.skip > 0 {
-            skip_samples(&s, fresh.skip)
+            s.skip(fresh.skip)
         } else {
             s
         };
@@ -467,7 +449,7 @@ impl ShardCore {
             // Nothing to deliver here: only the writer's sequence state moves (so a copy that
             // comes back over a loop while routes change is a duplicate), read off the last
             // frame's header without walking the samples.
-            if let Some(next) = last_seq_of(&batch).and_then(|l| l.checked_add(1)) {
+            if let Some(next) = last_seq_of_own_samples(&batch).and_then(|l| l.checked_add(1)) {
                 self.advance_seq(route, next);
             }
             return;

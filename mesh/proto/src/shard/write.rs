@@ -8,7 +8,6 @@
 //! the socket (the driver writes what it is given and reports back).
 
 use super::action::ShardAction;
-use super::links::pull;
 use super::ShardCore;
 use crate::cmd::Out;
 use crate::crypto::{RecordSealer, SealError};
@@ -114,7 +113,7 @@ impl ShardCore {
             self.slow_peer(link, now, out);
             return WriteStep::Gone;
         }
-        pull(l);
+        l.pull();
         if l.queue.is_empty() {
             return if l.closing {
                 WriteStep::Shutdown

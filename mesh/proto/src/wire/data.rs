@@ -6,7 +6,7 @@
 use super::cursor::Cursor;
 use super::defaults::{DATA_HEADER_LEN, FRAME_HEADER_LEN, LENGTH_PREFIX_LEN};
 use super::error::{DecodeError, EncodeError};
-use super::frame::FrameType;
+use super::frame_type::FrameType;
 use crate::id::{MsgId, PeerId};
 use bytes::{BufMut, Bytes};
 use std::ops::Range;

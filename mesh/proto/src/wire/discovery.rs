@@ -12,10 +12,11 @@
 use super::cursor::Cursor;
 use super::defaults::FRAME_HEADER_LEN;
 use super::error::{DecodeError, EncodeError};
-use super::signed::{RecordSignature, ENTRY_KIND_SIGNATURE, SIGNATURE_LEN};
+use super::frame_type::DISCOVERY_FRAME_TYPE;
+use super::signature::{RecordSignature, ENTRY_KIND_SIGNATURE, SIGNATURE_LEN};
 use super::topic_frames::{
-    DISCOVERY_ENTRY_HEADER_LEN, DISCOVERY_FRAME_TYPE, DISCOVERY_HEADER_LEN, ENTRY_KIND_RECORD,
-    ENTRY_KIND_WITHDRAW, MAX_RECORD_ENTRY_LEN,
+    DISCOVERY_ENTRY_HEADER_LEN, DISCOVERY_HEADER_LEN, ENTRY_KIND_RECORD, ENTRY_KIND_WITHDRAW,
+    MAX_RECORD_ENTRY_LEN,
 };
 use crate::PeerId;
 use bytes::{BufMut, Bytes};

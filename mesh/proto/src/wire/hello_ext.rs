@@ -4,8 +4,7 @@
 //! (`frame`).
 
 use super::cursor::Cursor;
-use super::frame::FrameType;
-use super::signed::SIGNED_MEMBERSHIP_FRAME_TYPE;
+use super::frame_type::{FrameType, SIGNED_MEMBERSHIP_FRAME_TYPE};
 use bytes::{BufMut, Bytes};
 use std::fmt;
 

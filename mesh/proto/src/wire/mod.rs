@@ -82,6 +82,11 @@
 //! `mesh/proto/protocol/signed-records.md`. [`take_samples`] is the Samples fast lane and
 //! [`SamplesHeader`] / [`SampleRunWriter`] write them without copying payloads.
 
+// Files, bottom up (none imports a sibling above it): `error`, `defaults`, `cursor`,
+// `frame_type` and `topic_frames` (numbers and layout constants); then the bodies: `data`,
+// `hello_ext`, `v1`, `signature`, `discovery`, `samples`, `reliable_frames`, `signed`; the
+// packer `sample_runs`; then `frame`, the framing over all of them. `beacon` (UDP) stands
+// apart.
 mod beacon;
 mod cursor;
 mod data;
@@ -89,39 +94,46 @@ mod defaults;
 mod discovery;
 mod error;
 mod frame;
+mod frame_type;
 mod hello_ext;
 mod reliable_frames;
+mod sample_runs;
 mod samples;
+mod signature;
 mod signed;
 mod topic_frames;
+mod v1;
 
 pub use beacon::{Beacon, BeaconFilter, BeaconReject, DecodedBeacon};
 pub use data::{encode_data_into, Data, DataHeader};
 pub use defaults::*;
 pub use discovery::{Discovery, DiscoveryEntry};
 pub use error::{DecodeError, DecodeStatus, EncodeError};
-pub use frame::{
-    decode_frame, peek_frame_len, take_data, take_frame, AuthConfirm, Frame, FrameType, Hello,
-    HelloIdentity, IdentityRecord, Membership,
+pub use frame::{decode_frame, peek_frame_len, take_data, take_frame, Frame};
+pub use frame_type::{
+    FrameType, ACKNACK_FRAME_TYPE, DISCOVERY_FRAME_TYPE, GAP_FRAME_TYPE,
+    RELIABLE_HEARTBEAT_FRAME_TYPE, REPAIR_FRAME_TYPE, SAMPLES_FRAME_TYPE,
+    SIGNED_MEMBERSHIP_FRAME_TYPE,
 };
 pub use hello_ext::{
     peer_accepts_frame_type, Features, ShoalExtension, SHOAL_EXT_FIXED_LEN, SHOAL_EXT_MAGIC,
     SHOAL_EXT_VERSION,
 };
 pub use reliable_frames::{
-    AckNack, Gap, Heartbeat, Repair, SeqSet, ACKNACK_BODY_FIXED, ACKNACK_FRAME_TYPE, GAP_BODY_LEN,
-    GAP_FRAME_TYPE, HEARTBEAT_BODY_LEN, MAX_NACK_BITS, RELIABLE_HEARTBEAT_FRAME_TYPE,
-    REPAIR_BODY_FIXED, REPAIR_FRAME_TYPE,
+    AckNack, Gap, Heartbeat, Repair, SeqSet, ACKNACK_BODY_FIXED, GAP_BODY_LEN, HEARTBEAT_BODY_LEN,
+    MAX_NACK_BITS, REPAIR_BODY_FIXED,
 };
+pub use sample_runs::{SampleRunWriter, SampleRuns};
 pub use samples::{
-    split_own_samples, take_samples, SamplePayloads, SampleRunWriter, Samples, SamplesHeader,
+    last_seq_of_own_samples, split_own_samples, take_samples, SamplePayloads, SampleSlices,
+    Samples, SamplesHeader,
 };
-pub use signed::{
-    RecordSignature, SignedMembership, DISCOVERY_SIGNATURE_ENTRY_LEN, DISCOVERY_SIGNATURE_LABEL,
-    ENTRY_KIND_SIGNATURE, MEMBERSHIP_SIGNATURE_LABEL, SIGNATURE_LEN, SIGNED_MEMBERSHIP_FRAME_TYPE,
+pub use signature::{
+    RecordSignature, DISCOVERY_SIGNATURE_ENTRY_LEN, ENTRY_KIND_SIGNATURE, SIGNATURE_LEN,
 };
+pub use signed::{SignedMembership, DISCOVERY_SIGNATURE_LABEL, MEMBERSHIP_SIGNATURE_LABEL};
 pub use topic_frames::{
-    DISCOVERY_ENTRY_HEADER_LEN, DISCOVERY_FRAME_TYPE, DISCOVERY_HEADER_LEN, ENTRY_KIND_RECORD,
-    ENTRY_KIND_WITHDRAW, MAX_RECORD_ENTRY_LEN, SAMPLES_FRAME_TYPE, SAMPLES_HEADER_LEN,
-    SAMPLES_KNOWN_FLAGS, SAMPLE_LEN_PREFIX,
+    DISCOVERY_ENTRY_HEADER_LEN, DISCOVERY_HEADER_LEN, ENTRY_KIND_RECORD, ENTRY_KIND_WITHDRAW,
+    MAX_RECORD_ENTRY_LEN, SAMPLES_HEADER_LEN, SAMPLES_KNOWN_FLAGS, SAMPLE_LEN_PREFIX,
 };
+pub use v1::{AuthConfirm, Hello, HelloIdentity, IdentityRecord, Membership};

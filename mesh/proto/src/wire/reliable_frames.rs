@@ -50,15 +50,6 @@ use super::samples::{check_run, RunNames, SamplePayloads};
 use bytes::{BufMut, Bytes};
 use std::ops::Range;
 
-/// Frame type of [`Heartbeat`] (the reliable writer's, not the v1 link heartbeat 3).
-pub const RELIABLE_HEARTBEAT_FRAME_TYPE: u8 = 11;
-/// Frame type of [`AckNack`].
-pub const ACKNACK_FRAME_TYPE: u8 = 12;
-/// Frame type of [`Repair`].
-pub const REPAIR_FRAME_TYPE: u8 = 13;
-/// Frame type of [`Gap`].
-pub const GAP_FRAME_TYPE: u8 = 14;
-
 /// Heartbeat body bytes: `ttl 1 | writer 16 | first 8 | last 8`.
 pub const HEARTBEAT_BODY_LEN: usize = 1 + 16 + 8 + 8;
 /// AckNack body bytes before the bitmap: `ttl 1 | writer 16 | reader 16 | count 4 | base 8 |

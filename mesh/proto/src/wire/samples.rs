@@ -1,5 +1,6 @@
-//! The Samples frame (type 10): its value type, the read path's fast lane, the fixed header a
-//! relay re-sends a run with, and the writer that packs runs (layout in `topic_frames`).
+//! The Samples frame (type 10): its value type and the walks of its body, the read path's
+//! fast lane, and the fixed header a relay re-sends a run with (layout in `topic_frames`;
+//! the packer that writes runs is `sample_runs`).
 //!
 //! **Owns:** the Samples frame's bytes. **Must not touch:** where samples go (`shard`,
 //! `topics`) or their sequence numbers' meaning (the writer and reader state).
@@ -7,14 +8,15 @@
 //! Nothing here copies a payload or allocates per sample: a decoded run is its header fields
 //! plus one `Bytes` slice of the read buffer ([`Samples::body`]), walked lazily by
 //! [`Samples::payloads`]; a relay sends [`SamplesHeader`] and that body as two slices;
-//! [`SampleRunWriter`] writes into a caller's buffer and only reserves room in it.
+//! [`SampleRuns`](super::SampleRuns) (the one packer) writes into a caller's buffer and only
+//! reserves room in it.
 
 use super::cursor::Cursor;
 use super::defaults::LENGTH_PREFIX_LEN;
 use super::error::{DecodeError, EncodeError};
+use super::frame_type::SAMPLES_FRAME_TYPE;
 use super::topic_frames::{
-    SAMPLES_BODY_FIXED, SAMPLES_FRAME_TYPE, SAMPLES_HEADER_LEN, SAMPLES_KNOWN_FLAGS,
-    SAMPLE_LEN_PREFIX,
+    SAMPLES_BODY_FIXED, SAMPLES_HEADER_LEN, SAMPLES_KNOWN_FLAGS, SAMPLE_LEN_PREFIX,
 };
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::ops::Range;
@@ -42,7 +44,7 @@ pub struct Samples {
 impl Samples {
     /// A run of `payloads` (at least one, at most `u16::MAX`) numbered from `first_seq`,
     /// copied into a new body: for tests and control traffic; the data path packs runs with
-    /// [`SampleRunWriter`] instead.
+    /// [`SampleRuns`](super::SampleRuns) instead.
     pub fn new<I>(
         ttl: u8,
         writer: [u8; 16],
@@ -78,6 +80,17 @@ impl Samples {
         }
     }
 
+    /// `(sequence number, payload)` of each sample, the payloads borrowed from the body (no
+    /// reference count touched); ends early as [`payloads`](Self::payloads) does.
+    pub fn iter(&self) -> SampleSlices<'_> {
+        SampleSlices {
+            body: &self.body,
+            pos: 0,
+            left: self.count,
+            seq: self.first_seq,
+        }
+    }
+
     /// The sequence numbers of the samples, `first_seq ..= last_seq()`, in the order of
     /// [`payloads`](Self::payloads).
     pub fn seqs(&self) -> impl ExactSizeIterator<Item = u64> + 'static {
@@ -90,6 +103,56 @@ impl Samples {
         self.first_seq
             .wrapping_add(u64::from(self.count))
             .wrapping_sub(1)
+    }
+
+    /// The run without its first `k` samples (`k < count`): the body re-sliced after their
+    /// length prefixes and payloads, no payload copied.
+    pub fn skip(&self, k: u16) -> Samples {
+        debug_assert!(k < self.count, "skip {k} of {}", self.count);
+        Samples {
+            ttl: self.ttl,
+            writer: self.writer,
+            first_seq: self.first_seq + u64::from(k),
+            count: self.count - k,
+            body: self.body.slice(self.offset_of(k)..),
+        }
+    }
+
+    /// The run cut after its first `k` samples (`0 < k < count`): both halves share the
+    /// body, no payload is copied.
+    pub fn split_at(self, k: u16) -> (Samples, Samples) {
+        let rest = self.skip(k);
+        let head = Samples {
+            count: k,
+            body: self.body.slice(..self.body.len() - rest.body.len()),
+            ..self
+        };
+        (head, rest)
+    }
+
+    /// Takes the first sample off the run: its sequence number and payload (a slice of the
+    /// body, no copy); the run keeps the rest. `None` once the run is empty, or when the body
+    /// is not `count` well-formed samples (only possible for a hand-built value).
+    pub fn pop_front(&mut self) -> Option<(u64, Bytes)> {
+        if self.count == 0 {
+            return None;
+        }
+        let at = payload_at(&self.body, 0)?;
+        let payload = self.body.slice(at.clone());
+        self.body.advance(at.end);
+        let seq = self.first_seq;
+        self.first_seq = seq.wrapping_add(1);
+        self.count -= 1;
+        Some((seq, payload))
+    }
+
+    /// Where sample `k` (`k < count`) starts in the body.
+    fn offset_of(&self, k: u16) -> usize {
+        (0..k).fold(0, |at, _| {
+            payload_at(&self.body, at)
+                .expect("a run of `count` whole samples")
+                .end
+        })
     }
 
     /// Bytes the whole frame occupies on the wire: `33 + body`.
@@ -217,18 +280,13 @@ impl Iterator for SamplePayloads<'_> {
         if self.left == 0 {
             return None;
         }
-        let start = self.pos + SAMPLE_LEN_PREFIX;
-        let len = self
-            .body
-            .get(self.pos..start)
-            .map(|l| u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize);
-        match len {
-            Some(len) if start + len <= self.body.len() => {
+        match payload_at(self.body, self.pos) {
+            Some(at) => {
                 self.left -= 1;
-                self.pos = start + len;
-                Some(self.body.slice(start..start + len))
+                self.pos = at.end;
+                Some(self.body.slice(at))
             }
-            _ => {
+            None => {
                 self.left = 0;
                 None
             }
@@ -238,6 +296,46 @@ impl Iterator for SamplePayloads<'_> {
     fn size_hint(&self) -> (usize, Option<usize>) {
         (0, Some(usize::from(self.left)))
     }
+}
+
+/// `(sequence number, payload)` of each sample of a [`Samples`] run, the payloads borrowed
+/// (see [`Samples::iter`]).
+#[derive(Debug, Clone)]
+pub struct SampleSlices<'a> {
+    body: &'a [u8],
+    pos: usize,
+    left: u16,
+    seq: u64,
+}
+
+impl<'a> Iterator for SampleSlices<'a> {
+    type Item = (u64, &'a [u8]);
+
+    fn next(&mut self) -> Option<(u64, &'a [u8])> {
+        if self.left == 0 {
+            return None;
+        }
+        let at = payload_at(self.body, self.pos)?;
+        self.pos = at.end;
+        self.left -= 1;
+        let seq = self.seq;
+        self.seq = seq.wrapping_add(1);
+        Some((seq, &self.body[at]))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(usize::from(self.left)))
+    }
+}
+
+/// Where the payload of the sample at `pos` of a run's body lies (after its length prefix),
+/// if the body holds it whole: the one reading of a sample's `len u32 | payload` that every
+/// walk of a run (iteration, skip, split, pop) goes through.
+fn payload_at(body: &[u8], pos: usize) -> Option<Range<usize>> {
+    let start = pos + SAMPLE_LEN_PREFIX;
+    let len = u32::from_be_bytes(body.get(pos..start)?.try_into().expect("4 bytes")) as usize;
+    let end = start.checked_add(len)?;
+    (end <= body.len()).then_some(start..end)
 }
 
 /// The read path's fast lane for Samples frames, like [`super::take_data`]: when the frame at
@@ -291,6 +389,35 @@ where
 /// well-formed, and this path runs for every batch a reliable writer writes). `None` if the
 /// header is not a Samples frame's or the frame runs past the batch.
 pub fn split_own_samples(batch: &Bytes, at: usize) -> Option<(Samples, usize)> {
+    let (head, total) = own_head(batch, at)?;
+    let s = Samples {
+        body: batch.slice(at + SAMPLES_HEADER_LEN..at + total),
+        ..head
+    };
+    Some((s, total))
+}
+
+/// The sequence number of the last sample in a batch of whole Samples frames that this
+/// node's own writer handle packed, from the frame headers alone (as
+/// [`split_own_samples`]); `None` if the batch is not such frames.
+pub fn last_seq_of_own_samples(batch: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    let mut last = None;
+    while at < batch.len() {
+        let (head, total) = own_head(batch, at)?;
+        last = head
+            .first_seq
+            .checked_add(u64::from(head.count))?
+            .checked_sub(1);
+        at += total;
+    }
+    last
+}
+
+/// The header fields (with an empty body) and the whole length of the Samples frame at `at`
+/// of `batch`, from its header alone; `None` if it is not a Samples frame's header or the
+/// frame runs past the batch.
+fn own_head(batch: &[u8], at: usize) -> Option<(Samples, usize)> {
     let h = batch.get(at..at + SAMPLES_HEADER_LEN)?;
     if h[LENGTH_PREFIX_LEN] != SAMPLES_FRAME_TYPE {
         return None;
@@ -304,7 +431,7 @@ pub fn split_own_samples(batch: &Bytes, at: usize) -> Option<(Samples, usize)> {
         writer: h[7..23].try_into().ok()?,
         first_seq: u64::from_be_bytes(h[23..31].try_into().ok()?),
         count: u16::from_be_bytes(h[31..33].try_into().ok()?),
-        body: batch.slice(at + SAMPLES_HEADER_LEN..at + total),
+        body: Bytes::new(),
     };
     Some((s, total))
 }
@@ -369,145 +496,5 @@ impl SamplesHeader {
         u32::from_be_bytes(self.0[..4].try_into().expect("4 bytes")) as usize
             - 1
             - SAMPLES_BODY_FIXED
-    }
-}
-
-/// Packs samples of one writer into runs (Samples frames) appended to a caller's buffer,
-/// numbering them consecutively. A run holds at most `u16::MAX` samples and its frame at most
-/// `max_message_bytes`; the sample that would pass either bound closes the run and opens the
-/// next, so one batch may hold several frames back to back. The open run's length and count
-/// are patched in when it closes: at the bound, at [`finish`](Self::finish), or when the
-/// writer is dropped, so the buffer never holds a half-written frame once the writer is gone.
-/// Allocates nothing when `out` already has the capacity.
-#[derive(Debug)]
-pub struct SampleRunWriter<'a> {
-    out: &'a mut BytesMut,
-    writer: [u8; 16],
-    ttl: u8,
-    max: u32,
-    /// The next sample's number; 0 once `u64::MAX` was used (or if the writer started at 0).
-    next_seq: u64,
-    run: Option<OpenRun>,
-    frames: usize,
-    samples: u64,
-}
-
-/// Where the open run's frame starts in the buffer, and what it holds so far.
-#[derive(Debug, Clone, Copy)]
-struct OpenRun {
-    start: usize,
-    count: u16,
-    /// The frame's length field so far.
-    len: usize,
-}
-
-impl<'a> SampleRunWriter<'a> {
-    /// A writer appending to `out` samples of `writer`, sent with `ttl`, numbered from
-    /// `first_seq` (≥ 1), in frames whose length field is at most `max_message_bytes`.
-    pub fn new(
-        out: &'a mut BytesMut,
-        writer: [u8; 16],
-        ttl: u8,
-        first_seq: u64,
-        max_message_bytes: u32,
-    ) -> SampleRunWriter<'a> {
-        SampleRunWriter {
-            out,
-            writer,
-            ttl,
-            max: max_message_bytes,
-            next_seq: first_seq,
-            run: None,
-            frames: 0,
-            samples: 0,
-        }
-    }
-
-    /// Appends one sample and returns its sequence number. Fails, writing nothing, when the
-    /// sample alone does not fit a frame of `max_message_bytes`
-    /// ([`EncodeError::SampleTooLarge`]) or no sequence number is left (the writer started at
-    /// 0 or used `u64::MAX`).
-    pub fn push(&mut self, payload: &[u8]) -> Result<u64, EncodeError> {
-        let need = SAMPLE_LEN_PREFIX + payload.len();
-        let alone = 1 + SAMPLES_BODY_FIXED + need;
-        if alone > self.max as usize {
-            return Err(EncodeError::SampleTooLarge {
-                len: payload.len(),
-                max: self.max,
-            });
-        }
-        let seq = self.next_seq;
-        if seq == 0 {
-            return Err(EncodeError::BadSamples("no sequence number left"));
-        }
-        if let Some(run) = self.run {
-            if run.count == u16::MAX || run.len + need > self.max as usize {
-                self.close_run();
-            }
-        }
-        match self.run {
-            Some(_) => self.out.reserve(need),
-            None => {
-                self.out.reserve(SAMPLES_HEADER_LEN + need);
-                let start = self.out.len();
-                // Length and count are placeholders until the run closes.
-                let h = SamplesHeader::new(self.ttl, &self.writer, seq, 0, 0)
-                    .expect("an empty run fits the length field");
-                self.out.put_slice(&h.0);
-                self.frames += 1;
-                self.run = Some(OpenRun {
-                    start,
-                    count: 0,
-                    len: 1 + SAMPLES_BODY_FIXED,
-                });
-            }
-        }
-        // `alone` is at most `max`, a u32, so the length fits.
-        self.out.put_u32(payload.len() as u32);
-        self.out.put_slice(payload);
-        if let Some(run) = &mut self.run {
-            run.count += 1;
-            run.len += need;
-        }
-        self.samples += 1;
-        self.next_seq = seq.wrapping_add(1);
-        Ok(seq)
-    }
-
-    /// The sequence number the next sample gets (0: none left).
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
-    /// Frames started so far (the open run included).
-    pub fn frames(&self) -> usize {
-        self.frames
-    }
-
-    /// Samples written so far.
-    pub fn samples(&self) -> u64 {
-        self.samples
-    }
-
-    /// Closes the open run and returns the sequence number the writer's next sample gets
-    /// (0: none left), to start the next batch's writer from.
-    pub fn finish(mut self) -> u64 {
-        self.close_run();
-        self.next_seq
-    }
-
-    fn close_run(&mut self) {
-        if let Some(run) = self.run.take() {
-            let s = run.start;
-            let len = u32::try_from(run.len).expect("bounded by max_message_bytes");
-            self.out[s..s + 4].copy_from_slice(&len.to_be_bytes());
-            self.out[s + 31..s + 33].copy_from_slice(&run.count.to_be_bytes());
-        }
-    }
-}
-
-impl Drop for SampleRunWriter<'_> {
-    fn drop(&mut self) {
-        self.close_run();
     }
 }

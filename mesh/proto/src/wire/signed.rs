@@ -35,61 +35,15 @@
 use super::cursor::Cursor;
 use super::discovery::{Discovery, DiscoveryEntry};
 use super::error::{DecodeError, EncodeError};
-use super::frame::Membership;
+use super::signature::{RecordSignature, SIGNATURE_LEN};
+use super::v1::Membership;
 use crate::PeerId;
 use bytes::BufMut;
 
-/// Frame type of [`SignedMembership`].
-pub const SIGNED_MEMBERSHIP_FRAME_TYPE: u8 = 15;
-/// Discovery entry kind 3: the origin's signature over the frame (the last entry).
-pub const ENTRY_KIND_SIGNATURE: u8 = 3;
-/// Bytes of a signature on the wire: `key 32 | sig 64`.
-pub const SIGNATURE_LEN: usize = 32 + 64;
-/// Bytes a Signature entry adds to a Discovery frame (`kind | len | key | sig`): what a frame
-/// builder reserves so that a signed frame stays within its bound.
-pub const DISCOVERY_SIGNATURE_ENTRY_LEN: usize = 1 + 2 + SIGNATURE_LEN;
 /// Domain label of a Discovery signature.
 pub const DISCOVERY_SIGNATURE_LABEL: &[u8] = b"shoal-disc-v1";
 /// Domain label of a Membership signature.
 pub const MEMBERSHIP_SIGNATURE_LABEL: &[u8] = b"shoal-memb-v1";
-
-/// An origin's Ed25519 key and its signature over a record.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct RecordSignature {
-    /// The signer's Ed25519 public key; `BLAKE2b-16(key)` must be the record's origin.
-    pub key: [u8; 32],
-    /// The Ed25519 signature.
-    pub sig: [u8; 64],
-}
-
-impl std::fmt::Debug for RecordSignature {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "RecordSignature {{ key: {}.., sig: {}.. }}",
-            hex8(&self.key),
-            hex8(&self.sig)
-        )
-    }
-}
-
-fn hex8(b: &[u8]) -> String {
-    b.iter().take(4).map(|x| format!("{x:02x}")).collect()
-}
-
-impl RecordSignature {
-    pub(crate) fn encode<B: BufMut>(&self, out: &mut B) {
-        out.put_slice(&self.key);
-        out.put_slice(&self.sig);
-    }
-
-    pub(crate) fn read(c: &mut Cursor<'_>) -> Result<RecordSignature, DecodeError> {
-        Ok(RecordSignature {
-            key: c.array("signature.key")?,
-            sig: c.array("signature.sig")?,
-        })
-    }
-}
 
 /// A Membership record with its origin's signature (frame type 15).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,11 +61,8 @@ impl SignedMembership {
 
     /// What the decoder would reject: a count over `u16`, neighbours not strictly ascending.
     pub(crate) fn validate(&self) -> Result<(), EncodeError> {
-        let n = &self.record.neighbours;
-        if n.len() > usize::from(u16::MAX) {
-            return Err(EncodeError::TooManyNeighbours { count: n.len() });
-        }
-        if !strictly_ascending(n) {
+        self.record.validate()?;
+        if !strictly_ascending(&self.record.neighbours) {
             return Err(EncodeError::UnsortedNeighbours);
         }
         Ok(())

@@ -37,17 +37,13 @@
 //! The fixed part, `length u32 | type u8 | ttl .. count` (33 bytes, [`SAMPLES_HEADER_LEN`]),
 //! carries everything a relay changes (`ttl`), so it re-sends a run as a fresh
 //! [`SamplesHeader`](super::SamplesHeader) followed by the body it received, two slices and
-//! no copy. [`SampleRunWriter`](super::SampleRunWriter) packs runs for the tests and the
-//! simulation; the live writer handle (`shoal_mesh::topics::Writer`) still packs its own.
+//! no copy. One packer writes runs, [`SampleRuns`](super::SampleRuns): the live writer handle
+//! (`shoal_mesh::topics::Writer`) drives it, and the tests and the simulation through
+//! [`SampleRunWriter`](super::SampleRunWriter).
 //!
 //! Unlike the v1 frames, whose decoders ignore bytes after the last field, both topic frames
 //! must be filled exactly by their counts and lengths: the `count` of a frame is what its
 //! receiver trusts, and a body that says less than it carries is malformed.
-
-/// Frame type of [`Discovery`](super::Discovery).
-pub const DISCOVERY_FRAME_TYPE: u8 = 9;
-/// Frame type of [`Samples`](super::Samples).
-pub const SAMPLES_FRAME_TYPE: u8 = 10;
 
 /// Discovery entry kind 1: one encoded `shoal-discovery` record.
 pub const ENTRY_KIND_RECORD: u8 = 1;

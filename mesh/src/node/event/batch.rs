@@ -61,12 +61,7 @@ impl SampleBatch {
 
     /// `(sequence number, payload)` of each sample, the payloads borrowed from the batch.
     pub fn iter(&self) -> SampleIter<'_> {
-        SampleIter {
-            body: &self.run.samples.body,
-            pos: 0,
-            left: self.run.samples.count,
-            seq: self.run.samples.first_seq,
-        }
+        self.run.samples.iter()
     }
 
     /// The payloads as owned slices of the batch's buffer (no copy; a reference count each),
@@ -90,34 +85,5 @@ impl SampleBatch {
     }
 }
 
-/// The samples of a [`SampleBatch`] (see [`SampleBatch::iter`]).
-#[derive(Debug, Clone)]
-pub struct SampleIter<'a> {
-    body: &'a [u8],
-    pos: usize,
-    left: u16,
-    seq: u64,
-}
-
-impl<'a> Iterator for SampleIter<'a> {
-    type Item = (u64, &'a [u8]);
-
-    fn next(&mut self) -> Option<(u64, &'a [u8])> {
-        if self.left == 0 {
-            return None;
-        }
-        // The run was checked to hold `count` whole payloads when it was decoded.
-        let start = self.pos + 4;
-        let len = u32::from_be_bytes(self.body.get(self.pos..start)?.try_into().ok()?) as usize;
-        let payload = self.body.get(start..start + len)?;
-        self.pos = start + len;
-        self.left -= 1;
-        let seq = self.seq;
-        self.seq = seq.wrapping_add(1);
-        Some((seq, payload))
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, Some(usize::from(self.left)))
-    }
-}
+/// The samples of a [`SampleBatch`] (see [`SampleBatch::iter`]): the wire's walk of a run.
+pub type SampleIter<'a> = shoal_proto::wire::SampleSlices<'a>;

@@ -8,7 +8,6 @@ use super::batch::{Received, SampleBatch};
 use super::Event;
 use super::{EventHub, Item, Queued};
 use crate::topics::EndpointGuid;
-use bytes::Bytes;
 use event_listener::{EventListener, Listener};
 use shoal_proto::shard::SampleRun;
 use shoal_proto::wire::Samples;
@@ -22,41 +21,22 @@ use std::time::{Duration, Instant};
 /// The rest of a run a receiver is handing out.
 struct RunCursor {
     reader: EndpointGuid,
-    writer: EndpointGuid,
-    ttl: u8,
-    next_seq: u64,
-    body: Bytes,
-    pos: usize,
-    left: u16,
+    samples: Samples,
 }
 
 impl RunCursor {
     fn new(r: SampleRun) -> RunCursor {
         RunCursor {
             reader: r.reader,
-            writer: r.samples.writer,
-            ttl: r.samples.ttl,
-            next_seq: r.samples.first_seq,
-            body: r.samples.body,
-            pos: 0,
-            left: r.samples.count,
+            samples: r.samples,
         }
     }
 
     fn next(&mut self) -> Option<Event> {
-        if self.left == 0 {
-            return None;
-        }
-        let at = self.pos;
-        let len = u32::from_be_bytes(self.body.get(at..at + 4)?.try_into().ok()?) as usize;
-        let payload = self.body.slice(at + 4..at + 4 + len);
-        self.pos = at + 4 + len;
-        self.left -= 1;
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let (seq, payload) = self.samples.pop_front()?;
         Some(Event::Sample {
             reader: self.reader,
-            writer: self.writer,
+            writer: self.samples.writer,
             seq,
             payload,
         })
@@ -64,15 +44,9 @@ impl RunCursor {
 
     /// What is left, as a run again (for another receiver).
     fn rest(&self) -> Option<SampleRun> {
-        (self.left > 0).then(|| SampleRun {
+        (self.samples.count > 0).then(|| SampleRun {
             reader: self.reader,
-            samples: Samples {
-                ttl: self.ttl,
-                writer: self.writer,
-                first_seq: self.next_seq,
-                count: self.left,
-                body: self.body.slice(self.pos..),
-            },
+            samples: self.samples.clone(),
         })
     }
 }

@@ -44,16 +44,9 @@ pub(crate) struct Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            // The command wakes the control plane's task, and compio aborts the process when
-            // a task is woken from a panicking thread: a helper sends it.
-            let (mesh, guid) = (&self.mesh, self.guid);
-            std::thread::scope(|s| {
-                let _ = s.spawn(|| mesh.remove_endpoint(guid)).join();
-            });
-        } else {
-            self.mesh.remove_endpoint(self.guid);
-        }
+        // The command wakes the control plane's task (and may wait for room).
+        let (mesh, guid) = (&self.mesh, self.guid);
+        shoal_runtime::outside_unwind(|| mesh.remove_endpoint(guid));
     }
 }
 

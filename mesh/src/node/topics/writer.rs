@@ -5,13 +5,13 @@
 //! touch:** where samples go (the origin shard routes the batch by the writer's route).
 
 use super::Endpoint;
-use crate::node::publisher::{send_batch, spare_blocks, Cancelled, Wait};
+use crate::node::publisher::{hand_over_on_drop, send_batch, spare_blocks, Cancelled, Wait};
 use crate::node::recycle::Recycler;
 use crate::node::shard::Publish;
 use crate::node::PublishError;
 use crate::topics::EndpointGuid;
-use crate::wire::{SamplesHeader, SAMPLES_HEADER_LEN, SAMPLE_LEN_PREFIX};
-use bytes::{BufMut, BytesMut};
+use crate::wire::{EncodeError, SampleRuns, SAMPLES_HEADER_LEN, SAMPLE_LEN_PREFIX};
+use bytes::BytesMut;
 use shoal_proto::topics::WriterCredit;
 use shoal_runtime::channel::IngressSender;
 use std::sync::atomic::Ordering;
@@ -22,17 +22,6 @@ use std::time::{Duration, Instant};
 const ARENA_BATCHES: usize = 4;
 /// A Samples frame's length field counts everything after the 4-byte length prefix.
 const FRAME_FIXED: usize = SAMPLES_HEADER_LEN - 4;
-
-/// The open run of the batch: a Samples frame whose header is rewritten as samples join.
-#[derive(Debug, Clone, Copy)]
-struct Run {
-    /// Offset of the frame in the batch.
-    start: usize,
-    first_seq: u64,
-    count: u16,
-    /// Bytes after the header: `count × (len u32 | payload)`.
-    body: usize,
-}
 
 /// A writer on one topic, opened with [`Mesh::writer`](crate::Mesh::writer): the batching
 /// path of [`Publisher`](crate::Publisher) for topic samples. Each write numbers its sample
@@ -69,13 +58,12 @@ struct Run {
 pub struct Writer {
     ep: Endpoint,
     buf: BytesMut,
-    run: Option<Run>,
+    /// The packer of `buf`'s Samples frames (wire's), which numbers the samples: the next
+    /// sample's sequence number is its `next_seq` (0: none left after `u64::MAX`).
+    runs: SampleRuns,
     /// Samples in `buf`.
     count: usize,
-    /// The next sample's sequence number (0: none left after `u64::MAX`).
-    next_seq: u64,
     batch_bytes: usize,
-    ttl: u8,
     /// The longest frame the mesh accepts (`max_message_bytes`, the length field's bound).
     max_frame: usize,
     blocks: Recycler,
@@ -92,16 +80,14 @@ impl Writer {
         max_blocking: Duration,
     ) -> Writer {
         let cfg = &ep.mesh.inner.ns.cfg;
-        let (ttl, max_frame) = (cfg.initial_ttl, cfg.max_message_bytes as usize);
+        let (ttl, max_frame) = (cfg.initial_ttl, cfg.max_message_bytes);
         Writer {
+            runs: SampleRuns::new(ep.guid, ttl, 1, max_frame),
             ep,
             buf: BytesMut::new(),
-            run: None,
             count: 0,
-            next_seq: 1,
             batch_bytes: 0,
-            ttl,
-            max_frame,
+            max_frame: max_frame as usize,
             blocks: Recycler::new(spare_blocks(
                 crate::node::DEFAULT_BATCH_BYTES * ARENA_BATCHES,
             )),
@@ -141,7 +127,7 @@ impl Writer {
 
     /// The sequence number the next sample gets.
     pub fn next_seq(&self) -> u64 {
-        self.next_seq
+        self.runs.next_seq()
     }
 
     /// Samples written but not handed over yet.
@@ -242,7 +228,9 @@ impl Writer {
     }
 
     fn has_credit(&self) -> bool {
-        self.credit.as_ref().is_none_or(|c| c.allows(self.next_seq))
+        self.credit
+            .as_ref()
+            .is_none_or(|c| c.allows(self.next_seq()))
     }
 
     /// Waits on this thread, at most `max_blocking`, until the next sample is within the
@@ -302,47 +290,30 @@ impl Writer {
         Ok(())
     }
 
-    /// Checks the sample as a publish is checked (node running, size) and appends it to the
-    /// open run, or to a new one when the run is at `u16::MAX` samples or its frame would
-    /// pass `max_message_bytes`.
+    /// Checks the sample as a publish is checked (node running, size) and has the packer
+    /// append it to the open run, or to a new one when the run is at `u16::MAX` samples or its
+    /// frame would pass `max_message_bytes`.
     fn add(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
         self.check(payload)?;
-        let seq = self.next_seq;
-        let need = SAMPLE_LEN_PREFIX + payload.len();
-        let fits = self
-            .run
-            .is_some_and(|r| r.count < u16::MAX && FRAME_FIXED + r.body + need <= self.max_frame);
-        let want = if fits {
-            need
-        } else {
-            SAMPLES_HEADER_LEN + need
-        };
+        let want = self.runs.room_for(payload.len());
         if self.buf.capacity() - self.buf.len() < want {
             // A block for several batches; batches already handed over keep the old one
             // alive until their writes are done. Offsets within `buf` survive the move.
             let block = self.batch_bytes.saturating_mul(ARENA_BATCHES);
             self.blocks.make_room(&mut self.buf, want, block);
         }
-        if !fits {
-            self.close_run();
-            let start = self.buf.len();
-            // Count and length are patched in as samples join (see `close_run`).
-            self.buf.put_slice(self.header(seq, 0, 0).as_bytes());
-            self.run = Some(Run {
-                start,
-                first_seq: seq,
-                count: 0,
-                body: 0,
-            });
-        }
-        self.buf.put_u32(payload.len() as u32);
-        self.buf.put_slice(payload);
-        if let Some(r) = &mut self.run {
-            r.count += 1;
-            r.body += need;
-        }
+        let seq = self
+            .runs
+            .push(&mut self.buf, payload)
+            .map_err(|e| match e {
+                // `check` said both already; kept typed should they ever disagree.
+                EncodeError::SampleTooLarge { len, .. } => PublishError::TooLarge {
+                    len,
+                    max: self.max_payload(),
+                },
+                _ => PublishError::Stopped,
+            })?;
         self.count += 1;
-        self.next_seq = seq.wrapping_add(1);
         Ok(seq)
     }
 
@@ -356,25 +327,16 @@ impl Writer {
                 max,
             });
         }
-        if self.next_seq == 0 {
+        if self.next_seq() == 0 {
             // 2^64 - 1 samples written: a writer never gets there; refusing beats wrapping.
             return Err(PublishError::Stopped);
         }
         Ok(())
     }
 
-    fn header(&self, first_seq: u64, count: u16, body: usize) -> SamplesHeader {
-        // `body` is bounded by `max_message_bytes`, a u32: the length always fits.
-        SamplesHeader::new(self.ttl, &self.ep.guid, first_seq, count, body)
-            .expect("a run within max_message_bytes fits the length field")
-    }
-
-    /// Writes the open run's final header.
+    /// Closes the open run: `buf` then holds whole frames only.
     fn close_run(&mut self) {
-        if let Some(r) = self.run.take() {
-            let h = self.header(r.first_seq, r.count, r.body);
-            self.buf[r.start..r.start + SAMPLES_HEADER_LEN].copy_from_slice(h.as_bytes());
-        }
+        self.runs.close(&mut self.buf);
     }
 
     /// The pending batch and the ingress to hand it to, or `None` when nothing is pending.
@@ -443,7 +405,7 @@ impl CreditWait {
     /// before the check, so a rise in between is not missed).
     fn step(&self, w: &Writer) -> Result<Option<event_listener::EventListener>, PublishError> {
         let l = self.credit.listen();
-        if self.credit.allows(w.next_seq) {
+        if self.credit.allows(w.next_seq()) {
             return Ok(None);
         }
         w.check_running()?;
@@ -452,7 +414,7 @@ impl CreditWait {
 
     /// After a sleep that ended by a wake-up (`woken`) or the deadline.
     fn after(&self, w: &Writer, woken: bool) -> Result<(), PublishError> {
-        if woken || self.credit.allows(w.next_seq) {
+        if woken || self.credit.allows(w.next_seq()) {
             return Ok(());
         }
         Err(PublishError::HistoryFull {
@@ -463,32 +425,10 @@ impl CreditWait {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        let pending = self.count as u64;
-        if pending == 0 {
-            return;
-        }
-        // As `Publisher`: never wait on an executor thread nor while unwinding. Unwinding,
-        // the hand-over happens on a helper: it wakes the shard's task, and compio aborts the
-        // process when a task is woken from a panicking thread.
-        let r = if std::thread::panicking() {
-            std::thread::scope(|s| {
-                s.spawn(|| self.try_flush())
-                    .join()
-                    .unwrap_or(Err(PublishError::Stopped))
-            })
-        } else if shoal_runtime::current_executor().is_some() {
-            self.try_flush()
-        } else {
-            self.flush_blocking()
-        };
-        if let Err(e) = r {
-            self.ep
-                .mesh
-                .inner
-                .ns
-                .unflushed_discarded
-                .fetch_add(pending, Ordering::Relaxed);
-            tracing::warn!(error = %e, lost = pending, "writer dropped with samples it could not hand over");
+        if self.count > 0 {
+            let ns = self.ep.mesh.inner.ns.clone();
+            let what = "writer dropped with samples it could not hand over";
+            hand_over_on_drop(&ns, self.count, what, |wait| self.hand_over(wait));
         }
         // `ep` drops after this body: the endpoint is removed once its samples are handed over.
     }

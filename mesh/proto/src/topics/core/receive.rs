@@ -35,9 +35,8 @@ use crate::reverse_path::PathVerdict;
 use crate::wire::{Discovery, DiscoveryEntry};
 use crate::{LinkId, PeerId};
 use shoal_discovery::graph::{AdmitError, ParticipantAdmission};
-use shoal_discovery::locators::{candidates, select_locators};
+use shoal_discovery::locators::{candidates, select_locators, to_socket};
 use shoal_discovery::record::{decode, Record};
-use shoal_discovery::routes::to_socket;
 use shoal_discovery::types::{EndpointInfo, Guid, GuidPrefix, LocatorOrigin, ParticipantInfo};
 use std::time::Instant;
 
