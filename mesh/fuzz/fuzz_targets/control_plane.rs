@@ -284,9 +284,11 @@ impl Node {
             nonce: u64::from(self.slots[slot].tries),
             eph_pub_key: None,
             identity: None,
-            shoal: capable.then_some(ShoalExtension {
-                version: SHOAL_EXT_VERSION,
-                features: Features::EXTENDED_FRAMES.union(Features::SIGNED_RECORDS),
+            shoal: capable.then(|| {
+                ShoalExtension::new(
+                    SHOAL_EXT_VERSION,
+                    Features::EXTENDED_FRAMES.union(Features::SIGNED_RECORDS),
+                )
             }),
         };
         let mut b = BytesMut::new();
