@@ -25,16 +25,7 @@ const FORGED: u64 = 10;
 fn mesh(seed: u64, check: bool) -> Sim {
     let edges = [(X, A), (A, V), (V, B), (V, S)];
     let mut sim = Sim::new(seed);
-    for j in 0..5 {
-        let mut c = cfg();
-        c.reverse_path_check = check;
-        c.static_peers = edges
-            .iter()
-            .filter(|(_, b)| *b == j)
-            .map(|(a, _)| format!("node{a}:{PORT}"))
-            .collect();
-        sim.add_node(c);
-    }
+    add_topology(&mut sim, 5, &edges, |c| c.reverse_path_check = check);
     sim.start_all();
     sim.run_for(Duration::from_millis(500));
     for i in 0..5 {
@@ -215,16 +206,7 @@ fn ring_boot_counted(seed: u64, settle: Duration) -> (Vec<String>, u64) {
                 .insert((x, y), Duration::from_millis(rng.gen_range(1..40)));
         }
     }
-    for j in 0..5 {
-        let mut c = cfg();
-        c.reverse_path_settle = settle;
-        c.static_peers = edges
-            .iter()
-            .filter(|(_, b)| *b == j)
-            .map(|(a, _)| format!("node{a}:{PORT}"))
-            .collect();
-        sim.add_node(c);
-    }
+    add_topology(&mut sim, 5, &edges, |c| c.reverse_path_settle = settle);
     sim.start_all();
     // From the moment every link is up at both ends (as the live test waits): the records
     // naming the last links are still on their way.
@@ -295,17 +277,10 @@ fn settled_broadcasts(
     per_node: usize,
 ) -> (bool, u64, u64) {
     let mut sim = Sim::new(seed);
-    for j in 0..n {
-        let mut c = cfg();
+    add_topology(&mut sim, n, edges, |c| {
         c.reverse_path_check = check;
         c.relay_pruning = prune;
-        c.static_peers = edges
-            .iter()
-            .filter(|(_, b)| *b == j)
-            .map(|(a, _)| format!("node{a}:{PORT}"))
-            .collect();
-        sim.add_node(c);
-    }
+    });
     sim.start_all();
     sim.run_for(Duration::from_millis(500));
     sim.run_for(cfg().reverse_path_settle);

@@ -626,8 +626,23 @@ pub fn cfg() -> MeshConfig {
 /// edge (i, j)), starts it and runs until the handshakes settled.
 pub fn topology(seed: u64, n: usize, edges: &[(usize, usize)]) -> Sim {
     let mut sim = Sim::new(seed);
+    add_topology(&mut sim, n, edges, |_| {});
+    sim.start_all();
+    sim.run_for(Duration::from_millis(100));
+    sim
+}
+
+/// Adds `n` nodes whose links are exactly `edges` (node j dials node i statically for each
+/// edge (i, j)), each with [`cfg`] as `configure` changes it; starts nothing.
+pub fn add_topology(
+    sim: &mut Sim,
+    n: usize,
+    edges: &[(usize, usize)],
+    configure: impl Fn(&mut MeshConfig),
+) {
     for j in 0..n {
         let mut c = cfg();
+        configure(&mut c);
         c.static_peers = edges
             .iter()
             .filter(|(_, b)| *b == j)
@@ -635,7 +650,4 @@ pub fn topology(seed: u64, n: usize, edges: &[(usize, usize)]) -> Sim {
             .collect();
         sim.add_node(c);
     }
-    sim.start_all();
-    sim.run_for(Duration::from_millis(100));
-    sim
 }
