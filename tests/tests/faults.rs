@@ -50,10 +50,10 @@ impl Host {
         if std::env::var("SHOAL_FAULTS_REVERSE_PATH").is_ok_and(|v| v == "off") {
             args.push("--no-reverse-path-check".into());
         }
-        // `SHOAL_FAULTS_RELAY_PRUNING=off`: the check on, every relay sending on every link,
-        // to measure what skipping the copies that would be refused costs (issue 29).
-        if std::env::var("SHOAL_FAULTS_RELAY_PRUNING").is_ok_and(|v| v == "off") {
-            args.push("--no-relay-pruning".into());
+        // `SHOAL_FAULTS_RELAY_PRUNING=on`: relays skip the copies that would be refused, to
+        // measure what that costs (issue 29; off by default, see `relay_pruning`).
+        if std::env::var("SHOAL_FAULTS_RELAY_PRUNING").is_ok_and(|v| v == "on") {
+            args.push("--relay-pruning".into());
         }
         let mut p = lab.spawn(k, NODE, &args);
         p.wait_line(Instant::now() + Duration::from_secs(20), |l| {

@@ -59,10 +59,13 @@
 //!   by different graphs could each refuse the only copy the other sends (a ring booting lost
 //!   broadcasts that way). Two membership intervals: a record lost on the way is re-flooded
 //!   within one.
-//! - `relay_pruning = true`: with the check on, a node relaying a broadcast of origin X skips
-//!   the links to neighbours no farther from X than itself (they would refuse the copy; never
-//!   a multimaster peer, a neighbour without a record, or while X's links settle), so a full
-//!   mesh carries each broadcast once per link. `false` sends on every link.
+//! - `relay_pruning = false`: when true (with the check on), a node relaying a broadcast of
+//!   origin X skips the links to neighbours no farther from X than itself (they would refuse
+//!   the copy; never a multimaster peer, a neighbour without a record, or while X's links
+//!   settle), so a full mesh carries each broadcast once per link. Off by default: when the
+//!   origin drops its copies for a slow link (`SlowLinkPolicy`), that neighbour gets none from
+//!   anyone (the fault suite starved a subscriber so), and redundancy for lossy links is not
+//!   built yet (issue 29).
 
 use serde::Deserialize;
 use std::fmt;
@@ -302,7 +305,7 @@ pub struct MeshConfig {
     pub reverse_path_settle: Duration,
     /// With `reverse_path_check`: a relay of a broadcast skips the neighbours no farther from
     /// its origin than itself, which would refuse the copy (see the module docs). Default
-    /// true; false sends on every link as mesh-v1 does (the copies are refused there).
+    /// false (sends on every link as mesh-v1 does); see the module docs for why.
     pub relay_pruning: bool,
 }
 
@@ -352,7 +355,7 @@ impl Default for MeshConfig {
             reverse_path_check: true,
             record_suite: crate::crypto::RecordSuitePolicy::Auto,
             reverse_path_settle: Duration::from_millis(4000),
-            relay_pruning: true,
+            relay_pruning: false,
         }
     }
 }

@@ -60,9 +60,9 @@ struct Args {
     /// Take every link's copy of a Data frame (`reverse_path_check = false`).
     #[arg(long)]
     no_reverse_path_check: bool,
-    /// Relay every broadcast on every link (`relay_pruning = false`).
+    /// Relays skip the neighbours that would refuse a broadcast (`relay_pruning = true`).
     #[arg(long)]
-    no_relay_pruning: bool,
+    relay_pruning: bool,
 }
 
 /// Which sequence numbers arrived, and how often one arrived again.
@@ -121,7 +121,7 @@ fn main() {
         .max_outbound_queue_bytes(args.queue_bytes)
         .max_dedup_entries(args.dedup_entries)
         .reverse_path_check(!args.no_reverse_path_check)
-        .relay_pruning(!args.no_relay_pruning)
+        .relay_pruning(args.relay_pruning)
         .build()
         .unwrap_or_else(|e| fail(&format!("build: {e}")));
     let mut events = mesh.events();
