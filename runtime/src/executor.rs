@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 
-use crate::builder::{Builder, ControlPlacement, Placement};
+use crate::builder::{Builder, ControlPlacement, Placement, RingFlags};
 use crate::channel::{ingress, IngressReceiver, IngressSender};
 use crate::error::{RuntimeError, SpawnError, TrySendError};
 use crate::id::ExecutorId;
@@ -285,6 +285,7 @@ impl Runtime {
                 cpu,
                 spin: b.spin,
                 ring_entries: b.ring_entries,
+                ring_flags: b.ring_flags,
                 handle: rt.handle.clone(),
                 spawn_rx,
                 ready: ready_tx.clone(),
@@ -342,6 +343,7 @@ struct ExecCfg {
     cpu: Option<usize>,
     spin: Duration,
     ring_entries: u32,
+    ring_flags: RingFlags,
     handle: Handle,
     spawn_rx: IngressReceiver<Job>,
     ready: mpsc::Sender<Result<(), RuntimeError>>,
@@ -354,6 +356,7 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
         cpu,
         spin,
         ring_entries,
+        ring_flags,
         handle,
         spawn_rx,
         ready,
@@ -369,14 +372,22 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
         }
     }
     let mut proactor = compio::driver::ProactorBuilder::new();
-    proactor.capacity(ring_entries);
+    // SINGLE_ISSUER and DEFER_TASKRUN hold here: this thread creates the ring and is the only
+    // one that submits to it or reaps it (`drive`); other threads only wake it through the
+    // driver's eventfd (`Slot::waker`), which the ring itself polls.
+    proactor
+        .capacity(ring_entries)
+        .single_issuer(ring_flags.single_issuer)
+        .defer_taskrun(ring_flags.defer_taskrun)
+        .coop_taskrun(ring_flags.coop_taskrun)
+        .taskrun_flag(ring_flags.taskrun_flag);
     let rt = match compio::runtime::RuntimeBuilder::new()
         .with_proactor(proactor)
         .build()
     {
         Ok(rt) => rt,
         Err(source) => {
-            let _ = ready.send(Err(memlock::classify_setup_error(id, source)));
+            let _ = ready.send(Err(memlock::classify_setup_error(id, ring_flags, source)));
             return Ok(());
         }
     };

@@ -57,7 +57,7 @@ mod task;
 pub mod time;
 mod unwind;
 
-pub use builder::{Builder, ControlPlacement, Placement};
+pub use builder::{Builder, ControlPlacement, Placement, RingFlags};
 pub use error::{
     Closed, Elapsed, JoinError, RuntimeError, SendError, SpawnError, TryRecvError, TrySendError,
 };
