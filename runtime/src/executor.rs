@@ -285,7 +285,13 @@ impl Runtime {
                 cpu,
                 spin: b.spin,
                 ring_entries: b.ring_entries,
-                ring_flags: b.ring_flags,
+                // MEASUREMENT ONLY (bench/notes/ring.md), reverted after the A/B.
+                ring_flags: match std::env::var("SHOAL_BENCH_RING_FLAGS").as_deref() {
+                    Ok("none") => RingFlags::NONE,
+                    Ok("deferred") => RingFlags::DEFERRED,
+                    Ok("coop") => RingFlags::COOP,
+                    _ => b.ring_flags,
+                },
                 handle: rt.handle.clone(),
                 spawn_rx,
                 ready: ready_tx.clone(),
