@@ -285,13 +285,7 @@ impl Runtime {
                 cpu,
                 spin: b.spin,
                 ring_entries: b.ring_entries,
-                // MEASUREMENT ONLY (bench/notes/ring.md), reverted after the A/B.
-                ring_flags: match std::env::var("SHOAL_BENCH_RING_FLAGS").as_deref() {
-                    Ok("none") => RingFlags::NONE,
-                    Ok("deferred") => RingFlags::DEFERRED,
-                    Ok("coop") => RingFlags::COOP,
-                    _ => b.ring_flags,
-                },
+                ring_flags: b.ring_flags,
                 handle: rt.handle.clone(),
                 spawn_rx,
                 ready: ready_tx.clone(),
