@@ -37,9 +37,10 @@ pub enum ControlPlacement {
 /// own thread only (cross-thread wakes write an eventfd the ring polls), which is what
 /// `single_issuer` and `defer_taskrun` require. Measurements: `bench/notes/ring.md`.
 ///
-/// The kernel is the judge of what it supports: a combination it refuses (an older kernel,
-/// or `taskrun_flag` without `coop_taskrun` or `defer_taskrun`) fails
-/// [`Builder::build`](crate::Builder::build) with [`RuntimeError::RingFlagsRefused`].
+/// The kernel is the judge of what it supports: flags set with [`Builder::ring_flags`] that
+/// it refuses (an older kernel, or `taskrun_flag` without `coop_taskrun` or `defer_taskrun`)
+/// fail [`Builder::build`](crate::Builder::build) with [`RuntimeError::RingFlagsRefused`];
+/// the defaults ([`RingFlags::DEFAULT`]) give way to [`RingFlags::NONE`] with a warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RingFlags {
     /// `IORING_SETUP_SINGLE_ISSUER` (Linux 6.0): only the thread that created the ring submits
@@ -72,6 +73,10 @@ impl RingFlags {
         coop_taskrun: false,
         taskrun_flag: true,
     };
+    /// What a runtime uses unless told otherwise: [`RingFlags::DEFERRED`] (measured faster
+    /// in `bench/notes/ring.md`). On a kernel that refuses them (before 6.1) the runtime
+    /// starts without them and logs a warning.
+    pub const DEFAULT: Self = Self::DEFERRED;
     /// `COOP_TASKRUN | TASKRUN_FLAG`.
     pub const COOP: Self = Self {
         single_issuer: false,
@@ -104,6 +109,24 @@ impl std::fmt::Display for RingFlags {
     }
 }
 
+/// The ring flags a [`Builder`] holds: the defaults, which give way on a kernel that refuses
+/// them, or flags the user set, which do not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum RingSetting {
+    #[default]
+    Default,
+    Given(RingFlags),
+}
+
+impl RingSetting {
+    pub(crate) fn flags(self) -> RingFlags {
+        match self {
+            Self::Default => RingFlags::DEFAULT,
+            Self::Given(f) => f,
+        }
+    }
+}
+
 /// Configures and starts a [`Runtime`](crate::Runtime). Obtain one with
 /// [`Runtime::builder`](crate::Runtime::builder).
 #[derive(Debug, Clone)]
@@ -114,7 +137,7 @@ pub struct Builder {
     pub(crate) control: ControlPlacement,
     pub(crate) spin: Duration,
     pub(crate) ring_entries: u32,
-    pub(crate) ring_flags: RingFlags,
+    pub(crate) ring_flags: RingSetting,
     pub(crate) spawn_queue: usize,
 }
 
@@ -127,7 +150,7 @@ impl Default for Builder {
             control: ControlPlacement::Unpinned,
             spin: Duration::ZERO,
             ring_entries: 256,
-            ring_flags: RingFlags::NONE,
+            ring_flags: RingSetting::Default,
             spawn_queue: 1024,
         }
     }
@@ -179,9 +202,12 @@ impl Builder {
         self
     }
 
-    /// io_uring setup flags of every executor's ring. Default [`RingFlags::NONE`].
+    /// io_uring setup flags of every executor's ring. Default [`RingFlags::DEFAULT`], which
+    /// a kernel too old for it replaces by [`RingFlags::NONE`] (logged); flags set here are
+    /// used as given, and [`Builder::build`](crate::Builder::build) fails with
+    /// [`RuntimeError::RingFlagsRefused`] if the kernel refuses them.
     pub fn ring_flags(mut self, flags: RingFlags) -> Self {
-        self.ring_flags = flags;
+        self.ring_flags = RingSetting::Given(flags);
         self
     }
 
@@ -204,7 +230,8 @@ impl Builder {
                 self.ring_entries
             )));
         }
-        if self.ring_flags.defer_taskrun && !self.ring_flags.single_issuer {
+        let flags = self.ring_flags.flags();
+        if flags.defer_taskrun && !flags.single_issuer {
             // compio would drop DEFER_TASKRUN without a word; the kernel refuses it too.
             return Err(RuntimeError::Config(
                 "ring flag DEFER_TASKRUN needs SINGLE_ISSUER".into(),
