@@ -172,7 +172,8 @@ impl fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// A builder with defaults: 1 shard, unpinned, no spin, 256 ring entries.
+    /// A builder with defaults: 1 shard, unpinned, no spin, 256 ring entries,
+    /// [`RingFlags::DEFAULT`](crate::RingFlags::DEFAULT).
     pub fn builder() -> Builder {
         Builder::default()
     }
