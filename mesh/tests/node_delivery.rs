@@ -91,13 +91,11 @@ fn run(writer: EndpointGuid, first: u64, count: u64) -> Frame {
 fn a_callback_sees_the_samples_after_a_loss_report_in_the_same_read() {
     let heard: Arc<Mutex<Vec<Event>>> = Arc::default();
     let log = heard.clone();
-    let b = Node::start(
-        quiet(Duration::from_millis(200)).on_event(move |e| {
-            if matches!(e, Event::Sample { .. } | Event::SamplesLost { .. }) {
-                log.lock().unwrap().push(e.clone());
-            }
-        }),
-    );
+    let b = Node::start(quiet(Duration::from_millis(200)).on_event(move |e| {
+        if matches!(e, Event::Sample { .. } | Event::SamplesLost { .. }) {
+            log.lock().unwrap().push(e.clone());
+        }
+    }));
     let r = b.mesh.reader(Topic::new(T, "Blob").reliable()).unwrap();
     let rg = r.guid();
     let stranger = RawPeer::dial_capable(b.port());
@@ -108,14 +106,10 @@ fn a_callback_sees_the_samples_after_a_loss_report_in_the_same_read() {
     for f in records {
         stranger.send_frame(f);
     }
-    wait_until(20, "B matches the stranger's writer", || matched(&b, wg, rg));
-    let received = || -> Vec<Seen> {
-        b.rec
-            .events()
-            .iter()
-            .filter_map(|e| seen(e, rg))
-            .collect()
-    };
+    wait_until(20, "B matches the stranger's writer", || {
+        matched(&b, wg, rg)
+    });
+    let received = || -> Vec<Seen> { b.rec.events().iter().filter_map(|e| seen(e, rg)).collect() };
     // Until the shard has the route (the match is the control plane's), a run may wait for
     // it; 1 and 2 arrive in order either way.
     stranger.send_frame(run(wg, 1, 2));

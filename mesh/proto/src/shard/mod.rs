@@ -79,8 +79,8 @@ mod write;
 mod tests;
 
 pub use action::{
-    decode_fault, Blocked, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink, SampleRun,
-    SamplesLost, ShardAction,
+    decode_fault, Blocked, Delivered, Delivery, DeliverySink, IfBusy, LinkError, LinkFault,
+    SampleRun, SamplesLost, ShardAction,
 };
 pub use backpressure::Unblock;
 pub use origin::Publish;
@@ -220,7 +220,7 @@ impl std::fmt::Debug for Sink {
 
 impl ShardCore {
     /// Shard `idx` of `shards`, writing its counters to `counters`; message ids are seeded
-    /// with `seed`.
+    /// with `seed`; what it delivers goes to `sink` first (see [`DeliverySink`]).
     pub fn new(
         idx: usize,
         shards: usize,
@@ -228,6 +228,7 @@ impl ShardCore {
         counters: Arc<Counters>,
         seed: u64,
         now: Instant,
+        sink: Box<dyn DeliverySink>,
     ) -> ShardCore {
         let n = shards.max(1);
         let dedup = DedupCache::with_streams(
@@ -249,24 +250,26 @@ impl ShardCore {
             writer_seqs: Vec::new(),
             parked: samples::Parked::default(),
             reliable: reliable::Reliable::default(),
-            sink: Sink(Box::new(NoSink)),
+            sink: Sink(sink),
             lingering: Vec::new(),
             counters,
             cfg,
         }
     }
 
-    /// Hands deliveries to `sink` as they are decided (instead of as
-    /// [`ShardAction::Deliver`]s, which remain the fallback when it has no room).
-    pub fn with_sink(mut self, sink: Box<dyn DeliverySink>) -> ShardCore {
-        self.sink = Sink(sink);
-        self
-    }
-
     /// A new input call that may deliver (see [`DeliverySink::begin_call`]).
     #[inline]
     fn begin_call(&mut self) {
         self.sink.0.begin_call();
+    }
+
+    /// Hands `d` to the application: every delivery passes here, in order. What the sink
+    /// gives back follows as an action (see [`DeliverySink`]).
+    #[inline]
+    pub(super) fn hand_over(&mut self, d: Delivered, out: &mut Vec<ShardAction>) {
+        if let Err(d) = self.sink.0.try_deliver(d) {
+            out.push(ShardAction::Deliver(d));
+        }
     }
 
     /// This shard's index.
