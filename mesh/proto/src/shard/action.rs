@@ -1,7 +1,9 @@
-//! What the shard core asks its driver to do.
+//! What the shard core asks its driver to do, and what it hands the application.
 //!
-//! **Owns:** the output vocabulary of [`super::ShardCore`]. **Must not touch:** how the driver
-//! carries it out (channels, tasks, the application's event queue).
+//! **Owns:** the output vocabulary of [`super::ShardCore`]: its actions, and its deliveries
+//! ([`Delivered`]) with the sink they are offered to ([`DeliverySink`]). **Must not touch:**
+//! how the driver carries them out (channels, tasks, callbacks, the application's event
+//! queue).
 
 use crate::budget::LinkBudget;
 use crate::cmd::{Out, ShardToShard, ToControl};

@@ -6,7 +6,7 @@
 //! [`crate::cmd::Out`]s, its record sealer and the accounting of its [`LinkBudget`]. It decides the
 //! backpressure (Block waits, DropNewest drops, Disconnect kills, the slow-link rule), the
 //! origination of what the application publishes ([`Publish`]), what reaches the
-//! application ([`Delivery`]), the heartbeat and liveness of each link, the accounting of a
+//! application ([`Delivered`]), the heartbeat and liveness of each link, the accounting of a
 //! link's teardown, and every counter of the shard ([`Counters`]).
 //!
 //! **Owns:** the decisions of one data shard. **Must not touch:** sockets, tasks, channels,
@@ -42,11 +42,16 @@
 //! - a post the driver could not make (ring full under [`IfBusy::Drop`], or the receiver
 //!   gone): [`unposted`](ShardCore::unposted).
 //!
+//! Deliveries ([`Delivered`]: a message, a run of samples for a local reader, a loss report)
+//! go to the [`DeliverySink`] the core is built with, each as it is decided, in order; what
+//! the sink gives back (no room) comes back as [`ShardAction::Deliver`], and from then on
+//! everything after it in the same call, so order holds.
+//!
 //! The actions: post to another shard or to the control plane ([`IfBusy`] says whether the
-//! driver waits for ring room, sends it from a detached task, or gives it back), hand a
-//! message or an error event to the application, wait for link room (Block), and stop the
-//! tasks of a link the core forgot ([`ShardAction::Ended`]). A simulation drives the same
-//! core with `C = ()` and in-memory queues.
+//! driver waits for ring room, sends it from a detached task, or gives it back), hand the
+//! application what the sink gave back or an error event, wait for link room (Block), and
+//! stop the tasks of a link the core forgot ([`ShardAction::Ended`]). A simulation drives the
+//! same core with `C = ()`, in-memory queues and a sink that records.
 //!
 //! The per-frame path (parse, route, fan out, deliver) is synchronous and allocates nothing:
 //! outputs go to the caller's reused vector.
@@ -265,7 +270,7 @@ impl ShardCore {
 
     /// Hands `d` to the application: every delivery passes here, in order. What the sink
     /// gives back follows as an action (see [`DeliverySink`]).
-    #[inline]
+    #[inline(always)]
     pub(super) fn hand_over(&mut self, d: Delivered, out: &mut Vec<ShardAction>) {
         if let Err(d) = self.sink.0.try_deliver(d) {
             out.push(ShardAction::Deliver(d));

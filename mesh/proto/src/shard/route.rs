@@ -117,13 +117,13 @@ impl ShardCore {
     #[inline]
     pub(super) fn deliver(&mut self, d: Data, out: &mut Vec<ShardAction>) {
         inc(&self.counters.delivered);
-        let d = Delivery {
+        let d = Delivered::Message(Delivery {
             from: d.src,
             msg_id: d.msg_id,
             broadcast: d.dst.is_zero(),
             payload: d.payload,
-        };
-        self.hand_over(Delivered::Message(d), out);
+        });
+        self.hand_over(d, out);
     }
 
     /// Sends one Data frame (with `ttl`) on `only`, or on every routed link except `except`.

@@ -1,7 +1,11 @@
 //! [`EventHub`]: the node's side of the event queue, shared by every executor: the room
 //! Message events reserve (events and payload bytes, in per-shard credit chunks), each shard's
-//! [`Outbox`] of admitted events, and the hand-over of an outbox as one queue entry. The
-//! queue policy is in the [module docs](super).
+//! [`Outbox`] of admitted events, and the hand-over of an outbox as one queue entry. A
+//! delivery goes in without waiting ([`EventHub::try_queue_message`],
+//! [`EventHub::try_queue_run`]) or, when that found no room, through
+//! [`EventHub::queue_waiting`], in the same shape either way (a run of samples stays one
+//! entry). The shard's `deliver` module is their one caller for deliveries. The queue policy
+//! is in the [module docs](super).
 //!
 //! **Owns:** admission, reservation and release of queue room. **Must not touch:** how a
 //! receiver expands entries (`receiver`).

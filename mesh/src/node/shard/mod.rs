@@ -11,8 +11,11 @@
 //!   core parse and route what arrived), a **writer** (writes the iovecs the core gathers or
 //!   seals) and a **timer** (heartbeat, liveness, slow-peer kill).
 //!
-//! After every call the driver carries out the core's [`ShardAction`]s in order ([`carry`]):
-//! posting to another executor's ring, handing messages to the application's event queue,
+//! What the core delivers (messages, sample runs, loss reports) reaches the application one
+//! way only, through [`deliver`]: the core offers each delivery to the sink there as it
+//! decides it (callbacks, then the event queue), and what found no room comes back as an
+//! action. After every call the driver carries out the core's [`ShardAction`]s in order
+//! ([`carry`]): posting to another executor's ring, queueing deliveries the sink gave back,
 //! reporting errors, stopping a link's tasks. What cannot be done at once (a full ring, a full
 //! event queue, link room for a Block-policy publish) is awaited in order by [`settle`]
 //! before the task goes on, so the common case builds no future per message. The clock is
@@ -86,8 +89,8 @@ struct Ctx {
     /// dedup ages need milliseconds, not nanoseconds. Only ever set to a fresh
     /// `Instant::now()`, so it never goes backwards.
     clock: Cell<Instant>,
-    /// Message events of the current batch, handed to the application as one queue entry
-    /// with one wake-up (see [`Ctx::wake_receivers`]); the core's [`HubSink`] fills it.
+    /// Deliveries of the current batch, handed to the application as one queue entry with
+    /// one wake-up (see [`Ctx::wake_receivers`]); filled through [`deliver`].
     outbox: Rc<Outbox>,
     /// Read buffer blocks of this shard's links, reused once the application has dropped
     /// every payload sliced from them (see [`super::recycle`]).
