@@ -31,7 +31,7 @@ use shoal_mesh::proto::cmd::{NewLink, ToShard};
 use shoal_mesh::proto::link::{Link, LinkTimers};
 use shoal_mesh::proto::reverse_path::{PathTable, ReversePaths};
 use shoal_mesh::proto::shard::{
-    Delivery, DeliverySink, ReadStep, ShardAction, ShardConfig, ShardCore, WriteStep,
+    Delivered, DeliverySink, ReadStep, ShardAction, ShardConfig, ShardCore, WriteStep,
 };
 use shoal_mesh::proto::LinkId;
 use shoal_mesh::wire::{encode_data_into, Frame, Hello, INITIAL_TTL, PROTOCOL_VERSION};
@@ -45,11 +45,11 @@ const FRAMES: usize = 1024;
 
 /// Keeps every delivery, as the node's outbox does until the batch ends.
 #[derive(Clone, Default)]
-struct Keep(Rc<RefCell<Vec<Delivery>>>);
+struct Keep(Rc<RefCell<Vec<Delivered>>>);
 
 impl DeliverySink for Keep {
     #[inline]
-    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
+    fn try_deliver(&mut self, d: Delivered) -> Result<(), Delivered> {
         self.0.borrow_mut().push(d);
         Ok(())
     }
@@ -74,7 +74,7 @@ fn hello(node_id: PeerId) -> Hello {
 /// writer is in a write); otherwise every writer took its frames and went idle.
 fn core(sink: Keep, relay_to: u8, writer_busy: bool, t0: Instant) -> ShardCore {
     let cfg = ShardConfig::new(ME, &MeshConfig::default());
-    let mut core = ShardCore::new(0, 1, cfg, Arc::default(), 7, t0).with_sink(Box::new(sink));
+    let mut core = ShardCore::new(0, 1, cfg, Arc::default(), 7, t0, Box::new(sink));
     for i in 0..=relay_to {
         let (link, peer) = (LinkId(LINK.0 + u64::from(i)), PeerId([0x0a + i; 16]));
         serve(&mut core, link, peer, t0);

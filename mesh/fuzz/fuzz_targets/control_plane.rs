@@ -37,7 +37,7 @@ use shoal_discovery::types::{
 };
 use shoal_proto::config::MeshConfig;
 use shoal_proto::control::{ControlCore, ControlInit};
-use shoal_proto::shard::{ShardAction, ShardConfig, ShardCore, WriteStep};
+use shoal_proto::shard::{Delivered, DeliverySink, ShardAction, ShardConfig, ShardCore, WriteStep};
 use shoal_proto::stats::Counters;
 use shoal_proto::topics::{EndpointGuid, TopicsConfig};
 use shoal_proto::wire::{
@@ -165,6 +165,16 @@ impl Input<'_> {
     }
 }
 
+/// The shard's delivery sink: it takes every delivery and drops it (the checker watches the
+/// control plane, not what reaches the application).
+struct Discard;
+
+impl DeliverySink for Discard {
+    fn try_deliver(&mut self, _: Delivered) -> Result<(), Delivered> {
+        Ok(())
+    }
+}
+
 /// A link slot.
 #[derive(Default)]
 struct Slot {
@@ -215,6 +225,7 @@ impl Node {
             Arc::new(Counters::default()),
             7,
             now,
+            Box::new(Discard),
         );
         core.start(now, WALL);
         let mut own = Vec::new();

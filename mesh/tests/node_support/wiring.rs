@@ -188,11 +188,19 @@ impl RawPeer {
         self.send(f);
     }
 
-    fn send(&self, f: Frame) {
+    /// Sends `frames` encoded back to back in one write, so the node reads them together
+    /// (on loopback they arrive in one read).
+    pub fn send_frames(&self, frames: &[Frame]) {
         let mut bytes = Vec::new();
-        f.encode(&mut bytes).unwrap();
+        for f in frames {
+            f.encode(&mut bytes).unwrap();
+        }
         // The node may have closed the link; the test's assertions say so.
         let _ = self.out.lock().unwrap().write_all(&bytes);
+    }
+
+    fn send(&self, f: Frame) {
+        self.send_frames(&[f]);
     }
 
     /// Sends a Data frame from this peer to `dst` (`PeerId::ZERO`: a broadcast), ttl 8.

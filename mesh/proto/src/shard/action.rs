@@ -1,7 +1,9 @@
-//! What the shard core asks its driver to do.
+//! What the shard core asks its driver to do, and what it hands the application.
 //!
-//! **Owns:** the output vocabulary of [`super::ShardCore`]. **Must not touch:** how the driver
-//! carries it out (channels, tasks, the application's event queue).
+//! **Owns:** the output vocabulary of [`super::ShardCore`]: its actions, and its deliveries
+//! ([`Delivered`]) with the sink they are offered to ([`DeliverySink`]). **Must not touch:**
+//! how the driver carries them out (channels, tasks, callbacks, the application's event
+//! queue).
 
 use crate::budget::LinkBudget;
 use crate::cmd::{Out, ShardToShard, ToControl};
@@ -33,15 +35,11 @@ pub enum ShardAction {
         /// What to do when its ring is full.
         busy: IfBusy,
     },
-    /// Hand a message to the application (waiting for room in its event queue if it is
-    /// full: a Message event is never dropped for want of room).
-    Deliver(Delivery),
-    /// Hand a run of samples to a local reader (waiting for room in the event queue, as
-    /// [`ShardAction::Deliver`]).
-    DeliverSamples(SampleRun),
-    /// Tell the application that some samples will never reach a local reliable reader (a
-    /// `SamplesLost` event, in the reader's sample order).
-    SamplesLost(SamplesLost),
+    /// Hand to the application what the [`DeliverySink`] gave back (a message, a run of
+    /// samples or a loss report), waiting for room in its event queue: a delivery is never
+    /// dropped for want of room. The sink was offered it first, so whatever it does with a
+    /// delivery as it sees it (the live node runs the event callbacks) is done.
+    Deliver(Delivered),
     /// Tell the application about a link error (an `Error` event).
     Error(LinkError),
     /// An originated message waits for room on a link (Block policy): see
@@ -125,30 +123,40 @@ pub struct Delivery {
     pub payload: Bytes,
 }
 
+/// Something the shard core hands to the application: what reaches it goes through here
+/// and nowhere else, in the order the core decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivered {
+    /// A message (a `Message` event).
+    Message(Delivery),
+    /// A run of one writer's samples for one local reader (a `Sample` event per sample).
+    Samples(SampleRun),
+    /// Samples that will never reach a local reliable reader (a `SamplesLost` event), in
+    /// that reader's sample order.
+    Lost(SamplesLost),
+}
+
 /// Where the shard core hands what it delivers, at the moment it decides to: the driver's
-/// event outbox in the live node. Delivering in place, rather than as a
-/// [`ShardAction::Deliver`] per message that the driver reads back and matches, is what keeps
-/// a delivered message at the cost of the pre-core node (`bench/notes/two-cores.md`: the
-/// action round trip was about a fifth of the receiving shard's message work).
+/// event outbox in the live node, a recording in the simulations. Delivering in place, rather
+/// than as a [`ShardAction::Deliver`] per message that the driver reads back and matches, is
+/// what keeps a delivered message at the cost of the pre-core node
+/// (`bench/notes/two-cores.md`: the action round trip was about a fifth of the receiving
+/// shard's message work).
 ///
-/// Every delivery of an input call is offered, in order. A delivery the sink gives back is
+/// Every delivery is offered, in order, loss reports included. What the sink gives back is
 /// queued as a [`ShardAction::Deliver`], which the driver waits for in order; so that one
-/// link's messages reach the application in the order they arrived, a sink that gave one
-/// back must give back every later one until the next [`begin_call`](Self::begin_call) (it
-/// may still observe them, e.g. run callbacks).
+/// link's messages and one reader's samples and loss reports reach the application in the
+/// order they were decided, a sink that gave one back must give back every later one until
+/// the next [`begin_call`](Self::begin_call) (it may still observe them, e.g. run callbacks:
+/// each delivery is offered exactly once).
 pub trait DeliverySink {
     /// A new input call of the core starts (what earlier calls gave back was carried out).
     fn begin_call(&mut self) {}
 
-    /// Takes `d` for the application, or gives it back (see the trait docs).
-    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery>;
-
-    /// Takes a run of samples for one local reader, or gives back what it did not take: the
-    /// run's tail from the first sample it had no room for ([`SampleRun::skip`]), under the
-    /// same order rule. The default takes nothing.
-    fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
-        Err(run)
-    }
+    /// Takes `d` for the application, or gives back what it did not take (see the trait
+    /// docs): all of it, or of a run of samples the tail from the first sample it had no room
+    /// for ([`SampleRun::skip`], [`SampleRun::split_at`]).
+    fn try_deliver(&mut self, d: Delivered) -> Result<(), Delivered>;
 }
 
 /// Samples `first ..= last` of `writer` that will never reach the local reliable reader
@@ -198,17 +206,6 @@ impl SampleRun {
                 samples: rest,
             },
         )
-    }
-}
-
-/// A sink that takes nothing: every delivery becomes a [`ShardAction::Deliver`] (the
-/// default; simulations and unit tests read deliveries off the actions).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoSink;
-
-impl DeliverySink for NoSink {
-    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
-        Err(d)
     }
 }
 

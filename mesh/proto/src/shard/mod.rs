@@ -6,7 +6,7 @@
 //! [`crate::cmd::Out`]s, its record sealer and the accounting of its [`LinkBudget`]. It decides the
 //! backpressure (Block waits, DropNewest drops, Disconnect kills, the slow-link rule), the
 //! origination of what the application publishes ([`Publish`]), what reaches the
-//! application ([`Delivery`]), the heartbeat and liveness of each link, the accounting of a
+//! application ([`Delivered`]), the heartbeat and liveness of each link, the accounting of a
 //! link's teardown, and every counter of the shard ([`Counters`]).
 //!
 //! **Owns:** the decisions of one data shard. **Must not touch:** sockets, tasks, channels,
@@ -42,11 +42,16 @@
 //! - a post the driver could not make (ring full under [`IfBusy::Drop`], or the receiver
 //!   gone): [`unposted`](ShardCore::unposted).
 //!
+//! Deliveries ([`Delivered`]: a message, a run of samples for a local reader, a loss report)
+//! go to the [`DeliverySink`] the core is built with, each as it is decided, in order; what
+//! the sink gives back (no room) comes back as [`ShardAction::Deliver`], and from then on
+//! everything after it in the same call, so order holds.
+//!
 //! The actions: post to another shard or to the control plane ([`IfBusy`] says whether the
-//! driver waits for ring room, sends it from a detached task, or gives it back), hand a
-//! message or an error event to the application, wait for link room (Block), and stop the
-//! tasks of a link the core forgot ([`ShardAction::Ended`]). A simulation drives the same
-//! core with `C = ()` and in-memory queues.
+//! driver waits for ring room, sends it from a detached task, or gives it back), hand the
+//! application what the sink gave back or an error event, wait for link room (Block), and
+//! stop the tasks of a link the core forgot ([`ShardAction::Ended`]). A simulation drives the
+//! same core with `C = ()`, in-memory queues and a sink that records.
 //!
 //! The per-frame path (parse, route, fan out, deliver) is synchronous and allocates nothing:
 //! outputs go to the caller's reused vector.
@@ -79,8 +84,8 @@ mod write;
 mod tests;
 
 pub use action::{
-    decode_fault, Blocked, Delivery, DeliverySink, IfBusy, LinkError, LinkFault, NoSink, SampleRun,
-    SamplesLost, ShardAction,
+    decode_fault, Blocked, Delivered, Delivery, DeliverySink, IfBusy, LinkError, LinkFault,
+    SampleRun, SamplesLost, ShardAction,
 };
 pub use backpressure::Unblock;
 pub use origin::Publish;
@@ -220,7 +225,7 @@ impl std::fmt::Debug for Sink {
 
 impl ShardCore {
     /// Shard `idx` of `shards`, writing its counters to `counters`; message ids are seeded
-    /// with `seed`.
+    /// with `seed`; what it delivers goes to `sink` first (see [`DeliverySink`]).
     pub fn new(
         idx: usize,
         shards: usize,
@@ -228,6 +233,7 @@ impl ShardCore {
         counters: Arc<Counters>,
         seed: u64,
         now: Instant,
+        sink: Box<dyn DeliverySink>,
     ) -> ShardCore {
         let n = shards.max(1);
         let dedup = DedupCache::with_streams(
@@ -249,24 +255,26 @@ impl ShardCore {
             writer_seqs: Vec::new(),
             parked: samples::Parked::default(),
             reliable: reliable::Reliable::default(),
-            sink: Sink(Box::new(NoSink)),
+            sink: Sink(sink),
             lingering: Vec::new(),
             counters,
             cfg,
         }
     }
 
-    /// Hands deliveries to `sink` as they are decided (instead of as
-    /// [`ShardAction::Deliver`]s, which remain the fallback when it has no room).
-    pub fn with_sink(mut self, sink: Box<dyn DeliverySink>) -> ShardCore {
-        self.sink = Sink(sink);
-        self
-    }
-
     /// A new input call that may deliver (see [`DeliverySink::begin_call`]).
     #[inline]
     fn begin_call(&mut self) {
         self.sink.0.begin_call();
+    }
+
+    /// Hands `d` to the application: every delivery passes here, in order. What the sink
+    /// gives back follows as an action (see [`DeliverySink`]).
+    #[inline(always)]
+    pub(super) fn hand_over(&mut self, d: Delivered, out: &mut Vec<ShardAction>) {
+        if let Err(d) = self.sink.0.try_deliver(d) {
+            out.push(ShardAction::Deliver(d));
+        }
     }
 
     /// This shard's index.

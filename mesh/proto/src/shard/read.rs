@@ -433,7 +433,7 @@ mod tests {
     use crate::budget::LinkBudget;
     use crate::cmd::{NewLink, ToShard};
     use crate::config::MeshConfig;
-    use crate::shard::tests::{established, ME, PA};
+    use crate::shard::tests::{established, Record, ME, PA};
     use crate::shard::ShardConfig;
     use crate::wire::{Discovery, DiscoveryEntry, SampleRunWriter};
     use crate::PeerId;
@@ -445,7 +445,8 @@ mod tests {
         let (me, peer) = (ME, PA);
         let state = established(link, peer, t0);
         let cfg = ShardConfig::new(me, &MeshConfig::default());
-        let mut core = ShardCore::new(0, 1, cfg, Arc::default(), 7, t0);
+        let sink = Box::new(Record::default());
+        let mut core = ShardCore::new(0, 1, cfg, Arc::default(), 7, t0, sink);
         let nl = NewLink {
             link,
             peer,

@@ -27,7 +27,7 @@
 //! reliability protocol itself (`crate::reliable`), routes (the control plane's), delivery to
 //! the application (the sink / driver).
 
-use super::action::{IfBusy, SampleRun, SamplesLost, ShardAction};
+use super::action::{Delivered, IfBusy, SamplesLost, ShardAction};
 use super::route::{Path, Targets};
 use super::samples::samples_shard;
 use super::ShardCore;
@@ -97,11 +97,6 @@ pub(super) struct Reliable {
     next_timer: Option<Instant>,
     /// Deliveries of one reader call, reused.
     scratch: Vec<(u64, Bytes)>,
-    /// Readers whose loss report was queued as an action in the current input call, with
-    /// its index in the call's actions: their later samples of the call must queue behind it
-    /// (as actions), not overtake it through the delivery sink. An entry whose action is no
-    /// longer at its index belongs to a past call (the driver took the actions) and goes.
-    lost_queued: Vec<(EndpointGuid, usize)>,
 }
 
 impl Reliable {
@@ -280,7 +275,7 @@ impl ShardCore {
             }
             while let Some(ReaderEvent::Lost { first, last }) = r.poll_event() {
                 let c = route.topic.shard(self.idx);
-                self.queue_lost(*reader, route.writer, first, last, c, out);
+                self.deliver_lost(*reader, route.writer, first, last, c, out);
             }
             let t = r.poll_timeout();
             self.reliable.note_timer(t);
@@ -567,7 +562,7 @@ impl ShardCore {
             };
             if state.accept_in_order(s.first_seq, s.count, now) {
                 // In order, as it came (the common case): the run itself, no payload walked.
-                self.deliver_reliable_run(*reader, s.clone(), c, out);
+                self.deliver_samples(*reader, s.clone(), c, n, out);
                 continue;
             }
             let mut got = std::mem::take(&mut self.reliable.scratch);
@@ -603,7 +598,7 @@ impl ShardCore {
                 .map_or(got.len(), |k| i + k);
             self.deliver_runs(writer, reader, &got[i..j], c, out);
             i = j;
-            self.queue_lost(reader, writer, first, last, c, out);
+            self.deliver_lost(reader, writer, first, last, c, out);
         }
         self.deliver_runs(writer, reader, &got[i..], c, out);
         got.clear();
@@ -626,44 +621,19 @@ impl ShardCore {
                 j += 1;
             }
             match Samples::new(0, writer, got[i].0, got[i..j].iter().map(|(_, p)| p)) {
-                Ok(run) => self.deliver_reliable_run(reader, run, c, out),
+                Ok(run) => {
+                    let n = u64::from(run.count);
+                    self.deliver_samples(reader, run, c, n, out)
+                }
                 Err(_) => inc(&self.counters.oversize_frames),
             }
             i = j;
         }
     }
 
-    /// Delivers a run to a reliable reader: through the sink, or, when a loss report of the
-    /// reader is queued as an action in this call, as an action behind it.
-    fn deliver_reliable_run(
-        &mut self,
-        reader: EndpointGuid,
-        run: Samples,
-        c: &TopicCounterSet,
-        out: &mut Vec<ShardAction>,
-    ) {
-        let n = u64::from(run.count);
-        if self.reliable.lost_queued.is_empty() || !self.lost_queued_for(reader, out) {
-            self.deliver_samples(reader, run, c, n, out);
-            return;
-        }
-        add(&c.delivered, n);
-        out.push(ShardAction::DeliverSamples(SampleRun {
-            reader,
-            samples: run,
-        }));
-    }
-
-    /// True when a loss report of `reader` is queued in `out` (this call's actions).
-    fn lost_queued_for(&mut self, reader: EndpointGuid, out: &[ShardAction]) -> bool {
-        self.reliable.lost_queued.retain(
-            |(r, at)| matches!(out.get(*at), Some(ShardAction::SamplesLost(l)) if l.reader == *r),
-        );
-        self.reliable.lost_queued.iter().any(|(r, _)| *r == reader)
-    }
-
-    /// Queues `reader`'s loss report (`first ..= last` of `writer`), counted.
-    fn queue_lost(
+    /// Hands `reader`'s loss report (`first ..= last` of `writer`) to the application, in
+    /// line with its samples ([`ShardCore::hand_over`]), counted.
+    fn deliver_lost(
         &mut self,
         reader: EndpointGuid,
         writer: EndpointGuid,
@@ -674,17 +644,13 @@ impl ShardCore {
     ) {
         add(&self.counters.samples_lost, last - first + 1);
         add(&c.lost, last - first + 1);
-        out.push(ShardAction::SamplesLost(SamplesLost {
+        let lost = SamplesLost {
             reader,
             writer,
             first,
             last,
-        }));
-        // Entries of past calls go first: the list holds this call's reports only.
-        self.reliable.lost_queued.retain(
-            |(r, at)| matches!(out.get(*at), Some(ShardAction::SamplesLost(l)) if l.reader == *r),
-        );
-        self.reliable.lost_queued.push((reader, out.len() - 1));
+        };
+        self.hand_over(Delivered::Lost(lost), out);
     }
 
     /// What this node's reliable writer wrote (one Samples frame of its batch), into its

@@ -19,7 +19,7 @@
 //! publish that finds no room becomes a [`ShardAction::Block`]; see `backpressure`), or
 //! where samples and reliability frames go (`samples`, `reliable` pick the targets).
 
-use super::action::{Blocked, Delivery, IfBusy, ShardAction};
+use super::action::{Blocked, Delivered, Delivery, IfBusy, ShardAction};
 use super::ShardCore;
 use crate::budget::{LinkBudget, OverflowPolicy};
 use crate::cmd::{Out, ShardToShard};
@@ -113,20 +113,17 @@ impl ShardCore {
         }
     }
 
-    /// Hands a message to the application: to the sink, or as an action when the sink
-    /// gives it back.
+    /// Hands a message to the application ([`ShardCore::hand_over`]).
     #[inline]
     pub(super) fn deliver(&mut self, d: Data, out: &mut Vec<ShardAction>) {
         inc(&self.counters.delivered);
-        let d = Delivery {
+        let d = Delivered::Message(Delivery {
             from: d.src,
             msg_id: d.msg_id,
             broadcast: d.dst.is_zero(),
             payload: d.payload,
-        };
-        if let Err(d) = self.sink.0.try_deliver(d) {
-            out.push(ShardAction::Deliver(d));
-        }
+        });
+        self.hand_over(d, out);
     }
 
     /// Sends one Data frame (with `ttl`) on `only`, or on every routed link except `except`.

@@ -18,7 +18,7 @@
 //! **Must not touch:** how routes are computed (the control plane's `topics`) or how a
 //! delivery reaches the application (the driver's [`super::DeliverySink`]).
 
-use super::action::{IfBusy, SampleRun, ShardAction};
+use super::action::{Delivered, IfBusy, SampleRun, ShardAction};
 use super::route::{Path, Targets};
 use super::ShardCore;
 use crate::cmd::{Out, ShardToShard};
@@ -358,6 +358,8 @@ impl ShardCore {
         self.deliver_samples(*last, s, c, n, out);
     }
 
+    /// Hands `samples` (`n` of them) to the local `reader` ([`ShardCore::hand_over`]),
+    /// counted for its topic.
     pub(super) fn deliver_samples(
         &mut self,
         reader: EndpointGuid,
@@ -367,13 +369,7 @@ impl ShardCore {
         out: &mut Vec<ShardAction>,
     ) {
         add(&c.delivered, n);
-        if let Err(rest) = self
-            .sink
-            .0
-            .try_deliver_samples(SampleRun { reader, samples })
-        {
-            out.push(ShardAction::DeliverSamples(rest));
-        }
+        self.hand_over(Delivered::Samples(SampleRun { reader, samples }), out);
     }
 
     /// What this node's writer `writer` wrote: `count` samples packed as whole Samples

@@ -15,7 +15,9 @@ use crate::link::{Link, LinkTimers};
 use crate::wire::{encode_data_into, Data, DataHeader, Frame, Hello, PROTOCOL_VERSION};
 use crate::{dedup_shard, MsgId};
 use bytes::{Bytes, BytesMut};
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::rc::Rc;
 
 pub(super) const ME: PeerId = PeerId([1; 16]);
 pub(super) const PA: PeerId = PeerId([0xa; 16]);
@@ -54,26 +56,96 @@ pub(super) fn established(id: LinkId, peer: PeerId, t0: Instant) -> Link {
     l
 }
 
+/// The harness's [`DeliverySink`]: it takes every delivery and records it, in order (a
+/// driver with an event queue that never fills).
+#[derive(Clone, Default)]
+pub(super) struct Record(Rc<RefCell<Vec<Delivered>>>);
+
+impl DeliverySink for Record {
+    fn try_deliver(&mut self, d: Delivered) -> Result<(), Delivered> {
+        self.0.borrow_mut().push(d);
+        Ok(())
+    }
+}
+
+/// The actions of the core's calls since the last [`Sim::take`] (this derefs to them), and
+/// what the application was handed meanwhile, in its order: what the sink took, then what it
+/// gave back (the actions' [`ShardAction::Deliver`]s, which the driver carries out after the
+/// call).
+#[derive(Debug, Default)]
+pub(super) struct Handed {
+    actions: Vec<ShardAction>,
+    delivered: Vec<Delivered>,
+}
+
+impl Handed {
+    /// Everything handed to the application, in order.
+    pub(super) fn delivered(&self) -> impl Iterator<Item = &Delivered> {
+        let given_back = self.actions.iter().filter_map(|a| match a {
+            ShardAction::Deliver(d) => Some(d),
+            _ => None,
+        });
+        self.delivered.iter().chain(given_back)
+    }
+}
+
+impl std::ops::Deref for Handed {
+    type Target = Vec<ShardAction>;
+    fn deref(&self) -> &Vec<ShardAction> {
+        &self.actions
+    }
+}
+
+impl IntoIterator for Handed {
+    type Item = ShardAction;
+    type IntoIter = std::vec::IntoIter<ShardAction>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.actions.into_iter()
+    }
+}
+
+impl std::ops::DerefMut for Handed {
+    fn deref_mut(&mut self) -> &mut Vec<ShardAction> {
+        &mut self.actions
+    }
+}
+
 struct Sim {
     core: ShardCore,
     t0: Instant,
     out: Vec<ShardAction>,
+    rec: Record,
 }
 
 impl Sim {
     fn new(idx: usize, shards: usize, policy: OverflowPolicy) -> Sim {
-        let t0 = Instant::now();
         let mut cfg = ShardConfig::new(ME, &MeshConfig::default());
         cfg.policy = policy;
         cfg.slow_link = SlowLinkPolicy {
             after: Duration::from_millis(100),
             action: SlowLinkAction::Drop,
         };
-        let core = ShardCore::new(idx, shards, cfg, Arc::default(), 7, t0);
+        Sim::with_config(idx, shards, cfg)
+    }
+
+    /// Shard `idx` of `shards` configured with `cfg`, delivering into a [`Record`].
+    fn with_config(idx: usize, shards: usize, cfg: ShardConfig) -> Sim {
+        let t0 = Instant::now();
+        let rec = Record::default();
+        let core = ShardCore::new(
+            idx,
+            shards,
+            cfg,
+            Arc::default(),
+            7,
+            t0,
+            Box::new(rec.clone()),
+        );
         Sim {
             core,
             t0,
             out: Vec::new(),
+            rec,
         }
     }
 
@@ -165,8 +237,11 @@ impl Sim {
         wire
     }
 
-    fn take(&mut self) -> Vec<ShardAction> {
-        std::mem::take(&mut self.out)
+    fn take(&mut self) -> Handed {
+        Handed {
+            actions: std::mem::take(&mut self.out),
+            delivered: std::mem::take(&mut *self.rec.0.borrow_mut()),
+        }
     }
 
     fn publish(&mut self, dst: PeerId, payload: &'static [u8], now: Instant) {
@@ -198,11 +273,11 @@ fn frames(wire: &[u8]) -> Vec<Data> {
     v
 }
 
-fn deliveries(actions: &[ShardAction]) -> Vec<&Delivery> {
-    actions
-        .iter()
-        .filter_map(|a| match a {
-            ShardAction::Deliver(d) => Some(d),
+/// The messages handed to the application, in order.
+fn deliveries(t: &Handed) -> Vec<&Delivery> {
+    t.delivered()
+        .filter_map(|d| match d {
+            Delivered::Message(m) => Some(m),
             _ => None,
         })
         .collect()
@@ -460,9 +535,9 @@ fn a_batch_is_routed_once_and_queued_whole() {
 /// gave one back, it gives back the rest of the call.
 #[derive(Clone, Default)]
 struct RoomSink {
-    taken: std::rc::Rc<std::cell::RefCell<Vec<Delivery>>>,
-    room: std::rc::Rc<std::cell::Cell<usize>>,
-    calls: std::rc::Rc<std::cell::Cell<usize>>,
+    taken: Rc<RefCell<Vec<Delivery>>>,
+    room: Rc<std::cell::Cell<usize>>,
+    calls: Rc<std::cell::Cell<usize>>,
     refused: bool,
 }
 
@@ -472,13 +547,15 @@ impl DeliverySink for RoomSink {
         self.refused = false;
     }
 
-    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
+    fn try_deliver(&mut self, d: Delivered) -> Result<(), Delivered> {
         if self.refused || self.room.get() == 0 {
             self.refused = true;
             return Err(d);
         }
         self.room.set(self.room.get() - 1);
-        self.taken.borrow_mut().push(d);
+        if let Delivered::Message(m) = d {
+            self.taken.borrow_mut().push(m);
+        }
         Ok(())
     }
 }
@@ -488,18 +565,8 @@ fn deliveries_go_to_the_sink_in_place_and_what_it_gives_back_follows_as_actions_
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     let sink = RoomSink::default();
     sink.room.set(3);
-    s.core = std::mem::replace(
-        &mut s.core,
-        ShardCore::new(
-            0,
-            1,
-            ShardConfig::new(ME, &MeshConfig::default()),
-            Arc::default(),
-            1,
-            s.t0,
-        ),
-    )
-    .with_sink(Box::new(sink.clone()));
+    let cfg = ShardConfig::new(ME, &MeshConfig::default());
+    s.core = ShardCore::new(0, 1, cfg, Arc::default(), 1, s.t0, Box::new(sink.clone()));
     s.serve(A, PA, 1 << 20);
     let mut wire = Vec::new();
     for n in 1..=5u64 {

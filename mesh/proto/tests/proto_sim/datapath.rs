@@ -3,8 +3,11 @@
 //!
 //! It takes the control core's [`ToShard`] commands, feeds the bytes that reach a link to the
 //! core (`read_buffer` → `on_read` → `read_frames`), drains every link's writes
-//! (`next_write` → `on_written`) after each input, and turns the core's actions into
-//! [`ShardOut`] values for the simulation (`mod.rs`), which never looks inside.
+//! (`next_write` → `on_written`) after each input, and turns what the core delivered and the
+//! core's actions into [`ShardOut`] values for the simulation (`mod.rs`), which never looks
+//! inside. Deliveries take the live node's path: the core hands each to its delivery sink as
+//! it decides it (here a [`Recording`], which takes them all, as an event queue with room
+//! does), and they come out ahead of the call's actions, as the live driver queues them.
 //!
 //! What the simulation adds on top, and only here: the traffic counters by frame kind (it
 //! parses plaintext streams; a secured stream is counted as opaque bytes) and the simulated
@@ -20,12 +23,15 @@ use rand::{Rng, SeedableRng};
 use shoal_proto::cmd::{ToControl, ToShard};
 use shoal_proto::config::MeshConfig;
 use shoal_proto::shard::{
-    Delivery, Publish, ReadStep, SampleRun, ShardAction, ShardConfig, ShardCore, Unblock, WriteStep,
+    Delivered, Delivery, DeliverySink, Publish, ReadStep, SampleRun, ShardAction, ShardConfig,
+    ShardCore, Unblock, WriteStep,
 };
 use shoal_proto::stats::Counters;
 use shoal_proto::wire::{peek_frame_len, DecodeStatus, FrameType, DATA_HEADER_LEN};
 use shoal_proto::{CloseReason, LinkId, PeerId, Router};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,6 +72,27 @@ pub enum ShardOut {
     Lost,
 }
 
+/// The core's [`DeliverySink`]: takes every delivery, in order, until the data path hands
+/// them to the simulation.
+#[derive(Clone, Default)]
+struct Recording(Rc<RefCell<Vec<Delivered>>>);
+
+impl DeliverySink for Recording {
+    fn try_deliver(&mut self, d: Delivered) -> Result<(), Delivered> {
+        self.0.borrow_mut().push(d);
+        Ok(())
+    }
+}
+
+/// What the application gets of `d` (loss reports are not watched by the simulation).
+fn delivered(d: Delivered, out: &mut Vec<ShardOut>) {
+    match d {
+        Delivered::Message(m) => out.push(ShardOut::Deliver(m)),
+        Delivered::Samples(r) => out.push(ShardOut::Samples(r)),
+        Delivered::Lost(_) => {}
+    }
+}
+
 /// The simulation's view of one served link's streams.
 #[derive(Default)]
 struct Conn {
@@ -78,6 +105,8 @@ struct Conn {
 /// One simulated data shard.
 pub struct DataPath {
     core: ShardCore,
+    /// What the core delivered in the current call.
+    sink: Recording,
     conns: BTreeMap<LinkId, Conn>,
     /// Install commands applied, per peer (the held-event check compares against it).
     pub installs: HashMap<PeerId, u64>,
@@ -100,9 +129,12 @@ impl DataPath {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut sc = ShardConfig::new(me, cfg);
         sc.secure = cfg.secured();
-        let core = ShardCore::new(0, 1, sc, Arc::new(Counters::default()), rng.gen(), now);
+        let sink = Recording::default();
+        let seed = rng.gen();
+        let core = ShardCore::new(0, 1, sc, Arc::default(), seed, now, Box::new(sink.clone()));
         DataPath {
             core,
+            sink,
             conns: BTreeMap::new(),
             installs: HashMap::new(),
             secured_links: 0,
@@ -317,13 +349,17 @@ impl DataPath {
     }
 
     /// Carries out the core's actions (one shard: posts to other shards cannot happen).
+    /// What the call delivered comes first: the sink took it during the call.
     fn apply(&mut self, acts: &mut Vec<ShardAction>, now: Instant, out: &mut Vec<ShardOut>) {
+        for d in self.sink.0.borrow_mut().drain(..) {
+            delivered(d, out);
+        }
         for a in acts.drain(..) {
             match a {
                 ShardAction::Report { msg, busy: _ } => out.push(ShardOut::Report(msg)),
-                ShardAction::Deliver(d) => out.push(ShardOut::Deliver(d)),
-                ShardAction::DeliverSamples(r) => out.push(ShardOut::Samples(r)),
-                ShardAction::Error(_) | ShardAction::SamplesLost(_) => {}
+                // The recording gives nothing back; were it to, this is its place in order.
+                ShardAction::Deliver(d) => delivered(d, out),
+                ShardAction::Error(_) => {}
                 ShardAction::Ended(link, reason) => {
                     self.conns.remove(&link);
                     if let Some(r) = reason {

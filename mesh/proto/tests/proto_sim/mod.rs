@@ -1,9 +1,8 @@
 //! A deterministic in-memory network of complete mesh nodes, each the node's real control core
 //! ([`ControlCore`]: peer table, dial races, membership, scouting, the plaintext and secured
 //! handshakes, identity, the held-event ordering) plus a data path ([`datapath`]: the node's
-//! real shard core, one shard, driven as `shoal-mesh`'s shard driver drives it, but without a
-//! delivery sink, so what it delivers comes back as actions). Time is virtual; every TCP
-//! connection is two FIFO byte
+//! real shard core, one shard, driven as `shoal-mesh`'s shard driver drives it, deliveries
+//! through a delivery sink included). Time is virtual; every TCP connection is two FIFO byte
 //! streams with a per-direction latency; scouting datagrams, dials, accepts and EOFs travel the
 //! same way; the control core and its shard talk through the typed commands of
 //! `shoal_proto::cmd` with a small local delay, as on two executors. Links can be cut cleanly

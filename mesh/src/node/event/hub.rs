@@ -1,7 +1,11 @@
 //! [`EventHub`]: the node's side of the event queue, shared by every executor: the room
 //! Message events reserve (events and payload bytes, in per-shard credit chunks), each shard's
-//! [`Outbox`] of admitted events, and the hand-over of an outbox as one queue entry. The
-//! queue policy is in the [module docs](super).
+//! [`Outbox`] of admitted events, and the hand-over of an outbox as one queue entry. A
+//! delivery goes in without waiting ([`EventHub::try_queue_message`],
+//! [`EventHub::try_queue_run`]) or, when that found no room, through
+//! [`EventHub::queue_waiting`], in the same shape either way (a run of samples stays one
+//! entry). The shard's `deliver` module is their one caller for deliveries. The queue policy
+//! is in the [module docs](super).
 //!
 //! **Owns:** admission, reservation and release of queue room. **Must not touch:** how a
 //! receiver expands entries (`receiver`).
@@ -373,7 +377,7 @@ impl EventHub {
     /// A Message event, first step, which never waits: puts the event in `outbox` if there
     /// is room below the message share of the queue (or drops it if nobody listens). `Err`
     /// hands the event back when the caller must wait for room with
-    /// [`EventHub::queue_message`]. Kept apart so the common case costs a shard no future.
+    /// [`EventHub::queue_waiting`]. Kept apart so the common case costs a shard no future.
     /// The caller runs the callbacks first ([`EventHub::run_callbacks`]; the shard's
     /// delivery sink does).
     ///
@@ -425,7 +429,7 @@ impl EventHub {
 
     /// [`EventHub::try_queue_message`] for a run of samples (callbacks not run): queues as
     /// much of it as the message share of the queue has room for, as one entry, and gives
-    /// back the rest.
+    /// back the rest (for [`EventHub::queue_waiting`], which queues it as room frees).
     pub(crate) fn try_queue_run(&self, run: SampleRun, outbox: &Outbox) -> Result<(), SampleRun> {
         if !self.subscribed() || self.closed.load(Ordering::Acquire) {
             return Ok(());
@@ -465,22 +469,26 @@ impl EventHub {
         Err(rest)
     }
 
-    /// A Message event that found no room in [`EventHub::try_queue_message`]: hands the outbox
-    /// over, waits for room, then puts the event in `outbox`. `on_wait` is called before the
+    /// A Message-class delivery (an event, or a run of samples) that found no room in a first
+    /// try that never waits (`try_queue`: [`EventHub::try_queue_message`],
+    /// [`EventHub::try_queue_run`], or the shard's own built on them): hands the outbox over,
+    /// waits for room, and tries again, until `try_queue` took all of it (a run may go in
+    /// parts as room frees, each part one entry of the outbox). `on_wait` is called before the
     /// first wait (the caller marks its link as busy, not dead).
-    pub(crate) async fn queue_message(
+    pub(crate) async fn queue_waiting<T>(
         &self,
-        ev: Event,
+        item: T,
         counters: &Counters,
         outbox: &Outbox,
         mut on_wait: impl FnMut(bool),
+        mut try_queue: impl FnMut(T, &Outbox) -> Result<(), T>,
     ) {
-        let mut ev = ev;
+        let mut item = item;
         let mut waited = false;
         loop {
-            ev = match self.try_queue_message(ev, outbox) {
+            item = match try_queue(item, outbox) {
                 Ok(()) => break,
-                Err(ev) => ev,
+                Err(rest) => rest,
             };
             // The receivers must get what is reserved, or they may never make room.
             self.wake_receivers(outbox);

@@ -30,7 +30,9 @@ impl EventHub {
         on_wait: impl FnMut(bool),
     ) {
         if let Err(ev) = self.try_emit_message(ev, outbox) {
-            self.queue_message(ev, counters, outbox, on_wait).await;
+            let try_queue = |ev, o: &Outbox| self.try_queue_message(ev, o);
+            self.queue_waiting(ev, counters, outbox, on_wait, try_queue)
+                .await;
         }
     }
 }

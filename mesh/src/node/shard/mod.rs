@@ -11,8 +11,11 @@
 //!   core parse and route what arrived), a **writer** (writes the iovecs the core gathers or
 //!   seals) and a **timer** (heartbeat, liveness, slow-peer kill).
 //!
-//! After every call the driver carries out the core's [`ShardAction`]s in order ([`carry`]):
-//! posting to another executor's ring, handing messages to the application's event queue,
+//! What the core delivers (messages, sample runs, loss reports) reaches the application one
+//! way only, through [`deliver`]: the core offers each delivery to the sink there as it
+//! decides it (callbacks, then the event queue), and what found no room comes back as an
+//! action. After every call the driver carries out the core's [`ShardAction`]s in order
+//! ([`carry`]): posting to another executor's ring, queueing deliveries the sink gave back,
 //! reporting errors, stopping a link's tasks. What cannot be done at once (a full ring, a full
 //! event queue, link room for a Block-policy publish) is awaited in order by [`settle`]
 //! before the task goes on, so the common case builds no future per message. The clock is
@@ -22,20 +25,21 @@
 //! **Owns:** the shard's tasks, sockets and channel ends. **Must not touch:** any protocol
 //! decision (what to send, route, count, drop or close is the core's).
 
+mod deliver;
 mod ingress;
 mod link;
 
-use super::event::{ErrorKind, Event, Outbox, Room};
+use super::event::{ErrorKind, Event, Outbox};
 use super::msg::{Msg, ShardCmd};
 use super::recycle::Recycler;
 use super::shared::{Channels, NodeShared, Offer};
 use super::stats::Counters;
 use ahash::AHashMap;
+use deliver::HubSink;
 use event_listener::Event as Signal;
 use shoal_proto::cmd::ShardToShard;
 use shoal_proto::shard::{
-    Delivery, DeliverySink, IfBusy, LinkError, LinkFault, SampleRun, SamplesLost, ShardAction,
-    ShardConfig, ShardCore, Unblock,
+    IfBusy, LinkError, LinkFault, ShardAction, ShardConfig, ShardCore, Unblock,
 };
 use shoal_proto::LinkId;
 use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
@@ -85,8 +89,8 @@ struct Ctx {
     /// dedup ages need milliseconds, not nanoseconds. Only ever set to a fresh
     /// `Instant::now()`, so it never goes backwards.
     clock: Cell<Instant>,
-    /// Message events of the current batch, handed to the application as one queue entry
-    /// with one wake-up (see [`Ctx::wake_receivers`]); the core's [`HubSink`] fills it.
+    /// Deliveries of the current batch, handed to the application as one queue entry with
+    /// one wake-up (see [`Ctx::wake_receivers`]); filled through [`deliver`].
     outbox: Rc<Outbox>,
     /// Read buffer blocks of this shard's links, reused once the application has dropped
     /// every payload sliced from them (see [`super::recycle`]).
@@ -127,73 +131,6 @@ impl Ctx {
     }
 }
 
-/// The core's [`DeliverySink`]: a delivered message goes to the callbacks and, while the
-/// event queue has room, straight into the shard's outbox (what [`try_carry`] used to do with
-/// every [`ShardAction::Deliver`], minus the action's round trip). Without room it goes back
-/// to the core as an action that [`settle`] waits for; from then until the core's next call,
-/// later messages run their callbacks here and go back too, so their order holds. A
-/// [`ShardAction::Deliver`] therefore has had its callbacks run: carrying it out only queues.
-struct HubSink {
-    ns: Arc<NodeShared>,
-    outbox: Rc<Outbox>,
-    refused: bool,
-}
-
-impl DeliverySink for HubSink {
-    fn begin_call(&mut self) {
-        self.refused = false;
-    }
-
-    #[inline]
-    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
-        let hub = &self.ns.hub;
-        if hub.has_callbacks() {
-            // Callbacks see every message, also those given back (see the type's docs).
-            hub.run_callbacks(&Event::Message {
-                from: d.from,
-                broadcast: d.broadcast,
-                payload: d.payload.clone(),
-            });
-        }
-        if self.refused {
-            return Err(d);
-        }
-        // The event is built where it is queued (see `EventHub::message_room`).
-        match hub.message_room(&self.outbox, d.payload.len()) {
-            Room::Discard => Ok(()),
-            Room::Full => {
-                self.refused = true;
-                Err(d)
-            }
-            Room::Queue => {
-                self.outbox.push_message(d.from, d.broadcast, d.payload);
-                Ok(())
-            }
-        }
-    }
-
-    fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
-        let hub = &self.ns.hub;
-        if hub.has_callbacks() {
-            // Callbacks see every sample, also those given back (see the type's docs).
-            for (seq, payload) in run.samples.seqs().zip(run.samples.payloads()) {
-                hub.run_callbacks(&Event::Sample {
-                    reader: run.reader,
-                    writer: run.samples.writer,
-                    seq,
-                    payload,
-                });
-            }
-        }
-        if self.refused {
-            return Err(run);
-        }
-        // One queue entry per run: the receiver cuts each sample's slice as it takes it.
-        hub.try_queue_run(run, &self.outbox)
-            .inspect_err(|_| self.refused = true)
-    }
-}
-
 /// Which task carries out actions: a link's own task is not stopped by its link's end
 /// (it returns by itself).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -226,8 +163,8 @@ pub(crate) async fn run(init: ShardInit) {
         outbox: outbox.clone(),
         refused: false,
     };
-    let core = ShardCore::new(idx, ns.shards, cfg, ns.counters[idx].clone(), seed, now)
-        .with_sink(Box::new(sink));
+    let counters = ns.counters[idx].clone();
+    let core = ShardCore::new(idx, ns.shards, cfg, counters, seed, now, Box::new(sink));
     let ctx = Rc::new(Ctx {
         idx,
         ch: Channels::new(senders, ns.shards),
@@ -338,48 +275,13 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
                 Offer::Busy(_) => unreachable!("offer hands back what it was given"),
             },
         },
-        // Its callbacks ran in the sink (see `HubSink`).
+        // Its callbacks ran in the sink (see `deliver`).
         ShardAction::Deliver(d) => {
-            let msg_id = d.msg_id;
-            let ev = Event::Message {
-                from: d.from,
-                broadcast: d.broadcast,
-                payload: d.payload,
-            };
-            if let Err(Event::Message {
-                from,
-                broadcast,
-                payload,
-            }) = ctx.ns.hub.try_queue_message(ev, &ctx.outbox)
-            {
-                return Some(ShardAction::Deliver(Delivery {
-                    from,
-                    msg_id,
-                    broadcast,
-                    payload,
-                }));
-            }
-        }
-        // Its callbacks ran in the sink (see `HubSink`).
-        ShardAction::DeliverSamples(run) => {
-            if let Err(rest) = ctx.ns.hub.try_queue_run(run, &ctx.outbox) {
-                return Some(ShardAction::DeliverSamples(rest));
+            if let Err(rest) = deliver::try_queue(&ctx.ns.hub, &ctx.outbox, d) {
+                return Some(ShardAction::Deliver(rest));
             }
         }
         ShardAction::Error(e) => error_event(ctx, e),
-        // In the sample stream's order: queued behind the reader's samples, like them.
-        ShardAction::SamplesLost(l) => {
-            let ev = lost_event(l);
-            if ctx
-                .ns
-                .hub
-                .try_queue_message(ev.clone(), &ctx.outbox)
-                .is_err()
-            {
-                return Some(ShardAction::SamplesLost(l));
-            }
-            ctx.ns.hub.run_callbacks(&ev);
-        }
         ShardAction::Block(b) => return Some(ShardAction::Block(b)),
         ShardAction::Ended(link, _) => ended(ctx, link, who),
     }
@@ -407,37 +309,7 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<ShardAction>, who: Who) {
                 ctx.ch.send(ctx.control(), Msg::ToControl(msg)).await;
             }
             ShardAction::Deliver(d) => {
-                let ev = Event::Message {
-                    from: d.from,
-                    broadcast: d.broadcast,
-                    payload: d.payload,
-                };
-                ctx.ns
-                    .hub
-                    .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
-                    .await
-            }
-            ShardAction::SamplesLost(l) => {
-                let ev = lost_event(l);
-                ctx.ns.hub.run_callbacks(&ev);
-                ctx.ns
-                    .hub
-                    .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
-                    .await
-            }
-            ShardAction::DeliverSamples(run) => {
-                for (seq, payload) in run.samples.seqs().zip(run.samples.payloads()) {
-                    let ev = Event::Sample {
-                        reader: run.reader,
-                        writer: run.samples.writer,
-                        seq,
-                        payload,
-                    };
-                    ctx.ns
-                        .hub
-                        .queue_message(ev, ctx.counters(), &ctx.outbox, |_| {})
-                        .await
-                }
+                deliver::queue_waiting(&ctx.ns, ctx.counters(), &ctx.outbox, d).await
             }
             ShardAction::Block(b) => {
                 let mut later = Vec::new();
@@ -513,16 +385,6 @@ fn ended(ctx: &Rc<Ctx>, link: LinkId, who: Who) {
         if let Some(w) = t.writer {
             w.abort();
         }
-    }
-}
-
-/// The application's event for a [`SamplesLost`] action.
-fn lost_event(l: SamplesLost) -> Event {
-    Event::SamplesLost {
-        reader: l.reader,
-        writer: l.writer,
-        first: l.first,
-        last: l.last,
     }
 }
 

@@ -257,10 +257,9 @@ fn a_gap_from_off_the_writers_tree_makes_no_reader_give_up() {
             last: 50,
         }))
     };
-    let lost = |actions: &[ShardAction]| {
-        actions
-            .iter()
-            .filter(|a| matches!(a, ShardAction::SamplesLost(_)))
+    let lost = |t: &Handed| {
+        t.delivered()
+            .filter(|d| matches!(d, Delivered::Lost(_)))
             .count()
     };
     assert!(s.feed(B, &gap(8), s.at(1)));
@@ -352,14 +351,9 @@ fn a_relay_passes_an_acknowledgement_up_only_from_its_readers_branch() {
 /// alive).
 #[test]
 fn a_keep_all_writer_stops_waiting_for_a_silent_reader_after_the_ack_timeout() {
-    let t0 = Instant::now();
     let mut cfg = ShardConfig::new(ME, &MeshConfig::default());
     cfg.reliable.ack_timeout = Duration::from_millis(500);
-    let mut s = Sim {
-        core: ShardCore::new(0, 1, cfg, Arc::default(), 7, t0),
-        t0,
-        out: Vec::new(),
-    };
+    let mut s = Sim::with_config(0, 1, cfg);
     s.serve(A, PA, 1 << 20);
     let credit = local_writer(&mut s, &[A]);
     let t1 = s.at(1);
@@ -443,31 +437,14 @@ fn a_gap_to_the_end_of_time_is_held_and_samples_still_arrive() {
     assert!(s.feed(A, &run(3, 2), s.at(3)));
     assert!(!s
         .take()
-        .iter()
-        .any(|a| matches!(a, ShardAction::SamplesLost(_))));
+        .delivered()
+        .any(|d| matches!(d, Delivered::Lost(_))));
     assert_eq!(s.stats().samples_lost, 0);
     assert_eq!(
         topic.snapshot().delivered,
         4,
         "1..=4 delivered, 3 and 4 after the Gap"
     );
-}
-
-/// A sink that takes every run of samples in place, recording (reader, seqs).
-#[derive(Clone, Default)]
-struct RunSink {
-    taken: std::rc::Rc<std::cell::RefCell<Vec<Vec<u64>>>>,
-}
-
-impl DeliverySink for RunSink {
-    fn try_deliver(&mut self, d: Delivery) -> Result<(), Delivery> {
-        Err(d)
-    }
-
-    fn try_deliver_samples(&mut self, run: SampleRun) -> Result<(), SampleRun> {
-        self.taken.borrow_mut().push(run.samples.seqs().collect());
-        Ok(())
-    }
 }
 
 /// `R1` on this node reads `W` of another node, whose frames come on `A`.
@@ -514,15 +491,13 @@ fn gap_frame(first: u64, last: u64) -> Vec<u8> {
     }))
 }
 
-/// What the application gets, in order, from the actions: `Ok(seqs)` per run, `Err(range)`
-/// per loss report.
-fn stream(actions: &[ShardAction]) -> Vec<Result<Vec<u64>, (u64, u64)>> {
-    actions
-        .iter()
-        .filter_map(|a| match a {
-            ShardAction::DeliverSamples(r) => Some(Ok(r.samples.seqs().collect())),
-            ShardAction::SamplesLost(l) => Some(Err((l.first, l.last))),
-            _ => None,
+/// What the application gets, in order: `Ok(seqs)` per run, `Err(range)` per loss report.
+fn stream(t: &Handed) -> Vec<Result<Vec<u64>, (u64, u64)>> {
+    t.delivered()
+        .filter_map(|d| match d {
+            Delivered::Samples(r) => Some(Ok(r.samples.seqs().collect())),
+            Delivered::Lost(l) => Some(Err((l.first, l.last))),
+            Delivered::Message(_) => None,
         })
         .collect()
 }
@@ -548,42 +523,45 @@ fn loss_reports_come_in_the_readers_sample_order() {
     );
 }
 
-/// A Gap and the samples after it read in one call, with a sink that takes samples in place:
-/// the samples after the loss report queue behind it instead of overtaking it through the
-/// sink (the application would see sample 11 before hearing 3..=10 were lost).
+/// A Gap and the samples after it read in one call: the loss report goes to the sink in the
+/// reader's sample order, so the samples after it do not overtake it (the application would
+/// see sample 11 before hearing 3..=10 were lost); when the sink gives the report back (no
+/// room), the samples after it follow it back as actions, in order.
 #[test]
 fn samples_after_a_loss_report_in_the_same_call_do_not_overtake_it() {
-    let t0 = Instant::now();
-    let sink = RunSink::default();
-    let mut s = Sim {
-        core: ShardCore::new(
-            0,
-            1,
-            ShardConfig::new(ME, &MeshConfig::default()),
-            Arc::default(),
-            7,
-            t0,
-        )
-        .with_sink(Box::new(sink.clone())),
-        t0,
-        out: Vec::new(),
-    };
+    let mut s = Sim::with_config(0, 1, ShardConfig::new(ME, &MeshConfig::default()));
     remote_writer(&mut s);
     assert!(s.feed(A, &samples(&[1, 2]), s.at(1)));
     let mut wire = gap_frame(3, 10);
     wire.extend_from_slice(&samples(&[11, 12]));
     assert!(s.feed(A, &wire, s.at(2)));
     assert_eq!(
-        *sink.taken.borrow(),
-        vec![vec![1], vec![2]],
-        "before the report only"
+        stream(&s.take()),
+        vec![
+            Ok(vec![1]),
+            Ok(vec![2]),
+            Err((3, 10)),
+            Ok(vec![11]),
+            Ok(vec![12])
+        ]
     );
+    // The next call delivers in place again.
+    assert!(s.feed(A, &samples(&[13]), s.at(3)));
+    assert_eq!(stream(&s.take()), vec![Ok(vec![13])]);
+
+    // A sink with room for the first two runs only: the report and what follows it come
+    // back as actions, in the same order.
+    let mut s = Sim::with_config(0, 1, ShardConfig::new(ME, &MeshConfig::default()));
+    let sink = RoomSink::default();
+    sink.room.set(2);
+    let cfg = ShardConfig::new(ME, &MeshConfig::default());
+    s.core = ShardCore::new(0, 1, cfg, Arc::default(), 7, s.t0, Box::new(sink));
+    remote_writer(&mut s);
+    assert!(s.feed(A, &samples(&[1, 2]), s.at(1)));
+    assert!(stream(&s.take()).is_empty(), "both runs taken in place");
+    assert!(s.feed(A, &wire, s.at(2)));
     assert_eq!(
         stream(&s.take()),
         vec![Err((3, 10)), Ok(vec![11]), Ok(vec![12])]
     );
-    // The next call delivers in place again.
-    assert!(s.feed(A, &samples(&[13]), s.at(3)));
-    assert_eq!(sink.taken.borrow().last(), Some(&vec![13]));
-    assert!(stream(&s.take()).is_empty());
 }

@@ -1,5 +1,5 @@
-//! The sample path of the shard core, driven with virtual time and `C = ()` (deliveries come
-//! back as actions: the default sink takes nothing).
+//! The sample path of the shard core, driven with virtual time and `C = ()` (deliveries are
+//! read off the harness's recording sink).
 
 use super::*;
 use crate::shard::samples_shard;
@@ -52,11 +52,10 @@ fn routes(
 }
 
 /// The (reader, seqs, payloads) of every run delivered, in order.
-fn delivered(actions: &[ShardAction]) -> Vec<(EndpointGuid, Vec<u64>, Vec<Vec<u8>>)> {
-    actions
-        .iter()
-        .filter_map(|a| match a {
-            ShardAction::DeliverSamples(r) => Some((
+fn delivered(t: &Handed) -> Vec<(EndpointGuid, Vec<u64>, Vec<Vec<u8>>)> {
+    t.delivered()
+        .filter_map(|d| match d {
+            Delivered::Samples(r) => Some((
                 r.reader,
                 r.samples.seqs().collect(),
                 r.samples.payloads().map(|p| p.to_vec()).collect(),
