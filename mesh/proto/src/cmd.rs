@@ -3,7 +3,7 @@
 //! control plane ([`ToControl`]). A receiver matches only what can reach it.
 //!
 //! **Owns:** the vocabulary of the node's internal channels and the bytes a link queues
-//! ([`Out`]). **Must not touch:** how they travel (the driver's channel mesh) or sockets: the
+//! ([`Out`]). **Must not touch:** how they travel (the driver's typed channels, one per direction) or sockets: the
 //! connection handed to a shard is a type parameter `C` (a TCP stream in the live node, nothing
 //! in a simulation).
 

@@ -171,7 +171,7 @@ use bytes::Bytes;
 use control::{Cmd, ControlInit};
 use shard::{Publish, ShardInit};
 use shared::{NodeShared, Snapshot};
-use shoal_runtime::channel::{channel_mesh, ingress, ingress_weighted, IngressSender};
+use shoal_runtime::channel::{channel_hub, ingress, ingress_weighted, IngressSender};
 use shoal_runtime::{ControlPlacement, ExecutorId, Placement, Runtime, TrySendError};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -272,10 +272,8 @@ impl Mesh {
             }
         }
         let rt = b.build()?;
-        let mut ids: Vec<ExecutorId> = (0..shards).map(ExecutorId::Shard).collect();
-        ids.push(ExecutorId::Control);
-        let mut endpoints = channel_mesh(&ids, CHANNEL_CAPACITY);
-        let control_ep = endpoints.pop().expect("control endpoint");
+        let ids: Vec<ExecutorId> = (0..shards).map(ExecutorId::Shard).collect();
+        let (control_ep, endpoints) = channel_hub(ExecutorId::Control, &ids, CHANNEL_CAPACITY);
         let (ptx, prx) = ingress_weighted(opts.publish_queue_capacity, Publish::weight);
         let (ctx_tx, ctx_rx) = ingress::<Cmd>(CMD_QUEUE_CAPACITY);
         let origin = link_shard(&ns.me, shards);

@@ -22,8 +22,8 @@ mod sockets;
 mod topics;
 
 use super::event::{ErrorKind, Event};
-use super::msg::Msg;
-use super::shared::{Channels, NodeShared, Snapshot};
+use super::msg::{ControlEndpoint, ShardCmd};
+use super::shared::{NodeShared, ShardLanes, Snapshot};
 use super::stats::raise;
 use super::warn::{flush_summaries, warn_limited, WarnLimiter, WARN_INTERVAL};
 use crate::topics::{EndpointGuid, EndpointSpec, Reasons, TopicError};
@@ -34,7 +34,7 @@ use shoal_proto::control::{
 };
 use shoal_proto::topics::TopicEvent;
 use shoal_proto::PeerId;
-use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
+use shoal_runtime::channel::IngressReceiver;
 use shoal_runtime::net::TcpListener;
 use shoal_runtime::spawn_local;
 use shoal_runtime::time::sleep_until;
@@ -146,7 +146,7 @@ fn handle(ctl: &Rc<Ctl>, cmd: Cmd, inline: bool) {
 /// What the control-plane task starts with.
 pub(crate) struct ControlInit {
     pub(crate) ns: Arc<NodeShared>,
-    pub(crate) endpoint: MeshEndpoint<Msg>,
+    pub(crate) endpoint: ControlEndpoint,
     pub(crate) cmds: IngressReceiver<Cmd>,
     pub(crate) listen: SocketAddr,
     pub(crate) ready: mpsc::Sender<std::io::Result<u16>>,
@@ -157,7 +157,8 @@ pub(crate) struct ControlInit {
 /// The control plane's shared state on its executor.
 pub(super) struct Ctl {
     ns: Arc<NodeShared>,
-    ch: Channels,
+    /// Lanes to the shards (only the outbox's pump sends on them).
+    to_shards: ShardLanes<ShardCmd>,
     listener: Rc<TcpListener>,
     core: RefCell<ControlCore>,
     socks: sockets::Sockets,
@@ -245,7 +246,7 @@ pub(crate) async fn run(init: ControlInit) {
     let listener = Rc::new(listener);
     let ctl = Rc::new(Ctl {
         listener: listener.clone(),
-        ch: Channels::new(senders, ns.shards),
+        to_shards: ShardLanes::new(senders, ns.shards),
         core: RefCell::new(core),
         socks: sockets::Sockets::default(),
         outbox_ready: Signal::new(),
