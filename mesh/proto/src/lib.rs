@@ -68,7 +68,7 @@
 //! runs the handshake wherever the socket landed and moves the link to its shard when
 //! [`link::LinkEvent::Established`] names the peer. Data is routed on shard
 //! [`dedup_shard`]`(msg_id)` (the originator's shard): frames arriving straight from their
-//! originator are already there; relayed ones hop once. Every shard holds the same
+//! originator are already there; others hop once. Every shard holds the same
 //! [`router::NeighbourLinks`]; a `Forward`/`Unicast` route is fanned out to the shards owning
 //! the target links (again `link_shard` of each neighbour). A topic writer's samples and
 //! reliability frames are sequenced on [`shard::samples_shard`]`(writer)`, the shard of the
@@ -119,7 +119,7 @@ pub use link::{
 pub use membership::{Dest, MemberEvent, MemberGraph, MemberTransmit, RecordOutcome};
 pub use peers::{DialTarget, PeerAction, PeerEvent, PeerManager, PeerState, PeerStats};
 pub use router::{
-    DataMeta, DataVerdict, DropReason, MsgIdGen, NeighbourLinks, Router, RouterStats,
+    DataMeta, DataVerdict, DropReason, Gossip, GossipStats, MsgIdGen, NeighbourLinks,
 };
 pub use scouting::{accept_beacon, AcceptedBeacon, BeaconError, BeaconSchedule};
 

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Instant;
 
-/// What the control plane publishes for the query methods of [`crate::Mesh`].
+/// What the control plane hands out for the query methods of [`crate::Mesh`].
 #[derive(Debug, Default)]
 pub(crate) struct Snapshot {
     pub(crate) connected: Vec<PeerId>,
@@ -46,7 +46,7 @@ pub(crate) struct SnapshotCell {
     snap: Mutex<Snapshot>,
 }
 
-/// Exclusive access to a [`SnapshotCell`]'s snapshot; dropping it publishes the change to the
+/// Exclusive access to a [`SnapshotCell`]'s snapshot; dropping it announces the change to the
 /// threads' budget copies.
 pub(crate) struct SnapshotGuard<'a> {
     cell: &'a SnapshotCell,
@@ -176,7 +176,7 @@ pub(crate) struct NodeShared {
     pub(crate) names: Mutex<ahash::AHashMap<PeerId, Box<str>>>,
     /// The topics core's discovery counters as of the control plane's last step (apart from
     /// the snapshot: they change with every Discovery frame, the snapshot's lists do not).
-    pub(crate) topics_stats: Mutex<shoal_proto::topics::TopicsStats>,
+    pub(crate) discovery_stats: Mutex<shoal_proto::topics::DiscoveryStats>,
 }
 
 impl NodeShared {

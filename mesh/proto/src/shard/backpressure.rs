@@ -81,7 +81,7 @@ impl ShardCore {
         if b.budget.is_slow() {
             add_dropped(
                 &self.counters.dropped_slow_link,
-                topic.map(|t| &t.dropped_no_route),
+                topic.map(|t| &t.dropped_slow_link),
                 b.frames,
             );
             return Unblock::Done;
@@ -96,7 +96,7 @@ impl ShardCore {
                 self.declare_slow(b.link, &b.budget, out);
                 add_dropped(
                     &self.counters.dropped_slow_link,
-                    topic.map(|t| &t.dropped_no_route),
+                    topic.map(|t| &t.dropped_slow_link),
                     b.frames,
                 );
                 return Unblock::Done;

@@ -91,7 +91,7 @@ impl ShardCore {
             msg_id,
             ttl: 0,
         };
-        match self.router.originate(&self.table, dst) {
+        match self.gossip.originate(&self.table, dst) {
             DataVerdict::Deliver => {
                 let d = Data {
                     src: me,
@@ -128,7 +128,7 @@ impl ShardCore {
         out: &mut Vec<ShardAction>,
     ) {
         add(&self.counters.originated, count as u64);
-        match self.router.originate_many(&self.table, dst, count as u64) {
+        match self.gossip.originate_many(&self.table, dst, count as u64) {
             DataVerdict::Deliver => {
                 while let Some(d) = take_data(&mut frames, u32::MAX) {
                     self.deliver(d, out);

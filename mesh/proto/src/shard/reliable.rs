@@ -368,7 +368,7 @@ impl ShardCore {
             inc(&self.counters.hops_out);
             out.push(ShardAction::Post {
                 to: owner,
-                msg: ShardToShard::RelayReliable { from, frame: f },
+                msg: ShardToShard::HopReliable { from, frame: f },
                 busy: IfBusy::Wait,
             });
             return;

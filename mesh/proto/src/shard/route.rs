@@ -4,7 +4,7 @@
 //! A Data frame is routed on the shard that owns its originator's dedup state
 //! ([`dedup_shard`]): when that is the reading shard — always for a message straight from its
 //! originator — nothing leaves the shard; otherwise the frame hops once
-//! ([`ShardToShard::Relay`]).
+//! ([`ShardToShard::HopData`]).
 //!
 //! The fan-out ([`ShardCore::fan_out_with`]) sends on one link, on every routed link but the
 //! inbound one (a flood), or on a writer's route ([`Targets::Route`], counted per topic too).
@@ -44,7 +44,7 @@ pub(super) enum Path {
 }
 
 impl ShardCore {
-    /// A Data frame read on `from`: routed here, or relayed to the shard owning its dedup
+    /// A Data frame read on `from`: routed here, or handed (a hop) to the shard owning its dedup
     /// state.
     pub(super) fn route_in(
         &mut self,
@@ -58,7 +58,7 @@ impl ShardCore {
             inc(&self.counters.hops_out);
             out.push(ShardAction::Post {
                 to: owner,
-                msg: ShardToShard::Relay { from, data: d },
+                msg: ShardToShard::HopData { from, data: d },
                 busy: IfBusy::Wait,
             });
             return;
@@ -82,9 +82,9 @@ impl ShardCore {
             ttl: d.ttl,
         };
         let c = &self.counters;
-        let settling = self.router.taken_while_settling();
-        let verdict = self.router.on_data(&self.table, from, &meta, now);
-        if self.router.taken_while_settling() != settling {
+        let settling = self.gossip.taken_while_settling();
+        let verdict = self.gossip.on_data(&self.table, from, &meta, now);
+        if self.gossip.taken_while_settling() != settling {
             inc(&c.taken_while_settling);
         }
         match verdict {
@@ -176,7 +176,7 @@ impl ShardCore {
             owners,
             links,
             cfg,
-            router,
+            gossip,
             ..
         } = self;
         let mut q = Queuer {
@@ -206,7 +206,7 @@ impl ShardCore {
                     // Nobody waits for a slow link (see `SlowLinkPolicy`).
                     add_dropped(
                         &q.c.dropped_slow_link,
-                        topic.map(|t| &t.dropped_no_route),
+                        topic.map(|t| &t.dropped_slow_link),
                         frames,
                     );
                 } else if may_wait {
@@ -252,7 +252,7 @@ impl ShardCore {
                 }
             }
             Targets::Relay { except, origin } => {
-                let skip = router.skipped_links(&origin, now).unwrap_or_default();
+                let skip = gossip.skipped_links(&origin, now).unwrap_or_default();
                 for &l in table.links() {
                     if l == except {
                         continue;

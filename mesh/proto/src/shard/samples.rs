@@ -183,7 +183,7 @@ impl ShardCore {
             inc(&self.counters.hops_out);
             out.push(ShardAction::Post {
                 to: owner,
-                msg: ShardToShard::RelaySamples { from, samples: s },
+                msg: ShardToShard::HopSamples { from, samples: s },
                 busy: IfBusy::Wait,
             });
             return;

@@ -54,7 +54,7 @@ pub(crate) use shoal_proto::shard::Publish;
 const SPARE_READ_BLOCKS: usize = 256;
 
 /// What a shard task starts with.
-pub(crate) struct ShardInit {
+pub(crate) struct ShardStart {
     pub(crate) idx: usize,
     pub(crate) ns: Arc<NodeShared>,
     pub(crate) endpoint: ShardEndpoint,
@@ -203,8 +203,8 @@ enum Who {
 }
 
 /// The shard's main task: the inbox.
-pub(crate) async fn run(init: ShardInit) {
-    let ShardInit {
+pub(crate) async fn run(init: ShardStart) {
+    let ShardStart {
         idx,
         ns,
         endpoint,
@@ -258,7 +258,7 @@ pub(crate) async fn run(init: ShardInit) {
             }
         }
         for (_, m) in msgs.drain(..) {
-            ctx.core.borrow_mut().on_peer(m, ctx.now(), &mut actions);
+            ctx.core.borrow_mut().on_hop(m, ctx.now(), &mut actions);
             carry(&ctx, &mut actions, &mut waits, Who::Other);
             if !waits.is_empty() {
                 settle(&ctx, &mut waits, Who::Other).await;
