@@ -15,7 +15,7 @@
 //! [`SlowLinkPolicy`]: crate::SlowLinkPolicy
 
 use super::action::{Blocked, LinkError, LinkFault, ShardAction};
-use super::route::{Path, Queuer};
+use super::fan_out::{Path, Queuer};
 use super::ShardCore;
 use crate::budget::{LinkBudget, SlowLinkAction};
 use crate::stats::{add, add_dropped, inc};

@@ -60,18 +60,18 @@
 //!
 //! No file imports a sibling above it: `action` (the output vocabulary, [`Blocked`] included)
 //! and `reliable_tuning` import none; `read` and `write` (a link's bytes in and out) only
-//! `action`; `links` (the served links, their lifecycle) `read` and `write`; `route` (the
-//! Data path and queuing on links) `links`; `backpressure`, `origin` and `samples` `route`;
+//! `action`; `links` (the served links, their lifecycle) `read` and `write`; `fan_out` (the
+//! Data path and queuing on links) `links`; `backpressure`, `origin` and `samples` `fan_out`;
 //! `reliable` `samples`. Each adds its part of [`ShardCore`]'s methods.
 
 mod action;
 mod backpressure;
+mod fan_out;
 mod links;
 mod origin;
 mod read;
 mod reliable;
 mod reliable_tuning;
-mod route;
 mod samples;
 mod write;
 
@@ -93,7 +93,7 @@ use crate::budget::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
 use crate::cmd::{ShardToShard, ToControl, ToShard};
 use crate::config::MeshConfig;
 use crate::dedup::DedupCache;
-use crate::router::{Gossip, MsgIdGen, NeighbourLinks};
+use crate::gossip::{Gossip, MsgIdGen, NeighbourLinks};
 use crate::stats::{add, Counters};
 use crate::topics::SampleRoutes;
 use crate::{LinkId, PeerId};
@@ -360,10 +360,10 @@ impl ShardCore {
         self.begin_call();
         match msg {
             ShardToShard::HopData { from, data } => {
-                self.route(from, data, route::Path::Inbox, now, out)
+                self.route(from, data, fan_out::Path::Inbox, now, out)
             }
             ShardToShard::HopSamples { from, samples } => {
-                self.route_samples(from, samples, route::Path::Inbox, now, out)
+                self.route_samples(from, samples, fan_out::Path::Inbox, now, out)
             }
             ShardToShard::HopReliable { from, frame } => self.route_reliable(from, frame, now, out),
             ShardToShard::Transmit {

@@ -4,10 +4,10 @@
 //! the ingress queue that carries publishes to the shard (the driver's).
 
 use super::action::ShardAction;
-use super::route::{Path, Targets};
+use super::fan_out::{Path, Targets};
 use super::ShardCore;
 use crate::cmd::Out;
-use crate::router::{DataMeta, DataVerdict};
+use crate::gossip::{DataMeta, DataVerdict};
 use crate::stats::{add, inc};
 use crate::wire::{take_data, Data};
 use crate::{LinkId, MsgId, PeerId};

@@ -28,7 +28,7 @@
 //! the application (the sink / driver).
 
 use super::action::{IfBusy, SampleRun, SamplesLost, ShardAction};
-use super::route::{Path, Targets};
+use super::fan_out::{Path, Targets};
 use super::samples::samples_shard;
 use super::ShardCore;
 use crate::cmd::{Out, RelFrame, ShardToShard};

@@ -19,7 +19,7 @@
 //! delivery reaches the application (the driver's [`super::DeliverySink`]).
 
 use super::action::{IfBusy, SampleRun, ShardAction};
-use super::route::{Path, Targets};
+use super::fan_out::{Path, Targets};
 use super::ShardCore;
 use crate::cmd::{Out, ShardToShard};
 use crate::stats::{add, inc, TopicCounterSet};

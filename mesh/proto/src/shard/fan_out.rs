@@ -1,5 +1,6 @@
-//! Routing of Data frames on a shard, and the fan-out that Data frames, topic samples
-//! (`samples`) and reliability frames (`reliable`) all leave through.
+//! The fan-out that Data frames, topic samples (`samples`) and reliability frames
+//! (`reliable`) all leave a shard through, and the Data path that leads to it: a Data frame
+//! is judged by the [`crate::gossip`] rules, then delivered, fanned out or dropped here.
 //!
 //! A Data frame is routed on the shard that owns its originator's dedup state
 //! ([`dedup_shard`]): when that is the reading shard — always for a message straight from its
@@ -14,7 +15,7 @@
 //! own under the Block policy, waits. Sending on a link of another shard is one more hop
 //! ([`ShardToShard::Transmit`]) with the bytes already reserved.
 //!
-//! **Owns:** the Data route decision's execution (deliver, fan out, drop and count), the
+//! **Owns:** carrying out the gossip verdict on a Data frame (deliver, fan out, drop and count), the
 //! reservation of link room and the queuing on links. **Must not touch:** waiting (a Block
 //! publish that finds no room becomes a [`ShardAction::Block`]; see `backpressure`), or
 //! where samples and reliability frames go (`samples`, `reliable` pick the targets).
@@ -23,7 +24,7 @@ use super::action::{Blocked, Delivery, IfBusy, ShardAction};
 use super::ShardCore;
 use crate::budget::{LinkBudget, OverflowPolicy};
 use crate::cmd::{Out, ShardToShard};
-use crate::router::{DataMeta, DataVerdict, DropReason};
+use crate::gossip::{DataMeta, DataVerdict, DropReason};
 use crate::stats::{add, add_dropped, inc, raise, TopicCounters};
 use crate::wire::{Data, DataHeader, DATA_HEADER_LEN};
 use crate::{dedup_shard, LinkId, PeerId};
