@@ -55,7 +55,35 @@ fn topology(n: usize, links: &[(usize, usize)], b: impl Fn(usize) -> MeshBuilder
         nodes.push(Node::start(builder));
     }
     wait_connected(&nodes, links);
+    wait_graph(&nodes, links);
     nodes
+}
+
+/// Waits until every node's membership graph holds exactly `links`: routes are computed from
+/// it, and a node links faster than its records travel (a node's own record is flooded at
+/// once for its first links, then at most once per `FLOOD_GAP`), so a route computed before
+/// then may still relay what a later graph sends straight.
+fn wait_graph(nodes: &[Node], links: &[(usize, usize)]) {
+    let ids: Vec<_> = nodes.iter().map(Node::id).collect();
+    let mut want: Vec<(_, _)> = links
+        .iter()
+        .flat_map(|&(x, y)| [(ids[x], ids[y]), (ids[y], ids[x])])
+        .collect();
+    want.sort();
+    wait_until(20, "every node knows every link", || {
+        nodes.iter().all(|n| {
+            let Ok(view) = n.mesh.nodes() else {
+                return false;
+            };
+            let mut got: Vec<(_, _)> = view
+                .nodes
+                .iter()
+                .flat_map(|v| v.links.iter().map(move |l| (v.id, l.peer)))
+                .collect();
+            got.sort();
+            got == want
+        })
+    });
 }
 
 /// The (writer, seq) of every sample `n` delivered to `reader`, in delivery order.
