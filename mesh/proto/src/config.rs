@@ -59,6 +59,10 @@
 //!   by different graphs could each refuse the only copy the other sends (a ring booting lost
 //!   broadcasts that way). Two membership intervals: a record lost on the way is re-flooded
 //!   within one.
+//! - `membership_flood_gap_ms = 0`: when above zero, a node floods its own membership record
+//!   for its first two link changes at once, then at most once per gap (carrying every change
+//!   since); 100 halves the time a 40-process full mesh on one host takes to form
+//!   (`bench/notes/membership-scale.md`), but routes meanwhile judge by the older graph.
 //! - `relay_pruning = false`: when true (with the check on), a node relaying a broadcast of
 //!   origin X skips the links to neighbours no farther from X than itself (they would refuse
 //!   the copy; never a multimaster peer, a neighbour without a record, or while X's links
@@ -307,6 +311,14 @@ pub struct MeshConfig {
     /// its origin than itself, which would refuse the copy (see the module docs). Default
     /// false (sends on every link as mesh-v1 does); see the module docs for why.
     pub relay_pruning: bool,
+    /// Least time between two floods of this node's own membership record caused by link
+    /// changes, after the first two go out at once ([`crate::membership::FLOOD_GAP`] is the
+    /// measured choice for many nodes starting at once). Default 0 (every change floods at
+    /// once): pacing delays a node's later link announcements, and routes computed from the
+    /// older graph meanwhile refuse topic samples on links they did not expect (a 4-node
+    /// full-mesh fan-out lost samples that way).
+    #[serde(rename = "membership_flood_gap_ms", with = "millis")]
+    pub membership_flood_gap: Duration,
 }
 
 impl Default for MeshConfig {
@@ -355,6 +367,7 @@ impl Default for MeshConfig {
             reverse_path_check: true,
             record_suite: crate::crypto::RecordSuitePolicy::Auto,
             reverse_path_settle: Duration::from_millis(4000),
+            membership_flood_gap: Duration::ZERO,
             relay_pruning: false,
         }
     }
@@ -397,6 +410,7 @@ impl fmt::Debug for MeshConfig {
             .field("reverse_path_check", &self.reverse_path_check)
             .field("record_suite", &self.record_suite)
             .field("reverse_path_settle", &self.reverse_path_settle)
+            .field("membership_flood_gap", &self.membership_flood_gap)
             .field("relay_pruning", &self.relay_pruning)
             .finish_non_exhaustive()
     }
@@ -658,6 +672,8 @@ macro_rules! mesh_config_setters {
         record_suite: $crate::crypto::RecordSuitePolicy,
         /// Sets `reverse_path_settle`.
         reverse_path_settle: Duration,
+        /// Sets `membership_flood_gap`.
+        membership_flood_gap: Duration,
         /// Enables or disables skipping, on a broadcast's relay, the neighbours that would
         /// refuse the copy.
         relay_pruning: bool,

@@ -150,7 +150,9 @@ fn a_full_mesh_starting_at_once_floods_each_own_record_a_few_times_not_once_per_
         .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
         .collect();
     let mut sim = Sim::new(29);
-    add_topology(&mut sim, n, &edges, |_| {});
+    add_topology(&mut sim, n, &edges, |c| {
+        c.membership_flood_gap = shoal_proto::membership::FLOOD_GAP
+    });
     sim.start_all();
     // Half a membership interval: only change-driven floods so far, no periodic one.
     let interval = sim.nodes[0].cfg.membership_interval;

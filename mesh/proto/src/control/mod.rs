@@ -207,7 +207,8 @@ impl ControlCore {
         .with_limits(
             cfg.max_membership_neighbours,
             crate::membership::RECOMPUTE_GAP,
-        );
+        )
+        .with_flood_gap(cfg.membership_flood_gap);
         let own_record = secure
             .as_deref()
             .and_then(|c| OwnRecord::new(c, wall_ms, now + cfg.membership_interval));
