@@ -422,6 +422,8 @@ pub struct MeshStats {
     /// a batch the ingress had no room for (or after the node stopped), or because its async
     /// `flush` was cancelled while it waited for room.
     pub unflushed_discarded: u64,
+    /// Shard tasks (`Mesh::spawn_on_shard`) that panicked; each was contained and logged.
+    pub shard_task_panics: u64,
 }
 
 impl MeshStats {
@@ -440,6 +442,7 @@ impl MeshStats {
             shards,
             control,
             unflushed_discarded: 0,
+            shard_task_panics: 0,
         }
     }
 }

@@ -385,6 +385,7 @@ impl MeshBuilder {
             connected: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             unflushed_discarded: std::sync::atomic::AtomicU64::new(0),
+            shard_task_panics: std::sync::atomic::AtomicU64::new(0),
             epoch: Instant::now(),
             cfg: self.cfg,
             secure: secure.map(|c| RwLock::new(Arc::new(c))),

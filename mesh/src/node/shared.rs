@@ -168,6 +168,8 @@ pub(crate) struct NodeShared {
     /// Messages of [`super::Publisher`]s dropped on an executor thread with no room to hand
     /// them over (the only counter application threads write).
     pub(crate) unflushed_discarded: AtomicU64,
+    /// Shard tasks that panicked (contained; see [`super::shard_task`]).
+    pub(crate) shard_task_panics: AtomicU64,
     pub(crate) epoch: Instant,
     /// Secured mesh: the handshake context. Replaced (never mutated) when the trust policy
     /// changes; a handshake keeps the context it started with and is re-checked at the end.

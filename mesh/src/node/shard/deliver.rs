@@ -28,6 +28,8 @@ use std::sync::Arc;
 pub(super) struct HubSink {
     pub(super) ns: Arc<NodeShared>,
     pub(super) outbox: Rc<Outbox>,
+    /// A shard task's inbox: while it is open, deliveries go there instead of the outbox.
+    pub(super) tap: Rc<super::task::Tap>,
     /// Something was given back in this core call: so is everything after it.
     pub(super) refused: bool,
 }
@@ -46,6 +48,9 @@ impl DeliverySink for HubSink {
         }
         if self.refused {
             return Err(d);
+        }
+        if self.tap.is_open() {
+            return self.tap.try_push(d).inspect_err(|_| self.refused = true);
         }
         try_queue(hub, &self.outbox, d).inspect_err(|_| self.refused = true)
     }

@@ -28,6 +28,7 @@
 mod deliver;
 mod ingress;
 mod link;
+pub(crate) mod task;
 
 use super::event::{ErrorKind, Event, Outbox};
 use super::msg::{Msg, ShardCmd};
@@ -100,6 +101,8 @@ struct Ctx {
     rearm: Signal,
     /// The deadline the timer task sleeps until.
     armed: Cell<Instant>,
+    /// Where deliveries go while a shard task holds the inbox (see [`task`]).
+    tap: Rc<task::Tap>,
 }
 
 impl Ctx {
@@ -158,9 +161,11 @@ pub(crate) async fn run(init: ShardInit) {
     cfg.max_iovecs = MAX_IOVECS;
     cfg.record_bytes = ns.record_bytes;
     let outbox = Rc::new(Outbox::default());
+    let tap = Rc::new(task::Tap::default());
     let sink = HubSink {
         ns: ns.clone(),
         outbox: outbox.clone(),
+        tap: tap.clone(),
         refused: false,
     };
     let counters = ns.counters[idx].clone();
@@ -176,8 +181,10 @@ pub(crate) async fn run(init: ShardInit) {
         read_blocks: RefCell::new(Recycler::new(SPARE_READ_BLOCKS)),
         rearm: Signal::new(),
         armed: Cell::new(now),
+        tap,
     });
     if let Some(p) = publish {
+        task::register(&ctx);
         spawn_local(ingress::ingress_loop(ctx.clone(), p)).detach();
     }
     spawn_local(timer(ctx.clone())).detach();
@@ -277,7 +284,12 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
         },
         // Its callbacks ran in the sink (see `deliver`).
         ShardAction::Deliver(d) => {
-            if let Err(rest) = deliver::try_queue(&ctx.ns.hub, &ctx.outbox, d) {
+            let placed = if ctx.tap.is_open() {
+                ctx.tap.try_push(d)
+            } else {
+                deliver::try_queue(&ctx.ns.hub, &ctx.outbox, d)
+            };
+            if let Err(rest) = placed {
                 return Some(ShardAction::Deliver(rest));
             }
         }
@@ -308,9 +320,7 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<ShardAction>, who: Who) {
             } => {
                 ctx.ch.send(ctx.control(), Msg::ToControl(msg)).await;
             }
-            ShardAction::Deliver(d) => {
-                deliver::queue_waiting(&ctx.ns, ctx.counters(), &ctx.outbox, d).await
-            }
+            ShardAction::Deliver(d) => task::place_waiting(ctx, d).await,
             ShardAction::Block(b) => {
                 let mut later = Vec::new();
                 unblock(ctx, b, &mut later).await;
