@@ -121,6 +121,9 @@ pub struct PingPongRun {
     pub settings: Settings,
     /// Answer (pong) or send the next ping (ping) in the shard callback.
     pub inline: bool,
+    /// Pong: answer in a shard task (`Mesh::spawn_on_shard`): the pings arrive in its inbox
+    /// and the echoes go straight into the shard's core.
+    pub on_shard: bool,
     /// Raw TCP instead of Shoal.
     pub raw: bool,
     /// Pong: how long past warm-up + duration it waits for its ping before giving up.
@@ -134,6 +137,7 @@ impl PingPongRun {
         let base = match (self.raw, self.inline) {
             (true, _) => return "raw-tcp".into(),
             (false, true) => "shoal-inline",
+            (false, false) if self.on_shard => "shoal-onshard",
             (false, false) => "shoal",
         };
         let mut t = String::from(base);

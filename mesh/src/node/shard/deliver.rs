@@ -13,6 +13,10 @@
 //! or a loss report is one event, a run of samples one entry whatever its length (the receiver
 //! cuts it into Sample events), split only where the room ran out.
 //!
+//! While a shard task holds the shard's inbox (`task::Tap`), the same path ends in the tap
+//! instead of the event queue: callbacks first, then the tap's queue while it has room, what
+//! found none given back and waited for in order (`task::place_waiting`).
+//!
 //! **Owns:** the callbacks' and the queue's view of a delivery. **Must not touch:** what is
 //! delivered or when (the core's), the queue's room (the hub's).
 

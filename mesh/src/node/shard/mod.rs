@@ -7,6 +7,9 @@
 //! - the **ingress** (`ingress`, on the shard owning this node's id only): what the
 //!   application publishes;
 //! - the **timer**: the core's dedup sweep and stop grace;
+//! - **shard tasks** (`task`, on the origin shard only): application code of
+//!   [`Mesh::spawn_on_shard`](crate::Mesh::spawn_on_shard), publishing through the same core
+//!   call as the ingress and receiving through the tap;
 //! - per link (`link`): a **reader** (reads into the buffer the core hands out, then lets the
 //!   core parse and route what arrived), a **writer** (writes the iovecs the core gathers or
 //!   seals) and a **timer** (heartbeat, liveness, slow-peer kill).
