@@ -82,8 +82,9 @@ pub(crate) struct PingPongArgs {
     /// thread (no application thread on the round trip; ping: max rate only).
     #[arg(long)]
     inline: bool,
-    /// Pong: answer in a shard task (`Mesh::spawn_on_shard`): the pings arrive in its inbox
-    /// in batches and the echoes go straight into the shard's core.
+    /// Answer (pong) or ping (ping, max rate only) in a shard task (`Mesh::spawn_on_shard`):
+    /// what arrives comes from its inbox in batches, what it sends goes straight into the
+    /// shard's core.
     #[arg(long)]
     on_shard: bool,
     /// Raw TCP with the same frames (pong: --listen; ping: --static-peer = the pong).
@@ -284,11 +285,6 @@ fn pingpong_run(a: &PingPongArgs) -> Result<pingpong::PingPongRun, MainError> {
 
 /// The pinging end: measures round trips against a `pong` and reports them.
 pub(crate) fn ping_cmd(a: PingPongArgs) -> Result<(), MainError> {
-    if a.on_shard {
-        return Err(MainError::Usage(
-            "--on-shard is a pong option for now (the ping side is not built yet)".into(),
-        ));
-    }
     let run = pingpong::run_ping(&pingpong_run(&a)?)?;
     let title = format!(
         "Ping-pong latency between two processes, {} B, {}",

@@ -26,6 +26,7 @@ use shoal_mesh::Mesh;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+mod on_shard;
 mod ping;
 mod pong;
 
@@ -121,8 +122,8 @@ pub struct PingPongRun {
     pub settings: Settings,
     /// Answer (pong) or send the next ping (ping) in the shard callback.
     pub inline: bool,
-    /// Pong: answer in a shard task (`Mesh::spawn_on_shard`): the pings arrive in its inbox
-    /// and the echoes go straight into the shard's core.
+    /// Answer (pong) or ping (ping, max rate only) in a shard task (`Mesh::spawn_on_shard`):
+    /// what arrives comes from its inbox, what it sends goes straight into the shard's core.
     pub on_shard: bool,
     /// Raw TCP instead of Shoal.
     pub raw: bool,
