@@ -1,6 +1,7 @@
 #!/bin/bash
-# bench/notes/shard-tasks.md: 5 interleaved triples of a two-process 64 B ping-pong whose pong
-# is an application thread, a shard task (--on-shard) or raw TCP. LG = the loadgen binary (a
+# bench/notes/shard-tasks.md: 5 interleaved rounds of a two-process 64 B ping-pong: both ends
+# application threads, the pong a shard task (--on-shard), both ends shard tasks, raw TCP.
+# LG = the loadgen binary (a
 # copy outside /work/wt); run with a cwd outside the worktree, under /tmp/quiet.sh.
 bin=${LG:-/tmp/lg-t26}
 logs=$(mktemp -d)
@@ -17,11 +18,12 @@ row() { # NAME PONG_FLAGS PING_FLAGS
   wait $pid
 }
 for i in 1 2 3 4 5; do
-  if (( i % 2 )); then order="threads onshard raw"; else order="onshard threads raw"; fi
+  if (( i % 2 )); then order="threads pong both raw"; else order="both pong threads raw"; fi
   for f in $order; do
     case $f in
       threads) row "pair$i-threads" "" "";;
-      onshard) row "pair$i-onshard" "--on-shard" "";;
+      pong) row "pair$i-pong" "--on-shard" "";;
+      both) row "pair$i-both" "--on-shard" "--on-shard";;
       raw) row "pair$i" "--raw" "--raw";;
     esac
   done
