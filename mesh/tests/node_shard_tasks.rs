@@ -303,3 +303,29 @@ fn spawning_needs_a_running_node_and_stop_cancels_tasks() {
         Err(MeshError::NotRunning)
     ));
 }
+
+#[test]
+fn a_task_hogging_its_shard_shows_in_the_stats() {
+    let m = fast().build().unwrap();
+    m.start().unwrap();
+    assert_eq!(m.stats().shard_task_long_polls, 0);
+    let task = m
+        .spawn_on_shard(|_ctx| async {
+            // Blocks its shard (what a shard task must not do) for one poll.
+            std::thread::sleep(Duration::from_millis(20));
+        })
+        .unwrap();
+    task.join_blocking().unwrap();
+    let st = m.stats();
+    // At least: on a loaded machine a short poll may be preempted past the mark too.
+    assert!(
+        st.shard_task_long_polls >= 1,
+        "the blocking poll is counted"
+    );
+    assert!(
+        st.shard_task_busy_us >= 20_000,
+        "busy {} µs",
+        st.shard_task_busy_us
+    );
+    m.stop();
+}

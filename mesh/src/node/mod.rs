@@ -471,7 +471,10 @@ impl Mesh {
     pub fn stats(&self) -> MeshStats {
         let mut s = MeshStats::collect(&self.inner.ns.counters);
         s.unflushed_discarded = self.inner.ns.unflushed_discarded.load(Ordering::Relaxed);
-        s.shard_task_panics = self.inner.ns.shard_task_panics.load(Ordering::Relaxed);
+        let ns = &self.inner.ns;
+        s.shard_task_panics = ns.shard_task_panics.load(Ordering::Relaxed);
+        s.shard_task_busy_us = ns.shard_task_busy_us.load(Ordering::Relaxed);
+        s.shard_task_long_polls = ns.shard_task_long_polls.load(Ordering::Relaxed);
         s
     }
 

@@ -20,7 +20,10 @@
 //! [`ShardTaskError::Panicked`], the panic is logged and counted
 //! ([`MeshStats::shard_task_panics`](super::MeshStats::shard_task_panics)), and the shard
 //! keeps serving its links. Stopping the node cancels its shard tasks
-//! ([`ShardTaskError::Cancelled`]).
+//! ([`ShardTaskError::Cancelled`]). Every poll of a shard task is timed: the total is
+//! [`MeshStats::shard_task_busy_us`](super::MeshStats::shard_task_busy_us), and a poll that
+//! held the shard for [`LONG_POLL`] or more counts in
+//! [`MeshStats::shard_task_long_polls`](super::MeshStats::shard_task_long_polls).
 //!
 //! **Owns:** the shard-task API (spawning, the join handle, panic containment). **Must not
 //! touch:** the shard's driver (`shard/task.rs` holds the shard-side half).
@@ -32,7 +35,14 @@ use shoal_runtime::{contain_panic, ExecutorId, JoinError};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// A shard-task poll this long or longer counts as holding its shard (its links' reads and
+/// writes waited that long): a tenth of the default heartbeat interval's order, far above
+/// what one batch of work takes (tens of µs).
+pub const LONG_POLL: Duration = Duration::from_millis(1);
 
 pub use super::shard::task::{ShardContext, ShardInbox};
 pub use shoal_proto::shard::{Delivered, Delivery, SampleRun, SamplesLost};
@@ -79,6 +89,32 @@ fn flatten<T>(r: Result<Result<T, ShardTaskError>, JoinError>) -> Result<T, Shar
     }
 }
 
+/// Times each poll of a shard task (see the [module docs](self)). The task is boxed once,
+/// at its spawn, so no pin projection is needed.
+struct Timed<F> {
+    fut: Pin<Box<F>>,
+    ns: Arc<super::shared::NodeShared>,
+}
+
+impl<F: Future> Future for Timed<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let t0 = Instant::now();
+        let out = self.fut.as_mut().poll(cx);
+        let took = t0.elapsed();
+        self.ns
+            .shard_task_busy_us
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        if took >= LONG_POLL {
+            self.ns
+                .shard_task_long_polls
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        out
+    }
+}
+
 impl Mesh {
     /// Runs `make(ctx)`'s future as a task on the data shard that originates this node's
     /// messages (see [`shard_task`](self) for the model and its rules). `make` crosses to
@@ -114,7 +150,11 @@ impl Mesh {
             let Some(ctx) = origin_context().await else {
                 return Err(ShardTaskError::Cancelled);
             };
-            match contain_panic(async move { make(ctx).await }).await {
+            let timed = Timed {
+                fut: Box::pin(async move { make(ctx).await }),
+                ns: ns.clone(),
+            };
+            match contain_panic(timed).await {
                 Ok(v) => Ok(v),
                 Err(message) => {
                     ns.shard_task_panics.fetch_add(1, Ordering::Relaxed);
