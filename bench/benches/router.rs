@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_main, Criterion, Throughput};
 use shoal_mesh::proto::{
-    DataMeta, DataVerdict, DedupCache, DropReason, LinkId, NeighbourLinks, Router,
+    DataMeta, DataVerdict, DedupCache, DropReason, Gossip, LinkId, NeighbourLinks,
 };
 use shoal_mesh::wire::INITIAL_TTL;
 use shoal_mesh::{MsgId, PeerId};
@@ -57,8 +57,8 @@ fn meta(dst: PeerId, n: u64) -> DataMeta {
 }
 
 /// A router whose dedup cache holds ids `0..DEDUP_ENTRIES` (full).
-fn full_router(t: &NeighbourLinks, now: Instant) -> Router {
-    let mut r = Router::new(ME, INITIAL_TTL, DEDUP_ENTRIES, DEDUP_TTL, now);
+fn full_router(t: &NeighbourLinks, now: Instant) -> Gossip {
+    let mut r = Gossip::new(ME, INITIAL_TTL, DEDUP_ENTRIES, DEDUP_TTL, now);
     for n in 0..DEDUP_ENTRIES as u64 {
         r.on_data(t, INBOUND, &meta(PeerId::ZERO, n), now);
     }

@@ -562,7 +562,7 @@ impl TopicsDemo {
             let _ = writeln!(
                 out,
                 "     {:<12} written {} ({:.0}/s) | delivered {} ({:.0} samples/s) | forwarded {} \
-                 | missed {} | dropped duplicate {} queue_full {} no_route {} wrong_link {}",
+                 | missed {} | dropped duplicate {} queue_full {} no_route {} slow_link {} wrong_link {}",
                 t.topic,
                 c.written,
                 t.written_per_s,
@@ -573,6 +573,7 @@ impl TopicsDemo {
                 c.dropped_duplicate,
                 c.dropped_queue_full,
                 c.dropped_no_route,
+                c.dropped_slow_link,
                 c.dropped_wrong_link
             );
         }

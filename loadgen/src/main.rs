@@ -13,6 +13,8 @@
 //!   knows many remote endpoints.
 //! - `ping` / `pong`: the two ends of a ping-pong in separate processes (any hosts), with the
 //!   output of `latency`; `chart` draws several runs' `.hgrm` files on one chart.
+//! - `storm`: N nodes in N processes started at once by multicast scouting, idle, then one
+//!   restarted: time to full membership, idle control frames and CPU per node, the spike.
 //!
 //! The single-node roles (`pub`, `sub`, `relay`, `ping`, `pong`) serve the node's counters in
 //! the Prometheus text format on `--metrics ADDR`.
@@ -53,6 +55,8 @@ mod roles;
 mod rss;
 mod shoal;
 mod stamp;
+mod storm;
+mod storm_node;
 mod topic_bench;
 mod topic_report;
 mod topics;
@@ -106,6 +110,13 @@ enum Cmd {
     /// to first sample, time to match many endpoints on many nodes, the control thread's CPU
     /// on a node that knows many remote endpoints.
     Discovery(DiscoveryCmd),
+    /// N nodes in N processes on this host, started at once and linked by multicast
+    /// scouting, left idle, then one restarted: time to full membership at every node,
+    /// control frames and CPU per node idle, the spike at the others during the restart.
+    Storm(cli::storm::StormArgs),
+    /// One node of a `storm` (started by `storm`; answers it on stdin/stdout).
+    #[command(hide = true)]
+    StormNode(storm_node::StormNodeArgs),
 }
 
 fn main() -> ExitCode {
@@ -130,6 +141,8 @@ fn main() -> ExitCode {
         Cmd::Pong(a) => cli::latency::pong_cmd(a),
         Cmd::Chart(a) => cli::latency::chart_cmd(a),
         Cmd::Discovery(a) => cli::discovery::discovery_cmd(a),
+        Cmd::Storm(a) => cli::storm::storm_cmd(a),
+        Cmd::StormNode(a) => cli::storm::storm_node_cmd(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,13 +1,13 @@
 //! `bench --reliable`'s repair part: how long a reliable reader takes to be complete again
 //! after a link heals, for a gap of `--repair-gap` samples written while it was cut off.
 //!
-//! Two loopback nodes: the reader's node dials the writer's through an in-process byte relay
+//! Two loopback nodes: the reader's node dials the writer's through an in-process byte proxy
 //! that can be cut and healed. The writer (reliable, keep-all, history large enough for the
-//! gap) streams a first batch, the relay is cut, the gap is written while the nodes see the
-//! link gone, the relay heals, and the clock runs from the heal until the reader has every
+//! gap) streams a first batch, the proxy is cut, the gap is written while the nodes see the
+//! link gone, the proxy heals, and the clock runs from the heal until the reader has every
 //! sample (the reconnect with its backoff included, then repairs over the new link).
 //!
-//! **Owns:** the relay and the measurement. **Must not touch:** the mesh's internals (public
+//! **Owns:** the proxy and the measurement. **Must not touch:** the mesh's internals (public
 //! API only).
 
 use crate::demo::RunError;
@@ -44,16 +44,16 @@ fn mesh_err(e: MeshError) -> RunError {
     RunError::Setup(SetupError::Mesh(e))
 }
 
-/// A byte relay toward `127.0.0.1:target` that can be cut (every connection closed, new
+/// A byte proxy toward `127.0.0.1:target` that can be cut (every connection closed, new
 /// ones refused) and healed.
-struct Relay {
+struct Proxy {
     port: u16,
     cut: Arc<AtomicBool>,
     socks: Arc<Mutex<Vec<TcpStream>>>,
 }
 
-impl Relay {
-    fn start(target: u16) -> std::io::Result<Relay> {
+impl Proxy {
+    fn start(target: u16) -> std::io::Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let port = listener.local_addr()?.port();
         let cut = Arc::new(AtomicBool::new(false));
@@ -85,7 +85,7 @@ impl Relay {
                 pump(&outbound, &inbound);
             }
         });
-        Ok(Relay { port, cut, socks })
+        Ok(Proxy { port, cut, socks })
     }
 
     fn cut(&self) {
@@ -105,7 +105,7 @@ impl Relay {
     }
 }
 
-impl Drop for Relay {
+impl Drop for Proxy {
     fn drop(&mut self) {
         self.cut();
     }
@@ -130,12 +130,12 @@ fn pump(from: &TcpStream, to: &TcpStream) {
 /// Runs the repair part with nodes built from `template`.
 pub fn run(template: &NodeArgs, gap: u64, payload: usize) -> Result<RepairReport, RunError> {
     let (a, _) = template.clone().start()?;
-    let relay = Relay::start(a.listen_port()).map_err(|e| RunError::Usage(e.to_string()))?;
+    let proxy = Proxy::start(a.listen_port()).map_err(|e| RunError::Usage(e.to_string()))?;
     let mut bargs = template.clone();
-    bargs.static_peers = vec![format!("127.0.0.1:{}", relay.port)];
+    bargs.static_peers = vec![format!("127.0.0.1:{}", proxy.port)];
     let (b, events) = bargs.start()?;
-    let r = measure(&a, &b, events, &relay, gap, payload);
-    drop(relay);
+    let r = measure(&a, &b, events, &proxy, gap, payload);
+    drop(proxy);
     b.stop();
     a.stop();
     r
@@ -145,7 +145,7 @@ fn measure(
     a: &Mesh,
     b: &Mesh,
     events: shoal_mesh::EventReceiver,
-    relay: &Relay,
+    proxy: &Proxy,
     gap: u64,
     payload: usize,
 ) -> Result<RepairReport, RunError> {
@@ -200,14 +200,14 @@ fn measure(
     wait_for(30, "the reader has the first samples", || {
         highest.load(Ordering::Acquire) >= BEFORE
     })?;
-    relay.cut();
+    proxy.cut();
     wait_for(30, "both nodes see the link gone", || {
         a.connected_peers().is_empty() && b.connected_peers().is_empty()
     })?;
     let repaired0 = a.stats().total.samples_repaired;
     write_to(&mut w, BEFORE + gap)?;
     let healed = Instant::now();
-    relay.heal();
+    proxy.heal();
     wait_for(60, "the link back up", linked)?;
     let relinked = Instant::now();
     wait_for(120, "the reader complete again", || {

@@ -25,6 +25,8 @@ pub struct TopicCounts {
     pub dropped_queue_full: u64,
     /// Dropped for want of a route.
     pub dropped_no_route: u64,
+    /// Dropped for a link declared slow (Block policy).
+    pub dropped_slow_link: u64,
     /// Dropped as from a link the writer's samples do not come from.
     pub dropped_wrong_link: u64,
 }
@@ -40,6 +42,7 @@ impl TopicCounts {
             missed: s.missed,
             dropped_queue_full: s.dropped_queue_full,
             dropped_no_route: s.dropped_no_route,
+            dropped_slow_link: s.dropped_slow_link,
             dropped_wrong_link: s.dropped_wrong_link,
         }
     }
@@ -53,6 +56,7 @@ impl TopicCounts {
         self.missed += o.missed;
         self.dropped_queue_full += o.dropped_queue_full;
         self.dropped_no_route += o.dropped_no_route;
+        self.dropped_slow_link += o.dropped_slow_link;
         self.dropped_wrong_link += o.dropped_wrong_link;
     }
 
@@ -72,6 +76,9 @@ impl TopicCounts {
             dropped_no_route: self
                 .dropped_no_route
                 .saturating_sub(earlier.dropped_no_route),
+            dropped_slow_link: self
+                .dropped_slow_link
+                .saturating_sub(earlier.dropped_slow_link),
             dropped_wrong_link: self
                 .dropped_wrong_link
                 .saturating_sub(earlier.dropped_wrong_link),
@@ -269,7 +276,7 @@ impl SampleReport {
                 out,
                 "   topic {}: received {} samples ({:.0}/s) | gaps {} (skipped {}) | reorders {} | \
                  nodes: written {} delivered {} ({:.0}/s) forwarded {} missed {} dropped \
-                 duplicate {} queue_full {} no_route {} wrong_link {}",
+                 duplicate {} queue_full {} no_route {} slow_link {} wrong_link {}",
                 t.topic,
                 t.samples,
                 t.samples_per_s,
@@ -284,6 +291,7 @@ impl SampleReport {
                 c.dropped_duplicate,
                 c.dropped_queue_full,
                 c.dropped_no_route,
+                c.dropped_slow_link,
                 c.dropped_wrong_link
             );
         }

@@ -19,7 +19,7 @@
 //! `topic="<name>"` (`shoal_topic_written_total{topic="sensors/imu"}`,
 //! `shoal_topic_dropped_queue_full_total`, ...), one series per topic this node knows
 //! ([`render_with_topics`], and [`MeshCollector`] on every scrape). The topics control
-//! plane's own counters (`TopicsStats`: Discovery frames in, refused off-path, over budget,
+//! plane's own counters (`DiscoveryStats`: Discovery frames in, refused off-path, over budget,
 //! seq jumps held, cycles, ...) are `shoal_discovery_<field>_total`, without labels.
 //!
 //! Links: `shoal_link_suite{peer="<node id>",suite="aes-256-gcm"} 1`, one series per
@@ -144,7 +144,7 @@ fn page(snap: Snapshot) -> String {
 
 /// Every [`TopicStats`] counter with its metric name and help text. The destructuring
 /// fails to compile when a counter is added without a line here.
-fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 10] {
+fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 11] {
     let TopicStats {
         written,
         delivered,
@@ -153,6 +153,7 @@ fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 10] {
         missed,
         dropped_queue_full,
         dropped_no_route,
+        dropped_slow_link,
         dropped_wrong_link,
         repaired,
         lost,
@@ -190,8 +191,13 @@ fn topic_counters(t: &TopicStats) -> [(&'static str, &'static str, u64); 10] {
         ),
         (
             "topic_dropped_no_route",
-            "Samples dropped because the link toward a reader's node went away or was slow.",
+            "Samples dropped because the link toward a reader's node went away.",
             dropped_no_route,
+        ),
+        (
+            "topic_dropped_slow_link",
+            "Samples dropped because the link toward a reader's node was declared slow (Block policy).",
+            dropped_slow_link,
         ),
         (
             "topic_dropped_wrong_link",
@@ -488,6 +494,7 @@ mod tests {
                 dropped_wrong_link: n + 7,
                 repaired: n + 8,
                 lost: n + 9,
+                dropped_slow_link: n + 10,
             },
         };
         let topics = TopicsSnapshot {
@@ -509,6 +516,7 @@ mod tests {
             "dropped_wrong_link",
             "repaired",
             "lost",
+            "dropped_slow_link",
         ];
         for (i, f) in fields.iter().enumerate() {
             let key = format!("shoal_topic_{f}_total{{topic=\"sensors/imu\"}}");
@@ -535,11 +543,11 @@ mod tests {
 
     #[test]
     fn the_discovery_counters_render_without_labels() {
-        use crate::topics::{TopicsSnapshot, TopicsStats};
-        let discovery = TopicsStats {
+        use crate::topics::{DiscoveryStats, TopicsSnapshot};
+        let discovery = DiscoveryStats {
             off_path: 3,
             budget_dropped: 4,
-            ..TopicsStats::default()
+            ..DiscoveryStats::default()
         };
         let page = render_with_topics(&MeshStats::default(), &TopicsSnapshot::of(None, discovery));
         let s = samples(&page);

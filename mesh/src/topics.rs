@@ -53,7 +53,7 @@ pub use shoal_discovery::qos::{
 pub use shoal_discovery::types::{EndpointKind, TypeHash, TypesError};
 pub use shoal_proto::stats::{TopicCounters, TopicStats};
 pub use shoal_proto::topics::{
-    EndpointGuid, EndpointView, LocalSide, TopicError, TopicsConfig, TopicsStats, TopicsView,
+    DiscoveryStats, EndpointGuid, EndpointView, LocalSide, TopicError, TopicsConfig, TopicsView,
 };
 
 use shoal_discovery::types::{Partitions, TopicName, TypeName};
@@ -465,11 +465,11 @@ pub struct TopicsSnapshot {
     /// The discovery counters (frames in, duplicates, cycles, route tables, ...) as of the
     /// control plane's last step: current, unlike a view that only changes with what it
     /// lists.
-    pub discovery: TopicsStats,
+    pub discovery: DiscoveryStats,
 }
 
 impl TopicsSnapshot {
-    pub(crate) fn of(view: Option<Arc<TopicsView>>, discovery: TopicsStats) -> TopicsSnapshot {
+    pub(crate) fn of(view: Option<Arc<TopicsView>>, discovery: DiscoveryStats) -> TopicsSnapshot {
         let topics = view
             .iter()
             .flat_map(|v| v.topics.iter())

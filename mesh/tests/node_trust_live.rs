@@ -32,8 +32,8 @@ use shoal_discovery::types::{
 };
 use shoal_mesh::crypto::{sign_discovery, sign_membership, Identity};
 use shoal_mesh::topics::{
-    type_hash_of, EndpointGuid, EndpointKind, EndpointQos, Limit, QosDuration, Reader, Reliability,
-    ReliabilityKind, ResourceLimits, Topic, TopicsConfig, TopicsStats, Writer,
+    type_hash_of, DiscoveryStats, EndpointGuid, EndpointKind, EndpointQos, Limit, QosDuration,
+    Reader, Reliability, ReliabilityKind, ResourceLimits, Topic, TopicsConfig, Writer,
 };
 use shoal_mesh::wire::{
     AckNack, Discovery, DiscoveryEntry, Frame, Gap, Heartbeat, Membership, SeqSet, SignedMembership,
@@ -82,7 +82,7 @@ fn linked(a: &Node, b: &Node) {
     });
 }
 
-fn disc(n: &Node) -> TopicsStats {
+fn disc(n: &Node) -> DiscoveryStats {
     n.mesh.topics().discovery
 }
 

@@ -28,6 +28,105 @@ pub enum ControlPlacement {
     Pinned(usize),
 }
 
+/// io_uring setup flags of every executor's ring (`io_uring_setup(2)`).
+///
+/// They change where the kernel runs the work that turns a finished socket operation into a
+/// completion: at once through an inter-processor interrupt to the executor's CPU (no flag),
+/// at the executor's next system call (`coop_taskrun`), or only when the executor asks for
+/// completions (`defer_taskrun`). Every Shoal executor submits and reaps its ring from its
+/// own thread only (cross-thread wakes write an eventfd the ring polls), which is what
+/// `single_issuer` and `defer_taskrun` require. Measurements: `bench/notes/ring.md`.
+///
+/// The kernel is the judge of what it supports: flags set with [`Builder::ring_flags`] that
+/// it refuses (an older kernel, or `taskrun_flag` without `coop_taskrun` or `defer_taskrun`)
+/// fail [`Builder::build`](crate::Builder::build) with [`RuntimeError::RingFlagsRefused`];
+/// the defaults ([`RingFlags::DEFAULT`]) give way to [`RingFlags::NONE`] with a warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RingFlags {
+    /// `IORING_SETUP_SINGLE_ISSUER` (Linux 6.0): only the thread that created the ring submits
+    /// to it, so the kernel skips the locking for concurrent submitters.
+    pub single_issuer: bool,
+    /// `IORING_SETUP_DEFER_TASKRUN` (Linux 6.1; needs `single_issuer`): completion work waits
+    /// until the executor enters the kernel to reap, so it never interrupts a running task.
+    pub defer_taskrun: bool,
+    /// `IORING_SETUP_COOP_TASKRUN` (Linux 5.19): completion work runs at the executor's next
+    /// system call instead of interrupting it.
+    pub coop_taskrun: bool,
+    /// `IORING_SETUP_TASKRUN_FLAG` (Linux 5.19; needs `coop_taskrun` or `defer_taskrun`): the
+    /// kernel flags pending completion work in the shared ring, so a poll that would not wait
+    /// still asks for it.
+    pub taskrun_flag: bool,
+}
+
+impl RingFlags {
+    /// No setup flag: the kernel's defaults.
+    pub const NONE: Self = Self {
+        single_issuer: false,
+        defer_taskrun: false,
+        coop_taskrun: false,
+        taskrun_flag: false,
+    };
+    /// `SINGLE_ISSUER | DEFER_TASKRUN | TASKRUN_FLAG`.
+    pub const DEFERRED: Self = Self {
+        single_issuer: true,
+        defer_taskrun: true,
+        coop_taskrun: false,
+        taskrun_flag: true,
+    };
+    /// What a runtime uses unless told otherwise: [`RingFlags::DEFERRED`] (measured faster
+    /// in `bench/notes/ring.md`). On a kernel that refuses them (before 6.1) the runtime
+    /// starts without them and logs a warning.
+    pub const DEFAULT: Self = Self::DEFERRED;
+    /// `COOP_TASKRUN | TASKRUN_FLAG`.
+    pub const COOP: Self = Self {
+        single_issuer: false,
+        defer_taskrun: false,
+        coop_taskrun: true,
+        taskrun_flag: true,
+    };
+}
+
+impl std::fmt::Display for RingFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = [
+            (self.single_issuer, "SINGLE_ISSUER"),
+            (self.defer_taskrun, "DEFER_TASKRUN"),
+            (self.coop_taskrun, "COOP_TASKRUN"),
+            (self.taskrun_flag, "TASKRUN_FLAG"),
+        ];
+        let mut any = false;
+        for (_, name) in names.iter().filter(|(on, _)| *on) {
+            if any {
+                f.write_str("|")?;
+            }
+            f.write_str(name)?;
+            any = true;
+        }
+        if !any {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
+/// The ring flags a [`Builder`] holds: the defaults, which give way on a kernel that refuses
+/// them, or flags the user set, which do not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum RingSetting {
+    #[default]
+    Default,
+    Given(RingFlags),
+}
+
+impl RingSetting {
+    pub(crate) fn flags(self) -> RingFlags {
+        match self {
+            Self::Default => RingFlags::DEFAULT,
+            Self::Given(f) => f,
+        }
+    }
+}
+
 /// Configures and starts a [`Runtime`](crate::Runtime). Obtain one with
 /// [`Runtime::builder`](crate::Runtime::builder).
 #[derive(Debug, Clone)]
@@ -38,6 +137,7 @@ pub struct Builder {
     pub(crate) control: ControlPlacement,
     pub(crate) spin: Duration,
     pub(crate) ring_entries: u32,
+    pub(crate) ring_flags: RingSetting,
     pub(crate) spawn_queue: usize,
 }
 
@@ -50,6 +150,7 @@ impl Default for Builder {
             control: ControlPlacement::Unpinned,
             spin: Duration::ZERO,
             ring_entries: 256,
+            ring_flags: RingSetting::Default,
             spawn_queue: 1024,
         }
     }
@@ -101,6 +202,15 @@ impl Builder {
         self
     }
 
+    /// io_uring setup flags of every executor's ring. Default [`RingFlags::DEFAULT`], which
+    /// a kernel too old for it replaces by [`RingFlags::NONE`] (logged); flags set here are
+    /// used as given, and [`Builder::build`](crate::Builder::build) fails with
+    /// [`RuntimeError::RingFlagsRefused`] if the kernel refuses them.
+    pub fn ring_flags(mut self, flags: RingFlags) -> Self {
+        self.ring_flags = RingSetting::Given(flags);
+        self
+    }
+
     /// Ceiling of each executor's cross-thread spawn queue. Default 1024.
     pub fn spawn_queue(mut self, capacity: usize) -> Self {
         self.spawn_queue = capacity;
@@ -119,6 +229,13 @@ impl Builder {
                 "ring_entries must be a power of two in 1..=32768, got {}",
                 self.ring_entries
             )));
+        }
+        let flags = self.ring_flags.flags();
+        if flags.defer_taskrun && !flags.single_issuer {
+            // compio would drop DEFER_TASKRUN without a word; the kernel refuses it too.
+            return Err(RuntimeError::Config(
+                "ring flag DEFER_TASKRUN needs SINGLE_ISSUER".into(),
+            ));
         }
         if matches!(&self.placement, Placement::Pinned(cpus) if cpus.is_empty()) {
             return Err(RuntimeError::Config(

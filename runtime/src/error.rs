@@ -26,6 +26,20 @@ pub enum RuntimeError {
         /// The error `io_uring_setup` returned.
         source: io::Error,
     },
+    /// The kernel refused the ring's setup flags (`EINVAL` from `io_uring_setup`): a kernel
+    /// older than the flags, or a combination it does not accept.
+    #[error(
+        "{executor}: the kernel refused io_uring setup flags {flags} ({source}); \
+         run with ring flags none or a combination this kernel supports"
+    )]
+    RingFlagsRefused {
+        /// The executor whose ring could not be created.
+        executor: ExecutorId,
+        /// The flags that were asked for.
+        flags: crate::builder::RingFlags,
+        /// The error `io_uring_setup` returned.
+        source: io::Error,
+    },
     /// Creating an executor's io_uring instance failed for another reason.
     #[error("{executor}: io_uring setup failed: {source}")]
     RingSetup {

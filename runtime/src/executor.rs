@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 
-use crate::builder::{Builder, ControlPlacement, Placement};
+use crate::builder::{Builder, ControlPlacement, Placement, RingFlags, RingSetting};
 use crate::channel::{ingress, IngressReceiver, IngressSender};
 use crate::error::{RuntimeError, SpawnError, TrySendError};
 use crate::id::ExecutorId;
@@ -172,7 +172,8 @@ impl fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// A builder with defaults: 1 shard, unpinned, no spin, 256 ring entries.
+    /// A builder with defaults: 1 shard, unpinned, no spin, 256 ring entries,
+    /// [`RingFlags::DEFAULT`](crate::RingFlags::DEFAULT).
     pub fn builder() -> Builder {
         Builder::default()
     }
@@ -285,6 +286,7 @@ impl Runtime {
                 cpu,
                 spin: b.spin,
                 ring_entries: b.ring_entries,
+                ring_flags: b.ring_flags,
                 handle: rt.handle.clone(),
                 spawn_rx,
                 ready: ready_tx.clone(),
@@ -342,6 +344,7 @@ struct ExecCfg {
     cpu: Option<usize>,
     spin: Duration,
     ring_entries: u32,
+    ring_flags: RingSetting,
     handle: Handle,
     spawn_rx: IngressReceiver<Job>,
     ready: mpsc::Sender<Result<(), RuntimeError>>,
@@ -354,6 +357,7 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
         cpu,
         spin,
         ring_entries,
+        ring_flags,
         handle,
         spawn_rx,
         ready,
@@ -368,15 +372,25 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
             return Ok(());
         }
     }
-    let mut proactor = compio::driver::ProactorBuilder::new();
-    proactor.capacity(ring_entries);
-    let rt = match compio::runtime::RuntimeBuilder::new()
-        .with_proactor(proactor)
-        .build()
-    {
+    let build = |flags: RingFlags| {
+        let mut proactor = compio::driver::ProactorBuilder::new();
+        // SINGLE_ISSUER and DEFER_TASKRUN hold here: this thread creates the ring and is the
+        // only one that submits to it or reaps it (`drive`); other threads only wake it
+        // through the driver's eventfd (`Slot::waker`), which the ring itself polls.
+        proactor
+            .capacity(ring_entries)
+            .single_issuer(flags.single_issuer)
+            .defer_taskrun(flags.defer_taskrun)
+            .coop_taskrun(flags.coop_taskrun)
+            .taskrun_flag(flags.taskrun_flag);
+        compio::runtime::RuntimeBuilder::new()
+            .with_proactor(proactor)
+            .build()
+    };
+    let rt = match build_ring(id, ring_flags, build) {
         Ok(rt) => rt,
-        Err(source) => {
-            let _ = ready.send(Err(memlock::classify_setup_error(id, source)));
+        Err((flags, source)) => {
+            let _ = ready.send(Err(memlock::classify_setup_error(id, flags, source)));
             return Ok(());
         }
     };
@@ -420,6 +434,35 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
         }
     }
     outcome
+}
+
+/// Creates an executor's ring with `flags` through `build`. Flags the user asked for are used
+/// as given; the default ones ([`RingFlags::DEFAULT`], newer than some kernels Shoal runs on)
+/// are dropped with a warning if the kernel refuses them (`EINVAL`), never another error.
+/// On failure, the flags of the attempt that failed and its error.
+fn build_ring<T>(
+    id: ExecutorId,
+    flags: RingSetting,
+    mut build: impl FnMut(RingFlags) -> std::io::Result<T>,
+) -> Result<T, (RingFlags, std::io::Error)> {
+    let wanted = flags.flags();
+    match build(wanted) {
+        Ok(t) => Ok(t),
+        Err(e)
+            if flags == RingSetting::Default
+                && wanted != RingFlags::NONE
+                && e.raw_os_error() == Some(libc::EINVAL) =>
+        {
+            tracing::warn!(
+                executor = %id,
+                flags = %wanted,
+                error = %e,
+                "the kernel refused the default io_uring setup flags; this ring runs without them"
+            );
+            build(RingFlags::NONE).map_err(|e| (RingFlags::NONE, e))
+        }
+        Err(e) => Err((wanted, e)),
+    }
 }
 
 /// Runs jobs handed over by [`Handle::spawn_on`].
@@ -524,5 +567,45 @@ fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel that accepts no setup flag.
+    fn old_kernel(flags: RingFlags) -> std::io::Result<RingFlags> {
+        if flags == RingFlags::NONE {
+            Ok(flags)
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::EINVAL))
+        }
+    }
+
+    #[test]
+    fn refused_default_flags_fall_back_to_none() {
+        let got = build_ring(ExecutorId::Shard(0), RingSetting::Default, old_kernel);
+        assert_eq!(got.unwrap(), RingFlags::NONE);
+    }
+
+    #[test]
+    fn refused_flags_that_were_asked_for_are_an_error() {
+        let asked = RingSetting::Given(RingFlags::DEFAULT);
+        let (flags, e) = build_ring(ExecutorId::Shard(0), asked, old_kernel).unwrap_err();
+        assert_eq!(flags, RingFlags::DEFAULT);
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn other_setup_errors_are_not_retried_without_flags() {
+        let mut tries = 0;
+        let (flags, e) = build_ring(ExecutorId::Shard(0), RingSetting::Default, |_| {
+            tries += 1;
+            Err::<(), _>(std::io::Error::from_raw_os_error(libc::ENOMEM))
+        })
+        .unwrap_err();
+        assert_eq!((tries, flags), (1, RingFlags::DEFAULT));
+        assert_eq!(e.raw_os_error(), Some(libc::ENOMEM));
     }
 }

@@ -31,6 +31,14 @@
 //! last task poll, then parks in `io_uring_enter`. It trades a busy core for wake-up latency:
 //! give it only to executors on dedicated cores (`examples/pingpong.rs` measures it).
 //!
+//! **Ring flags.** Every ring is set up with `SINGLE_ISSUER | DEFER_TASKRUN | TASKRUN_FLAG`
+//! ([`RingFlags::DEFAULT`]; [`Builder::ring_flags`] sets others): completion work then runs
+//! only when the executor asks for completions, never interrupting a running task. That holds
+//! because each executor's thread is the only one that submits to or reaps its ring; other
+//! threads wake it through an eventfd the ring polls. A kernel that refuses the default flags
+//! (before 6.1) gets a ring without them and a warning; flags set by hand that it refuses are
+//! [`RuntimeError::RingFlagsRefused`]. Measurements: `bench/notes/ring.md`.
+//!
 //! **memlock.** A ring that cannot be set up because `RLIMIT_MEMLOCK` is too low is reported
 //! as [`RuntimeError::MemlockLimit`] with the limits read by `getrlimit`
 //! ([`memlock::memlock_limit`]); nothing falls back to epoll (compio is built without its
@@ -57,7 +65,7 @@ mod task;
 pub mod time;
 mod unwind;
 
-pub use builder::{Builder, ControlPlacement, Placement};
+pub use builder::{Builder, ControlPlacement, Placement, RingFlags};
 pub use error::{
     Closed, Elapsed, JoinError, RuntimeError, SendError, SpawnError, TryRecvError, TrySendError,
 };

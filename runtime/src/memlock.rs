@@ -9,6 +9,7 @@
 
 use std::io;
 
+use crate::builder::RingFlags;
 use crate::error::RuntimeError;
 use crate::id::ExecutorId;
 
@@ -34,7 +35,19 @@ pub fn memlock_limit() -> io::Result<(u64, u64)> {
 }
 
 /// Turns an `io_uring_setup` failure into the right [`RuntimeError`].
-pub(crate) fn classify_setup_error(executor: ExecutorId, source: io::Error) -> RuntimeError {
+pub(crate) fn classify_setup_error(
+    executor: ExecutorId,
+    flags: RingFlags,
+    source: io::Error,
+) -> RuntimeError {
+    if source.raw_os_error() == Some(libc::EINVAL) && flags != RingFlags::NONE {
+        tracing::error!(%executor, %flags, "io_uring_setup: EINVAL (setup flags refused)");
+        return RuntimeError::RingFlagsRefused {
+            executor,
+            flags,
+            source,
+        };
+    }
     if source.raw_os_error() == Some(libc::ENOMEM) {
         let (soft_limit, hard_limit) = memlock_limit().unwrap_or((0, 0));
         tracing::error!(%executor, soft_limit, hard_limit, "io_uring_setup: ENOMEM (RLIMIT_MEMLOCK)");

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use shoal_runtime::channel::{channel, channel_mesh, ingress, ingress_weighted};
+use shoal_runtime::channel::{channel, channel_hub, channel_mesh, ingress, ingress_weighted};
 use shoal_runtime::{Closed, ExecutorId, Runtime, TryRecvError, TrySendError};
 
 #[test]
@@ -64,6 +64,80 @@ fn mesh_delivers_every_message_once_in_order_under_backpressure() {
     for h in handles {
         assert_eq!(h.join_blocking().unwrap(), N * 3);
     }
+    rt.join().unwrap();
+}
+
+/// A member waits for its hub's messages and its members' behind one wake-up, and a hub
+/// message sent before a member message that reacts to it is never handled after it.
+#[test]
+fn hub_members_wake_for_either_kind_and_keep_causality() {
+    const N: u64 = 20_000;
+    let rt = Runtime::builder().shards(2).build().unwrap();
+    let (s0, s1) = (ExecutorId::Shard(0), ExecutorId::Shard(1));
+    // Capacity 2: every sender meets backpressure, every receiver parks often.
+    let (hub, mut members) = channel_hub::<u64, u64, u64>(ExecutorId::Control, &[s0, s1], 2);
+    let (m1_across, _m1_up, mut m1_rx) = members.pop().unwrap().split();
+    let (_m0_across, mut m0_up, mut m0_rx) = members.pop().unwrap().split();
+    let hub_task = rt
+        .spawn_on(ExecutorId::Control, move || async move {
+            let (mut down, mut up) = hub.split();
+            for k in 0..N {
+                // Member 0 first: member 1 reacts to the second message with one to member 0.
+                down[0].1.send(k).await.unwrap();
+                down[1].1.send(k).await.unwrap();
+            }
+            up.recv().await.unwrap()
+        })
+        .unwrap();
+    let relay = rt
+        .spawn_on(s1, move || async move {
+            let mut to_m0 = m1_across.into_iter().next().unwrap().1;
+            let (mut from_hub, mut from_members) = (Vec::new(), Vec::new());
+            let mut sent = 0;
+            while sent < N {
+                m1_rx
+                    .recv_batch(&mut from_hub, &mut from_members, 16)
+                    .await
+                    .unwrap();
+                assert!(from_members.is_empty(), "member 0 sends nothing");
+                for k in from_hub.drain(..) {
+                    assert_eq!(k, sent, "the hub's ring is FIFO");
+                    to_m0.send(k).await.unwrap();
+                    sent += 1;
+                }
+            }
+            // Keeps its receiver until member 0 is done (the hub's senders close with it).
+            m1_rx
+        })
+        .unwrap();
+    let checker = rt
+        .spawn_on(s0, move || async move {
+            let (mut from_hub, mut from_members) = (Vec::new(), Vec::new());
+            let (mut hub_next, mut member_next) = (0, 0);
+            while hub_next < N || member_next < N {
+                m0_rx
+                    .recv_batch(&mut from_hub, &mut from_members, 16)
+                    .await
+                    .unwrap();
+                for k in from_hub.drain(..) {
+                    assert_eq!(k, hub_next);
+                    hub_next += 1;
+                }
+                for (from, k) in from_members.drain(..) {
+                    assert_eq!((from, k), (s1, member_next));
+                    assert!(k < hub_next, "member message {k} handled before the hub's");
+                    member_next += 1;
+                }
+            }
+            m0_up.send(hub_next + member_next).await.unwrap();
+        })
+        .unwrap();
+    checker.join_blocking().unwrap();
+    assert_eq!(
+        hub_task.join_blocking().unwrap(),
+        (ExecutorId::Shard(0), 2 * N)
+    );
+    drop(relay.join_blocking().unwrap());
     rt.join().unwrap();
 }
 

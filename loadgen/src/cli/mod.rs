@@ -9,6 +9,7 @@ pub(crate) mod demo;
 pub(crate) mod discovery;
 pub(crate) mod latency;
 pub(crate) mod role;
+pub(crate) mod storm;
 
 use crate::demo::RunError;
 use crate::traffic::Shape;

@@ -3,7 +3,7 @@
 //! control plane ([`ToControl`]). A receiver matches only what can reach it.
 //!
 //! **Owns:** the vocabulary of the node's internal channels and the bytes a link queues
-//! ([`Out`]). **Must not touch:** how they travel (the driver's channel mesh) or sockets: the
+//! ([`Out`]). **Must not touch:** how they travel (the driver's typed channels, one per direction) or sockets: the
 //! connection handed to a shard is a type parameter `C` (a TCP stream in the live node, nothing
 //! in a simulation).
 
@@ -143,11 +143,13 @@ impl<C> ToShard<C> {
     }
 }
 
-/// Shard → shard.
+/// Shard → shard: a hop, one message handed from the shard that read or originated it to the
+/// shard that owns the state it needs (a "relay" is something else: a node forwarding a
+/// flooded frame to its neighbours).
 #[derive(Debug)]
 pub enum ShardToShard {
     /// Route this Data frame received on `from` (sent to the shard owning its dedup state).
-    Relay {
+    HopData {
         /// The inbound link.
         from: LinkId,
         /// The frame.
@@ -155,7 +157,7 @@ pub enum ShardToShard {
     },
     /// Route this run of topic samples received on `from` (sent to the shard owning its
     /// writer's sequence state).
-    RelaySamples {
+    HopSamples {
         /// The inbound link.
         from: LinkId,
         /// The run.
@@ -163,7 +165,7 @@ pub enum ShardToShard {
     },
     /// Route this reliability frame received on `from` (sent to the shard owning its
     /// writer's reliable state).
-    RelayReliable {
+    HopReliable {
         /// The inbound link.
         from: LinkId,
         /// The frame.

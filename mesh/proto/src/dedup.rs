@@ -1,7 +1,7 @@
 //! The gossip dedup cache: "have I seen this message id?", bounded by size and by age.
 //!
 //! **Owns:** which message ids were seen, per stream, within bounds. **Must not touch:** routing
-//! (the router asks it).
+//! (the gossip asks it).
 //!
 //! One instance per data shard, holding the ids whose originator hashes to that shard
 //! ([`dedup_shard`]). A message id is the originator's 8-byte prefix and a per-originator counter

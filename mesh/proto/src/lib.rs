@@ -45,7 +45,7 @@
 //! | [`topics`] | the **topics core** (`topics::core`: own endpoints and their announcements, the Discovery flood and its checks, the discovery graph of `shoal-discovery`, match events), the sample route trees (`tree`), the immutable route table (`routes`), the `[topics]` settings (`config`) and a keep-all writer's write credit (`credit`) | control core (route tables and credits read by the shards) |
 //! | [`shard`] | **the shard core**: links, queues, backpressure, origination, Data and sample routing, reliable topics' per-shard state, delivery, teardown | each data shard |
 //! | [`link`] | one connection: handshake, heartbeat, liveness, Goodbye | handshake: control core; then its shard core |
-//! | [`router`] + [`dedup`] | gossip routing of Data frames | shard core |
+//! | [`gossip`] + [`dedup`] | gossip routing of Data frames | shard core |
 //! | [`budget`] | [`LinkBudget`]: a link queue's byte bound, shared by the shards that send on it | shard cores (and the application's `try_*` checks) |
 //! | [`reliable`] | reliable topics: a writer's history, acks, repairs and gaps; a reader's ordering and loss accounting (frames 11–14) | the shard cores of the writer's and the readers' nodes |
 //! | [`cmd`] | the commands between cores, one enum per direction | between executors |
@@ -68,8 +68,8 @@
 //! runs the handshake wherever the socket landed and moves the link to its shard when
 //! [`link::LinkEvent::Established`] names the peer. Data is routed on shard
 //! [`dedup_shard`]`(msg_id)` (the originator's shard): frames arriving straight from their
-//! originator are already there; relayed ones hop once. Every shard holds the same
-//! [`router::NeighbourLinks`]; a `Forward`/`Unicast` route is fanned out to the shards owning
+//! originator are already there; others hop once. Every shard holds the same
+//! [`gossip::NeighbourLinks`]; a `Forward`/`Unicast` route is fanned out to the shards owning
 //! the target links (again `link_shard` of each neighbour). A topic writer's samples and
 //! reliability frames are sequenced on [`shard::samples_shard`]`(writer)`, the shard of the
 //! writer's node id. All three are one hash of a node's id, [`id::node_shard`], so a node's
@@ -87,7 +87,7 @@
 //!
 //! Links are named by [`LinkId`]s, allocated by the peer table ([`peers::PeerManager`]) for
 //! every dial and every accepted socket and never reused, so a larger id is a younger
-//! connection. The control plane pushes each shard a [`router::NeighbourLinks`] (neighbour to
+//! connection. The control plane pushes each shard a [`gossip::NeighbourLinks`] (neighbour to
 //! link) whenever it installs or removes a link; the message path never asks it anything.
 
 pub mod config;
@@ -101,26 +101,26 @@ pub mod cmd;
 pub mod control;
 mod counted_graph;
 pub mod dedup;
+pub mod gossip;
 pub mod link;
 pub mod membership;
 pub mod peers;
 pub mod reliable;
 pub mod reverse_path;
-pub mod router;
 pub mod scouting;
 pub mod shard;
 pub mod stats;
 pub mod topics;
 
 pub use dedup::{dedup_shard, DedupCache, DedupStats, Seen, DEFAULT_MAX_STREAMS};
+pub use gossip::{
+    DataMeta, DataVerdict, DropReason, Gossip, GossipStats, MsgIdGen, NeighbourLinks,
+};
 pub use link::{
     CloseReason, FrameAction, Link, LinkEvent, LinkState, LinkTimers, Role, PROGRESS_BYTES,
 };
 pub use membership::{Dest, MemberEvent, MemberGraph, MemberTransmit, RecordOutcome};
 pub use peers::{DialTarget, PeerAction, PeerEvent, PeerManager, PeerState, PeerStats};
-pub use router::{
-    DataMeta, DataVerdict, DropReason, MsgIdGen, NeighbourLinks, Router, RouterStats,
-};
 pub use scouting::{accept_beacon, AcceptedBeacon, BeaconError, BeaconSchedule};
 
 pub use budget::{LinkBudget, OverflowPolicy, SlowLinkAction, SlowLinkPolicy};

@@ -122,7 +122,7 @@ pub enum CloseReason {
 pub enum FrameAction {
     /// Fully handled by the link (Hello, Heartbeat).
     Consumed,
-    /// Hand it on: Data and Samples to the router, Membership and Discovery to the control
+    /// Hand it on: Data and Samples to the shard core, Membership and Discovery to the control
     /// plane, AuthConfirm and IdentityRecord to the crypto/identity layer.
     Process,
     /// The link is closed (reason in [`LinkEvent::Closed`]); drop the frame.

@@ -6,7 +6,8 @@
 //! control core acts on its events).
 //!
 //! Every node floods `(origin = self, version, direct neighbours)` when its neighbour set
-//! changes and every `membership_interval`; a record is stored and relayed only if its
+//! changes (the first [`FLOOD_BURST`] changes at once, then at most once per [`FLOOD_GAP`]: a
+//! burst of new links goes out as a few versions, not one per link) and every `membership_interval`; a record is stored and relayed only if its
 //! version is newer than the stored one. A record not refreshed within `membership_timeout`
 //! expires. Versions are `max(previous + 1, wall-clock ms)`, so a restarted node outranks
 //! the records of its previous run.
@@ -155,6 +156,8 @@ pub struct MemberStats {
     pub implausible_versions: u64,
     /// From-scratch recomputations folded into a later one by the rate limit.
     pub recomputes_deferred: u64,
+    /// Neighbour changes whose own flood was folded into a later one (the flood gap).
+    pub floods_deferred: u64,
 }
 
 #[derive(Debug)]
@@ -206,6 +209,13 @@ pub struct MemberGraph {
     last_recompute: Option<Instant>,
     /// A recomputation the rate limit postponed, due then.
     recompute_due: Option<Instant>,
+    flood_gap: Duration,
+    /// Change-driven own floods that may go out at once (at most [`FLOOD_BURST`]; one more
+    /// per flood gap since `credit_at`).
+    flood_credit: u32,
+    credit_at: Instant,
+    /// An own flood the flood gap postponed, due then.
+    flood_due: Option<Instant>,
 }
 
 /// The wire `count` is a u16.
@@ -217,6 +227,18 @@ pub const OWN_VERSION_HORIZON_MS: u64 = 30 * 24 * 3600 * 1000;
 
 /// The default minimum time between two from-scratch recomputations of the member set.
 pub const RECOMPUTE_GAP: Duration = Duration::from_millis(50);
+
+/// Default pace of the floods of this node's own record caused by neighbour changes
+/// ([`MemberGraph::with_flood_gap`]): [`FLOOD_BURST`] changes flood at once, then one flood
+/// per gap, carrying every change made meanwhile. N nodes starting at once in a full
+/// mesh otherwise flood N − 1 versions each, one per new link, to every link: about N³
+/// frames of up to 16·N bytes, which saturated a 2-core host at 40–60 nodes
+/// (`bench/notes/membership-scale.md`, "Storm"). The control plane's tick is 100 ms too.
+pub const FLOOD_GAP: Duration = Duration::from_millis(100);
+
+/// Change-driven own floods that go out at once before the flood gap paces them: a node's
+/// first links (a join, a bridge forming) are announced without delay, as before.
+pub const FLOOD_BURST: u32 = 2;
 
 /// The default ceiling of a record's neighbour list.
 pub const DEFAULT_MAX_NEIGHBOURS: usize = 1024;
@@ -255,7 +277,18 @@ impl MemberGraph {
             recompute_gap: RECOMPUTE_GAP,
             last_recompute: None,
             recompute_due: None,
+            flood_gap: FLOOD_GAP,
+            flood_credit: FLOOD_BURST,
+            credit_at: now,
+            flood_due: None,
         }
+    }
+
+    /// Sets the least time between two floods of the own record caused by neighbour changes
+    /// (default [`FLOOD_GAP`]; zero floods every change at once, as before issue 29).
+    pub fn with_flood_gap(mut self, gap: Duration) -> MemberGraph {
+        self.flood_gap = gap;
+        self
     }
 
     /// Sets the ceiling of a record's neighbour list (at most the wire's 65 535) and the
@@ -356,7 +389,7 @@ impl MemberGraph {
             }
         }
         self.links.insert(peer, link);
-        self.flood_own(wall_ms, now);
+        self.flood_changed(wall_ms, now);
         for (origin, r) in &self.records {
             if *origin == peer || r.lists(&peer) {
                 self.stats.relays_pruned += 1;
@@ -384,7 +417,7 @@ impl MemberGraph {
         if let Ok(pos) = self.neighbours.binary_search(peer) {
             self.neighbours.remove(pos);
             self.shape += 1;
-            self.flood_own(wall_ms, now);
+            self.flood_changed(wall_ms, now);
             self.recompute_limited(now);
         }
     }
@@ -558,7 +591,7 @@ impl MemberGraph {
     /// The next instant [`handle_timeout`](Self::handle_timeout) has work: the periodic flood,
     /// a postponed recomputation or (at the latest) the earliest record expiry. O(1).
     pub fn poll_timeout(&self) -> Instant {
-        [self.next_expiry, self.recompute_due]
+        [self.next_expiry, self.recompute_due, self.flood_due]
             .into_iter()
             .flatten()
             .fold(self.next_flood, Instant::min)
@@ -566,7 +599,11 @@ impl MemberGraph {
 
     /// Runs the periodic flood, a postponed recomputation and expires old records.
     pub fn handle_timeout(&mut self, wall_ms: u64, now: Instant) {
-        if now >= self.next_flood {
+        if self.flood_due.is_some_and(|t| now >= t) {
+            self.refill_credit(now);
+            self.flood_credit = self.flood_credit.saturating_sub(1);
+            self.flood_own(wall_ms, now);
+        } else if now >= self.next_flood {
             self.flood_own(wall_ms, now);
         }
         if self.recompute_due.is_some_and(|t| now >= t) {
@@ -612,6 +649,7 @@ impl MemberGraph {
     fn flood_own(&mut self, wall_ms: u64, now: Instant) {
         self.version = self.version.saturating_add(1).max(wall_ms);
         self.next_flood = now + self.interval;
+        self.flood_due = None;
         self.stats.own_floods += 1;
         let record = self.own_record();
         self.transmits.push_back(MemberTransmit {
@@ -741,6 +779,38 @@ impl MemberGraph {
         joined.sort();
         self.events
             .extend(joined.into_iter().map(MemberEvent::MemberJoined));
+    }
+
+    /// The neighbour set changed: flood the own record now while the credit lasts, else when
+    /// the next credit comes (that flood carries this change and any others until then).
+    fn flood_changed(&mut self, wall_ms: u64, now: Instant) {
+        if self.flood_due.is_some() {
+            self.stats.floods_deferred += 1;
+            return;
+        }
+        self.refill_credit(now);
+        if self.flood_credit > 0 {
+            self.flood_credit -= 1;
+            self.flood_own(wall_ms, now);
+        } else {
+            self.stats.floods_deferred += 1;
+            self.flood_due = Some(self.credit_at + self.flood_gap);
+        }
+    }
+
+    /// One flood credit per flood gap since `credit_at`, up to [`FLOOD_BURST`].
+    fn refill_credit(&mut self, now: Instant) {
+        if self.flood_gap.is_zero() {
+            self.flood_credit = FLOOD_BURST;
+            return;
+        }
+        while self.flood_credit < FLOOD_BURST && now >= self.credit_at + self.flood_gap {
+            self.flood_credit += 1;
+            self.credit_at += self.flood_gap;
+        }
+        if self.flood_credit >= FLOOD_BURST {
+            self.credit_at = now;
+        }
     }
 
     /// An edge went: recompute the member set now, or at the end of the rate limit's gap if

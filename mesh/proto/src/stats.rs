@@ -318,8 +318,12 @@ pub struct TopicCounterSet {
     pub missed: AtomicU64,
     /// Dropped: a link's queue toward a reader's node was full (or the ring to its shard).
     pub dropped_queue_full: AtomicU64,
-    /// Dropped: the link toward a reader's node went away, or it was slow (Block policy).
+    /// Dropped: the link toward a reader's node went away (or a route table still named a
+    /// link this shard had uninstalled).
     pub dropped_no_route: AtomicU64,
+    /// Dropped: a sample this node's writer wrote under the Block policy for a link declared
+    /// slow, which no one waits for (the node's `dropped_slow_link`, for this topic).
+    pub dropped_slow_link: AtomicU64,
     /// Dropped: samples of the topic that came on a link their writer's samples do not come
     /// from (the node's `dropped_wrong_link`, for this topic).
     pub dropped_wrong_link: AtomicU64,
@@ -348,6 +352,8 @@ pub struct TopicStats {
     pub dropped_queue_full: u64,
     /// See [`TopicCounterSet::dropped_no_route`].
     pub dropped_no_route: u64,
+    /// See [`TopicCounterSet::dropped_slow_link`].
+    pub dropped_slow_link: u64,
     /// See [`TopicCounterSet::dropped_wrong_link`].
     pub dropped_wrong_link: u64,
     /// See [`TopicCounterSet::repaired`].
@@ -398,6 +404,7 @@ impl TopicCounters {
             t.missed += s.missed.load(Relaxed);
             t.dropped_queue_full += s.dropped_queue_full.load(Relaxed);
             t.dropped_no_route += s.dropped_no_route.load(Relaxed);
+            t.dropped_slow_link += s.dropped_slow_link.load(Relaxed);
             t.dropped_wrong_link += s.dropped_wrong_link.load(Relaxed);
             t.repaired += s.repaired.load(Relaxed);
             t.lost += s.lost.load(Relaxed);

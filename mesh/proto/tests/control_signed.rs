@@ -360,7 +360,7 @@ fn a_forged_or_unsigned_discovery_frame_about_another_node_is_refused() {
         parts: 1,
         entries: vec![],
     };
-    let frames_in = c.topics_stats().frames_in;
+    let frames_in = c.discovery_stats().frames_in;
     // Unsigned: an identity node's frames are always signed.
     c.on_shard_report(
         ToControl::DiscoveryIn {
@@ -386,7 +386,7 @@ fn a_forged_or_unsigned_discovery_frame_about_another_node_is_refused() {
     assert_eq!(c.stats().bad_record_signatures, 1);
     assert!(closed(&mut c, now, liar));
     assert_eq!(
-        c.topics_stats().frames_in,
+        c.discovery_stats().frames_in,
         frames_in,
         "the topics core saw none"
     );
@@ -527,7 +527,7 @@ fn a_duplicate_costs_no_verification() {
     }
     assert_eq!(c.stats().record_signatures_verified, 2);
     assert_eq!(
-        c.topics_stats().frames_in,
+        c.discovery_stats().frames_in,
         1,
         "the copies never reach the topics core"
     );
@@ -797,7 +797,7 @@ fn forgeries_about_a_node_do_not_spend_that_nodes_work_budget() {
         )
     };
     deliver(&mut c, victim, genuine(10));
-    assert_eq!(c.topics_stats().frames_in, 1);
+    assert_eq!(c.discovery_stats().frames_in, 1);
     // Five forgeries about the victim (the liar's own signature), a new link for each.
     for i in 0..5u64 {
         let liar = connect(&mut c, 2, Kind::Shoal, now);
@@ -822,10 +822,14 @@ fn forgeries_about_a_node_do_not_spend_that_nodes_work_budget() {
         now,
     );
     // The victim's next genuine frame is still taken.
-    let dropped = c.topics_stats().budget_dropped;
+    let dropped = c.discovery_stats().budget_dropped;
     deliver(&mut c, victim, genuine(20));
-    assert_eq!(c.topics_stats().budget_dropped, dropped, "not dropped");
-    assert_eq!(c.topics_stats().frames_in, 2, "the victim's frame is taken");
+    assert_eq!(c.discovery_stats().budget_dropped, dropped, "not dropped");
+    assert_eq!(
+        c.discovery_stats().frames_in,
+        2,
+        "the victim's frame is taken"
+    );
     // Every forgery was verified, refused and cost its link.
     assert_eq!(c.stats().bad_record_signatures, 6);
 }

@@ -312,7 +312,7 @@ fn a_malformed_discovery_record_closes_its_link() {
             .any(|(_, c)| matches!(c, ToShard::Close { link, .. } if *link == l)),
         "{p:?}"
     );
-    assert_eq!(c.topics_stats().malformed_records, 1);
+    assert_eq!(c.discovery_stats().malformed_records, 1);
 }
 
 #[test]

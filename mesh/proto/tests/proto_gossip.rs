@@ -105,8 +105,8 @@ fn targeted_reaches_only_its_destination_across_a_line() {
         [0, 0, 0, 1]
     );
     // B relayed by flooding (D is not its neighbour); C unicast to its neighbour D.
-    assert_eq!(sim.nodes[1].shard.router().stats().forwarded, 1);
-    assert_eq!(sim.nodes[2].shard.router().stats().unicast, 1);
+    assert_eq!(sim.nodes[1].shard.gossip().stats().forwarded, 1);
+    assert_eq!(sim.nodes[2].shard.gossip().stats().unicast, 1);
     // And back the other way, to a direct neighbour: a unicast from the start.
     let c = sim.id(2);
     sim.send(3, c, b"to-c");
@@ -142,12 +142,12 @@ fn ttl_expiry_is_counted() {
             .collect::<Vec<_>>(),
         [0, 1, 1, 1, 0, 0]
     );
-    assert_eq!(sim.nodes[3].shard.router().stats().ttl_exhausted, 1);
+    assert_eq!(sim.nodes[3].shard.gossip().stats().ttl_exhausted, 1);
     let far = sim.id(5);
     sim.send(0, far, b"far");
     sim.run_for(Duration::from_millis(50));
     assert_eq!(sim.count_delivered(5, b"far"), 0);
-    assert_eq!(sim.nodes[3].shard.router().stats().dropped_ttl, 1);
+    assert_eq!(sim.nodes[3].shard.gossip().stats().dropped_ttl, 1);
     let _ = DropReason::TtlExpired;
 }
 
@@ -159,7 +159,7 @@ fn duplicates_from_a_ring_are_dropped_not_delivered() {
     sim.broadcast(0, b"loop");
     sim.run_for(Duration::from_millis(50));
     let dups: u64 = (0..4)
-        .map(|i| sim.nodes[i].shard.router().stats().dropped_duplicate)
+        .map(|i| sim.nodes[i].shard.gossip().stats().dropped_duplicate)
         .sum();
     assert!(
         dups >= 1,

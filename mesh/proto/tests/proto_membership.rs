@@ -137,3 +137,42 @@ fn own_record_echoed_by_a_faster_path_is_not_an_outranking() {
     );
     assert_eq!(sim.members(0).len(), 2);
 }
+
+#[test]
+fn a_full_mesh_starting_at_once_floods_each_own_record_a_few_times_not_once_per_link() {
+    // 16 nodes started together, every pair linked: each node sees 15 links come up within a
+    // few ms. Flooding a new own version on every one sent 15 versions to up to 15 links per
+    // node (about N³ frames in all: at 40–60 processes on one host, the start-up burst that
+    // saturated it and starved heartbeats). The flood pacing sends the first two changes at once
+    // and folds the rest into one flood per gap (here: one more).
+    let n = 16;
+    let edges: Vec<(usize, usize)> = (0..n)
+        .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+        .collect();
+    let mut sim = Sim::new(29);
+    add_topology(&mut sim, n, &edges, |_| {});
+    sim.start_all();
+    // Half a membership interval: only change-driven floods so far, no periodic one.
+    let interval = sim.nodes[0].cfg.membership_interval;
+    sim.run_for(interval / 2);
+    for i in 0..n {
+        let s = sim.nodes[i].core.membership().stats();
+        assert_eq!(sim.connected(i).len(), n - 1, "node {i} linked to all");
+        assert_eq!(sim.members(i).len(), n - 1, "node {i} knows every member");
+        assert!(
+            s.own_floods <= 4,
+            "node {i}: {} own floods for {} new links ({} deferred)",
+            s.own_floods,
+            n - 1,
+            s.floods_deferred
+        );
+    }
+    // Every node's stored record of every other lists all its neighbours: the last (deferred)
+    // flood carried the whole burst.
+    for i in 0..n {
+        let m = sim.nodes[i].core.membership();
+        for (origin, ns) in m.adjacency() {
+            assert_eq!(ns.len(), n - 1, "node {i}'s record of {origin}");
+        }
+    }
+}

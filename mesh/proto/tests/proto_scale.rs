@@ -448,7 +448,41 @@ fn full_32_node_mesh_within_scaled_targets() {
     assert_within_scaled_targets(&p, cfg().heartbeat_timeout);
 }
 
-/// The curve of `bench/notes/membership-scale.md`. Sizes can be narrowed with SHOAL_SCALE_MAX_N.
+/// Full meshes, the shape multicast scouting builds, from 64 to 256 nodes (issue 29): per-node
+/// control traffic against 1 % of 1 Gbit/s and convergence after a join, a link cut, a crash
+/// and a silent cut, at 256 against the same targets as the curve. Sizes:
+/// `SHOAL_SCALE_FULL_SIZES=64,128` (default 64,128,256); printed for
+/// `bench/notes/membership-scale.md`.
+#[test]
+#[ignore = "full meshes to 256: run with --release --ignored --nocapture"]
+fn full_mesh_curve() {
+    let sizes: Vec<usize> = std::env::var("SHOAL_SCALE_FULL_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![64, 128, 256]);
+    let ph = Phases {
+        warmup: Duration::from_secs(4),
+        window: Duration::from_secs(10),
+        observe: Duration::from_secs(10),
+    };
+    println!("{HEADER}");
+    for n in sizes {
+        let p = measure(Shape::Full, n, n as u64, ph);
+        println!("{}", row(&p));
+        let budget = if n >= 256 {
+            BUDGET_256
+        } else {
+            BUDGET_256 * n as f64 / 256.0
+        };
+        assert!(p.tx_max < budget && p.rx_max < budget, "{p:?}");
+        for d in [p.join, p.crash, p.link_cut] {
+            assert!(d.is_some_and(|d| d < CONVERGE_256), "{p:?}");
+        }
+    }
+}
+
+/// The curve of `bench/notes/membership-scale.md` (full meshes to 64: `full_mesh_curve` has
+/// the larger ones). Sizes can be narrowed with SHOAL_SCALE_MAX_N.
 #[test]
 #[ignore = "the full curve: run with --release --ignored --nocapture"]
 fn membership_curve() {

@@ -118,7 +118,7 @@ fn writer_on_a_readers_on_b_and_c_match_route_and_unmatch_after_a_stop() {
     assert_eq!(unmatched(&sim), 0, "the lease (10 s) has not run out");
     sim.run_for(Duration::from_secs(7));
     assert_eq!(unmatched(&sim), 1);
-    assert_eq!(sim.nodes[0].core.topics_stats().participants_expired, 1);
+    assert_eq!(sim.nodes[0].core.discovery_stats().participants_expired, 1);
     assert!(!matched(&sim.nodes[1].topic_events).is_empty());
 }
 

@@ -392,7 +392,7 @@ impl MeshBuilder {
             cfg: self.cfg,
             secure: secure.map(|c| RwLock::new(Arc::new(c))),
             names: Mutex::new(ahash::AHashMap::new()),
-            topics_stats: Mutex::new(Default::default()),
+            discovery_stats: Mutex::new(Default::default()),
         });
         Ok(Mesh {
             inner: Arc::new(Inner {

@@ -170,10 +170,10 @@ use crate::crypto::{node_id_from_key, SecureContext};
 use crate::proto::link_shard;
 use crate::PeerId;
 use bytes::Bytes;
-use control::{Cmd, ControlInit};
-use shard::{Publish, ShardInit};
+use control::{ControlStart, Request};
+use shard::{Publish, ShardStart};
 use shared::{NodeShared, Snapshot};
-use shoal_runtime::channel::{channel_mesh, ingress, ingress_weighted, IngressSender};
+use shoal_runtime::channel::{channel_hub, ingress, ingress_weighted, IngressSender};
 use shoal_runtime::{ControlPlacement, ExecutorId, Placement, Runtime, TrySendError};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -184,7 +184,7 @@ use std::time::Duration;
 const CHANNEL_CAPACITY: usize = 1024;
 /// Commands the application may have queued for the control plane (endpoint creations wait
 /// for room; removals never wait on an executor, see `topics`).
-const CMD_QUEUE_CAPACITY: usize = 256;
+const REQUEST_QUEUE_CAPACITY: usize = 256;
 /// Data frame bytes besides the payload inside the `length` field (type byte + fixed fields).
 const DATA_FRAME_OVERHEAD: usize = 54;
 
@@ -192,7 +192,7 @@ enum RunState {
     Built,
     Running {
         rt: Runtime,
-        cmd: IngressSender<Cmd>,
+        cmd: IngressSender<Request>,
     },
     Stopped,
 }
@@ -202,7 +202,7 @@ struct Inner {
     opts: NodeOptions,
     publish: OnceLock<IngressSender<Publish>>,
     /// Commands to the control plane (endpoints, stop), set at start.
-    cmd: OnceLock<IngressSender<Cmd>>,
+    cmd: OnceLock<IngressSender<Request>>,
     listen_port: AtomicU16,
     state: Mutex<RunState>,
 }
@@ -274,17 +274,15 @@ impl Mesh {
             }
         }
         let rt = b.build()?;
-        let mut ids: Vec<ExecutorId> = (0..shards).map(ExecutorId::Shard).collect();
-        ids.push(ExecutorId::Control);
-        let mut endpoints = channel_mesh(&ids, CHANNEL_CAPACITY);
-        let control_ep = endpoints.pop().expect("control endpoint");
+        let ids: Vec<ExecutorId> = (0..shards).map(ExecutorId::Shard).collect();
+        let (control_ep, endpoints) = channel_hub(ExecutorId::Control, &ids, CHANNEL_CAPACITY);
         let (ptx, prx) = ingress_weighted(opts.publish_queue_capacity, Publish::weight);
-        let (ctx_tx, ctx_rx) = ingress::<Cmd>(CMD_QUEUE_CAPACITY);
+        let (ctx_tx, ctx_rx) = ingress::<Request>(REQUEST_QUEUE_CAPACITY);
         let origin = link_shard(&ns.me, shards);
         let mut prx = Some(prx);
         let started = (|| -> Result<u16, MeshError> {
             for (idx, endpoint) in endpoints.into_iter().enumerate() {
-                let init = ShardInit {
+                let init = ShardStart {
                     idx,
                     ns: ns.clone(),
                     endpoint,
@@ -295,10 +293,10 @@ impl Mesh {
             }
             let (ready_tx, ready_rx) = mpsc::channel();
             let listen = SocketAddr::new(opts.listen_addr, ns.cfg.listen_port);
-            let init = ControlInit {
+            let init = ControlStart {
                 ns: ns.clone(),
                 endpoint: control_ep,
-                cmds: ctx_rx,
+                requests: ctx_rx,
                 listen,
                 ready: ready_tx,
                 seed: rand::random(),
@@ -550,7 +548,7 @@ impl Inner {
             // No shard may keep waiting for event-queue room while it should be closing links.
             self.ns.hub.close();
             let (tx, rx) = mpsc::channel();
-            if cmd.try_send(Cmd::Stop(tx)).is_ok() {
+            if cmd.try_send(Request::Stop(tx)).is_ok() {
                 // Goodbyes flushed, or give up waiting: stopping must not hang on a dead peer
                 // (the shards close what is left after the grace; this is their margin).
                 let _ = rx.recv_timeout(self.ns.cfg.stop_grace + Duration::from_secs(2));

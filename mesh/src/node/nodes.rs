@@ -3,7 +3,7 @@
 //! **Owns:** the query command and its wait. **Must not touch:** what the view holds (the
 //! control core builds it: `shoal_proto::control::nodes`).
 
-use super::control::{self, Cmd};
+use super::control::{self, Request};
 use super::{Mesh, MeshError};
 use crate::nodes::NodesView;
 use std::sync::mpsc;
@@ -26,7 +26,7 @@ impl Mesh {
         }
         let tx = self.inner.cmd.get().ok_or(MeshError::NotRunning)?;
         let (reply, answer) = mpsc::sync_channel(1);
-        if let Err(cmd) = control::run_here(ns, Cmd::Nodes(reply)) {
+        if let Err(cmd) = control::run_here(ns, Request::Nodes(reply)) {
             tx.send_blocking(cmd).map_err(|_| MeshError::NotRunning)?;
         }
         match answer.recv_timeout(NODES_REPLY_TIMEOUT) {

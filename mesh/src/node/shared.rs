@@ -4,7 +4,6 @@
 //! **Must not touch:** decisions.
 
 use super::event::EventHub;
-use super::msg::Msg;
 use super::stats::Counters;
 use crate::config::MeshConfig;
 use crate::crypto::SecureContext;
@@ -20,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Instant;
 
-/// What the control plane publishes for the query methods of [`crate::Mesh`].
+/// What the control plane hands out for the query methods of [`crate::Mesh`].
 #[derive(Debug, Default)]
 pub(crate) struct Snapshot {
     pub(crate) connected: Vec<PeerId>,
@@ -47,7 +46,7 @@ pub(crate) struct SnapshotCell {
     snap: Mutex<Snapshot>,
 }
 
-/// Exclusive access to a [`SnapshotCell`]'s snapshot; dropping it publishes the change to the
+/// Exclusive access to a [`SnapshotCell`]'s snapshot; dropping it announces the change to the
 /// threads' budget copies.
 pub(crate) struct SnapshotGuard<'a> {
     cell: &'a SnapshotCell,
@@ -183,7 +182,7 @@ pub(crate) struct NodeShared {
     pub(crate) names: Mutex<ahash::AHashMap<PeerId, Box<str>>>,
     /// The topics core's discovery counters as of the control plane's last step (apart from
     /// the snapshot: they change with every Discovery frame, the snapshot's lists do not).
-    pub(crate) topics_stats: Mutex<shoal_proto::topics::TopicsStats>,
+    pub(crate) discovery_stats: Mutex<shoal_proto::topics::DiscoveryStats>,
 }
 
 impl NodeShared {
@@ -208,47 +207,35 @@ impl NodeShared {
     }
 }
 
-/// Slot of an executor in per-executor vectors: shards first, then the control plane.
-pub(crate) fn slot(id: ExecutorId, shards: usize) -> usize {
-    match id {
-        ExecutorId::Shard(i) => i,
-        ExecutorId::Control => shards,
-    }
-}
-
-/// What [`Channels::offer`] did.
-pub(crate) enum Offer {
+/// What [`Lane::offer`] did.
+pub(crate) enum Offer<T> {
     /// Queued.
     Sent,
     /// The receiving executor is gone; the message is handed back.
-    Gone(Msg),
+    Gone(T),
     /// No room now (or another task of this executor is waiting to send there).
-    Busy(Msg),
+    Busy(T),
 }
 
-/// One executor's senders to every other executor. Several tasks of the executor share them;
+/// One executor's sender towards one other executor. Several tasks of the executor share it;
 /// the async mutex keeps a waiting send from interleaving with another.
-pub(crate) struct Channels {
-    senders: Vec<Option<Rc<AsyncMutex<Sender<Msg>>>>>,
+pub(crate) struct Lane<T>(Rc<AsyncMutex<Sender<T>>>);
+
+impl<T> Clone for Lane<T> {
+    fn clone(&self) -> Self {
+        Lane(self.0.clone())
+    }
 }
 
-impl Channels {
-    pub(crate) fn new(list: Vec<(ExecutorId, Sender<Msg>)>, shards: usize) -> Channels {
-        let mut senders: Vec<Option<Rc<AsyncMutex<Sender<Msg>>>>> =
-            (0..=shards).map(|_| None).collect();
-        for (id, s) in list {
-            senders[slot(id, shards)] = Some(Rc::new(AsyncMutex::new(s)));
-        }
-        Channels { senders }
+impl<T> Lane<T> {
+    pub(crate) fn new(tx: Sender<T>) -> Lane<T> {
+        Lane(Rc::new(AsyncMutex::new(tx)))
     }
 
-    /// Sends `msg` to executor slot `to` if there is room now; hands it back otherwise, so the
-    /// caller can wait (see [`Channels::send`]) only when it must.
-    pub(crate) fn offer(&self, to: usize, msg: Msg) -> Offer {
-        let Some(s) = self.senders.get(to).and_then(|s| s.as_ref()) else {
-            return Offer::Gone(msg);
-        };
-        let Some(mut g) = s.try_lock() else {
+    /// Sends `msg` if there is room now; hands it back otherwise, so the caller can wait
+    /// (see [`Lane::send`]) only when it must.
+    pub(crate) fn offer(&self, msg: T) -> Offer<T> {
+        let Some(mut g) = self.0.try_lock() else {
             return Offer::Busy(msg);
         };
         match g.try_send(msg) {
@@ -258,26 +245,62 @@ impl Channels {
         }
     }
 
-    /// Sends `msg` to executor slot `to`, waiting for room. False if `to` is gone.
-    pub(crate) async fn send(&self, to: usize, msg: Msg) -> bool {
-        self.send_or_return(to, msg).await.is_ok()
+    /// Sends `msg`, waiting for room. False if the receiver is gone.
+    pub(crate) async fn send(&self, msg: T) -> bool {
+        self.send_or_return(msg).await.is_ok()
     }
 
-    /// [`send`](Self::send), handing `msg` back if `to` is gone.
-    pub(crate) async fn send_or_return(&self, to: usize, msg: Msg) -> Result<(), Msg> {
-        let Some(s) = self.senders.get(to).and_then(|s| s.clone()) else {
-            return Err(msg);
-        };
+    /// [`send`](Self::send), handing `msg` back if the receiver is gone.
+    pub(crate) async fn send_or_return(&self, msg: T) -> Result<(), T> {
         let mut msg = msg;
-        if let Some(mut g) = s.try_lock() {
+        if let Some(mut g) = self.0.try_lock() {
             match g.try_send(msg) {
                 Ok(()) => return Ok(()),
                 Err(TrySendError::Closed(m)) => return Err(m),
                 Err(TrySendError::Full(m)) => msg = m,
             }
         }
-        let mut g = s.lock().await;
+        let mut g = self.0.lock().await;
         g.send(msg).await.map_err(|e| e.0)
+    }
+}
+
+/// One executor's lanes to the shards, by shard index.
+pub(crate) struct ShardLanes<T> {
+    lanes: Vec<Option<Lane<T>>>,
+}
+
+impl<T> ShardLanes<T> {
+    /// The lanes of `list` (senders tagged by shard) among `shards` shards.
+    pub(crate) fn new(list: Vec<(ExecutorId, Sender<T>)>, shards: usize) -> ShardLanes<T> {
+        let mut lanes: Vec<Option<Lane<T>>> = (0..shards).map(|_| None).collect();
+        for (id, tx) in list {
+            if let ExecutorId::Shard(i) = id {
+                lanes[i] = Some(Lane::new(tx));
+            }
+        }
+        ShardLanes { lanes }
+    }
+
+    /// [`Lane::offer`] to shard `to`; `Gone` if this executor has no lane there.
+    pub(crate) fn offer(&self, to: usize, msg: T) -> Offer<T> {
+        match self.lanes.get(to).and_then(|l| l.as_ref()) {
+            Some(l) => l.offer(msg),
+            None => Offer::Gone(msg),
+        }
+    }
+
+    /// [`Lane::send`] to shard `to`.
+    pub(crate) async fn send(&self, to: usize, msg: T) -> bool {
+        self.send_or_return(to, msg).await.is_ok()
+    }
+
+    /// [`Lane::send_or_return`] to shard `to`.
+    pub(crate) async fn send_or_return(&self, to: usize, msg: T) -> Result<(), T> {
+        match self.lanes.get(to).and_then(|l| l.clone()) {
+            Some(l) => l.send_or_return(msg).await,
+            None => Err(msg),
+        }
     }
 }
 

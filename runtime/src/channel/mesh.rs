@@ -38,11 +38,7 @@ pub fn channel_mesh<T: Send>(executors: &[ExecutorId], capacity: usize) -> Vec<M
         .map(|((&id, senders), (rings, notify))| MeshEndpoint {
             id,
             senders,
-            receiver: MeshReceiver {
-                rings,
-                notify,
-                next: 0,
-            },
+            receiver: MeshReceiver::new(rings, notify),
         })
         .collect()
 }
@@ -84,25 +80,32 @@ impl<T> MeshEndpoint<T> {
 
 /// Receives from every other member of a mesh, fairly (round-robin across sources).
 pub struct MeshReceiver<T> {
-    rings: Vec<(ExecutorId, Consumer<T>)>,
+    fan: Fan<T>,
     notify: Arc<Notify>,
-    next: usize,
 }
 
 impl<T> std::fmt::Debug for MeshReceiver<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MeshReceiver")
-            .field("sources", &self.rings.len())
+            .field("sources", &self.fan.rings.len())
             .finish()
     }
 }
 
 impl<T> MeshReceiver<T> {
+    /// A receiver of `rings`, all of which wake `notify`.
+    pub(super) fn new(rings: Vec<(ExecutorId, Consumer<T>)>, notify: Arc<Notify>) -> Self {
+        Self {
+            fan: Fan { rings, next: 0 },
+            notify,
+        }
+    }
+
     /// Takes one message without waiting, starting after the source served last.
     pub fn try_recv(&mut self) -> Result<(ExecutorId, T), TryRecvError> {
-        match self.pop_fair() {
+        match self.fan.pop_fair() {
             Some(m) => Ok(m),
-            None if self.all_closed() => Err(TryRecvError::Closed),
+            None if self.fan.all_closed() => Err(TryRecvError::Closed),
             None => Err(TryRecvError::Empty),
         }
     }
@@ -122,14 +125,14 @@ impl<T> MeshReceiver<T> {
         max: usize,
     ) -> Result<usize, Closed> {
         poll_fn(|cx| {
-            let n = self.drain(out, max);
+            let n = self.fan.drain(out, max);
             if n > 0 {
                 return Poll::Ready(Ok(n));
             }
             match self.poll_recv(cx) {
                 Poll::Ready(Ok(m)) => {
                     out.push(m);
-                    Poll::Ready(Ok(1 + self.drain(out, max.saturating_sub(1))))
+                    Poll::Ready(Ok(1 + self.fan.drain(out, max.saturating_sub(1))))
                 }
                 Poll::Ready(Err(c)) => Poll::Ready(Err(c)),
                 Poll::Pending => Poll::Pending,
@@ -138,7 +141,41 @@ impl<T> MeshReceiver<T> {
         .await
     }
 
-    fn drain(&mut self, out: &mut Vec<(ExecutorId, T)>, max: usize) -> usize {
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<(ExecutorId, T), Closed>> {
+        if let Some(m) = self.fan.pop_fair() {
+            return Poll::Ready(Ok(m));
+        }
+        self.notify.prepare_wait(cx.waker());
+        if let Some(m) = self.fan.pop_fair() {
+            self.notify.cancel_wait();
+            return Poll::Ready(Ok(m));
+        }
+        if self.fan.all_closed() {
+            self.notify.cancel_wait();
+            return Poll::Ready(Err(Closed));
+        }
+        Poll::Pending
+    }
+}
+
+impl<T> Drop for MeshReceiver<T> {
+    fn drop(&mut self) {
+        self.fan.close();
+    }
+}
+
+/// The consumer ends of several rings into one receiver, drained round-robin so that a busy
+/// source cannot starve the others. Its owner holds the [`Notify`] they all wake.
+pub(super) struct Fan<T> {
+    pub(super) rings: Vec<(ExecutorId, Consumer<T>)>,
+    /// The source the next pass starts with.
+    pub(super) next: usize,
+}
+
+impl<T> Fan<T> {
+    /// Moves up to `max` messages into `out`, at most `max / sources` (min 1) from one source
+    /// per pass, each source's in its order.
+    pub(super) fn drain(&mut self, out: &mut Vec<(ExecutorId, T)>, max: usize) -> usize {
         let sources = self.rings.len();
         if sources == 0 || max == 0 {
             return 0;
@@ -171,7 +208,7 @@ impl<T> MeshReceiver<T> {
         }
     }
 
-    fn pop_fair(&mut self) -> Option<(ExecutorId, T)> {
+    pub(super) fn pop_fair(&mut self) -> Option<(ExecutorId, T)> {
         let sources = self.rings.len();
         for k in 0..sources {
             let idx = (self.next + k) % sources;
@@ -185,31 +222,15 @@ impl<T> MeshReceiver<T> {
         None
     }
 
-    fn all_closed(&self) -> bool {
+    /// Every sender gone and every ring drained.
+    pub(super) fn all_closed(&self) -> bool {
         self.rings
             .iter()
             .all(|(_, rx)| rx.ring.tx_closed.load(Ordering::Acquire) && rx.is_empty())
     }
 
-    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<(ExecutorId, T), Closed>> {
-        if let Some(m) = self.pop_fair() {
-            return Poll::Ready(Ok(m));
-        }
-        self.notify.prepare_wait(cx.waker());
-        if let Some(m) = self.pop_fair() {
-            self.notify.cancel_wait();
-            return Poll::Ready(Ok(m));
-        }
-        if self.all_closed() {
-            self.notify.cancel_wait();
-            return Poll::Ready(Err(Closed));
-        }
-        Poll::Pending
-    }
-}
-
-impl<T> Drop for MeshReceiver<T> {
-    fn drop(&mut self) {
+    /// The receiver leaves: senders see `Closed`, and one waiting for room wakes.
+    pub(super) fn close(&self) {
         for (_, rx) in &self.rings {
             rx.ring.rx_closed.store(true, Ordering::Release);
             rx.ring.tx_notify.notify_always();

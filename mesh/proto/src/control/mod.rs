@@ -278,7 +278,7 @@ impl ControlCore {
     }
 
     /// True once after anything that may change the query views (peers, members, budgets)
-    /// happened: the driver republishes them only then (a flood of ignored datagrams stays
+    /// happened: the driver refreshes its snapshot of them only then (a flood of ignored datagrams stays
     /// cheap).
     pub fn take_changed(&mut self) -> bool {
         std::mem::take(&mut self.changed)

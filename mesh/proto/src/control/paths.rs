@@ -4,7 +4,7 @@
 //!
 //! **Owns:** when a new table is built and posted. **Must not touch:** the rule itself
 //! ([`crate::reverse_path`]), the membership state machine (read only) or the shards' use of
-//! the table (`router`).
+//! the table (`gossip`).
 //!
 //! A table is rebuilt when the graph's edges may have changed ([`MemberGraph::shape`]) or this
 //! node's links did (a link placed or removed, a dial race that replaced one), and only then;

@@ -10,7 +10,7 @@ use super::{ControlCore, ControlEvent};
 use crate::cmd::ToShard;
 use crate::config::MeshConfig;
 use crate::topics::{
-    EndpointGuid, TopicError, TopicsConfig, TopicsCore, TopicsInit, TopicsOutput, TopicsStats,
+    DiscoveryStats, EndpointGuid, TopicError, TopicsConfig, TopicsCore, TopicsInit, TopicsOutput,
     TopicsView, TreePlanner,
 };
 use crate::wire::{Discovery, Frame};
@@ -117,7 +117,7 @@ impl ControlCore {
     }
 
     /// The topics counters.
-    pub fn topics_stats(&self) -> TopicsStats {
+    pub fn discovery_stats(&self) -> DiscoveryStats {
         self.topics.stats()
     }
 

@@ -15,7 +15,7 @@
 //! [`SlowLinkPolicy`]: crate::SlowLinkPolicy
 
 use super::action::{Blocked, LinkError, LinkFault, ShardAction};
-use super::route::{Path, Queuer};
+use super::fan_out::{Path, Queuer};
 use super::ShardCore;
 use crate::budget::{LinkBudget, SlowLinkAction};
 use crate::stats::{add, add_dropped, inc};
@@ -81,7 +81,7 @@ impl ShardCore {
         if b.budget.is_slow() {
             add_dropped(
                 &self.counters.dropped_slow_link,
-                topic.map(|t| &t.dropped_no_route),
+                topic.map(|t| &t.dropped_slow_link),
                 b.frames,
             );
             return Unblock::Done;
@@ -96,7 +96,7 @@ impl ShardCore {
                 self.declare_slow(b.link, &b.budget, out);
                 add_dropped(
                     &self.counters.dropped_slow_link,
-                    topic.map(|t| &t.dropped_no_route),
+                    topic.map(|t| &t.dropped_slow_link),
                     b.frames,
                 );
                 return Unblock::Done;

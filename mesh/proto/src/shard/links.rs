@@ -3,7 +3,7 @@
 //!
 //! **Owns:** each served link's [`Link`] state machine, outbound queue, read and record state,
 //! and the single exit of a link ([`ShardCore::teardown`]). **Must not touch:** routing (see
-//! `route`) or the bytes of reads and writes (see `read` and `write`).
+//! `fan_out`) or the bytes of reads and writes (see `read` and `write`).
 
 use super::action::{IfBusy, LinkError, LinkFault, ShardAction};
 use super::read::{Rx, READ_CHUNK};

@@ -1,6 +1,6 @@
 //! The shard core: everything a data shard decides, as one sans-I/O state machine.
 //!
-//! A [`ShardCore`] owns the [`Router`] and its dedup state, the [`NeighbourLinks`] table and
+//! A [`ShardCore`] owns the [`Gossip`] and its dedup state, the [`NeighbourLinks`] table and
 //! the link owners, and every link served on its shard: the link's [`crate::Link`] state machine,
 //! its read buffer (or, secured, its [`crate::crypto::RecordReader`]), its outbound queue of
 //! [`crate::cmd::Out`]s, its record sealer and the accounting of its [`LinkBudget`]. It decides the
@@ -21,7 +21,7 @@
 //!
 //! - from the control plane: [`on_command`](ShardCore::on_command) (`ToShard<C>`; an
 //!   `AddLink` hands the connection back for the driver to serve);
-//! - from another shard: [`on_peer`](ShardCore::on_peer) (`ShardToShard`);
+//! - from another shard: [`on_hop`](ShardCore::on_hop) (`ShardToShard`);
 //! - from the application: [`publish`](ShardCore::publish) (on the origin shard only);
 //! - a link's reader: [`read_buffer`](ShardCore::read_buffer) → read into it →
 //!   [`on_read`](ShardCore::on_read) (or [`on_eof`](ShardCore::on_eof) /
@@ -65,18 +65,18 @@
 //!
 //! No file imports a sibling above it: `action` (the output vocabulary, [`Blocked`] included)
 //! and `reliable_tuning` import none; `read` and `write` (a link's bytes in and out) only
-//! `action`; `links` (the served links, their lifecycle) `read` and `write`; `route` (the
-//! Data path and queuing on links) `links`; `backpressure`, `origin` and `samples` `route`;
+//! `action`; `links` (the served links, their lifecycle) `read` and `write`; `fan_out` (the
+//! Data path and queuing on links) `links`; `backpressure`, `origin` and `samples` `fan_out`;
 //! `reliable` `samples`. Each adds its part of [`ShardCore`]'s methods.
 
 mod action;
 mod backpressure;
+mod fan_out;
 mod links;
 mod origin;
 mod read;
 mod reliable;
 mod reliable_tuning;
-mod route;
 mod samples;
 mod write;
 
@@ -98,7 +98,7 @@ use crate::budget::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
 use crate::cmd::{ShardToShard, ToControl, ToShard};
 use crate::config::MeshConfig;
 use crate::dedup::DedupCache;
-use crate::router::{MsgIdGen, NeighbourLinks, Router};
+use crate::gossip::{Gossip, MsgIdGen, NeighbourLinks};
 use crate::stats::{add, Counters};
 use crate::topics::SampleRoutes;
 use crate::{LinkId, PeerId};
@@ -189,7 +189,7 @@ pub struct ShardCore {
     shards: usize,
     cfg: ShardConfig,
     counters: Arc<Counters>,
-    router: Router,
+    gossip: Gossip,
     table: NeighbourLinks,
     /// Every routed link (of any shard): the shard serving it and its budget.
     owners: AHashMap<LinkId, (usize, Arc<LinkBudget>)>,
@@ -245,7 +245,7 @@ impl ShardCore {
         ShardCore {
             idx,
             shards: n,
-            router: Router::with_dedup(cfg.me, cfg.initial_ttl, dedup),
+            gossip: Gossip::with_dedup(cfg.me, cfg.initial_ttl, dedup),
             table: NeighbourLinks::new(),
             owners: AHashMap::new(),
             links: Links::default(),
@@ -287,9 +287,9 @@ impl ShardCore {
         &self.counters
     }
 
-    /// The router (for its statistics).
-    pub fn router(&self) -> &Router {
-        &self.router
+    /// The gossip state (for its statistics).
+    pub fn gossip(&self) -> &Gossip {
+        &self.gossip
     }
 
     /// The links this shard serves.
@@ -353,7 +353,7 @@ impl ShardCore {
                 msg: ToControl::Synced(token),
                 busy: IfBusy::Detach,
             }),
-            ToShard::ReversePaths(t) => self.router.set_paths(Some(t)),
+            ToShard::ReversePaths(t) => self.gossip.set_paths(Some(t)),
             ToShard::PauseDiscovery { link, until } => {
                 if let Some(slot) = self.links.slot(link) {
                     self.links.at(slot).discovery_paused = Some(until);
@@ -364,18 +364,16 @@ impl ShardCore {
     }
 
     /// Handles a message from another shard.
-    pub fn on_peer(&mut self, msg: ShardToShard, now: Instant, out: &mut Vec<ShardAction>) {
+    pub fn on_hop(&mut self, msg: ShardToShard, now: Instant, out: &mut Vec<ShardAction>) {
         self.begin_call();
         match msg {
-            ShardToShard::Relay { from, data } => {
-                self.route(from, data, route::Path::Inbox, now, out)
+            ShardToShard::HopData { from, data } => {
+                self.route(from, data, fan_out::Path::Inbox, now, out)
             }
-            ShardToShard::RelaySamples { from, samples } => {
-                self.route_samples(from, samples, route::Path::Inbox, now, out)
+            ShardToShard::HopSamples { from, samples } => {
+                self.route_samples(from, samples, fan_out::Path::Inbox, now, out)
             }
-            ShardToShard::RelayReliable { from, frame } => {
-                self.route_reliable(from, frame, now, out)
-            }
+            ShardToShard::HopReliable { from, frame } => self.route_reliable(from, frame, now, out),
             ShardToShard::Transmit {
                 link,
                 out: o,
@@ -400,7 +398,7 @@ impl ShardCore {
 
     /// When [`handle_timeout`](Self::handle_timeout) has work next.
     pub fn poll_timeout(&self) -> Instant {
-        let mut at = self.router.poll_timeout();
+        let mut at = self.gossip.poll_timeout();
         if let Some(t) = self.parked.next_expiry(self.cfg.parked_sample_timeout) {
             at = at.min(t);
         }
@@ -418,7 +416,7 @@ impl ShardCore {
 
     /// Sweeps the dedup cache when due, and closes what a stop left open past its grace.
     pub fn handle_timeout(&mut self, now: Instant, out: &mut Vec<ShardAction>) {
-        self.router.handle_timeout(now);
+        self.gossip.handle_timeout(now);
         self.expire_parked(now);
         self.reliable_timeout(now, out);
         self.linger_timeout(now, out);

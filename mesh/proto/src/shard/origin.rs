@@ -4,10 +4,10 @@
 //! the ingress queue that carries publishes to the shard (the driver's).
 
 use super::action::ShardAction;
-use super::route::{Path, Targets};
+use super::fan_out::{Path, Targets};
 use super::ShardCore;
 use crate::cmd::Out;
-use crate::router::{DataMeta, DataVerdict};
+use crate::gossip::{DataMeta, DataVerdict};
 use crate::stats::{add, inc};
 use crate::wire::{take_data, Data};
 use crate::{LinkId, MsgId, PeerId};
@@ -91,7 +91,7 @@ impl ShardCore {
             msg_id,
             ttl: 0,
         };
-        match self.router.originate(&self.table, dst) {
+        match self.gossip.originate(&self.table, dst) {
             DataVerdict::Deliver => {
                 let d = Data {
                     src: me,
@@ -128,7 +128,7 @@ impl ShardCore {
         out: &mut Vec<ShardAction>,
     ) {
         add(&self.counters.originated, count as u64);
-        match self.router.originate_many(&self.table, dst, count as u64) {
+        match self.gossip.originate_many(&self.table, dst, count as u64) {
             DataVerdict::Deliver => {
                 while let Some(d) = take_data(&mut frames, u32::MAX) {
                     self.deliver(d, out);

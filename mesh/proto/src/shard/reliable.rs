@@ -28,7 +28,7 @@
 //! the application (the sink / driver).
 
 use super::action::{Delivered, IfBusy, SamplesLost, ShardAction};
-use super::route::{Path, Targets};
+use super::fan_out::{Path, Targets};
 use super::samples::samples_shard;
 use super::ShardCore;
 use crate::cmd::{Out, RelFrame, ShardToShard};
@@ -363,7 +363,7 @@ impl ShardCore {
             inc(&self.counters.hops_out);
             out.push(ShardAction::Post {
                 to: owner,
-                msg: ShardToShard::RelayReliable { from, frame: f },
+                msg: ShardToShard::HopReliable { from, frame: f },
                 busy: IfBusy::Wait,
             });
             return;

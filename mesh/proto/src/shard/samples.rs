@@ -19,7 +19,7 @@
 //! delivery reaches the application (the driver's [`super::DeliverySink`]).
 
 use super::action::{Delivered, IfBusy, SampleRun, ShardAction};
-use super::route::{Path, Targets};
+use super::fan_out::{Path, Targets};
 use super::ShardCore;
 use crate::cmd::{Out, ShardToShard};
 use crate::stats::{add, inc, TopicCounterSet};
@@ -183,7 +183,7 @@ impl ShardCore {
             inc(&self.counters.hops_out);
             out.push(ShardAction::Post {
                 to: owner,
-                msg: ShardToShard::RelaySamples { from, samples: s },
+                msg: ShardToShard::HopSamples { from, samples: s },
                 busy: IfBusy::Wait,
             });
             return;

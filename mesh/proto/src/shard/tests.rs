@@ -325,7 +325,7 @@ fn a_frame_whose_dedup_state_is_elsewhere_hops_once_to_its_shard() {
     assert!(s.feed(A, &data_frame(PC, PeerId::ZERO, 1, 8, b"x"), s.at(1)));
     let acts = s.take();
     assert!(
-        matches!(&acts[..], [ShardAction::Post { to, msg: ShardToShard::Relay { from: A, data }, busy: IfBusy::Wait }]
+        matches!(&acts[..], [ShardAction::Post { to, msg: ShardToShard::HopData { from: A, data }, busy: IfBusy::Wait }]
             if *to == owner && data.msg_id == id),
         "{acts:?}"
     );
@@ -356,7 +356,7 @@ fn fan_out_to_a_link_of_another_shard_is_a_reserved_transmit() {
     assert_eq!(out.held(), 58 + 3);
     assert_eq!(remote.queued(), 58 + 3, "reserved before it hops");
 
-    // A relayed frame routed by the inbox never waits for a ring: it is given back if full.
+    // A frame that hopped here, routed by the inbox, never waits for a ring: it is given back if full.
     let d = Data {
         src: PC,
         dst: PeerId::ZERO,
@@ -364,8 +364,8 @@ fn fan_out_to_a_link_of_another_shard_is_a_reserved_transmit() {
         ttl: 8,
         payload: Bytes::from_static(b"zz"),
     };
-    s.core.on_peer(
-        ShardToShard::Relay { from: A, data: d },
+    s.core.on_hop(
+        ShardToShard::HopData { from: A, data: d },
         s.at(2),
         &mut s.out,
     );

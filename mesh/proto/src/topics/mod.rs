@@ -15,8 +15,8 @@ pub mod tree;
 
 pub use self::config::{TopicsConfig, TopicsConfigError};
 pub use self::core::{
-    EndpointView, LocalSide, PlannerStats, RouteInput, RoutePlanner, TopicError, TopicEvent,
-    TopicView, TopicsCore, TopicsInit, TopicsOutput, TopicsStats, TopicsView, TreePlanner,
+    DiscoveryStats, EndpointView, LocalSide, PlannerStats, RouteInput, RoutePlanner, TopicError,
+    TopicEvent, TopicView, TopicsCore, TopicsInit, TopicsOutput, TopicsView, TreePlanner,
     WriterDemand,
 };
 pub use credit::WriterCredit;

@@ -28,7 +28,7 @@ use shoal_proto::shard::{
 };
 use shoal_proto::stats::Counters;
 use shoal_proto::wire::{peek_frame_len, DecodeStatus, FrameType, DATA_HEADER_LEN};
-use shoal_proto::{CloseReason, LinkId, PeerId, Router};
+use shoal_proto::{CloseReason, Gossip, LinkId, PeerId};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -157,9 +157,9 @@ impl DataPath {
         self.conns.len()
     }
 
-    /// The core's router (its statistics).
-    pub fn router(&self) -> &Router {
-        self.core.router()
+    /// The core's gossip state (its statistics).
+    pub fn gossip(&self) -> &Gossip {
+        self.core.gossip()
     }
 
     /// The core's counters.

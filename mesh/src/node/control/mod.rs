@@ -14,7 +14,7 @@
 //! - [`scout`]: the multicast socket (beacons out, datagrams in).
 //!
 //! Every input is fed to the core under one `RefCell` borrow, followed by [`run_actions`],
-//! which executes the core's actions and publishes the query snapshot and the counters.
+//! which executes the core's actions and refreshes the query snapshot and the counters.
 
 mod outbox;
 mod scout;
@@ -22,19 +22,17 @@ mod sockets;
 mod topics;
 
 use super::event::{ErrorKind, Event};
-use super::msg::Msg;
-use super::shared::{Channels, NodeShared, Snapshot};
+use super::msg::{ControlEndpoint, ShardCmd};
+use super::shared::{NodeShared, ShardLanes, Snapshot};
 use super::stats::raise;
 use super::warn::{flush_summaries, warn_limited, WarnLimiter, WARN_INTERVAL};
 use crate::topics::{EndpointGuid, EndpointSpec, Reasons, TopicError};
 use bytes::Bytes;
 use event_listener::Event as Signal;
-use shoal_proto::control::{
-    Action, ControlCore, ControlErrorKind, ControlEvent, ControlInit as CoreInit,
-};
+use shoal_proto::control::{Action, ControlCore, ControlErrorKind, ControlEvent, ControlInit};
 use shoal_proto::topics::TopicEvent;
 use shoal_proto::PeerId;
-use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
+use shoal_runtime::channel::IngressReceiver;
 use shoal_runtime::net::TcpListener;
 use shoal_runtime::spawn_local;
 use shoal_runtime::time::sleep_until;
@@ -59,9 +57,10 @@ pub(crate) type Created = (EndpointGuid, Option<Arc<shoal_proto::topics::WriterC
 /// Where a create command's answer goes (room for one: the control plane never waits).
 pub(crate) type CreateReply = mpsc::SyncSender<Result<Created, TopicError>>;
 
-/// Requests from the application handle.
+/// Requests from the application handle to the control plane (not to be confused with
+/// `shoal_proto::cmd`, the commands between the executors).
 #[derive(Debug)]
-pub(crate) enum Cmd {
+pub(crate) enum Request {
     /// Say Goodbye to every peer, close every link, then answer.
     Stop(mpsc::Sender<()>),
     /// Create a local writer or reader and answer with its GUID or the refusal.
@@ -86,7 +85,7 @@ thread_local! {
 
 /// Carries `cmd` out at once if this thread runs `ns`'s control plane (a callback there must
 /// not wait for its own executor); hands it back otherwise, for the command queue.
-pub(crate) fn run_here(ns: &Arc<NodeShared>, cmd: Cmd) -> Result<(), Cmd> {
+pub(crate) fn run_here(ns: &Arc<NodeShared>, cmd: Request) -> Result<(), Request> {
     let ctl = HERE
         .try_with(|h| match &*h.borrow() {
             Some((node, ctl)) if std::ptr::eq(*node, Arc::as_ptr(ns)) => ctl.upgrade(),
@@ -101,7 +100,7 @@ pub(crate) fn run_here(ns: &Arc<NodeShared>, cmd: Cmd) -> Result<(), Cmd> {
         // Unreachable while callbacks run only between the core's calls (`run_actions`);
         // should that change, the caller gets `MeshError::NotRunning`, never a panic or a
         // hang (a removal is skipped; the endpoint goes with the node).
-        if let Cmd::CreateEndpoint { reply, .. } = cmd {
+        if let Request::CreateEndpoint { reply, .. } = cmd {
             drop(reply);
         }
         return Ok(());
@@ -112,10 +111,10 @@ pub(crate) fn run_here(ns: &Arc<NodeShared>, cmd: Cmd) -> Result<(), Cmd> {
 
 /// Carries out one command of the application (`inline`: on this thread, for a callback of
 /// this control plane, which cannot wait for anything).
-fn handle(ctl: &Rc<Ctl>, cmd: Cmd, inline: bool) {
+fn handle(ctl: &Rc<Ctl>, cmd: Request, inline: bool) {
     match cmd {
-        Cmd::Stop(reply) => begin_stop(ctl, reply),
-        Cmd::CreateEndpoint { spec, reply } => {
+        Request::Stop(reply) => begin_stop(ctl, reply),
+        Request::CreateEndpoint { spec, reply } => {
             let r = ctl.feed(|c, now, wall| topics::create(c, &spec, now, wall));
             match r {
                 Ok(created) if spec.kind == crate::topics::EndpointKind::Writer && !inline => {
@@ -133,10 +132,10 @@ fn handle(ctl: &Rc<Ctl>, cmd: Cmd, inline: bool) {
                 }
             }
         }
-        Cmd::RemoveEndpoint(guid) => {
+        Request::RemoveEndpoint(guid) => {
             ctl.feed(|c, now, wall| topics::remove(c, guid, now, wall));
         }
-        Cmd::Nodes(reply) => {
+        Request::Nodes(reply) => {
             let view = ctl.core.borrow().nodes_view(wall_ms());
             let _ = reply.try_send(view);
         }
@@ -144,10 +143,10 @@ fn handle(ctl: &Rc<Ctl>, cmd: Cmd, inline: bool) {
 }
 
 /// What the control-plane task starts with.
-pub(crate) struct ControlInit {
+pub(crate) struct ControlStart {
     pub(crate) ns: Arc<NodeShared>,
-    pub(crate) endpoint: MeshEndpoint<Msg>,
-    pub(crate) cmds: IngressReceiver<Cmd>,
+    pub(crate) endpoint: ControlEndpoint,
+    pub(crate) requests: IngressReceiver<Request>,
     pub(crate) listen: SocketAddr,
     pub(crate) ready: mpsc::Sender<std::io::Result<u16>>,
     /// Seeds the core's random choices, ephemeral keys included (from the OS).
@@ -157,7 +156,8 @@ pub(crate) struct ControlInit {
 /// The control plane's shared state on its executor.
 pub(super) struct Ctl {
     ns: Arc<NodeShared>,
-    ch: Channels,
+    /// Lanes to the shards (only the outbox's pump sends on them).
+    to_shards: ShardLanes<ShardCmd>,
     listener: Rc<TcpListener>,
     core: RefCell<ControlCore>,
     socks: sockets::Sockets,
@@ -167,10 +167,10 @@ pub(super) struct Ctl {
     /// Aggregates the warnings that hostile input can trigger at will.
     warns: RefCell<WarnLimiter>,
     stop_reply: RefCell<Option<mpsc::Sender<()>>>,
-    /// The topics view last published (a new `Arc` from the core means it changed).
+    /// The topics view in the last snapshot (a new `Arc` from the core means it changed).
     topics_view: RefCell<Option<Arc<crate::topics::TopicsView>>>,
-    /// The discovery counters last published.
-    topics_stats: std::cell::Cell<crate::topics::TopicsStats>,
+    /// The discovery counters last handed out.
+    discovery_stats: std::cell::Cell<crate::topics::DiscoveryStats>,
     /// Create commands of writers waiting for their first route table to reach every shard
     /// (so their first samples find it, not a shard that has to hold them).
     pending_creates: RefCell<Vec<(EndpointGuid, CreateReply, Created)>>,
@@ -201,11 +201,11 @@ fn wall_ms() -> u64 {
 }
 
 /// The control plane's main task.
-pub(crate) async fn run(init: ControlInit) {
-    let ControlInit {
+pub(crate) async fn run(init: ControlStart) {
+    let ControlStart {
         ns,
         endpoint,
-        mut cmds,
+        mut requests,
         listen,
         ready,
         seed,
@@ -227,7 +227,7 @@ pub(crate) async fn run(init: ControlInit) {
     let _ = ready.send(Ok(port));
     let (senders, rx) = endpoint.split();
     let core = ControlCore::new(
-        CoreInit {
+        ControlInit {
             me: ns.me,
             cfg: ns.cfg.clone(),
             shards: ns.shards,
@@ -245,7 +245,7 @@ pub(crate) async fn run(init: ControlInit) {
     let listener = Rc::new(listener);
     let ctl = Rc::new(Ctl {
         listener: listener.clone(),
-        ch: Channels::new(senders, ns.shards),
+        to_shards: ShardLanes::new(senders, ns.shards),
         core: RefCell::new(core),
         socks: sockets::Sockets::default(),
         outbox_ready: Signal::new(),
@@ -254,7 +254,7 @@ pub(crate) async fn run(init: ControlInit) {
         warns: RefCell::new(WarnLimiter::new(WARN_INTERVAL)),
         stop_reply: RefCell::new(None),
         topics_view: RefCell::new(None),
-        topics_stats: std::cell::Cell::new(Default::default()),
+        discovery_stats: std::cell::Cell::new(Default::default()),
         pending_creates: RefCell::new(Vec::new()),
         ready_early: RefCell::new(Vec::new()),
         rearm: Signal::new(),
@@ -271,7 +271,7 @@ pub(crate) async fn run(init: ControlInit) {
     }
     spawn_local(tick(ctl.clone())).detach();
     ctl.feed(|c, now, wall| c.start(now, wall));
-    while let Ok(cmd) = cmds.recv().await {
+    while let Ok(cmd) = requests.recv().await {
         handle(&ctl, cmd, false);
     }
 }
@@ -313,7 +313,7 @@ fn begin_stop(ctl: &Rc<Ctl>, reply: mpsc::Sender<()>) {
     ctl.feed(|c, now, wall| c.stop(now, wall));
 }
 
-/// Publishes the query snapshot, then executes the core's actions, then publishes the
+/// Refreshes the query snapshot, then executes the core's actions, then refreshes it and the
 /// counters. The snapshot goes first: an application that sees `PeerConnected` may publish at
 /// once, and must then find the peer counted (the publish path answers `NoRoute` otherwise).
 pub(super) fn run_actions(ctl: &Rc<Ctl>) {
@@ -322,7 +322,7 @@ pub(super) fn run_actions(ctl: &Rc<Ctl>) {
     if ctl.core.borrow().poll_timeout() < ctl.armed.get() {
         ctl.rearm.notify(1);
     }
-    publish(ctl);
+    refresh_snapshot(ctl);
     loop {
         let next = ctl.core.borrow_mut().poll_action();
         let Some(a) = next else { break };
@@ -356,11 +356,11 @@ pub(super) fn run_actions(ctl: &Rc<Ctl>) {
     if ctl.core.borrow().has_shard_posts() {
         ctl.outbox_ready.notify(1);
     }
-    publish(ctl);
+    refresh_snapshot(ctl);
 }
 
 /// The query snapshot (when it may have changed) and the counters, as the core has them now.
-fn publish(ctl: &Ctl) {
+fn refresh_snapshot(ctl: &Ctl) {
     let mut core = ctl.core.borrow_mut();
     let view = topics::view(&mut core);
     let new_view = {
@@ -393,11 +393,11 @@ fn publish(ctl: &Ctl) {
             s.topics = view;
         }
     }
-    let ts = core.topics_stats();
-    if ts != ctl.topics_stats.get() {
-        ctl.topics_stats.set(ts);
+    let ts = core.discovery_stats();
+    if ts != ctl.discovery_stats.get() {
+        ctl.discovery_stats.set(ts);
         *ctl.ns
-            .topics_stats
+            .discovery_stats
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = ts;
     }

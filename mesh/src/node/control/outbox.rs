@@ -6,8 +6,7 @@
 //! touch:** their content.
 
 use super::{run_actions, Ctl};
-use crate::node::msg::Msg;
-use shoal_proto::cmd::ToShard;
+use shoal_proto::cmd::{ToControl, ToShard};
 use shoal_runtime::channel::MeshReceiver;
 use std::rc::Rc;
 
@@ -34,22 +33,19 @@ pub(super) async fn pump(ctl: Rc<Ctl>) {
                 }
             }
         };
-        ctl.ch.send(to, Msg::ToShard(cmd)).await;
+        ctl.to_shards.send(to, cmd).await;
     }
 }
 
-pub(super) async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<Msg>) {
+pub(super) async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<ToControl>) {
     let mut batch = Vec::with_capacity(64);
     while rx.recv_batch(&mut batch, 64).await.is_ok() {
         {
             let mut core = ctl.core.borrow_mut();
             let now = std::time::Instant::now();
             let wall = super::wall_ms();
-            for (_, m) in batch.drain(..) {
-                // Only shards write to the control plane, and they only send reports.
-                if let Msg::ToControl(r) = m {
-                    core.on_shard_report(r, now, wall);
-                }
+            for (_, r) in batch.drain(..) {
+                core.on_shard_report(r, now, wall);
             }
         }
         run_actions(&ctl);

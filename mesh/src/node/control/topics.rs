@@ -1,5 +1,5 @@
 //! The control driver's topics calls: the application's endpoint commands fed to the
-//! control core, and the view it publishes for `Mesh::topics`.
+//! control core, and the view it hands out for `Mesh::topics`.
 //!
 //! **Owns:** the translation of the application's endpoint commands into control-core
 //! calls. **Must not touch:** what the core decides (admission, matching,
@@ -38,7 +38,7 @@ pub(super) fn remove(core: &mut ControlCore, guid: EndpointGuid, now: Instant, w
     }
 }
 
-/// The topics view to publish (the same `Arc` until something changed).
+/// The topics view for the query snapshot (the same `Arc` until something changed).
 pub(super) fn view(core: &mut ControlCore) -> Option<Arc<TopicsView>> {
     Some(core.topics_view())
 }

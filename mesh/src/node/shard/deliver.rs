@@ -83,9 +83,9 @@ fn run_callbacks(hub: &EventHub, d: &Delivered) {
 }
 
 /// Puts `d` in `outbox` as far as the event queue has room now (its callbacks ran in the
-/// sink); gives back what did not go in: all of it, or a run's tail. Always inlined: a call
-/// moves `d` (and the result) through memory, which cost a delivered 64 B broadcast about a
-/// tenth of its rate (`bench/notes/house.md`).
+/// sink); gives back what did not go in: all of it, or a run's tail. Always inlined into the
+/// sink: a call would move `d` and the result through memory on every delivered message
+/// (without it, the first A/B read broadcast delivery ~8% lower; `bench/notes/house.md`).
 #[inline(always)]
 pub(super) fn try_queue(hub: &EventHub, outbox: &Outbox, d: Delivered) -> Result<(), Delivered> {
     match d {

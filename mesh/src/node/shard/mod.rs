@@ -3,7 +3,7 @@
 //!
 //! A shard runs these tasks on its executor:
 //! - the **inbox** ([`run`]): commands of the control plane and messages of the other shards,
-//!   fed to the core in batches;
+//!   fed to the core in batches, each batch's commands first (see [`super::msg`] for why);
 //! - the **ingress** (`ingress`, on the shard owning this node's id only): what the
 //!   application publishes;
 //! - the **timer**: the core's dedup sweep and stop grace;
@@ -34,19 +34,19 @@ mod link;
 pub(crate) mod task;
 
 use super::event::{ErrorKind, Event, Outbox};
-use super::msg::{Msg, ShardCmd};
+use super::msg::{ShardCmd, ShardEndpoint};
 use super::recycle::Recycler;
-use super::shared::{Channels, NodeShared, Offer};
+use super::shared::{Lane, NodeShared, Offer, ShardLanes};
 use super::stats::Counters;
 use ahash::AHashMap;
 use deliver::HubSink;
 use event_listener::Event as Signal;
-use shoal_proto::cmd::ShardToShard;
+use shoal_proto::cmd::{ShardToShard, ToControl};
 use shoal_proto::shard::{
     IfBusy, LinkError, LinkFault, ShardAction, ShardConfig, ShardCore, Unblock,
 };
 use shoal_proto::LinkId;
-use shoal_runtime::channel::{IngressReceiver, MeshEndpoint};
+use shoal_runtime::channel::IngressReceiver;
 use shoal_runtime::net::MAX_IOVECS;
 use shoal_runtime::{spawn_local, LocalJoinHandle};
 use std::cell::{Cell, RefCell};
@@ -62,10 +62,10 @@ pub(crate) use shoal_proto::shard::Publish;
 const SPARE_READ_BLOCKS: usize = 256;
 
 /// What a shard task starts with.
-pub(crate) struct ShardInit {
+pub(crate) struct ShardStart {
     pub(crate) idx: usize,
     pub(crate) ns: Arc<NodeShared>,
-    pub(crate) endpoint: MeshEndpoint<Msg>,
+    pub(crate) endpoint: ShardEndpoint,
     /// Only on the shard that owns this node's own id (it originates every message).
     pub(crate) publish: Option<IngressReceiver<Publish>>,
     pub(crate) seed: u64,
@@ -85,7 +85,10 @@ struct LinkTasks {
 struct Ctx {
     idx: usize,
     ns: Arc<NodeShared>,
-    ch: Channels,
+    /// Lanes to the other shards.
+    to_shards: ShardLanes<ShardToShard>,
+    /// The lane to the control plane.
+    to_control: Lane<ToControl>,
     core: RefCell<ShardCore>,
     tasks: RefCell<AHashMap<LinkId, LinkTasks>>,
     /// The shard's clock, read once per batch rather than once per frame: a clock read costs
@@ -131,10 +134,6 @@ impl Ctx {
     fn wake_receivers(&self) {
         self.ns.hub.wake_receivers(&self.outbox);
     }
-
-    fn control(&self) -> usize {
-        self.ns.shards
-    }
 }
 
 /// Which task carries out actions: a link's own task is not stopped by its link's end
@@ -147,15 +146,15 @@ enum Who {
 }
 
 /// The shard's main task: the inbox.
-pub(crate) async fn run(init: ShardInit) {
-    let ShardInit {
+pub(crate) async fn run(init: ShardStart) {
+    let ShardStart {
         idx,
         ns,
         endpoint,
         publish,
         seed,
     } = init;
-    let (senders, mut rx) = endpoint.split();
+    let (senders, up, mut rx) = endpoint.split();
     let now = Instant::now();
     let mut cfg = ShardConfig::new(ns.me, &ns.cfg);
     cfg.policy = ns.policy;
@@ -175,7 +174,8 @@ pub(crate) async fn run(init: ShardInit) {
     let core = ShardCore::new(idx, ns.shards, cfg, counters, seed, now, Box::new(sink));
     let ctx = Rc::new(Ctx {
         idx,
-        ch: Channels::new(senders, ns.shards),
+        to_shards: ShardLanes::new(senders, ns.shards),
+        to_control: Lane::new(up),
         core: RefCell::new(core),
         tasks: RefCell::new(AHashMap::new()),
         ns,
@@ -191,18 +191,21 @@ pub(crate) async fn run(init: ShardInit) {
         spawn_local(ingress::ingress_loop(ctx.clone(), p)).detach();
     }
     spawn_local(timer(ctx.clone())).detach();
-    let mut batch = Vec::with_capacity(64);
+    let (mut cmds, mut msgs) = (Vec::with_capacity(64), Vec::with_capacity(64));
     let (mut actions, mut waits) = (Vec::new(), Vec::new());
-    while rx.recv_batch(&mut batch, 64).await.is_ok() {
+    while rx.recv_batch(&mut cmds, &mut msgs, 64).await.is_ok() {
         ctx.tick();
-        for (_, m) in batch.drain(..) {
-            let now = ctx.now();
-            match m {
-                Msg::ToShard(c) => command(&ctx, c, now, &mut actions),
-                Msg::Peer(p) => ctx.core.borrow_mut().on_peer(p, now, &mut actions),
-                // Reports go to the control plane only.
-                Msg::ToControl(_) => {}
+        // Commands first: the batch holds every command sent before its shard messages were
+        // (see `super::msg`).
+        for c in cmds.drain(..) {
+            command(&ctx, c, ctx.now(), &mut actions);
+            carry(&ctx, &mut actions, &mut waits, Who::Other);
+            if !waits.is_empty() {
+                settle(&ctx, &mut waits, Who::Other).await;
             }
+        }
+        for (_, m) in msgs.drain(..) {
+            ctx.core.borrow_mut().on_hop(m, ctx.now(), &mut actions);
             carry(&ctx, &mut actions, &mut waits, Who::Other);
             if !waits.is_empty() {
                 settle(&ctx, &mut waits, Who::Other).await;
@@ -260,29 +263,24 @@ fn carry(ctx: &Rc<Ctx>, actions: &mut Vec<ShardAction>, waits: &mut Vec<ShardAct
 /// Carries out one action if that needs no waiting; hands it back (`Some`) otherwise.
 fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
     match a {
-        ShardAction::Post { to, msg, busy } => match ctx.ch.offer(to, Msg::Peer(msg)) {
+        ShardAction::Post { to, msg, busy } => match ctx.to_shards.offer(to, msg) {
             Offer::Sent => {}
-            Offer::Gone(Msg::Peer(msg)) => ctx.core.borrow_mut().unposted(msg, false),
-            Offer::Busy(Msg::Peer(msg)) if busy == IfBusy::Drop => {
-                ctx.core.borrow_mut().unposted(msg, true)
-            }
-            Offer::Busy(Msg::Peer(msg)) => return Some(ShardAction::Post { to, msg, busy }),
-            Offer::Gone(_) | Offer::Busy(_) => unreachable!("offer hands back what it was given"),
+            Offer::Gone(msg) => ctx.core.borrow_mut().unposted(msg, false),
+            Offer::Busy(msg) if busy == IfBusy::Drop => ctx.core.borrow_mut().unposted(msg, true),
+            Offer::Busy(msg) => return Some(ShardAction::Post { to, msg, busy }),
         },
         ShardAction::Report { msg, busy } => match busy {
             IfBusy::Detach => {
-                let c2 = ctx.clone();
+                let lane = ctx.to_control.clone();
                 spawn_local(async move {
-                    let to = c2.control();
-                    c2.ch.send(to, Msg::ToControl(msg)).await;
+                    lane.send(msg).await;
                 })
                 .detach();
             }
-            _ => match ctx.ch.offer(ctx.control(), Msg::ToControl(msg)) {
+            _ => match ctx.to_control.offer(msg) {
                 Offer::Sent | Offer::Gone(_) => {}
                 Offer::Busy(_) if busy == IfBusy::Drop => {}
-                Offer::Busy(Msg::ToControl(msg)) => return Some(ShardAction::Report { msg, busy }),
-                Offer::Busy(_) => unreachable!("offer hands back what it was given"),
+                Offer::Busy(msg) => return Some(ShardAction::Report { msg, busy }),
             },
         },
         // Its callbacks ran in the sink (see `deliver`).
@@ -321,7 +319,7 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<ShardAction>, who: Who) {
                 msg,
                 busy: IfBusy::Wait,
             } => {
-                ctx.ch.send(ctx.control(), Msg::ToControl(msg)).await;
+                ctx.to_control.send(msg).await;
             }
             ShardAction::Deliver(d) => task::place_waiting(ctx, d).await,
             ShardAction::Block(b) => {
@@ -350,7 +348,7 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<ShardAction>, who: Who) {
 /// Posts `msg` to shard `to`, waiting for ring room; gives it back to the core if that shard
 /// is gone.
 async fn post_waiting(ctx: &Rc<Ctx>, to: usize, msg: ShardToShard) {
-    if let Err(Msg::Peer(msg)) = ctx.ch.send_or_return(to, Msg::Peer(msg)).await {
+    if let Err(msg) = ctx.to_shards.send_or_return(to, msg).await {
         ctx.core.borrow_mut().unposted(msg, false);
     }
 }

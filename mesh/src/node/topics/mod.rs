@@ -22,7 +22,7 @@ mod writer;
 pub use reader::Reader;
 pub use writer::Writer;
 
-use super::control::{self, Cmd};
+use super::control::{self, Request};
 use super::{Mesh, MeshError};
 use crate::topics::{EndpointGuid, EndpointKind, EndpointSpec, Topic, TopicsSnapshot};
 use shoal_proto::topics::WriterCredit;
@@ -86,7 +86,7 @@ impl Mesh {
         let discovery = *self
             .inner
             .ns
-            .topics_stats
+            .discovery_stats
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         TopicsSnapshot::of(self.snapshot(|s| s.topics.clone()), discovery)
@@ -103,7 +103,7 @@ impl Mesh {
         let tx = self.inner.cmd.get().ok_or(MeshError::NotRunning)?;
         let topic = spec.topic.clone();
         let (reply, answer) = mpsc::sync_channel(1);
-        let cmd = Cmd::CreateEndpoint {
+        let cmd = Request::CreateEndpoint {
             spec: Box::new(spec),
             reply,
         };
@@ -133,7 +133,7 @@ impl Mesh {
         let Some(tx) = self.inner.cmd.get() else {
             return;
         };
-        let Err(cmd) = control::run_here(ns, Cmd::RemoveEndpoint(guid)) else {
+        let Err(cmd) = control::run_here(ns, Request::RemoveEndpoint(guid)) else {
             return;
         };
         let cmd = match tx.try_send(cmd) {

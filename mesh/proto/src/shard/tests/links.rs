@@ -115,7 +115,7 @@ fn teardown_counts_queued_and_in_flight_frames_and_frees_their_bytes() {
         out: Out::Data(h, Bytes::from_static(&[0; 12])),
         frames: 1,
     };
-    s.core.on_peer(t, s.at(4), &mut s.out);
+    s.core.on_hop(t, s.at(4), &mut s.out);
     assert_eq!(b2.queued(), 0);
     assert_eq!(s.stats().dropped_no_route, 1);
 }

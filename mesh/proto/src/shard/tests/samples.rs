@@ -232,7 +232,7 @@ fn a_run_read_on_another_shard_hops_to_its_writers_shard_once() {
     let hop = a.into_iter().find_map(|a| match a {
         ShardAction::Post {
             to,
-            msg: ShardToShard::RelaySamples { from, samples },
+            msg: ShardToShard::HopSamples { from, samples },
             ..
         } => Some((to, from, samples.first_seq)),
         _ => None,
@@ -428,6 +428,52 @@ fn a_batch_that_waited_for_room_is_counted_for_its_topic_when_it_goes_out() {
     ));
     let t = stats(&topic);
     assert_eq!((t.written, t.forwarded, t.dropped_no_route), (4, 4, 0));
+}
+
+/// A local writer's samples dropped because their link was declared slow (Block policy) are
+/// counted for the topic as slow-link drops, not as no-route drops (the link is there).
+#[test]
+fn samples_dropped_for_a_slow_link_count_as_slow_link_for_their_topic_not_no_route() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 40); // less than one batch: the first fits an empty queue, the next waits
+    let fast = s.serve(B, PB, 1 << 20);
+    fast.written(1 << 20, s.at(50));
+    let topic = routes(&mut s, &[A], &[], true);
+    s.take();
+    let batch = |first: u64| {
+        let mut frames = BytesMut::new();
+        let mut w = SampleRunWriter::new(&mut frames, W, 8, first, 64);
+        w.push(&[1; 20]).unwrap();
+        w.push(&[2; 20]).unwrap();
+        w.finish();
+        Publish::Samples {
+            writer: W,
+            frames,
+            count: 2,
+        }
+    };
+    s.core.publish(batch(1), s.at(60), &mut s.out);
+    s.core.publish(batch(3), s.at(60), &mut s.out);
+    let Some(ShardAction::Block(b)) = s.take().pop() else {
+        panic!("the second batch waits for room");
+    };
+    let Unblock::Wait(b, until) = s.core.unblock(b, s.at(60), &mut s.out) else {
+        panic!("no room yet")
+    };
+    // Outpaced by the other link until the deadline: declared slow, the waiting batch dropped.
+    assert!(matches!(
+        s.core.unblock(b, until, &mut s.out),
+        Unblock::Done
+    ));
+    s.take();
+    assert_eq!(s.stats().slow_links, 1);
+    // Nobody waits for a slow link: the next batch is dropped at once.
+    s.core.publish(batch(5), until, &mut s.out);
+    let t = stats(&topic);
+    assert_eq!((t.dropped_slow_link, t.dropped_no_route), (4, 0));
+    assert_eq!((t.written, t.forwarded), (6, 2));
+    let node = s.stats();
+    assert_eq!((node.dropped_slow_link, node.dropped_no_route), (4, 0));
 }
 
 /// A stranger's run for another node's writer, numbered far ahead, on a link the writer's

@@ -183,17 +183,19 @@ pub enum TopicError {
     UnknownEndpoint(EndpointGuid),
 }
 
-/// Declares [`TopicsStats`] and its [`counters`](TopicsStats::counters) list from one list of
+/// Declares [`DiscoveryStats`] and its [`counters`](DiscoveryStats::counters) list from one list of
 /// fields (each with its doc comment, which exporters use as help text).
-macro_rules! topics_stats {
+macro_rules! discovery_stats {
     ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
-        /// The topics core's counters (monotonic).
+        /// The topics core's discovery counters (monotonic): Discovery frames and records in,
+        /// refused, relayed; not to be confused with a topic's sample counters
+        /// ([`crate::stats::TopicStats`]).
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-        pub struct TopicsStats {
+        pub struct DiscoveryStats {
             $($(#[doc = $doc])* pub $name: u64,)*
         }
 
-        impl TopicsStats {
+        impl DiscoveryStats {
             /// Every counter, in declaration order, with its name and doc comment, so
             /// exporters (`shoal_mesh::metrics`) follow new counters without a list of
             /// their own.
@@ -208,7 +210,7 @@ macro_rules! topics_stats {
     };
 }
 
-topics_stats! {
+discovery_stats! {
     /// Discovery frames received (before dedup).
     frames_in,
     /// Discovery frames this node built (announcements, withdrawals).
@@ -374,7 +376,7 @@ pub struct TopicsCore {
     view_key: ViewKey,
     events: VecDeque<TopicEvent>,
     out: VecDeque<TopicsOutput>,
-    stats: TopicsStats,
+    stats: DiscoveryStats,
 }
 
 /// What a topics core starts with.
@@ -520,7 +522,7 @@ impl TopicsCore {
             view_key: ViewKey::default(),
             events: VecDeque::new(),
             out: VecDeque::new(),
-            stats: TopicsStats::default(),
+            stats: DiscoveryStats::default(),
             cfg,
         })
     }
@@ -531,7 +533,7 @@ impl TopicsCore {
     }
 
     /// Counters.
-    pub fn stats(&self) -> TopicsStats {
+    pub fn stats(&self) -> DiscoveryStats {
         self.stats
     }
 
@@ -834,7 +836,7 @@ impl TopicsCore {
         (self.graph.occupancy(table), cap)
     }
 
-    /// Counts relays the control core skipped (see [`TopicsStats::relays_pruned`]).
+    /// Counts relays the control core skipped (see [`DiscoveryStats::relays_pruned`]).
     pub fn count_relays_pruned(&mut self, n: u64) {
         self.stats.relays_pruned += n;
     }

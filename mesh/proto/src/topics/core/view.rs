@@ -1,6 +1,6 @@
 //! The introspection snapshot of the topics core ([`TopicsView`]): topics, endpoints,
 //! matches, per-topic counters, rejections and table occupancy, rebuilt only after a change
-//! and shared as an `Arc` so the driver can publish it cheaply.
+//! and shared as an `Arc` so the driver can hand it out cheaply.
 //!
 //! **Owns:** the view's shape. **Must not touch:** the state it describes.
 

@@ -1,10 +1,11 @@
-//! Routing of Data frames on a shard, and the fan-out that Data frames, topic samples
-//! (`samples`) and reliability frames (`reliable`) all leave through.
+//! The fan-out that Data frames, topic samples (`samples`) and reliability frames
+//! (`reliable`) all leave a shard through, and the Data path that leads to it: a Data frame
+//! is judged by the [`crate::gossip`] rules, then delivered, fanned out or dropped here.
 //!
 //! A Data frame is routed on the shard that owns its originator's dedup state
 //! ([`dedup_shard`]): when that is the reading shard — always for a message straight from its
 //! originator — nothing leaves the shard; otherwise the frame hops once
-//! ([`ShardToShard::Relay`]).
+//! ([`ShardToShard::HopData`]).
 //!
 //! The fan-out ([`ShardCore::fan_out_with`]) sends on one link, on every routed link but the
 //! inbound one (a flood), or on a writer's route ([`Targets::Route`], counted per topic too).
@@ -14,7 +15,7 @@
 //! own under the Block policy, waits. Sending on a link of another shard is one more hop
 //! ([`ShardToShard::Transmit`]) with the bytes already reserved.
 //!
-//! **Owns:** the Data route decision's execution (deliver, fan out, drop and count), the
+//! **Owns:** carrying out the gossip verdict on a Data frame (deliver, fan out, drop and count), the
 //! reservation of link room and the queuing on links. **Must not touch:** waiting (a Block
 //! publish that finds no room becomes a [`ShardAction::Block`]; see `backpressure`), or
 //! where samples and reliability frames go (`samples`, `reliable` pick the targets).
@@ -23,7 +24,7 @@ use super::action::{Blocked, Delivered, Delivery, IfBusy, ShardAction};
 use super::ShardCore;
 use crate::budget::{LinkBudget, OverflowPolicy};
 use crate::cmd::{Out, ShardToShard};
-use crate::router::{DataMeta, DataVerdict, DropReason};
+use crate::gossip::{DataMeta, DataVerdict, DropReason};
 use crate::stats::{add, add_dropped, inc, raise, TopicCounters};
 use crate::wire::{Data, DataHeader, DATA_HEADER_LEN};
 use crate::{dedup_shard, LinkId, PeerId};
@@ -44,7 +45,7 @@ pub(super) enum Path {
 }
 
 impl ShardCore {
-    /// A Data frame read on `from`: routed here, or relayed to the shard owning its dedup
+    /// A Data frame read on `from`: routed here, or handed (a hop) to the shard owning its dedup
     /// state.
     pub(super) fn route_in(
         &mut self,
@@ -58,7 +59,7 @@ impl ShardCore {
             inc(&self.counters.hops_out);
             out.push(ShardAction::Post {
                 to: owner,
-                msg: ShardToShard::Relay { from, data: d },
+                msg: ShardToShard::HopData { from, data: d },
                 busy: IfBusy::Wait,
             });
             return;
@@ -82,9 +83,9 @@ impl ShardCore {
             ttl: d.ttl,
         };
         let c = &self.counters;
-        let settling = self.router.taken_while_settling();
-        let verdict = self.router.on_data(&self.table, from, &meta, now);
-        if self.router.taken_while_settling() != settling {
+        let settling = self.gossip.taken_while_settling();
+        let verdict = self.gossip.on_data(&self.table, from, &meta, now);
+        if self.gossip.taken_while_settling() != settling {
             inc(&c.taken_while_settling);
         }
         match verdict {
@@ -173,7 +174,7 @@ impl ShardCore {
             owners,
             links,
             cfg,
-            router,
+            gossip,
             ..
         } = self;
         let mut q = Queuer {
@@ -203,7 +204,7 @@ impl ShardCore {
                     // Nobody waits for a slow link (see `SlowLinkPolicy`).
                     add_dropped(
                         &q.c.dropped_slow_link,
-                        topic.map(|t| &t.dropped_no_route),
+                        topic.map(|t| &t.dropped_slow_link),
                         frames,
                     );
                 } else if may_wait {
@@ -249,7 +250,7 @@ impl ShardCore {
                 }
             }
             Targets::Relay { except, origin } => {
-                let skip = router.skipped_links(&origin, now).unwrap_or_default();
+                let skip = gossip.skipped_links(&origin, now).unwrap_or_default();
                 for &l in table.links() {
                     if l == except {
                         continue;

@@ -5,9 +5,9 @@ fn p(n: u8) -> PeerId {
     PeerId([n; 16])
 }
 
-fn setup() -> (Router, NeighbourLinks, Instant) {
+fn setup() -> (Gossip, NeighbourLinks, Instant) {
     let now = Instant::now();
-    let r = Router::new(p(1), 8, 1000, Duration::from_secs(30), now);
+    let r = Gossip::new(p(1), 8, 1000, Duration::from_secs(30), now);
     let mut t = NeighbourLinks::new();
     t.insert(p(2), LinkId(2));
     t.insert(p(3), LinkId(3));
@@ -83,7 +83,7 @@ fn targeted_rules() {
 #[test]
 fn relay_with_no_other_link_is_no_route() {
     let now = Instant::now();
-    let mut r = Router::new(p(1), 8, 10, Duration::from_secs(1), now);
+    let mut r = Gossip::new(p(1), 8, 10, Duration::from_secs(1), now);
     let mut t = NeighbourLinks::new();
     t.insert(p(2), LinkId(2));
     assert_eq!(
@@ -163,7 +163,7 @@ fn a_batch_is_routed_once_and_counted_per_message() {
 #[test]
 fn own_message_coming_back_is_dropped_even_when_the_cache_is_full() {
     let now = Instant::now();
-    let mut r = Router::new(p(1), 8, 1, Duration::from_secs(30), now);
+    let mut r = Gossip::new(p(1), 8, 1, Duration::from_secs(30), now);
     let (_, t, _) = setup();
     let mine = meta(1, PeerId::ZERO, 1, 5);
     r.originate(&t, PeerId::ZERO);
@@ -280,7 +280,7 @@ fn forged_next_ids_from_a_link_off_the_path_spend_nothing() {
     });
     let table = Arc::new(PathTable::new(&rp, &[(p(2), LinkId(2)), (p(9), LinkId(9))]));
     for checked in [true, false] {
-        let mut r = Router::new(p(1), 8, 1000, Duration::from_secs(30), now);
+        let mut r = Gossip::new(p(1), 8, 1000, Duration::from_secs(30), now);
         r.set_paths(checked.then(|| table.clone()));
         for n in 100..105 {
             let broadcast = r.on_data(&t, LinkId(9), &meta(4, PeerId::ZERO, n, 8), now);
@@ -329,7 +329,7 @@ fn the_path_check_takes_direct_links_and_unknown_origins() {
         true
     });
     let table = Arc::new(PathTable::new(&rp, &[(p(2), LinkId(2)), (p(3), LinkId(3))]));
-    let mut r = Router::new(p(1), 8, 1000, Duration::from_secs(30), now);
+    let mut r = Gossip::new(p(1), 8, 1000, Duration::from_secs(30), now);
     r.set_paths(Some(table));
     let mut t = NeighbourLinks::new();
     t.insert(p(2), LinkId(2));

@@ -1,8 +1,8 @@
 //! The gossip routing decision for Data frames (`mesh/proto/protocol/v1-wire.md`, "Gossip
 //! routing of Data frames").
 //!
-//! A [`Router`] lives on each data shard next to that shard's [`DedupCache`]. The driver calls
-//! [`Router::on_data`] on the shard that owns the message's originator
+//! A [`Gossip`] lives on each data shard next to that shard's [`DedupCache`]. The driver calls
+//! [`Gossip::on_data`] on the shard that owns the message's originator
 //! ([`super::dedup_shard`]) and executes the returned [`DataVerdict`]; the decision itself reads only
 //! the shard's [`NeighbourLinks`] and [`PathTable`] (pushed by the control plane) and allocates
 //! nothing.
@@ -13,7 +13,7 @@
 //! - the id must be the originator's: `msgId[0..8] == src[0..8]`, as the v1 wire builds it
 //!   (else [`DropReason::ForeignMsgId`]); the dedup cache keys streams by that prefix, so a
 //!   frame under its own `src` could otherwise still spend another node's ids;
-//! - with a [`PathTable`] set ([`Router::set_paths`]), origin X's frames are taken only from the
+//! - with a [`PathTable`] set ([`Gossip::set_paths`]), origin X's frames are taken only from the
 //!   links toward X ([`crate::reverse_path`]), or from X's own link as the [`NeighbourLinks`]
 //!   name it (a link that replaced another before the next table arrived), or from any link
 //!   while X's links settle after a change (other nodes may still judge by the old graph;
@@ -22,7 +22,7 @@
 //!   hop closer to the origin than the destination on the copy that travelled a shortest path
 //!   (the reverse-path module's induction), so the check costs them nothing more than it
 //!   costs broadcasts. A relayed broadcast skips the links whose neighbour would refuse it
-//!   ([`Router::skipped_links`], used by the shard's fan-out).
+//!   ([`Gossip::skipped_links`], used by the shard's fan-out).
 
 use super::dedup::{DedupCache, DedupStats, Seen};
 use super::LinkId;
@@ -161,13 +161,13 @@ pub enum DataVerdict {
         /// TTL to write into the frame.
         ttl: u8,
     },
-    /// Do nothing; the reason is counted in [`RouterStats`].
+    /// Do nothing; the reason is counted in [`GossipStats`].
     Drop(DropReason),
 }
 
-/// Counters of a [`Router`].
+/// Counters of a [`Gossip`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RouterStats {
+pub struct GossipStats {
     /// Messages handed to the local application.
     pub delivered: u64,
     /// Flood decisions (received or originated) that reached at least one link.
@@ -223,13 +223,13 @@ impl MsgIdGen {
     }
 }
 
-/// Per-shard gossip router: dedup plus the routing rules.
+/// Per-shard gossip: dedup plus the rules that pick a Data frame's route.
 #[derive(Debug)]
-pub struct Router {
+pub struct Gossip {
     me: PeerId,
     initial_ttl: u8,
     dedup: DedupCache,
-    stats: RouterStats,
+    stats: GossipStats,
     /// The reverse-path table (`None`: no check).
     paths: Option<Arc<PathTable>>,
     /// The last `(origin, link)` the check took a frame from: a read holds runs of one
@@ -238,29 +238,29 @@ pub struct Router {
     path_hit: Option<(PeerId, LinkId)>,
 }
 
-impl Router {
-    /// A router for node `me` with a dedup cache of `max_dedup_entries` for `dedup_ttl`.
+impl Gossip {
+    /// The gossip of node `me` with a dedup cache of `max_dedup_entries` for `dedup_ttl`.
     pub fn new(
         me: PeerId,
         initial_ttl: u8,
         max_dedup_entries: usize,
         dedup_ttl: Duration,
         now: Instant,
-    ) -> Router {
-        Router::with_dedup(
+    ) -> Gossip {
+        Gossip::with_dedup(
             me,
             initial_ttl,
             DedupCache::new(max_dedup_entries, dedup_ttl, now),
         )
     }
 
-    /// A router for node `me` with the given dedup cache.
-    pub fn with_dedup(me: PeerId, initial_ttl: u8, dedup: DedupCache) -> Router {
-        Router {
+    /// The gossip of node `me` with the given dedup cache.
+    pub fn with_dedup(me: PeerId, initial_ttl: u8, dedup: DedupCache) -> Gossip {
+        Gossip {
             me,
             initial_ttl: initial_ttl.max(1),
             dedup,
-            stats: RouterStats::default(),
+            stats: GossipStats::default(),
             paths: None,
             path_hit: None,
         }
@@ -280,14 +280,14 @@ impl Router {
         self.paths.as_ref()?.skipped_links(origin, now)
     }
 
-    /// [`RouterStats::taken_while_settling`] alone, for a caller that mirrors it per frame.
+    /// [`GossipStats::taken_while_settling`] alone, for a caller that mirrors it per frame.
     #[inline]
     pub fn taken_while_settling(&self) -> u64 {
         self.stats.taken_while_settling
     }
 
     /// Routing counters.
-    pub fn stats(&self) -> RouterStats {
+    pub fn stats(&self) -> GossipStats {
         self.stats
     }
 

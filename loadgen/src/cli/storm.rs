@@ -1,0 +1,89 @@
+//! `storm` (N nodes in N processes started at once, idle, one restart) and its hidden
+//! per-process node, `storm-node`.
+
+use super::{emit_json, ms, MainError, Output};
+use crate::storm::{self, StormRun};
+use crate::storm_node::{self, StormNodeArgs};
+use clap::Args;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+/// `storm`'s arguments.
+#[derive(Args, Debug)]
+pub(crate) struct StormArgs {
+    /// Nodes, one process each, all started at once.
+    #[arg(long, default_value_t = 10)]
+    nodes: usize,
+    /// Idle window measured after every node has full membership and the settle time, ms.
+    #[arg(long, default_value_t = 10_000)]
+    idle_ms: u64,
+    /// Wait between full membership and the idle window (start-up traffic fades), ms.
+    #[arg(long, default_value_t = 3_000)]
+    settle_ms: u64,
+    /// The node restarted after the idle window (index; default the last).
+    #[arg(long)]
+    restart_node: Option<usize>,
+    /// No restart.
+    #[arg(long, conflicts_with = "restart_node")]
+    no_restart: bool,
+    /// Observation after every node has full membership again following the restart, ms.
+    #[arg(long, default_value_t = 3_000)]
+    after_ms: u64,
+    /// Sampling period while the nodes start and while one restarts, ms (the idle window
+    /// is sampled at its two ends only).
+    #[arg(long, default_value_t = 250)]
+    sample_ms: u64,
+    /// Longest wait for full membership, at the start and after the restart, ms.
+    #[arg(long, default_value_t = 60_000)]
+    converge_timeout_ms: u64,
+    /// Interface address for multicast scouting and the nodes' listeners.
+    #[arg(long, default_value_t = Ipv4Addr::LOCALHOST)]
+    multicast_interface: Ipv4Addr,
+    /// Mesh settings file (TOML) given to every node.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    out: Output,
+}
+
+/// Runs a storm and prints its report; an error when full membership was not reached.
+pub(crate) fn storm_cmd(a: StormArgs) -> Result<(), MainError> {
+    let run = StormRun {
+        nodes: a.nodes,
+        settle: ms(a.settle_ms),
+        idle: ms(a.idle_ms),
+        restart: if a.no_restart {
+            None
+        } else {
+            Some(a.restart_node.unwrap_or(a.nodes.saturating_sub(1)))
+        },
+        after: ms(a.after_ms),
+        sample: ms(a.sample_ms.max(1)),
+        converge_timeout: ms(a.converge_timeout_ms),
+        interface: a.multicast_interface,
+        config: a.config,
+        progress: !(a.out.quiet || a.out.json),
+    };
+    let report = storm::run(&run)?;
+    if a.out.json {
+        emit_json(&report)?;
+    } else {
+        storm::print(&report);
+    }
+    let restarted = report
+        .restart
+        .as_ref()
+        .is_none_or(|r| r.full_membership_ms.is_some());
+    if report.startup.full_membership_ms.is_none() || !restarted {
+        return Err(MainError::Usage(
+            "full membership was not reached at every node".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The hidden per-process node of a storm.
+pub(crate) fn storm_node_cmd(a: StormNodeArgs) -> Result<(), MainError> {
+    storm_node::run(&a)?;
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! One node of a `storm`: the hidden `storm-node` subcommand that `storm` starts once per
+//! process. It links by multicast scouting, keeps its member set from the node's events, and
+//! answers its parent on stdin/stdout: `s` prints one [`NodeSample`] as a JSON line, `q` (or
+//! the end of stdin, when the parent died) stops the node and ends the process.
+//!
+//! **Owns:** the child's side of that line protocol. **Must not touch:** timing and the
+//! report (the parent, `storm.rs`, measures; the child only answers what it was asked, so an
+//! idle node does no work for the measurement between two requests).
+
+use crate::demo::RunError;
+use crate::shoal::SetupError;
+use shoal_mesh::{Event, MeshBuilder, PeerId};
+use std::collections::HashSet;
+use std::io::{BufRead, Write};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The settings one storm node is started with (the parent passes them on its command line).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct StormNodeArgs {
+    /// Mesh group name.
+    #[arg(long)]
+    pub(crate) group: String,
+    /// UDP port of the multicast scouting group (one per storm, so parallel runs never
+    /// hear each other).
+    #[arg(long)]
+    pub(crate) multicast_port: u16,
+    /// Interface address for multicast scouting; the node listens on it too.
+    #[arg(long)]
+    pub(crate) multicast_interface: Ipv4Addr,
+    /// Mesh settings file (TOML, `MeshBuilder::from_toml_str`); the flags above override it.
+    #[arg(long)]
+    pub(crate) config: Option<PathBuf>,
+}
+
+/// What a storm node answers to `s`: its member set and the counters the parent turns into
+/// rates (the parent reads CPU time from `/proc` itself).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct NodeSample {
+    /// This node's id.
+    pub(crate) id: String,
+    /// Its member set (from `MemberJoined` / `MemberLeft` events), ids sorted.
+    pub(crate) members: Vec<String>,
+    /// Wall-clock time (ms since the Unix epoch) of the last change of that set: once the set
+    /// is the one expected, the time it became so, whenever it is asked.
+    pub(crate) members_changed_unix_ms: u64,
+    /// Peers with an established link.
+    pub(crate) connected: usize,
+    /// Frames read from links, every kind (in an idle mesh: control frames alone).
+    pub(crate) frames_in: u64,
+    /// Bytes read from links.
+    pub(crate) bytes_in: u64,
+    /// Bytes written to links.
+    pub(crate) bytes_out: u64,
+    /// Data frames queued on links (zero in an idle mesh: the check that it is idle).
+    pub(crate) data_frames_queued: u64,
+    /// Links opened and closed so far.
+    pub(crate) links_opened: u64,
+    /// See `links_opened`.
+    pub(crate) links_closed: u64,
+}
+
+/// Wall-clock milliseconds since the Unix epoch (the parent and its children share the
+/// host's clock).
+pub(crate) fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[derive(Default)]
+struct Members {
+    set: HashSet<PeerId>,
+    changed_ms: u64,
+}
+
+/// Runs one storm node until told to stop (or stdin ends).
+pub(crate) fn run(a: &StormNodeArgs) -> Result<(), RunError> {
+    let text = match &a.config {
+        Some(path) => std::fs::read_to_string(path).map_err(|source| SetupError::ReadConfig {
+            path: path.clone(),
+            source,
+        })?,
+        None => String::new(),
+    };
+    let members = Arc::new(Mutex::new(Members {
+        changed_ms: unix_ms(),
+        ..Members::default()
+    }));
+    let seen = members.clone();
+    let mesh = MeshBuilder::from_toml_str(&text)
+        .map_err(SetupError::Mesh)?
+        .group_name(a.group.clone())
+        .listen_addr(IpAddr::V4(a.multicast_interface))
+        .listen_port(0u16)
+        .scouting(true)
+        .multicast_interface(a.multicast_interface)
+        .multicast_port(a.multicast_port)
+        // A restart is a process ending and another starting: a short goodbye.
+        .stop_grace(Duration::from_millis(200))
+        .on_event(move |e| {
+            let (peer, joined) = match e {
+                Event::MemberJoined { peer } => (*peer, true),
+                Event::MemberLeft { peer } => (*peer, false),
+                _ => return,
+            };
+            let mut m = seen.lock().unwrap_or_else(|e| e.into_inner());
+            let changed = if joined {
+                m.set.insert(peer)
+            } else {
+                m.set.remove(&peer)
+            };
+            if changed {
+                m.changed_ms = unix_ms();
+            }
+        })
+        .build()
+        .map_err(SetupError::Mesh)?;
+    mesh.start().map_err(SetupError::Mesh)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready {}", mesh.id())?;
+    out.flush()?;
+    for line in std::io::stdin().lock().lines() {
+        match line?.trim() {
+            "s" => {
+                let t = mesh.stats().total;
+                let (mut ids, changed) = {
+                    let m = members.lock().unwrap_or_else(|e| e.into_inner());
+                    let ids: Vec<String> = m.set.iter().map(|p| p.to_string()).collect();
+                    (ids, m.changed_ms)
+                };
+                ids.sort_unstable();
+                let s = NodeSample {
+                    id: mesh.id().to_string(),
+                    members: ids,
+                    members_changed_unix_ms: changed,
+                    connected: mesh.connected_peers().len(),
+                    frames_in: t.frames_in,
+                    bytes_in: t.bytes_in,
+                    bytes_out: t.bytes_out,
+                    data_frames_queued: t.frames_queued,
+                    links_opened: t.links_opened,
+                    links_closed: t.links_closed,
+                };
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string(&s).map_err(std::io::Error::other)?
+                )?;
+                out.flush()?;
+            }
+            "q" => break,
+            other => tracing::warn!(line = other, "storm-node: unknown request"),
+        }
+    }
+    mesh.stop();
+    Ok(())
+}

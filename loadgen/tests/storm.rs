@@ -1,0 +1,84 @@
+//! `storm` with 4 node processes on loopback: the mesh forms by multicast scouting, every
+//! node reaches full membership, the idle window's counters agree with each other, and a
+//! restarted node comes back under a new id that every node then lists. No timing is asserted
+//! (the report's times and rates are measurements, read in bench/notes/membership-scale.md).
+
+use serde_json::Value;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_shoal-loadgen");
+
+fn num(v: &Value, path: &str) -> f64 {
+    let mut x = v;
+    for k in path.split('.') {
+        x = &x[k];
+    }
+    x.as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number in {v:#}"))
+}
+
+#[test]
+fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
+    let out = Command::new(BIN)
+        .args([
+            "storm",
+            "--nodes",
+            "4",
+            "--settle-ms",
+            "200",
+            "--idle-ms",
+            "2000",
+            "--after-ms",
+            "300",
+            "--json",
+        ])
+        .output()
+        .expect("run shoal-loadgen storm");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "storm failed: {}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(&stdout).expect("one JSON report");
+    assert_eq!(r["nodes"], 4);
+
+    // Every node listed every other as a member, each at some time after the start.
+    assert_eq!(r["startup"]["nodes_full"], 4, "{r:#}");
+    let full = num(&r, "startup.full_membership_ms");
+    assert!(full >= num(&r, "startup.per_node_ms.max") && full >= 0.0);
+
+    // Multicast scouting built the full mesh, which stayed up and carried no data.
+    let idle = &r["idle"];
+    assert_eq!(num(idle, "peers.min"), 3.0, "{idle:#}");
+    assert_eq!(num(idle, "peers.max"), 3.0);
+    assert_eq!(idle["links_closed"], 0);
+    assert_eq!(idle["data_frames"], 0);
+    // Heartbeats and membership refreshes at least: an idle link is not silent.
+    let frames = num(idle, "frames_in");
+    assert!(frames > 0.0 && num(idle, "bytes_in") > 0.0 && num(idle, "bytes_out") > 0.0);
+    // The rates are the window's counts: per node per s × nodes × window = the total (each
+    // node's window differs by its answer's delay), per peer = per node / 3 peers.
+    let from_rates = num(idle, "frames_per_s.mean") * 4.0 * num(idle, "window_s");
+    assert!(
+        (from_rates - frames).abs() <= 0.2 * frames,
+        "rates {from_rates} against {frames} frames: {idle:#}"
+    );
+    let per_peer = num(idle, "frames_per_peer_s.mean") * 3.0;
+    assert!((per_peer - num(idle, "frames_per_s.mean")).abs() < 1e-6 * (1.0 + per_peer));
+    // Sent and received bytes of the mesh agree but for frames in flight at the ends.
+    let (bin, bout) = (num(idle, "bytes_in"), num(idle, "bytes_out"));
+    assert!((bin - bout).abs() <= 0.2 * bin, "{bin} in, {bout} out");
+    assert!(num(idle, "cpu_pct.min") >= 0.0);
+
+    // The restarted node came back as a new process with a new id, and every node (it too)
+    // had full membership again: the old id gone, the new one listed.
+    let x = &r["restart"];
+    assert_eq!(x["node"], 3);
+    assert_ne!(x["old_id"], x["new_id"]);
+    assert!(num(x, "full_membership_ms") >= 0.0, "{x:#}");
+    assert!(num(x, "new_node_full_ms") >= 0.0);
+    assert!(num(x, "frames_per_s_peak_node") >= num(x, "frames_per_s_peak_mean"));
+    assert!(num(x, "frames_per_s_window_mean") > 0.0);
+}
