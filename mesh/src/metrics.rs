@@ -12,7 +12,8 @@
 //! change here), labelled `shard="0"`, `shard="1"`, … and `shard="control"` for the control
 //! plane; sum over `shard` for the node. The queue high-water mark is a gauge,
 //! `shoal_peak_queued_bytes`, and the publisher's discarded messages are
-//! `shoal_unflushed_discarded_total`.
+//! `shoal_unflushed_discarded_total`, shard tasks' `shoal_shard_task_panics_total`,
+//! `shoal_shard_task_busy_us_total` and `shoal_shard_task_long_polls_total`.
 //!
 //! Topics: each [`TopicStats`] counter is `shoal_topic_<field>_total`, labelled
 //! `topic="<name>"` (`shoal_topic_written_total{topic="sensors/imu"}`,
@@ -337,6 +338,27 @@ fn stats_into(stats: &MeshStats, encoder: &mut DescriptorEncoder<'_>) -> fmt::Re
          not take.",
         None,
         c.metric_type(),
+    )?)?;
+    let c = ConstCounter::new(stats.shard_task_panics);
+    c.encode(encoder.encode_descriptor(
+        "shard_task_panics",
+        "Shard tasks (Mesh::spawn_on_shard) that panicked; each was contained and logged.",
+        None,
+        c.metric_type(),
+    )?)?;
+    let c = ConstCounter::new(stats.shard_task_busy_us);
+    c.encode(encoder.encode_descriptor(
+        "shard_task_busy_us",
+        "Time shard tasks spent running (in their polls), microseconds.",
+        None,
+        c.metric_type(),
+    )?)?;
+    let c = ConstCounter::new(stats.shard_task_long_polls);
+    c.encode(encoder.encode_descriptor(
+        "shard_task_long_polls",
+        "Shard-task polls that held their shard for 1 ms or more.",
+        None,
+        c.metric_type(),
     )?)
 }
 
@@ -373,6 +395,9 @@ mod tests {
             shards: vec![shard(5, 1000, 64), shard(7, 2000, 128)],
             control: shard(0, 30, 0),
             unflushed_discarded: 4,
+            shard_task_panics: 2,
+            shard_task_busy_us: 9,
+            shard_task_long_polls: 3,
         };
         let page = render(&stats);
         assert!(page.ends_with("# EOF\n"), "{page}");
@@ -385,6 +410,9 @@ mod tests {
         assert_eq!(s[r#"shoal_link_read_bytes_total{shard="control"}"#], 30);
         assert_eq!(s[r#"shoal_peak_queued_bytes{shard="1"}"#], 128);
         assert_eq!(s["shoal_unflushed_discarded_total"], 4);
+        assert_eq!(s["shoal_shard_task_panics_total"], 2);
+        assert_eq!(s["shoal_shard_task_busy_us_total"], 9);
+        assert_eq!(s["shoal_shard_task_long_polls_total"], 3);
         // Every counter of the stats API is there, for every shard and the control plane.
         for c in ShardStats::default().counters() {
             let name = match c.name {

@@ -72,6 +72,7 @@ pub use error::{
 pub use executor::{current_handle, Handle, Runtime};
 pub use id::ExecutorId;
 pub use task::{
-    current_executor, current_shard, spawn_local, try_spawn_local, JoinHandle, LocalJoinHandle,
+    contain_panic, current_executor, current_shard, spawn_local, try_spawn_local, ContainPanic,
+    JoinHandle, LocalJoinHandle,
 };
 pub use unwind::outside_unwind;

@@ -227,3 +227,37 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
         "non-string panic payload".to_owned()
     }
 }
+
+pin_project_lite::pin_project! {
+    /// [`contain_panic`]'s future.
+    pub struct ContainPanic<F> {
+        #[pin]
+        fut: F,
+    }
+}
+
+/// Runs `fut` with its panics contained: a panic in a poll ends it with `Err(message)`
+/// instead of stopping the executor (what [`spawn_local`] does, since a panicking shard
+/// task may leave the shard's state broken). Only for futures whose panic cannot break
+/// anything they share with the executor's other tasks: application code that reaches the
+/// executor's state only through calls that finish before they return. Wakes deferred while
+/// the poll unwound (see `unwind.rs`) are delivered at once.
+pub fn contain_panic<F: Future>(fut: F) -> ContainPanic<F> {
+    ContainPanic { fut }
+}
+
+impl<F: Future> Future for ContainPanic<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.project().fut;
+        match catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => {
+                crate::unwind::flush_deferred_wakes();
+                Poll::Ready(Err(panic_message(&*payload)))
+            }
+        }
+    }
+}

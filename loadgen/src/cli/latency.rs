@@ -82,6 +82,11 @@ pub(crate) struct PingPongArgs {
     /// thread (no application thread on the round trip; ping: max rate only).
     #[arg(long)]
     inline: bool,
+    /// Answer (pong) or ping (ping, max rate only) in a shard task (`Mesh::spawn_on_shard`):
+    /// what arrives comes from its inbox in batches, what it sends goes straight into the
+    /// shard's core.
+    #[arg(long)]
+    on_shard: bool,
     /// Raw TCP with the same frames (pong: --listen; ping: --static-peer = the pong).
     #[arg(long)]
     raw: bool,
@@ -271,6 +276,7 @@ fn pingpong_run(a: &PingPongArgs) -> Result<pingpong::PingPongRun, MainError> {
             quiet: a.out.quiet || a.out.json || a.markdown.is_some(),
         },
         inline: a.inline,
+        on_shard: a.on_shard,
         raw: a.raw,
         linger: ms(a.linger_ms),
         metrics: a.metrics,

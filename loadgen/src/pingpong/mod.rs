@@ -26,6 +26,7 @@ use shoal_mesh::Mesh;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+mod on_shard;
 mod ping;
 mod pong;
 
@@ -121,6 +122,9 @@ pub struct PingPongRun {
     pub settings: Settings,
     /// Answer (pong) or send the next ping (ping) in the shard callback.
     pub inline: bool,
+    /// Answer (pong) or ping (ping, max rate only) in a shard task (`Mesh::spawn_on_shard`):
+    /// what arrives comes from its inbox, what it sends goes straight into the shard's core.
+    pub on_shard: bool,
     /// Raw TCP instead of Shoal.
     pub raw: bool,
     /// Pong: how long past warm-up + duration it waits for its ping before giving up.
@@ -134,6 +138,7 @@ impl PingPongRun {
         let base = match (self.raw, self.inline) {
             (true, _) => return "raw-tcp".into(),
             (false, true) => "shoal-inline",
+            (false, false) if self.on_shard => "shoal-onshard",
             (false, false) => "shoal",
         };
         let mut t = String::from(base);

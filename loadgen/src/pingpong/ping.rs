@@ -21,7 +21,11 @@ const FIND_PONG: Duration = Duration::from_secs(30);
 
 /// Broadcasts probes until one is echoed; returns the echoing node (the pong). Waits first
 /// for a connected peer (a broadcast needs one).
-fn find_pong(mesh: &Mesh, events: &mut EventReceiver, size: usize) -> Result<PeerId, RunError> {
+pub(super) fn find_pong(
+    mesh: &Mesh,
+    events: &mut EventReceiver,
+    size: usize,
+) -> Result<PeerId, RunError> {
     let deadline = Instant::now() + FIND_PONG;
     wait_for(FIND_PONG.as_secs(), "a connected peer", || {
         !mesh.connected_peers().is_empty()
@@ -58,6 +62,9 @@ fn find_pong(mesh: &Mesh, events: &mut EventReceiver, size: usize) -> Result<Pee
 pub fn run_ping(r: &PingPongRun) -> Result<LatencyRun, RunError> {
     if r.raw {
         return ping_raw(r);
+    }
+    if r.on_shard {
+        return super::on_shard::ping_on_shard(r);
     }
     if r.inline {
         if r.settings.shape.rate > 0.0 {

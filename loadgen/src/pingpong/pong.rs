@@ -10,6 +10,7 @@ use crate::shoal::SetupError;
 use crate::stamp::Stamp;
 use crate::usage::Usage;
 use bytes::Bytes;
+use shoal_mesh::node::shard_task::Delivered;
 use shoal_mesh::{Event, EventReceiver, Mesh, PeerId};
 use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -207,6 +208,10 @@ pub fn run_pong(r: &PingPongRun) -> Result<PongSummary, RunError> {
     let events = (!r.inline).then(|| mesh.events());
     let result = (|| {
         mesh.start().map_err(SetupError::from)?;
+        if r.on_shard {
+            // Cancelled when the node stops.
+            drop(pong_on_shard(&mesh, pong.clone())?);
+        }
         let _metrics = r.metrics_for(&mesh)?;
         ready(
             &mesh.id().to_string(),
@@ -279,6 +284,34 @@ fn pong_events(
             _ => {}
         }
     }
+}
+
+/// Echoes in a shard task: pings come in the shard's inbox, echoes go straight into the
+/// shard's core. The main thread watches the end through the (control) events.
+fn pong_on_shard(mesh: &Mesh, pong: Arc<Pong>) -> Result<shoal_mesh::ShardTask<()>, RunError> {
+    let task = mesh
+        .spawn_on_shard(move |mut ctx| async move {
+            let Some(mut inbox) = ctx.inbox(1024) else {
+                return;
+            };
+            let mut batch = Vec::new();
+            loop {
+                inbox.recv_batch(&mut batch).await;
+                for d in batch.drain(..) {
+                    let Delivered::Message(m) = d else { continue };
+                    let reply = match pong.answer(|| m.from.to_string(), &m.payload) {
+                        Answer::Echo => m.payload,
+                        Answer::Report(v) => Bytes::from(v),
+                        Answer::Nothing => continue,
+                    };
+                    if ctx.send(m.from, reply).await.is_err() {
+                        pong.failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+        .map_err(SetupError::from)?;
+    Ok(task)
 }
 
 /// The inline pong's main thread: the callback does the work; this only watches the end.

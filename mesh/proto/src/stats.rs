@@ -429,6 +429,13 @@ pub struct MeshStats {
     /// a batch the ingress had no room for (or after the node stopped), or because its async
     /// `flush` was cancelled while it waited for room.
     pub unflushed_discarded: u64,
+    /// Shard tasks (`Mesh::spawn_on_shard`) that panicked; each was contained and logged.
+    pub shard_task_panics: u64,
+    /// Time shard tasks spent running (in their polls), µs: what they took from their shard.
+    pub shard_task_busy_us: u64,
+    /// Shard-task polls that held their shard for 1 ms or more (the links it serves waited
+    /// that long): a task hogging its shard shows here.
+    pub shard_task_long_polls: u64,
 }
 
 impl MeshStats {
@@ -447,6 +454,9 @@ impl MeshStats {
             shards,
             control,
             unflushed_discarded: 0,
+            shard_task_panics: 0,
+            shard_task_busy_us: 0,
+            shard_task_long_polls: 0,
         }
     }
 }

@@ -149,6 +149,7 @@ mod nodes;
 mod publisher;
 mod recycle;
 mod shard;
+pub mod shard_task;
 mod shared;
 use shoal_proto::stats;
 pub(crate) mod topics;
@@ -159,6 +160,7 @@ pub use error::{MeshError, PublishError};
 pub use event::ErrorLog;
 pub use event::{Callback, ErrorKind, Event, EventReceiver, Received, SampleBatch, SampleIter};
 pub use publisher::{Publisher, DEFAULT_BATCH_BYTES};
+pub use shard_task::{ShardContext, ShardInbox, ShardTask, ShardTaskError};
 pub use shoal_proto::control::LinkInfo;
 pub use shoal_proto::{OverflowPolicy, SlowLinkAction, SlowLinkPolicy};
 pub use stats::{MeshStats, ShardStats, StatCounter};
@@ -467,6 +469,10 @@ impl Mesh {
     pub fn stats(&self) -> MeshStats {
         let mut s = MeshStats::collect(&self.inner.ns.counters);
         s.unflushed_discarded = self.inner.ns.unflushed_discarded.load(Ordering::Relaxed);
+        let ns = &self.inner.ns;
+        s.shard_task_panics = ns.shard_task_panics.load(Ordering::Relaxed);
+        s.shard_task_busy_us = ns.shard_task_busy_us.load(Ordering::Relaxed);
+        s.shard_task_long_polls = ns.shard_task_long_polls.load(Ordering::Relaxed);
         s
     }
 

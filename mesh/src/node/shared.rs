@@ -167,6 +167,12 @@ pub(crate) struct NodeShared {
     /// Messages of [`super::Publisher`]s dropped on an executor thread with no room to hand
     /// them over (the only counter application threads write).
     pub(crate) unflushed_discarded: AtomicU64,
+    /// Shard tasks that panicked (contained; see [`super::shard_task`]).
+    pub(crate) shard_task_panics: AtomicU64,
+    /// Time shard tasks spent in their polls, µs, and the polls of at least
+    /// `shard_task::LONG_POLL` (a task hogging its shard shows there).
+    pub(crate) shard_task_busy_us: AtomicU64,
+    pub(crate) shard_task_long_polls: AtomicU64,
     pub(crate) epoch: Instant,
     /// Secured mesh: the handshake context. Replaced (never mutated) when the trust policy
     /// changes; a handshake keeps the context it started with and is re-checked at the end.

@@ -13,6 +13,10 @@
 //! or a loss report is one event, a run of samples one entry whatever its length (the receiver
 //! cuts it into Sample events), split only where the room ran out.
 //!
+//! While a shard task holds the shard's inbox (`task::Tap`), the same path ends in the tap
+//! instead of the event queue: callbacks first, then the tap's queue while it has room, what
+//! found none given back and waited for in order (`task::place_waiting`).
+//!
 //! **Owns:** the callbacks' and the queue's view of a delivery. **Must not touch:** what is
 //! delivered or when (the core's), the queue's room (the hub's).
 
@@ -28,6 +32,8 @@ use std::sync::Arc;
 pub(super) struct HubSink {
     pub(super) ns: Arc<NodeShared>,
     pub(super) outbox: Rc<Outbox>,
+    /// A shard task's inbox: while it is open, deliveries go there instead of the outbox.
+    pub(super) tap: Rc<super::task::Tap>,
     /// Something was given back in this core call: so is everything after it.
     pub(super) refused: bool,
 }
@@ -46,6 +52,9 @@ impl DeliverySink for HubSink {
         }
         if self.refused {
             return Err(d);
+        }
+        if self.tap.is_open() {
+            return self.tap.try_push(d).inspect_err(|_| self.refused = true);
         }
         try_queue(hub, &self.outbox, d).inspect_err(|_| self.refused = true)
     }

@@ -7,6 +7,9 @@
 //! - the **ingress** (`ingress`, on the shard owning this node's id only): what the
 //!   application publishes;
 //! - the **timer**: the core's dedup sweep and stop grace;
+//! - **shard tasks** (`task`, on the origin shard only): application code of
+//!   [`Mesh::spawn_on_shard`](crate::Mesh::spawn_on_shard), publishing through the same core
+//!   call as the ingress and receiving through the tap;
 //! - per link (`link`): a **reader** (reads into the buffer the core hands out, then lets the
 //!   core parse and route what arrived), a **writer** (writes the iovecs the core gathers or
 //!   seals) and a **timer** (heartbeat, liveness, slow-peer kill).
@@ -28,6 +31,7 @@
 mod deliver;
 mod ingress;
 mod link;
+pub(crate) mod task;
 
 use super::event::{ErrorKind, Event, Outbox};
 use super::msg::{ShardCmd, ShardEndpoint};
@@ -103,6 +107,8 @@ struct Ctx {
     rearm: Signal,
     /// The deadline the timer task sleeps until.
     armed: Cell<Instant>,
+    /// Where deliveries go while a shard task holds the inbox (see [`task`]).
+    tap: Rc<task::Tap>,
 }
 
 impl Ctx {
@@ -157,9 +163,11 @@ pub(crate) async fn run(init: ShardStart) {
     cfg.max_iovecs = MAX_IOVECS;
     cfg.record_bytes = ns.record_bytes;
     let outbox = Rc::new(Outbox::default());
+    let tap = Rc::new(task::Tap::default());
     let sink = HubSink {
         ns: ns.clone(),
         outbox: outbox.clone(),
+        tap: tap.clone(),
         refused: false,
     };
     let counters = ns.counters[idx].clone();
@@ -176,8 +184,10 @@ pub(crate) async fn run(init: ShardStart) {
         read_blocks: RefCell::new(Recycler::new(SPARE_READ_BLOCKS)),
         rearm: Signal::new(),
         armed: Cell::new(now),
+        tap,
     });
     if let Some(p) = publish {
+        task::register(&ctx);
         spawn_local(ingress::ingress_loop(ctx.clone(), p)).detach();
     }
     spawn_local(timer(ctx.clone())).detach();
@@ -275,7 +285,12 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
         },
         // Its callbacks ran in the sink (see `deliver`).
         ShardAction::Deliver(d) => {
-            if let Err(rest) = deliver::try_queue(&ctx.ns.hub, &ctx.outbox, d) {
+            let placed = if ctx.tap.is_open() {
+                ctx.tap.try_push(d)
+            } else {
+                deliver::try_queue(&ctx.ns.hub, &ctx.outbox, d)
+            };
+            if let Err(rest) = placed {
                 return Some(ShardAction::Deliver(rest));
             }
         }
@@ -306,9 +321,7 @@ async fn settle(ctx: &Rc<Ctx>, waits: &mut Vec<ShardAction>, who: Who) {
             } => {
                 ctx.to_control.send(msg).await;
             }
-            ShardAction::Deliver(d) => {
-                deliver::queue_waiting(&ctx.ns, ctx.counters(), &ctx.outbox, d).await
-            }
+            ShardAction::Deliver(d) => task::place_waiting(ctx, d).await,
             ShardAction::Block(b) => {
                 let mut later = Vec::new();
                 unblock(ctx, b, &mut later).await;
