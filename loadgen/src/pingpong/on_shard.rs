@@ -2,15 +2,15 @@
 //! is a direct call into the origin shard's core, each echo comes from the task's inbox, so
 //! no application thread is on the round trip (as `pong --on-shard` on the other end).
 
-use super::ping::find_pong;
-use super::{goodbye, PingPongRun, PongReport, GOODBYE_WAIT};
+use super::ping::{find_pong, goodbye_report};
+use super::PingPongRun;
 use crate::demo::RunError;
 use crate::latency::{self, seq_of, stamped, LatencyRun, REPLY_TIMEOUT};
 use crate::latency_hist::Latency;
 use crate::usage::Usage;
 use bytes::Bytes;
 use shoal_mesh::node::shard_task::Delivered;
-use shoal_mesh::{Event, PeerId};
+use shoal_mesh::PeerId;
 use std::time::{Duration, Instant};
 
 /// What the task measured: histogram, measured, pings sent, timeouts.
@@ -38,19 +38,7 @@ pub(super) fn ping_on_shard(r: &PingPongRun) -> Result<LatencyRun, RunError> {
             .map_err(RunError::Usage)?;
         let usage = Usage::now().since(&before);
         // The inbox is gone with the task: the pong's report comes as an event.
-        let mut report = None;
-        if mesh.send_blocking(pong, goodbye(sent)).is_ok() {
-            let deadline = Instant::now() + GOODBYE_WAIT;
-            while report.is_none() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                if let Some(Event::Message { payload, .. }) = events.recv_timeout(left) {
-                    report = PongReport::decode(&payload);
-                }
-            }
-        }
+        let report = goodbye_report(&mesh, pong, sent, &mut events);
         let mut run = latency::finish(s, &r.transport(), hist, measured, timeouts, usage);
         run.round_trips = sent;
         run.pong = report;

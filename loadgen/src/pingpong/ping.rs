@@ -59,6 +59,29 @@ pub(super) fn find_pong(
 }
 
 /// Runs the `ping` role: round trips to a pong in another process.
+/// Sends the pong its goodbye (the count of round trips sent) and waits up to
+/// [`GOODBYE_WAIT`] for its report.
+pub(super) fn goodbye_report(
+    mesh: &Mesh,
+    pong: PeerId,
+    sent: u64,
+    events: &mut EventReceiver,
+) -> Option<PongReport> {
+    mesh.send_blocking(pong, goodbye(sent)).ok()?;
+    let deadline = Instant::now() + GOODBYE_WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        if let Some(Event::Message { payload, .. }) = events.recv_timeout(left) {
+            if let Some(report) = PongReport::decode(&payload) {
+                return Some(report);
+            }
+        }
+    }
+}
+
 pub fn run_ping(r: &PingPongRun) -> Result<LatencyRun, RunError> {
     if r.raw {
         return ping_raw(r);
@@ -87,19 +110,7 @@ pub fn run_ping(r: &PingPongRun) -> Result<LatencyRun, RunError> {
         })?;
         let usage = Usage::now().since(&before);
         // The goodbye and the pong's answer to it.
-        let mut report = None;
-        if mesh.send_blocking(pong, goodbye(trips.sent)).is_ok() {
-            let deadline = Instant::now() + GOODBYE_WAIT;
-            while report.is_none() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                if let Some(Event::Message { payload, .. }) = events.recv_timeout(left) {
-                    report = PongReport::decode(&payload);
-                }
-            }
-        }
+        let report = goodbye_report(&mesh, pong, trips.sent, &mut events);
         let mut run = trips.finish(s, &r.transport(), usage);
         run.pong = report;
         Ok(run)
