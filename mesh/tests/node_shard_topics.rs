@@ -11,7 +11,10 @@ use node_support::*;
 use shoal_mesh::node::shard_task::Delivered;
 use shoal_mesh::proto::link_shard;
 use shoal_mesh::topics::{EndpointGuid, Topic};
-use shoal_mesh::{Event, MeshBuilder, PeerId, PublishError, ShardTask, ShardTaskError};
+use shoal_mesh::{
+    Event, EventReceiver, MeshBuilder, OverflowPolicy, PeerId, PublishError, ShardTask,
+    ShardTaskError,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -343,4 +346,201 @@ fn with_two_shards_every_delivery_reaches_the_inbox_in_order_per_sender() {
         s1.mesh.stats().total.hops_out >= N,
         "sender 1's publishes crossed shards"
     );
+}
+
+/// Reads Sample events of writer `w` from `rx` until `last` arrived (bounded); their seqs.
+fn drain_samples(rx: &mut EventReceiver, w: EndpointGuid, last: u64) -> Vec<u64> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut got = Vec::new();
+    while got.last() != Some(&last) {
+        assert!(Instant::now() < deadline, "timed out at {:?}", got.last());
+        if let Some(Event::Sample {
+            writer,
+            seq,
+            payload,
+            ..
+        }) = rx.recv_timeout(Duration::from_millis(100))
+        {
+            if writer == w {
+                assert_eq!(seq_of(&payload), seq);
+                got.push(seq);
+            }
+        }
+    }
+    got
+}
+
+#[test]
+fn try_write_says_full_while_a_link_has_no_room_and_write_awaits_it() {
+    const BOUND: usize = 32 * 1024;
+    let (s, r, mut rx) = sender_and_receiver(
+        fast()
+            .overflow_policy(OverflowPolicy::Block)
+            .max_outbound_queue_bytes(BOUND),
+        fast().event_queue_capacity(64),
+    );
+    let reader = r.reader(topic()).unwrap();
+    let (guid, accepted, go) = (
+        Guid::default(),
+        Arc::new(AtomicU64::new(0)),
+        Step::default(),
+    );
+    let (g, acc, step) = (guid.clone(), accepted.clone(), go.clone());
+    let task = s
+        .mesh
+        .spawn_on_shard(move |mut ctx| async move {
+            let mut w = ctx
+                .writer(topic())
+                .await
+                .expect("writer")
+                .with_batch_bytes(0);
+            g.put(w.guid());
+            step.reached(1).await;
+            // Without waiting until refused: the receiver reads nothing, so its link fills.
+            let err = loop {
+                match w.try_write(&payload(w.next_seq(), 1000)) {
+                    Ok(_) => {}
+                    Err(e) => break e,
+                }
+                if w.next_seq() % 16 == 0 {
+                    ctx.yield_now().await;
+                }
+            };
+            let last = w.next_seq() - 1;
+            acc.store(last, Ordering::Release);
+            // The waiting forms wait for room instead (the receiver reads from now on).
+            for _ in 0..100 {
+                w.write(&payload(w.next_seq(), 1000)).await?;
+            }
+            w.flush().await?;
+            Ok::<_, PublishError>((err, last, w.next_seq() - 1))
+        })
+        .expect("spawned");
+    let wg = guid.wait();
+    wait_until(20, "matched on both sides", || {
+        matched(&s, wg, reader.guid())
+            && r.topics()
+                .topic(T)
+                .is_some_and(|t| t.writers == 1 && t.readers == 1)
+    });
+    go.set(1);
+    wait_until(60, "try_write refused", || {
+        accepted.load(Ordering::Acquire) > 0
+    });
+    let last = accepted.load(Ordering::Acquire);
+    // Every sample accepted, the refused one not among them, in order, once.
+    let got = drain_samples(&mut rx, wg, last + 100);
+    assert_eq!(got, (1..=last + 100).collect::<Vec<_>>());
+    let (err, l, end) = join(task, 60).expect("ran").expect("wrote");
+    assert_eq!(err, PublishError::Full, "try_write says why");
+    assert_eq!((l, end), (last, last + 100));
+    let st = s.mesh.stats().total;
+    assert!(
+        st.peak_queued_bytes as usize <= BOUND,
+        "peak {}",
+        st.peak_queued_bytes
+    );
+    assert_eq!(st.dropped_queue_full, 0);
+}
+
+#[test]
+fn a_dropped_shard_writer_flushes_what_it_holds() {
+    let [a, b] = pair(fast(), fast());
+    let r = b.mesh.reader(topic()).unwrap();
+    let (guid, go) = (Guid::default(), Step::default());
+    let (g, step) = (guid.clone(), go.clone());
+    let task = a
+        .mesh
+        .spawn_on_shard(move |ctx| async move {
+            let mut w = ctx
+                .writer(topic())
+                .await
+                .expect("writer")
+                .with_batch_bytes(1 << 20);
+            g.put(w.guid());
+            step.reached(1).await;
+            for seq in 1..=10 {
+                w.try_write(&payload(seq, 100)).expect("room");
+            }
+            w.pending()
+            // Dropped here, with the ten samples still in its batch.
+        })
+        .expect("spawned");
+    let wg = guid.wait();
+    wait_until(20, "matched on both sides", || {
+        matched(&a, wg, r.guid()) && matched(&b, wg, r.guid())
+    });
+    go.set(1);
+    assert_eq!(
+        join(task, 30),
+        Ok(10),
+        "nothing was handed over before the drop"
+    );
+    wait_complete(&b, r.guid(), wg, 10);
+    assert_eq!(a.mesh.stats().unflushed_discarded, 0);
+}
+
+#[test]
+fn stopping_a_node_ends_its_writing_and_reading_shard_tasks() {
+    // B reads nothing from its event queue: A's writes soon wait for room.
+    let (a, b, _unread) = sender_and_receiver(
+        fast()
+            .overflow_policy(OverflowPolicy::Block)
+            .max_outbound_queue_bytes(32 * 1024usize),
+        fast().event_queue_capacity(16),
+    );
+    let r = b.reader(topic()).unwrap();
+    let (guid, written, go) = (
+        Guid::default(),
+        Arc::new(AtomicU64::new(0)),
+        Step::default(),
+    );
+    let (g, n, step) = (guid.clone(), written.clone(), go.clone());
+    let writing = a
+        .mesh
+        .spawn_on_shard(move |ctx| async move {
+            let mut w = ctx.writer(topic()).await.expect("writer");
+            g.put(w.guid());
+            step.reached(1).await;
+            loop {
+                let seq = w.write(&payload(w.next_seq(), 1000)).await?;
+                n.store(seq, Ordering::Release);
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), PublishError>(())
+        })
+        .expect("spawned");
+    let wg = guid.wait();
+    wait_until(20, "A and B route the writer", || {
+        matched(&a, wg, r.guid())
+            && b.topics()
+                .topic(T)
+                .is_some_and(|t| t.writers == 1 && t.readers == 1)
+    });
+    go.set(1);
+    // A reading task on A too, waiting in its inbox when the node stops.
+    let reading = a
+        .mesh
+        .spawn_on_shard(|ctx| async move {
+            let mut inbox = ctx.inbox(4).expect("free");
+            let mut batch = Vec::new();
+            loop {
+                inbox.recv_batch(&mut batch).await;
+            }
+        })
+        .expect("spawned");
+    // The writes are held back: the link's queue is full (B reads nothing), as full as
+    // batches of a quarter of its bound fill it.
+    wait_until(30, "the writer waits for room", || {
+        let st = a.mesh.stats().total;
+        written.load(Ordering::Acquire) > 0 && st.peak_queued_bytes > 24 * 1024 - 2 * 1100
+    });
+    a.mesh.stop();
+    match join(writing, 30) {
+        Err(ShardTaskError::Cancelled) | Ok(Err(PublishError::Stopped)) => {}
+        other => panic!("the writing task ends: {other:?}"),
+    }
+    assert_eq!(join(reading, 30), Err(ShardTaskError::Cancelled));
+    drop(r);
+    b.stop();
 }
