@@ -7,16 +7,16 @@
 mod node_support;
 
 use node_support::samples::{matched, seqs, wait_complete};
+use node_support::shard_tasks::{join, Guid, Step};
 use node_support::*;
 use shoal_mesh::node::shard_task::Delivered;
 use shoal_mesh::proto::link_shard;
 use shoal_mesh::topics::{EndpointGuid, Topic};
 use shoal_mesh::{
-    Event, EventReceiver, MeshBuilder, OverflowPolicy, PeerId, PublishError, ShardTask,
-    ShardTaskError,
+    Event, EventReceiver, MeshBuilder, OverflowPolicy, PeerId, PublishError, ShardTaskError,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const T: &str = "shard/topic";
@@ -35,59 +35,6 @@ fn payload(seq: u64, len: usize) -> Vec<u8> {
 fn seq_of(p: &[u8]) -> u64 {
     assert!(p[8..].iter().all(|b| *b == 0x5a), "payload corrupted");
     u64::from_be_bytes(p[..8].try_into().unwrap())
-}
-
-/// Waits on a shard task (without blocking its shard) until `cond` holds; bounded.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        shoal_runtime::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-/// Waits for a shard task's end, at most `secs` (a hang fails the test instead of hanging it).
-fn join<T: Send + 'static>(t: ShardTask<T>, secs: u64) -> Result<T, ShardTaskError> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(t.join_blocking());
-    });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("the shard task ends in time")
-}
-
-/// A step counter shared by a shard task and the test thread.
-#[derive(Clone, Default)]
-struct Step(Arc<AtomicU64>);
-
-impl Step {
-    fn set(&self, v: u64) {
-        self.0.store(v, Ordering::Release);
-    }
-    fn get(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
-    }
-    async fn reached(&self, v: u64) {
-        until(&format!("step {v}"), || self.get() >= v).await
-    }
-}
-
-/// A GUID handed from a shard task to the test thread.
-#[derive(Clone, Default)]
-struct Guid(Arc<Mutex<Option<EndpointGuid>>>);
-
-impl Guid {
-    fn put(&self, g: EndpointGuid) {
-        *self.0.lock().unwrap() = Some(g);
-    }
-    fn wait(&self) -> EndpointGuid {
-        let mut got = None;
-        wait_until(20, "the task opened its endpoint", || {
-            got = *self.0.lock().unwrap();
-            got.is_some()
-        });
-        got.unwrap()
-    }
 }
 
 /// A and B, linked both ways.
