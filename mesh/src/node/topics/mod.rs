@@ -3,7 +3,8 @@
 //! that waits for its answer, removed when its last handle goes).
 //!
 //! **Owns:** the application side of endpoints: the create / remove commands and the
-//! handles ([`Writer`], [`Reader`]). **Must not touch:** matching, admission or routes (the
+//! handles ([`Writer`], [`Reader`]; the shard task's `ShardWriter` shares [`pack`] with
+//! `Writer`). **Must not touch:** matching, admission or routes (the
 //! control core decides them), the sample path (the shard core).
 //!
 //! # Waiting for the control plane from anywhere
@@ -14,7 +15,10 @@
 //! its own that waits for no shard, so this cannot deadlock (a shard callback waiting for it
 //! stalls that shard for the command's duration: a few microseconds). From the control
 //! executor itself (a `PeerConnected` or `Matched` callback) the command is carried out on
-//! the spot instead, since waiting there would wait for itself.
+//! the spot instead, since waiting there would wait for itself. A shard task
+//! ([`ShardContext::writer`](crate::ShardContext::writer) and `reader`) awaits the answer
+//! ([`Mesh::create_endpoint_async`]) instead of blocking: a writer is answered only once its
+//! first route table reached every shard, the task's own included.
 
 pub(crate) mod pack;
 mod reader;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A writer on one topic for a shard task, opened with
-/// [`ShardContext::writer`](super::ShardContext::writer): the [`Writer`](crate::Writer) of
+/// [`ShardContext::writer`](super::ShardContext::writer): the [`Writer`](crate::topics::Writer) of
 /// the shard. The same semantics, errors and counters: each write numbers its sample (1, 2,
 /// ... per writer) and appends it to the open Samples frame of the batch; the batch goes to
 /// the shard's core, which routes it by the writer's route (its matched readers, local and
@@ -75,7 +75,7 @@ impl ShardWriter {
     /// Hands a batch over once it holds at least `bytes` (frames included; at least one
     /// sample per batch whatever the value: 0 hands every sample over alone). Default
     /// [`DEFAULT_BATCH_BYTES`](crate::node::DEFAULT_BATCH_BYTES); capped at a quarter of
-    /// `max_outbound_queue_bytes`, as for [`Writer`](crate::Writer).
+    /// `max_outbound_queue_bytes`, as for [`Writer`](crate::topics::Writer).
     pub fn with_batch_bytes(mut self, bytes: usize) -> ShardWriter {
         self.pack.set_batch_bytes(bytes);
         self
