@@ -491,3 +491,52 @@ fn stopping_a_node_ends_its_writing_and_reading_shard_tasks() {
     drop(r);
     b.stop();
 }
+
+/// `Mesh::writer` from an event callback on a data shard (a reply writer opened when the
+/// first request sample arrives): the control plane answers a writer once its route table
+/// reached every shard, so waiting for that answer on a shard would wait for itself.
+#[test]
+fn a_writer_opened_in_a_sample_callback_works() {
+    let slot: Arc<std::sync::OnceLock<shoal_mesh::Mesh>> = Arc::default();
+    let opened: Arc<std::sync::Mutex<Option<Result<shoal_mesh::topics::Writer, String>>>> =
+        Arc::default();
+    let (m, o) = (slot.clone(), opened.clone());
+    let a = Node::start(fast().on_event(move |e| {
+        if let Event::Sample { .. } = e {
+            let mut o = o.lock().unwrap();
+            if o.is_none() {
+                let mesh = m.get().expect("set after build");
+                let w = mesh.writer(Topic::new("shard/reply", "Blob"));
+                *o = Some(w.map_err(|e| e.to_string()));
+            }
+        }
+    }));
+    slot.set(a.mesh.clone()).unwrap();
+    let b = Node::start(fast().static_peer(ep(a.port())));
+    let nodes = [a, b];
+    wait_connected(&nodes, &[(0, 1)]);
+    let [a, b] = nodes;
+    let requests = a.mesh.reader(topic()).unwrap();
+    let replies = b.mesh.reader(Topic::new("shard/reply", "Blob")).unwrap();
+    let mut w = b.mesh.writer(topic()).unwrap();
+    wait_until(20, "the request pair matched", || {
+        matched(&a, w.guid(), requests.guid()) && matched(&b, w.guid(), requests.guid())
+    });
+    w.write_blocking(&payload(1, 8)).unwrap();
+    w.flush_blocking().unwrap();
+    wait_until(30, "the callback opened its writer", || {
+        opened.lock().unwrap().is_some()
+    });
+    let mut reply = opened
+        .lock()
+        .unwrap()
+        .take()
+        .unwrap()
+        .expect("the writer opens from the callback");
+    wait_until(20, "the reply pair matched", || {
+        matched(&b, reply.guid(), replies.guid())
+    });
+    reply.write_blocking(&payload(1, 8)).unwrap();
+    reply.flush_blocking().unwrap();
+    wait_complete(&b, replies.guid(), reply.guid(), 1);
+}
