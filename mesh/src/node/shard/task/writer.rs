@@ -43,7 +43,12 @@ use std::time::Duration;
 /// without waiting (what must wait is settled by a helper task; only what a stopping node no
 /// longer takes is counted in
 /// [`MeshStats::unflushed_discarded`](crate::MeshStats::unflushed_discarded)), then removes
-/// the endpoint. Keeps the node alive like a [`Mesh`](crate::Mesh) clone.
+/// the endpoint. The pending batch is routed by the core before the removal is even sent,
+/// unless an earlier `try_` batch of this writer still waits for room: then the batch
+/// follows it from a helper task, and should the removal's route table reach the shard
+/// first, it is dropped and counted as `dropped_unrouted_samples` (as a thread
+/// [`Writer`](crate::topics::Writer)'s can be). Keeps the node alive like a
+/// [`Mesh`](crate::Mesh) clone.
 pub struct ShardWriter {
     ep: Endpoint,
     pack: Packer,
