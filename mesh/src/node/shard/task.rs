@@ -2,20 +2,22 @@
 //! (see [`crate::node::shard_task`] for the API and its rules), publishing through the core
 //! call the ingress task makes and receiving through a local queue the delivery sink fills.
 //!
-//! - **Publishing** ([`ShardContext`]): [`ShardCore::publish`] is called in the task's own
-//!   poll, then the actions are carried out as the ingress task carries them out ([`carry`]);
-//!   what must wait (a Block-policy publish without link room, a full ring to another shard)
-//!   is settled by a helper task ([`settle`]) that the publishing call awaits, so a cancelled
-//!   call loses nothing and a `try_` call can leave it behind.
+//! - **Publishing** ([`ShardContext`], [`ShardWriter`], each an [`Origin`] stream):
+//!   [`ShardCore::publish`] is called in the task's own poll, then the actions are carried
+//!   out as the ingress task carries them out ([`carry`]); what must wait (a Block-policy
+//!   publish without link room, a full ring to another shard) is settled by a helper task
+//!   ([`settle`]) that the publishing call awaits, so a cancelled call loses nothing and a
+//!   `try_` call can leave it behind. Endpoints are opened through the control plane, their
+//!   answer awaited.
 //! - **Receiving** ([`Tap`], [`ShardInbox`]): while a shard task holds the inbox, the sink
 //!   (`deliver::HubSink`) moves every delivery of this shard into the tap's queue instead of
-//!   the event queue (callbacks still run first); the task takes the queue whole, by swapping
-//!   vectors. A full tap gives deliveries back as a full event queue does, and the driver
-//!   waits for room in order ([`place_waiting`]): the reading links are held back, nothing is
-//!   dropped.
+//!   the event queue (callbacks still run first), and the other shards hand theirs over
+//!   (`super::forward`); the task takes the queue whole, by swapping vectors. A full tap
+//!   gives deliveries back as a full event queue does, and the driver waits for room in
+//!   order ([`place_waiting`]): the reading links are held back, nothing is dropped.
 //!
-//! **Owns:** the origin shard's registration for shard tasks, the shard-task publish path and
-//! the tap. **Must not touch:** what is published, routed or delivered (the core's), the
+//! **Owns:** the origin shard's registration for shard tasks, the shard-task publish path
+//! (`task/writer.rs`: the topic writer) and the tap. **Must not touch:** what is published, routed or delivered (the core's), the
 //! event queue (the hub's).
 //!
 //! [`ShardCore::publish`]: shoal_proto::shard::ShardCore::publish
