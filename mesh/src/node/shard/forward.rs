@@ -132,3 +132,31 @@ pub(super) async fn forward_waiting(ctx: &Rc<Ctx>, d: Delivered) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Forwarding;
+
+    #[test]
+    fn forwarding_lasts_until_the_inbox_closed_and_every_forward_is_placed() {
+        let f = Forwarding::default();
+        assert!(!f.active(), "no inbox, nothing in flight");
+        f.open(true);
+        assert!(f.active());
+        f.sent();
+        f.sent();
+        f.open(false);
+        assert!(f.active(), "two forwards still on the ring");
+        f.placed(1);
+        assert!(f.active());
+        f.sent();
+        f.unsent();
+        f.placed(1);
+        assert!(!f.active(), "closed and all placed");
+        f.placed(0);
+        f.open(true);
+        f.open(true);
+        f.open(false);
+        assert!(!f.active(), "opening twice is one bit");
+    }
+}
