@@ -55,7 +55,7 @@ const BEACON_BACKLOG: usize = 4;
 pub(crate) type Created = (EndpointGuid, Option<Arc<shoal_proto::topics::WriterCredit>>);
 
 /// Where a create command's answer goes (room for one: the control plane never waits).
-pub(crate) type CreateReply = mpsc::SyncSender<Result<Created, TopicError>>;
+pub(crate) type CreateReply = crate::node::reply::Reply<Result<Created, TopicError>>;
 
 /// Requests from the application handle to the control plane (not to be confused with
 /// `shoal_proto::cmd`, the commands between the executors).
@@ -69,6 +69,10 @@ pub(crate) enum Request {
         spec: Box<EndpointSpec>,
         /// Where the answer goes (room for one: the control plane never waits on it).
         reply: CreateReply,
+        /// Answer a writer at once rather than once its first route table reached every
+        /// shard: the asker blocks a data shard's thread (an event callback there), which
+        /// would never take that table while it waits.
+        at_once: bool,
     },
     /// Remove a local endpoint (its last handle went).
     RemoveEndpoint(EndpointGuid),
@@ -114,21 +118,26 @@ pub(crate) fn run_here(ns: &Arc<NodeShared>, cmd: Request) -> Result<(), Request
 fn handle(ctl: &Rc<Ctl>, cmd: Request, inline: bool) {
     match cmd {
         Request::Stop(reply) => begin_stop(ctl, reply),
-        Request::CreateEndpoint { spec, reply } => {
+        Request::CreateEndpoint {
+            spec,
+            reply,
+            at_once,
+        } => {
             let r = ctl.feed(|c, now, wall| topics::create(c, &spec, now, wall));
+            let wait_routes = !(inline || at_once);
             match r {
-                Ok(created) if spec.kind == crate::topics::EndpointKind::Writer && !inline => {
+                Ok(created) if spec.kind == crate::topics::EndpointKind::Writer && wait_routes => {
                     let g = created.0;
                     let mut early = ctl.ready_early.borrow_mut();
                     if let Some(i) = early.iter().position(|e| *e == g) {
                         early.swap_remove(i);
-                        let _ = reply.try_send(Ok(created));
+                        reply.send(Ok(created));
                     } else {
                         ctl.pending_creates.borrow_mut().push((g, reply, created));
                     }
                 }
                 r => {
-                    let _ = reply.try_send(r);
+                    reply.send(r);
                 }
             }
         }
@@ -430,7 +439,7 @@ fn ready(ctl: &Ctl, endpoint: EndpointGuid) {
     match pending.iter().position(|(g, ..)| *g == endpoint) {
         Some(i) => {
             let (_, reply, created) = pending.swap_remove(i);
-            let _ = reply.try_send(Ok(created));
+            reply.send(Ok(created));
         }
         // Created from a callback (answered at once), or ready within its own command.
         None => {
