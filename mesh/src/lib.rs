@@ -79,7 +79,8 @@ pub use node::ErrorLog;
 pub use node::{
     ErrorKind, Event, EventReceiver, LinkInfo, Mesh, MeshBuilder, MeshError, MeshStats,
     NodeOptions, OverflowPolicy, PublishError, Publisher, Received, SampleBatch, ShardContext,
-    ShardInbox, ShardStats, ShardTask, ShardTaskError, SlowLinkAction, SlowLinkPolicy, StatCounter,
+    ShardInbox, ShardStats, ShardTask, ShardTaskError, ShardWriter, SlowLinkAction, SlowLinkPolicy,
+    StatCounter,
 };
 /// The protocol crate, whole: its state machines at the top, [`wire`], [`crypto`], [`config`].
 pub use shoal_proto as proto;

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 /// what one batch of work takes (tens of µs).
 pub const LONG_POLL: Duration = Duration::from_millis(1);
 
-pub use super::shard::task::{ShardContext, ShardInbox};
+pub use super::shard::task::{ShardContext, ShardInbox, ShardWriter};
 pub use shoal_proto::shard::{Delivered, Delivery, SampleRun, SamplesLost};
 
 /// Why a shard task did not return its value.
@@ -141,13 +141,14 @@ impl Mesh {
         T: Send + 'static,
     {
         let ns = self.inner.ns.clone();
+        let node = Arc::downgrade(&self.inner);
         let state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         let RunState::Running { rt, .. } = &*state else {
             return Err(MeshError::NotRunning);
         };
         let shard = link_shard(&ns.me, ns.shards);
         let join = rt.spawn_on(ExecutorId::Shard(shard), move || async move {
-            let Some(ctx) = origin_context().await else {
+            let Some(ctx) = origin_context(node).await else {
                 return Err(ShardTaskError::Cancelled);
             };
             let timed = Timed {

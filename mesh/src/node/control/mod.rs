@@ -55,7 +55,7 @@ const BEACON_BACKLOG: usize = 4;
 pub(crate) type Created = (EndpointGuid, Option<Arc<shoal_proto::topics::WriterCredit>>);
 
 /// Where a create command's answer goes (room for one: the control plane never waits).
-pub(crate) type CreateReply = mpsc::SyncSender<Result<Created, TopicError>>;
+pub(crate) type CreateReply = crate::node::reply::Reply<Result<Created, TopicError>>;
 
 /// Requests from the application handle to the control plane (not to be confused with
 /// `shoal_proto::cmd`, the commands between the executors).
@@ -122,13 +122,13 @@ fn handle(ctl: &Rc<Ctl>, cmd: Request, inline: bool) {
                     let mut early = ctl.ready_early.borrow_mut();
                     if let Some(i) = early.iter().position(|e| *e == g) {
                         early.swap_remove(i);
-                        let _ = reply.try_send(Ok(created));
+                        reply.send(Ok(created));
                     } else {
                         ctl.pending_creates.borrow_mut().push((g, reply, created));
                     }
                 }
                 r => {
-                    let _ = reply.try_send(r);
+                    reply.send(r);
                 }
             }
         }
@@ -430,7 +430,7 @@ fn ready(ctl: &Ctl, endpoint: EndpointGuid) {
     match pending.iter().position(|(g, ..)| *g == endpoint) {
         Some(i) => {
             let (_, reply, created) = pending.swap_remove(i);
-            let _ = reply.try_send(Ok(created));
+            reply.send(Ok(created));
         }
         // Created from a callback (answered at once), or ready within its own command.
         None => {

@@ -20,9 +20,16 @@
 //!
 //! [`ShardCore::publish`]: shoal_proto::shard::ShardCore::publish
 
+mod writer;
+
+pub use writer::ShardWriter;
+
 use super::ingress::YieldNow;
 use super::{carry, deliver, settle, Ctx, Publish, Who};
-use crate::node::{PublishError, DATA_FRAME_OVERHEAD};
+use crate::node::shared::NodeShared;
+use crate::node::topics::Reader;
+use crate::node::{Inner, Mesh, MeshError, PublishError, DATA_FRAME_OVERHEAD};
+use crate::topics::Topic;
 use crate::wire::DATA_HEADER_LEN;
 use crate::PeerId;
 use bytes::Bytes;
@@ -59,10 +66,10 @@ pub(super) fn register(ctx: &Rc<Ctx>) {
 
 /// A context on the origin shard's driver, for a shard task starting on this thread; `None`
 /// when this thread has none (not the origin shard) or it has ended (the node stops).
-pub(crate) async fn origin_context() -> Option<ShardContext> {
+pub(crate) async fn origin_context(node: std::sync::Weak<Inner>) -> Option<ShardContext> {
     for _ in 0..REGISTER_PASSES {
         match ORIGIN.with(|o| o.borrow().clone()) {
-            Some(weak) => return weak.upgrade().map(ShardContext::new),
+            Some(weak) => return weak.upgrade().map(|ctx| ShardContext::new(ctx, node)),
             None => YieldNow(false).await,
         }
     }
@@ -152,29 +159,22 @@ struct Pending {
     done: Signal,
 }
 
-/// A shard task's handle on its shard: publishes straight into the shard's core and takes
-/// the shard's deliveries (see [`crate::node::shard_task`]). Lives on the shard's thread
-/// only (not `Send`).
-pub struct ShardContext {
+/// One publishing stream's handle on the origin shard's core (a [`ShardContext`]'s messages,
+/// or one [`ShardWriter`]'s samples): what it publishes goes into the core in the caller's
+/// own poll; what must wait is settled by a helper task the stream's later publishes wait
+/// for, so the stream keeps its order and a cancelled call loses nothing it handed over.
+pub(crate) struct Origin {
     ctx: Rc<Ctx>,
     actions: Vec<ShardAction>,
     waits: Vec<ShardAction>,
     pending: Rc<Pending>,
-    /// Publishes since this task last yielded (see [`PUBLISHES_PER_YIELD`]).
+    /// Publishes since this stream last yielded (see [`PUBLISHES_PER_YIELD`]).
     run: u32,
 }
 
-impl std::fmt::Debug for ShardContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShardContext")
-            .field("shard", &self.ctx.idx)
-            .finish()
-    }
-}
-
-impl ShardContext {
-    fn new(ctx: Rc<Ctx>) -> ShardContext {
-        ShardContext {
+impl Origin {
+    fn new(ctx: Rc<Ctx>) -> Origin {
+        Origin {
             ctx,
             actions: Vec::new(),
             waits: Vec::new(),
@@ -183,14 +183,155 @@ impl ShardContext {
         }
     }
 
+    /// Another stream on the same shard (its own order, its own pending wait).
+    fn stream(&self) -> Origin {
+        Origin::new(self.ctx.clone())
+    }
+
+    pub(crate) fn ns(&self) -> &NodeShared {
+        &self.ctx.ns
+    }
+
+    /// `Stopped` once the node stops.
+    pub(crate) fn running(&self) -> Result<(), PublishError> {
+        if self.ctx.ns.stopping.load(Ordering::Acquire) {
+            return Err(PublishError::Stopped);
+        }
+        Ok(())
+    }
+
+    /// Whether a publish of `bytes` may go in now without waiting: nothing of this stream is
+    /// being settled and, under the Block policy, every link has room for it.
+    pub(crate) fn has_room(&self, bytes: usize) -> bool {
+        let ns = &self.ctx.ns;
+        let link_full = ns.policy == OverflowPolicy::Block && ns.snapshot.any_link_full_for(bytes);
+        !(self.pending.busy.get() || link_full)
+    }
+
+    /// Originates `p` in the core and carries out what needs no wait; true if something was
+    /// left to wait for (in `waits`).
+    fn originate(&mut self, p: Publish) -> bool {
+        let ctx = &self.ctx;
+        let now = ctx.tick();
+        ctx.core.borrow_mut().publish(p, now, &mut self.actions);
+        carry(ctx, &mut self.actions, &mut self.waits, Who::Other);
+        // A message for this node itself (or a sample for a local reader) was delivered.
+        ctx.wake_receivers();
+        !self.waits.is_empty()
+    }
+
+    /// Hands what [`originate`](Self::originate) left to a helper task that settles it.
+    fn settle_behind(&mut self) {
+        let waits = std::mem::take(&mut self.waits);
+        let (ctx, pending) = (self.ctx.clone(), self.pending.clone());
+        pending.busy.set(true);
+        spawn_local(async move {
+            let mut waits = waits;
+            settle(&ctx, &mut waits, Who::Other).await;
+            pending.busy.set(false);
+            pending.done.notify(usize::MAX);
+        })
+        .detach();
+    }
+
+    /// Waits until nothing of this stream's is being settled.
+    pub(crate) async fn settled(&self) {
+        while self.pending.busy.get() {
+            let done = self.pending.done.listen();
+            if !self.pending.busy.get() {
+                break;
+            }
+            done.await;
+        }
+    }
+
+    /// Publishes `p` after what this stream left waiting, and waits until it is carried out
+    /// (link room under the Block policy, ring room toward another shard), letting the
+    /// shard's other tasks run meanwhile. If the call is dropped before `p` went into the
+    /// core, `p` is dropped with it (see [`settled`](Self::settled) for a caller that counts
+    /// that); once in, it goes out whatever happens to the call.
+    pub(crate) async fn submit(&mut self, p: Publish) {
+        self.settled().await;
+        if self.originate(p) {
+            self.settle_behind();
+            self.settled().await;
+            self.run = 0;
+        } else {
+            self.run += 1;
+            if self.run >= PUBLISHES_PER_YIELD {
+                self.run = 0;
+                YieldNow(false).await;
+            }
+        }
+    }
+
+    /// Publishes `p` now, leaving what must wait to a helper task (later publishes of this
+    /// stream wait for it). The caller checked [`has_room`](Self::has_room) if it must not
+    /// overtake: with something pending, `p` would go ahead of it.
+    pub(crate) fn submit_now(&mut self, p: Publish) {
+        if self.originate(p) {
+            self.settle_behind();
+        }
+    }
+
+    /// Publishes `p` behind what this stream left waiting, from a helper task of its own:
+    /// for a handle that goes away and must not wait (a dropped writer).
+    pub(crate) fn submit_behind(&mut self, p: Publish) {
+        if !self.pending.busy.get() {
+            return self.submit_now(p);
+        }
+        let mut o = Origin {
+            ctx: self.ctx.clone(),
+            actions: Vec::new(),
+            waits: Vec::new(),
+            pending: self.pending.clone(),
+            run: 0,
+        };
+        spawn_local(async move { o.submit(p).await }).detach();
+    }
+
+    /// Lets the shard's other tasks (link readers and writers) run once.
+    pub(crate) async fn yield_now(&mut self) {
+        self.run = 0;
+        self.ctx.wake_receivers();
+        YieldNow(false).await;
+    }
+}
+
+/// A shard task's handle on its shard: publishes straight into the shard's core and takes
+/// the shard's deliveries (see [`crate::node::shard_task`]). Lives on the shard's thread
+/// only (not `Send`).
+pub struct ShardContext {
+    origin: Origin,
+    /// The node, for what goes through its control plane (endpoints); weak, so a task
+    /// holding its context does not keep a dropped node running.
+    node: std::sync::Weak<Inner>,
+}
+
+impl std::fmt::Debug for ShardContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardContext")
+            .field("shard", &self.origin.ctx.idx)
+            .finish()
+    }
+}
+
+impl ShardContext {
+    fn new(ctx: Rc<Ctx>, node: std::sync::Weak<Inner>) -> ShardContext {
+        ShardContext {
+            origin: Origin::new(ctx),
+            node,
+        }
+    }
+
     /// This node's id.
     pub fn id(&self) -> PeerId {
-        self.ctx.ns.me
+        self.origin.ctx.ns.me
     }
 
     /// The shard this task runs on (the one that originates this node's messages).
     pub fn shard(&self) -> usize {
-        self.ctx.idx
+        self.origin.ctx.idx
     }
 
     /// Broadcasts `payload` to every node. Waits (Block policy) for room on the links,
@@ -228,9 +369,7 @@ impl ShardContext {
 
     /// Lets the shard's other tasks (link readers and writers) run once.
     pub async fn yield_now(&mut self) {
-        self.run = 0;
-        self.ctx.wake_receivers();
-        YieldNow(false).await;
+        self.origin.yield_now().await
     }
 
     /// The inbox of this shard's deliveries, holding up to `capacity` entries (a message, a
@@ -239,23 +378,58 @@ impl ShardContext {
     /// (callbacks still run first); deliveries on other shards still go to the event queue.
     /// `None` if another shard task holds it.
     pub fn inbox(&self, capacity: usize) -> Option<ShardInbox> {
-        let tap = &self.ctx.tap;
+        let ctx = &self.origin.ctx;
+        let tap = &ctx.tap;
         if tap.is_open() {
             return None;
         }
         tap.capacity.set(capacity.max(1));
         tap.open.set(true);
-        Some(ShardInbox {
-            tap: self.ctx.tap.clone(),
-        })
+        Some(ShardInbox { tap: tap.clone() })
+    }
+
+    /// A live handle on the node, for its control plane.
+    fn mesh(&self) -> Result<Mesh, MeshError> {
+        let inner = self.node.upgrade().ok_or(MeshError::NotRunning)?;
+        Ok(Mesh { inner })
+    }
+
+    /// Opens a writer on `topic` whose samples this task writes straight into the shard's
+    /// core (see [`ShardWriter`]). Declared, validated and admitted as by
+    /// [`Mesh::writer`](crate::Mesh::writer), with the same errors. The admission is a
+    /// command to the control plane, which answers a writer once its route table reached
+    /// every shard (so its first samples find it), this one included: the call awaits the
+    /// answer while the shard runs on (milliseconds; open writers when the task starts).
+    pub async fn writer(&self, topic: Topic) -> Result<ShardWriter, MeshError> {
+        let mesh = self.mesh()?;
+        let sleep = shoal_runtime::time::sleep_until;
+        let (ep, credit, max_blocking) = mesh.writer_endpoint_async(topic, sleep).await?;
+        Ok(ShardWriter::new(
+            ep,
+            credit,
+            max_blocking,
+            self.origin.stream(),
+        ))
+    }
+
+    /// Opens a reader on `topic`, as [`Mesh::reader`](crate::Mesh::reader) does (the same
+    /// checks and errors; the answer awaited as for [`writer`](Self::writer)). While this task holds the
+    /// [`inbox`](Self::inbox), the reader's samples arrive there as
+    /// [`Delivered::Samples`] runs (one entry per run of a writer's consecutive samples, the
+    /// payloads slices of the buffer they were read into, never copied per sample) and its
+    /// loss reports as [`Delivered::Lost`]; [`Reader::owns`] tells which entries are its.
+    /// Without the inbox they are [`Event::Sample`](crate::Event::Sample) events, as for
+    /// any reader.
+    pub async fn reader(&self, topic: Topic) -> Result<Reader, MeshError> {
+        let mesh = self.mesh()?;
+        mesh.reader_async(topic, shoal_runtime::time::sleep_until)
+            .await
     }
 
     /// What `Mesh::admit` checks, for the shard.
     fn admit(&self, dst: PeerId, len: usize) -> Result<(), PublishError> {
-        let ns = &self.ctx.ns;
-        if ns.stopping.load(Ordering::Acquire) {
-            return Err(PublishError::Stopped);
-        }
+        self.origin.running()?;
+        let ns = &self.origin.ctx.ns;
         let max = (ns.cfg.max_message_bytes as usize).saturating_sub(DATA_FRAME_OVERHEAD);
         if len > max {
             return Err(PublishError::TooLarge { len, max });
@@ -266,76 +440,18 @@ impl ShardContext {
         Ok(())
     }
 
-    /// Originates one message in the core and carries out what needs no wait; true if
-    /// something was left to wait for (in `waits`).
-    fn originate(&mut self, dst: PeerId, payload: Bytes) -> bool {
-        let ctx = &self.ctx;
-        let now = ctx.tick();
-        ctx.core
-            .borrow_mut()
-            .publish(Publish::One { dst, payload }, now, &mut self.actions);
-        carry(ctx, &mut self.actions, &mut self.waits, Who::Other);
-        // A message for this node itself was delivered into the outbox.
-        ctx.wake_receivers();
-        !self.waits.is_empty()
-    }
-
-    /// Hands what [`originate`](Self::originate) left to a helper task that settles it.
-    fn settle_behind(&mut self) {
-        let waits = std::mem::take(&mut self.waits);
-        let (ctx, pending) = (self.ctx.clone(), self.pending.clone());
-        pending.busy.set(true);
-        spawn_local(async move {
-            let mut waits = waits;
-            settle(&ctx, &mut waits, Who::Other).await;
-            pending.busy.set(false);
-            pending.done.notify(usize::MAX);
-        })
-        .detach();
-    }
-
-    /// Waits until nothing of this task's is being settled.
-    async fn settled(&self) {
-        while self.pending.busy.get() {
-            let done = self.pending.done.listen();
-            if !self.pending.busy.get() {
-                break;
-            }
-            done.await;
-        }
-    }
-
     async fn publish(&mut self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
         self.admit(dst, payload.len())?;
-        self.settled().await;
-        if self.originate(dst, payload) {
-            self.settle_behind();
-            self.settled().await;
-            self.run = 0;
-        } else {
-            self.run += 1;
-            if self.run >= PUBLISHES_PER_YIELD {
-                self.run = 0;
-                YieldNow(false).await;
-            }
-        }
+        self.origin.submit(Publish::One { dst, payload }).await;
         Ok(())
     }
 
     fn try_publish(&mut self, dst: PeerId, payload: Bytes) -> Result<(), PublishError> {
         self.admit(dst, payload.len())?;
-        let ns = &self.ctx.ns;
-        if self.pending.busy.get()
-            || (ns.policy == OverflowPolicy::Block
-                && ns
-                    .snapshot
-                    .any_link_full_for(DATA_HEADER_LEN + payload.len()))
-        {
+        if !self.origin.has_room(DATA_HEADER_LEN + payload.len()) {
             return Err(PublishError::Full);
         }
-        if self.originate(dst, payload) {
-            self.settle_behind();
-        }
+        self.origin.submit_now(Publish::One { dst, payload });
         Ok(())
     }
 }

@@ -16,6 +16,7 @@
 //! executor itself (a `PeerConnected` or `Matched` callback) the command is carried out on
 //! the spot instead, since waiting there would wait for itself.
 
+pub(crate) mod pack;
 mod reader;
 mod writer;
 
@@ -23,16 +24,32 @@ pub use reader::Reader;
 pub use writer::Writer;
 
 use super::control::{self, Request};
+use super::reply::{self, NoAnswer};
 use super::{Mesh, MeshError};
 use crate::topics::{EndpointGuid, EndpointKind, EndpointSpec, Topic, TopicsSnapshot};
 use shoal_proto::topics::WriterCredit;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest a caller waits for the control plane's answer to a create command: far above
 /// what a live control plane takes (one pass of its executor), short enough that a stalled
 /// one is reported rather than hanging the caller.
 const CONTROL_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A writer's validated declaration and how long its writes wait for credit.
+fn writer_spec(topic: Topic) -> Result<(EndpointSpec, Duration), MeshError> {
+    let spec = topic.validate(EndpointKind::Writer)?;
+    let max_blocking = spec.qos.reliability.max_blocking_time;
+    let max_blocking = if max_blocking.is_infinite() {
+        Duration::MAX
+    } else {
+        Duration::from_nanos(max_blocking.as_nanos())
+    };
+    Ok((spec, max_blocking))
+}
+
+/// What [`Mesh::writer_endpoint`] gives.
+pub(crate) type WriterEndpoint = (Endpoint, Option<Arc<WriterCredit>>, Duration);
 
 /// One local endpoint: its GUID and the node that removes it when the last handle goes.
 #[derive(Debug)]
@@ -56,15 +73,41 @@ impl Mesh {
     /// plane to admit it ([`MeshError::Endpoint`] when a discovery table or the match table
     /// is full). Works from any thread and from an event callback.
     pub fn writer(&self, topic: Topic) -> Result<Writer, MeshError> {
-        let spec = topic.validate(EndpointKind::Writer)?;
-        let max_blocking = spec.qos.reliability.max_blocking_time;
-        let max_blocking = if max_blocking.is_infinite() {
-            Duration::MAX
-        } else {
-            Duration::from_nanos(max_blocking.as_nanos())
-        };
-        let (ep, credit) = self.create_endpoint(spec)?;
+        let (ep, credit, max_blocking) = self.writer_endpoint(topic)?;
         Ok(Writer::new(ep, credit, max_blocking))
+    }
+
+    /// A new writer endpoint (validated and admitted), its credit if it is reliable, and how
+    /// long its writes wait for that credit: what [`Writer`] and the shard task's writer
+    /// are built on.
+    fn writer_endpoint(&self, topic: Topic) -> Result<WriterEndpoint, MeshError> {
+        let (spec, max_blocking) = writer_spec(topic)?;
+        let (ep, credit) = self.create_endpoint(spec)?;
+        Ok((ep, credit, max_blocking))
+    }
+
+    /// [`writer_endpoint`](Self::writer_endpoint) for a task on a data shard (see
+    /// [`create_endpoint_async`](Self::create_endpoint_async)).
+    pub(crate) async fn writer_endpoint_async<F: std::future::Future<Output = ()>>(
+        &self,
+        topic: Topic,
+        sleep_until: impl Fn(std::time::Instant) -> F,
+    ) -> Result<WriterEndpoint, MeshError> {
+        let (spec, max_blocking) = writer_spec(topic)?;
+        let (ep, credit) = self.create_endpoint_async(spec, sleep_until).await?;
+        Ok((ep, credit, max_blocking))
+    }
+
+    /// A reader endpoint for a task on a data shard (see
+    /// [`create_endpoint_async`](Self::create_endpoint_async)).
+    pub(crate) async fn reader_async<F: std::future::Future<Output = ()>>(
+        &self,
+        topic: Topic,
+        sleep_until: impl Fn(std::time::Instant) -> F,
+    ) -> Result<Reader, MeshError> {
+        let spec = topic.validate(EndpointKind::Reader)?;
+        let (ep, _) = self.create_endpoint_async(spec, sleep_until).await?;
+        Ok(Reader::new(ep))
     }
 
     /// Opens a reader on `topic` (see [`Reader`]); validated and admitted as
@@ -96,26 +139,67 @@ impl Mesh {
         &self,
         spec: EndpointSpec,
     ) -> Result<(Endpoint, Option<Arc<WriterCredit>>), MeshError> {
-        let ns = &self.inner.ns;
-        if ns.stopping.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(MeshError::NotRunning);
-        }
-        let tx = self.inner.cmd.get().ok_or(MeshError::NotRunning)?;
+        let tx = self.endpoint_commands()?;
         let topic = spec.topic.clone();
-        let (reply, answer) = mpsc::sync_channel(1);
+        let (reply, answer) = reply::reply();
         let cmd = Request::CreateEndpoint {
             spec: Box::new(spec),
             reply,
         };
-        if let Err(cmd) = control::run_here(ns, cmd) {
+        if let Err(cmd) = control::run_here(&self.inner.ns, cmd) {
             // Another thread than this node's control plane: it serves commands without
             // waiting for this one, so waiting for room and for the answer is safe.
             tx.send_blocking(cmd).map_err(|_| MeshError::NotRunning)?;
         }
-        let (guid, credit) = match answer.recv_timeout(CONTROL_REPLY_TIMEOUT) {
+        self.created(answer.recv_timeout(CONTROL_REPLY_TIMEOUT), topic)
+    }
+
+    /// [`create_endpoint`](Self::create_endpoint) for a task on one of this node's data
+    /// shards: it awaits room and the answer, so the shard runs on meanwhile (the control
+    /// plane answers a new writer only once its route table reached every shard, this one
+    /// included). `sleep_until` is the executor's timer.
+    pub(crate) async fn create_endpoint_async<F: std::future::Future<Output = ()>>(
+        &self,
+        spec: EndpointSpec,
+        sleep_until: impl Fn(std::time::Instant) -> F,
+    ) -> Result<(Endpoint, Option<Arc<WriterCredit>>), MeshError> {
+        let tx = self.endpoint_commands()?;
+        let topic = spec.topic.clone();
+        let (reply, answer) = reply::reply();
+        let cmd = Request::CreateEndpoint {
+            spec: Box::new(spec),
+            reply,
+        };
+        tx.send(cmd).await.map_err(|_| MeshError::NotRunning)?;
+        let r = answer.recv(CONTROL_REPLY_TIMEOUT, sleep_until).await;
+        self.created(r, topic)
+    }
+
+    /// The control plane's command queue, if the node runs.
+    fn endpoint_commands(
+        &self,
+    ) -> Result<&shoal_runtime::channel::IngressSender<Request>, MeshError> {
+        if self
+            .inner
+            .ns
+            .stopping
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Err(MeshError::NotRunning);
+        }
+        self.inner.cmd.get().ok_or(MeshError::NotRunning)
+    }
+
+    /// The endpoint handle for the control plane's answer.
+    fn created(
+        &self,
+        answer: Result<Result<control::Created, crate::topics::TopicError>, NoAnswer>,
+        topic: String,
+    ) -> Result<(Endpoint, Option<Arc<WriterCredit>>), MeshError> {
+        let (guid, credit) = match answer {
             Ok(r) => r?,
-            Err(mpsc::RecvTimeoutError::Timeout) => return Err(MeshError::ControlTimeout),
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(MeshError::NotRunning),
+            Err(NoAnswer::Timeout) => return Err(MeshError::ControlTimeout),
+            Err(NoAnswer::Gone) => return Err(MeshError::NotRunning),
         };
         Ok((
             Endpoint {

@@ -6,13 +6,19 @@
 use super::Endpoint;
 use crate::node::Event;
 use crate::topics::EndpointGuid;
+use shoal_proto::shard::Delivered;
 use std::sync::Arc;
 
-/// A reader on one topic, opened with [`Mesh::reader`](crate::Mesh::reader). Its samples
-/// arrive as [`Event::Sample`] events naming its GUID in the node's
+/// A reader on one topic, opened with [`Mesh::reader`](crate::Mesh::reader) or a shard
+/// task's [`ShardContext::reader`](crate::ShardContext::reader). Its samples arrive as
+/// [`Event::Sample`] events naming its GUID in the node's
 /// [`EventReceiver`](crate::EventReceiver)s and [`on_event`](crate::MeshBuilder::on_event)
 /// callbacks (the callbacks run on the shard that read the sample, the lowest latency), in
-/// each writer's sequence order, once per sample.
+/// each writer's sequence order, once per sample. While a shard task holds the node's
+/// [`ShardInbox`](crate::ShardInbox), they arrive there instead, as whole runs
+/// ([`Delivered::Samples`], one entry per run of a writer's consecutive samples, nothing
+/// copied per sample) with its loss reports ([`Delivered::Lost`]); [`owns`](Self::owns)
+/// picks them out.
 ///
 /// Clones are the same reader; dropping the last one removes the endpoint (its matches end
 /// with [`Event::Unmatched`] and the mesh hears of the withdrawal). Keeps the node alive like
@@ -46,6 +52,17 @@ impl Reader {
             | Event::Unmatched { reader, .. }
             | Event::Incompatible { reader, .. } => *reader == self.ep.guid,
             _ => false,
+        }
+    }
+
+    /// True for a shard task's inbox entry that is this reader's: a run of its samples
+    /// ([`Delivered::Samples`], whose [`SampleRun::reader`](crate::node::shard_task::SampleRun::reader)
+    /// is this reader's GUID) or a loss report for it ([`Delivered::Lost`]).
+    pub fn owns(&self, d: &Delivered) -> bool {
+        match d {
+            Delivered::Samples(run) => run.reader == self.ep.guid,
+            Delivered::Lost(l) => l.reader == self.ep.guid,
+            Delivered::Message(_) => false,
         }
     }
 }

@@ -4,24 +4,17 @@
 //! **Owns:** the writer's sequence counter and its batch of Samples frames. **Must not
 //! touch:** where samples go (the origin shard routes the batch by the writer's route).
 
+use super::pack::Packer;
 use super::Endpoint;
-use crate::node::publisher::{hand_over_on_drop, send_batch, spare_blocks, Cancelled, Wait};
-use crate::node::recycle::Recycler;
+use crate::node::publisher::{hand_over_on_drop, send_batch, Cancelled, Wait};
 use crate::node::shard::Publish;
 use crate::node::PublishError;
 use crate::topics::EndpointGuid;
-use crate::wire::{EncodeError, SampleRuns, SAMPLES_HEADER_LEN, SAMPLE_LEN_PREFIX};
-use bytes::BytesMut;
 use shoal_proto::topics::WriterCredit;
 use shoal_runtime::channel::IngressSender;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// Buffers allocated per this many bytes of batches (as [`Publisher`](crate::Publisher)).
-const ARENA_BATCHES: usize = 4;
-/// A Samples frame's length field counts everything after the 4-byte length prefix.
-const FRAME_FIXED: usize = SAMPLES_HEADER_LEN - 4;
+use std::time::Duration;
 
 /// A writer on one topic, opened with [`Mesh::writer`](crate::Mesh::writer): the batching
 /// path of [`Publisher`](crate::Publisher) for topic samples. Each write numbers its sample
@@ -57,20 +50,8 @@ const FRAME_FIXED: usize = SAMPLES_HEADER_LEN - 4;
 #[derive(Debug)]
 pub struct Writer {
     ep: Endpoint,
-    buf: BytesMut,
-    /// The packer of `buf`'s Samples frames (wire's), which numbers the samples: the next
-    /// sample's sequence number is its `next_seq` (0: none left after `u64::MAX`).
-    runs: SampleRuns,
-    /// Samples in `buf`.
-    count: usize,
-    batch_bytes: usize,
-    /// The longest frame the mesh accepts (`max_message_bytes`, the length field's bound).
-    max_frame: usize,
-    blocks: Recycler,
-    /// A reliable writer's write credit (`None`: best effort, never waits for readers).
-    credit: Option<Arc<WriterCredit>>,
-    /// How long a write waits for credit.
-    max_blocking: Duration,
+    /// The numbering and packing shared with the shard task's writer.
+    pack: Packer,
 }
 
 impl Writer {
@@ -79,22 +60,8 @@ impl Writer {
         credit: Option<Arc<WriterCredit>>,
         max_blocking: Duration,
     ) -> Writer {
-        let cfg = &ep.mesh.inner.ns.cfg;
-        let (ttl, max_frame) = (cfg.initial_ttl, cfg.max_message_bytes);
-        Writer {
-            runs: SampleRuns::new(ep.guid, ttl, 1, max_frame),
-            ep,
-            buf: BytesMut::new(),
-            count: 0,
-            batch_bytes: 0,
-            max_frame: max_frame as usize,
-            blocks: Recycler::new(spare_blocks(
-                crate::node::DEFAULT_BATCH_BYTES * ARENA_BATCHES,
-            )),
-            credit,
-            max_blocking,
-        }
-        .with_batch_bytes(crate::node::DEFAULT_BATCH_BYTES)
+        let pack = Packer::new(ep.guid, &ep.mesh.inner.ns.cfg, credit, max_blocking);
+        Writer { ep, pack }
     }
 
     /// Hands a batch over once it holds at least `bytes` (frames included; at least one
@@ -102,17 +69,13 @@ impl Writer {
     /// [`DEFAULT_BATCH_BYTES`](crate::node::DEFAULT_BATCH_BYTES); capped at a quarter of
     /// `max_outbound_queue_bytes`, as for [`Publisher`](crate::Publisher).
     pub fn with_batch_bytes(mut self, bytes: usize) -> Writer {
-        let cap = self.ep.mesh.inner.ns.cfg.max_outbound_queue_bytes / 4;
-        self.batch_bytes = bytes.min(cap).max(1);
-        // Spares bounded in bytes, as a publisher's.
-        self.blocks
-            .set_max(spare_blocks(self.batch_bytes.saturating_mul(ARENA_BATCHES)));
+        self.pack.set_batch_bytes(bytes);
         self
     }
 
     /// The batch size this writer hands over at.
     pub fn batch_bytes(&self) -> usize {
-        self.batch_bytes
+        self.pack.batch_bytes()
     }
 
     /// The writer's GUID (the `writer` of its samples' [`Event::Sample`](crate::Event::Sample)).
@@ -127,31 +90,30 @@ impl Writer {
 
     /// The sequence number the next sample gets.
     pub fn next_seq(&self) -> u64 {
-        self.runs.next_seq()
+        self.pack.next_seq()
     }
 
     /// Samples written but not handed over yet.
     pub fn pending(&self) -> usize {
-        self.count
+        self.pack.pending()
     }
 
     /// The largest payload one sample may carry (one Samples frame of `max_message_bytes`).
     pub fn max_payload(&self) -> usize {
-        self.max_frame
-            .saturating_sub(FRAME_FIXED + SAMPLE_LEN_PREFIX)
+        self.pack.max_payload()
     }
 
     /// Writes a sample and returns its sequence number; hands the batch over when it is
     /// full, blocking this thread while the ingress has no room. Never call it on an
     /// executor thread.
     pub fn write_blocking(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
-        if !self.has_credit() {
+        if !self.pack.has_credit() {
             // What can never be accepted is said before waiting.
             self.check(payload)?;
             self.credit_blocking()?;
         }
         let seq = self.add(payload)?;
-        if self.buf.len() >= self.batch_bytes {
+        if self.pack.is_full() {
             self.flush_blocking()?;
         }
         Ok(seq)
@@ -160,12 +122,16 @@ impl Writer {
     /// Writes a sample and returns its sequence number; hands the batch over when it is
     /// full, waiting asynchronously for ingress room.
     pub async fn write(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
-        if !self.has_credit() {
+        if !self.pack.has_credit() {
             self.check(payload)?;
-            self.credit_async().await?;
+            // Readers acknowledge only what reached them: what is pending goes first.
+            self.flush().await?;
+            let running = || self.check_running();
+            let timer = crate::node::deadline::Deadline::new;
+            self.pack.credit_async(running, timer).await?;
         }
         let seq = self.add(payload)?;
-        if self.buf.len() >= self.batch_bytes {
+        if self.pack.is_full() {
             self.flush().await?;
         }
         Ok(seq)
@@ -178,18 +144,18 @@ impl Writer {
     pub fn try_write(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
         // What can never be accepted is said first, whatever the room.
         self.check(payload)?;
-        if !self.has_credit() {
+        if !self.pack.has_credit() {
             // Readers acknowledge only what reached them: hand the pending samples over.
             let _ = self.try_flush();
             return Err(PublishError::HistoryFull {
                 waited: Duration::ZERO,
             });
         }
-        if self.count > 0 && self.buf.len() >= self.batch_bytes {
+        if self.pack.pending() > 0 && self.pack.is_full() {
             self.try_flush()?;
         }
         let seq = self.add(payload)?;
-        if self.buf.len() >= self.batch_bytes {
+        if self.pack.is_full() {
             // Written either way; a batch that does not fit now goes with the next call.
             match self.try_flush() {
                 Ok(()) | Err(PublishError::Full) => {}
@@ -227,22 +193,16 @@ impl Writer {
         r
     }
 
-    fn has_credit(&self) -> bool {
-        self.credit
-            .as_ref()
-            .is_none_or(|c| c.allows(self.next_seq()))
-    }
-
     /// Waits on this thread, at most `max_blocking`, until the next sample is within the
     /// credit (see the type's docs).
     fn credit_blocking(&mut self) -> Result<(), PublishError> {
-        if self.has_credit() {
+        if self.pack.has_credit() {
             return Ok(());
         }
         // Readers acknowledge only what reached them: what is pending goes first.
         self.flush_blocking()?;
-        let wait = CreditWait::new(self);
-        while let Some(l) = wait.step(self)? {
+        let wait = self.pack.credit_wait();
+        while let Some(l) = wait.step(&self.pack, self.check_running())? {
             use event_listener::Listener;
             let woken = match wait.deadline {
                 Some(d) => l.wait_deadline(d).is_some(),
@@ -251,33 +211,7 @@ impl Writer {
                     true
                 }
             };
-            wait.after(self, woken)?;
-        }
-        Ok(())
-    }
-
-    /// [`credit_blocking`](Self::credit_blocking), waiting asynchronously.
-    async fn credit_async(&mut self) -> Result<(), PublishError> {
-        if self.has_credit() {
-            return Ok(());
-        }
-        self.flush().await?;
-        let wait = CreditWait::new(self);
-        while let Some(l) = wait.step(self)? {
-            let woken = match wait.deadline {
-                Some(d) => {
-                    let timer = std::pin::pin!(crate::node::deadline::Deadline::new(d));
-                    matches!(
-                        futures_util::future::select(l, timer).await,
-                        futures_util::future::Either::Left(_)
-                    )
-                }
-                None => {
-                    l.await;
-                    true
-                }
-            };
-            wait.after(self, woken)?;
+            wait.after(&self.pack, woken)?;
         }
         Ok(())
     }
@@ -290,77 +224,34 @@ impl Writer {
         Ok(())
     }
 
-    /// Checks the sample as a publish is checked (node running, size) and has the packer
-    /// append it to the open run, or to a new one when the run is at `u16::MAX` samples or its
-    /// frame would pass `max_message_bytes`.
+    /// Checks the sample as a publish is checked (node running, size) and packs it.
     fn add(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
-        self.check(payload)?;
-        let want = self.runs.room_for(payload.len());
-        if self.buf.capacity() - self.buf.len() < want {
-            // A block for several batches; batches already handed over keep the old one
-            // alive until their writes are done. Offsets within `buf` survive the move.
-            let block = self.batch_bytes.saturating_mul(ARENA_BATCHES);
-            self.blocks.make_room(&mut self.buf, want, block);
-        }
-        let seq = self
-            .runs
-            .push(&mut self.buf, payload)
-            .map_err(|e| match e {
-                // `check` said both already; kept typed should they ever disagree.
-                EncodeError::SampleTooLarge { len, .. } => PublishError::TooLarge {
-                    len,
-                    max: self.max_payload(),
-                },
-                _ => PublishError::Stopped,
-            })?;
-        self.count += 1;
-        Ok(seq)
+        self.check_running()?;
+        self.pack.add(payload)
     }
 
     /// What a publish checks: node running, size; and a sequence number left.
     fn check(&self, payload: &[u8]) -> Result<(), PublishError> {
         self.check_running()?;
-        let max = self.max_payload();
-        if payload.len() > max {
-            return Err(PublishError::TooLarge {
-                len: payload.len(),
-                max,
-            });
-        }
-        if self.next_seq() == 0 {
-            // 2^64 - 1 samples written: a writer never gets there; refusing beats wrapping.
-            return Err(PublishError::Stopped);
-        }
-        Ok(())
-    }
-
-    /// Closes the open run: `buf` then holds whole frames only.
-    fn close_run(&mut self) {
-        self.runs.close(&mut self.buf);
+        self.pack.check(payload)
     }
 
     /// The pending batch and the ingress to hand it to, or `None` when nothing is pending.
     fn take_batch(&mut self) -> Result<Option<(&IngressSender<Publish>, Publish)>, PublishError> {
-        if self.count == 0 {
+        if self.pack.pending() == 0 {
             return Ok(None);
         }
-        self.close_run();
         let inner = &self.ep.mesh.inner;
         let tx = inner.publish.get().ok_or(PublishError::Stopped)?;
         if inner.ns.stopping.load(Ordering::Acquire) {
             return Err(PublishError::Stopped);
         }
-        let batch = Publish::Samples {
-            writer: self.ep.guid,
-            frames: self.buf.split(),
-            count: std::mem::take(&mut self.count),
-        };
-        Ok(Some((tx, batch)))
+        Ok(self.pack.take().map(|batch| (tx, batch)))
     }
 
     fn hand_over(&mut self, wait: Wait) -> Result<(), PublishError> {
         if let Wait::Never = wait {
-            if self.count > 0 && self.ep.mesh.links_full_for(self.buf.len()) {
+            if self.pack.pending() > 0 && self.ep.mesh.links_full_for(self.pack.bytes()) {
                 return Err(PublishError::Full);
             }
         }
@@ -375,60 +266,18 @@ impl Writer {
             .publish
             .get()
             .ok_or(PublishError::Stopped)?;
-        send_batch(tx, batch, wait, &mut self.buf, &mut self.count)
-    }
-}
-
-/// One wait of a [`Writer`] for its credit: the blocking and the async forms differ only in
-/// how they sleep on the listener.
-struct CreditWait {
-    credit: Arc<WriterCredit>,
-    start: Instant,
-    /// `None`: `max_blocking` is infinite.
-    deadline: Option<Instant>,
-}
-
-impl CreditWait {
-    fn new(w: &Writer) -> CreditWait {
-        let start = Instant::now();
-        CreditWait {
-            credit: w
-                .credit
-                .clone()
-                .expect("only a writer with a credit waits for it"),
-            start,
-            deadline: start.checked_add(w.max_blocking),
-        }
-    }
-
-    /// `None` when the next sample may be written; else the listener to sleep on (taken
-    /// before the check, so a rise in between is not missed).
-    fn step(&self, w: &Writer) -> Result<Option<event_listener::EventListener>, PublishError> {
-        let l = self.credit.listen();
-        if self.credit.allows(w.next_seq()) {
-            return Ok(None);
-        }
-        w.check_running()?;
-        Ok(Some(l))
-    }
-
-    /// After a sleep that ended by a wake-up (`woken`) or the deadline.
-    fn after(&self, w: &Writer, woken: bool) -> Result<(), PublishError> {
-        if woken || self.credit.allows(w.next_seq()) {
-            return Ok(());
-        }
-        Err(PublishError::HistoryFull {
-            waited: self.start.elapsed(),
-        })
+        let p = &mut self.pack;
+        send_batch(tx, batch, wait, &mut p.buf, &mut p.count)
     }
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        if self.count > 0 {
+        if self.pack.pending() > 0 {
             let ns = self.ep.mesh.inner.ns.clone();
             let what = "writer dropped with samples it could not hand over";
-            hand_over_on_drop(&ns, self.count, what, |wait| self.hand_over(wait));
+            let pending = self.pack.pending();
+            hand_over_on_drop(&ns, pending, what, |wait| self.hand_over(wait));
         }
         // `ep` drops after this body: the endpoint is removed once its samples are handed over.
     }
@@ -473,9 +322,9 @@ mod tests {
             assert_eq!(w.try_write(&[i; 3]).unwrap(), u64::from(i) + 1);
         }
         assert_eq!(w.pending(), 5);
-        w.close_run();
-        let mut frames = w.buf.split();
-        w.count = 0;
+        let Some(crate::node::shard::Publish::Samples { mut frames, .. }) = w.pack.take() else {
+            panic!("a batch is pending");
+        };
         let max = m.config().max_message_bytes;
         let run = take_samples(&mut frames, max).expect("one whole frame");
         assert!(frames.is_empty(), "the five samples share one frame");
@@ -504,9 +353,9 @@ mod tests {
             w.try_write(&vec![0; w.max_payload() + 1]),
             Err(crate::PublishError::TooLarge { .. })
         ));
-        w.close_run();
-        let mut frames = w.buf.split();
-        w.count = 0;
+        let Some(crate::node::shard::Publish::Samples { mut frames, .. }) = w.pack.take() else {
+            panic!("a batch is pending");
+        };
         let mut seqs = Vec::new();
         while let Some(run) = take_samples(&mut frames, 4096) {
             assert!(run.count <= 2, "two 1500 B samples fill a 4 KiB frame");
