@@ -6,10 +6,10 @@ use crate::metrics::MetricsServer;
 use crate::raw::{self, RawSink};
 use crate::report::{Drops, Summary};
 use crate::rss::{QueueBound, RssSampler};
-use crate::shard_roles::{self, Wanted};
+use crate::shard_roles::{self, TopicWriter, Wanted};
 use crate::shoal::{self, MeshSink, NodeArgs, SetupError};
 use crate::topic_report::{counts_since, topic_counts, SampleReport};
-use crate::topics::{self, ReaderState, TopicArgs, TopicSink, WriterSeqs};
+use crate::topics::{self, ReaderState, TopicArgs, WriterSeqs};
 use crate::traffic::{self, Live, PubReport, Receiver, Shape};
 use crate::usage::Usage;
 use shoal_mesh::Mesh;
@@ -335,9 +335,8 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let (mesh, events) = r.node.start()?;
     drop(events);
     let _metrics = r.serve_metrics(&mesh)?;
-    let writer = mesh
-        .writer(r.topic.declaration(&r.topic.topics[0]))
-        .map_err(mesh_err)?;
+    let decl = r.topic.declaration(&r.topic.topics[0]);
+    let mut writer = TopicWriter::open(&mesh, decl, r.node.batch_bytes, r.on_shard)?;
     ready("pub", &mesh, r);
     let deadline = Instant::now() + Duration::from_secs(30);
     let want = r.wait_peers.max(1);
@@ -368,10 +367,9 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker("pub", r.quiet, sent.clone(), Vec::new());
-    let mut sink = TopicSink::new(writer, r.node.batch_bytes);
     let sampler = RssSampler::start_run(&r.shape, 1);
     let t0 = Instant::now();
-    let rep = traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop);
+    let rep = writer.publish(&r.shape, &sent, &stop);
     let writing_s = t0.elapsed().as_secs_f64();
     let memory = sampler.and_then(|s| s.finish(None));
     drop(ticker);
@@ -384,7 +382,7 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
     // Stopped with the writer alive: its queued samples go out before the links close, and
     // no withdrawal overtakes them (a receiver drops samples of a writer it stopped routing).
     mesh.stop();
-    drop(sink);
+    writer.close();
     let rep = rep?;
     let mut s = with_send_rate(
         summarise(

@@ -2,9 +2,10 @@
 //! (`Mesh::spawn_on_shard`), with the thread roles' traffic, checks and report.
 //!
 //! - Publishing: the thread publisher's schedule ([`Pacing`]) driven from the origin shard,
-//!   each payload written straight into the shard's core (broadcasts through
-//!   [`ShardContext::broadcast`]); a wait for room is an `.await` during which the shard's
-//!   link writers run.
+//!   each payload written straight into the shard's core (topic samples through a
+//!   [`ShardWriter`], broadcasts through [`ShardContext::broadcast`]); a wait for room is
+//!   an `.await` during which the shard's link writers run. [`TopicWriter`] is the writer
+//!   either way, so `pub --topic` and `bench --topics` take the same steps for both.
 //! - Receiving: the task holds the shard's [`ShardInbox`](shoal_mesh::ShardInbox) and
 //!   accounts each batch in place: a run of samples by one lookup of its reader and one
 //!   sequence check per run, each payload read as a slice of the read buffer (no per-sample
@@ -16,15 +17,17 @@
 
 use crate::demo::RunError;
 use crate::shoal::{sink_error, Arena, SetupError};
-use crate::topics::{account, ReaderState};
+use crate::topics::{account, ReaderState, TopicSink};
 use crate::traffic::{Live, Pacing, PubReport, Receiver, Shape, SinkError, Step, END_MARKER_RETRY};
 use ahash::AHashMap;
 use shoal_mesh::node::shard_task::Delivered;
-use shoal_mesh::topics::EndpointGuid;
-use shoal_mesh::{ErrorLog, EventReceiver, Mesh, ShardContext, ShardTask};
+use shoal_mesh::topics::{EndpointGuid, Topic};
+use shoal_mesh::{
+    ErrorLog, EventReceiver, Mesh, PublishError, ShardContext, ShardTask, ShardWriter,
+};
 use shoal_runtime::time::{sleep, sleep_until, timeout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// Entries the receiving task's inbox holds (a run of samples or a message each): as many
@@ -254,4 +257,179 @@ async fn receive(
     drop(inbox);
     drop(ctx);
     Ok(Got { wanted, foreign })
+}
+
+/// A shard task's topic writer as a sink; a sample its history cannot take yet (a reliable
+/// keep-all writer whose readers lag past its max blocking time) is written again, as
+/// [`crate::topics::TopicSink`] does (skipping it would be a loss).
+struct TopicSamples(ShardWriter);
+
+impl ShardSink for TopicSamples {
+    async fn send(&mut self, payload: &[u8]) -> Result<(), SinkError> {
+        loop {
+            match self.0.write(payload).await {
+                Ok(_) => return Ok(()),
+                Err(PublishError::HistoryFull { .. }) => continue,
+                Err(e) => return Err(sink_error(e)),
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        self.0.flush().await.map_err(sink_error)
+    }
+}
+
+/// A topic writer on this node: an application thread's ([`TopicSink`]) or a shard task's
+/// (`--on-shard`), opened before the run so its matches can be awaited.
+pub(crate) enum TopicWriter {
+    /// Written from the calling thread.
+    Thread(Box<TopicSink>),
+    /// Written from a shard task.
+    Shard(ShardWriterTask),
+}
+
+impl TopicWriter {
+    /// Opens a writer of `decl` on `mesh` (in a shard task when `on_shard`), handing samples
+    /// over in batches of `batch_bytes`.
+    pub(crate) fn open(
+        mesh: &Mesh,
+        decl: Topic,
+        batch_bytes: usize,
+        on_shard: bool,
+    ) -> Result<TopicWriter, RunError> {
+        if !on_shard {
+            let w = mesh.writer(decl).map_err(SetupError::from)?;
+            return Ok(TopicWriter::Thread(Box::new(TopicSink::new(
+                w,
+                batch_bytes,
+            ))));
+        }
+        ShardWriterTask::open(mesh, decl, batch_bytes).map(TopicWriter::Shard)
+    }
+
+    /// The writer's GUID.
+    pub(crate) fn guid(&self) -> EndpointGuid {
+        match self {
+            TopicWriter::Thread(s) => s.guid(),
+            TopicWriter::Shard(t) => t.guid,
+        }
+    }
+
+    /// Publishes `shape` (see [`crate::traffic::publish`]).
+    pub(crate) fn publish(
+        &mut self,
+        shape: &Shape,
+        live: &Arc<Live>,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<PubReport, RunError> {
+        match self {
+            TopicWriter::Thread(s) => {
+                let sink: &mut TopicSink = s;
+                Ok(crate::traffic::publish(
+                    sink,
+                    shape,
+                    rand::random(),
+                    live,
+                    stop,
+                )?)
+            }
+            TopicWriter::Shard(t) => t.publish(*shape, live.clone(), stop.clone()),
+        }
+    }
+
+    /// Closes the writer (after the node stopped, so that its queued samples went out
+    /// before its withdrawal).
+    pub(crate) fn close(self) {
+        if let TopicWriter::Shard(t) = self {
+            t.close();
+        }
+    }
+}
+
+type Run = (Shape, Arc<Live>, Arc<AtomicBool>);
+
+/// A shard task holding a topic writer: it opens it at once, publishes when told, and keeps
+/// it open until told (or until the node stops).
+pub(crate) struct ShardWriterTask {
+    guid: EndpointGuid,
+    run: mpsc::Sender<Run>,
+    report: mpsc::Receiver<Result<PubReport, SinkError>>,
+    release: Arc<AtomicBool>,
+    task: ShardTask<Result<(), String>>,
+}
+
+impl ShardWriterTask {
+    fn open(mesh: &Mesh, decl: Topic, batch_bytes: usize) -> Result<ShardWriterTask, RunError> {
+        let (guid_tx, guid_rx) = mpsc::channel();
+        let (run, run_rx) = mpsc::channel::<Run>();
+        let (report_tx, report) = mpsc::channel();
+        let release = Arc::new(AtomicBool::new(false));
+        let rel = release.clone();
+        let task = mesh
+            .spawn_on_shard(move |ctx| async move {
+                let w = ctx.writer(decl).await.map_err(|e| e.to_string())?;
+                let _ = guid_tx.send(w.guid());
+                let mut sink = TopicSamples(w.with_batch_bytes(batch_bytes));
+                let (shape, live, stop) = loop {
+                    match run_rx.try_recv() {
+                        Ok(r) => break r,
+                        Err(mpsc::TryRecvError::Empty) => sleep(Duration::from_millis(1)).await,
+                        Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+                    }
+                };
+                let rep = publish(&mut sink, &shape, rand::random(), &live, &stop).await;
+                let _ = report_tx.send(rep);
+                // Open until told, so the node stops with the writer alive, as the thread
+                // publisher does: its queued samples go out before its withdrawal.
+                while !rel.load(Ordering::Acquire) {
+                    sleep(Duration::from_millis(10)).await;
+                }
+                drop(sink);
+                drop(ctx);
+                Ok(())
+            })
+            .map_err(SetupError::from)?;
+        match guid_rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(guid) => Ok(ShardWriterTask {
+                guid,
+                run,
+                report,
+                release,
+                task,
+            }),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(ended(task)),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(task_error("no writer after 10 s")),
+        }
+    }
+
+    fn publish(
+        &mut self,
+        shape: Shape,
+        live: Arc<Live>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<PubReport, RunError> {
+        let _ = self.run.send((shape, live, stop));
+        match self.report.recv() {
+            Ok(rep) => Ok(rep?),
+            Err(_) => Err(task_error("the writer task ended before its report")),
+        }
+    }
+
+    fn close(self) {
+        self.release.store(true, Ordering::Release);
+        // Cancelled when the node stopped first: nothing is lost.
+        if let Err(e) = self.task.join_blocking() {
+            tracing::debug!(%e, "writer task");
+        }
+    }
+}
+
+/// Why a task that should have answered did not: its error (it ended).
+fn ended(task: ShardTask<Result<(), String>>) -> RunError {
+    match task.join_blocking() {
+        Ok(Err(e)) => task_error(e),
+        Ok(Ok(())) => task_error("ended early"),
+        Err(e) => task_error(e),
+    }
 }

@@ -116,6 +116,11 @@ impl TopicSink {
             writer: writer.with_batch_bytes(batch_bytes),
         }
     }
+
+    /// The writer's GUID.
+    pub fn guid(&self) -> EndpointGuid {
+        self.writer.guid()
+    }
 }
 
 impl Sink for TopicSink {

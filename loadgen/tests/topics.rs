@@ -110,6 +110,55 @@ fn bench_topics_runs_every_leg_and_the_fan_out() {
     }
 }
 
+/// `bench --topics --on-shard`: the topic legs' writer and readers are shard tasks; every
+/// sample arrives, in order, at the one reader and at each fan-out reader.
+#[test]
+fn bench_topics_on_shard_delivers_every_sample() {
+    let out = Command::new(BIN)
+        .args(["bench", "--topics", "--on-shard", "--sizes", "64"])
+        .args([
+            "--fanout",
+            "2",
+            "--duration-ms",
+            "300",
+            "--warmup-ms",
+            "100",
+        ])
+        .arg("--json")
+        .output()
+        .expect("run shoal-loadgen");
+    let v = json_of(out);
+    let row = &v.as_array().expect("one row per size")[0];
+    let t = &row["topic"];
+    assert_eq!(
+        t["transport"].as_str(),
+        Some("shoal-topic-onshard"),
+        "{row}"
+    );
+    assert_eq!(t["lost"].as_u64(), Some(0), "{row}");
+    let w = &t["samples"]["writers"][0];
+    assert_eq!(w["first_seq"].as_u64(), Some(1), "{row}");
+    assert_eq!(
+        w["samples"].as_u64(),
+        Some(t["sent"].as_u64().unwrap() + 1),
+        "data samples and the end marker: {row}"
+    );
+    assert_eq!(w["gaps"].as_u64(), Some(0), "{row}");
+    assert_eq!(w["reorders"].as_u64(), Some(0), "{row}");
+    let f = &row["fanout"];
+    assert_eq!(
+        f["transport"].as_str(),
+        Some("shoal-topic-onshard"),
+        "{row}"
+    );
+    assert_eq!(f["lost"].as_u64(), Some(0), "{row}");
+    assert_eq!(
+        f["delivered"].as_u64(),
+        Some(2 * f["sent"].as_u64().unwrap()),
+        "{row}"
+    );
+}
+
 /// Kills a child if the test fails before it ends by itself.
 struct Child(std::process::Child);
 
@@ -230,12 +279,15 @@ fn two_processes(args: &[&str], sub_extra: &[&str], pub_extra: &[&str]) -> (Valu
 
 /// `sub --topic` in one process, `pub --topic` in another: the reader matches through a
 /// partition pattern and counts the writer's samples, in order, to its end marker; the
-/// same with the subscriber's side a shard task (`--on-shard`: sample runs from its inbox).
+/// same with the subscriber's side a shard task (`--on-shard`: sample runs from its inbox),
+/// and with the writer a shard task's too.
 #[test]
 fn pub_and_sub_on_a_topic_in_two_processes() {
-    for (sub_extra, transport) in [
-        (&[][..], "shoal-topic"),
-        (&["--on-shard"][..], "shoal-topic-onshard"),
+    let on_shard = &["--on-shard"][..];
+    for (sub_extra, pub_extra, transport) in [
+        (&[][..], &[][..], "shoal-topic"),
+        (on_shard, &[][..], "shoal-topic-onshard"),
+        (on_shard, on_shard, "shoal-topic-onshard"),
     ] {
         let (pv, sv) = two_processes(
             &[
@@ -248,14 +300,24 @@ fn pub_and_sub_on_a_topic_in_two_processes() {
             ],
             &[&["--partition", "robot/*"][..], sub_extra].concat(),
             &[
-                "--partition",
-                "robot/arm",
-                "--reliable",
-                "--keep-last",
-                "10",
-            ],
+                &[
+                    "--partition",
+                    "robot/arm",
+                    "--reliable",
+                    "--keep-last",
+                    "10",
+                ][..],
+                pub_extra,
+            ]
+            .concat(),
         );
         assert_eq!(sv["transport"].as_str(), Some(transport), "{sv}");
+        let pub_transport = if pub_extra.is_empty() {
+            "shoal-topic"
+        } else {
+            "shoal-topic-onshard"
+        };
+        assert_eq!(pv["transport"].as_str(), Some(pub_transport), "{pv}");
         a_writer_s_samples_in_order(&pv, &sv);
     }
 }
