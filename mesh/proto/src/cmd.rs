@@ -181,6 +181,12 @@ pub enum ShardToShard {
         /// The Data frames in it (counted if they are lost).
         frames: u64,
     },
+    /// A delivery the sending shard made (its sink was offered it first) and hands to the
+    /// receiving shard to reach the application from there: the live node's shard task
+    /// holds its inbox on the shard that originates the node's messages, and the other
+    /// shards' deliveries go there. The receiver treats it as a delivery its own sink gave
+    /// back ([`ShardAction::Deliver`](crate::shard::ShardAction::Deliver)).
+    Deliver(crate::shard::Delivered),
 }
 
 /// One of the four reliability frames (reliable topics), as a shard routes it.

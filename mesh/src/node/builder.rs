@@ -388,6 +388,7 @@ impl MeshBuilder {
             shard_task_panics: std::sync::atomic::AtomicU64::new(0),
             shard_task_busy_us: std::sync::atomic::AtomicU64::new(0),
             shard_task_long_polls: std::sync::atomic::AtomicU64::new(0),
+            forwarding: Default::default(),
             epoch: Instant::now(),
             cfg: self.cfg,
             secure: secure.map(|c| RwLock::new(Arc::new(c))),

@@ -5,8 +5,59 @@
 //! Its publishes call the shard's core directly, in the task's own poll: no ingress queue,
 //! no thread hand-off, no wake-up; the frame is written into the link's queue by the thread
 //! that owns the socket. Backpressure (Block policy) is an `.await` during which the shard's
-//! link writers run. Its [`ShardInbox`] takes what the shard delivers in batches, moved
-//! rather than copied, with no cross-thread queue.
+//! link writers run. Its [`ShardInbox`] takes what the node delivers in batches, moved
+//! rather than copied: the origin shard's own deliveries with no cross-thread queue, the
+//! other shards' (with [`shards`](crate::MeshBuilder::shards) > 1) over the ring between
+//! them, in order per link and per writer.
+//!
+//! **Topics.** [`ShardContext::writer`] opens a [`ShardWriter`], the shard's
+//! [`Writer`](crate::topics::Writer): the same numbering, packing (shared code), checks, errors and
+//! counters, each batch handed to the core in the task's poll; a reliable keep-all writer
+//! awaits its credit (never blocking the shard) and fails with
+//! [`PublishError::HistoryFull`](super::PublishError::HistoryFull) after its
+//! `max_blocking_time`. [`ShardContext::reader`] opens a [`Reader`](crate::topics::Reader)
+//! whose runs ([`Delivered::Samples`], one entry per run, payloads sliced from the read
+//! buffer) and loss reports ([`Delivered::Lost`]) arrive in the inbox while the task holds
+//! it; [`Reader::owns`](crate::topics::Reader::owns) tells an entry is the reader's. Opening
+//! either is awaited (the control plane answers a writer once its route reached every shard,
+//! this one included).
+//!
+//! ```no_run
+//! # async fn doc(mesh: shoal_mesh::Mesh) -> Result<(), Box<dyn std::error::Error>> {
+//! use shoal_mesh::node::shard_task::Delivered;
+//! use shoal_mesh::topics::Topic;
+//! // A writer: samples go from the task straight into the shard's core.
+//! let writing = mesh.spawn_on_shard(|ctx| async move {
+//!     let mut w = ctx.writer(Topic::new("sensors/imu", "Imu")).await?;
+//!     for i in 0u64..1000 {
+//!         w.write(&i.to_be_bytes()).await?;
+//!     }
+//!     w.flush().await?;
+//!     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+//! })?;
+//! // A reader (on another node, say): runs of samples in the inbox.
+//! let reading = mesh.spawn_on_shard(|ctx| async move {
+//!     let mut inbox = ctx.inbox(256).expect("the inbox is free");
+//!     let reader = ctx.reader(Topic::new("sensors/imu", "Imu")).await?;
+//!     let (mut batch, mut samples) = (Vec::new(), 0u64);
+//!     while samples < 1000 {
+//!         inbox.recv_batch(&mut batch).await;
+//!         for d in batch.iter().filter(|d| reader.owns(d)) {
+//!             if let Delivered::Samples(run) = d {
+//!                 samples += u64::from(run.samples.count);
+//!             }
+//!         }
+//!     }
+//!     Ok::<_, shoal_mesh::MeshError>(samples)
+//! })?;
+//! # let _ = (writing, reading);
+//! # Ok(()) }
+//! ```
+//!
+//! A task that publishes with backpressure must not let its inbox fill meanwhile: the shard
+//! waits for inbox room before reading on, as it waits for the event queue, and a peer doing
+//! the same would wait for this one. Receive in a task of its own (one holds the inbox, others
+//! publish), as an application thread must keep reading its events.
 //!
 //! Why that shard: it owns this node's own id (`link_shard(me)`), so it numbers this node's
 //! messages (one id generator, so ids never collide) and makes every origination's
@@ -26,7 +77,8 @@
 //! [`MeshStats::shard_task_long_polls`](super::MeshStats::shard_task_long_polls).
 //!
 //! **Owns:** the shard-task API (spawning, the join handle, panic containment). **Must not
-//! touch:** the shard's driver (`shard/task.rs` holds the shard-side half).
+//! touch:** the shard's driver (`shard/task.rs` holds the shard-side half, `shard/forward.rs`
+//! the other shards' hand-over to the inbox).
 
 use super::shard::task::origin_context;
 use super::{Mesh, MeshError, RunState};

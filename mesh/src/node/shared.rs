@@ -173,6 +173,9 @@ pub(crate) struct NodeShared {
     /// `shard_task::LONG_POLL` (a task hogging its shard shows there).
     pub(crate) shard_task_busy_us: AtomicU64,
     pub(crate) shard_task_long_polls: AtomicU64,
+    /// The other shards hand their deliveries to the origin shard's inbox (see
+    /// `shard::forward`).
+    pub(crate) forwarding: super::shard::forward::Forwarding,
     pub(crate) epoch: Instant,
     /// Secured mesh: the handshake context. Replaced (never mutated) when the trust policy
     /// changes; a handshake keeps the context it started with and is re-checked at the end.

@@ -4,6 +4,7 @@
 
 pub mod samples;
 pub mod secure_peer;
+pub mod shard_tasks;
 pub mod wiring;
 
 use shoal_mesh::wire::{Hello, PROTOCOL_VERSION};

@@ -379,6 +379,8 @@ impl ShardCore {
                 out: o,
                 frames,
             } => self.enqueue_reserved(link, o, frames, now),
+            // Offered to the sending shard's sink already: not again (the callbacks ran).
+            ShardToShard::Deliver(d) => out.push(ShardAction::Deliver(d)),
         }
     }
 

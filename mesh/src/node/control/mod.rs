@@ -69,6 +69,10 @@ pub(crate) enum Request {
         spec: Box<EndpointSpec>,
         /// Where the answer goes (room for one: the control plane never waits on it).
         reply: CreateReply,
+        /// Answer a writer at once rather than once its first route table reached every
+        /// shard: the asker blocks a data shard's thread (an event callback there), which
+        /// would never take that table while it waits.
+        at_once: bool,
     },
     /// Remove a local endpoint (its last handle went).
     RemoveEndpoint(EndpointGuid),
@@ -114,10 +118,15 @@ pub(crate) fn run_here(ns: &Arc<NodeShared>, cmd: Request) -> Result<(), Request
 fn handle(ctl: &Rc<Ctl>, cmd: Request, inline: bool) {
     match cmd {
         Request::Stop(reply) => begin_stop(ctl, reply),
-        Request::CreateEndpoint { spec, reply } => {
+        Request::CreateEndpoint {
+            spec,
+            reply,
+            at_once,
+        } => {
             let r = ctl.feed(|c, now, wall| topics::create(c, &spec, now, wall));
+            let wait_routes = !(inline || at_once);
             match r {
-                Ok(created) if spec.kind == crate::topics::EndpointKind::Writer && !inline => {
+                Ok(created) if spec.kind == crate::topics::EndpointKind::Writer && wait_routes => {
                     let g = created.0;
                     let mut early = ctl.ready_early.borrow_mut();
                     if let Some(i) = early.iter().position(|e| *e == g) {

@@ -13,9 +13,11 @@
 //! or a loss report is one event, a run of samples one entry whatever its length (the receiver
 //! cuts it into Sample events), split only where the room ran out.
 //!
-//! While a shard task holds the shard's inbox (`task::Tap`), the same path ends in the tap
-//! instead of the event queue: callbacks first, then the tap's queue while it has room, what
-//! found none given back and waited for in order (`task::place_waiting`).
+//! While a shard task holds the node's inbox (`task::Tap`, on the origin shard), the same
+//! path ends in the tap instead of the event queue: callbacks first, then the tap's queue
+//! while it has room, what found none given back and waited for in order
+//! (`task::place_waiting`). On the other shards the sink then gives every delivery back after
+//! its callbacks, and the driver hands it to the origin shard (`super::forward`).
 //!
 //! **Owns:** the callbacks' and the queue's view of a delivery. **Must not touch:** what is
 //! delivered or when (the core's), the queue's room (the hub's).
@@ -34,6 +36,9 @@ pub(super) struct HubSink {
     pub(super) outbox: Rc<Outbox>,
     /// A shard task's inbox: while it is open, deliveries go there instead of the outbox.
     pub(super) tap: Rc<super::task::Tap>,
+    /// Not the origin shard: while the inbox is open, deliveries are given back, and the
+    /// driver hands them to the origin shard (`super::forward`).
+    pub(super) forwards: bool,
     /// Something was given back in this core call: so is everything after it.
     pub(super) refused: bool,
 }
@@ -55,6 +60,10 @@ impl DeliverySink for HubSink {
         }
         if self.tap.is_open() {
             return self.tap.try_push(d).inspect_err(|_| self.refused = true);
+        }
+        if self.forwards && self.ns.forwarding.active() {
+            self.refused = true;
+            return Err(d);
         }
         try_queue(hub, &self.outbox, d).inspect_err(|_| self.refused = true)
     }

@@ -9,7 +9,8 @@
 //! - the **timer**: the core's dedup sweep and stop grace;
 //! - **shard tasks** (`task`, on the origin shard only): application code of
 //!   [`Mesh::spawn_on_shard`](crate::Mesh::spawn_on_shard), publishing through the same core
-//!   call as the ingress and receiving through the tap;
+//!   call as the ingress and receiving through the tap, which the other shards' deliveries
+//!   reach over the shards' ring while it is open (`forward`);
 //! - per link (`link`): a **reader** (reads into the buffer the core hands out, then lets the
 //!   core parse and route what arrived), a **writer** (writes the iovecs the core gathers or
 //!   seals) and a **timer** (heartbeat, liveness, slow-peer kill).
@@ -29,6 +30,7 @@
 //! decision (what to send, route, count, drop or close is the core's).
 
 mod deliver;
+pub(crate) mod forward;
 mod ingress;
 mod link;
 pub(crate) mod task;
@@ -168,6 +170,7 @@ pub(crate) async fn run(init: ShardStart) {
         ns: ns.clone(),
         outbox: outbox.clone(),
         tap: tap.clone(),
+        forwards: publish.is_none(),
         refused: false,
     };
     let counters = ns.counters[idx].clone();
@@ -204,7 +207,9 @@ pub(crate) async fn run(init: ShardStart) {
                 settle(&ctx, &mut waits, Who::Other).await;
             }
         }
+        let mut forwarded = 0;
         for (_, m) in msgs.drain(..) {
+            forwarded += usize::from(matches!(m, ShardToShard::Deliver(_)));
             ctx.core.borrow_mut().on_hop(m, ctx.now(), &mut actions);
             carry(&ctx, &mut actions, &mut waits, Who::Other);
             if !waits.is_empty() {
@@ -212,6 +217,8 @@ pub(crate) async fn run(init: ShardStart) {
             }
         }
         ctx.wake_receivers();
+        // Placed and announced: the other shards may stop forwarding (see `forward`).
+        ctx.ns.forwarding.placed(forwarded);
         ingress::YieldNow(false).await;
     }
 }
@@ -287,6 +294,8 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
         ShardAction::Deliver(d) => {
             let placed = if ctx.tap.is_open() {
                 ctx.tap.try_push(d)
+            } else if forward::forwards(ctx) {
+                forward::try_forward(ctx, d)
             } else {
                 deliver::try_queue(&ctx.ns.hub, &ctx.outbox, d)
             };

@@ -25,7 +25,7 @@ mod writer;
 pub use writer::ShardWriter;
 
 use super::ingress::YieldNow;
-use super::{carry, deliver, settle, Ctx, Publish, Who};
+use super::{carry, deliver, forward, settle, Ctx, Publish, Who};
 use crate::node::shared::NodeShared;
 use crate::node::topics::Reader;
 use crate::node::{Inner, Mesh, MeshError, PublishError, DATA_FRAME_OVERHEAD};
@@ -41,6 +41,7 @@ use shoal_runtime::spawn_local;
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Poll, Waker};
 
 /// Publishes a shard task makes in a row without being suspended before it yields once, as
@@ -131,8 +132,8 @@ impl Tap {
     }
 }
 
-/// Places `d` where deliveries go now (the tap or the event queue), waiting for room as long
-/// as it takes.
+/// Places `d` where deliveries go now (the tap, the origin shard, or the event queue),
+/// waiting for room as long as it takes.
 pub(super) async fn place_waiting(ctx: &Rc<Ctx>, d: Delivered) {
     let mut d = d;
     let mut waited = false;
@@ -147,6 +148,9 @@ pub(super) async fn place_waiting(ctx: &Rc<Ctx>, d: Delivered) {
             inc(&ctx.counters().event_queue_waits);
         }
         room.await;
+    }
+    if forward::forwards(ctx) {
+        return forward::forward_waiting(ctx, d).await;
     }
     deliver::queue_waiting(&ctx.ns, ctx.counters(), &ctx.outbox, d).await
 }
@@ -372,11 +376,14 @@ impl ShardContext {
         self.origin.yield_now().await
     }
 
-    /// The inbox of this shard's deliveries, holding up to `capacity` entries (a message, a
+    /// The inbox of the node's deliveries, holding up to `capacity` entries (a message, a
     /// run of samples or a loss report each; at least 1). From now until it is dropped,
-    /// every message and sample this shard delivers goes to it instead of the event queue
-    /// (callbacks still run first); deliveries on other shards still go to the event queue.
-    /// `None` if another shard task holds it.
+    /// every message and sample the node delivers goes to it instead of the event queue
+    /// (callbacks still run first, on the shard that delivers): this shard's own deliveries
+    /// and, with several shards, those of the others, which hand them over to this one
+    /// (bounded by the ring between them; a delivering shard waits for room, as for the event
+    /// queue, counted in `event_queue_waits`). Each link's and each writer's deliveries keep
+    /// their order. `None` if another shard task holds it.
     pub fn inbox(&self, capacity: usize) -> Option<ShardInbox> {
         let ctx = &self.origin.ctx;
         let tap = &ctx.tap;
@@ -385,7 +392,12 @@ impl ShardContext {
         }
         tap.capacity.set(capacity.max(1));
         tap.open.set(true);
-        Some(ShardInbox { tap: tap.clone() })
+        // The other shards hand their deliveries over from now on (see `forward`).
+        ctx.ns.forwarding.open(true);
+        Some(ShardInbox {
+            tap: tap.clone(),
+            ns: ctx.ns.clone(),
+        })
     }
 
     /// A live handle on the node, for its control plane.
@@ -461,6 +473,7 @@ impl ShardContext {
 /// held, as events queued when the last event receiver goes.
 pub struct ShardInbox {
     tap: Rc<Tap>,
+    ns: Arc<NodeShared>,
 }
 
 impl std::fmt::Debug for ShardInbox {
@@ -502,6 +515,7 @@ impl ShardInbox {
 
 impl Drop for ShardInbox {
     fn drop(&mut self) {
+        self.ns.forwarding.open(false);
         self.tap.close();
     }
 }

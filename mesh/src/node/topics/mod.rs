@@ -3,7 +3,8 @@
 //! that waits for its answer, removed when its last handle goes).
 //!
 //! **Owns:** the application side of endpoints: the create / remove commands and the
-//! handles ([`Writer`], [`Reader`]). **Must not touch:** matching, admission or routes (the
+//! handles ([`Writer`], [`Reader`]; the shard task's `ShardWriter` shares [`pack`] with
+//! `Writer`). **Must not touch:** matching, admission or routes (the
 //! control core decides them), the sample path (the shard core).
 //!
 //! # Waiting for the control plane from anywhere
@@ -12,9 +13,15 @@
 //! thread, or from a data shard's thread (an [`Event::Sample`](crate::Event::Sample)
 //! callback), the caller waits for the reply: the control plane serves commands in a task of
 //! its own that waits for no shard, so this cannot deadlock (a shard callback waiting for it
-//! stalls that shard for the command's duration: a few microseconds). From the control
+//! stalls that shard for the command's duration: a few microseconds). A writer is answered
+//! once its first route table reached every shard, except for a caller on a data shard's
+//! thread, which would be waiting for itself: it is answered at once, and its first samples
+//! may wait, parked on the origin shard, for the table. From the control
 //! executor itself (a `PeerConnected` or `Matched` callback) the command is carried out on
-//! the spot instead, since waiting there would wait for itself.
+//! the spot instead, since waiting there would wait for itself. A shard task
+//! ([`ShardContext::writer`](crate::ShardContext::writer) and `reader`) awaits the answer
+//! ([`Mesh::create_endpoint_async`]) instead of blocking: a writer is answered only once its
+//! first route table reached every shard, the task's own included.
 
 pub(crate) mod pack;
 mod reader;
@@ -145,6 +152,11 @@ impl Mesh {
         let cmd = Request::CreateEndpoint {
             spec: Box::new(spec),
             reply,
+            // On a data shard's thread (an event callback) the answer cannot wait for the
+            // route table to reach this very shard; the writer's first samples may then
+            // reach the origin shard before its table does, and are parked there (bounded,
+            // counted when dropped) until it comes.
+            at_once: shoal_runtime::current_shard().is_some(),
         };
         if let Err(cmd) = control::run_here(&self.inner.ns, cmd) {
             // Another thread than this node's control plane: it serves commands without
@@ -169,6 +181,7 @@ impl Mesh {
         let cmd = Request::CreateEndpoint {
             spec: Box::new(spec),
             reply,
+            at_once: false,
         };
         tx.send(cmd).await.map_err(|_| MeshError::NotRunning)?;
         let r = answer.recv(CONTROL_REPLY_TIMEOUT, sleep_until).await;

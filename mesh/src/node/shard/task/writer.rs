@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A writer on one topic for a shard task, opened with
-/// [`ShardContext::writer`](super::ShardContext::writer): the [`Writer`](crate::Writer) of
+/// [`ShardContext::writer`](super::ShardContext::writer): the [`Writer`](crate::topics::Writer) of
 /// the shard. The same semantics, errors and counters: each write numbers its sample (1, 2,
 /// ... per writer) and appends it to the open Samples frame of the batch; the batch goes to
 /// the shard's core, which routes it by the writer's route (its matched readers, local and
@@ -43,7 +43,12 @@ use std::time::Duration;
 /// without waiting (what must wait is settled by a helper task; only what a stopping node no
 /// longer takes is counted in
 /// [`MeshStats::unflushed_discarded`](crate::MeshStats::unflushed_discarded)), then removes
-/// the endpoint. Keeps the node alive like a [`Mesh`](crate::Mesh) clone.
+/// the endpoint. The pending batch is routed by the core before the removal is even sent,
+/// unless an earlier `try_` batch of this writer still waits for room: then the batch
+/// follows it from a helper task, and should the removal's route table reach the shard
+/// first, it is dropped and counted as `dropped_unrouted_samples` (as a thread
+/// [`Writer`](crate::topics::Writer)'s can be). Keeps the node alive like a
+/// [`Mesh`](crate::Mesh) clone.
 pub struct ShardWriter {
     ep: Endpoint,
     pack: Packer,
@@ -75,7 +80,7 @@ impl ShardWriter {
     /// Hands a batch over once it holds at least `bytes` (frames included; at least one
     /// sample per batch whatever the value: 0 hands every sample over alone). Default
     /// [`DEFAULT_BATCH_BYTES`](crate::node::DEFAULT_BATCH_BYTES); capped at a quarter of
-    /// `max_outbound_queue_bytes`, as for [`Writer`](crate::Writer).
+    /// `max_outbound_queue_bytes`, as for [`Writer`](crate::topics::Writer).
     pub fn with_batch_bytes(mut self, bytes: usize) -> ShardWriter {
         self.pack.set_batch_bytes(bytes);
         self
