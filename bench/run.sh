@@ -6,7 +6,8 @@
 # at 64 B and 1 KiB with a fan-out to 3 reader nodes (issue 12's ratios), Shoal with a PSK vs
 # plaintext Shoal at 64 B and 1 KiB, round-trip /
 # one-way latency vs raw TCP in one process, and the same between two processes (`ping` +
-# `pong`; `pub` + `sub`), and the discovery / control-plane measurements (`discovery`). Whole
+# `pong`; `pub` + `sub`; with application threads, shard tasks (`--on-shard`) and raw TCP,
+# raw-lp included), and the discovery / control-plane measurements (`discovery`). Whole
 # run: about three minutes after the build. Latency histograms (.hgrm) and percentile charts (.svg) go to
 # $SHOAL_BENCH_OUT (default: target/bench-run).
 set -euo pipefail
