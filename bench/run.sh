@@ -6,7 +6,8 @@
 # at 64 B and 1 KiB with a fan-out to 3 reader nodes (issue 12's ratios), Shoal with a PSK vs
 # plaintext Shoal at 64 B and 1 KiB, round-trip /
 # one-way latency vs raw TCP in one process, and the same between two processes (`ping` +
-# `pong`; `pub` + `sub`), and the discovery / control-plane measurements (`discovery`). Whole
+# `pong`; `pub` + `sub`; with application threads, shard tasks (`--on-shard`) and raw TCP,
+# raw-lp included), and the discovery / control-plane measurements (`discovery`). Whole
 # run: about three minutes after the build. Latency histograms (.hgrm) and percentile charts (.svg) go to
 # $SHOAL_BENCH_OUT (default: target/bench-run).
 set -euo pipefail
@@ -95,7 +96,8 @@ report() {
     echo "| run | transport | p50 µs | p90 µs | p99 µs | p99.9 µs | p99.99 µs | max µs | samples | ping cpu s | pong cpu s |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|"
     local rows="" row
-    for form in "shoal|" "shoal-spin100|--spin-us 100" "shoal-inline|--inline" "raw-tcp|--raw"; do
+    for form in "shoal|" "shoal-spin100|--spin-us 100" "shoal-inline|--inline" \
+        "shoal-onshard|--on-shard" "raw-tcp|--raw"; do
         row="$(two_process_ping "2proc-max" "${form#*|}")"
         echo "$row"
         rows+="$row"$'\n'
@@ -109,13 +111,17 @@ report() {
     echo "ping cpu s covers the measured run; pong cpu s its first probe to the goodbye."
     echo "shoal-spin100: both nodes \`--spin-us 100\` (shards and the application's blocking receive"
     echo "poll 100 µs before they sleep, yielding the core between polls): its CPU is in the cpu columns."
+    echo "shoal-onshard: both ends shard tasks (\`--on-shard\`: pings and echoes written from a task on"
+    echo "the origin shard, what arrives taken from its inbox; no application thread on the round trip)."
     echo
     echo "## Throughput between two processes (\`pub\` + \`sub\` on loopback), 64 B, max rate"
     echo
     echo "| run | transport | delivered msg/s | MB/s | delivered | lost | sub cpu s |"
     echo "|---|---|---|---|---|---|---|"
     rows=""
-    for form in "shoal|" "shoal-topic|--topic bench/samples" "raw-tcp|--raw"; do
+    for form in "shoal|" "shoal-topic|--topic bench/samples" \
+        "shoal-topic-onshard|--on-shard --topic bench/samples" "raw-tcp|--raw" \
+        "raw-lp|--raw --framing lp"; do
         row="$(two_process_throughput "2proc-64" "${form#*|}")"
         echo "$row"
         rows+="$row"$'\n'
@@ -123,13 +129,17 @@ report() {
     echo
     awk -F'|' '{ gsub(/ /, "", $3); r[$3] = $4 } END {
         if (r["raw-tcp"] > 0) printf "shoal / raw TCP delivered msg/s: %.2fx\n", r["shoal"] / r["raw-tcp"]
-        if (r["shoal"] > 0) printf "shoal-topic / shoal broadcast delivered msg/s: %.2fx\n", r["shoal-topic"] / r["shoal"] }' <<<"$rows"
+        if (r["shoal"] > 0) printf "shoal-topic / shoal broadcast delivered msg/s: %.2fx\n", r["shoal-topic"] / r["shoal"]
+        if (r["raw-lp"] > 0) printf "shoal-topic / raw-lp: %.2fx; shoal-topic-onshard / raw-lp: %.2fx\n", r["shoal-topic"] / r["raw-lp"], r["shoal-topic-onshard"] / r["raw-lp"] }' <<<"$rows"
     echo
     echo "\`shoal-loadgen sub --listen 127.0.0.1:0 [--raw|--topic bench/samples]\` and \`shoal-loadgen"
     echo "pub --static-peer ADDR --size 64 --warmup-ms 500 --duration-ms 2000 [--raw|--topic"
     echo "bench/samples]\`, one process each. shoal-topic: one writer, one reader; the pub starts once"
     echo "its own node lists the match, so samples it writes before the sub's node routes the writer"
     echo "are dropped there and counted (\`dropped_unrouted_samples\`): they show as lost."
+    echo "shoal-topic-onshard: the writer and the reader's side shard tasks (\`--on-shard\`: samples"
+    echo "written from the origin shard, sample runs taken from its inbox). raw-lp: bare TCP of"
+    echo "\`u32 length | payload\` (\`--raw --framing lp\`), one writer and one reader thread."
     echo
     echo "## Discovery and control plane (topics)"
     echo
@@ -172,7 +182,8 @@ start_listener() {
     return 1
 }
 
-# One two-process ping-pong row: NAME FLAGS (FLAGS for both ends: "", --inline or --raw).
+# One two-process ping-pong row: NAME FLAGS (FLAGS for both ends: "", --inline, --on-shard or
+# --raw).
 # The pong ends by itself after the ping's goodbye.
 two_process_ping() {
     local name=$1 flags=$2 tag addr pid
@@ -186,7 +197,7 @@ two_process_ping() {
     wait "$pid"
 }
 
-# One two-process throughput row: NAME FLAGS ("", --raw or "--topic NAME", for both ends). The
+# One two-process throughput row: NAME FLAGS ("", --raw, "--topic NAME", ..., for both ends). The
 # subscriber ends once it has the publisher's end marker.
 two_process_throughput() {
     local name=$1 flags=$2 tag addr pid

@@ -53,6 +53,7 @@ mod repair_bench;
 mod report;
 mod roles;
 mod rss;
+mod shard_roles;
 mod shoal;
 mod stamp;
 mod storm;

@@ -20,13 +20,14 @@ const BODY_BEFORE_PAYLOAD: usize = DATA_HEADER_LEN - LENGTH_PREFIX_LEN;
 /// Largest frame a raw reader accepts (the mesh default `max_message_bytes`).
 const MAX_FRAME: usize = shoal_mesh::wire::MAX_MESSAGE_BYTES as usize;
 
-/// How a raw stream delimits its messages.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How a raw stream delimits its messages (`pub`/`sub --raw --framing`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Framing {
     /// Shoal's Data frames (58-byte header + payload).
     #[default]
     Data,
-    /// `u32 length (big-endian) | payload`.
+    /// `u32 length (big-endian) | payload` (raw-lp).
+    #[value(name = "lp")]
     LengthPrefixed,
 }
 
@@ -73,11 +74,6 @@ pub struct RawSink {
 }
 
 impl RawSink {
-    /// Sends Data frames to every stream in `conns` (TCP_NODELAY set here).
-    pub fn new(conns: Vec<TcpStream>) -> RawSink {
-        RawSink::with_framing(conns, Framing::Data)
-    }
-
     /// Sends messages framed as `framing` to every stream in `conns` (TCP_NODELAY set here).
     pub fn with_framing(conns: Vec<TcpStream>, framing: Framing) -> RawSink {
         RawSink {
@@ -258,21 +254,9 @@ impl FrameReader {
     }
 }
 
-/// Receives Data frames from `stream` into `recv` until `until`, `stop`, the peer closes, or
-/// `publishers` end markers arrived.
-pub fn subscribe(
-    stream: TcpStream,
-    recv: &mut Receiver,
-    publishers: usize,
-    until: Instant,
-    stop: &AtomicBool,
-    live: &AtomicU64,
-) -> Result<(), FrameError> {
-    subscribe_framed(stream, Framing::Data, recv, publishers, until, stop, live)
-}
-
-/// [`subscribe`] for a stream of `framing`'s frames: each frame is split off, its payload
-/// parsed (stamp) and counted by `recv`.
+/// Receives `framing`'s frames from `stream` into `recv` until `until`, `stop`, the peer
+/// closes, or `publishers` end markers arrived: each frame is split off, its payload parsed
+/// (stamp) and counted by `recv`.
 pub fn subscribe_framed(
     mut stream: TcpStream,
     framing: Framing,

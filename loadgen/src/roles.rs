@@ -6,9 +6,10 @@ use crate::metrics::MetricsServer;
 use crate::raw::{self, RawSink};
 use crate::report::{Drops, Summary};
 use crate::rss::{QueueBound, RssSampler};
+use crate::shard_roles::{self, TopicWriter, Wanted};
 use crate::shoal::{self, MeshSink, NodeArgs, SetupError};
 use crate::topic_report::{counts_since, topic_counts, SampleReport};
-use crate::topics::{self, ReaderState, TopicArgs, TopicSink, WriterSeqs};
+use crate::topics::{self, ReaderState, TopicArgs, WriterSeqs};
 use crate::traffic::{self, Live, PubReport, Receiver, Shape};
 use crate::usage::Usage;
 use shoal_mesh::Mesh;
@@ -45,6 +46,10 @@ pub struct RoleRun {
     pub linger: Duration,
     /// Over raw TCP instead of Shoal.
     pub raw: bool,
+    /// The raw stream's framing.
+    pub framing: raw::Framing,
+    /// The application's side in a shard task ([`crate::shard_roles`]).
+    pub on_shard: bool,
     /// Hide the progress line.
     pub quiet: bool,
     /// Serve the node's counters in the Prometheus text format here.
@@ -71,6 +76,16 @@ impl RoleRun {
         }
     }
 
+    /// `base`, with `-onshard` when the application's side is a shard task (so its rows
+    /// do not read as the thread API's).
+    fn transport(&self, base: &'static str) -> &'static str {
+        match (self.on_shard, base) {
+            (false, b) => b,
+            (true, "shoal-topic") => "shoal-topic-onshard",
+            (true, _) => "shoal-onshard",
+        }
+    }
+
     fn bound(&self) -> Instant {
         Instant::now() + self.shape.warmup + self.shape.duration + self.linger
     }
@@ -93,6 +108,11 @@ pub fn run(r: &RoleRun) -> Result<Summary, RunError> {
                     .into(),
             )),
         };
+    }
+    if r.on_shard && r.role == Role::Relay {
+        return Err(RunError::Usage(
+            "relay runs no application code: drop --on-shard".into(),
+        ));
     }
     match (r.role, r.raw) {
         (Role::Pub, false) => shoal_pub(r),
@@ -157,10 +177,14 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker("pub", r.quiet, sent.clone(), Vec::new());
-    let mut sink = MeshSink::broadcast(&mesh, r.node.batch_bytes);
     // One node in this process: this is the sender's RSS alone.
     let sampler = RssSampler::start_run(&r.shape, 1);
-    let rep = traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop);
+    let rep = if r.on_shard {
+        shard_roles::publish_broadcasts(&mesh, r.shape, sent.clone(), stop.clone())
+    } else {
+        let mut sink = MeshSink::broadcast(&mesh, r.node.batch_bytes);
+        traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop).map_err(Into::into)
+    };
     let bound = QueueBound::new(
         mesh.config().max_outbound_queue_bytes,
         links,
@@ -179,7 +203,7 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let mut s = with_send_rate(
         summarise(
             &r.local("pub"),
-            "shoal",
+            r.transport("shoal"),
             links,
             rep,
             &[],
@@ -197,25 +221,47 @@ fn shoal_pub(r: &RoleRun) -> Result<Summary, RunError> {
 fn shoal_sub(r: &RoleRun) -> Result<Summary, RunError> {
     let (mesh, mut events) = r.node.start()?;
     let _metrics = r.serve_metrics(&mesh)?;
+    let live = Arc::new(AtomicU64::new(0));
+    let mut recv = Receiver::new(&r.shape);
+    let on_shard = if r.on_shard {
+        let wanted = Wanted::Messages {
+            recv: Box::new(recv),
+            publishers: r.publishers,
+        };
+        recv = Receiver::new(&r.shape);
+        Some(shard_roles::start_receiving(
+            &mesh,
+            wanted,
+            r.bound(),
+            live.clone(),
+        )?)
+    } else {
+        None
+    };
     ready("sub", &mesh, r);
     let before = Usage::now();
     let stop = AtomicBool::new(false);
-    let live = Arc::new(AtomicU64::new(0));
     let (progress, ticker) = progress_ticker(
         "sub",
         r.quiet,
         Arc::new(Live::default()),
         vec![live.clone()],
     );
-    let mut recv = Receiver::new(&r.shape);
-    shoal::subscribe(
-        &mut events,
-        &mut recv,
-        r.publishers,
-        r.bound(),
-        &stop,
-        &live,
-    );
+    match on_shard {
+        Some(task) => {
+            if let Wanted::Messages { recv: got, .. } = task.finish(&mut events)?.wanted {
+                recv = *got;
+            }
+        }
+        None => shoal::subscribe(
+            &mut events,
+            &mut recv,
+            r.publishers,
+            r.bound(),
+            &stop,
+            &live,
+        ),
+    }
     drop(ticker);
     progress.finish();
     let usage = Usage::now().since(&before);
@@ -225,7 +271,7 @@ fn shoal_sub(r: &RoleRun) -> Result<Summary, RunError> {
     mesh.stop();
     let mut s = summarise(
         &r.local("sub"),
-        "shoal",
+        r.transport("shoal"),
         links,
         PubReport::default(),
         &[recv],
@@ -289,9 +335,8 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let (mesh, events) = r.node.start()?;
     drop(events);
     let _metrics = r.serve_metrics(&mesh)?;
-    let writer = mesh
-        .writer(r.topic.declaration(&r.topic.topics[0]))
-        .map_err(mesh_err)?;
+    let decl = r.topic.declaration(&r.topic.topics[0]);
+    let mut writer = TopicWriter::open(&mesh, decl, r.node.batch_bytes, r.on_shard)?;
     ready("pub", &mesh, r);
     let deadline = Instant::now() + Duration::from_secs(30);
     let want = r.wait_peers.max(1);
@@ -322,10 +367,9 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker("pub", r.quiet, sent.clone(), Vec::new());
-    let mut sink = TopicSink::new(writer, r.node.batch_bytes);
     let sampler = RssSampler::start_run(&r.shape, 1);
     let t0 = Instant::now();
-    let rep = traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop);
+    let rep = writer.publish(&r.shape, &sent, &stop);
     let writing_s = t0.elapsed().as_secs_f64();
     let memory = sampler.and_then(|s| s.finish(None));
     drop(ticker);
@@ -338,12 +382,12 @@ fn topic_pub(r: &RoleRun) -> Result<Summary, RunError> {
     // Stopped with the writer alive: its queued samples go out before the links close, and
     // no withdrawal overtakes them (a receiver drops samples of a writer it stopped routing).
     mesh.stop();
-    drop(sink);
+    writer.close();
     let rep = rep?;
     let mut s = with_send_rate(
         summarise(
             &r.local("pub"),
-            "shoal-topic",
+            r.transport("shoal-topic"),
             links,
             rep,
             &[],
@@ -381,6 +425,18 @@ fn topic_sub(r: &RoleRun) -> Result<Summary, RunError> {
         });
         handles.push(reader);
     }
+    let live = Arc::new(AtomicU64::new(0));
+    let on_shard = if r.on_shard {
+        let wanted = Wanted::Samples(std::mem::take(&mut states));
+        Some(shard_roles::start_receiving(
+            &mesh,
+            wanted,
+            r.bound(),
+            live.clone(),
+        )?)
+    } else {
+        None
+    };
     ready("sub", &mesh, r);
     let me = [&mesh];
     let counts_before = topic_counts(&me);
@@ -388,14 +444,22 @@ fn topic_sub(r: &RoleRun) -> Result<Summary, RunError> {
     let before = Usage::now();
     let started = Instant::now();
     let stop = AtomicBool::new(false);
-    let live = Arc::new(AtomicU64::new(0));
     let (progress, ticker) = progress_ticker(
         "sub",
         r.quiet,
         Arc::new(Live::default()),
         vec![live.clone()],
     );
-    let foreign = topics::subscribe_samples(&mut events, &mut states, r.bound(), &stop, &live);
+    let foreign = match on_shard {
+        Some(task) => {
+            let got = task.finish(&mut events)?;
+            if let Wanted::Samples(s) = got.wanted {
+                states = s;
+            }
+            got.foreign
+        }
+        None => topics::subscribe_samples(&mut events, &mut states, r.bound(), &stop, &live),
+    };
     drop(ticker);
     progress.finish();
     let usage = Usage::now().since(&before);
@@ -421,7 +485,7 @@ fn topic_sub(r: &RoleRun) -> Result<Summary, RunError> {
     let recvs: Vec<Receiver> = states.into_iter().map(|s| s.recv).collect();
     let mut s = summarise(
         &r.local("sub"),
-        "shoal-topic",
+        r.transport("shoal-topic"),
         links,
         PubReport::default(),
         &recvs,
@@ -458,7 +522,7 @@ fn raw_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let stop = AtomicBool::new(false);
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker("pub --raw", r.quiet, sent.clone(), Vec::new());
-    let mut sink = RawSink::new(conns);
+    let mut sink = RawSink::with_framing(conns, r.framing);
     let rep = traffic::publish(&mut sink, &r.shape, rand::random(), &sent, &stop);
     drop(sink);
     drop(ticker);
@@ -466,7 +530,15 @@ fn raw_pub(r: &RoleRun) -> Result<Summary, RunError> {
     let usage = Usage::now().since(&before);
     let rep = rep?;
     Ok(with_send_rate(
-        summarise(&r.local("pub"), "raw-tcp", links, rep, &[], None, usage),
+        summarise(
+            &r.local("pub"),
+            r.framing.label(),
+            links,
+            rep,
+            &[],
+            None,
+            usage,
+        ),
         &rep,
         r.shape.size,
     ))
@@ -490,11 +562,11 @@ fn raw_sub(r: &RoleRun) -> Result<Summary, RunError> {
                 let live = Arc::new(AtomicU64::new(0));
                 counters.push(live.clone());
                 let stop = stop.clone();
-                let shape = r.shape;
+                let (shape, framing) = (r.shape, r.framing);
                 handles.push(std::thread::spawn(
                     move || -> Result<Receiver, raw::FrameError> {
                         let mut recv = Receiver::new(&shape);
-                        raw::subscribe(stream, &mut recv, 1, until, &stop, &live)?;
+                        raw::subscribe_framed(stream, framing, &mut recv, 1, until, &stop, &live)?;
                         Ok(recv)
                     },
                 ));
@@ -517,7 +589,7 @@ fn raw_sub(r: &RoleRun) -> Result<Summary, RunError> {
     let links = receivers.len();
     Ok(summarise(
         &r.local("sub"),
-        "raw-tcp",
+        r.framing.label(),
         links,
         PubReport::default(),
         &receivers,

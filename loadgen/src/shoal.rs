@@ -230,16 +230,29 @@ pub struct MeshSink {
 
 enum How {
     Batched(Publisher),
-    Single {
-        mesh: Mesh,
-        /// Small payloads are cut from this block, one allocation per block instead of one
-        /// per message, as a high-rate publisher would do it (the API takes owned `Bytes`).
-        arena: BytesMut,
-    },
+    Single { mesh: Mesh, arena: Arena },
 }
 
-/// Bytes per arena block of [`MeshSink`]'s message-by-message form.
+/// Bytes per [`Arena`] block.
 const ARENA_BLOCK: usize = 64 * 1024;
+
+/// Small payloads cut from a block, one allocation per block instead of one per message, as
+/// a high-rate publisher would do it for the message-by-message calls that take owned
+/// `Bytes`.
+#[derive(Default)]
+pub(crate) struct Arena(BytesMut);
+
+impl Arena {
+    /// `payload`'s copy, cut from the current block.
+    #[inline]
+    pub(crate) fn bytes(&mut self, payload: &[u8]) -> bytes::Bytes {
+        if self.0.capacity() - self.0.len() < payload.len() {
+            self.0 = BytesMut::with_capacity(ARENA_BLOCK.max(payload.len()));
+        }
+        self.0.extend_from_slice(payload);
+        self.0.split().freeze()
+    }
+}
 
 impl MeshSink {
     /// Broadcasts through `mesh` in batches of `batch_bytes`, or one message per call when
@@ -248,7 +261,7 @@ impl MeshSink {
         let how = if batch_bytes == 0 {
             How::Single {
                 mesh: mesh.clone(),
-                arena: BytesMut::new(),
+                arena: Arena::default(),
             }
         } else {
             How::Batched(mesh.publisher().with_batch_bytes(batch_bytes))
@@ -270,13 +283,7 @@ impl Sink for MeshSink {
     fn send(&mut self, payload: &[u8]) -> Result<(), SinkError> {
         match &mut self.how {
             How::Batched(p) => p.broadcast_blocking(payload),
-            How::Single { mesh, arena } => {
-                if arena.capacity() - arena.len() < payload.len() {
-                    *arena = BytesMut::with_capacity(ARENA_BLOCK.max(payload.len()));
-                }
-                arena.extend_from_slice(payload);
-                mesh.broadcast_blocking(arena.split().freeze())
-            }
+            How::Single { mesh, arena } => mesh.broadcast_blocking(arena.bytes(payload)),
         }
         .map_err(sink_error)
     }

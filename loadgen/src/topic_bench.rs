@@ -11,10 +11,11 @@ use crate::demo::{LocalRun, RunError};
 use crate::raw::Framing;
 use crate::report::{Drops, Summary};
 use crate::rss::{QueueBound, RssSampler};
+use crate::shard_roles::{self, ShardReceiver, TopicWriter, Wanted};
 use crate::shoal::SetupError;
 use crate::topic_report::{counts_since, topic_counts, SampleReport};
-use crate::topics::{self, ReaderState, TopicSink, WriterSeqs};
-use crate::traffic::{self, Live, Receiver};
+use crate::topics::{self, ReaderState, WriterSeqs};
+use crate::traffic::{Live, Receiver};
 use crate::usage::Usage;
 use shoal_mesh::topics::Topic;
 use shoal_mesh::{EventReceiver, Mesh, MeshError};
@@ -36,8 +37,9 @@ fn mesh_err(e: MeshError) -> RunError {
 }
 
 /// Node 0 writes `decl` samples, one reader on each of nodes 1.. receives them (after every
-/// pair matched), over a full mesh of `run.nodes` loopback nodes.
-pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
+/// pair matched), over a full mesh of `run.nodes` loopback nodes; the writer and the readers'
+/// side are shard tasks when `on_shard`, application threads otherwise.
+pub fn run_topic(run: &LocalRun, decl: &Topic, on_shard: bool) -> Result<Summary, RunError> {
     if run.nodes < 2 {
         return Err(RunError::Usage("a run needs at least 2 nodes".into()));
     }
@@ -48,7 +50,7 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
         .sum::<usize>()
         / 2;
     let (meshes, receivers): (Vec<Mesh>, Vec<EventReceiver>) = nodes.into_iter().unzip();
-    let writer = meshes[0].writer(decl.clone()).map_err(mesh_err)?;
+    let mut writer = TopicWriter::open(&meshes[0], decl.clone(), run.node.batch_bytes, on_shard)?;
     let readers = meshes[1..]
         .iter()
         .map(|m| m.reader(decl.clone()))
@@ -77,7 +79,8 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
     let mut counters = Vec::new();
     let mut handles = Vec::new();
     // Node 0's receiver is dropped: it has no reader, so nothing queues for it.
-    for (mut events, r) in receivers.into_iter().skip(1).zip(&readers) {
+    let reader_nodes = meshes[1..].iter().zip(receivers.into_iter().skip(1));
+    for ((m, mut events), r) in reader_nodes.zip(&readers) {
         let live = Arc::new(AtomicU64::new(0));
         counters.push(live.clone());
         let stop = stop.clone();
@@ -88,17 +91,23 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
             seqs: WriterSeqs::default(),
             expect_writers: 1,
         }];
-        handles.push(std::thread::spawn(move || {
-            let foreign = topics::subscribe_samples(&mut events, &mut state, until, &stop, &live);
-            (state, foreign)
-        }));
+        handles.push(if on_shard {
+            let wanted = Wanted::Samples(state);
+            let task = shard_roles::start_receiving(m, wanted, until, live)?;
+            ReaderSide::Shard(task, events)
+        } else {
+            ReaderSide::Thread(std::thread::spawn(move || {
+                let foreign =
+                    topics::subscribe_samples(&mut events, &mut state, until, &stop, &live);
+                (state, foreign)
+            }))
+        });
     }
     let sent = Arc::new(Live::default());
     let (progress, ticker) = progress_ticker(run.mode, run.quiet, sent.clone(), counters);
-    let mut sink = TopicSink::new(writer, run.node.batch_bytes);
     let sampler = RssSampler::start_run(&run.shape, run.nodes);
     let t0 = Instant::now();
-    let published = traffic::publish(&mut sink, &run.shape, rand::random(), &sent, &stop);
+    let published = writer.publish(&run.shape, &sent, &stop);
     // The nodes' counters cover the whole writing time (warm-up included) and the drain.
     let writing_s = t0.elapsed().as_secs_f64();
     if published.is_err() {
@@ -107,7 +116,7 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
     let mut states = Vec::new();
     let mut foreign = 0;
     for h in handles {
-        let (s, f) = h.join().map_err(|_| RunError::Panicked)?;
+        let (s, f) = h.join()?;
         states.extend(s);
         foreign += f;
     }
@@ -124,7 +133,7 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
         drops.add(&m.stats().total);
     }
     let suites = crate::shoal::record_suites(&meshes);
-    drop(sink);
+    writer.close();
     drop(readers);
     for m in &meshes {
         m.stop();
@@ -137,7 +146,11 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
     let recvs: Vec<Receiver> = states.into_iter().map(|s| s.recv).collect();
     let mut summary = summarise(
         run,
-        "shoal-topic",
+        if on_shard {
+            "shoal-topic-onshard"
+        } else {
+            "shoal-topic"
+        },
         links,
         published,
         &recvs,
@@ -149,6 +162,28 @@ pub fn run_topic(run: &LocalRun, decl: &Topic) -> Result<Summary, RunError> {
     summary.wire_bytes = report.bytes_out_per_sample.round() as usize;
     summary.samples = Some(report);
     Ok(summary)
+}
+
+/// A reader node's receiving side: an application thread or a shard task.
+enum ReaderSide {
+    Thread(std::thread::JoinHandle<(Vec<ReaderState>, u64)>),
+    Shard(ShardReceiver, EventReceiver),
+}
+
+impl ReaderSide {
+    /// What it received, and the samples of other readers.
+    fn join(self) -> Result<(Vec<ReaderState>, u64), RunError> {
+        match self {
+            ReaderSide::Thread(h) => h.join().map_err(|_| RunError::Panicked),
+            ReaderSide::Shard(task, mut events) => {
+                let got = task.finish(&mut events)?;
+                match got.wanted {
+                    Wanted::Samples(s) => Ok((s, got.foreign)),
+                    Wanted::Messages { .. } => unreachable!("asked for samples"),
+                }
+            }
+        }
+    }
 }
 
 /// One size's runs.
@@ -182,11 +217,12 @@ fn ratio(a: &Summary, b: &Summary) -> f64 {
 
 /// For each size: broadcast, topic and raw length-prefixed A→B back to back (interleaved per
 /// size, so the three share the machine's state), then the fan-out to `fanout` reader nodes
-/// (0: none).
+/// (0: none); the topic runs' writer and readers' side are shard tasks when `on_shard`.
 pub fn compare(
     template: &LocalRun,
     sizes: &[usize],
     fanout: usize,
+    on_shard: bool,
 ) -> Result<Vec<TopicComparison>, RunError> {
     let mut out = Vec::new();
     for &size in sizes {
@@ -195,11 +231,11 @@ pub fn compare(
         run.shape.size = size;
         run.shape.size_max = size;
         let broadcast = run_shoal(&run)?;
-        let topic = run_topic(&run, &bench_topic())?;
+        let topic = run_topic(&run, &bench_topic(), on_shard)?;
         let raw_lp = run_raw_framed(&run, Framing::LengthPrefixed)?;
         let fan = if fanout > 0 {
             run.nodes = fanout + 1;
-            Some(run_topic(&run, &bench_topic())?)
+            Some(run_topic(&run, &bench_topic(), on_shard)?)
         } else {
             None
         };
@@ -249,8 +285,8 @@ pub fn compare_reliable(
         run.nodes = 2;
         run.shape.size = size;
         run.shape.size_max = size;
-        let best_effort = run_topic(&run, &bench_topic())?;
-        let reliable = run_topic(&run, &reliable_topic())?;
+        let best_effort = run_topic(&run, &bench_topic(), false)?;
+        let reliable = run_topic(&run, &reliable_topic(), false)?;
         let ack = reliable
             .samples
             .as_ref()
@@ -335,6 +371,16 @@ pub fn print_table(rows: &[TopicComparison]) {
                 );
             }
         }
+    }
+    if rows
+        .first()
+        .is_some_and(|c| c.topic.transport.ends_with("onshard"))
+    {
+        println!();
+        println!(
+            "Topic runs in shard tasks (`--on-shard`): the writer and each reader's side run on \
+             their node's origin shard."
+        );
     }
     println!();
     println!(

@@ -116,6 +116,11 @@ impl TopicSink {
             writer: writer.with_batch_bytes(batch_bytes),
         }
     }
+
+    /// The writer's GUID.
+    pub fn guid(&self) -> EndpointGuid {
+        self.writer.guid()
+    }
 }
 
 impl Sink for TopicSink {
@@ -251,7 +256,8 @@ pub struct ReaderState {
 }
 
 impl ReaderState {
-    fn done(&mut self) -> bool {
+    /// True once every expected writer's end marker is in (see [`Receiver::done`]).
+    pub(crate) fn done(&mut self) -> bool {
         self.expect_writers == 0 || self.recv.done(self.expect_writers)
     }
 }
@@ -322,7 +328,7 @@ pub fn subscribe_samples(
 /// Accounts `n` consecutive samples of `writer` from sequence number `first` on (their
 /// `payloads`) to the reader they are for (`None`: not one of ours, counted in `foreign`);
 /// `total` counts ours.
-fn account<'a>(
+pub(crate) fn account<'a>(
     to: Option<&mut ReaderState>,
     writer: EndpointGuid,
     (first, n): (u64, u64),

@@ -79,6 +79,156 @@ pub fn wait_until(due: Instant) {
     }
 }
 
+/// What a [`Pacing`] publisher does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Send [`Pacing::payload`], this many bytes of it (stamped already).
+    Send(usize),
+    /// Ahead of schedule: flush, then wait until this instant.
+    Wait(Instant),
+    /// The run is over: send [`Pacing::end_marker`].
+    Done,
+}
+
+/// The publishing loop of [`publish`] as a state machine, so that a blocking thread and a
+/// shard task ([`crate::shard_roles`]) drive the same schedule, stamps and counts.
+pub struct Pacing {
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+    rng: u64,
+    id: u64,
+    start: Instant,
+    measure_from: Instant,
+    end: Instant,
+    interval: Option<Duration>,
+    report: PubReport,
+    seq: u64,
+    at_window_start: Option<(u64, Instant)>,
+    stopped: Option<Instant>,
+}
+
+impl Pacing {
+    /// Publisher `id` of `shape`, starting now.
+    pub fn new(shape: &Shape, id: u64) -> Pacing {
+        let (lo, hi) = (
+            shape.size.max(STAMP_LEN),
+            shape.size_max.max(shape.size).max(STAMP_LEN),
+        );
+        let mut buf = vec![0u8; hi];
+        for (i, b) in buf.iter_mut().enumerate().skip(STAMP_LEN) {
+            *b = i as u8;
+        }
+        let start = Instant::now();
+        let measure_from = start + shape.warmup;
+        Pacing {
+            buf,
+            lo,
+            hi,
+            // xorshift64: sizes need to vary, not to be unpredictable; no allocation, no lock.
+            rng: id | 1,
+            id,
+            start,
+            measure_from,
+            end: measure_from + shape.duration,
+            interval: (shape.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / shape.rate)),
+            report: PubReport::default(),
+            seq: 0,
+            at_window_start: None,
+            stopped: None,
+        }
+    }
+
+    fn next_len(&mut self) -> usize {
+        if self.hi == self.lo {
+            return self.lo;
+        }
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.lo + (self.rng % (self.hi - self.lo + 1) as u64) as usize
+    }
+
+    /// The next step; a [`Step::Send`] has stamped the payload.
+    #[inline]
+    pub fn next(&mut self, stop: &AtomicBool) -> Step {
+        let now = Instant::now();
+        if now >= self.end || stop.load(Ordering::Relaxed) {
+            return Step::Done;
+        }
+        if self.at_window_start.is_none() && now >= self.measure_from {
+            self.at_window_start = Some((self.seq, now));
+        }
+        // At a fixed rate the stamp is the time the message was due, not the time it left:
+        // a stalled sender's backlog then shows its wait in every message's latency, which
+        // corrects for coordinated omission where the pacing happens, at one sample per
+        // message on the receiving side.
+        let stamped_at = match self.interval {
+            Some(iv) => {
+                let due = self.start + iv.mul_f64(self.seq as f64);
+                if due > now {
+                    return Step::Wait(due.min(self.end));
+                }
+                due
+            }
+            None => now,
+        };
+        Stamp::Data {
+            publisher: self.id,
+            seq: self.seq,
+            sent_ns: wall_ns(stamped_at),
+        }
+        .write(&mut self.buf)
+        .expect("buffer holds a stamp");
+        Step::Send(self.next_len())
+    }
+
+    /// The buffer a [`Step::Send`] refers to.
+    #[inline]
+    pub fn payload(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// The payload of the last [`Step::Send`] was taken.
+    #[inline]
+    pub fn sent(&mut self, live: &Live) {
+        self.seq += 1;
+        live.count.store(self.seq, Ordering::Relaxed);
+    }
+
+    /// The payload of the last [`Step::Send`] was refused this once (the caller backs off).
+    pub fn refused(&mut self, why: &str) {
+        self.report.refused += 1;
+        tracing::debug!(%why, "publish refused");
+    }
+
+    /// The end-of-stream marker (after [`Step::Done`]); the run's window ends now.
+    pub fn end_marker(&mut self) -> &[u8] {
+        self.stopped.get_or_insert_with(Instant::now);
+        Stamp::End {
+            publisher: self.id,
+            total: self.seq,
+        }
+        .write(&mut self.buf)
+        .expect("buffer holds a stamp");
+        &self.buf[..self.lo]
+    }
+
+    /// What was sent.
+    pub fn report(&self) -> PubReport {
+        let mut report = self.report;
+        report.sent = self.seq;
+        if let (Some((first, t0)), Some(stopped)) = (self.at_window_start, self.stopped) {
+            report.sent_in_window = self.seq - first;
+            report.window = stopped - t0;
+        }
+        report
+    }
+}
+
+/// How long the end marker may be refused (momentarily: no route) before the run fails.
+pub const END_MARKER_RETRY: Duration = Duration::from_secs(2);
+
 /// Publishes `shape` into `sink` as publisher `id`, then the end-of-stream marker. Stops early
 /// when `stop` is set. Bounded by `warmup + duration`. At a fixed rate each message is
 /// stamped with the time it was due (start + seq × interval), at max rate with the time it
@@ -90,89 +240,29 @@ pub fn publish(
     live: &Live,
     stop: &AtomicBool,
 ) -> Result<PubReport, SinkError> {
-    let (lo, hi) = (
-        shape.size.max(STAMP_LEN),
-        shape.size_max.max(shape.size).max(STAMP_LEN),
-    );
-    let mut buf = vec![0u8; hi];
-    // xorshift64: sizes need to vary, not to be unpredictable; no allocation, no lock.
-    let mut rng = id | 1;
-    let mut next_len = move || {
-        if hi == lo {
-            return lo;
-        }
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        lo + (rng % (hi - lo + 1) as u64) as usize
-    };
-    for (i, b) in buf.iter_mut().enumerate().skip(STAMP_LEN) {
-        *b = i as u8;
-    }
-    let start = Instant::now();
-    let measure_from = start + shape.warmup;
-    let end = measure_from + shape.duration;
-    let interval = (shape.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / shape.rate));
-    let mut report = PubReport::default();
-    let mut seq = 0u64;
-    let mut at_window_start = None;
+    let mut p = Pacing::new(shape, id);
     loop {
-        let now = Instant::now();
-        if now >= end || stop.load(Ordering::Relaxed) {
-            break;
-        }
-        if at_window_start.is_none() && now >= measure_from {
-            at_window_start = Some((seq, now));
-        }
-        if let Some(iv) = interval {
-            let due = start + iv.mul_f64(seq as f64);
-            if due > now {
+        match p.next(stop) {
+            Step::Done => break,
+            Step::Wait(due) => {
                 sink.flush()?;
-                wait_until(due.min(end));
-                continue;
+                wait_until(due);
             }
-        }
-        // At a fixed rate the stamp is the time the message was due, not the time it left:
-        // a stalled sender's backlog then shows its wait in every message's latency, which
-        // corrects for coordinated omission where the pacing happens, at one sample per
-        // message on the receiving side.
-        let stamped_at = match interval {
-            Some(iv) => start + iv.mul_f64(seq as f64),
-            None => now,
-        };
-        Stamp::Data {
-            publisher: id,
-            seq,
-            sent_ns: wall_ns(stamped_at),
-        }
-        .write(&mut buf)
-        .expect("buffer holds a stamp");
-        match sink.send(&buf[..next_len()]) {
-            Ok(()) => {
-                seq += 1;
-                live.count.store(seq, Ordering::Relaxed);
-            }
-            Err(SinkError::Refused(why)) => {
-                report.refused += 1;
-                tracing::debug!(%why, "publish refused");
-                // Usually no route (peer reconnecting): don't spin on it.
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(e),
+            Step::Send(len) => match sink.send(&p.payload()[..len]) {
+                Ok(()) => p.sent(live),
+                Err(SinkError::Refused(why)) => {
+                    p.refused(&why);
+                    // Usually no route (peer reconnecting): don't spin on it.
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => return Err(e),
+            },
         }
     }
-    let stopped = Instant::now();
-    Stamp::End {
-        publisher: id,
-        total: seq,
-    }
-    .write(&mut buf)
-    .expect("buffer holds a stamp");
-    let buf = &mut buf[..lo];
     // The marker must not be lost to a momentary refusal: retry for a short, bounded time.
-    let give_up = Instant::now() + Duration::from_secs(2);
+    let give_up = Instant::now() + END_MARKER_RETRY;
     loop {
-        match sink.send(buf) {
+        match sink.send(p.end_marker()) {
             Ok(()) => break,
             Err(SinkError::Refused(_)) if Instant::now() < give_up => {
                 std::thread::sleep(Duration::from_millis(5))
@@ -181,12 +271,7 @@ pub fn publish(
         }
     }
     sink.flush()?;
-    report.sent = seq;
-    if let Some((first, t0)) = at_window_start {
-        report.sent_in_window = seq - first;
-        report.window = stopped - t0;
-    }
-    Ok(report)
+    Ok(p.report())
 }
 
 /// Rates, loss and latency of what one subscriber received.

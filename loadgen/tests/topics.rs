@@ -1,6 +1,7 @@
 //! Topic traffic through the built binary: `bench --topics` end to end on a short run, and
 //! `pub --topic` / `sub --topic` as two processes.
 
+use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -109,6 +110,55 @@ fn bench_topics_runs_every_leg_and_the_fan_out() {
     }
 }
 
+/// `bench --topics --on-shard`: the topic legs' writer and readers are shard tasks; every
+/// sample arrives, in order, at the one reader and at each fan-out reader.
+#[test]
+fn bench_topics_on_shard_delivers_every_sample() {
+    let out = Command::new(BIN)
+        .args(["bench", "--topics", "--on-shard", "--sizes", "64"])
+        .args([
+            "--fanout",
+            "2",
+            "--duration-ms",
+            "300",
+            "--warmup-ms",
+            "100",
+        ])
+        .arg("--json")
+        .output()
+        .expect("run shoal-loadgen");
+    let v = json_of(out);
+    let row = &v.as_array().expect("one row per size")[0];
+    let t = &row["topic"];
+    assert_eq!(
+        t["transport"].as_str(),
+        Some("shoal-topic-onshard"),
+        "{row}"
+    );
+    assert_eq!(t["lost"].as_u64(), Some(0), "{row}");
+    let w = &t["samples"]["writers"][0];
+    assert_eq!(w["first_seq"].as_u64(), Some(1), "{row}");
+    assert_eq!(
+        w["samples"].as_u64(),
+        Some(t["sent"].as_u64().unwrap() + 1),
+        "data samples and the end marker: {row}"
+    );
+    assert_eq!(w["gaps"].as_u64(), Some(0), "{row}");
+    assert_eq!(w["reorders"].as_u64(), Some(0), "{row}");
+    let f = &row["fanout"];
+    assert_eq!(
+        f["transport"].as_str(),
+        Some("shoal-topic-onshard"),
+        "{row}"
+    );
+    assert_eq!(f["lost"].as_u64(), Some(0), "{row}");
+    assert_eq!(
+        f["delivered"].as_u64(),
+        Some(2 * f["sent"].as_u64().unwrap()),
+        "{row}"
+    );
+}
+
 /// Kills a child if the test fails before it ends by itself.
 struct Child(std::process::Child);
 
@@ -183,26 +233,15 @@ fn bench_takes_mesh_settings_from_a_file_and_a_spin() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn pub_and_sub_on_a_topic_in_two_processes() {
+/// Runs `sub ARGS... SUB_EXTRA...` (listening on loopback) and `pub --static-peer ADDR
+/// ARGS... PUB_EXTRA...` in two processes to the end; their JSON summaries `(pub, sub)`.
+fn two_processes(args: &[&str], sub_extra: &[&str], pub_extra: &[&str]) -> (Value, Value) {
     let mut sub = Child(
         Command::new(BIN)
-            .args([
-                "sub",
-                "--listen",
-                "127.0.0.1:0",
-                "--topic",
-                "sensors/imu",
-                "--partition",
-                "robot/*",
-                "--warmup-ms",
-                "100",
-                "--duration-ms",
-                "300",
-                "--linger-ms",
-                "20000",
-                "--json",
-            ])
+            .args(["sub", "--listen", "127.0.0.1:0", "--linger-ms", "20000"])
+            .args(args)
+            .args(sub_extra)
+            .arg("--json")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -224,23 +263,10 @@ fn pub_and_sub_on_a_topic_in_two_processes() {
     // The rest of its stderr is drained, so a chatty log never blocks it.
     std::thread::spawn(move || lines.for_each(drop));
     let p = Command::new(BIN)
-        .args([
-            "pub",
-            "--static-peer",
-            &addr,
-            "--topic",
-            "sensors/imu",
-            "--partition",
-            "robot/arm",
-            "--reliable",
-            "--keep-last",
-            "10",
-            "--warmup-ms",
-            "100",
-            "--duration-ms",
-            "300",
-            "--json",
-        ])
+        .args(["pub", "--static-peer", &addr])
+        .args(args)
+        .args(pub_extra)
+        .arg("--json")
         .output()
         .expect("run pub");
     let pv = json_of(p);
@@ -248,7 +274,57 @@ fn pub_and_sub_on_a_topic_in_two_processes() {
     let mut out = String::new();
     std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
     assert!(child.wait().unwrap().success());
-    let sv: serde_json::Value = serde_json::from_str(&out).expect("sub JSON");
+    (pv, serde_json::from_str(&out).expect("sub JSON"))
+}
+
+/// `sub --topic` in one process, `pub --topic` in another: the reader matches through a
+/// partition pattern and counts the writer's samples, in order, to its end marker; the
+/// same with the subscriber's side a shard task (`--on-shard`: sample runs from its inbox),
+/// and with the writer a shard task's too.
+#[test]
+fn pub_and_sub_on_a_topic_in_two_processes() {
+    let on_shard = &["--on-shard"][..];
+    for (sub_extra, pub_extra, transport) in [
+        (&[][..], &[][..], "shoal-topic"),
+        (on_shard, &[][..], "shoal-topic-onshard"),
+        (on_shard, on_shard, "shoal-topic-onshard"),
+    ] {
+        let (pv, sv) = two_processes(
+            &[
+                "--topic",
+                "sensors/imu",
+                "--warmup-ms",
+                "100",
+                "--duration-ms",
+                "300",
+            ],
+            &[&["--partition", "robot/*"][..], sub_extra].concat(),
+            &[
+                &[
+                    "--partition",
+                    "robot/arm",
+                    "--reliable",
+                    "--keep-last",
+                    "10",
+                ][..],
+                pub_extra,
+            ]
+            .concat(),
+        );
+        assert_eq!(sv["transport"].as_str(), Some(transport), "{sv}");
+        let pub_transport = if pub_extra.is_empty() {
+            "shoal-topic"
+        } else {
+            "shoal-topic-onshard"
+        };
+        assert_eq!(pv["transport"].as_str(), Some(pub_transport), "{pv}");
+        a_writer_s_samples_in_order(&pv, &sv);
+    }
+}
+
+/// The reader of `sv` got the writer of `pv`'s samples, in order, up to its end marker,
+/// and the samples missing at the start are counted.
+fn a_writer_s_samples_in_order(pv: &Value, sv: &Value) {
     let sent = pv["sent"].as_u64().unwrap();
     assert!(sent > 0, "{pv}");
     assert_eq!(
@@ -273,6 +349,28 @@ fn pub_and_sub_on_a_topic_in_two_processes() {
         .as_u64()
         .unwrap();
     assert_eq!(unrouted + no_route, before_route, "pub: {pv}\nsub: {sv}");
+}
+
+/// Broadcasts from a shard task (`pub --on-shard`) to a shard task's inbox (`sub
+/// --on-shard`), and raw length-prefixed TCP (`--raw --framing lp`): every message to the
+/// end marker, none lost, each row labelled with its form.
+#[test]
+fn pub_and_sub_on_shard_and_over_raw_length_prefixed_tcp() {
+    for (flags, transport) in [
+        (&["--on-shard"][..], "shoal-onshard"),
+        (&["--raw", "--framing", "lp"][..], "raw-lp"),
+    ] {
+        let args = [&["--warmup-ms", "100", "--duration-ms", "300"][..], flags].concat();
+        let (pv, sv) = two_processes(&args, &[], &[]);
+        for v in [&pv, &sv] {
+            assert_eq!(v["transport"].as_str(), Some(transport), "{v}");
+        }
+        let sent = pv["sent"].as_u64().unwrap();
+        assert!(sent > 0, "{pv}");
+        assert_eq!(sv["delivered"].as_u64(), Some(sent), "{sv}");
+        assert_eq!(sv["lost"].as_u64(), Some(0), "{sv}");
+        assert_eq!(sv["loss"]["ended"].as_u64(), Some(1), "{sv}");
+    }
 }
 
 #[test]

@@ -62,6 +62,10 @@ pub(crate) struct BenchArgs {
     /// topic/broadcast and topic/raw-lp; then a fan-out to readers on `--fanout` nodes.
     #[arg(long, conflicts_with = "compare_psk")]
     topics: bool,
+    /// With --topics: the topic runs' writer and readers' side are shard tasks
+    /// (`Mesh::spawn_on_shard`) instead of application threads.
+    #[arg(long, requires = "topics")]
+    on_shard: bool,
     /// Instead of Shoal vs raw TCP: per size, best-effort topic samples A→B then reliable
     /// ones (a reliable keep-all writer, a reliable reader), with reliable/best-effort and
     /// the reader node's acknowledgement bytes per sample.
@@ -153,7 +157,7 @@ pub(crate) fn bench_cmd(a: BenchArgs) -> Result<(), MainError> {
         return Ok(());
     }
     if a.topics {
-        let rows = topic_bench::compare(&template, &a.sizes, a.fanout)?;
+        let rows = topic_bench::compare(&template, &a.sizes, a.fanout, a.on_shard)?;
         if a.out.json {
             return emit_json(&rows);
         }

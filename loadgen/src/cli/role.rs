@@ -36,6 +36,16 @@ pub(crate) struct RoleArgs {
     /// Raw TCP instead of Shoal (pub: --static-peer = subscriber address; sub: --listen).
     #[arg(long)]
     raw: bool,
+    /// With --raw: the framing of the stream, `data` (Shoal's Data frames, 58-byte header)
+    /// or `lp` (`u32 length | payload`, the topic benchmark's raw-lp baseline). Both ends
+    /// must agree.
+    #[arg(long, value_enum, default_value = "data", requires = "raw")]
+    framing: crate::raw::Framing,
+    /// Run the application's side in a shard task (`Mesh::spawn_on_shard`): pub writes
+    /// from the origin shard (its topic writer or broadcasts), sub takes the shard's
+    /// deliveries from its inbox in batches (runs of samples, no per-sample copy).
+    #[arg(long, conflicts_with = "raw")]
+    on_shard: bool,
     /// Serve the node's counters in the Prometheus text format over HTTP on this address
     /// (`ip:port`; e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
@@ -62,6 +72,8 @@ pub(crate) fn role(r: roles::Role, a: RoleArgs) -> Result<(), MainError> {
         publishers: a.publishers,
         linger: ms(a.linger_ms),
         raw: a.raw,
+        framing: a.framing,
+        on_shard: a.on_shard,
         quiet: a.out.quiet || a.out.json || a.markdown.is_some(),
         metrics: a.metrics,
         topic: a.topic,
