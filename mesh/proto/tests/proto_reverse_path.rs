@@ -501,7 +501,7 @@ fn a_neighbour_behind_a_slow_link_gets_the_origins_frames_from_the_relays() {
             sim.declare_slow(X, N, true);
             sim.run_for(Duration::from_millis(200));
             assert_eq!(
-                sim.nodes[X].core.slow_withdrawals(),
+                sim.nodes[X].core.stats().slow_links_unlisted,
                 1,
                 "prune {prune} seed {seed}"
             );

@@ -40,8 +40,6 @@ pub const SLOW_RECHECK: Duration = Duration::from_millis(100);
 #[derive(Debug, Default)]
 pub(super) struct Withdrawn {
     peers: Vec<(PeerId, LinkId)>,
-    /// Withdrawals so far (each one record change, and one more when listed again).
-    count: u64,
     /// When the withdrawn links' slow marks are looked at again (`None`: none withdrawn).
     recheck: Option<Instant>,
 }
@@ -86,7 +84,7 @@ impl ControlCore {
                     "slow link: not listed in the own record until it catches up"
                 );
                 self.withdrawn.peers.push((peer, link));
-                self.withdrawn.count += 1;
+                self.stats.slow_links_unlisted += 1;
             }
         }
         self.withdrawn.recheck = (!self.withdrawn.peers.is_empty()).then_some(now + SLOW_RECHECK);
@@ -121,10 +119,5 @@ impl ControlCore {
     /// When a withdrawn link's slow mark is due another look; `None`: none is withdrawn.
     pub(super) fn slow_timeout(&self) -> Option<Instant> {
         self.withdrawn.recheck
-    }
-
-    /// Neighbours withdrawn from the own record so far because their link was slow.
-    pub fn slow_withdrawals(&self) -> u64 {
-        self.withdrawn.count
     }
 }
