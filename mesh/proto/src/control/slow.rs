@@ -24,8 +24,9 @@
 //! A neighbour is withdrawn only if it stays reachable over counted edges without the link
 //! (the topic routes and reverse paths are computed over them), only toward a Shoal node
 //! (a multimaster peer takes every relay's copy anyway), and only with the reverse-path
-//! check on (without it, every copy is taken). Membership itself is unaffected: the member
-//! set follows edges either end lists, and N still lists X.
+//! check on (without it, every copy is taken). The member set does not change either: N
+//! stays reachable over the other edges (a multimaster node counts an edge either end lists,
+//! so its view does not change at all). Each withdrawal is counted (`slow_links_unlisted`).
 
 use super::ControlCore;
 use crate::counted_graph::{CountedGraph, FAR};
