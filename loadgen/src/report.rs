@@ -35,6 +35,14 @@ pub struct Drops {
     pub slow_peer_disconnects: u64,
     /// Times delivery waited for event-queue room (backpressure, not loss).
     pub event_queue_waits: u64,
+    /// Copies refused by the reverse-path check (a link not toward their origin): with the
+    /// check on, the redundant copies a flood sends arrive here rather than as duplicates.
+    pub off_path: u64,
+    /// Off-path copies taken while their origin's paths settled (not a drop).
+    pub taken_while_settling: u64,
+    /// Relayed copies not sent to a neighbour no farther from the origin (`relay_pruning`;
+    /// not a drop: the neighbour gets the message another way).
+    pub relay_copies_skipped: u64,
 }
 
 impl Drops {
@@ -52,13 +60,17 @@ impl Drops {
         self.oversize_frames += s.oversize_frames;
         self.slow_peer_disconnects += s.slow_peer_disconnects;
         self.event_queue_waits += s.event_queue_waits;
+        self.off_path += s.dropped_off_path;
+        self.taken_while_settling += s.taken_while_settling;
+        self.relay_copies_skipped += s.relay_copies_skipped;
     }
 
     fn line(&self) -> String {
         format!(
             "duplicate {} | too_old {} | ttl {} | no_route {} | queue_full {} | slow_link {} | \
              link_closed {} | event_queue_full {} | malformed {} | oversize {} | slow_peer {} \
-             (backpressure waits: {})",
+             | off_path {} (backpressure waits: {}; taken while settling: {}; relay copies \
+             skipped: {})",
             self.duplicate,
             self.too_old,
             self.ttl,
@@ -70,7 +82,10 @@ impl Drops {
             self.malformed_frames,
             self.oversize_frames,
             self.slow_peer_disconnects,
-            self.event_queue_waits
+            self.off_path,
+            self.event_queue_waits,
+            self.taken_while_settling,
+            self.relay_copies_skipped
         )
     }
 }

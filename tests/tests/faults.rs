@@ -55,7 +55,9 @@ impl Host {
         if std::env::var("SHOAL_FAULTS_RELAY_PRUNING").is_ok_and(|v| v == "on") {
             args.push("--relay-pruning".into());
         }
-        let mut p = lab.spawn(k, NODE, &args);
+        // `SHOAL_FAULTS_NODE=path`: another build's `pubsubnode` (side-by-side runs).
+        let node = std::env::var("SHOAL_FAULTS_NODE").unwrap_or_else(|_| NODE.to_string());
+        let mut p = lab.spawn(k, &node, &args);
         p.wait_line(Instant::now() + Duration::from_secs(20), |l| {
             l.starts_with("ready ")
         })

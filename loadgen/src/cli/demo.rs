@@ -42,6 +42,9 @@ pub(crate) struct DemoArgs {
     /// this many ms (0 = no topics part).
     #[arg(long, default_value_t = 1000)]
     topics_ms: u64,
+    /// Mesh settings file (TOML, `MeshConfig` keys) for every node, e.g. `relay_pruning`.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
     #[command(flatten)]
     out: Output,
 }
@@ -58,6 +61,7 @@ pub(crate) fn demo(a: DemoArgs) -> Result<(), MainError> {
     let mut node = NodeArgs::loopback();
     node.shards = a.shards;
     node.batch_bytes = a.batch_bytes;
+    node.config = a.config.clone();
     let run = LocalRun {
         nodes: a.nodes,
         shape: Shape {

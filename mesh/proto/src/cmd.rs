@@ -250,6 +250,13 @@ pub enum ToControl {
         /// The frame.
         record: Box<crate::wire::SignedMembership>,
     },
+    /// `link` was declared slow (its Block publisher no longer waits for it; see
+    /// [`crate::SlowLinkPolicy`]): the control core stops listing its peer in the own record
+    /// until it catches up (`control::slow`).
+    LinkSlow {
+        /// The link.
+        link: LinkId,
+    },
     /// Shard `n` closed its links after [`ToShard::Stop`].
     Stopped(usize),
     /// Reply to [`ToShard::Sync`].

@@ -422,6 +422,37 @@ impl MemberGraph {
         }
     }
 
+    /// Stops listing `peer` in the own record while its link stays up (`listed` false), or
+    /// lists it again (`true`; only while its link is up, as [`neighbour_up`] left it): the
+    /// control core withdraws a neighbour whose link it declared slow, so that no relay
+    /// counts on that link (`control::slow`). Floods the changed record; true when the list
+    /// changed.
+    ///
+    /// [`neighbour_up`]: Self::neighbour_up
+    pub fn set_listed(&mut self, peer: &PeerId, listed: bool, wall_ms: u64, now: Instant) -> bool {
+        match (listed, self.neighbours.binary_search(peer)) {
+            (false, Ok(pos)) => {
+                self.neighbours.remove(pos);
+                self.shape += 1;
+                self.flood_changed(wall_ms, now);
+                self.recompute_limited(now);
+                true
+            }
+            (true, Err(pos))
+                if self.links.contains_key(peer) && self.neighbours.len() < MAX_NEIGHBOURS =>
+            {
+                self.neighbours.insert(pos, *peer);
+                self.shape += 1;
+                self.flood_changed(wall_ms, now);
+                if !self.members.contains(peer) {
+                    self.expand(*peer);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// An unsigned Membership frame (type 6) arrived on `from`.
     pub fn on_record(
         &mut self,

@@ -82,6 +82,10 @@ pub struct ReversePaths {
     /// The neighbours no farther from each origin than this node (toward ones included),
     /// one ascending run per origin: a relay sends them no copy ([`PathTable`]).
     not_farther: Vec<PeerId>,
+    /// Of those, the origin itself and the neighbours linked to it (one hop away), one
+    /// ascending run per origin: they take its frames from its own link, so a relay sends
+    /// them none even while the origin's paths settle ([`PathTable::skipped_links`]).
+    beside: Vec<PeerId>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +94,8 @@ struct Entry {
     len: u32,
     near_start: u32,
     near_len: u32,
+    beside_start: u32,
+    beside_len: u32,
     hops: u32,
 }
 
@@ -125,6 +131,7 @@ impl ReversePaths {
         // takes the origin's frames from no link of ours: not worth a copy).
         let mut pairs: Vec<(u32, u32)> = Vec::new();
         let mut near: Vec<(u32, u32)> = Vec::new();
+        let mut beside: Vec<(u32, u32)> = Vec::new();
         let mut dist = vec![FAR; n];
         // This node's own list names its neighbours; those without a record are not nodes
         // and so are toward nobody.
@@ -134,6 +141,9 @@ impl ReversePaths {
                 let (dm, dn) = (dist_me[x as usize], dist[x as usize]);
                 if x != me_i && dm != FAR && dn <= dm {
                     near.push((x, nb));
+                    if dn <= 1 {
+                        beside.push((x, nb));
+                    }
                     if dn < dm {
                         pairs.push((x, nb));
                     }
@@ -142,11 +152,13 @@ impl ReversePaths {
         }
         pairs.sort_unstable();
         near.sort_unstable();
+        beside.sort_unstable();
 
         let mut origins = AHashMap::with_capacity(n);
         let mut toward = Vec::with_capacity(pairs.len());
         let mut not_farther = Vec::with_capacity(near.len());
-        let (mut k, mut q) = (0, 0);
+        let mut by_origin = Vec::with_capacity(beside.len());
+        let (mut k, mut q, mut b) = (0, 0, 0);
         for x in 0..n as u32 {
             if x == me_i || dist_me[x as usize] == FAR {
                 continue;
@@ -167,6 +179,14 @@ impl ReversePaths {
                 not_farther.push(g.ids[near[q].1 as usize]);
                 q += 1;
             }
+            let beside_start = by_origin.len() as u32;
+            while b < beside.len() && beside[b].0 < x {
+                b += 1;
+            }
+            while b < beside.len() && beside[b].0 == x {
+                by_origin.push(g.ids[beside[b].1 as usize]);
+                b += 1;
+            }
             origins.insert(
                 g.ids[x as usize],
                 Entry {
@@ -174,6 +194,8 @@ impl ReversePaths {
                     len: toward.len() as u32 - start,
                     near_start,
                     near_len: not_farther.len() as u32 - near_start,
+                    beside_start,
+                    beside_len: by_origin.len() as u32 - beside_start,
                     hops: dist_me[x as usize],
                 },
             );
@@ -184,6 +206,7 @@ impl ReversePaths {
             origins,
             toward,
             not_farther,
+            beside: by_origin,
         }
     }
 
@@ -234,6 +257,15 @@ impl ReversePaths {
         self.origins
             .get(origin)
             .map(|e| &self.not_farther[e.near_start as usize..(e.near_start + e.near_len) as usize])
+    }
+
+    /// Of [`not_farther`](Self::not_farther), the origin itself and the neighbours linked to
+    /// it (one hop from it), ascending: each takes the origin's frames from the origin's own
+    /// link. `None` when the origin is unknown.
+    pub fn beside(&self, origin: &PeerId) -> Option<&[PeerId]> {
+        self.origins.get(origin).map(|e| {
+            &self.beside[e.beside_start as usize..(e.beside_start + e.beside_len) as usize]
+        })
     }
 
     /// Hops from this node to `origin` over counted edges (`None`: unknown).
@@ -310,6 +342,31 @@ impl PathCheck {
 /// graph refuses comes again with the origin's next announcement, while a forged one taken in
 /// the window would move the origin's seq mark by up to the seq window and silence it for
 /// that many announcements.
+///
+/// **Relays** (`relay_pruning`) send none of origin X's frames to a neighbour N no farther
+/// from X than this node R ([`PathTable::skipped_links`]): under the rule N never takes them
+/// from R. Settling widens what a receiver *accepts*; what a relay may hold back while X's
+/// paths settle depends on where N gets X's frames instead:
+/// - N is X, or N is linked to X in R's graph: N takes X's frames from X's own link. X
+///   sends its own broadcasts on every link, and every node accepts an origin's frames from
+///   the origin's own link whatever its graph says (`gossip`: the link the neighbour table
+///   names for the origin). R's graph counts the edge X–N only once both X's and N's records
+///   list each other, and each lists the other only once its end of the link is up. So the
+///   skip holds whatever graph anyone else judges by, and applies from the first table: a
+///   full mesh forming sends no relay copy at all (the 3-node demo used to drop millions of
+///   duplicates in its first seconds, every origin settling from its first table). What it
+///   relies on is the link X–N carrying X's frames, which no graph can promise: a cut R has
+///   not heard of yet (until a record of X or N reaches it: a hop and a rebuild), and X
+///   dropping its frames for N as slow. Neither depends on settling (the second is the
+///   control core's to prevent, by X no longer listing N while the link is slow).
+/// - N is two hops or more from X: N takes X's frames from a neighbour M one hop nearer,
+///   and whether M sends and N accepts depends on M's and N's graphs, not R's. A change that
+///   reached R first (a new link making N nearer) can make R skip N while N, still judging
+///   by the old graph, expects X's frames from R only and refuses M's: nothing reaches N.
+///   Such a skip waits until X's paths settle, as every skip did before, unless it was
+///   already in force before the change: by the graph R judged by before, N did not take
+///   X's frames from R, so a node still judging by that graph does not expect R's copy,
+///   and one judging by the new graph agrees with R.
 #[derive(Debug, Clone, Default)]
 pub struct PathTable {
     by_origin: AHashMap<PeerId, TableEntry>,
@@ -322,6 +379,9 @@ struct TableEntry {
     len: u32,
     /// The links a relay sends none of this origin's frames (after the accepted ones).
     skip_len: u32,
+    /// Of those, the links it skips even while the origin settles: to the origin and to the
+    /// neighbours linked to it (after the skipped ones).
+    firm_len: u32,
     /// Off-path copies are taken until then (`None`: settled from the start).
     settling_until: Option<Instant>,
 }
@@ -331,14 +391,16 @@ impl PathTable {
     /// a neighbour may have several links while a dial race settles: all are taken), every
     /// origin settled, every link's neighbour following the rule.
     pub fn new(paths: &ReversePaths, links: &[(PeerId, LinkId)]) -> PathTable {
-        Self::build(paths, links, &[], |_, _, _| None)
+        Self::build(paths, links, &[], None)
     }
 
     /// The table of `paths` over `links` that replaces `previous` at `now`: an origin that is
     /// new, or whose accepted or skipped links differ from `previous`'s, settles for `settle`
-    /// from `now`; the others keep `previous`'s settling time. `flooded`: links whose
-    /// neighbour gets every flooded frame whatever the graph says (a multimaster peer, which
-    /// floods as mesh-v1 does and takes every copy), never skipped.
+    /// from `now`; the others keep `previous`'s settling time. While an origin settles, a
+    /// relay still skips the links to the origin and to its neighbours, and those `previous`
+    /// skipped at `now` (a decision already in force; see [`PathTable`]). `flooded`: links
+    /// whose neighbour gets every flooded frame whatever the graph says (a multimaster peer,
+    /// which floods as mesh-v1 does and takes every copy), never skipped.
     pub fn after(
         previous: &PathTable,
         paths: &ReversePaths,
@@ -347,25 +409,14 @@ impl PathTable {
         now: Instant,
         settle: Duration,
     ) -> PathTable {
-        let until = now + settle;
-        Self::build(
-            paths,
-            links,
-            flooded,
-            |origin, accepted, skipped| match previous.entry(origin) {
-                Some((e, old)) if old == accepted && previous.skipped(e) == skipped => {
-                    e.settling_until
-                }
-                _ => Some(until),
-            },
-        )
+        Self::build(paths, links, flooded, Some((previous, now, settle)))
     }
 
     fn build(
         paths: &ReversePaths,
         links: &[(PeerId, LinkId)],
         flooded: &[LinkId],
-        settling: impl Fn(&PeerId, &[LinkId], &[LinkId]) -> Option<Instant>,
+        previous: Option<(&PathTable, Instant, Duration)>,
     ) -> PathTable {
         let mut sorted = links.to_vec();
         sorted.sort_unstable();
@@ -378,6 +429,7 @@ impl PathTable {
         };
         let mut by_origin = AHashMap::with_capacity(paths.len());
         let mut all = Vec::new();
+        let mut beside = Vec::new();
         for (origin, toward) in paths.origins() {
             let start = all.len();
             for n in toward {
@@ -389,13 +441,38 @@ impl PathTable {
                 all.extend(links_of(*n).filter(|l| !flooded.contains(l)));
             }
             all[skip_start..].sort_unstable();
-            let settling_until = settling(origin, &all[start..skip_start], &all[skip_start..]);
+            let firm_start = all.len();
+            let (accepted, skipped) = (&all[start..skip_start], &all[skip_start..firm_start]);
+            let (settling_until, in_force) = match previous {
+                None => (None, None),
+                Some((prev, now, settle)) => {
+                    let until = match prev.entry(origin) {
+                        Some((e, old)) if old == accepted && prev.skipped(e) == skipped => {
+                            e.settling_until
+                        }
+                        _ => Some(now + settle),
+                    };
+                    (until, prev.skipped_links(origin, now))
+                }
+            };
+            // Skipped even while settling (a subset of the skipped links, so ascending too).
+            beside.clear();
+            for n in paths.beside(origin).unwrap_or_default() {
+                beside.extend(links_of(*n));
+            }
+            for k in skip_start..firm_start {
+                let l = all[k];
+                if beside.contains(&l) || in_force.is_some_and(|f| f.binary_search(&l).is_ok()) {
+                    all.push(l);
+                }
+            }
             by_origin.insert(
                 *origin,
                 TableEntry {
                     start: start as u32,
                     len: (skip_start - start) as u32,
-                    skip_len: (all.len() - skip_start) as u32,
+                    skip_len: (firm_start - skip_start) as u32,
+                    firm_len: (all.len() - firm_start) as u32,
                     settling_until,
                 },
             );
@@ -417,16 +494,22 @@ impl PathTable {
         &self.links[from..from + e.skip_len as usize]
     }
 
+    fn firm(&self, e: &TableEntry) -> &[LinkId] {
+        let from = (e.start + e.len + e.skip_len) as usize;
+        &self.links[from..from + e.firm_len as usize]
+    }
+
     /// The links a relay sends none of `origin`'s frames at `now`, ascending: those to
     /// neighbours no farther from the origin than this node (none of them takes the origin's
-    /// frames from here), multimaster peers never among them. `None` (send on every link)
-    /// while the origin's links settle, or when it is unknown: other nodes may still judge by
-    /// another graph, and a copy they need must not be held back.
+    /// frames from here), multimaster peers never among them. While the origin's links
+    /// settle, only the links to the origin and to the neighbours linked to it (they take its
+    /// frames from its own link, whatever graph anyone judges by; see [`PathTable`]). `None`
+    /// (send on every link) when the origin is unknown.
     #[inline]
     pub fn skipped_links(&self, origin: &PeerId, now: Instant) -> Option<&[LinkId]> {
         let e = self.by_origin.get(origin)?;
         if e.settling_until.is_some_and(|t| now < t) {
-            return None;
+            return Some(self.firm(e));
         }
         Some(self.skipped(e))
     }

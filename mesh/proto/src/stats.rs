@@ -263,10 +263,15 @@ counters! {
     /// graph; see `reverse_path::PathTable`). Not a drop: the dedup cache drops a second copy.
     taken_while_settling,
     /// Copies of relayed broadcasts not sent: the neighbour is no farther from the origin
-    /// than this node, so the reverse-path check would refuse it (`reverse_path_check`; a
-    /// neighbour without a record, a multimaster peer, or an origin whose links settle gets
-    /// every copy).
+    /// than this node, so the reverse-path check would refuse it (`relay_pruning`; a
+    /// neighbour without a record or a multimaster peer gets every copy, and while the
+    /// origin's links settle only the origin, its neighbours and skips already in force are
+    /// skipped).
     relay_copies_skipped,
+    /// Control plane: neighbours this node stopped listing in its membership record because
+    /// its link to them was declared slow (listed again once it catches up), so that relays
+    /// send them the broadcasts this node drops for that link (`relay_pruning`).
+    slow_links_unlisted,
     /// Dropped: a Discovery frame from a link whose control-plane work budget was spent
     /// (`link_work_per_sec`): the control plane paused that link's Discovery frames until the
     /// budget refills, and the shard drops them on arrival instead of handing each over.

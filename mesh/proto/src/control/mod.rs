@@ -44,6 +44,7 @@ mod paths;
 mod round;
 mod scout;
 pub mod signed;
+mod slow;
 mod topics;
 
 pub use handshake::{Exchanged, Failure, Handshaking, Progress};
@@ -175,6 +176,8 @@ pub struct ControlCore {
     topics: crate::topics::TopicsCore,
     /// The reverse-path check's graph and last table (see `paths`).
     paths: paths::Paths,
+    /// Neighbours not listed in the own record while their link is slow (see `slow`).
+    withdrawn: slow::Withdrawn,
 }
 
 impl ControlCore {
@@ -249,6 +252,7 @@ impl ControlCore {
                 cfg.reverse_path_settle,
                 cfg.relay_pruning,
             ),
+            withdrawn: slow::Withdrawn::default(),
             cfg,
         };
         if let Some(detail) = topics_warning {
@@ -345,6 +349,11 @@ impl ControlCore {
         self.placed.values().map(|p| &p.budget)
     }
 
+    /// The outbound budget of `link`, while it is on a shard.
+    pub fn link_budget(&self, link: LinkId) -> Option<&Arc<LinkBudget>> {
+        self.placed.get(&link).map(|p| &p.budget)
+    }
+
     /// Connections in their dial or handshake.
     pub fn connecting(&self) -> usize {
         self.conns.len()
@@ -371,6 +380,9 @@ impl ControlCore {
             }
             if let Some(p) = self.paths_timeout() {
                 t = t.min(p);
+            }
+            if let Some(s) = self.slow_timeout() {
+                t = t.min(s);
             }
         }
         if let Some(b) = &self.beacons {
@@ -532,6 +544,8 @@ impl ControlCore {
                 self.on_membership(link, record, Some(signature), wall_ms, now);
             }
             ToControl::IdentityIn { link, record } => self.on_identity_record(link, *record),
+            // The round below looks at every link's slow mark (`slow`).
+            ToControl::LinkSlow { .. } => {}
             ToControl::DiscoveryIn { link, frame } => self.on_discovery_in(link, *frame, now),
             ToControl::Synced(token) => {
                 let mut out = Vec::new();

@@ -180,4 +180,6 @@ pub struct ControlStats {
     /// Connections refused: they claimed the id of a peer linked since before the race window
     /// (a late claim never displaces a live link).
     pub claims_refused: u64,
+    /// Neighbours not listed in the own record while their link was slow (see `slow`).
+    pub slow_links_unlisted: u64,
 }

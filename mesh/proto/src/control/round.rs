@@ -181,6 +181,7 @@ impl ControlCore {
                 PeerEvent::Lost { peer } => ControlEvent::PeerLost { peer },
             });
         }
+        self.withdraw_slow(now, wall_ms);
         while let Some(t) = self.membership.poll_transmit() {
             self.send_membership(t);
         }

@@ -408,6 +408,11 @@ fn a_relay_skips_the_neighbours_no_farther_from_the_origin() {
     let r = paths_of(3, &records_of(&nodes, &edges));
     for x in [1, 2, 4, 5] {
         assert_eq!(r.not_farther(&p(x)), Some(&[p(1), p(2), p(4), p(5)][..]));
+        assert_eq!(
+            r.beside(&p(x)),
+            r.not_farther(&p(x)),
+            "each is, or is linked to, x"
+        );
     }
     // Odd ring 1-2-3-4-5-1 seen from 1: 3 is two hops away by 2; 5 is as far from 3 as 1
     // is, so 1 sends 5 none of 3's frames (5 takes them from 4) but sends 2 none either
@@ -415,16 +420,39 @@ fn a_relay_skips_the_neighbours_no_farther_from_the_origin() {
     let recs = records_of(&nodes, &[(1, 2), (2, 3), (3, 4), (4, 5), (5, 1)]);
     let r = paths_of(1, &recs);
     assert_eq!(r.not_farther(&p(3)), Some(&[p(2), p(5)][..]));
+    assert_eq!(
+        r.beside(&p(3)),
+        Some(&[p(2)][..]),
+        "2 is linked to 3, 5 is not"
+    );
     assert_eq!(r.not_farther(&p(2)), Some(&[p(2)][..]));
+    assert_eq!(r.beside(&p(2)), Some(&[p(2)][..]), "the origin itself");
     assert_eq!(r.not_farther(&p(7)), None, "unknown origin");
-    // The table: multimaster links are never skipped, links of nodes without a record
-    // neither (they are in no list), and nothing is skipped while the origin settles.
+    assert_eq!(r.beside(&p(7)), None);
+    // The table: while the origin settles, only the links to the origin and to neighbours
+    // linked to it are skipped (they take its frames from its own link); 5, two hops from
+    // 3, gets 1's copy until then.
     let links = [(p(2), LinkId(2)), (p(5), LinkId(5)), (p(9), LinkId(9))];
     let t0 = Instant::now();
     let settle = Duration::from_secs(4);
+    let t = PathTable::after(&PathTable::default(), &r, &links, &[], t0, settle);
+    assert_eq!(
+        t.skipped_links(&p(3), t0),
+        Some(&[LinkId(2)][..]),
+        "settling"
+    );
+    assert_eq!(
+        t.skipped_links(&p(3), t0 + settle),
+        Some(&[LinkId(2), LinkId(5)][..])
+    );
+    // Multimaster links are never skipped, links of nodes without a record neither (they
+    // are in no list).
     let t = PathTable::after(&PathTable::default(), &r, &links, &[LinkId(5)], t0, settle);
-    assert_eq!(t.skipped_links(&p(3), t0), None, "settling: every link");
+    assert_eq!(t.skipped_links(&p(3), t0), Some(&[LinkId(2)][..]));
     assert_eq!(t.skipped_links(&p(3), t0 + settle), Some(&[LinkId(2)][..]));
+    let t = PathTable::after(&PathTable::default(), &r, &links, &[LinkId(2)], t0, settle);
+    assert_eq!(t.skipped_links(&p(3), t0), Some(&[][..]));
+    assert_eq!(t.skipped_links(&p(3), t0 + settle), Some(&[LinkId(5)][..]));
     assert_eq!(t.skipped_links(&p(7), t0 + settle), None);
     let t = PathTable::new(&r, &links);
     assert_eq!(
@@ -488,4 +516,48 @@ fn relaying_only_to_farther_neighbours_reaches_every_node() {
         pruned_total * 2 < flood_total,
         "relaying to farther neighbours only sent {pruned_total} copies, flooding {flood_total}"
     );
+}
+
+/// Why a relay holds back only some copies while the origin settles (those for the origin,
+/// its neighbours, and the neighbours it already skipped). Line 1-2-3-4-5-6, then 1 links 6. Relay 4 learns the new link first: 5 is now two
+/// hops from 1 by 6, nearer than 4 (three), so 4 would skip 5. But 5 still judges by the
+/// line (1's new record has not reached it): it takes 1's frames from 4 only and refuses
+/// 6's. Skipping 5 at once would leave it nothing, so that skip waits for settling; a
+/// neighbour linked to the origin is skipped at once (it takes the origin's frames from the
+/// origin's own link, whatever its graph).
+#[test]
+fn a_skip_two_hops_from_the_origin_waits_for_settling() {
+    let nodes = [1, 2, 3, 4, 5, 6];
+    let line = [(1, 2), (2, 3), (3, 4), (4, 5), (5, 6)];
+    let mut looped = line.to_vec();
+    looped.push((1, 6));
+    let r4 = paths_of(4, &records_of(&nodes, &looped));
+    let r5_old = paths_of(5, &records_of(&nodes, &line));
+    assert_eq!(r4.not_farther(&p(1)), Some(&[p(3), p(5)][..]));
+    assert_eq!(
+        r4.beside(&p(1)),
+        Some(&[][..]),
+        "neither 3 nor 5 is linked to 1"
+    );
+    assert_eq!(r5_old.toward(&p(1), &p(4)), PathVerdict::Toward);
+    assert_eq!(r5_old.toward(&p(1), &p(6)), PathVerdict::Off);
+    let links = [(p(3), LinkId(3)), (p(5), LinkId(5))];
+    let t0 = Instant::now();
+    let settle = Duration::from_secs(4);
+    let before = PathTable::new(&paths_of(4, &records_of(&nodes, &line)), &links);
+    assert_eq!(before.skipped_links(&p(1), t0), Some(&[LinkId(3)][..]));
+    let t = PathTable::after(&before, &r4, &links, &[], t0, settle);
+    assert_eq!(t.settling_until(&p(1)), Some(t0 + settle));
+    assert_eq!(
+        t.skipped_links(&p(1), t0),
+        Some(&[LinkId(3)][..]),
+        "5 still gets 4's copy; 3, skipped before the change, stays skipped"
+    );
+    assert_eq!(
+        t.skipped_links(&p(1), t0 + settle),
+        Some(&[LinkId(3), LinkId(5)][..])
+    );
+    // Of 6's frames (5 is linked to 6), 4 skips 5 at once.
+    assert_eq!(r4.beside(&p(6)), Some(&[p(5)][..]));
+    assert_eq!(t.skipped_links(&p(6), t0), Some(&[LinkId(5)][..]));
 }

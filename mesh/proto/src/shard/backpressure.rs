@@ -14,10 +14,11 @@
 //! [`OverflowPolicy::Block`]: crate::OverflowPolicy::Block
 //! [`SlowLinkPolicy`]: crate::SlowLinkPolicy
 
-use super::action::{Blocked, LinkError, LinkFault, ShardAction};
+use super::action::{Blocked, IfBusy, LinkError, LinkFault, ShardAction};
 use super::fan_out::{Path, Queuer};
 use super::ShardCore;
 use crate::budget::{LinkBudget, SlowLinkAction};
+use crate::cmd::ToControl;
 use crate::stats::{add, add_dropped, inc};
 use crate::LinkId;
 use std::time::{Duration, Instant};
@@ -136,6 +137,10 @@ impl ShardCore {
                     policy.after
                 );
                 tracing::warn!(shard = self.idx, ?peer, %message, "slow link");
+                out.push(ShardAction::Report {
+                    msg: ToControl::LinkSlow { link },
+                    busy: IfBusy::Detach,
+                });
                 out.push(ShardAction::Error(LinkError {
                     peer,
                     fault: LinkFault::SlowPeer,

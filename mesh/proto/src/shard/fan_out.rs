@@ -308,8 +308,8 @@ pub(super) enum Targets<'a> {
     AllExcept(Option<LinkId>),
     /// A broadcast relayed: every routed link except the one it came on and those to
     /// neighbours no farther from `origin` than this node, which would refuse the copy
-    /// ([`crate::reverse_path::PathTable::skipped_links`]; all of them while the origin's
-    /// links settle).
+    /// ([`crate::reverse_path::PathTable::skipped_links`]; while the origin's links settle,
+    /// the origin, its neighbours and the skips already in force only).
     Relay { except: LinkId, origin: PeerId },
     /// A writer's route from this node (topic samples), except the one it came on; what is
     /// queued and dropped is counted for its topic too.

@@ -450,14 +450,27 @@ fn a_link_outpaced_by_another_is_declared_slow_and_not_waited_for() {
         Unblock::Done
     ));
     let acts = s.take();
+    // The control plane is told (it stops listing the peer in its record meanwhile,
+    // `control::slow`), and so is the application.
+    let link = acts.iter().find_map(|a| match a {
+        ShardAction::Report {
+            msg: crate::cmd::ToControl::LinkSlow { link },
+            ..
+        } => Some(*link),
+        _ => None,
+    });
+    assert_eq!(link, s.core.table.link_to(&PA), "{acts:?}");
     assert!(
         matches!(
             &acts[..],
-            [ShardAction::Error(LinkError {
-                peer: Some(PA),
-                fault: LinkFault::SlowPeer,
-                ..
-            })]
+            [
+                ShardAction::Report { .. },
+                ShardAction::Error(LinkError {
+                    peer: Some(PA),
+                    fault: LinkFault::SlowPeer,
+                    ..
+                })
+            ]
         ),
         "{acts:?}"
     );

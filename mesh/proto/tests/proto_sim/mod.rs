@@ -254,6 +254,41 @@ impl Sim {
         }
     }
 
+    /// Node `a`'s links to `b` stop draining and are declared slow (`on`): their queue bound
+    /// is held as if full, so the shard drops what it sends there (its own broadcasts as
+    /// `dropped_slow_link`), and the slow mark is set with the report a live shard sends its
+    /// control plane. `false`: they drain (the mark clears at half the bound; the control core
+    /// sees it on its next look).
+    pub fn declare_slow(&mut self, a: usize, b: usize, on: bool) {
+        let gen = self.nodes[a].gen;
+        let links: Vec<LinkId> = self.nodes[a]
+            .socks
+            .iter()
+            .filter(|(_, s)| s.remote.is_some_and(|r| r.node == b))
+            .map(|(l, _)| *l)
+            .collect();
+        for link in links {
+            let Some(budget) = self.nodes[a].core.link_budget(link).cloned() else {
+                continue;
+            };
+            let bound = self.nodes[a].cfg.max_outbound_queue_bytes;
+            if on {
+                assert!(
+                    budget.try_reserve(bound).is_some(),
+                    "an idle link's queue is empty"
+                );
+                budget.mark_slow();
+                self.schedule_local(Ev::ToControl {
+                    node: a,
+                    gen,
+                    report: shoal_proto::cmd::ToControl::LinkSlow { link },
+                });
+            } else {
+                budget.release(bound);
+            }
+        }
+    }
+
     /// Makes everything between `a` and `b` vanish, in both directions (no EOF).
     pub fn partition(&mut self, a: usize, b: usize) {
         self.blackholed.insert((a, b));

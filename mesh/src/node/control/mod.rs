@@ -431,6 +431,7 @@ fn refresh_snapshot(ctl: &Ctl) {
     raise(&c.unsigned_records_withheld, s.unsigned_records_withheld);
     raise(&c.membership_records_refused, s.membership_records_refused);
     raise(&c.claims_refused, s.claims_refused);
+    raise(&c.slow_links_unlisted, s.slow_links_unlisted);
 }
 
 /// A writer's first route table reached every shard: its create command is answered.
