@@ -38,6 +38,7 @@ use super::msg::{ShardCmd, ShardEndpoint};
 use super::recycle::Recycler;
 use super::shared::{Lane, NodeShared, Offer, ShardLanes};
 use super::stats::Counters;
+use super::yield_now::YieldNow;
 use ahash::AHashMap;
 use deliver::HubSink;
 use event_listener::Event as Signal;
@@ -212,7 +213,7 @@ pub(crate) async fn run(init: ShardStart) {
             }
         }
         ctx.wake_receivers();
-        ingress::YieldNow(false).await;
+        YieldNow(false).await;
     }
 }
 

@@ -20,8 +20,8 @@
 //!
 //! [`ShardCore::publish`]: shoal_proto::shard::ShardCore::publish
 
-use super::ingress::YieldNow;
 use super::{carry, deliver, settle, Ctx, Publish, Who};
+use crate::node::yield_now::YieldNow;
 use crate::node::{PublishError, DATA_FRAME_OVERHEAD};
 use crate::wire::DATA_HEADER_LEN;
 use crate::PeerId;
