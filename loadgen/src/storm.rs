@@ -42,6 +42,9 @@ pub(crate) struct StormRun {
     pub(crate) interface: Ipv4Addr,
     /// Mesh settings file given to every node.
     pub(crate) config: Option<PathBuf>,
+    /// Each node's stderr (its log) to `DIR/node-K.log` (`K` in start order, the restarted
+    /// node's new process last) instead of this process's stderr.
+    pub(crate) node_logs: Option<PathBuf>,
     /// Progress on stderr.
     pub(crate) progress: bool,
 }
@@ -182,14 +185,19 @@ struct Reading {
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl NodeProc {
-    fn spawn(args: &[String]) -> Result<NodeProc, RunError> {
+    /// Starts a node; its stderr goes to `log` if given.
+    fn spawn(args: &[String], log: Option<PathBuf>) -> Result<NodeProc, RunError> {
         let exe = std::env::current_exe()?;
+        let stderr = match log {
+            Some(path) => Stdio::from(std::fs::File::create(path)?),
+            None => Stdio::inherit(),
+        };
         let mut child = Command::new(exe)
             .arg("storm-node")
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()?;
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
@@ -272,6 +280,13 @@ impl Drop for NodeProc {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Where the `k`-th node process started logs, if the run keeps node logs.
+fn node_log(r: &StormRun, k: usize) -> Option<PathBuf> {
+    r.node_logs
+        .as_ref()
+        .map(|d| d.join(format!("node-{k}.log")))
 }
 
 /// User + system CPU seconds of process `pid` (all its threads), from `/proc/PID/stat`.
@@ -365,7 +380,7 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
     }
     let t0 = unix_ms();
     let mut nodes = (0..r.nodes)
-        .map(|_| NodeProc::spawn(&args))
+        .map(|k| NodeProc::spawn(&args, node_log(r, k)))
         .collect::<Result<Vec<_>, _>>()?;
     for n in nodes.iter_mut() {
         n.await_ready()?;
@@ -473,7 +488,7 @@ fn restart(
     let old_id = old.id.clone();
     old.stop()?;
     let stop_ms = t_r.elapsed().as_secs_f64() * 1e3;
-    let mut fresh = NodeProc::spawn(args)?;
+    let mut fresh = NodeProc::spawn(args, node_log(r, r.nodes))?;
     let new_unix = unix_ms();
     fresh.await_ready()?;
     nodes.insert(i, fresh);

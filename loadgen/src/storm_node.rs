@@ -121,6 +121,7 @@ pub(crate) fn run(a: &StormNodeArgs) -> Result<(), RunError> {
         .map_err(SetupError::Mesh)?;
     mesh.start().map_err(SetupError::Mesh)?;
     let mut out = std::io::stdout().lock();
+    tracing::info!(id = %mesh.id(), "storm node ready");
     writeln!(out, "ready {}", mesh.id())?;
     out.flush()?;
     for line in std::io::stdin().lock().lines() {

@@ -42,6 +42,11 @@ pub(crate) struct StormArgs {
     /// Mesh settings file (TOML) given to every node.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Write each node's log (stderr; `RUST_LOG` applies) to `DIR/node-K.log`, K in start
+    /// order, the restarted node's new process last; each node logs its id at info level
+    /// (`shoal_loadgen=info`).
+    #[arg(long, value_name = "DIR")]
+    node_logs: Option<PathBuf>,
     #[command(flatten)]
     out: Output,
 }
@@ -62,6 +67,7 @@ pub(crate) fn storm_cmd(a: StormArgs) -> Result<(), MainError> {
         converge_timeout: ms(a.converge_timeout_ms),
         interface: a.multicast_interface,
         config: a.config,
+        node_logs: a.node_logs,
         progress: !(a.out.quiet || a.out.json),
     };
     let report = storm::run(&run)?;

@@ -155,6 +155,7 @@ mod shared;
 use shoal_proto::stats;
 pub(crate) mod topics;
 mod warn;
+mod yield_now;
 
 pub use builder::{MeshBuilder, NodeOptions};
 pub use error::{MeshError, PublishError};

@@ -23,9 +23,10 @@
 //! rules, `mesh/proto/protocol/signed-records.md` the bytes).
 //!
 //! Outputs: [`poll_action`](ControlCore::poll_action) ([`Action`]: dial, write, close a socket,
-//! send a beacon, events, names, warnings) and, separately, the ordered shard outbox
-//! [`poll_to_shard`](ControlCore::poll_to_shard) (the driver attaches the socket of a
-//! [`ToShard::AddLink`]). Queries for the application: connected peers, known peers, members,
+//! send a beacon, events, names, warnings) and, separately, the shard outbox
+//! [`poll_to_shard`](ControlCore::poll_to_shard) (link and table changes ahead of frames, see
+//! `outbox.rs`; the driver attaches the socket of a [`ToShard::AddLink`]). Queries for the
+//! application: connected peers, known peers, members,
 //! link budgets, the installed links and their record suites, what is known of every member
 //! ([`nodes_view`](ControlCore::nodes_view), see [`nodes`]); counters:
 //! [`stats`](ControlCore::stats).
@@ -39,6 +40,7 @@ pub mod handshake;
 pub mod held;
 mod identity;
 pub mod nodes;
+mod outbox;
 pub mod output;
 mod paths;
 mod round;
@@ -67,9 +69,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Ceiling of the shard outbox; only Membership and identity frames are dropped at it (the
-/// next periodic flood repairs them), never link or routing changes.
-pub const OUTBOX_CAP: usize = 65_536;
+pub use outbox::OUTBOX_CAP;
 
 /// What a control core starts with.
 #[derive(Debug, Clone)]
@@ -161,7 +161,7 @@ pub struct ControlCore {
     beacons: Option<BeaconSchedule>,
     beacon_failure_reported: bool,
     actions: VecDeque<Action>,
-    outbox: VecDeque<ShardPost>,
+    outbox: outbox::ShardOutbox,
     stats: ControlStats,
     peer_stats: PeerStats,
     stopping: bool,
@@ -237,7 +237,7 @@ impl ControlCore {
             own_record,
             beacon_failure_reported: false,
             actions: VecDeque::new(),
-            outbox: VecDeque::new(),
+            outbox: outbox::ShardOutbox::default(),
             stats: ControlStats::default(),
             peer_stats: PeerStats::default(),
             stopping: false,
@@ -272,14 +272,20 @@ impl ControlCore {
         self.actions.pop_front()
     }
 
-    /// Next command for a shard, in the order they must arrive.
+    /// Next command for a shard, in the order they must arrive: link and table changes ahead
+    /// of the frames queued before them (see `outbox.rs`).
     pub fn poll_to_shard(&mut self) -> Option<ShardPost> {
-        self.outbox.pop_front()
+        self.outbox.pop()
     }
 
     /// True when shard commands wait in the outbox.
     pub fn has_shard_posts(&self) -> bool {
         !self.outbox.is_empty()
+    }
+
+    /// How many shard commands wait in the outbox.
+    pub fn shard_posts(&self) -> usize {
+        self.outbox.len()
     }
 
     /// True once after anything that may change the query views (peers, members, budgets)

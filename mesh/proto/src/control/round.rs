@@ -2,10 +2,10 @@
 //! handed to its shard, routes installed and removed on every shard, frames queued), its and
 //! the membership's events become application events (held while the shards catch up).
 //!
-//! **Owns:** the placement of links on shards and the order of the shard outbox. **Must not
+//! **Owns:** the placement of links on shards and what goes to the shard outbox. **Must not
 //! touch:** sockets (a handshaking link is closed through an [`Action`]).
 
-use super::{Action, Conn, ControlCore, ControlEvent, Placed, OUTBOX_CAP};
+use super::{Action, Conn, ControlCore, ControlEvent, Placed};
 use crate::cmd::{NewLink, ToShard};
 use crate::wire::{DISCOVERY_FRAME_TYPE, SIGNED_MEMBERSHIP_FRAME_TYPE};
 use crate::{link_shard, LinkBudget, LinkId, MemberEvent, PeerAction, PeerEvent, PeerId};
@@ -17,11 +17,9 @@ impl ControlCore {
     /// Queues a command for shard `to`. At the outbox ceiling only frames (which a later
     /// flood repairs) are dropped, and counted.
     pub(super) fn post(&mut self, to: usize, cmd: ToShard<()>) {
-        if self.outbox.len() >= OUTBOX_CAP && matches!(cmd, ToShard::SendRaw { .. }) {
+        if !self.outbox.push((to, cmd)) {
             self.stats.dropped_queue_full += 1;
-            return;
         }
-        self.outbox.push_back((to, cmd));
     }
 
     /// Queues `frame` on every placed link except `except`.

@@ -55,6 +55,11 @@ pub struct Sim {
     stream_tail: HashMap<End, Instant>,
     /// While a node stops: its local commands run at once, in order.
     inline: Option<VecDeque<Ev>>,
+    /// Shard time each control-plane command takes (zero: the shard takes them all at once).
+    /// Non-zero models a busy shard: the driver's pump hands over the next command of the
+    /// control core's outbox only when the shard took the previous one, as the live pump
+    /// does through its bounded channel, so whatever the outbox holds waits its turn.
+    pub shard_cmd_cost: Duration,
     rng: StdRng,
 }
 
@@ -73,6 +78,7 @@ impl Sim {
             loss: 0.0,
             stream_tail: HashMap::new(),
             inline: None,
+            shard_cmd_cost: Duration::ZERO,
             rng: StdRng::seed_from_u64(seed),
         }
     }
@@ -163,6 +169,8 @@ impl Sim {
             connected_released: HashMap::new(),
             held_violations: 0,
             lost_frames: 0,
+            pumping: false,
+            max_backlog: 0,
         }
     }
 
@@ -467,9 +475,34 @@ impl Sim {
             }
         }
         let gen = self.nodes[i].gen;
-        while let Some((_, cmd)) = self.nodes[i].core.poll_to_shard() {
-            self.schedule_local(Ev::ToShard { node: i, gen, cmd });
+        if self.shard_cmd_cost.is_zero() || self.inline.is_some() {
+            while let Some((_, cmd)) = self.nodes[i].core.poll_to_shard() {
+                self.schedule_local(Ev::ToShard { node: i, gen, cmd });
+            }
+        } else if !self.nodes[i].pumping && self.nodes[i].core.has_shard_posts() {
+            self.nodes[i].pumping = true;
+            self.seq += 1;
+            self.queue
+                .insert((self.now, self.seq), Ev::Pump { node: i, gen });
         }
+    }
+
+    /// One step of node `i`'s pump (see [`Sim::shard_cmd_cost`]).
+    pub(super) fn pump(&mut self, i: usize, gen: u64) {
+        let n = &mut self.nodes[i];
+        if n.gen != gen || !n.alive {
+            return;
+        }
+        let Some((_, cmd)) = n.core.poll_to_shard() else {
+            n.pumping = false;
+            return;
+        };
+        n.max_backlog = n.max_backlog.max(n.core.shard_posts() + 1);
+        self.schedule_local(Ev::ToShard { node: i, gen, cmd });
+        self.seq += 1;
+        let next = self.now + self.shard_cmd_cost;
+        self.queue
+            .insert((next, self.seq), Ev::Pump { node: i, gen });
     }
 
     fn record(&mut self, i: usize, e: ControlEvent) {

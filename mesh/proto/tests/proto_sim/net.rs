@@ -42,6 +42,11 @@ pub(super) enum Ev {
         gen: u64,
         report: ToControl,
     },
+    /// The pump of a node whose shard takes time per command (`Sim::shard_cmd_cost`).
+    Pump {
+        node: usize,
+        gen: u64,
+    },
 }
 
 impl Ev {
@@ -53,7 +58,7 @@ impl Ev {
             | Ev::DialFailed { to }
             | Ev::Bytes { to, .. }
             | Ev::Eof { to } => to.node,
-            Ev::ToShard { node, .. } | Ev::ToControl { node, .. } => *node,
+            Ev::ToShard { node, .. } | Ev::ToControl { node, .. } | Ev::Pump { node, .. } => *node,
         }
     }
 }
@@ -184,6 +189,7 @@ impl Sim {
                 n.shard.on_cmd(cmd, buffered, now, &mut out);
                 self.apply_shard(node, out);
             }
+            Ev::Pump { node, gen } => self.pump(node, gen),
             Ev::ToControl { node, gen, report } => {
                 let n = &mut self.nodes[node];
                 if n.gen != gen || !(n.alive || self.inline.is_some()) {

@@ -70,6 +70,11 @@ pub struct Node {
     pub held_violations: u64,
     /// Frames the simulated loss took.
     pub lost_frames: u64,
+    /// A [`super::Sim::shard_cmd_cost`] pump step is scheduled.
+    pub(super) pumping: bool,
+    /// With a shard command cost: the most commands the control core's outbox held when the
+    /// pump took one.
+    pub max_backlog: usize,
 }
 
 /// Wire bytes by kind (plaintext framing: length prefix, type, body).

@@ -6,12 +6,26 @@
 //! touch:** their content.
 
 use super::{run_actions, Ctl};
+use crate::node::yield_now::YieldNow;
 use shoal_proto::cmd::{ToControl, ToShard};
 use shoal_runtime::channel::MeshReceiver;
 use std::rc::Rc;
 
+/// Commands the pump hands over per turn before it yields: a pump that always finds room in
+/// the shard's lane would otherwise hold the control thread for the whole outbox.
+const PUMP_TURN: usize = 64;
+
+/// Shard reports the inbox task takes per batch; a full batch ends with a yield.
+const INBOX_BATCH: usize = 64;
+
 pub(super) async fn pump(ctl: Rc<Ctl>) {
+    let mut turn = 0;
     loop {
+        turn += 1;
+        if turn >= PUMP_TURN {
+            turn = 0;
+            YieldNow(false).await;
+        }
         let next = ctl.core.borrow_mut().poll_to_shard();
         let Some((to, cmd)) = next else {
             let l = ctl.outbox_ready.listen();
@@ -38,8 +52,8 @@ pub(super) async fn pump(ctl: Rc<Ctl>) {
 }
 
 pub(super) async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<ToControl>) {
-    let mut batch = Vec::with_capacity(64);
-    while rx.recv_batch(&mut batch, 64).await.is_ok() {
+    let mut batch = Vec::with_capacity(INBOX_BATCH);
+    while let Ok(n) = rx.recv_batch(&mut batch, INBOX_BATCH).await {
         {
             let mut core = ctl.core.borrow_mut();
             let now = std::time::Instant::now();
@@ -49,5 +63,13 @@ pub(super) async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<ToControl>) {
             }
         }
         run_actions(&ctl);
+        // Shards that keep reporting (a start-up burst of Membership frames: thousands per
+        // node at 40 nodes) would otherwise keep this task running for seconds, the rest of
+        // the control thread starved: handshakes unread, the pump stalled, the hand-over of
+        // established links to their shards late past the peer's heartbeat timeout (issue
+        // 29). A short batch drained the inbox: the next receive parks this task anyway.
+        if n == INBOX_BATCH {
+            YieldNow(false).await;
+        }
     }
 }

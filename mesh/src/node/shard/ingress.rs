@@ -7,6 +7,7 @@
 //! [`ShardCore::publish`]: shoal_proto::shard::ShardCore::publish
 
 use super::{carry, settle, Ctx, Publish, Who};
+use crate::node::yield_now::YieldNow;
 use shoal_runtime::channel::IngressReceiver;
 use std::rc::Rc;
 
@@ -35,24 +36,5 @@ pub(super) async fn ingress_loop(ctx: Rc<Ctx>, mut rx: IngressReceiver<Publish>)
         if n == PUBLISH_BATCH {
             YieldNow(false).await;
         }
-    }
-}
-
-/// Returns `Pending` once (after waking itself), so the executor runs its other tasks.
-pub(super) struct YieldNow(pub(super) bool);
-
-impl std::future::Future for YieldNow {
-    type Output = ();
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        if self.0 {
-            return std::task::Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
     }
 }

@@ -40,6 +40,7 @@ use super::msg::{ShardCmd, ShardEndpoint};
 use super::recycle::Recycler;
 use super::shared::{Lane, NodeShared, Offer, ShardLanes};
 use super::stats::Counters;
+use super::yield_now::YieldNow;
 use ahash::AHashMap;
 use deliver::HubSink;
 use event_listener::Event as Signal;
@@ -219,7 +220,7 @@ pub(crate) async fn run(init: ShardStart) {
         ctx.wake_receivers();
         // Placed and announced: the other shards may stop forwarding (see `forward`).
         ctx.ns.forwarding.placed(forwarded);
-        ingress::YieldNow(false).await;
+        YieldNow(false).await;
     }
 }
 

@@ -26,10 +26,10 @@ mod writer;
 
 pub use writer::ShardWriter;
 
-use super::ingress::YieldNow;
 use super::{carry, deliver, forward, settle, Ctx, Publish, Who};
 use crate::node::shared::NodeShared;
 use crate::node::topics::Reader;
+use crate::node::yield_now::YieldNow;
 use crate::node::{Inner, Mesh, MeshError, PublishError, DATA_FRAME_OVERHEAD};
 use crate::topics::Topic;
 use crate::wire::DATA_HEADER_LEN;
