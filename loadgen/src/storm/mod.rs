@@ -1,0 +1,311 @@
+//! `storm`: N nodes in N processes on this host, started at once, linked by multicast scouting
+//! (every node dials every node it finds: the full mesh a LAN builds), left idle, then one of
+//! them restarted. Measures the time until every node has full membership, each node's control
+//! frames and CPU while idle, and the spike at the other nodes while one restarts.
+//!
+//! Each node is this binary's hidden `storm-node` subcommand ([`crate::storm_node`]); the
+//! parent asks each for a [`NodeSample`](crate::storm_node::NodeSample) over its
+//! stdin/stdout and reads its CPU time from `/proc/PID/stat`. While the mesh is idle it asks nothing between the window's two samples,
+//! so the measurement costs the nodes nothing.
+//!
+//! **Owns:** the run (starting, sampling, restarting and stopping the node processes);
+//! one process is [`node_proc`], the figures and their printing are [`report`].
+//! **Must not touch:** the mesh (the nodes are separate processes driven through the public
+//! API) or any address but the interface it is given.
+
+mod node_proc;
+mod report;
+
+pub(crate) use report::{print, Idle, Restart, Spread, Startup, StormReport};
+
+use crate::demo::RunError;
+use crate::storm_node::unix_ms;
+use node_proc::{poll, NodeProc, Reading};
+use std::net::{Ipv4Addr, UdpSocket};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Settings of a storm run.
+#[derive(Debug, Clone)]
+pub(crate) struct StormRun {
+    /// Nodes (processes).
+    pub(crate) nodes: usize,
+    /// Wait after every node has full membership before the idle window.
+    pub(crate) settle: Duration,
+    /// The idle window.
+    pub(crate) idle: Duration,
+    /// Which node to restart (`None`: no restart).
+    pub(crate) restart: Option<usize>,
+    /// Observation after the restart once every node has full membership again.
+    pub(crate) after: Duration,
+    /// Sampling period while nodes start and while one restarts.
+    pub(crate) sample: Duration,
+    /// Longest wait for full membership (at start and after the restart).
+    pub(crate) converge_timeout: Duration,
+    /// Interface for scouting and listening.
+    pub(crate) interface: Ipv4Addr,
+    /// Mesh settings file given to every node.
+    pub(crate) config: Option<PathBuf>,
+    /// Each node's stderr (its log) to `DIR/node-K.log` (`K` in start order, the restarted
+    /// node's new process last) instead of this process's stderr.
+    pub(crate) node_logs: Option<PathBuf>,
+    /// Progress on stderr.
+    pub(crate) progress: bool,
+}
+
+/// Where the `k`-th node process started logs, if the run keeps node logs.
+fn node_log(r: &StormRun, k: usize) -> Option<PathBuf> {
+    r.node_logs
+        .as_ref()
+        .map(|d| d.join(format!("node-{k}.log")))
+}
+
+/// Whether node `i`'s member set is every other node.
+fn is_full(r: &Reading, ids: &[String], i: usize) -> bool {
+    r.s.members.len() + 1 == ids.len()
+        && ids
+            .iter()
+            .enumerate()
+            .all(|(j, id)| j == i || r.s.members.binary_search(id).is_ok())
+}
+
+/// Polls until every node's member set is complete or `timeout`; the last readings.
+fn until_full(
+    nodes: &mut [NodeProc],
+    every: Duration,
+    timeout: Duration,
+    progress: bool,
+) -> Result<(Vec<Reading>, bool), RunError> {
+    let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
+    let end = Instant::now() + timeout;
+    loop {
+        let r = poll(nodes)?;
+        let full = r
+            .iter()
+            .enumerate()
+            .filter(|(i, x)| is_full(x, &ids, *i))
+            .count();
+        if progress {
+            eprint!("\rstorm: {full}/{} nodes with full membership", nodes.len());
+        }
+        if full == nodes.len() || Instant::now() >= end {
+            if progress {
+                eprintln!();
+            }
+            return Ok((r, full == nodes.len()));
+        }
+        std::thread::sleep(every);
+    }
+}
+
+fn ms_since(t0_unix_ms: u64, changed: u64) -> f64 {
+    changed.saturating_sub(t0_unix_ms) as f64
+}
+
+/// Runs the storm; stops every node before returning.
+pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
+    if r.nodes < 2 {
+        return Err(RunError::Usage("a storm needs at least 2 nodes".into()));
+    }
+    if r.restart.is_some_and(|i| i >= r.nodes) {
+        return Err(RunError::Usage(format!(
+            "--restart-node must be below --nodes ({})",
+            r.nodes
+        )));
+    }
+    // A scouting port and group of this run's own: other runs on the host are not heard.
+    let port = UdpSocket::bind((r.interface, 0))?.local_addr()?.port();
+    let mut args = vec![
+        "--group".to_string(),
+        format!("storm-{}-{port}", std::process::id()),
+        "--multicast-port".into(),
+        port.to_string(),
+        "--multicast-interface".into(),
+        r.interface.to_string(),
+    ];
+    if let Some(c) = &r.config {
+        args.push("--config".into());
+        args.push(c.display().to_string());
+    }
+    let t0 = unix_ms();
+    let mut nodes = (0..r.nodes)
+        .map(|k| NodeProc::spawn(&args, node_log(r, k)))
+        .collect::<Result<Vec<_>, _>>()?;
+    for n in nodes.iter_mut() {
+        n.await_ready()?;
+    }
+    let (start, full) = until_full(&mut nodes, r.sample, r.converge_timeout, r.progress)?;
+    let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
+    let per_node: Vec<f64> = start
+        .iter()
+        .enumerate()
+        .filter(|(i, x)| is_full(x, &ids, *i))
+        .map(|(_, x)| ms_since(t0, x.s.members_changed_unix_ms))
+        .collect();
+    let startup = Startup {
+        full_membership_ms: full.then(|| per_node.iter().copied().fold(0.0, f64::max)),
+        per_node_ms: Spread::of(&per_node),
+        nodes_full: per_node.len(),
+    };
+    let mut report = StormReport {
+        nodes: r.nodes,
+        interface: r.interface.to_string(),
+        config: r.config.as_ref().map(|c| c.display().to_string()),
+        startup,
+        idle: None,
+        restart: None,
+    };
+    if full {
+        std::thread::sleep(r.settle);
+        if r.progress {
+            eprintln!("storm: idle for {:.1} s", r.idle.as_secs_f64());
+        }
+        let a = poll(&mut nodes)?;
+        std::thread::sleep(r.idle);
+        let b = poll(&mut nodes)?;
+        report.idle = Some(idle(&a, &b));
+        if let Some(i) = r.restart {
+            report.restart = Some(restart(&mut nodes, i, &args, r)?);
+        }
+    }
+    for n in nodes {
+        n.stop()?;
+    }
+    Ok(report)
+}
+
+fn idle(a: &[Reading], b: &[Reading]) -> Idle {
+    let mut frames = Vec::new();
+    let mut per_peer = Vec::new();
+    let mut bytes = Vec::new();
+    let mut cpu = Vec::new();
+    let mut peers = Vec::new();
+    let (mut fin, mut bin, mut bout, mut closed, mut data) = (0, 0, 0, 0, 0);
+    let mut window = 0.0f64;
+    for (x, y) in a.iter().zip(b) {
+        let dt = (y.at - x.at).as_secs_f64();
+        window = window.max(dt);
+        let f = y.s.frames_in - x.s.frames_in;
+        fin += f;
+        bin += y.s.bytes_in - x.s.bytes_in;
+        bout += y.s.bytes_out - x.s.bytes_out;
+        closed += y.s.links_closed - x.s.links_closed;
+        data += y.s.data_frames_queued - x.s.data_frames_queued;
+        frames.push(f as f64 / dt);
+        per_peer.push(f as f64 / dt / y.s.connected.max(1) as f64);
+        bytes.push((y.s.bytes_in - x.s.bytes_in) as f64 / dt);
+        cpu.push((y.cpu_s - x.cpu_s) / dt * 100.0);
+        peers.push(y.s.connected as f64);
+    }
+    Idle {
+        window_s: window,
+        peers: Spread::of(&peers),
+        frames_per_s: Spread::of(&frames),
+        frames_per_peer_s: Spread::of(&per_peer),
+        bytes_in_per_s: Spread::of(&bytes),
+        cpu_pct: Spread::of(&cpu),
+        frames_in: fin,
+        bytes_in: bin,
+        bytes_out: bout,
+        links_closed: closed,
+        data_frames: data,
+    }
+}
+
+/// Stops node `i`, starts it again, samples the others every period until every node has
+/// full membership and `r.after` more.
+fn restart(
+    nodes: &mut Vec<NodeProc>,
+    i: usize,
+    args: &[String],
+    r: &StormRun,
+) -> Result<Restart, RunError> {
+    if r.progress {
+        eprintln!("storm: restarting node {i}");
+    }
+    let others = |v: &[Reading]| -> Vec<Reading> {
+        v.iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, x)| x.clone())
+            .collect()
+    };
+    let mut prev = others(&poll(nodes)?);
+    let t_r = Instant::now();
+    let t_r_unix = unix_ms();
+    let old = nodes.remove(i);
+    let old_id = old.id.clone();
+    old.stop()?;
+    let stop_ms = t_r.elapsed().as_secs_f64() * 1e3;
+    let mut fresh = NodeProc::spawn(args, node_log(r, r.nodes))?;
+    let new_unix = unix_ms();
+    fresh.await_ready()?;
+    nodes.insert(i, fresh);
+    let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
+    let (mut peak_mean_f, mut peak_node_f, mut peak_mean_c, mut peak_node_c) =
+        (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    let first = prev.clone();
+    let mut full_at: Option<Instant> = None;
+    let mut last;
+    let end_wait = t_r + r.converge_timeout;
+    loop {
+        std::thread::sleep(r.sample);
+        let all = poll(nodes)?;
+        let now = Instant::now();
+        let cur = others(&all);
+        let (mut sf, mut sc) = (0.0, 0.0);
+        for (x, y) in prev.iter().zip(&cur) {
+            let dt = (y.at - x.at).as_secs_f64().max(1e-3);
+            let f = (y.s.frames_in - x.s.frames_in) as f64 / dt;
+            let c = (y.cpu_s - x.cpu_s) / dt * 100.0;
+            peak_node_f = peak_node_f.max(f);
+            peak_node_c = peak_node_c.max(c);
+            sf += f;
+            sc += c;
+        }
+        peak_mean_f = peak_mean_f.max(sf / cur.len() as f64);
+        peak_mean_c = peak_mean_c.max(sc / cur.len() as f64);
+        prev = cur;
+        let full = all.iter().enumerate().all(|(j, x)| is_full(x, &ids, j));
+        if full && full_at.is_none() {
+            full_at = Some(now);
+        }
+        last = all;
+        let done = match full_at {
+            Some(t) => now >= t + r.after,
+            None => now >= end_wait,
+        };
+        if done {
+            break;
+        }
+    }
+    let window = (prev[0].at - first[0].at).as_secs_f64().max(1e-3);
+    let (mut wf, mut wc) = (0.0, 0.0);
+    for (x, y) in first.iter().zip(&prev) {
+        wf += (y.s.frames_in - x.s.frames_in) as f64 / window;
+        wc += (y.cpu_s - x.cpu_s) / window * 100.0;
+    }
+    let full = full_at.is_some();
+    let all_changed = last
+        .iter()
+        .map(|x| x.s.members_changed_unix_ms)
+        .max()
+        .unwrap_or(0);
+    Ok(Restart {
+        node: i,
+        old_id,
+        new_id: nodes[i].id.clone(),
+        stop_ms,
+        full_membership_ms: full.then(|| ms_since(t_r_unix, all_changed)),
+        new_node_full_ms: is_full(&last[i], &ids, i)
+            .then(|| ms_since(new_unix, last[i].s.members_changed_unix_ms)),
+        window_s: window,
+        sample_ms: r.sample.as_secs_f64() * 1e3,
+        frames_per_s_peak_mean: peak_mean_f,
+        frames_per_s_peak_node: peak_node_f,
+        cpu_pct_peak_mean: peak_mean_c,
+        cpu_pct_peak_node: peak_node_c,
+        frames_per_s_window_mean: wf / prev.len() as f64,
+        cpu_pct_window_mean: wc / prev.len() as f64,
+    })
+}

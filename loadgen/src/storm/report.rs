@@ -1,0 +1,205 @@
+//! The storm's report: what a run measured ([`StormReport`]) and its human form ([`print`]).
+//!
+//! **Owns:** the report's figures and their printing. **Must not touch:** the node processes
+//! (the run driver's).
+
+/// Minimum, median, mean and maximum of one figure over the nodes.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub(crate) struct Spread {
+    pub(crate) min: f64,
+    pub(crate) median: f64,
+    pub(crate) mean: f64,
+    pub(crate) max: f64,
+}
+
+impl Spread {
+    pub(super) fn of(v: &[f64]) -> Spread {
+        if v.is_empty() {
+            return Spread::default();
+        }
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        Spread {
+            min: s[0],
+            median: s[s.len() / 2],
+            mean: s.iter().sum::<f64>() / s.len() as f64,
+            max: s[s.len() - 1],
+        }
+    }
+}
+
+/// The start: all nodes at once until each has every other as a member.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Startup {
+    /// From the first process started to the last node's member set becoming complete, ms
+    /// (`None`: not within the timeout).
+    pub(crate) full_membership_ms: Option<f64>,
+    /// The same per node (the complete ones).
+    pub(crate) per_node_ms: Spread,
+    /// Nodes whose member set was complete at the end of the wait.
+    pub(crate) nodes_full: usize,
+}
+
+/// The idle window: per node rates over it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Idle {
+    /// Length of the window, s.
+    pub(crate) window_s: f64,
+    /// Linked peers per node at its end.
+    pub(crate) peers: Spread,
+    /// Frames received per node per second (no data flows: control frames alone).
+    pub(crate) frames_per_s: Spread,
+    /// Frames received per node per second per linked peer.
+    pub(crate) frames_per_peer_s: Spread,
+    /// Bytes received per node per second.
+    pub(crate) bytes_in_per_s: Spread,
+    /// CPU per node, % of one core (user + system, from /proc).
+    pub(crate) cpu_pct: Spread,
+    /// Frames received by all nodes in the window.
+    pub(crate) frames_in: u64,
+    /// Bytes all nodes received and sent in the window (equal but for frames in flight at
+    /// the window's ends).
+    pub(crate) bytes_in: u64,
+    /// See `bytes_in`.
+    pub(crate) bytes_out: u64,
+    /// Links closed in the window (0 in a steady mesh) and Data frames queued (0: idle).
+    pub(crate) links_closed: u64,
+    /// See `links_closed`.
+    pub(crate) data_frames: u64,
+}
+
+/// One node stopped (Goodbye) and started again as a new process with a new id.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Restart {
+    /// Its index.
+    pub(crate) node: usize,
+    /// Its id before and after.
+    pub(crate) old_id: String,
+    /// See `old_id`.
+    pub(crate) new_id: String,
+    /// From the stop request to the old process's exit, ms.
+    pub(crate) stop_ms: f64,
+    /// From the stop request until every node (the new one included) has full membership
+    /// again, ms (`None`: not within the timeout).
+    pub(crate) full_membership_ms: Option<f64>,
+    /// From the new process's start until its own member set is complete, ms.
+    pub(crate) new_node_full_ms: Option<f64>,
+    /// The observed window (stop request to the end), s.
+    pub(crate) window_s: f64,
+    /// Sampling period, ms.
+    pub(crate) sample_ms: f64,
+    /// Frames received per second at the other nodes: the highest sample period's mean over
+    /// them, and its highest single node.
+    pub(crate) frames_per_s_peak_mean: f64,
+    /// See `frames_per_s_peak_mean`.
+    pub(crate) frames_per_s_peak_node: f64,
+    /// CPU of the other nodes, % of a core: the highest period's mean and single node.
+    pub(crate) cpu_pct_peak_mean: f64,
+    /// See `cpu_pct_peak_mean`.
+    pub(crate) cpu_pct_peak_node: f64,
+    /// Over the whole window, the other nodes' mean frames/s and CPU %.
+    pub(crate) frames_per_s_window_mean: f64,
+    /// See `frames_per_s_window_mean`.
+    pub(crate) cpu_pct_window_mean: f64,
+}
+
+/// What a storm run measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct StormReport {
+    /// Nodes.
+    pub(crate) nodes: usize,
+    /// Interface of scouting and links.
+    pub(crate) interface: String,
+    /// The mesh settings file, if any.
+    pub(crate) config: Option<String>,
+    /// See [`Startup`].
+    pub(crate) startup: Startup,
+    /// See [`Idle`] (`None` when the start did not converge).
+    pub(crate) idle: Option<Idle>,
+    /// See [`Restart`].
+    pub(crate) restart: Option<Restart>,
+}
+
+/// Prints the report for a human.
+pub(crate) fn print(r: &StormReport) {
+    let sp = |s: &Spread, unit: &str| {
+        format!(
+            "median {:.1}{unit} (min {:.1}, mean {:.1}, max {:.1})",
+            s.median, s.min, s.mean, s.max
+        )
+    };
+    println!(
+        "storm: {} nodes, one process each, multicast scouting on {}{}",
+        r.nodes,
+        r.interface,
+        r.config
+            .as_ref()
+            .map(|c| format!(", settings {c}"))
+            .unwrap_or_default()
+    );
+    match r.startup.full_membership_ms {
+        Some(ms) => println!(
+            "  start: every node had full membership after {ms:.0} ms (per node {})",
+            sp(&r.startup.per_node_ms, " ms")
+        ),
+        None => println!(
+            "  start: only {} of {} nodes reached full membership within the timeout",
+            r.startup.nodes_full, r.nodes
+        ),
+    }
+    if let Some(i) = &r.idle {
+        println!(
+            "  idle {:.1} s, {:.0} peers per node:",
+            i.window_s, i.peers.median
+        );
+        println!(
+            "    control frames received per node per s: {}",
+            sp(&i.frames_per_s, "")
+        );
+        println!(
+            "    per node per peer per s:                {}",
+            sp(&i.frames_per_peer_s, "")
+        );
+        println!(
+            "    bytes received per node per s:          {}",
+            sp(&i.bytes_in_per_s, "")
+        );
+        println!(
+            "    CPU per node, % of a core:              {}",
+            sp(&i.cpu_pct, " %")
+        );
+        println!(
+            "    links closed {}, data frames {} (both 0 when idle)",
+            i.links_closed, i.data_frames
+        );
+    }
+    if let Some(x) = &r.restart {
+        println!(
+            "  restart of node {} ({} -> {}): stopped in {:.0} ms; {}",
+            x.node,
+            &x.old_id[..8.min(x.old_id.len())],
+            &x.new_id[..8.min(x.new_id.len())],
+            x.stop_ms,
+            match (x.full_membership_ms, x.new_node_full_ms) {
+                (Some(a), Some(b)) => format!(
+                    "every node had full membership again {a:.0} ms after the stop \
+                     (the new node {b:.0} ms after its start)"
+                ),
+                _ => "full membership NOT regained within the timeout".into(),
+            }
+        );
+        println!(
+            "    at the other nodes over {:.1} s (sampled every {:.0} ms): frames/s peak {:.0} \
+             mean of nodes, {:.0} one node, {:.0} over the window; CPU peak {:.1} % mean, \
+             {:.1} % one node, {:.1} % over the window",
+            x.window_s,
+            x.sample_ms,
+            x.frames_per_s_peak_mean,
+            x.frames_per_s_peak_node,
+            x.frames_per_s_window_mean,
+            x.cpu_pct_peak_mean,
+            x.cpu_pct_peak_node,
+            x.cpu_pct_window_mean
+        );
+    }
+}
