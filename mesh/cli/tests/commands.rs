@@ -364,9 +364,15 @@ fn hz_and_bw_measure_a_paced_writer_within_ten_percent() {
 fn graph_draws_every_node_and_link_and_a_topic_tree() {
     let d = demo();
     let o = observer(&d.a, "graph");
+    // Names travel in their own records, which may come after the links and the match.
+    let named = |v: &shoal_mesh::nodes::NodesView| {
+        ["alpha", "bravo", "charlie"]
+            .iter()
+            .all(|name| v.nodes.iter().any(|n| n.name.as_deref() == Some(*name)))
+    };
     wait_until(30, "the observer sees the whole mesh", || {
         let (v, t) = o.look().unwrap();
-        v.nodes.len() == 6 && t.matches().contains(&(d.writer.guid(), d.rb.guid()))
+        v.nodes.len() == 6 && named(&v) && t.matches().contains(&(d.writer.guid(), d.rb.guid()))
     });
     let (v, t) = o.look().unwrap();
     let dr = graph::drawing(&v, &t, Some(T));
@@ -390,7 +396,7 @@ fn graph_draws_every_node_and_link_and_a_topic_tree() {
         }
     }
     for name in ["alpha", "bravo", "charlie"] {
-        assert!(svg.contains(&format!(">{name}</text>")));
+        assert!(svg.contains(&format!(">{name}</text>")), "{name} not drawn");
     }
     // alpha's writer reaches bravo's reader over alpha → bravo.
     let tree = dr.trees.iter().find(|t| t.root == d.a.id()).unwrap();
