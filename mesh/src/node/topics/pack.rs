@@ -264,3 +264,42 @@ impl CreditWait {
         })
     }
 }
+
+/// What [`try_write`] needs of a writer handle: its packer, whether the node runs, and its
+/// own way of handing the pending samples over without waiting.
+pub(crate) trait Handover {
+    fn pack(&self) -> &Packer;
+    fn pack_mut(&mut self) -> &mut Packer;
+    /// `Stopped` once the node stops.
+    fn running(&self) -> Result<(), PublishError>;
+    /// Hands the pending samples over now, or `Full` when they cannot go now.
+    fn try_flush(&mut self) -> Result<(), PublishError>;
+}
+
+/// `try_write` of both writers (see `Writer::try_write`): the checks first, `HistoryFull`
+/// at once without credit (the pending samples handed over, as readers acknowledge only
+/// what reached them), a full batch handed over before and after the sample is added.
+pub(crate) fn try_write<W: Handover>(w: &mut W, payload: &[u8]) -> Result<u64, PublishError> {
+    // What can never be accepted is said first, whatever the room.
+    w.running()?;
+    w.pack().check(payload)?;
+    if !w.pack().has_credit() {
+        let _ = w.try_flush();
+        return Err(PublishError::HistoryFull {
+            waited: Duration::ZERO,
+        });
+    }
+    if w.pack().pending() > 0 && w.pack().is_full() {
+        w.try_flush()?;
+    }
+    w.running()?;
+    let seq = w.pack_mut().add(payload)?;
+    if w.pack().is_full() {
+        // Written either way; a batch that does not fit now goes with the next call.
+        match w.try_flush() {
+            Ok(()) | Err(PublishError::Full) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(seq)
+}

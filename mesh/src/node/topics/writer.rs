@@ -142,27 +142,7 @@ impl Writer {
     /// full and cannot be handed over now: the ingress is full or, under the Block policy, a
     /// link's outbound queue has no room for it.
     pub fn try_write(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
-        // What can never be accepted is said first, whatever the room.
-        self.check(payload)?;
-        if !self.pack.has_credit() {
-            // Readers acknowledge only what reached them: hand the pending samples over.
-            let _ = self.try_flush();
-            return Err(PublishError::HistoryFull {
-                waited: Duration::ZERO,
-            });
-        }
-        if self.pack.pending() > 0 && self.pack.is_full() {
-            self.try_flush()?;
-        }
-        let seq = self.add(payload)?;
-        if self.pack.is_full() {
-            // Written either way; a batch that does not fit now goes with the next call.
-            match self.try_flush() {
-                Ok(()) | Err(PublishError::Full) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(seq)
+        super::pack::try_write(self, payload)
     }
 
     /// Hands the pending samples over, blocking this thread while the ingress has no room.
@@ -280,6 +260,24 @@ impl Drop for Writer {
             hand_over_on_drop(&ns, pending, what, |wait| self.hand_over(wait));
         }
         // `ep` drops after this body: the endpoint is removed once its samples are handed over.
+    }
+}
+
+impl crate::node::topics::pack::Handover for Writer {
+    fn pack(&self) -> &crate::node::topics::pack::Packer {
+        &self.pack
+    }
+
+    fn running(&self) -> Result<(), PublishError> {
+        self.check_running()
+    }
+
+    fn pack_mut(&mut self) -> &mut crate::node::topics::pack::Packer {
+        &mut self.pack
+    }
+
+    fn try_flush(&mut self) -> Result<(), PublishError> {
+        Writer::try_flush(self)
     }
 }
 

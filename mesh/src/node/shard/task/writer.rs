@@ -143,27 +143,7 @@ impl ShardWriter {
     /// has no room for it, or an earlier batch of this writer still waits to go out.
     /// [`PublishError::HistoryFull`] at once for a reliable writer without credit.
     pub fn try_write(&mut self, payload: &[u8]) -> Result<u64, PublishError> {
-        // What can never be accepted is said first, whatever the room.
-        self.check(payload)?;
-        if !self.pack.has_credit() {
-            // Readers acknowledge only what reached them: hand the pending samples over.
-            let _ = self.try_flush();
-            return Err(PublishError::HistoryFull {
-                waited: Duration::ZERO,
-            });
-        }
-        if self.pack.pending() > 0 && self.pack.is_full() {
-            self.try_flush()?;
-        }
-        let seq = self.add(payload)?;
-        if self.pack.is_full() {
-            // Written either way; a batch that does not fit now goes with the next call.
-            match self.try_flush() {
-                Ok(()) | Err(PublishError::Full) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(seq)
+        crate::node::topics::pack::try_write(self, payload)
     }
 
     /// Hands the pending samples to the core and awaits what must wait (link room under the
@@ -241,5 +221,23 @@ impl Drop for ShardWriter {
             }
         }
         // `ep` drops after this body: the endpoint is removed once its samples are in the core.
+    }
+}
+
+impl crate::node::topics::pack::Handover for ShardWriter {
+    fn pack(&self) -> &crate::node::topics::pack::Packer {
+        &self.pack
+    }
+
+    fn running(&self) -> Result<(), PublishError> {
+        self.origin.running()
+    }
+
+    fn pack_mut(&mut self) -> &mut crate::node::topics::pack::Packer {
+        &mut self.pack
+    }
+
+    fn try_flush(&mut self) -> Result<(), PublishError> {
+        ShardWriter::try_flush(self)
     }
 }
