@@ -145,6 +145,15 @@ impl RawPeer {
         RawPeer::dial_with(port, hello)
     }
 
+    /// Dials like [`RawPeer::dial`] under `id`: another link of the plain v1 peer `id` (a
+    /// multimaster node linked to several nodes; it floods a message of its own on each of
+    /// its links under one message id, as the C++ library does).
+    pub fn dial_as(port: u16, id: PeerId) -> RawPeer {
+        let mut hello = plain_hello();
+        hello.node_id = id;
+        RawPeer::dial_with(port, hello)
+    }
+
     /// Dials like [`RawPeer::dial`], but its Hello carries Shoal's extension block with
     /// extended frames, as a Shoal node's (or a stranger's posing as one) does: the node
     /// then sends it topic frames and takes topic frames from it ([`RawPeer::send_frame`]).
