@@ -453,19 +453,26 @@ mod tests {
 
     #[test]
     fn a_kill_wakes_the_links_timer() {
+        use event_listener::Listener;
         // The link's timer sleeps until the link's own deadline (no polling): a kill must
         // wake it, by `note_full` and by `kill` alike, and only the first time.
         let t0 = Instant::now();
         let b = LinkBudget::new(10, t0);
         let l = b.killed.listen();
         assert!(b.note_full(Duration::ZERO, ms(t0, 1)) || b.note_full(Duration::ZERO, ms(t0, 2)));
-        assert!(l.wait_timeout(Duration::ZERO).is_some(), "note_full woke it");
+        assert!(
+            l.wait_timeout(Duration::ZERO).is_some(),
+            "note_full woke it"
+        );
         let b = LinkBudget::new(10, t0);
         let l = b.killed.listen();
         b.kill();
         assert!(l.wait_timeout(Duration::ZERO).is_some(), "kill woke it");
         let l = b.killed.listen();
         b.kill();
-        assert!(l.wait_timeout(Duration::ZERO).is_none(), "a second kill is no news");
+        assert!(
+            l.wait_timeout(Duration::ZERO).is_none(),
+            "a second kill is no news"
+        );
     }
 }
