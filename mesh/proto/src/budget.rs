@@ -92,6 +92,9 @@ pub struct LinkBudget {
     room: Signal,
     /// Work for the writer (frames queued, link closing, kill requested).
     pub wake: Signal,
+    /// A Disconnect-policy kill was requested: the link's timer acts on it at once, also
+    /// while the writer is stuck on a full socket (the timer does not poll for it).
+    pub killed: Signal,
     closed: AtomicBool,
     kill: AtomicBool,
     /// Milliseconds since `epoch` (+1) when the queue was first found full; 0 = not full.
@@ -123,6 +126,7 @@ impl LinkBudget {
             max: max.max(1),
             room: Signal::new(),
             wake: Signal::new(),
+            killed: Signal::new(),
             closed: AtomicBool::new(false),
             kill: AtomicBool::new(false),
             full_since: AtomicU64::new(0),
@@ -303,6 +307,7 @@ impl LinkBudget {
             && !self.kill.swap(true, Ordering::AcqRel)
         {
             self.wake.notify(usize::MAX);
+            self.killed.notify(usize::MAX);
             return true;
         }
         false
@@ -312,6 +317,7 @@ impl LinkBudget {
     pub fn kill(&self) {
         if !self.kill.swap(true, Ordering::AcqRel) {
             self.wake.notify(usize::MAX);
+            self.killed.notify(usize::MAX);
         }
     }
 
@@ -443,5 +449,30 @@ mod tests {
         assert!(b.note_full(after, ms(t0, 41)));
         assert!(b.kill_requested());
         assert!(!b.note_full(after, ms(t0, 60)));
+    }
+
+    #[test]
+    fn a_kill_wakes_the_links_timer() {
+        use event_listener::Listener;
+        // The link's timer sleeps until the link's own deadline (no polling): a kill must
+        // wake it, by `note_full` and by `kill` alike, and only the first time.
+        let t0 = Instant::now();
+        let b = LinkBudget::new(10, t0);
+        let l = b.killed.listen();
+        assert!(b.note_full(Duration::ZERO, ms(t0, 1)) || b.note_full(Duration::ZERO, ms(t0, 2)));
+        assert!(
+            l.wait_timeout(Duration::ZERO).is_some(),
+            "note_full woke it"
+        );
+        let b = LinkBudget::new(10, t0);
+        let l = b.killed.listen();
+        b.kill();
+        assert!(l.wait_timeout(Duration::ZERO).is_some(), "kill woke it");
+        let l = b.killed.listen();
+        b.kill();
+        assert!(
+            l.wait_timeout(Duration::ZERO).is_none(),
+            "a second kill is no news"
+        );
     }
 }

@@ -392,6 +392,7 @@ impl MeshBuilder {
             epoch: Instant::now(),
             cfg: self.cfg,
             secure: secure.map(|c| RwLock::new(Arc::new(c))),
+            trust_changed: event_listener::Event::new(),
             names: Mutex::new(ahash::AHashMap::new()),
             discovery_stats: Mutex::new(Default::default()),
         });

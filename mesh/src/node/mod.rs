@@ -445,8 +445,8 @@ impl Mesh {
 
     /// Revokes an identity key: it is removed from the trusted keys and refused from now on
     /// (even without an allowlist), the established link of its node is closed (by the
-    /// control plane within its 100 ms tick, so this never waits and may be called from an
-    /// event callback), its name is forgotten and its identity records are no longer accepted. Returns whether the key was
+    /// control plane, woken for it; this never waits and may be called from an event
+    /// callback), its name is forgotten and its identity records are no longer accepted. Returns whether the key was
     /// on the allowlist. Needs a secured mesh. Peers that show no identity are not affected
     /// (they are refused anyway unless `require_identity` is set to false).
     pub fn revoke_key(&self, key: &[u8; 32]) -> Result<bool, MeshError> {
@@ -462,7 +462,8 @@ impl Mesh {
         let node = node_id_from_key(key);
         ns.set_name(node, None);
         // The policy is already replaced, so a handshake finishing after this cannot install
-        // the node; the control plane closes a link that is already up at its next tick.
+        // the node; the control plane, woken here, closes a link that is already up.
+        ns.trust_changed.notify(usize::MAX);
         tracing::info!(%node, listed, "identity key revoked");
         Ok(listed)
     }

@@ -180,6 +180,10 @@ pub(crate) struct NodeShared {
     /// Secured mesh: the handshake context. Replaced (never mutated) when the trust policy
     /// changes; a handshake keeps the context it started with and is re-checked at the end.
     pub(crate) secure: Option<RwLock<Arc<SecureContext>>>,
+    /// Raised after [`secure`](Self::secure) was replaced: the control plane's timer wakes
+    /// and hands the new context to the core (it polls for nothing: an idle node's control
+    /// thread sleeps until the core's next deadline).
+    pub(crate) trust_changed: event_listener::Event,
     /// Signed names of identity nodes: verified neighbours and gossiped identity records
     /// (bounded: entries leave with their member).
     pub(crate) names: Mutex<ahash::AHashMap<PeerId, Box<str>>>,

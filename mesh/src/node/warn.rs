@@ -6,7 +6,7 @@
 //! writes at most two lines per interval, whatever the input rate.
 //!
 //! [`WarnLimiter`] is pure logic over a caller-supplied clock; the control plane owns one and
-//! flushes it on its timer.
+//! flushes it on its timer, at [`WarnLimiter::next_flush`].
 
 use std::time::{Duration, Instant};
 
@@ -100,6 +100,12 @@ impl WarnLimiter {
         due
     }
 
+    /// When [`flush`](Self::flush) next has something to do (`None`: no window open), so
+    /// the owner's timer wakes for it and not on a period.
+    pub(crate) fn next_flush(&self) -> Option<Instant> {
+        self.windows.iter().map(|w| w.ends).min()
+    }
+
     /// The window length (for the summary line).
     pub(crate) fn interval(&self) -> Duration {
         self.interval
@@ -162,6 +168,20 @@ mod tests {
         // Closed: the next one is logged again; "junk" had nothing to summarise.
         assert_eq!(l.admit("full", t0 + 12 * S), Admit::Log { earlier: 0 });
         assert_eq!(l.flush(t0 + 11 * S + 10 * S), vec![]);
+    }
+
+    #[test]
+    fn the_next_flush_is_the_earliest_open_window_and_none_when_all_closed() {
+        let t0 = Instant::now();
+        let mut l = WarnLimiter::new(10 * S);
+        assert_eq!(l.next_flush(), None, "nothing to flush: no timer needed");
+        l.admit("a", t0 + 2 * S);
+        l.admit("b", t0 + S);
+        assert_eq!(l.next_flush(), Some(t0 + 11 * S));
+        l.flush(t0 + 11 * S);
+        assert_eq!(l.next_flush(), Some(t0 + 12 * S));
+        l.flush(t0 + 12 * S);
+        assert_eq!(l.next_flush(), None);
     }
 
     #[test]

@@ -21,9 +21,23 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Longest a link's timer sleeps, so a Disconnect-policy kill is acted on promptly even while
-/// the writer is stuck on a full socket.
-const TIMER_CAP: Duration = Duration::from_millis(200);
+/// The grid the timers of a shard's links fire on: a link's deadline is rounded up to the
+/// next multiple of this from the shard's start, so links due within the same grain are
+/// served in one wake-up of the shard's thread instead of one each (issue 29: an idle node
+/// of a 40-node full mesh woke for each of its links' timers). A heartbeat then goes out at
+/// most this much after its interval, and a dead link is found at most this much after its
+/// timeout; both are seconds. The timer does not poll: a Disconnect-policy kill wakes it
+/// through [`LinkBudget::killed`].
+pub const TIMER_GRAIN: Duration = Duration::from_millis(100);
+
+/// `at` rounded up to the next multiple of [`TIMER_GRAIN`] after `epoch` (`epoch` itself if
+/// `at` is not later).
+pub(super) fn on_grid(epoch: Instant, at: Instant) -> Instant {
+    let grain = TIMER_GRAIN.as_nanos();
+    let since = at.saturating_duration_since(epoch).as_nanos();
+    let steps = since.div_ceil(grain);
+    epoch + Duration::from_nanos(u64::try_from(steps * grain).unwrap_or(u64::MAX))
+}
 
 /// One link served by this shard.
 #[derive(Debug)]
@@ -256,9 +270,12 @@ impl ShardCore {
 
     /// When the link's timer should fire next (`None`: the link is gone or closed, the timer
     /// task ends).
+    ///
+    /// The deadline is on the shard's timer grid (see [`TIMER_GRAIN`]), never before `now`'s
+    /// grid point: links due together fire together.
     pub fn link_timeout(&self, link: LinkId, now: Instant) -> Option<Instant> {
         let d = self.links.get(link)?.state.poll_timeout()?;
-        Some(d.min(now + TIMER_CAP))
+        Some(on_grid(self.timer_epoch, d.max(now)))
     }
 
     /// The link's timer fired: heartbeat, liveness, a Disconnect-policy kill. False when the

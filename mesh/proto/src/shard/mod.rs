@@ -73,6 +73,7 @@ mod action;
 mod backpressure;
 mod fan_out;
 mod links;
+pub use links::TIMER_GRAIN;
 mod origin;
 mod read;
 mod reliable;
@@ -211,6 +212,8 @@ pub struct ShardCore {
     /// (and what comes discarded) until the peer closes too (see
     /// [`ShardCore::on_write_shutdown`]). At most one entry per served link.
     lingering: Vec<(Instant, LinkId)>,
+    /// The origin of the links' timer grid (see [`links::TIMER_GRAIN`]).
+    timer_epoch: Instant,
 }
 
 /// The core's [`DeliverySink`] (a box, so the core's type stays the same in the driver and
@@ -257,6 +260,7 @@ impl ShardCore {
             reliable: reliable::Reliable::default(),
             sink: Sink(sink),
             lingering: Vec::new(),
+            timer_epoch: now,
             counters,
             cfg,
         }

@@ -122,6 +122,8 @@ pub struct DataPath {
     rng: StdRng,
     acts: Vec<ShardAction>,
     bufs: Vec<Bytes>,
+    /// When set, every plaintext frame written: (when, link, frame type).
+    pub sent_log: Option<Vec<(Instant, LinkId, u8)>>,
 }
 
 impl DataPath {
@@ -145,6 +147,7 @@ impl DataPath {
             rng,
             acts: Vec::new(),
             bufs: Vec::new(),
+            sent_log: None,
         }
     }
 
@@ -398,7 +401,7 @@ impl DataPath {
                             all.extend_from_slice(b);
                         }
                         self.core.on_written(link, n, now);
-                        self.send(link, all, out);
+                        self.send(link, all, now, out);
                     }
                     WriteStep::Shutdown => {
                         self.core.on_link_lost(link, now, &mut acts);
@@ -413,7 +416,7 @@ impl DataPath {
     }
 
     /// Writes `bytes` on `link`, counting its frames and applying the simulated loss.
-    fn send(&mut self, link: LinkId, mut bytes: BytesMut, out: &mut Vec<ShardOut>) {
+    fn send(&mut self, link: LinkId, mut bytes: BytesMut, now: Instant, out: &mut Vec<ShardOut>) {
         let Some(c) = self.conns.get_mut(&link) else {
             return;
         };
@@ -444,6 +447,9 @@ impl DataPath {
             };
             let frame = bytes.split_to(len.min(bytes.len()));
             let kind = kind_of(&frame);
+            if let (Some(log), Some(t)) = (self.sent_log.as_mut(), frame.get(4)) {
+                log.push((now, link, *t));
+            }
             let lossy = frame.len() > 4 && is_lossy(frame[4]);
             if lossy && self.loss > 0.0 && self.rng.gen_bool(self.loss) {
                 out.push(ShardOut::Lost);

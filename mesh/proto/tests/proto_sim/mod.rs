@@ -171,6 +171,9 @@ impl Sim {
             lost_frames: 0,
             pumping: false,
             max_backlog: 0,
+            control_wakes: 0,
+            shard_wakes: 0,
+            armed: (now, now),
         }
     }
 
@@ -588,6 +591,9 @@ impl Sim {
             return;
         }
         let (now, wall) = (self.now, self.wall_ms());
+        let n = &mut self.nodes[i];
+        n.control_wakes += u64::from(n.armed.0 <= now);
+        n.shard_wakes += u64::from(n.armed.1 <= now);
         let mut out = Vec::new();
         self.nodes[i].shard.handle_timeout(now, &mut out);
         self.apply_shard(i, out);
@@ -595,10 +601,17 @@ impl Sim {
         self.drive(i);
     }
 
-    fn deadline(&self, i: usize) -> Option<Instant> {
-        let n = &self.nodes[i];
-        n.alive
-            .then(|| n.core.poll_timeout().min(n.shard.poll_timeout(self.now)))
+    /// Node `i`'s next deadline; each part's is kept for counting wake-ups (see
+    /// [`Node::control_wakes`]).
+    fn deadline(&mut self, i: usize) -> Option<Instant> {
+        let now = self.now;
+        let n = &mut self.nodes[i];
+        if !n.alive {
+            return None;
+        }
+        let (c, s) = (n.core.poll_timeout(), n.shard.poll_timeout(now));
+        n.armed = (c, s);
+        Some(c.min(s))
     }
 
     /// Advances virtual time to `self.now + d`, processing everything due on the way.

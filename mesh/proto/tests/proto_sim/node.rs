@@ -75,6 +75,14 @@ pub struct Node {
     /// With a shard command cost: the most commands the control core's outbox held when the
     /// pump took one.
     pub max_backlog: usize,
+    /// Times the control core's deadline woke it: how often an idle node's control thread
+    /// wakes for timers.
+    pub control_wakes: u64,
+    /// Times the data path's deadline (the shard core's or a link's) woke it: the same for
+    /// its shard thread.
+    pub shard_wakes: u64,
+    /// The control core's and the data path's deadlines as last asked.
+    pub(super) armed: (Instant, Instant),
 }
 
 /// Wire bytes by kind (plaintext framing: length prefix, type, body).

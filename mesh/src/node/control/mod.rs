@@ -42,11 +42,8 @@ use std::net::SocketAddr;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// Longest the control plane's timer sleeps between checks (a revoked key's link closes
-/// within it).
-const TICK: Duration = Duration::from_millis(100);
 /// Beacons waiting for the multicast socket (older ones are dropped: a beacon only repeats).
 const BEACON_BACKLOG: usize = 4;
 
@@ -285,28 +282,42 @@ pub(crate) async fn run(init: ControlStart) {
     }
 }
 
+/// The control plane's timer: it sleeps until the core's next deadline (or the warning
+/// summaries' next flush), and wakes early only when an input moved that deadline earlier
+/// (`rearm`) or the trust policy changed (`trust_changed`). Nothing here runs on a period: an
+/// idle node's control thread wakes only for work the core scheduled (issue 29).
 async fn tick(ctl: Rc<Ctl>) {
+    use futures_util::future::{select, Either};
     loop {
         let rearmed = ctl.rearm.listen();
-        let next = ctl.core.borrow().poll_timeout().min(Instant::now() + TICK);
-        ctl.armed.set(next);
+        let trust = ctl.ns.trust_changed.listen();
+        let core_next = ctl.core.borrow().poll_timeout();
+        let next = match ctl.warns.borrow().next_flush() {
+            Some(w) => core_next.min(w),
+            None => core_next,
+        };
+        ctl.armed.set(core_next);
         let sleep = std::pin::pin!(sleep_until(next));
-        if let futures_util::future::Either::Right(_) =
-            futures_util::future::select(sleep, rearmed).await
-        {
-            if Instant::now() < ctl.core.borrow().poll_timeout() {
+        let woke = select(sleep, select(rearmed, trust)).await;
+        // `Mesh::revoke_key` only replaces the shared context and raises `trust_changed`;
+        // the core sees the new policy here, whichever thread revoked (an event callback
+        // cannot wait).
+        let ctx = ctl.ns.secure_ctx();
+        let now = Instant::now();
+        let due = now >= ctl.core.borrow().poll_timeout();
+        if let Either::Right((Either::Left(_), _)) = woke {
+            if !due {
                 // Woken for a deadline that is not due yet: sleep again until it is.
                 continue;
             }
         }
-        // `Mesh::revoke_key` only replaces the shared context; the core sees the new policy
-        // here, within one tick, whichever thread revoked (an event callback cannot wait).
-        let ctx = ctl.ns.secure_ctx();
         ctl.feed(|c, now, wall| {
             if let Some(ctx) = ctx {
                 c.set_secure_context(ctx, now, wall);
             }
-            c.handle_timeout(now, wall);
+            if due {
+                c.handle_timeout(now, wall);
+            }
         });
         flush_summaries(&mut ctl.warns.borrow_mut(), Instant::now());
     }

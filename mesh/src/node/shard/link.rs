@@ -4,7 +4,9 @@
 //! released, see [`super::super::recycle`]) and lets the core parse and route every whole
 //! frame; the writer writes what the core gathers (or seals) into one vectored write per
 //! batch, and samples the link's round-trip time about once a second for observers; the
-//! timer fires the link's heartbeat and liveness checks when the core says.
+//! timer fires the link's heartbeat and liveness checks when the core says (on the shard's
+//! timer grid, so an idle shard wakes once for all its links due together), or at once on a
+//! slow-peer kill.
 //!
 //! **Owns:** the link's socket halves and tasks. **Must not touch:** what is read, written,
 //! counted or closed (the core's).
@@ -165,14 +167,24 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
     settle(&ctx, &mut waits, who).await;
 }
 
-/// Fires the link's timer (heartbeat, liveness, a slow-peer kill) when the core says.
+/// Fires the link's timer (heartbeat, liveness) when the core says, or at once when a
+/// Disconnect-policy kill is requested (also while the writer is stuck on a full socket).
+/// The core puts the deadlines of a shard's links on one grid, so the timers of links due
+/// together fire in one wake-up of the thread.
 async fn timer(ctx: Rc<Ctx>, link: LinkId) {
+    let Some(budget) = ctx.core.borrow().link_budget(link) else {
+        return;
+    };
     let (mut actions, mut waits) = (Vec::new(), Vec::new());
     loop {
+        let killed = budget.killed.listen();
         let Some(deadline) = ctx.core.borrow().link_timeout(link, Instant::now()) else {
             return;
         };
-        shoal_runtime::time::sleep_until(deadline).await;
+        if !budget.kill_requested() {
+            let sleep = std::pin::pin!(shoal_runtime::time::sleep_until(deadline));
+            futures_util::future::select(sleep, killed).await;
+        }
         let now = Instant::now();
         let live = ctx.core.borrow_mut().on_link_timer(link, now, &mut actions);
         carry(&ctx, &mut actions, &mut waits, Who::Other);
