@@ -12,7 +12,8 @@
 //! Three sources of dial targets converge on one handshake and dial-race path:
 //! - **discovered** peers (validated announces): dialed at the announced address at once, and
 //!   redialed with backoff only while still announced; Lost (pruned) after `peer_lost_timeout`
-//!   without announce or link;
+//!   without announce or link. With a link cap (`max_links` above zero) they are only
+//!   remembered, and dialed when the control core asks (`peers/cap.rs`, [`crate::degree`]);
 //! - **static** endpoints: dialed by endpoint (the driver re-resolves DNS on every attempt),
 //!   maintained forever whatever id answers (a restarted peer with a new id is simply the next
 //!   id behind the endpoint), never Lost;
