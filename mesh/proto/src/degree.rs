@@ -120,6 +120,17 @@ pub struct Sheddable {
     pub keeps_connected: bool,
 }
 
+/// What a look counts of the node's own links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Links counted against the cap.
+    pub links: usize,
+    /// Dials of discovered peers in flight.
+    pub dials: usize,
+    /// One of them goes to a peer outside the component (a heal dial is under way).
+    pub healing: bool,
+}
+
 /// What a look decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -283,16 +294,17 @@ impl DegreeCap {
         self.holds.get(peer).is_some_and(|h| h.until > now)
     }
 
-    /// One look, at a due time: `links` counted, `fill_dials` and `heal_dials` in flight,
-    /// the passive peers, and (asked only when the node is above `H`) the neighbours that may
+    /// One look, at a due time: the [`Counts`], the passive peers, and (asked only when the node is above `H`) the neighbours that may
     /// be closed. Decisions go to `out`; the next look is armed when time alone can change
     /// them.
     pub fn look(
         &mut self,
         now: Instant,
-        links: usize,
-        dials: usize,
-        healing: bool,
+        Counts {
+            links,
+            dials,
+            healing,
+        }: Counts,
         passive: &[Passive],
         sheddable: impl FnOnce() -> Vec<Sheddable>,
         out: &mut Vec<Decision>,
@@ -368,19 +380,15 @@ impl DegreeCap {
             if ready > now {
                 want(ready, &mut later);
             } else {
-                let mut c: Vec<Sheddable> = sheddable()
-                    .into_iter()
-                    .filter(|s| s.keeps_connected)
-                    .collect();
                 // Most links first; ties by a random draw (not by id: every node would pick
                 // the same victim).
-                let mut keyed: Vec<(usize, u32, PeerId)> = c
-                    .drain(..)
-                    .map(|s| (s.links, self.rng.gen(), s.peer))
-                    .collect();
-                keyed.sort_unstable_by(|a, b| b.cmp(a));
-                if let Some((_, _, peer)) = keyed.first() {
-                    out.push(Decision::Shed(*peer));
+                let pick = sheddable()
+                    .into_iter()
+                    .filter(|s| s.keeps_connected)
+                    .map(|s| (s.links, self.rng.gen::<u32>(), s.peer))
+                    .max();
+                if let Some((_, _, peer)) = pick {
+                    out.push(Decision::Shed(peer));
                     self.stats.links_shed += 1;
                 }
                 let gap = self.jitter(SHED_GAP);
@@ -404,6 +412,14 @@ mod tests {
         PeerId([b; 16])
     }
 
+    fn c(links: usize, dials: usize, healing: bool) -> Counts {
+        Counts {
+            links,
+            dials,
+            healing,
+        }
+    }
+
     #[test]
     fn band_between_cap_and_slack_is_quiet() {
         let t0 = Instant::now();
@@ -416,7 +432,7 @@ mod tests {
         }];
         for links in [6, 7] {
             let mut out = Vec::new();
-            d.look(t0, links, 0, false, &passive, Vec::new, &mut out);
+            d.look(t0, c(links, 0, false), &passive, Vec::new, &mut out);
             assert!(out.is_empty(), "{links} links: {out:?}");
             assert_eq!(
                 d.poll_timeout(),
@@ -425,7 +441,7 @@ mod tests {
             );
         }
         let mut out = Vec::new();
-        d.look(t0, 5, 0, false, &passive, Vec::new, &mut out);
+        d.look(t0, c(5, 0, false), &passive, Vec::new, &mut out);
         assert_eq!(out, vec![Decision::Fill(id(1))]);
     }
 
@@ -439,7 +455,7 @@ mod tests {
             links: Some(7),
         };
         let mut out = Vec::new();
-        d.look(t0, 0, 0, false, &[full], Vec::new, &mut out);
+        d.look(t0, c(0, 0, false), &[full], Vec::new, &mut out);
         assert!(out.is_empty());
         // Dialed, up, closed by the peer at once: refused, held off.
         d.link_up(id(2), t0);
@@ -453,9 +469,7 @@ mod tests {
         };
         d.look(
             t0 + Duration::from_millis(10),
-            0,
-            0,
-            false,
+            c(0, 0, false),
             &[free],
             Vec::new,
             &mut out,
@@ -510,11 +524,11 @@ mod tests {
             ]
         };
         let mut out = Vec::new();
-        d.look(t0, 9, 0, false, &[], cands, &mut out);
+        d.look(t0, c(9, 0, false), &[], cands, &mut out);
         assert!(out.is_empty(), "not before it settled");
         let at = d.poll_timeout().expect("a look armed");
         assert!(at >= t0 + Duration::from_secs(1));
-        d.look(at, 9, 0, false, &[], cands, &mut out);
+        d.look(at, c(9, 0, false), &[], cands, &mut out);
         assert_eq!(out, vec![Decision::Shed(id(2))]);
     }
 
@@ -528,13 +542,13 @@ mod tests {
             links: None,
         }];
         let mut out = Vec::new();
-        d.look(t0, 7, 0, false, &p, Vec::new, &mut out);
+        d.look(t0, c(7, 0, false), &p, Vec::new, &mut out);
         assert!(out.is_empty());
         let at = d.poll_timeout().expect("armed for the heal delay");
         assert_eq!(at, t0 + d.heal_delay());
-        d.look(at, 7, 0, true, &p, Vec::new, &mut out);
+        d.look(at, c(7, 0, true), &p, Vec::new, &mut out);
         assert!(out.is_empty(), "one heal dial at a time");
-        d.look(at, 7, 0, false, &p, Vec::new, &mut out);
+        d.look(at, c(7, 0, false), &p, Vec::new, &mut out);
         assert_eq!(out, vec![Decision::Heal(id(9))]);
     }
 }

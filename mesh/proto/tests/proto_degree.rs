@@ -152,12 +152,8 @@ fn a_capped_mesh_of_32_settles_connected_with_a_small_diameter_and_no_churn() {
         mean >= (cap - 1) as f64,
         "degrees filled near the cap: {d:?}"
     );
-    for i in 0..n {
-        assert!(
-            sim.nodes[i].errors.is_empty(),
-            "node {i}: {:?}",
-            sim.nodes[i].errors
-        );
+    for (i, node) in sim.nodes.iter().enumerate() {
+        assert!(node.errors.is_empty(), "node {i}: {:?}", node.errors);
     }
 }
 

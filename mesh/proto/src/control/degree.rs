@@ -8,7 +8,7 @@
 
 use super::ControlCore;
 use crate::counted_graph::{CountedGraph, FAR};
-use crate::degree::{Decision, Passive, Sheddable};
+use crate::degree::{Counts, Decision, Passive, Sheddable};
 use crate::{LinkId, PeerId};
 use ahash::AHashMap;
 use std::collections::VecDeque;
@@ -86,15 +86,12 @@ impl ControlCore {
         let mut cap = self.degree.take().expect("checked");
         let sheddable = || self.sheddable(&listed);
         let mut out = Vec::new();
-        cap.look(
-            now,
+        let counts = Counts {
             links,
-            dials.len(),
+            dials: dials.len(),
             healing,
-            &passive,
-            sheddable,
-            &mut out,
-        );
+        };
+        cap.look(now, counts, &passive, sheddable, &mut out);
         self.degree = Some(cap);
         for d in out {
             match d {
