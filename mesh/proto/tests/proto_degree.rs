@@ -260,3 +260,35 @@ fn without_a_cap_scouting_still_builds_the_full_mesh() {
     assert!(full.is_some(), "degrees {:?}", degrees(&sim));
     assert!(sim.nodes[0].core.degree_stats().is_none());
 }
+
+/// The settled case over more seeds and a 40-node mesh with cap 8 (the storm's size), with
+/// the same checks: `cargo test -p shoal-proto --test proto_degree -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn seed_sweep() {
+    for (seed, n, cap) in [
+        (1, 32, 6),
+        (2, 32, 6),
+        (3, 32, 6),
+        (4, 32, 6),
+        (5, 40, 8),
+        (6, 40, 8),
+    ] {
+        let high = cap + slack(cap);
+        let mut sim = capped_mesh(seed, n, cap);
+        let took = run_until(&mut sim, Duration::from_secs(60), |s| settled(s, high));
+        sim.run_for(Duration::from_secs(10));
+        let before = churn(&sim);
+        sim.run_for(Duration::from_secs(20));
+        let quiet = churn(&sim) == before;
+        let d = degrees(&sim);
+        let diam = diameter(&sim);
+        eprintln!(
+            "seed {seed}, {n} nodes, cap {cap}: settled after {took:?}, degrees {}..{} mean {:.1}, diameter {diam:?}, quiet {quiet}",
+            d.iter().min().unwrap(),
+            d.iter().max().unwrap(),
+            d.iter().sum::<usize>() as f64 / n as f64
+        );
+        assert!(took.is_some() && quiet && diam.is_some_and(|x| x <= 4));
+    }
+}
