@@ -33,6 +33,9 @@ pub(crate) struct StormNodeArgs {
     /// Mesh settings file (TOML, `MeshBuilder::from_toml_str`); the flags above override it.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
+    /// `max_links` (overrides the settings file).
+    #[arg(long)]
+    pub(crate) max_links: Option<usize>,
 }
 
 /// What a storm node answers to `s`: its member set and the counters the parent turns into
@@ -91,8 +94,11 @@ pub(crate) fn run(a: &StormNodeArgs) -> Result<(), RunError> {
         ..Members::default()
     }));
     let seen = members.clone();
-    let mesh = MeshBuilder::from_toml_str(&text)
-        .map_err(SetupError::Mesh)?
+    let mut builder = MeshBuilder::from_toml_str(&text).map_err(SetupError::Mesh)?;
+    if let Some(n) = a.max_links {
+        builder = builder.max_links(n);
+    }
+    let mesh = builder
         .group_name(a.group.clone())
         .listen_addr(IpAddr::V4(a.multicast_interface))
         .listen_port(0u16)

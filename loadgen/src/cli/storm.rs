@@ -42,6 +42,10 @@ pub(crate) struct StormArgs {
     /// Mesh settings file (TOML) given to every node.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Cap on each node's links to discovered peers (`max_links`; overrides the settings
+    /// file). 0: no cap, the full mesh.
+    #[arg(long)]
+    max_links: Option<usize>,
     /// Write each node's log (stderr; `RUST_LOG` applies) to `DIR/node-K.log`, K in start
     /// order, the restarted node's new process last; each node logs its id at info level
     /// (`shoal_loadgen=info`).
@@ -67,6 +71,7 @@ pub(crate) fn storm_cmd(a: StormArgs) -> Result<(), MainError> {
         converge_timeout: ms(a.converge_timeout_ms),
         interface: a.multicast_interface,
         config: a.config,
+        max_links: a.max_links,
         node_logs: a.node_logs,
         progress: !(a.out.quiet || a.out.json),
     };

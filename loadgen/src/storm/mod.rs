@@ -46,6 +46,8 @@ pub(crate) struct StormRun {
     pub(crate) interface: Ipv4Addr,
     /// Mesh settings file given to every node.
     pub(crate) config: Option<PathBuf>,
+    /// `max_links` for every node (overrides the settings file).
+    pub(crate) max_links: Option<usize>,
     /// Each node's stderr (its log) to `DIR/node-K.log` (`K` in start order, the restarted
     /// node's new process last) instead of this process's stderr.
     pub(crate) node_logs: Option<PathBuf>,
@@ -126,6 +128,10 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
     if let Some(c) = &r.config {
         args.push("--config".into());
         args.push(c.display().to_string());
+    }
+    if let Some(n) = r.max_links {
+        args.push("--max-links".into());
+        args.push(n.to_string());
     }
     let t0 = unix_ms();
     let mut nodes = (0..r.nodes)

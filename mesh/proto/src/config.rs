@@ -74,6 +74,12 @@
 //!   setting). Off by default: on the fault suite, subscribers behind lossy links get 0.98x
 //!   (median of seven pairs) of what flooding delivers them, whose redundant copies they take
 //!   whenever link changes reopen their settling windows.
+//! - `max_links = 0`: no cap, every discovered peer is dialed (the full mesh multicast
+//!   discovery builds). Above zero, a node keeps about that many links to discovered Shoal
+//!   peers and knows the others without dialing them ([`crate::degree`] has the rules: it
+//!   dials while under the cap, refuses inbound links at the cap plus a slack, heals a
+//!   partition whatever the cap). 1 is refused ([`ConfigError::MaxLinksTooSmall`]): nodes
+//!   that each keep one link pair off and no mesh of three or more forms.
 
 use serde::Deserialize;
 use std::fmt;
@@ -148,6 +154,9 @@ pub enum ConfigError {
     /// `record_suite` is set (not `auto`) in a plaintext mesh, which has no records.
     #[error("record_suite = {0:?} requires a psk (records exist only in a secured mesh)")]
     SuiteWithoutPsk(&'static str),
+    /// `max_links = 1`: every node would keep one link, pairs form and nothing joins them.
+    #[error("max_links = 1 cannot connect more than two nodes: use 0 (no cap) or at least 2")]
+    MaxLinksTooSmall,
     /// The `[topics]` table is invalid.
     #[error(transparent)]
     Topics(#[from] crate::topics::TopicsConfigError),
@@ -324,6 +333,13 @@ pub struct MeshConfig {
     /// full-mesh fan-out lost samples that way).
     #[serde(rename = "membership_flood_gap_ms", with = "millis")]
     pub membership_flood_gap: Duration,
+    /// Bounded degree: the links to discovered Shoal peers this node keeps (about; see
+    /// [`crate::degree`]). 0 (the default) dials every discovered peer: the full mesh. Above
+    /// zero, the other discovered peers are known but not dialed; inbound links are taken up
+    /// to the cap plus a slack (`max(1, max_links / 4)`), a node outside this node's component
+    /// always (a partition heals). Static peers and multimaster peers are always linked and
+    /// not counted. 1 is refused (no mesh of three nodes could form).
+    pub max_links: usize,
 }
 
 impl Default for MeshConfig {
@@ -374,6 +390,7 @@ impl Default for MeshConfig {
             reverse_path_settle: Duration::from_millis(4000),
             membership_flood_gap: Duration::ZERO,
             relay_pruning: false,
+            max_links: 0,
         }
     }
 }
@@ -417,6 +434,7 @@ impl fmt::Debug for MeshConfig {
             .field("reverse_path_settle", &self.reverse_path_settle)
             .field("membership_flood_gap", &self.membership_flood_gap)
             .field("relay_pruning", &self.relay_pruning)
+            .field("max_links", &self.max_links)
             .finish_non_exhaustive()
     }
 }
@@ -563,6 +581,9 @@ impl MeshConfig {
                 return Err(ConfigError::BadEndpoint(ep.clone()));
             }
         }
+        if self.max_links == 1 {
+            return Err(ConfigError::MaxLinksTooSmall);
+        }
         if !self.secured() && self.record_suite != crate::crypto::RecordSuitePolicy::Auto {
             return Err(ConfigError::SuiteWithoutPsk(self.record_suite.name()));
         }
@@ -682,6 +703,8 @@ macro_rules! mesh_config_setters {
         /// Enables or disables skipping, on a broadcast's relay, the neighbours that would
         /// refuse the copy.
         relay_pruning: bool,
+        /// Sets `max_links` (0: no cap, the full mesh; see [`crate::degree`]).
+        max_links: usize,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {

@@ -101,6 +101,7 @@ pub mod cmd;
 pub mod control;
 mod counted_graph;
 pub mod dedup;
+pub mod degree;
 pub mod gossip;
 pub mod link;
 pub mod membership;

@@ -12,7 +12,8 @@
 //! Three sources of dial targets converge on one handshake and dial-race path:
 //! - **discovered** peers (validated announces): dialed at the announced address at once, and
 //!   redialed with backoff only while still announced; Lost (pruned) after `peer_lost_timeout`
-//!   without announce or link;
+//!   without announce or link. With a link cap (`max_links` above zero) they are only
+//!   remembered, and dialed when the control core asks (`peers/cap.rs`, [`crate::degree`]);
 //! - **static** endpoints: dialed by endpoint (the driver re-resolves DNS on every attempt),
 //!   maintained forever whatever id answers (a restarted peer with a new id is simply the next
 //!   id behind the endpoint), never Lost;
@@ -98,6 +99,8 @@
 //! never comes without its `Connected`. A peer announced before it connects is discovered
 //! before it is connected; one that connects first is discovered when its first announce
 //! arrives.
+
+mod cap;
 
 use super::admission::NewPeerLimiter;
 use super::{backoff_with_jitter, LinkId};
@@ -303,6 +306,9 @@ pub struct PeerManager<R> {
     seeds: Vec<Target>,
     established: usize,
     stopped: bool,
+    /// A cap on links is set (`max_links`): discovered peers are dialed only when asked
+    /// (`cap.rs`).
+    hold_dials: bool,
     actions: VecDeque<PeerAction>,
     events: VecDeque<PeerEvent>,
     stats: PeerStats,
@@ -350,6 +356,7 @@ impl<R: rand::RngCore> PeerManager<R> {
             seeds: cfg.seed_peers.iter().map(target).collect(),
             established: 0,
             stopped: false,
+            hold_dials: cfg.max_links > 0,
             actions: VecDeque::new(),
             events: VecDeque::new(),
             stats: PeerStats::default(),
@@ -456,7 +463,7 @@ impl<R: rand::RngCore> PeerManager<R> {
                 .push_back(PeerEvent::PeerDiscovered { peer, addr });
         }
         let due = p.reconnect_at.is_none_or(|t| t <= now);
-        if p.link.is_none() && p.dialing.is_none() && !p.is_static && due {
+        if p.link.is_none() && p.dialing.is_none() && !p.is_static && due && !self.hold_dials {
             self.dial_peer(peer, paid, now);
         }
     }
@@ -825,7 +832,7 @@ impl<R: rand::RngCore> PeerManager<R> {
                 let announced = p
                     .last_announce
                     .is_some_and(|a| now.saturating_duration_since(a) < self.peer_lost_timeout);
-                if announced && !p.is_static && p.addr.is_some() {
+                if announced && !p.is_static && p.addr.is_some() && !self.hold_dials {
                     redial.push((t, *id));
                 } else {
                     p.reconnect_at = None;

@@ -276,6 +276,21 @@ counters! {
     /// (`link_work_per_sec`): the control plane paused that link's Discovery frames until the
     /// budget refills, and the shard drops them on arrival instead of handing each over.
     dropped_discovery_over_budget,
+    /// Control plane, link cap (`max_links`): passive peers dialed because this node had
+    /// fewer links than the cap (`shoal_proto::degree`).
+    cap_fill_dials,
+    /// Control plane, link cap: passive peers outside this node's component dialed whatever
+    /// the degree, to heal a partition or take in an isolated node.
+    cap_heal_dials,
+    /// Control plane, link cap: inbound links refused (Goodbye) at the cap plus slack, from
+    /// peers already in this node's component.
+    cap_links_refused,
+    /// Control plane, link cap: links closed (Goodbye) above the cap plus slack, each one
+    /// whose removal kept every member reachable.
+    cap_links_shed,
+    /// Control plane, link cap: links that ended within a second of coming up (a dial the
+    /// peer refused, or a flapping link); their peers are held off longer.
+    cap_dials_refused,
 }
 
 /// Raises a high-water mark of the calling executor's own set to `v`.

@@ -295,3 +295,20 @@ fn record_suite_is_written_by_name_and_needs_a_psk_unless_auto() {
         .unwrap();
     assert_eq!(built.record_suite, RecordSuitePolicy::ChaCha20Poly1305);
 }
+
+#[test]
+fn max_links_is_off_by_default_and_one_is_refused() {
+    assert_eq!(MeshConfig::default().max_links, 0);
+    let c = MeshConfig::from_toml_str("max_links = 8\n").unwrap();
+    assert_eq!(c.max_links, 8);
+    assert_eq!(
+        MeshConfig::from_toml_str("max_links = 1\n"),
+        Err(ConfigError::MaxLinksTooSmall)
+    );
+    assert_eq!(
+        MeshConfig::builder().max_links(1usize).build(),
+        Err(ConfigError::MaxLinksTooSmall)
+    );
+    let c = MeshConfig::builder().max_links(2usize).build().unwrap();
+    assert_eq!(c.max_links, 2);
+}

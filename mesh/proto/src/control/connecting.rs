@@ -147,6 +147,10 @@ impl ControlCore {
         }
         let (peer, port) = (ex.peer, ex.listen_port);
         let shoal_peer = ex.link.peer_shoal().is_some();
+        if self.degree_refuses(link, peer, shoal_peer) {
+            self.goodbye_close(link, ex);
+            return;
+        }
         self.conns.insert(link, Conn::Ready(Box::new(ex)));
         self.peers
             .on_handshake(link, peer, remote, port, shoal_peer, now);

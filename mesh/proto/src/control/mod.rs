@@ -36,6 +36,7 @@
 //! to [`ControlCore::new`]).
 
 mod connecting;
+mod degree;
 pub mod handshake;
 pub mod held;
 mod identity;
@@ -178,6 +179,8 @@ pub struct ControlCore {
     paths: paths::Paths,
     /// Neighbours not listed in the own record while their link is slow (see `slow`).
     withdrawn: slow::Withdrawn,
+    /// The link cap's rules (`max_links` above zero; see `degree`).
+    degree: Option<crate::degree::DegreeCap>,
 }
 
 impl ControlCore {
@@ -212,6 +215,16 @@ impl ControlCore {
             crate::membership::RECOMPUTE_GAP,
         )
         .with_flood_gap(cfg.membership_flood_gap);
+        // Drawn only with a cap: without one, every other draw stays what it was.
+        let degree = (cfg.max_links > 0).then(|| {
+            crate::degree::DegreeCap::new(
+                cfg.max_links,
+                cfg.membership_interval,
+                cfg.reconnect_max,
+                rng.gen(),
+                now,
+            )
+        });
         let own_record = secure
             .as_deref()
             .and_then(|c| OwnRecord::new(c, wall_ms, now + cfg.membership_interval));
@@ -253,6 +266,7 @@ impl ControlCore {
                 cfg.relay_pruning,
             ),
             withdrawn: slow::Withdrawn::default(),
+            degree,
             cfg,
         };
         if let Some(detail) = topics_warning {
@@ -298,6 +312,11 @@ impl ControlCore {
     /// Counters.
     pub fn stats(&self) -> ControlStats {
         self.stats
+    }
+
+    /// The link cap's counters (`None`: no cap, `max_links = 0`).
+    pub fn degree_stats(&self) -> Option<crate::degree::DegreeStats> {
+        self.degree.as_ref().map(|d| d.stats())
     }
 
     /// This node's id.
@@ -390,6 +409,9 @@ impl ControlCore {
             if let Some(s) = self.slow_timeout() {
                 t = t.min(s);
             }
+            if let Some(d) = self.degree.as_ref().and_then(|d| d.poll_timeout()) {
+                t = t.min(d);
+            }
         }
         if let Some(b) = &self.beacons {
             if !self.stopping {
@@ -434,6 +456,7 @@ impl ControlCore {
                 self.progress(link, p, BytesMut::new(), now, wall_ms);
             }
         }
+        self.degree_look(now);
         self.round(now, wall_ms);
     }
 

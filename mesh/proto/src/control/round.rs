@@ -170,10 +170,16 @@ impl ControlCore {
                 }
                 PeerEvent::Connected { peer, link } => {
                     self.membership.neighbour_up(peer, link, wall_ms, now);
+                    if let Some(d) = self.degree.as_mut() {
+                        d.link_up(peer, now);
+                    }
                     ControlEvent::PeerConnected { peer }
                 }
                 PeerEvent::Disconnected { peer } => {
                     self.membership.neighbour_down(&peer, wall_ms, now);
+                    if let Some(d) = self.degree.as_mut() {
+                        d.link_down(peer, now);
+                    }
                     ControlEvent::PeerDisconnected { peer }
                 }
                 PeerEvent::Lost { peer } => ControlEvent::PeerLost { peer },
@@ -214,6 +220,7 @@ impl ControlCore {
         }
         self.actions.extend(out.into_iter().map(Action::Event));
         self.sync_peer_stats();
+        self.degree_observe(now);
         self.changed = true;
     }
 

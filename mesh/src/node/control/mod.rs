@@ -443,6 +443,13 @@ fn refresh_snapshot(ctl: &Ctl) {
     raise(&c.membership_records_refused, s.membership_records_refused);
     raise(&c.claims_refused, s.claims_refused);
     raise(&c.slow_links_unlisted, s.slow_links_unlisted);
+    if let Some(d) = core.degree_stats() {
+        raise(&c.cap_fill_dials, d.fill_dials);
+        raise(&c.cap_heal_dials, d.heal_dials);
+        raise(&c.cap_links_refused, d.links_refused);
+        raise(&c.cap_links_shed, d.links_shed);
+        raise(&c.cap_dials_refused, d.dials_refused);
+    }
 }
 
 /// A writer's first route table reached every shard: its create command is answered.
