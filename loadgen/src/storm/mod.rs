@@ -1,7 +1,9 @@
 //! `storm`: N nodes in N processes on this host, started at once, linked by multicast scouting
 //! (every node dials every node it finds: the full mesh a LAN builds), left idle, then one of
-//! them restarted. Measures the time until every node has full membership, each node's control
-//! frames and CPU while idle, and the spike at the other nodes while one restarts.
+//! them restarted. Measures the time until every node has full membership and then a link to
+//! every other node (the idle window waits for both; a run whose links never complete says so
+//! and is measured anyway), the start's CPU, each node's control frames and CPU while idle,
+//! and the spike at the other nodes while one restarts.
 //!
 //! Each node is this binary's hidden `storm-node` subcommand ([`crate::storm_node`]); the
 //! parent asks each for a [`NodeSample`](crate::storm_node::NodeSample) over its
