@@ -51,6 +51,10 @@ pub(crate) struct NodeSample {
     pub(crate) members_changed_unix_ms: u64,
     /// Peers with an established link.
     pub(crate) connected: usize,
+    /// Wall-clock time (ms since the Unix epoch) of the last `PeerConnected` or
+    /// `PeerDisconnected`: once every peer is linked, the time the last link came up.
+    #[serde(default)]
+    pub(crate) links_changed_unix_ms: u64,
     /// Frames read from links, every kind (in an idle mesh: control frames alone).
     pub(crate) frames_in: u64,
     /// Bytes read from links.
@@ -63,6 +67,16 @@ pub(crate) struct NodeSample {
     pub(crate) links_opened: u64,
     /// See `links_opened`.
     pub(crate) links_closed: u64,
+    /// Announces of unknown peers ignored for the new-peer budget, and dials to never-linked
+    /// peers postponed by it (`announces_rate_limited`, `dials_rate_limited`).
+    #[serde(default)]
+    pub(crate) announces_rate_limited: u64,
+    /// See `announces_rate_limited`.
+    #[serde(default)]
+    pub(crate) dials_rate_limited: u64,
+    /// Connections refused as late claims of a linked peer's id (`claims_refused`).
+    #[serde(default)]
+    pub(crate) claims_refused: u64,
 }
 
 /// Wall-clock milliseconds since the Unix epoch (the parent and its children share the
@@ -78,6 +92,7 @@ pub(crate) fn unix_ms() -> u64 {
 struct Members {
     set: HashSet<PeerId>,
     changed_ms: u64,
+    links_changed_ms: u64,
 }
 
 /// Runs one storm node until told to stop (or stdin ends).
@@ -91,6 +106,7 @@ pub(crate) fn run(a: &StormNodeArgs) -> Result<(), RunError> {
     };
     let members = Arc::new(Mutex::new(Members {
         changed_ms: unix_ms(),
+        links_changed_ms: unix_ms(),
         ..Members::default()
     }));
     let seen = members.clone();
@@ -111,6 +127,11 @@ pub(crate) fn run(a: &StormNodeArgs) -> Result<(), RunError> {
             let (peer, joined) = match e {
                 Event::MemberJoined { peer } => (*peer, true),
                 Event::MemberLeft { peer } => (*peer, false),
+                Event::PeerConnected { .. } | Event::PeerDisconnected { .. } => {
+                    let mut m = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    m.links_changed_ms = unix_ms();
+                    return;
+                }
                 _ => return,
             };
             let mut m = seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -134,10 +155,10 @@ pub(crate) fn run(a: &StormNodeArgs) -> Result<(), RunError> {
         match line?.trim() {
             "s" => {
                 let t = mesh.stats().total;
-                let (mut ids, changed) = {
+                let (mut ids, changed, links_changed) = {
                     let m = members.lock().unwrap_or_else(|e| e.into_inner());
                     let ids: Vec<String> = m.set.iter().map(|p| p.to_string()).collect();
-                    (ids, m.changed_ms)
+                    (ids, m.changed_ms, m.links_changed_ms)
                 };
                 ids.sort_unstable();
                 let s = NodeSample {
@@ -145,12 +166,16 @@ pub(crate) fn run(a: &StormNodeArgs) -> Result<(), RunError> {
                     members: ids,
                     members_changed_unix_ms: changed,
                     connected: mesh.connected_peers().len(),
+                    links_changed_unix_ms: links_changed,
                     frames_in: t.frames_in,
                     bytes_in: t.bytes_in,
                     bytes_out: t.bytes_out,
                     data_frames_queued: t.frames_queued,
                     links_opened: t.links_opened,
                     links_closed: t.links_closed,
+                    announces_rate_limited: t.announces_rate_limited,
+                    dials_rate_limited: t.dials_rate_limited,
+                    claims_refused: t.claims_refused,
                 };
                 writeln!(
                     out,

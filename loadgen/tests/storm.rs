@@ -48,6 +48,14 @@ fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
     assert_eq!(r["startup"]["nodes_full"], 4, "{r:#}");
     let full = num(&r, "startup.full_membership_ms");
     assert!(full >= num(&r, "startup.per_node_ms.max") && full >= 0.0);
+    // Then every node linked to every other (the idle window waits for it), no earlier than
+    // each node's own last link, with its CPU over the start read.
+    assert_eq!(r["startup"]["nodes_linked"], 4, "{r:#}");
+    let linked = num(&r, "startup.all_linked_ms");
+    assert!(linked >= num(&r, "startup.per_node_linked_ms.max") && linked >= 0.0);
+    assert_eq!(num(&r, "startup.peers.min"), 3.0);
+    // (A 4-node start may take under one clock tick of CPU: only its presence is checked.)
+    assert!(num(&r, "startup.cpu_pct.min") >= 0.0 && num(&r, "startup.cpu_cores_peak") >= 0.0);
 
     // Multicast scouting built the full mesh, which stayed up and carried no data.
     let idle = &r["idle"];

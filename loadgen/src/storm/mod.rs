@@ -1,7 +1,9 @@
 //! `storm`: N nodes in N processes on this host, started at once, linked by multicast scouting
 //! (every node dials every node it finds: the full mesh a LAN builds), left idle, then one of
-//! them restarted. Measures the time until every node has full membership, each node's control
-//! frames and CPU while idle, and the spike at the other nodes while one restarts.
+//! them restarted. Measures the time until every node has full membership and then a link to
+//! every other node (the idle window waits for both; a run whose links never complete says so
+//! and is measured anyway), the start's CPU, each node's control frames and CPU while idle,
+//! and the spike at the other nodes while one restarts.
 //!
 //! Each node is this binary's hidden `storm-node` subcommand ([`crate::storm_node`]); the
 //! parent asks each for a [`NodeSample`](crate::storm_node::NodeSample) over its
@@ -71,30 +73,55 @@ fn is_full(r: &Reading, ids: &[String], i: usize) -> bool {
             .all(|(j, id)| j == i || r.s.members.binary_search(id).is_ok())
 }
 
-/// Polls until every node's member set is complete or `timeout`; the last readings.
-fn until_full(
+/// Whether a node has a link to every other node (of `n`).
+fn is_linked(r: &Reading, n: usize) -> bool {
+    r.s.connected + 1 == n
+}
+
+/// CPU of all the nodes together while they were sampled, in cores: the highest sample
+/// period's and the mean over the samples.
+#[derive(Debug, Default)]
+struct CpuTrack {
+    peak_cores: f64,
+    first: Option<Vec<Reading>>,
+    last: Option<Vec<Reading>>,
+}
+
+impl CpuTrack {
+    fn add(&mut self, r: &[Reading]) {
+        if let Some(prev) = &self.last {
+            let dt = (r[0].at - prev[0].at).as_secs_f64().max(1e-3);
+            let cpu: f64 = r.iter().zip(prev).map(|(y, x)| y.cpu_s - x.cpu_s).sum();
+            self.peak_cores = self.peak_cores.max(cpu / dt);
+        }
+        if self.first.is_none() {
+            self.first = Some(r.to_vec());
+        }
+        self.last = Some(r.to_vec());
+    }
+}
+
+/// Polls until `done` holds for every node or `end`; the last readings and whether it held.
+fn until(
     nodes: &mut [NodeProc],
     every: Duration,
-    timeout: Duration,
-    progress: bool,
+    end: Instant,
+    progress: Option<&str>,
+    cpu: &mut CpuTrack,
+    done: impl Fn(&Reading, usize) -> bool,
 ) -> Result<(Vec<Reading>, bool), RunError> {
-    let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
-    let end = Instant::now() + timeout;
     loop {
         let r = poll(nodes)?;
-        let full = r
-            .iter()
-            .enumerate()
-            .filter(|(i, x)| is_full(x, &ids, *i))
-            .count();
-        if progress {
-            eprint!("\rstorm: {full}/{} nodes with full membership", nodes.len());
+        cpu.add(&r);
+        let n = r.iter().enumerate().filter(|(i, x)| done(x, *i)).count();
+        if let Some(what) = progress {
+            eprint!("\rstorm: {n}/{} nodes {what}", nodes.len());
         }
-        if full == nodes.len() || Instant::now() >= end {
-            if progress {
+        if n == nodes.len() || Instant::now() >= end {
+            if progress.is_some() {
                 eprintln!();
             }
-            return Ok((r, full == nodes.len()));
+            return Ok((r, n == nodes.len()));
         }
         std::thread::sleep(every);
     }
@@ -102,6 +129,80 @@ fn until_full(
 
 fn ms_since(t0_unix_ms: u64, changed: u64) -> f64 {
     changed.saturating_sub(t0_unix_ms) as f64
+}
+
+/// The sum of a counter over the nodes between two readings.
+fn delta(a: &[Reading], b: &[Reading], f: impl Fn(&Reading) -> u64) -> u64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| f(y).saturating_sub(f(x)))
+        .sum()
+}
+
+/// The start: every node at once, then until each has full membership and a link to every
+/// other node (or the timeout).
+fn startup(
+    nodes: &mut [NodeProc],
+    r: &StormRun,
+    t0: u64,
+    t0_i: Instant,
+    cpu_at_spawn: &[Reading],
+) -> Result<Startup, RunError> {
+    let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
+    let n = ids.len();
+    let end = t0_i + r.converge_timeout;
+    let mut cpu = CpuTrack::default();
+    let progress = |w| r.progress.then_some(w);
+    let (start, full) = until(
+        nodes,
+        r.sample,
+        end,
+        progress("with full membership"),
+        &mut cpu,
+        |x, i| is_full(x, &ids, i),
+    )?;
+    let per_node: Vec<f64> = start
+        .iter()
+        .enumerate()
+        .filter(|(i, x)| is_full(x, &ids, *i))
+        .map(|(_, x)| ms_since(t0, x.s.members_changed_unix_ms))
+        .collect();
+    let (linked_r, linked) = until(
+        nodes,
+        r.sample,
+        end,
+        progress("linked to all"),
+        &mut cpu,
+        |x, _| is_linked(x, n),
+    )?;
+    let per_node_linked: Vec<f64> = linked_r
+        .iter()
+        .filter(|x| is_linked(x, n))
+        .map(|x| ms_since(t0, x.s.links_changed_unix_ms))
+        .collect();
+    let peers: Vec<f64> = linked_r.iter().map(|x| x.s.connected as f64).collect();
+    let elapsed = t0_i.elapsed().as_secs_f64().max(1e-3);
+    let node_cpu: Vec<f64> = linked_r
+        .iter()
+        .zip(cpu_at_spawn)
+        .map(|(y, x)| (y.cpu_s - x.cpu_s) / elapsed * 100.0)
+        .collect();
+    Ok(Startup {
+        full_membership_ms: full.then(|| per_node.iter().copied().fold(0.0, f64::max)),
+        per_node_ms: Spread::of(&per_node),
+        nodes_full: per_node.len(),
+        all_linked_ms: linked.then(|| per_node_linked.iter().copied().fold(0.0, f64::max)),
+        per_node_linked_ms: Spread::of(&per_node_linked),
+        nodes_linked: per_node_linked.len(),
+        peers: Spread::of(&peers),
+        window_s: elapsed,
+        cpu_pct: Spread::of(&node_cpu),
+        cpu_cores_peak: cpu.peak_cores,
+        announces_rate_limited: delta(cpu_at_spawn, &linked_r, |x| x.s.announces_rate_limited),
+        dials_rate_limited: delta(cpu_at_spawn, &linked_r, |x| x.s.dials_rate_limited),
+        claims_refused: delta(cpu_at_spawn, &linked_r, |x| x.s.claims_refused),
+        links_closed: delta(cpu_at_spawn, &linked_r, |x| x.s.links_closed),
+    })
 }
 
 /// Runs the storm; stops every node before returning.
@@ -134,25 +235,18 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         args.push(n.to_string());
     }
     let t0 = unix_ms();
+    let t0_i = Instant::now();
     let mut nodes = (0..r.nodes)
         .map(|k| NodeProc::spawn(&args, node_log(r, k)))
         .collect::<Result<Vec<_>, _>>()?;
     for n in nodes.iter_mut() {
         n.await_ready()?;
     }
-    let (start, full) = until_full(&mut nodes, r.sample, r.converge_timeout, r.progress)?;
-    let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
-    let per_node: Vec<f64> = start
-        .iter()
-        .enumerate()
-        .filter(|(i, x)| is_full(x, &ids, *i))
-        .map(|(_, x)| ms_since(t0, x.s.members_changed_unix_ms))
-        .collect();
-    let startup = Startup {
-        full_membership_ms: full.then(|| per_node.iter().copied().fold(0.0, f64::max)),
-        per_node_ms: Spread::of(&per_node),
-        nodes_full: per_node.len(),
-    };
+    // The counters and CPU at "ready" (a node's process start costs it a few ms of CPU
+    // before it is ready; the start figures are from here).
+    let ready = poll(&mut nodes)?;
+    let startup = startup(&mut nodes, r, t0, t0_i, &ready)?;
+    let full = startup.full_membership_ms.is_some();
     let mut report = StormReport {
         nodes: r.nodes,
         interface: r.interface.to_string(),
@@ -252,6 +346,8 @@ fn restart(
         (0.0f64, 0.0f64, 0.0f64, 0.0f64);
     let first = prev.clone();
     let mut full_at: Option<Instant> = None;
+    let mut linked_at: Option<Instant> = None;
+    let n = nodes.len();
     let mut last;
     let end_wait = t_r + r.converge_timeout;
     loop {
@@ -276,10 +372,13 @@ fn restart(
         if full && full_at.is_none() {
             full_at = Some(now);
         }
+        if all.iter().all(|x| is_linked(x, n)) && linked_at.is_none() {
+            linked_at = Some(now);
+        }
         last = all;
-        let done = match full_at {
-            Some(t) => now >= t + r.after,
-            None => now >= end_wait,
+        let done = match (full_at, linked_at) {
+            (Some(a), Some(b)) => now >= a.max(b) + r.after,
+            _ => now >= end_wait,
         };
         if done {
             break;
@@ -292,6 +391,11 @@ fn restart(
         wc += (y.cpu_s - x.cpu_s) / window * 100.0;
     }
     let full = full_at.is_some();
+    let links_changed = last
+        .iter()
+        .map(|x| x.s.links_changed_unix_ms)
+        .max()
+        .unwrap_or(0);
     let all_changed = last
         .iter()
         .map(|x| x.s.members_changed_unix_ms)
@@ -305,6 +409,10 @@ fn restart(
         full_membership_ms: full.then(|| ms_since(t_r_unix, all_changed)),
         new_node_full_ms: is_full(&last[i], &ids, i)
             .then(|| ms_since(new_unix, last[i].s.members_changed_unix_ms)),
+        all_linked_ms: linked_at.map(|_| ms_since(t_r_unix, links_changed)),
+        peers_min: last.iter().map(|x| x.s.connected).min().unwrap_or(0),
+        links_closed: delta(&first, &prev, |x| x.s.links_closed),
+        claims_refused: delta(&first, &prev, |x| x.s.claims_refused),
         window_s: window,
         sample_ms: r.sample.as_secs_f64() * 1e3,
         frames_per_s_peak_mean: peak_mean_f,

@@ -38,6 +38,32 @@ pub(crate) struct Startup {
     pub(crate) per_node_ms: Spread,
     /// Nodes whose member set was complete at the end of the wait.
     pub(crate) nodes_full: usize,
+    /// From the first process started until every node had a link to every other, ms
+    /// (`None`: not within the timeout). Members are also learned through others, so this
+    /// comes after full membership; the idle window waits for it.
+    pub(crate) all_linked_ms: Option<f64>,
+    /// The same per node (those linked to all).
+    pub(crate) per_node_linked_ms: Spread,
+    /// Nodes linked to every other at the end of the wait.
+    pub(crate) nodes_linked: usize,
+    /// Linked peers per node at the end of the start.
+    pub(crate) peers: Spread,
+    /// The start's length (first spawn to every node linked, or the timeout), s.
+    pub(crate) window_s: f64,
+    /// CPU per node over the start (from "ready"), % of one core.
+    pub(crate) cpu_pct: Spread,
+    /// All nodes' CPU together in the busiest sample period of the start, in cores (the
+    /// machine saturates at its core count).
+    pub(crate) cpu_cores_peak: f64,
+    /// Over the start, all nodes: announces ignored and dials postponed for the new-peer
+    /// budget, late claims refused, links closed (dial-race losers and failures).
+    pub(crate) announces_rate_limited: u64,
+    /// See `announces_rate_limited`.
+    pub(crate) dials_rate_limited: u64,
+    /// See `announces_rate_limited`.
+    pub(crate) claims_refused: u64,
+    /// See `announces_rate_limited`.
+    pub(crate) links_closed: u64,
 }
 
 /// The idle window: per node rates over it.
@@ -84,6 +110,15 @@ pub(crate) struct Restart {
     pub(crate) full_membership_ms: Option<f64>,
     /// From the new process's start until its own member set is complete, ms.
     pub(crate) new_node_full_ms: Option<f64>,
+    /// From the stop request until every node has a link to every other again, ms (`None`:
+    /// not within the timeout).
+    pub(crate) all_linked_ms: Option<f64>,
+    /// The fewest linked peers of a node at the end.
+    pub(crate) peers_min: usize,
+    /// Links closed and late claims refused at the other nodes over the window.
+    pub(crate) links_closed: u64,
+    /// See `links_closed`.
+    pub(crate) claims_refused: u64,
     /// The observed window (stop request to the end), s.
     pub(crate) window_s: f64,
     /// Sampling period, ms.
@@ -147,6 +182,31 @@ pub(crate) fn print(r: &StormReport) {
             r.startup.nodes_full, r.nodes
         ),
     }
+    let s = &r.startup;
+    match s.all_linked_ms {
+        Some(ms) => println!(
+            "  start: every node linked to every other after {ms:.0} ms (per node {})",
+            sp(&s.per_node_linked_ms, " ms")
+        ),
+        None => println!(
+            "  start: only {} of {} nodes linked to all within the timeout (peers {})",
+            s.nodes_linked,
+            r.nodes,
+            sp(&s.peers, "")
+        ),
+    }
+    println!(
+        "    over the start ({:.1} s): CPU per node {}, all nodes {:.2} cores at the peak; \
+         announces rate-limited {}, dials rate-limited {}, late claims refused {}, links \
+         closed {}",
+        s.window_s,
+        sp(&s.cpu_pct, " %"),
+        s.cpu_cores_peak,
+        s.announces_rate_limited,
+        s.dials_rate_limited,
+        s.claims_refused,
+        s.links_closed
+    );
     if let Some(i) = &r.idle {
         println!(
             "  idle {:.1} s, {:.0} peers per node:",
@@ -187,6 +247,17 @@ pub(crate) fn print(r: &StormReport) {
                 ),
                 _ => "full membership NOT regained within the timeout".into(),
             }
+        );
+        println!(
+            "    links: {}; fewest peers of a node at the end {}; at the others {} links \
+             closed, {} late claims refused",
+            match x.all_linked_ms {
+                Some(ms) => format!("every node linked to all again {ms:.0} ms after the stop"),
+                None => "NOT all linked again within the timeout".into(),
+            },
+            x.peers_min,
+            x.links_closed,
+            x.claims_refused
         );
         println!(
             "    at the other nodes over {:.1} s (sampled every {:.0} ms): frames/s peak {:.0} \

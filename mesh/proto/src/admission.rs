@@ -14,6 +14,18 @@
 //! address (memory stays fixed whatever the number of sources; the key is random per node,
 //! so an attacker cannot aim collisions at a chosen address; a collision only makes two
 //! sources share one budget). Each bucket holds one second's worth of tokens.
+//!
+//! A source's budget counts the ids it announced that are not proven yet, not the real nodes
+//! behind it: when a peer admitted on a source's budget completes a handshake under the
+//! announced id from that address, the source gets its token back
+//! ([`NewPeerLimiter::refund`]). Several nodes on one host (tests, a storm of processes, a
+//! user running many) announce from one address, and at 10 a second a host of 60 nodes took
+//! each of them ~6 s to admit the others (issue 29). What a stranger can do is unchanged:
+//! fake ids from one address that no node answers for (or a spoofed source aimed at someone
+//! else's address) never return a token, so they stay at `per_source` a second, counted as
+//! before; ids that do answer cost their sender a connection and a handshake each, which an
+//! inbound connection could make without any budget anyway, and the node-wide bucket is
+//! never refunded, so new peers of all sources together stay at `global` a second.
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -53,6 +65,12 @@ impl TokenBucket {
         self.tokens >= 1.0
     }
 
+    /// Gives one token back, up to the burst.
+    pub fn put_back(&mut self, now: Instant) {
+        self.refill(now);
+        self.tokens = (self.tokens + 1.0).min(self.burst);
+    }
+
     /// Takes one token if available.
     pub fn try_take(&mut self, now: Instant) -> bool {
         if self.ready(now) {
@@ -84,14 +102,25 @@ impl NewPeerLimiter {
         }
     }
 
+    fn slot(&self, source: IpAddr) -> usize {
+        (self.hasher.hash_one(source) as usize) & (SOURCE_SLOTS - 1)
+    }
+
     /// Takes one token from both the node-wide bucket and `source`'s, or from neither.
     pub fn try_admit(&mut self, source: IpAddr, now: Instant) -> bool {
-        let slot = (self.hasher.hash_one(source) as usize) & (SOURCE_SLOTS - 1);
+        let slot = self.slot(source);
         let src = &mut self.sources[slot];
         if !src.ready(now) || !self.global.ready(now) {
             return false;
         }
         src.try_take(now) && self.global.try_take(now)
+    }
+
+    /// A peer admitted on `source`'s budget proved to be a node at that address (a handshake
+    /// under the announced id): `source` gets its token back. The node-wide budget keeps it.
+    pub fn refund(&mut self, source: IpAddr, now: Instant) {
+        let slot = self.slot(source);
+        self.sources[slot].put_back(now);
     }
 }
 
@@ -128,6 +157,32 @@ mod tests {
         let now = t0 + Duration::from_secs(10);
         let other: IpAddr = "10.0.0.7".parse().unwrap();
         assert!(l.try_admit(other, now), "another source is not starved");
+    }
+
+    #[test]
+    fn a_source_whose_peers_prove_real_is_refunded_and_the_node_wide_budget_still_caps_it() {
+        let t0 = Instant::now();
+        let mut l = NewPeerLimiter::new(50, 10, [5, 6, 7, 8], t0);
+        let host: IpAddr = "127.0.0.1".parse().unwrap();
+        // 59 nodes of one host, each proving itself before the next is admitted: all in at
+        // once, where the per-source budget alone admits 10.
+        let mut admitted = 0;
+        for _ in 0..59 {
+            if l.try_admit(host, t0) {
+                admitted += 1;
+                l.refund(host, t0);
+            }
+        }
+        assert_eq!(
+            admitted, 50,
+            "the node-wide burst is the limit, not the source's"
+        );
+        // Never more than the burst back: a refund on a full bucket adds nothing.
+        let mut m = NewPeerLimiter::new(1000, 10, [5, 6, 7, 8], t0);
+        for _ in 0..100 {
+            m.refund(host, t0);
+        }
+        assert_eq!((0..100).filter(|_| m.try_admit(host, t0)).count(), 10);
     }
 
     #[test]

@@ -259,7 +259,9 @@ pub struct MeshConfig {
     /// Never-linked peers admitted from announces and dialed per second, node-wide (a
     /// bucket of one second's worth). Default 50.
     pub new_peer_rate: u32,
-    /// Like `new_peer_rate`, per source IP address of the announces. Default 10.
+    /// Like `new_peer_rate`, per source IP address of the announces. Default 10. A new peer
+    /// that then completes a handshake from that address under its announced id gives the
+    /// source its token back (several nodes of one host; see [`crate::admission`]).
     pub new_peer_rate_per_source: u32,
     /// Ceiling of inbound connections still in their handshake; when full the oldest one from
     /// the busiest source address is closed for the new one. Default 256.

@@ -79,7 +79,9 @@
 //! - a peer that was never linked is admitted from an announce, and (re)dialed, only within
 //!   the [`NewPeerLimiter`] budget (`new_peer_rate` node-wide, `new_peer_rate_per_source` per
 //!   source address); over budget, a new peer's announce is ignored (`announces_rate_limited`)
-//!   and a known one's dial postponed (`dials_rate_limited`). Peers that were linked once,
+//!   and a known one's dial postponed (`dials_rate_limited`). A new peer that then completes a
+//!   handshake from that address under its announced id gives its source the token back
+//!   (`budget_refunds`): a host's real nodes do not wait for each other. Peers that were linked once,
 //!   static and seed peers are never limited;
 //! - when the table is full, the oldest entry that was only announced (never linked, not
 //!   static) gives way to a new peer (`peers_evicted`, with a `Lost` event). A completed
@@ -218,6 +220,10 @@ pub struct PeerStats {
     pub announces_rate_limited: u64,
     /// Dials to known but never-linked peers postponed: over the new-peer budget.
     pub dials_rate_limited: u64,
+    /// New peers admitted on a source's budget that then completed a handshake from that
+    /// address under their announced id: the source's token was given back (see
+    /// [`NewPeerLimiter::refund`]).
+    pub budget_refunds: u64,
     /// Beacon-only peers evicted from a full table for a new peer.
     pub peers_evicted: u64,
     /// Inbound connections closed in their handshake to make room for a newer one.
@@ -268,6 +274,9 @@ struct Peer {
     is_static: bool,
     /// A link to it was established at least once (it is no stranger).
     ever_linked: bool,
+    /// The source address whose new-peer budget its admission or a dial took, until a
+    /// handshake from there proves it real (and refunds the source).
+    charged: Option<IpAddr>,
     /// A `PeerDiscovered` was emitted for this record (a `Lost` may follow).
     discovered: bool,
 }
@@ -453,6 +462,9 @@ impl<R: rand::RngCore> PeerManager<R> {
             self.announce_only.push_back(peer);
         }
         let p = self.peers.get_mut(&peer).expect("inserted above");
+        if paid {
+            p.charged = Some(addr.ip());
+        }
         p.addr = Some(addr);
         p.last_announce = Some(now);
         p.last_seen = now;
@@ -635,6 +647,12 @@ impl<R: rand::RngCore> PeerManager<R> {
         p.reconnect_at = None;
         p.last_seen = now;
         p.ever_linked = true;
+        // A stranger admitted on a source's budget answered from that address under its
+        // announced id: a node of that host, no longer a fake id it may have sent.
+        if let Some(src) = p.charged.take().filter(|s| remote_ip == Some(*s)) {
+            self.limiter.refund(src, now);
+            self.stats.budget_refunds += 1;
+        }
         self.conns.get_mut(&link).expect("present").peer = Some(peer);
         match p.link {
             None => {
@@ -902,11 +920,14 @@ impl<R: rand::RngCore> PeerManager<R> {
         else {
             return;
         };
-        if !paid && !ever_linked && !self.limiter.try_admit(addr.ip(), now) {
-            self.stats.dials_rate_limited += 1;
-            let p = self.peers.get_mut(&peer).expect("caller checked");
-            p.reconnect_at = Some(now + self.reconnect_base);
-            return;
+        if !paid && !ever_linked {
+            if !self.limiter.try_admit(addr.ip(), now) {
+                self.stats.dials_rate_limited += 1;
+                let p = self.peers.get_mut(&peer).expect("caller checked");
+                p.reconnect_at = Some(now + self.reconnect_base);
+                return;
+            }
+            self.peers.get_mut(&peer).expect("caller checked").charged = Some(addr.ip());
         }
         let dialed = self.dial(Origin::Discovered(peer), DialTarget::Addr(addr), now);
         let p = self.peers.get_mut(&peer).expect("caller checked");
@@ -1008,6 +1029,7 @@ impl Peer {
             reconnect_at: None,
             is_static: false,
             ever_linked: false,
+            charged: None,
             discovered: false,
         }
     }

@@ -101,7 +101,17 @@ impl Sim {
         // 10.0.0.1, 10.0.0.2, ... carrying into the higher octets past 255 nodes.
         let k = i as u32 + 1;
         let ip = Ipv4Addr::new(10, (k >> 16) as u8, (k >> 8) as u8, k as u8);
-        let node = self.make_node(format!("node{i}"), ip, cfg, None, 0);
+        let node = self.make_node(format!("node{i}"), (ip, PORT), cfg, None, 0);
+        self.nodes.push(node);
+        i
+    }
+
+    /// Adds a node on the host `ip`, listening on its own port (`PORT` + its index): several
+    /// processes of one host, whose announces all come from that one address.
+    pub fn add_node_on_host(&mut self, cfg: MeshConfig, ip: Ipv4Addr) -> usize {
+        let i = self.nodes.len();
+        let port = PORT + i as u16;
+        let node = self.make_node(format!("node{i}"), (ip, port), cfg, None, 0);
         self.nodes.push(node);
         i
     }
@@ -109,7 +119,7 @@ impl Sim {
     fn make_node(
         &mut self,
         name: String,
-        ip: Ipv4Addr,
+        (ip, port): (Ipv4Addr, u16),
         cfg: MeshConfig,
         keep: Option<PeerId>,
         gen: u64,
@@ -133,11 +143,11 @@ impl Sim {
                 me: id,
                 cfg: cfg.clone(),
                 shards: 1,
-                listen_port: PORT,
+                listen_port: port,
                 secure,
                 seed,
                 epoch: self.start,
-                listen_addrs: vec![std::net::SocketAddr::new(ip.into(), PORT)],
+                listen_addrs: vec![std::net::SocketAddr::new(ip.into(), port)],
             },
             now,
             wall,
@@ -147,6 +157,7 @@ impl Sim {
         Node {
             name,
             ip,
+            port,
             id,
             alive: false,
             gen,
@@ -221,12 +232,12 @@ impl Sim {
 
     fn reboot(&mut self, i: usize, keep_id: bool) {
         self.kill(i);
-        let (name, ip, cfg, gen) = {
+        let (name, addr, cfg, gen) = {
             let n = &self.nodes[i];
-            (n.name.clone(), n.ip, n.cfg.clone(), n.gen + 1)
+            (n.name.clone(), (n.ip, n.port), n.cfg.clone(), n.gen + 1)
         };
         let keep = keep_id.then_some(self.nodes[i].id);
-        self.nodes[i] = self.make_node(name, ip, cfg, keep, gen);
+        self.nodes[i] = self.make_node(name, addr, cfg, keep, gen);
         self.start_node(i);
     }
 
@@ -427,7 +438,7 @@ impl Sim {
         self.nodes.iter().position(|n| {
             n.alive
                 && match target {
-                    DialTarget::Addr(a) => a.ip() == IpAddr::V4(n.ip) && a.port() == PORT,
+                    DialTarget::Addr(a) => a.ip() == IpAddr::V4(n.ip) && a.port() == n.port,
                     DialTarget::Endpoint(e) => *e == format!("{}:{PORT}", n.name),
                 }
         })

@@ -33,6 +33,8 @@ pub struct Sock {
 pub struct Node {
     pub name: String,
     pub ip: Ipv4Addr,
+    /// Its listening port (`PORT` unless it shares a host: [`super::Sim::add_node_on_host`]).
+    pub port: u16,
     pub id: PeerId,
     pub alive: bool,
     /// Incarnation: bumped by every restart, so nothing addressed to the old one arrives.
