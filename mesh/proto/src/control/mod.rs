@@ -121,6 +121,8 @@ struct Placed {
     signs: bool,
     /// Secured mesh: the suite of its records.
     suite: Option<RecordSuite>,
+    /// Both ends advertised MembershipDigest (`membership_digest` on here too).
+    digest: bool,
 }
 
 /// One installed link, as the application sees it ([`ControlCore::links`]).
@@ -211,7 +213,8 @@ impl ControlCore {
             cfg.max_membership_neighbours,
             crate::membership::RECOMPUTE_GAP,
         )
-        .with_flood_gap(cfg.membership_flood_gap);
+        .with_flood_gap(cfg.membership_flood_gap)
+        .with_digest(cfg.membership_digest);
         let own_record = secure
             .as_deref()
             .and_then(|c| OwnRecord::new(c, wall_ms, now + cfg.membership_interval));
@@ -550,6 +553,7 @@ impl ControlCore {
                 self.on_membership(link, record, Some(signature), wall_ms, now);
             }
             ToControl::IdentityIn { link, record } => self.on_identity_record(link, *record),
+            ToControl::DigestIn { link, digest } => self.on_digest(link, &digest, wall_ms, now),
             // The round below looks at every link's slow mark (`slow`).
             ToControl::LinkSlow { .. } => {}
             ToControl::DiscoveryIn { link, frame } => self.on_discovery_in(link, *frame, now),

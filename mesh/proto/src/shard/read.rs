@@ -322,6 +322,13 @@ impl ShardCore {
                             busy: IfBusy::Wait,
                         })
                     }
+                    Incoming::Frame(Frame::MembershipDigest(d)) => out.push(ShardAction::Report {
+                        msg: ToControl::DigestIn {
+                            link,
+                            digest: Box::new(d),
+                        },
+                        busy: IfBusy::Wait,
+                    }),
                     Incoming::Frame(Frame::IdentityRecord(record)) if self.cfg.secure => {
                         out.push(ShardAction::Report {
                             msg: ToControl::IdentityIn {

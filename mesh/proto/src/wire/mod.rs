@@ -91,6 +91,7 @@ mod beacon;
 mod cursor;
 mod data;
 mod defaults;
+mod digest;
 mod discovery;
 mod error;
 mod frame;
@@ -107,13 +108,17 @@ mod v1;
 pub use beacon::{Beacon, BeaconFilter, BeaconReject, DecodedBeacon};
 pub use data::{encode_data_into, Data, DataHeader};
 pub use defaults::*;
+pub use digest::{
+    MembershipDigest, DIGEST_BODY_FIXED, DIGEST_ENTRY_LEN, MAX_DIGEST_ENTRIES, MAX_LEGACY_HOPS,
+    NO_LEGACY,
+};
 pub use discovery::{Discovery, DiscoveryEntry};
 pub use error::{DecodeError, DecodeStatus, EncodeError};
 pub use frame::{decode_frame, peek_frame_len, take_data, take_frame, Frame};
 pub use frame_type::{
     FrameType, ACKNACK_FRAME_TYPE, DISCOVERY_FRAME_TYPE, GAP_FRAME_TYPE,
-    RELIABLE_HEARTBEAT_FRAME_TYPE, REPAIR_FRAME_TYPE, SAMPLES_FRAME_TYPE,
-    SIGNED_MEMBERSHIP_FRAME_TYPE,
+    MEMBERSHIP_DIGEST_FRAME_TYPE, RELIABLE_HEARTBEAT_FRAME_TYPE, REPAIR_FRAME_TYPE,
+    SAMPLES_FRAME_TYPE, SIGNED_MEMBERSHIP_FRAME_TYPE,
 };
 pub use hello_ext::{
     peer_accepts_frame_type, Features, ShoalExtension, SHOAL_EXT_FIXED_LEN, SHOAL_EXT_MAGIC,
