@@ -79,8 +79,8 @@ mod graph;
 mod pacing;
 mod sync;
 
-pub use pacing::{FLOOD_BURST, FLOOD_GAP};
 use graph::unlist;
+pub use pacing::{FLOOD_BURST, FLOOD_GAP};
 
 pub use sync::{DigestError, SyncStats, MAX_PUSH};
 

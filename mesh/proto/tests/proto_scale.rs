@@ -243,6 +243,17 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
         let mut c = cfg();
         // `SHOAL_SCALE_DIGEST=0`: every link floods as mesh-v1 does (the "before" rows).
         c.membership_digest = std::env::var("SHOAL_SCALE_DIGEST").map_or(true, |v| v != "0");
+        // `SHOAL_SCALE_ANNOUNCE_MS=N`: the topics' announce cycle every N ms (lease 2 N), to
+        // measure membership alone where Discovery's periodic cycle would dominate host time.
+        if let Some(ms) = std::env::var("SHOAL_SCALE_ANNOUNCE_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            let t = &mut c.topics;
+            t.announce_period = Duration::from_millis(ms);
+            t.participant_lease = Duration::from_millis(2 * ms);
+            t.max_lease = t.max_lease.max(t.participant_lease);
+        }
         c.static_peers = if j == joiner {
             join_targets
                 .iter()

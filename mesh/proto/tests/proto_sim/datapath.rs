@@ -486,9 +486,7 @@ fn is_lossy(frame_type: u8) -> bool {
 fn kind_of(frame: &[u8]) -> Kind {
     match frame.get(4) {
         Some(t) if *t == FrameType::Data as u8 => Kind::Data,
-        Some(t)
-            if *t == FrameType::Membership as u8 || *t == FrameType::SignedMembership as u8 =>
-        {
+        Some(t) if *t == FrameType::Membership as u8 || *t == FrameType::SignedMembership as u8 => {
             Kind::Membership
         }
         Some(t) if *t == FrameType::MembershipDigest as u8 => Kind::Digest,
