@@ -51,10 +51,15 @@ impl ControlCore {
         wall_ms: u64,
         now: Instant,
     ) {
-        if !self.placed.contains_key(&link) {
+        let Some(negotiated) = self.placed.get(&link).map(|p| p.digest) else {
             return;
-        }
-        if let Err(e) = self.membership.on_digest(link, d, wall_ms, now) {
+        };
+        let verdict = if negotiated {
+            self.membership.on_digest(link, d, wall_ms, now)
+        } else {
+            Err(crate::membership::DigestError::NotNegotiated)
+        };
+        if let Err(e) = verdict {
             self.stats.digest_violations += 1;
             let peer = self.placed.get(&link).map(|p| p.peer);
             self.warn(

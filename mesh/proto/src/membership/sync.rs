@@ -74,7 +74,7 @@ pub(super) struct Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DigestError {
     /// It came on a link where the digest was not negotiated (this node or the peer did not
-    /// set the feature bit).
+    /// set the feature bit), or anti-entropy is off here.
     #[error("MembershipDigest on a link that did not negotiate it")]
     NotNegotiated,
 }
@@ -100,6 +100,8 @@ pub struct SyncStats {
     pub quiet_rounds: u64,
     /// Relays of refreshes (a newer version, same neighbours) not sent to digest links.
     pub refreshes_withheld: u64,
+    /// Digest frames ignored: they came on a link that is not the graph's link to its peer.
+    pub unknown_link: u64,
 }
 
 /// The content hash of a record: the first 8 bytes of `SHA-256(origin | neighbours…)`,
@@ -245,8 +247,14 @@ impl MemberGraph {
         now: Instant,
     ) -> Result<(), DigestError> {
         let half = self.interval / 2;
-        let Some(ls) = self.sync.as_mut().and_then(|s| s.links.get_mut(&link)) else {
+        let Some(s) = self.sync.as_mut() else {
             return Err(DigestError::NotNegotiated);
+        };
+        let Some(ls) = s.links.get_mut(&link) else {
+            // Negotiated (the caller checked) but not this graph's link to its peer: a dial
+            // race's other connection, or one whose Connected is still to come.
+            self.stats.sync.unknown_link += 1;
+            return Ok(());
         };
         ls.hops = d.legacy_hops;
         match &d.versions {
