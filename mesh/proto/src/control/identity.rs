@@ -1,6 +1,6 @@
 //! Identity records and revocation (`mesh/proto/protocol/secured.md`, "Identity"): our own
-//! signed record (to each new neighbour, and every `membership_interval` to the links that
-//! want periodic refreshes: multimaster peers and those near one, `membership::sync`), gossiped records of others (stored and
+//! signed record (to each new
+//! neighbour and every `membership_interval`), gossiped records of others (stored and
 //! re-flooded once when new), the identity recheck at the end of a handshake, and the closing
 //! of links whose key the application revoked (whose signing key is forgotten too: see
 //! [`super::signed`]).
@@ -20,8 +20,7 @@ use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// This node's own identity record, re-minted every `membership_interval` while some link
-/// wants refreshes.
+/// This node's own identity record, re-minted every `membership_interval`.
 #[derive(Debug)]
 pub(super) struct OwnRecord {
     versions: RecordVersions,
@@ -62,11 +61,7 @@ impl ControlCore {
         let Some(mut r) = self.own_record.take() else {
             return;
         };
-        if now >= r.next && !self.membership.any_refresh_wanted() {
-            // Only links that need periodic refreshes get the re-mint (`membership::sync`):
-            // a Shoal neighbour has the record from the link's start and keeps it.
-            r.next = now + self.cfg.membership_interval;
-        } else if now >= r.next {
+        if now >= r.next {
             if let Some(f) = self
                 .secure
                 .clone()
@@ -76,7 +71,7 @@ impl ControlCore {
             }
             r.next = now + self.cfg.membership_interval;
             let frame = r.frame.clone();
-            self.flood_refresh(&frame);
+            self.flood(&frame, None);
         }
         self.own_record = Some(r);
     }

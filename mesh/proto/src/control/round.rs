@@ -70,27 +70,6 @@ impl ControlCore {
         }
     }
 
-    /// Queues `frame` on the placed links that want periodic refreshes (every link without
-    /// membership anti-entropy): the own identity record's periodic re-mint.
-    pub(super) fn flood_refresh(&mut self, frame: &Bytes) {
-        let mut targets: Vec<(LinkId, usize)> = self
-            .placed
-            .iter()
-            .filter(|(l, _)| self.membership.refresh_wanted(**l))
-            .map(|(l, p)| (*l, p.shard))
-            .collect();
-        targets.sort_unstable();
-        for (link, shard) in targets {
-            self.post(
-                shard,
-                ToShard::SendRaw {
-                    link,
-                    frame: frame.clone(),
-                },
-            );
-        }
-    }
-
     /// Queues `frame` on every placed link except `except`.
     pub(super) fn flood(&mut self, frame: &Bytes, except: Option<LinkId>) {
         let mut targets: Vec<(LinkId, usize)> = self
