@@ -250,6 +250,13 @@ pub enum ToControl {
         /// The frame.
         record: Box<crate::wire::SignedMembership>,
     },
+    /// A MembershipDigest frame arrived on `link` (its peer advertised the digest).
+    DigestIn {
+        /// The link.
+        link: LinkId,
+        /// The frame.
+        digest: Box<crate::wire::MembershipDigest>,
+    },
     /// `link` was declared slow (its Block publisher no longer waits for it; see
     /// [`crate::SlowLinkPolicy`]): the control core stops listing its peer in the own record
     /// until it catches up (`control::slow`).

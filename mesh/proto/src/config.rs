@@ -63,6 +63,11 @@
 //!   for its first two link changes at once, then at most once per gap (carrying every change
 //!   since); 100 halves the time a 40-process full mesh on one host takes to form
 //!   (`bench/notes/membership-scale.md`), but routes meanwhile judge by the older graph.
+//! - `membership_digest = true`: between Shoal nodes that both set it, a node floods its own
+//!   membership record only when it changes and neighbours compare digests of their stores
+//!   every `membership_interval` to repair what was missed; records of reachable nodes do not
+//!   expire. Links to multimaster peers (and to Shoal peers with it off) keep every periodic
+//!   re-flood (`crate::membership::sync`). False: every link floods as mesh-v1 does.
 //! - `relay_pruning = false`: when true (with the check on), a node relaying a broadcast of
 //!   origin X skips the links to neighbours no farther from X than itself (they would refuse
 //!   the copy; never a multimaster peer or a neighbour without a record; while X's links
@@ -327,6 +332,9 @@ pub struct MeshConfig {
     /// [`crate::reverse_path::PathTable`]). Default false (sends on every link as mesh-v1
     /// does); see the module docs for why.
     pub relay_pruning: bool,
+    /// Membership anti-entropy between Shoal nodes (see the module docs and
+    /// `crate::membership::sync`): advertised in the Hello extension; default true.
+    pub membership_digest: bool,
     /// Least time between two floods of this node's own membership record caused by link
     /// changes, after the first two go out at once ([`crate::membership::FLOOD_GAP`] is the
     /// measured choice for many nodes starting at once). Default 0 (every change floods at
@@ -393,6 +401,7 @@ impl Default for MeshConfig {
             membership_flood_gap: Duration::ZERO,
             relay_pruning: false,
             max_links: 0,
+            membership_digest: true,
         }
     }
 }
@@ -437,6 +446,7 @@ impl fmt::Debug for MeshConfig {
             .field("membership_flood_gap", &self.membership_flood_gap)
             .field("relay_pruning", &self.relay_pruning)
             .field("max_links", &self.max_links)
+            .field("membership_digest", &self.membership_digest)
             .finish_non_exhaustive()
     }
 }
@@ -707,6 +717,8 @@ macro_rules! mesh_config_setters {
         relay_pruning: bool,
         /// Sets `max_links` (0: no cap, the full mesh; see [`crate::degree`]).
         max_links: usize,
+        /// Enables or disables membership anti-entropy between Shoal nodes.
+        membership_digest: bool,
         );
     };
     (@emit $cfg:tt; $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {

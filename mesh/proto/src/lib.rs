@@ -31,7 +31,7 @@
 //!
 //! | module | what | lives on |
 //! |---|---|---|
-//! | [`wire`] | codec: the scouting beacon, the eight v1 frame types, Shoal's Hello extension block and its seven extended frames (Discovery 9, Samples 10, the reliability frames 11–14, SignedMembership 15: only to peers whose Hello advertised them) | both |
+//! | [`wire`] | codec: the scouting beacon, the eight v1 frame types, Shoal's Hello extension block and its eight extended frames (Discovery 9, Samples 10, the reliability frames 11–14, SignedMembership 15, MembershipDigest 16: only to peers whose Hello advertised them) | both |
 //! | [`crypto`] | PSK keys, beacon MAC, X25519 handshake, records, Ed25519 identity, signed records | both |
 //! | [`config`] | [`MeshConfig`], the settings a user writes (builder and TOML) | both |
 //! | [`id`] | node and message ids | both |

@@ -371,7 +371,8 @@ impl Link {
             | Frame::AckNack(_)
             | Frame::Repair(_)
             | Frame::Gap(_)
-            | Frame::SignedMembership(_) => self.payload_frame(),
+            | Frame::SignedMembership(_)
+            | Frame::MembershipDigest(_) => self.payload_frame(),
         }
     }
 

@@ -1,15 +1,21 @@
 //! Mesh-wide membership by adjacency gossip (`mesh/proto/protocol/v1-wire.md`, "Membership").
 //!
-//! Length: one state machine (records, the member set, floods and expiry) whose parts share its tables; the accessor the topics routes read, the bounds on what peers send and the signatures stored with records are parts of it, not modules of their own.
+//! One state machine (records, the member set, floods and expiry) whose parts share its
+//! tables, in four files: this one (records, relays, expiry), `graph` (the member set),
+//! `pacing` (the own floods' credit) and `sync` (anti-entropy between Shoal nodes).
 //!
 //! **Owns:** the adjacency gossip and the member set. **Must not touch:** links or routing (the
 //! control core acts on its events).
 //!
 //! Every node floods `(origin = self, version, direct neighbours)` when its neighbour set
 //! changes (the first [`FLOOD_BURST`] changes at once, then at most once per [`FLOOD_GAP`]: a
-//! burst of new links goes out as a few versions, not one per link) and every `membership_interval`; a record is stored and relayed only if its
-//! version is newer than the stored one. A record not refreshed within `membership_timeout`
-//! expires. Versions are `max(previous + 1, wall-clock ms)`, so a restarted node outranks
+//! burst of new links goes out as a few versions, not one per link) and every
+//! `membership_interval`; a record is stored and relayed only if its version is newer than
+//! the stored one. A record not refreshed within `membership_timeout` expires. With
+//! anti-entropy on ([`MemberGraph::with_digest`], `sync`), the periodic flood and the relay
+//! of a refresh go only to links that need them (multimaster peers and the Shoal nodes near
+//! one), neighbours compare digests instead, and a reachable origin's record does not
+//! expire. Versions are `max(previous + 1, wall-clock ms)`, so a restarted node outranks
 //! the records of its previous run.
 //!
 //! Bounds on what a peer sends (the numbers in a record are the sender's word):
@@ -69,6 +75,15 @@
 //! [`MemberGraph::handle_timeout`] at [`MemberGraph::poll_timeout`]; then drain
 //! [`MemberGraph::poll_transmit`] and [`MemberGraph::poll_event`].
 
+mod graph;
+mod pacing;
+mod sync;
+
+use graph::unlist;
+pub use pacing::{FLOOD_BURST, FLOOD_GAP};
+
+pub use sync::{DigestError, SyncStats, MAX_PUSH};
+
 use super::LinkId;
 use crate::wire::{Membership as Record, RecordSignature};
 use crate::PeerId;
@@ -86,6 +101,9 @@ pub enum Dest {
     /// One link: catching a new neighbour up on the stored records, or one target of a
     /// relay that skips some neighbours (one transmit per target link).
     Link(LinkId),
+    /// Every established link that wants periodic refreshes
+    /// ([`MemberGraph::refresh_wanted`]): the periodic own flood with anti-entropy on.
+    Refresh,
 }
 
 /// A Membership frame to send.
@@ -158,6 +176,8 @@ pub struct MemberStats {
     pub recomputes_deferred: u64,
     /// Neighbour changes whose own flood was folded into a later one (the flood gap).
     pub floods_deferred: u64,
+    /// The anti-entropy's counters (`sync`).
+    pub sync: SyncStats,
 }
 
 #[derive(Debug)]
@@ -169,6 +189,8 @@ struct Stored {
     /// The origin's signature, when the record came signed.
     sig: Option<RecordSignature>,
     refreshed: Instant,
+    /// [`sync::record_hash`] of the origin and `sorted`.
+    hash: u64,
 }
 
 impl Stored {
@@ -216,6 +238,8 @@ pub struct MemberGraph {
     credit_at: Instant,
     /// An own flood the flood gap postponed, due then.
     flood_due: Option<Instant>,
+    /// Anti-entropy between digest links (`None`: off, every link floods as in mesh-v1).
+    sync: Option<sync::Sync>,
 }
 
 /// The wire `count` is a u16.
@@ -227,18 +251,6 @@ pub const OWN_VERSION_HORIZON_MS: u64 = 30 * 24 * 3600 * 1000;
 
 /// The default minimum time between two from-scratch recomputations of the member set.
 pub const RECOMPUTE_GAP: Duration = Duration::from_millis(50);
-
-/// Default pace of the floods of this node's own record caused by neighbour changes
-/// ([`MemberGraph::with_flood_gap`]): [`FLOOD_BURST`] changes flood at once, then one flood
-/// per gap, carrying every change made meanwhile. N nodes starting at once in a full
-/// mesh otherwise flood N − 1 versions each, one per new link, to every link: about N³
-/// frames of up to 16·N bytes, which saturated a 2-core host at 40–60 nodes
-/// (`bench/notes/membership-scale.md`, "Storm"). The control plane's tick is 100 ms too.
-pub const FLOOD_GAP: Duration = Duration::from_millis(100);
-
-/// Change-driven own floods that go out at once before the flood gap paces them: a node's
-/// first links (a join, a bridge forming) are announced without delay, as before.
-pub const FLOOD_BURST: u32 = 2;
 
 /// The default ceiling of a record's neighbour list.
 pub const DEFAULT_MAX_NEIGHBOURS: usize = 1024;
@@ -281,14 +293,8 @@ impl MemberGraph {
             flood_credit: FLOOD_BURST,
             credit_at: now,
             flood_due: None,
+            sync: None,
         }
-    }
-
-    /// Sets the least time between two floods of the own record caused by neighbour changes
-    /// (default [`FLOOD_GAP`]; zero floods every change at once, as before issue 29).
-    pub fn with_flood_gap(mut self, gap: Duration) -> MemberGraph {
-        self.flood_gap = gap;
-        self
     }
 
     /// Sets the ceiling of a record's neighbour list (at most the wire's 65 535) and the
@@ -413,7 +419,11 @@ impl MemberGraph {
 
     /// The link to `peer` is gone: flood the new own record.
     pub fn neighbour_down(&mut self, peer: &PeerId, wall_ms: u64, now: Instant) {
-        self.links.remove(peer);
+        if let Some(link) = self.links.remove(peer) {
+            if let Some(s) = self.sync.as_mut() {
+                s.links.remove(&link);
+            }
+        }
         if let Ok(pos) = self.neighbours.binary_search(peer) {
             self.neighbours.remove(pos);
             self.shape += 1;
@@ -481,7 +491,7 @@ impl MemberGraph {
             // Our previous incarnation is still remembered with a version at least ours
             // (the wall clock went back): jump past it so our record wins everywhere.
             self.version = rec.version;
-            self.flood_own(wall_ms, now);
+            self.flood_own(wall_ms, now, Dest::All);
             return RecordOutcome::OwnOutranked;
         }
         let mut sorted = std::mem::take(&mut self.scratch);
@@ -496,6 +506,9 @@ impl MemberGraph {
                 s.sig = sig;
                 s.refreshed = now;
                 std::mem::swap(&mut s.sorted, &mut sorted);
+                if s.sorted != sorted {
+                    s.hash = sync::record_hash(&rec.origin, &s.sorted);
+                }
                 Some(sorted)
             }
             None => {
@@ -505,6 +518,7 @@ impl MemberGraph {
                     tracing::warn!(origin = %rec.origin, max = self.max_records, "membership store full, record ignored");
                     return RecordOutcome::StoreFull;
                 }
+                let hash = sync::record_hash(&rec.origin, &sorted);
                 self.records.insert(
                     rec.origin,
                     Stored {
@@ -512,6 +526,7 @@ impl MemberGraph {
                         sorted,
                         sig,
                         refreshed: now,
+                        hash,
                     },
                 );
                 let expiry = now + self.timeout;
@@ -520,10 +535,11 @@ impl MemberGraph {
             }
         };
         self.stats.stored += 1;
-        if previous.as_deref() != self.records.get(&rec.origin).map(|r| &r.sorted[..]) {
+        let changed = previous.as_deref() != self.records.get(&rec.origin).map(|r| &r.sorted[..]);
+        if changed {
             self.shape += 1;
         }
-        self.relay(from, rec.origin);
+        self.relay(from, rec.origin, !changed);
         self.record_changed(rec.origin, previous.as_deref(), now);
         if let Some(v) = previous {
             self.scratch = v;
@@ -574,31 +590,36 @@ impl MemberGraph {
 
     /// Relays the newly stored record of `origin` (as stored: its sorted list and its
     /// signature) to every link except the inbound one, the origin's and those of the
-    /// neighbours the record lists (they have it from the origin).
-    fn relay(&mut self, from: LinkId, origin: PeerId) {
+    /// neighbours the record lists (they have it from the origin); a `refresh` (a new
+    /// version, the same neighbours) only to links that want refreshes.
+    fn relay(&mut self, from: LinkId, origin: PeerId, refresh: bool) {
         let Some(stored) = self.records.get(&origin) else {
             return;
         };
         let mut targets = std::mem::take(&mut self.link_scratch);
         targets.clear();
         let mut pruned = 0;
+        let mut withheld = 0;
         for (p, l) in &self.links {
             if *l == from {
                 continue;
             }
             if *p == origin || stored.lists(p) {
                 pruned += 1;
+            } else if refresh && !self.refresh_wanted(*l) {
+                withheld += 1;
             } else {
                 targets.push(*l);
             }
         }
+        self.stats.sync.refreshes_withheld += withheld;
         let record = Record {
             origin,
             version: stored.version,
             neighbours: stored.sorted.clone(),
         };
         let signature = stored.sig;
-        if pruned == 0 {
+        if pruned == 0 && withheld == 0 {
             self.transmits.push_back(MemberTransmit {
                 dest: Dest::AllExcept(from),
                 record,
@@ -633,9 +654,9 @@ impl MemberGraph {
         if self.flood_due.is_some_and(|t| now >= t) {
             self.refill_credit(now);
             self.flood_credit = self.flood_credit.saturating_sub(1);
-            self.flood_own(wall_ms, now);
+            self.flood_own(wall_ms, now, Dest::All);
         } else if now >= self.next_flood {
-            self.flood_own(wall_ms, now);
+            self.periodic(wall_ms, now);
         }
         if self.recompute_due.is_some_and(|t| now >= t) {
             self.recompute_due = None;
@@ -648,7 +669,14 @@ impl MemberGraph {
         let timeout = self.timeout;
         let before = self.records.len();
         let listed_by = &mut self.listed_by;
+        // With anti-entropy, a reachable origin's record is kept (its origin floods only on
+        // change); its expiry counts from the last scan that found it reachable.
+        let members = self.sync.as_ref().map(|_| &self.members);
         self.records.retain(|origin, r| {
+            if members.is_some_and(|m| m.contains(origin)) {
+                r.refreshed = now;
+                return true;
+            }
             let keep = now.saturating_duration_since(r.refreshed) < timeout;
             if !keep {
                 tracing::debug!(%origin, "membership record expired");
@@ -677,226 +705,17 @@ impl MemberGraph {
         self.events.pop_front()
     }
 
-    fn flood_own(&mut self, wall_ms: u64, now: Instant) {
+    fn flood_own(&mut self, wall_ms: u64, now: Instant, dest: Dest) {
         self.version = self.version.saturating_add(1).max(wall_ms);
         self.next_flood = now + self.interval;
         self.flood_due = None;
         self.stats.own_floods += 1;
         let record = self.own_record();
         self.transmits.push_back(MemberTransmit {
-            dest: Dest::All,
+            dest,
             record,
             signature: None,
         });
-    }
-
-    /// Whether the edge `o`–`x` counts when `o`'s record lists `ol` (sorted; None: no
-    /// record of `o`) and `x` is not self: every end whose record is known lists the other.
-    fn edge_with(&self, o: &PeerId, ol: Option<&[PeerId]>, x: &PeerId) -> bool {
-        let from_o = ol.map(|l| l.binary_search(x).is_ok());
-        let from_x = self.records.get(x).map(|r| r.lists(o));
-        match (from_o, from_x) {
-            (Some(a), Some(b)) => a && b,
-            (Some(a), None) | (None, Some(a)) => a,
-            (None, None) => false,
-        }
-    }
-
-    /// Calls `f` with every node adjacent to `u` over a counted edge.
-    fn adjacent(&self, u: &PeerId, mut f: impl FnMut(PeerId)) {
-        if *u == self.me {
-            self.neighbours.iter().for_each(|p| f(*p));
-            return;
-        }
-        // Edges at self are exactly the own neighbours.
-        if self.neighbours.binary_search(u).is_ok() {
-            f(self.me);
-        }
-        match self.records.get(u) {
-            Some(r) => {
-                for v in &r.sorted {
-                    if v != u
-                        && *v != self.me
-                        && !v.is_zero()
-                        && self.edge_with(u, Some(&r.sorted), v)
-                    {
-                        f(*v);
-                    }
-                }
-            }
-            None => {
-                for a in self.listed_by.get(u).into_iter().flatten() {
-                    f(*a);
-                }
-            }
-        }
-    }
-
-    /// `o`'s record changed from `previous` (None: it was unknown) to what is stored now.
-    /// Edges only added: grow the member set from the newly connected nodes (a refresh with
-    /// the same neighbours costs nothing, a join costs the new members). An edge removed:
-    /// recompute from scratch.
-    fn record_changed(&mut self, o: PeerId, previous: Option<&[PeerId]>, now: Instant) {
-        let now_listed = std::mem::take(&mut self.records.get_mut(&o).expect("just stored").sorted);
-        let mut removed = false;
-        let mut added: Vec<PeerId> = Vec::new();
-        {
-            // Every edge of `o` whose standing can differ: those either list names, and,
-            // when `o` was unknown, those held one-sided by the nodes that list `o`.
-            let was_unknown = previous.is_none();
-            let others = self.listed_by.get(&o).filter(|_| was_unknown);
-            let candidates = previous
-                .into_iter()
-                .flatten()
-                .chain(now_listed.iter())
-                .chain(others.into_iter().flatten());
-            for x in candidates {
-                if *x == o || x.is_zero() || *x == self.me {
-                    // Edges at self depend on the own neighbours only.
-                    continue;
-                }
-                let before = self.edge_with(&o, previous, x);
-                let after = self.edge_with(&o, Some(&now_listed), x);
-                if before && !after {
-                    removed = true;
-                    break;
-                }
-                if after && !before {
-                    added.push(*x);
-                }
-            }
-        }
-        for x in previous.into_iter().flatten() {
-            if now_listed.binary_search(x).is_err() {
-                unlist(&mut self.listed_by, x, &o);
-            }
-        }
-        for x in &now_listed {
-            if previous.is_none_or(|p| p.binary_search(x).is_err()) {
-                self.listed_by.entry(*x).or_default().push(o);
-            }
-        }
-        self.records.get_mut(&o).expect("just stored").sorted = now_listed;
-        if removed {
-            self.recompute_limited(now);
-            return;
-        }
-        for x in added {
-            let reached = |p: &PeerId| *p == self.me || self.members.contains(p);
-            match (reached(&o), reached(&x)) {
-                (true, false) => self.expand(x),
-                (false, true) => self.expand(o),
-                _ => {}
-            }
-        }
-    }
-
-    /// `start` became reachable: add it and every node reachable from it.
-    fn expand(&mut self, start: PeerId) {
-        self.stats.recomputes += 1;
-        let mut members = std::mem::take(&mut self.members);
-        let mut joined = vec![start];
-        members.insert(start);
-        let mut queue = VecDeque::from([start]);
-        while let Some(u) = queue.pop_front() {
-            self.adjacent(&u, |v| {
-                if v != self.me && members.insert(v) {
-                    joined.push(v);
-                    queue.push_back(v);
-                }
-            });
-        }
-        self.members = members;
-        joined.sort();
-        self.events
-            .extend(joined.into_iter().map(MemberEvent::MemberJoined));
-    }
-
-    /// The neighbour set changed: flood the own record now while the credit lasts, else when
-    /// the next credit comes (that flood carries this change and any others until then).
-    fn flood_changed(&mut self, wall_ms: u64, now: Instant) {
-        if self.flood_due.is_some() {
-            self.stats.floods_deferred += 1;
-            return;
-        }
-        self.refill_credit(now);
-        if self.flood_credit > 0 {
-            self.flood_credit -= 1;
-            self.flood_own(wall_ms, now);
-        } else {
-            self.stats.floods_deferred += 1;
-            self.flood_due = Some(self.credit_at + self.flood_gap);
-        }
-    }
-
-    /// One flood credit per flood gap since `credit_at`, up to [`FLOOD_BURST`].
-    fn refill_credit(&mut self, now: Instant) {
-        if self.flood_gap.is_zero() {
-            self.flood_credit = FLOOD_BURST;
-            return;
-        }
-        while self.flood_credit < FLOOD_BURST && now >= self.credit_at + self.flood_gap {
-            self.flood_credit += 1;
-            self.credit_at += self.flood_gap;
-        }
-        if self.flood_credit >= FLOOD_BURST {
-            self.credit_at = now;
-        }
-    }
-
-    /// An edge went: recompute the member set now, or at the end of the rate limit's gap if
-    /// one ran within it (a postponed one already covers this change).
-    fn recompute_limited(&mut self, now: Instant) {
-        if self.recompute_due.is_some() {
-            self.stats.recomputes_deferred += 1;
-            return;
-        }
-        match self.last_recompute.map(|t| t + self.recompute_gap) {
-            Some(next) if now < next => {
-                self.stats.recomputes_deferred += 1;
-                self.recompute_due = Some(next);
-            }
-            _ => {
-                self.last_recompute = Some(now);
-                self.recompute();
-            }
-        }
-    }
-
-    /// BFS from self over the counted edges, then diff against the previous member set.
-    fn recompute(&mut self) {
-        self.stats.recomputes += 1;
-        let mut reached: AHashSet<PeerId> = AHashSet::with_capacity(self.members.len() + 1);
-        let mut queue = VecDeque::from([self.me]);
-        reached.insert(self.me);
-        while let Some(u) = queue.pop_front() {
-            self.adjacent(&u, |v| {
-                if reached.insert(v) {
-                    queue.push_back(v);
-                }
-            });
-        }
-        reached.remove(&self.me);
-        let mut left: Vec<PeerId> = self.members.difference(&reached).copied().collect();
-        let mut joined: Vec<PeerId> = reached.difference(&self.members).copied().collect();
-        // Sorted so that simulations see a deterministic event order.
-        left.sort();
-        joined.sort();
-        self.events
-            .extend(left.into_iter().map(MemberEvent::MemberLeft));
-        self.events
-            .extend(joined.into_iter().map(MemberEvent::MemberJoined));
-        self.members = reached;
-    }
-}
-
-/// Removes `origin` from the nodes listing `x`.
-fn unlist(listed_by: &mut AHashMap<PeerId, Vec<PeerId>>, x: &PeerId, origin: &PeerId) {
-    if let Some(v) = listed_by.get_mut(x) {
-        v.retain(|o| o != origin);
-        if v.is_empty() {
-            listed_by.remove(x);
-        }
     }
 }
 

@@ -122,6 +122,10 @@ struct Point {
     rx_max: f64,
     /// Share of Membership frames in the control bytes sent.
     membership_share: f64,
+    /// Share of MembershipDigest frames in the control bytes sent.
+    digest_share: f64,
+    /// Share of Discovery frames in the control bytes sent.
+    discovery_share: f64,
     join: Option<Duration>,
     /// Member-set changes anywhere after one link was cut (the mesh stays connected: 0).
     link_cut_changes: usize,
@@ -237,6 +241,19 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     };
     for j in 0..=n {
         let mut c = cfg();
+        // `SHOAL_SCALE_DIGEST=0`: every link floods as mesh-v1 does (the "before" rows).
+        c.membership_digest = std::env::var("SHOAL_SCALE_DIGEST").map_or(true, |v| v != "0");
+        // `SHOAL_SCALE_ANNOUNCE_MS=N`: the topics' announce cycle every N ms (lease 2 N), to
+        // measure membership alone where Discovery's periodic cycle would dominate host time.
+        if let Some(ms) = std::env::var("SHOAL_SCALE_ANNOUNCE_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            let t = &mut c.topics;
+            t.announce_period = Duration::from_millis(ms);
+            t.participant_lease = Duration::from_millis(2 * ms);
+            t.max_lease = t.max_lease.max(t.participant_lease);
+        }
         c.static_peers = if j == joiner {
             join_targets
                 .iter()
@@ -309,6 +326,12 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     let tx_max = tx.iter().cloned().fold(0.0, f64::max);
     let rx_max = rx.iter().cloned().fold(0.0, f64::max);
     let membership_share = mem as f64 / ctl.max(1) as f64;
+    let part = |f: fn(&Traffic) -> u64| {
+        let b: u64 = (0..n).map(|i| f(&sim.nodes[i].tx) - f(&before[i])).sum();
+        b as f64 / ctl.max(1) as f64
+    };
+    let digest_share = part(|t| t.digest_bytes);
+    let discovery_share = part(|t| t.discovery_bytes);
 
     // A node joins.
     let t = sim.now;
@@ -350,6 +373,8 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
         tx_max,
         rx_max,
         membership_share,
+        digest_share,
+        discovery_share,
         join,
         link_cut_changes,
         link_cut,
@@ -367,7 +392,7 @@ fn ms(d: Option<Duration>) -> String {
 
 fn row(p: &Point) -> String {
     format!(
-        "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} % | {} | {} ({}) | {} | {} | {:.1} |",
+        "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} % | {:.0} % | {:.0} % | {} | {} ({}) | {} | {} | {:.1} |",
         p.shape,
         p.n,
         ms(p.boot),
@@ -375,6 +400,8 @@ fn row(p: &Point) -> String {
         p.tx_max / 1e3,
         p.rx_max / 1e3,
         p.membership_share * 100.0,
+        p.digest_share * 100.0,
+        p.discovery_share * 100.0,
         ms(p.join),
         ms(p.link_cut),
         p.link_cut_changes,
@@ -384,7 +411,7 @@ fn row(p: &Point) -> String {
     )
 }
 
-const HEADER: &str = "| graph | N | boot ms | ctl tx kB/s/node mean | max | ctl rx kB/s max | membership share | join ms | link cut ms (changes) | crash ms | silent cut ms | host s |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
+const HEADER: &str = "| graph | N | boot ms | ctl tx kB/s/node mean | max | ctl rx kB/s max | membership share | digest share | discovery share | join ms | link cut ms (changes) | crash ms | silent cut ms | host s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
 /// The targets scaled to `n` nodes: traffic may grow linearly with N up to the 256-node
 /// budget; convergence must hold the 3 s target at any size.

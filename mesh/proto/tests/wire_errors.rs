@@ -71,8 +71,8 @@ fn oversized_length_is_rejected_from_the_prefix_alone() {
 #[test]
 fn unknown_frame_types_are_errors() {
     // 9 and 10 are Shoal's topic frames, 11 to 14 its reliability frames, 15 its signed
-    // membership record; 16 is the first type nobody defines.
-    for ty in [0u8, 16, 17, 200, 255] {
+    // membership record, 16 its membership digest; 17 is the first type nobody defines.
+    for ty in [0u8, 17, 18, 200, 255] {
         assert_eq!(
             decode(&frame_of(ty, &[])),
             Err(DecodeError::UnknownFrameType(ty))
@@ -756,15 +756,16 @@ fn samples_unknown_flag_bits() {
 }
 
 #[test]
-fn frame_type_16_is_still_unknown() {
+fn frame_type_17_is_still_unknown() {
     assert_eq!(FrameType::from_u8(9), Some(FrameType::Discovery));
     assert_eq!(FrameType::from_u8(10), Some(FrameType::Samples));
     assert_eq!(FrameType::from_u8(14), Some(FrameType::Gap));
     assert_eq!(FrameType::from_u8(15), Some(FrameType::SignedMembership));
-    assert_eq!(FrameType::from_u8(16), None);
+    assert_eq!(FrameType::from_u8(16), Some(FrameType::MembershipDigest));
+    assert_eq!(FrameType::from_u8(17), None);
     assert_eq!(
-        rejected(&frame_of(16, &unhex(&SAMPLES_HEX[10..]))),
-        DecodeError::UnknownFrameType(16)
+        rejected(&frame_of(17, &unhex(&SAMPLES_HEX[10..]))),
+        DecodeError::UnknownFrameType(17)
     );
     assert_eq!(FrameType::MAX_V1, 8);
 }

@@ -9,7 +9,7 @@ use super::handshake::{Exchanged, Failure, Handshaking, Progress};
 use super::{Action, Conn, ControlCore, ControlErrorKind, ControlEvent};
 use crate::crypto::Handshake;
 use crate::link::{LinkTimers, Role};
-use crate::wire::{Frame, Hello, ShoalExtension, PROTOCOL_VERSION};
+use crate::wire::{Features, Frame, Hello, ShoalExtension, PROTOCOL_VERSION};
 use crate::{LinkId, PeerId};
 use bytes::BytesMut;
 use rand::Rng;
@@ -26,7 +26,13 @@ impl ControlCore {
             nonce: self.rng.gen(),
             eph_pub_key: None,
             identity: None,
-            shoal: Some(ShoalExtension::current()),
+            shoal: Some(if self.cfg.membership_digest {
+                let mut e = ShoalExtension::current();
+                e.features = e.features.union(Features::MEMBERSHIP_DIGEST);
+                e
+            } else {
+                ShoalExtension::current()
+            }),
         }
     }
 

@@ -122,6 +122,8 @@ struct Placed {
     signs: bool,
     /// Secured mesh: the suite of its records.
     suite: Option<RecordSuite>,
+    /// Both ends advertised MembershipDigest (`membership_digest` on here too).
+    digest: bool,
 }
 
 /// One installed link, as the application sees it ([`ControlCore::links`]).
@@ -214,7 +216,8 @@ impl ControlCore {
             cfg.max_membership_neighbours,
             crate::membership::RECOMPUTE_GAP,
         )
-        .with_flood_gap(cfg.membership_flood_gap);
+        .with_flood_gap(cfg.membership_flood_gap)
+        .with_digest(cfg.membership_digest);
         // Drawn only with a cap: without one, every other draw stays what it was.
         let degree = (cfg.max_links > 0).then(|| {
             crate::degree::DegreeCap::new(
@@ -573,6 +576,7 @@ impl ControlCore {
                 self.on_membership(link, record, Some(signature), wall_ms, now);
             }
             ToControl::IdentityIn { link, record } => self.on_identity_record(link, *record),
+            ToControl::DigestIn { link, digest } => self.on_digest(link, &digest, wall_ms, now),
             // The round below looks at every link's slow mark (`slow`).
             ToControl::LinkSlow { .. } => {}
             ToControl::DiscoveryIn { link, frame } => self.on_discovery_in(link, *frame, now),

@@ -182,4 +182,7 @@ pub struct ControlStats {
     pub claims_refused: u64,
     /// Neighbours not listed in the own record while their link was slow (see `slow`).
     pub slow_links_unlisted: u64,
+    /// MembershipDigest frames that broke the rules (on a link that did not negotiate the
+    /// digest); each closed its link. Malformed ones close the link in the shard.
+    pub digest_violations: u64,
 }

@@ -7,7 +7,9 @@
 
 use super::{Action, Conn, ControlCore, ControlEvent, Placed};
 use crate::cmd::{NewLink, ToShard};
-use crate::wire::{DISCOVERY_FRAME_TYPE, SIGNED_MEMBERSHIP_FRAME_TYPE};
+use crate::wire::{
+    Frame, DISCOVERY_FRAME_TYPE, MEMBERSHIP_DIGEST_FRAME_TYPE, SIGNED_MEMBERSHIP_FRAME_TYPE,
+};
 use crate::{link_shard, LinkBudget, LinkId, MemberEvent, PeerAction, PeerEvent, PeerId};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -19,6 +21,52 @@ impl ControlCore {
     pub(super) fn post(&mut self, to: usize, cmd: ToShard<()>) {
         if !self.outbox.push((to, cmd)) {
             self.stats.dropped_queue_full += 1;
+        }
+    }
+
+    /// Queues a MembershipDigest frame on `link` (a digest link: its peer advertised it).
+    fn send_digest(&mut self, link: LinkId, d: crate::wire::MembershipDigest) {
+        let Some(shard) = self.placed.get(&link).map(|p| p.shard) else {
+            return;
+        };
+        let mut b = bytes::BytesMut::new();
+        if Frame::MembershipDigest(d).encode(&mut b).is_err() {
+            // More records than the wire's count: the store's ceiling prevents it.
+            return;
+        }
+        self.post(
+            shard,
+            ToShard::SendRaw {
+                link,
+                frame: b.freeze(),
+            },
+        );
+    }
+
+    /// A MembershipDigest frame from `link`; one that breaks the rules closes the link.
+    pub(super) fn on_digest(
+        &mut self,
+        link: LinkId,
+        d: &crate::wire::MembershipDigest,
+        wall_ms: u64,
+        now: Instant,
+    ) {
+        let Some(negotiated) = self.placed.get(&link).map(|p| p.digest) else {
+            return;
+        };
+        let verdict = if negotiated {
+            self.membership.on_digest(link, d, wall_ms, now)
+        } else {
+            Err(crate::membership::DigestError::NotNegotiated)
+        };
+        if let Err(e) = verdict {
+            self.stats.digest_violations += 1;
+            let peer = self.placed.get(&link).map(|p| p.peer);
+            self.warn(
+                "membership digest broke the rules, link closed",
+                format!("{peer:?}: {e}"),
+            );
+            self.close(link, false);
         }
     }
 
@@ -45,7 +93,7 @@ impl ControlCore {
 
     pub(super) fn install(&mut self, peer: PeerId, link: LinkId) {
         let owner = link_shard(&peer, self.shards);
-        let (capable, signed_frames, signs): (bool, bool, bool);
+        let (capable, signed_frames, signs, digest): (bool, bool, bool, bool);
         let suite;
         let budget = match self.conns.remove(&link) {
             Some(Conn::Ready(ex)) => {
@@ -56,6 +104,8 @@ impl ControlCore {
                 ));
                 capable = ex.link.can_send_frame_type(DISCOVERY_FRAME_TYPE);
                 signed_frames = ex.link.can_send_frame_type(SIGNED_MEMBERSHIP_FRAME_TYPE);
+                digest = self.cfg.membership_digest
+                    && ex.link.can_send_frame_type(MEMBERSHIP_DIGEST_FRAME_TYPE);
                 signs = signed_frames
                     && ex
                         .secure
@@ -86,7 +136,8 @@ impl ControlCore {
             }
             None => match self.placed.get(&link) {
                 Some(p) => {
-                    (capable, signed_frames, signs) = (p.capable, p.signed_frames, p.signs);
+                    (capable, signed_frames, signs, digest) =
+                        (p.capable, p.signed_frames, p.signs, p.digest);
                     suite = p.suite;
                     p.budget.clone()
                 }
@@ -103,6 +154,7 @@ impl ControlCore {
                 signed_frames,
                 signs,
                 suite,
+                digest,
             },
         );
         self.topics.link_up(link, peer, capable);
@@ -169,7 +221,9 @@ impl ControlCore {
                     ControlEvent::PeerDiscovered { peer, addr }
                 }
                 PeerEvent::Connected { peer, link } => {
-                    self.membership.neighbour_up(peer, link, wall_ms, now);
+                    let digest = self.placed.get(&link).is_some_and(|p| p.digest);
+                    self.membership
+                        .neighbour_up_on(peer, link, digest, wall_ms, now);
                     if let Some(d) = self.degree.as_mut() {
                         d.link_up(peer, now);
                     }
@@ -188,6 +242,9 @@ impl ControlCore {
         self.withdraw_slow(now, wall_ms);
         while let Some(t) = self.membership.poll_transmit() {
             self.send_membership(t);
+        }
+        while let Some((link, d)) = self.membership.poll_digest() {
+            self.send_digest(link, d);
         }
         self.sync_member_stats();
         while let Some(e) = self.membership.poll_event() {

@@ -265,6 +265,7 @@ impl ControlCore {
                 Dest::All => true,
                 Dest::AllExcept(x) => *l != x,
                 Dest::Link(x) => *l == x,
+                Dest::Refresh => self.membership.refresh_wanted(*l),
             };
             if !wanted {
                 continue;

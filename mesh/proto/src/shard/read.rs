@@ -322,6 +322,13 @@ impl ShardCore {
                             busy: IfBusy::Wait,
                         })
                     }
+                    Incoming::Frame(Frame::MembershipDigest(d)) => out.push(ShardAction::Report {
+                        msg: ToControl::DigestIn {
+                            link,
+                            digest: Box::new(d),
+                        },
+                        busy: IfBusy::Wait,
+                    }),
                     Incoming::Frame(Frame::IdentityRecord(record)) if self.cfg.secure => {
                         out.push(ShardAction::Report {
                             msg: ToControl::IdentityIn {
@@ -609,6 +616,45 @@ mod tests {
         assert_eq!(core.read_frames(link, t0, &mut out), ReadStep::Gone);
         let s = core.counters().snapshot();
         assert_eq!((s.malformed_frames, s.dropped_unrouted_samples), (1, 0));
+        assert!(out.iter().any(|a| matches!(a, ShardAction::Error(_))));
+        assert_eq!(core.served().count(), 0);
+    }
+
+    /// A MembershipDigest frame goes to the control plane; a malformed one (here a Summary
+    /// with a byte after its digest) drops the link, counted as malformed.
+    #[test]
+    fn membership_digest_frames_go_up_and_a_malformed_one_drops_the_link() {
+        let t0 = Instant::now();
+        let link = LinkId(1);
+        let d = crate::wire::MembershipDigest {
+            legacy_hops: crate::wire::NO_LEGACY,
+            count: 3,
+            digest: 0x0123_4567_89ab_cdef,
+            versions: None,
+        };
+        let mut bytes = BytesMut::new();
+        Frame::MembershipDigest(d.clone())
+            .encode(&mut bytes)
+            .unwrap();
+        let mut core = core_reading(link, &bytes, t0);
+        let mut out = Vec::new();
+        assert_eq!(core.read_frames(link, t0, &mut out), ReadStep::NeedBytes);
+        assert!(
+            matches!(&out[..], [ShardAction::Report {
+                msg: ToControl::DigestIn { link: l, digest },
+                busy: IfBusy::Wait,
+            }] if *l == link && **digest == d),
+            "{out:?}"
+        );
+        // The same frame with one byte more in its body (length prefix raised to match).
+        let mut bad = BytesMut::from(&bytes[..]);
+        bad.extend_from_slice(&[0]);
+        let len = u32::from_be_bytes([bad[0], bad[1], bad[2], bad[3]]) + 1;
+        bad[..4].copy_from_slice(&len.to_be_bytes());
+        let mut core = core_reading(link, &bad, t0);
+        let mut out = Vec::new();
+        assert_eq!(core.read_frames(link, t0, &mut out), ReadStep::Gone);
+        assert_eq!(core.counters().snapshot().malformed_frames, 1);
         assert!(out.iter().any(|a| matches!(a, ShardAction::Error(_))));
         assert_eq!(core.served().count(), 0);
     }

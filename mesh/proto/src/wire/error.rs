@@ -117,6 +117,11 @@ pub enum DecodeError {
     /// bitmap on a sync request (`base = 0`), or `base + nbits - 1` beyond `u64::MAX`.
     #[error("malformed AckNack: {0}")]
     BadAckNack(&'static str),
+    /// A MembershipDigest frame breaks a rule: an unknown kind, a `legacyHops` out of range,
+    /// a Summary with entries, a Versions list whose `count` does not fill the body, or
+    /// origins not strictly ascending or all-zero.
+    #[error("malformed MembershipDigest: {0}")]
+    BadDigest(&'static str),
     /// A Repair frame with `count = 0`.
     #[error("Repair frame carries no sample")]
     EmptyRepair,
@@ -179,6 +184,9 @@ pub enum EncodeError {
     /// A reliability frame (Heartbeat, AckNack, Repair, Gap) that would not decode.
     #[error("malformed reliability frame: {0}")]
     BadReliable(&'static str),
+    /// A MembershipDigest frame that would not decode (see [`DecodeError::BadDigest`]).
+    #[error("malformed MembershipDigest frame: {0}")]
+    BadDigest(&'static str),
     /// One sample is too large for a Samples frame within `max_message_bytes`.
     #[error("a sample of {len} bytes does not fit a Samples frame of at most {max} bytes")]
     SampleTooLarge {

@@ -11,6 +11,7 @@
 
 use super::data::Data;
 use super::defaults::{DATA_HEADER_LEN, FRAME_HEADER_LEN, LENGTH_PREFIX_LEN};
+use super::digest::MembershipDigest;
 use super::discovery::Discovery;
 use super::error::{DecodeError, DecodeStatus, EncodeError};
 use super::frame_type::FrameType;
@@ -55,6 +56,8 @@ pub enum Frame {
     Gap(Gap),
     /// Type 15 (extended, with [`super::Features::SIGNED_RECORDS`]).
     SignedMembership(SignedMembership),
+    /// Type 16 (extended, with [`super::Features::MEMBERSHIP_DIGEST`]).
+    MembershipDigest(MembershipDigest),
 }
 
 impl Frame {
@@ -76,6 +79,7 @@ impl Frame {
             Frame::Repair(_) => FrameType::Repair,
             Frame::Gap(_) => FrameType::Gap,
             Frame::SignedMembership(_) => FrameType::SignedMembership,
+            Frame::MembershipDigest(_) => FrameType::MembershipDigest,
         }
     }
 
@@ -98,6 +102,7 @@ impl Frame {
             Frame::Data(d) => d.encoded_len() - FRAME_HEADER_LEN,
             Frame::Membership(m) => m.body_len(),
             Frame::SignedMembership(m) => m.body_len(),
+            Frame::MembershipDigest(d) => d.body_len(),
             Frame::AuthConfirm(a) => a.body_len(),
             Frame::IdentityRecord(r) => r.body_len(),
             Frame::Discovery(d) => d.encoded_len() - FRAME_HEADER_LEN,
@@ -120,6 +125,7 @@ impl Frame {
             Frame::IdentityRecord(r) => r.validate()?,
             Frame::Discovery(d) => return d.validate(),
             Frame::SignedMembership(m) => m.validate()?,
+            Frame::MembershipDigest(d) => d.validate()?,
             Frame::Samples(s) => s.validate()?,
             f => {
                 if let Some(r) = f.reliable() {
@@ -147,6 +153,7 @@ impl Frame {
             }
             Frame::Membership(m) => m.encode_body(out),
             Frame::SignedMembership(m) => m.encode_body(out),
+            Frame::MembershipDigest(d) => d.encode_body(out),
             Frame::AuthConfirm(a) => a.encode_body(out),
             Frame::IdentityRecord(r) => r.encode_body(out),
             Frame::Discovery(d) => d.encode_body(out),
@@ -201,6 +208,9 @@ impl Frame {
             FrameType::Gap => Frame::Gap(Gap::decode_body(body)?),
             FrameType::SignedMembership => {
                 Frame::SignedMembership(SignedMembership::decode_body(body)?)
+            }
+            FrameType::MembershipDigest => {
+                Frame::MembershipDigest(MembershipDigest::decode_body(body)?)
             }
         };
         Ok((frame, Slices::None))

@@ -41,6 +41,9 @@ pub enum FrameType {
     /// Extended (with [`super::Features::SIGNED_RECORDS`]): a Membership record signed by
     /// its origin.
     SignedMembership = 15,
+    /// Extended (with [`super::Features::MEMBERSHIP_DIGEST`]): a summary of the sender's
+    /// membership store, or its per-origin versions (anti-entropy between Shoal nodes).
+    MembershipDigest = 16,
 }
 
 impl FrameType {
@@ -65,6 +68,7 @@ impl FrameType {
             13 => FrameType::Repair,
             14 => FrameType::Gap,
             15 => FrameType::SignedMembership,
+            16 => FrameType::MembershipDigest,
             _ => return None,
         })
     }
@@ -85,3 +89,5 @@ pub const REPAIR_FRAME_TYPE: u8 = FrameType::Repair as u8;
 pub const GAP_FRAME_TYPE: u8 = FrameType::Gap as u8;
 /// Frame type of [`SignedMembership`](super::SignedMembership).
 pub const SIGNED_MEMBERSHIP_FRAME_TYPE: u8 = FrameType::SignedMembership as u8;
+/// Frame type of [`MembershipDigest`](super::MembershipDigest).
+pub const MEMBERSHIP_DIGEST_FRAME_TYPE: u8 = FrameType::MembershipDigest as u8;

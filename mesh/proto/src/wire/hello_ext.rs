@@ -4,7 +4,7 @@
 //! (`frame`).
 
 use super::cursor::Cursor;
-use super::frame_type::{FrameType, SIGNED_MEMBERSHIP_FRAME_TYPE};
+use super::frame_type::{FrameType, MEMBERSHIP_DIGEST_FRAME_TYPE, SIGNED_MEMBERSHIP_FRAME_TYPE};
 use bytes::{BufMut, Bytes};
 use std::fmt;
 
@@ -36,6 +36,11 @@ impl Features {
     /// (`protocol/aes-256-gcm.md`). Not in [`SUPPORTED`](Self::SUPPORTED): a node sets it
     /// per its `record_suite` setting (by default when its CPU has AES instructions).
     pub const AES_GCM_RECORDS: Features = Features(1 << 2);
+    /// Bit 3: the sender exchanges MembershipDigest frames (type 16) and floods its own
+    /// Membership record to peers that set the bit only when it changes (`extensions.md`,
+    /// "MembershipDigest"). A peer without it keeps getting every periodic re-flood; a
+    /// node sets it per its `membership_digest` setting (default on).
+    pub const MEMBERSHIP_DIGEST: Features = Features(1 << 3);
     /// The features this build implements and advertises on every link.
     pub const SUPPORTED: Features =
         Features(Features::EXTENDED_FRAMES.0 | Features::SIGNED_RECORDS.0);
@@ -173,6 +178,9 @@ pub fn peer_accepts_frame_type(peer_ext: Option<&ShoalExtension>, frame_type: u8
         t if t <= FrameType::MAX_V1 => true,
         SIGNED_MEMBERSHIP_FRAME_TYPE => {
             has(Features::EXTENDED_FRAMES.union(Features::SIGNED_RECORDS))
+        }
+        MEMBERSHIP_DIGEST_FRAME_TYPE => {
+            has(Features::EXTENDED_FRAMES.union(Features::MEMBERSHIP_DIGEST))
         }
         _ => has(Features::EXTENDED_FRAMES),
     }

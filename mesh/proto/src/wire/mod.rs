@@ -49,11 +49,13 @@
 //! send a frame type above [`FrameType::MAX_V1`] (8) to a peer that has not advertised
 //! [`Features::EXTENDED_FRAMES`]: the C++ library drops the connection on an unknown type.
 //! [`peer_accepts_frame_type`] encodes that rule. Shoal advertises it
-//! ([`Features::SUPPORTED`]) and defines seven extended frame types, below (the four reliability
+//! ([`Features::SUPPORTED`]) and defines eight extended frame types, below (the four reliability
 //! frames' rules are in the `reliable_frames` source). Type 15 needs a second bit,
 //! [`Features::SIGNED_RECORDS`]: a Shoal build that predates it knows types 9 to 14 only and
 //! would drop the link on 15. Bit 2, [`Features::AES_GCM_RECORDS`], offers AES-256-GCM
-//! records in a secured mesh (`protocol/aes-256-gcm.md`); it changes no frame.
+//! records in a secured mesh (`protocol/aes-256-gcm.md`); it changes no frame. Type 16 needs
+//! bit 3, [`Features::MEMBERSHIP_DIGEST`] (membership anti-entropy, `protocol/extensions.md`),
+//! set per the `membership_digest` setting.
 //!
 //! # Frame types
 //!
@@ -74,6 +76,7 @@
 //! | 13 | Repair | [`Repair`]: `ttl u8 \| writer 16 \| reader 16 \| firstSeq u64 \| count u16 \| count × (len u32 \| payload)` | extended |
 //! | 14 | Gap | [`Gap`]: `ttl u8 \| writer 16 \| reader 16 \| first u64 \| last u64` | extended |
 //! | 15 | SignedMembership | [`SignedMembership`]: `origin 16 \| version u64 \| count u16 \| neighbours 16×count \| key 32 \| sig 64` | extended + signed records |
+//! | 16 | MembershipDigest | [`MembershipDigest`]: `kind u8 \| legacyHops u8 \| count u32 \| digest u64 \| [count × (origin 16 \| version u64)]` | extended + membership digest |
 //!
 //! A v1 body may be followed by bytes the decoder ignores; the extended frames must be
 //! filled exactly; entry kinds and the rules of the topic frames are on [`Discovery`] and
@@ -84,13 +87,15 @@
 
 // Files, bottom up (none imports a sibling above it): `error`, `defaults`, `cursor`,
 // `frame_type` and `topic_frames` (numbers and layout constants); then the bodies: `data`,
-// `hello_ext`, `v1`, `signature`, `discovery`, `samples`, `reliable_frames`, `signed`; the
+// `hello_ext`, `v1`, `signature`, `discovery`, `samples`, `reliable_frames`, `signed`,
+// `digest`; the
 // packer `sample_runs`; then `frame`, the framing over all of them. `beacon` (UDP) stands
 // apart.
 mod beacon;
 mod cursor;
 mod data;
 mod defaults;
+mod digest;
 mod discovery;
 mod error;
 mod frame;
@@ -107,13 +112,17 @@ mod v1;
 pub use beacon::{Beacon, BeaconFilter, BeaconReject, DecodedBeacon};
 pub use data::{encode_data_into, Data, DataHeader};
 pub use defaults::*;
+pub use digest::{
+    MembershipDigest, DIGEST_BODY_FIXED, DIGEST_ENTRY_LEN, MAX_DIGEST_ENTRIES, MAX_LEGACY_HOPS,
+    NO_LEGACY,
+};
 pub use discovery::{Discovery, DiscoveryEntry};
 pub use error::{DecodeError, DecodeStatus, EncodeError};
 pub use frame::{decode_frame, peek_frame_len, take_data, take_frame, Frame};
 pub use frame_type::{
     FrameType, ACKNACK_FRAME_TYPE, DISCOVERY_FRAME_TYPE, GAP_FRAME_TYPE,
-    RELIABLE_HEARTBEAT_FRAME_TYPE, REPAIR_FRAME_TYPE, SAMPLES_FRAME_TYPE,
-    SIGNED_MEMBERSHIP_FRAME_TYPE,
+    MEMBERSHIP_DIGEST_FRAME_TYPE, RELIABLE_HEARTBEAT_FRAME_TYPE, REPAIR_FRAME_TYPE,
+    SAMPLES_FRAME_TYPE, SIGNED_MEMBERSHIP_FRAME_TYPE,
 };
 pub use hello_ext::{
     peer_accepts_frame_type, Features, ShoalExtension, SHOAL_EXT_FIXED_LEN, SHOAL_EXT_MAGIC,

@@ -42,7 +42,12 @@ pub const RETRANSMIT_DELAY: Duration = Duration::from_millis(200);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Data,
+    /// Membership and SignedMembership.
     Membership,
+    /// MembershipDigest.
+    Digest,
+    /// Discovery (topic announcements).
+    Discovery,
     Other,
 }
 
@@ -478,6 +483,7 @@ fn is_lossy(frame_type: u8) -> bool {
         FrameType::Data,
         FrameType::Membership,
         FrameType::IdentityRecord,
+        FrameType::MembershipDigest,
     ]
     .iter()
     .any(|t| *t as u8 == frame_type)
@@ -486,7 +492,11 @@ fn is_lossy(frame_type: u8) -> bool {
 fn kind_of(frame: &[u8]) -> Kind {
     match frame.get(4) {
         Some(t) if *t == FrameType::Data as u8 => Kind::Data,
-        Some(t) if *t == FrameType::Membership as u8 => Kind::Membership,
+        Some(t) if *t == FrameType::Membership as u8 || *t == FrameType::SignedMembership as u8 => {
+            Kind::Membership
+        }
+        Some(t) if *t == FrameType::MembershipDigest as u8 => Kind::Digest,
+        Some(t) if *t == FrameType::Discovery as u8 => Kind::Discovery,
         _ => Kind::Other,
     }
 }

@@ -99,6 +99,12 @@ pub struct Traffic {
     /// The Membership part of `ctl_*`.
     pub membership_frames: u64,
     pub membership_bytes: u64,
+    /// The MembershipDigest part of `ctl_*`.
+    pub digest_frames: u64,
+    pub digest_bytes: u64,
+    /// The Discovery part of `ctl_*`.
+    pub discovery_frames: u64,
+    pub discovery_bytes: u64,
 }
 
 impl Traffic {
@@ -111,9 +117,20 @@ impl Traffic {
             _ => {
                 self.ctl_frames += 1;
                 self.ctl_bytes += len;
-                if kind == Kind::Membership {
-                    self.membership_frames += 1;
-                    self.membership_bytes += len;
+                match kind {
+                    Kind::Membership => {
+                        self.membership_frames += 1;
+                        self.membership_bytes += len;
+                    }
+                    Kind::Digest => {
+                        self.digest_frames += 1;
+                        self.digest_bytes += len;
+                    }
+                    Kind::Discovery => {
+                        self.discovery_frames += 1;
+                        self.discovery_bytes += len;
+                    }
+                    _ => {}
                 }
             }
         }
