@@ -118,7 +118,14 @@ fn sent(publisher: &mut Host) -> u64 {
 /// Waits until `cond` holds, draining every host's output meanwhile.
 fn wait(hosts: &mut [Host], secs: u64, what: &str, mut cond: impl FnMut(&mut [Host]) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond(hosts) {
+    loop {
+        // Every host's lines are read as they come, so `seen_at` says when (the dump's clock).
+        for h in hosts.iter_mut() {
+            h.read();
+        }
+        if cond(hosts) {
+            break;
+        }
         if Instant::now() > deadline {
             let tails: Vec<String> = hosts
                 .iter()
@@ -138,6 +145,32 @@ fn pause(hosts: &mut [Host], d: Duration) {
     wait(hosts, d.as_secs() + 5, "a pause", |_| {
         Instant::now() >= until
     });
+}
+
+/// `SHOAL_FAULTS_DUMP=dir`: writes every host's lines, each with the milliseconds since the
+/// first fault began when it was read, and the faults' marks, to `dir/h<k>.txt` (to see when
+/// a subscriber missed what; issue 29's measurements).
+fn dump(hosts: &mut [Host], marks: &[(Instant, &str)]) {
+    let Ok(dir) = std::env::var("SHOAL_FAULTS_DUMP") else {
+        return;
+    };
+    let Some(&(t0, _)) = marks.first() else {
+        return;
+    };
+    let ms = |t: Instant| {
+        t.saturating_duration_since(t0).as_millis() as i64
+            - t0.saturating_duration_since(t).as_millis() as i64
+    };
+    std::fs::create_dir_all(&dir).expect("the dump directory");
+    for h in hosts.iter_mut() {
+        h.read();
+        let mut text: Vec<String> = marks
+            .iter()
+            .map(|(t, m)| format!("{} mark {m}", ms(*t)))
+            .collect();
+        text.extend(h.seen_at.iter().map(|(t, l)| format!("{} {l}", ms(*t))));
+        std::fs::write(format!("{dir}/h{}.txt", h.k), text.join("\n")).expect("the dump");
+    }
 }
 
 /// Sum of the loss counters in each host's latest `stats` line.
@@ -165,6 +198,8 @@ fn loss_restart_and_cut_keep_delivery_at_most_once_and_accounted() {
         return;
     }
     let lab = Lab::up("sf", 6);
+    // When each fault began and ended (for `SHOAL_FAULTS_DUMP`).
+    let mut marks: Vec<(Instant, &str)> = Vec::new();
     // h1 publishes; h2..h6 subscribe (and, in a flooded mesh, relay). h2 stays healthy, h3 and
     // h4 get 30 % loss, h5 is restarted, h6 is cut and healed.
     let mut hosts: Vec<Host> = (2..=6).map(|k| Host::start(&lab, k, &[])).collect();
@@ -190,12 +225,14 @@ fn loss_restart_and_cut_keep_delivery_at_most_once_and_accounted() {
     pause(&mut hosts, Duration::from_secs(2));
     lab.loss(3, 30);
     lab.loss(4, 30);
+    marks.push((Instant::now(), "loss on"));
     pause(&mut hosts, Duration::from_millis(500));
     let (t0, s0) = (Instant::now(), sent(&mut hosts[0]));
     pause(&mut hosts, Duration::from_secs(7));
     let (t1, s1) = (Instant::now(), sent(&mut hosts[0]));
     lab.loss(3, 0);
     lab.loss(4, 0);
+    marks.push((Instant::now(), "loss off"));
     let lossy_rate = (s1 - s0) as f64 / (t1 - t0).as_secs_f64();
     assert!(
         lossy_rate >= 0.5 * RATE as f64,
@@ -204,6 +241,7 @@ fn loss_restart_and_cut_keep_delivery_at_most_once_and_accounted() {
 
     // Phase 2: kill h5's node and start it again; it must rejoin within 2 s.
     let h5 = idx(5);
+    marks.push((Instant::now(), "h5 restart"));
     drop(std::mem::replace(&mut hosts[h5], Host::start(&lab, 5, &[])));
     let ready = hosts[h5].ready_at;
     wait(&mut hosts, 20, "the restarted node to link", |h| {
@@ -218,8 +256,10 @@ fn loss_restart_and_cut_keep_delivery_at_most_once_and_accounted() {
     // Phase 3: cut h6 off for 4 s, then heal.
     pause(&mut hosts, Duration::from_secs(1));
     lab.cut(6);
+    marks.push((Instant::now(), "h6 cut"));
     pause(&mut hosts, Duration::from_secs(4));
     lab.heal(6);
+    marks.push((Instant::now(), "h6 healed"));
     let h6 = idx(6);
     let cut_again = hosts[h6].all("connected ").len();
     wait(&mut hosts, 20, "h6 to link again after the heal", |h| {
@@ -271,6 +311,7 @@ fn loss_restart_and_cut_keep_delivery_at_most_once_and_accounted() {
             _ => {}
         }
     }
+    dump(&mut hosts, &marks);
     let pub_stats = hosts[0].last("stats ").expect("publisher stats");
     println!("publisher at {lossy_rate:.0} msg/s under loss; rejoin {rejoin:?}; {pub_stats}");
     // Per subscriber, what reached it and what each node refused or did not send (issues 24
