@@ -233,7 +233,11 @@ fn a_mesh_cut_in_two_heals_when_the_cut_goes() {
         "cut in two: apart after {apart:?}, one mesh again {healed:?} after the cut went, {heals} heal dials, degrees {d:?}, diameter {:?}",
         diameter(&sim)
     );
-    assert!(heals >= 1, "the heal came from a heal dial");
+    // Which dial heals it is not the point: with membership digests on (the default since
+    // they were merged) another dial across the healed cut (a fill dial or the peer table's
+    // redial, not traced) came before any heal dial was due: healed after 2 s with 0 heal
+    // dials, against 6 s and 13 with the periodic floods. The heal dial itself is covered by
+    // `degree::tests`; what a user relies on, one mesh again and no churn, is asserted here.
     sim.run_for(Duration::from_secs(10));
     let before = churn(&sim);
     sim.run_for(Duration::from_secs(20));
