@@ -243,6 +243,9 @@ fn boot_full_mesh(n: usize, window: Duration) -> (u64, Duration, u64) {
 fn a_forming_full_mesh_sends_each_new_neighbour_one_catch_up_and_floods_none() {
     let n = 12;
     let (at_match, took, by_window) = boot_full_mesh(n, Duration::from_millis(2500));
+    eprintln!(
+        "{n} nodes: {at_match} Discovery frames until matched ({took:?}), {by_window} by 2.5 s"
+    );
     let per_link_end = (n * (n - 1)) as u64;
     assert!(
         at_match <= per_link_end,
