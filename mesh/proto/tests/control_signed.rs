@@ -286,6 +286,47 @@ fn own_records_go_signed_to_peers_that_take_them_and_unsigned_to_multimaster_pee
     }
 }
 
+/// A new neighbour's catch-up (this node's announce cycle on its link only, `ttl = 1`: not
+/// passed on) is signed like every own Discovery frame, and an older neighbour does not get
+/// it again.
+#[test]
+fn a_new_neighbours_catch_up_is_signed_and_sent_to_it_only() {
+    let now = Instant::now();
+    let mut c = core(cfg(), now);
+    let first = connect(&mut c, 2, Kind::Shoal, now);
+    let mm = connect(&mut c, 3, Kind::Multimaster, now);
+    sent(&mut c, now);
+    c.handle_timeout(now, WALL);
+    sent(&mut c, now);
+    let second = connect(&mut c, 4, Kind::Shoal, now);
+    sent(&mut c, now);
+    assert!(c.poll_timeout() <= now, "the catch-up is due at once");
+    c.handle_timeout(now, WALL);
+    let frames = sent(&mut c, now);
+    let disc = |l: LinkId| -> Vec<&Discovery> {
+        frames
+            .iter()
+            .filter_map(|(x, f)| match f {
+                Frame::Discovery(d) if *x == l => Some(d),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(disc(first).is_empty(), "the older neighbour has it");
+    assert!(disc(mm).is_empty());
+    let got = disc(second);
+    assert!(!got.is_empty(), "{frames:?}");
+    for d in got {
+        assert_eq!((d.origin, d.ttl, d.part, d.parts), (id_of(1), 1, 0, 1));
+        let sig = d.signature().expect("signed");
+        let mut msg = Vec::new();
+        d.signed_message(&mut msg);
+        assert!(shoal_proto::crypto::SignerBook::new(1)
+            .verify(&IdentityPolicy::open(false), &id_of(1), sig, &msg)
+            .is_ok());
+    }
+}
+
 /// The live finding in identity mode: an authenticated member forging another member's
 /// record. Signed with its own key (not the origin's) or a spliced signature: refused,
 /// counted, and the link that carried it closed; nothing of it applied.

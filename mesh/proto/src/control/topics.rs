@@ -182,22 +182,23 @@ impl ControlCore {
                         continue;
                     }
                     targets.sort_unstable();
-                    let mut b = BytesMut::new();
-                    if let Err(e) = Frame::Discovery(frame).encode(&mut b) {
-                        // Own records are bounded and packed within the frame bound, and a
-                        // re-flood re-encodes what decoded: this cannot happen.
-                        self.warn("discovery frame not encodable", e.to_string());
-                        continue;
-                    }
-                    let bytes: Bytes = b.freeze();
-                    for (link, shard) in targets {
-                        self.post(
-                            shard,
-                            ToShard::SendRaw {
-                                link,
-                                frame: bytes.clone(),
-                            },
-                        );
+                    self.post_discovery(frame, &targets);
+                }
+                TopicsOutput::Send { mut frame, links } => {
+                    let targets: Vec<(LinkId, usize)> = links
+                        .iter()
+                        .filter_map(|l| {
+                            self.placed
+                                .get(l)
+                                .filter(|p| p.capable)
+                                .map(|p| (*l, p.shard))
+                        })
+                        .collect();
+                    if !targets.is_empty() {
+                        // A new neighbour's catch-up: signed like any own frame (identity
+                        // mode).
+                        self.sign_own_discovery(&mut frame);
+                        self.post_discovery(frame, &targets);
                     }
                 }
                 TopicsOutput::CloseLink(link) => {
@@ -218,6 +219,27 @@ impl ControlCore {
                     }
                 }
             }
+        }
+    }
+
+    /// Encodes `frame` once and posts it to each (link, shard) of `targets`.
+    fn post_discovery(&mut self, frame: Discovery, targets: &[(LinkId, usize)]) {
+        let mut b = BytesMut::new();
+        if let Err(e) = Frame::Discovery(frame).encode(&mut b) {
+            // Own records are bounded and packed within the frame bound, and a re-flood
+            // re-encodes what decoded: this cannot happen.
+            self.warn("discovery frame not encodable", e.to_string());
+            return;
+        }
+        let bytes: Bytes = b.freeze();
+        for &(link, shard) in targets {
+            self.post(
+                shard,
+                ToShard::SendRaw {
+                    link,
+                    frame: bytes.clone(),
+                },
+            );
         }
     }
 

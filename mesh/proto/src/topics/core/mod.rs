@@ -141,6 +141,14 @@ pub enum TopicsOutput {
         /// The link it came from (a re-flood), if any.
         except: Option<LinkId>,
     },
+    /// Encode `frame` (one of this node's own, `ttl = 1`) and send it on these capable
+    /// links only: the catch-up of new neighbours, which nobody passes on.
+    Send {
+        /// The frame.
+        frame: Discovery,
+        /// The links (each capable when the frame was built).
+        links: Vec<LinkId>,
+    },
     /// A Discovery frame on this link carried a record that does not decode: a protocol
     /// error, the link is closed.
     CloseLink(LinkId),
@@ -347,6 +355,9 @@ pub struct TopicsCore {
     next_expiry: Instant,
     /// Capable placed links (their peer advertised extended frames).
     links: BTreeMap<LinkId, CapableLink>,
+    /// Capable links that came up since the last announce: each gets this node's cycle out
+    /// of turn at the next timer tick (bounded by `links`).
+    catch_up: Vec<LinkId>,
     /// Admitted remote participants, each bound to the origin that first announced it.
     remotes: AHashMap<GuidPrefix, Remote>,
     cycles: AHashMap<PeerId, Cycle>,
@@ -504,6 +515,7 @@ impl TopicsCore {
             next_announce: now + cfg.announce_period,
             next_expiry: now + cfg.announce_period,
             links: BTreeMap::new(),
+            catch_up: Vec::new(),
             remotes: AHashMap::new(),
             cycles: AHashMap::new(),
             origins: origins::Origins::new(cfg.max_dedup_origins),
@@ -649,7 +661,9 @@ impl TopicsCore {
     ///
     /// A new capable neighbour hears a full cycle at once (the next timer tick) rather than
     /// up to a period later: until a node's participant record is admitted it is not
-    /// topic-capable, and a relay with no endpoints announces nothing else.
+    /// topic-capable, and a relay with no endpoints announces nothing else. That catch-up
+    /// goes to the new links only (`announce_catch_up`): flooding a whole cycle per new
+    /// link made a forming full mesh of N nodes flood ~N² cycles to everyone.
     pub fn link_up(&mut self, link: LinkId, peer: PeerId, capable: bool) {
         if !capable || self.links.get(&link).is_some_and(|l| l.peer == peer) {
             return;
@@ -664,12 +678,15 @@ impl TopicsCore {
                 paused: None,
             },
         );
-        self.next_announce = self.origin;
+        if !self.catch_up.contains(&link) {
+            self.catch_up.push(link);
+        }
         self.changed();
     }
 
     /// A link went away.
     pub fn link_down(&mut self, link: LinkId) {
+        self.catch_up.retain(|l| *l != link);
         if self.links.remove(&link).is_some() {
             self.changed();
         }
@@ -677,6 +694,10 @@ impl TopicsCore {
 
     /// When [`handle_timeout`](Self::handle_timeout) has work next.
     pub fn poll_timeout(&self) -> Instant {
+        if !self.catch_up.is_empty() {
+            // Due at once (the next timer tick batches every link that came up meanwhile).
+            return self.origin;
+        }
         self.next_announce.min(self.next_expiry)
     }
 
@@ -688,9 +709,10 @@ impl TopicsCore {
     }
 
     /// Whether the next [`handle_timeout`](Self::handle_timeout) at `now` runs an announce
-    /// cycle (the control core then refreshes [`report_links`](Self::report_links) first).
+    /// cycle or a new neighbour's catch-up (the control core then refreshes
+    /// [`report_links`](Self::report_links) first).
     pub fn announce_due(&self, now: Instant) -> bool {
-        now >= self.next_announce
+        now >= self.next_announce || !self.catch_up.is_empty()
     }
 
     /// This node's links as its participant record reports them to observers (peer, RTT,
@@ -726,7 +748,7 @@ impl TopicsCore {
         }
     }
 
-    /// Runs a due announce cycle and lease expiry.
+    /// Runs a due announce cycle (or else a due catch-up of new links) and lease expiry.
     pub fn handle_timeout(&mut self, now: Instant) {
         if now >= self.next_expiry {
             self.next_expiry = now + self.cfg.announce_period;
@@ -737,6 +759,7 @@ impl TopicsCore {
             self.next_announce = now + self.cfg.announce_period;
             self.announce_cycle();
         }
+        self.announce_catch_up();
     }
 
     /// Lease expiry: a participant silent for its lease loses all its endpoints in one

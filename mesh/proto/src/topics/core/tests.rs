@@ -458,8 +458,10 @@ impl Net {
             let mut moved = false;
             for i in 0..self.cores.len() {
                 while let Some(o) = self.cores[i].poll_output() {
-                    let TopicsOutput::Flood { frame, except } = o else {
-                        continue;
+                    let (frame, only, except) = match o {
+                        TopicsOutput::Flood { frame, except } => (frame, None, except),
+                        TopicsOutput::Send { frame, links } => (frame, Some(links), None),
+                        _ => continue,
                     };
                     if self.down[i] {
                         continue;
@@ -470,6 +472,7 @@ impl Net {
                         .filter(|&&(a, b, _)| a == i || b == i)
                         .map(|&(_, _, l)| l)
                         .filter(|l| Some(*l) != except)
+                        .filter(|l| only.as_ref().is_none_or(|o| o.contains(l)))
                         .collect();
                     for l in ls {
                         let j = self.peer(i, l).unwrap();
@@ -1000,4 +1003,5 @@ fn routes_carry_the_reliable_side_only_where_a_reliable_reader_is() {
     );
 }
 
+mod catch_up;
 mod trust;
