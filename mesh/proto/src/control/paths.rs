@@ -144,6 +144,13 @@ impl ControlCore {
         &self.paths.paths
     }
 
+    /// The links a broadcast relay of `origin` skips at `now`, ascending (see
+    /// [`PathTable::skipped_links`]; empty without `relay_pruning`, without the check, or for
+    /// an unknown origin). Discovery relays skip them too (`topics.rs`).
+    pub(super) fn relay_skips(&self, origin: &PeerId, now: Instant) -> &[LinkId] {
+        self.paths.table.skipped_links(origin, now).unwrap_or(&[])
+    }
+
     /// Reverse-path tables posted to the shards so far (each to every shard).
     pub fn path_tables_pushed(&self) -> u64 {
         self.paths.pushed

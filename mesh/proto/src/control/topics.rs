@@ -157,6 +157,11 @@ impl ControlCore {
                     // A relayed frame skips the neighbours its origin's membership record
                     // lists, as membership relays do: the origin sent it to them directly
                     // (a frame lost to a link that just went is repaired by the next cycle).
+                    // With `relay_pruning` it also skips the links a broadcast relay of
+                    // that origin skips (neighbours no farther from the origin, which take
+                    // its Discovery frames only from links toward it; the same table, so
+                    // the same settling rules): in a sparse mesh (`max_links`) the cycle
+                    // of every node otherwise reached each node over most of its links.
                     let listed: &[PeerId] = match except {
                         Some(_) => self
                             .membership
@@ -165,13 +170,19 @@ impl ControlCore {
                             .map_or(&[], |(_, n)| n),
                         None => &[],
                     };
+                    let tree: &[LinkId] = match except {
+                        Some(_) => self.relay_skips(&frame.origin, now),
+                        None => &[],
+                    };
                     let mut pruned = 0u64;
                     let mut targets: Vec<(LinkId, usize)> = self
                         .placed
                         .iter()
                         .filter(|(l, p)| p.capable && Some(**l) != except)
-                        .filter(|(_, p)| {
-                            let skip = p.peer == frame.origin || listed.contains(&p.peer);
+                        .filter(|(l, p)| {
+                            let skip = p.peer == frame.origin
+                                || listed.contains(&p.peer)
+                                || tree.binary_search(l).is_ok();
                             pruned += u64::from(skip);
                             !skip
                         })
