@@ -329,8 +329,10 @@ pub struct MeshConfig {
     pub reverse_path_settle: Duration,
     /// With `reverse_path_check`: a relay of a broadcast skips the neighbours no farther from
     /// its origin than itself, which would refuse the copy (see the module docs and
-    /// [`crate::reverse_path::PathTable`]). Default false (sends on every link as mesh-v1
-    /// does); see the module docs for why.
+    /// [`crate::reverse_path::PathTable`]); a relay of a topic Discovery frame skips the same
+    /// links. Default false (sends on every link as mesh-v1 does); see the module docs for
+    /// why. Worth setting with `max_links`: in a sparse mesh every node's discovery cycle
+    /// otherwise reaches each node over most of its links.
     pub relay_pruning: bool,
     /// Membership anti-entropy between Shoal nodes (see the module docs and
     /// `crate::membership::sync`): advertised in the Hello extension; default true.
