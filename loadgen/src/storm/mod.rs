@@ -73,9 +73,18 @@ fn is_full(r: &Reading, ids: &[String], i: usize) -> bool {
             .all(|(j, id)| j == i || r.s.members.binary_search(id).is_ok())
 }
 
-/// Whether a node has a link to every other node (of `n`).
-fn is_linked(r: &Reading, n: usize) -> bool {
-    r.s.connected + 1 == n
+/// Whether a node has its links: one to every other node (of `n`), or with `--max-links`
+/// at least the cap (a capped node keeps between the cap and the cap plus a slack).
+fn is_linked(r: &Reading, want: usize) -> bool {
+    r.s.connected >= want
+}
+
+/// The links [`is_linked`] asks of each of `n` nodes.
+fn links_wanted(r: &StormRun, n: usize) -> usize {
+    match r.max_links {
+        Some(cap) if cap > 0 => cap.min(n - 1),
+        _ => n - 1,
+    }
 }
 
 /// CPU of all the nodes together while they were sampled, in cores: the highest sample
@@ -150,6 +159,7 @@ fn startup(
 ) -> Result<Startup, RunError> {
     let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
     let n = ids.len();
+    let want = links_wanted(r, n);
     let end = t0_i + r.converge_timeout;
     let mut cpu = CpuTrack::default();
     let progress = |w| r.progress.then_some(w);
@@ -171,13 +181,13 @@ fn startup(
         nodes,
         r.sample,
         end,
-        progress("linked to all"),
+        progress("linked to all (or at the cap)"),
         &mut cpu,
-        |x, _| is_linked(x, n),
+        |x, _| is_linked(x, want),
     )?;
     let per_node_linked: Vec<f64> = linked_r
         .iter()
-        .filter(|x| is_linked(x, n))
+        .filter(|x| is_linked(x, want))
         .map(|x| ms_since(t0, x.s.links_changed_unix_ms))
         .collect();
     let peers: Vec<f64> = linked_r.iter().map(|x| x.s.connected as f64).collect();
@@ -348,6 +358,7 @@ fn restart(
     let mut full_at: Option<Instant> = None;
     let mut linked_at: Option<Instant> = None;
     let n = nodes.len();
+    let want = links_wanted(r, n);
     let mut last;
     let end_wait = t_r + r.converge_timeout;
     loop {
@@ -372,7 +383,7 @@ fn restart(
         if full && full_at.is_none() {
             full_at = Some(now);
         }
-        if all.iter().all(|x| is_linked(x, n)) && linked_at.is_none() {
+        if all.iter().all(|x| is_linked(x, want)) && linked_at.is_none() {
             linked_at = Some(now);
         }
         last = all;

@@ -38,8 +38,8 @@ pub(crate) struct Startup {
     pub(crate) per_node_ms: Spread,
     /// Nodes whose member set was complete at the end of the wait.
     pub(crate) nodes_full: usize,
-    /// From the first process started until every node had a link to every other, ms
-    /// (`None`: not within the timeout). Members are also learned through others, so this
+    /// From the first process started until every node had a link to every other (with
+    /// `--max-links`: at least the cap), ms (`None`: not within the timeout). Members are also learned through others, so this
     /// comes after full membership; the idle window waits for it.
     pub(crate) all_linked_ms: Option<f64>,
     /// The same per node (those linked to all).
@@ -110,8 +110,8 @@ pub(crate) struct Restart {
     pub(crate) full_membership_ms: Option<f64>,
     /// From the new process's start until its own member set is complete, ms.
     pub(crate) new_node_full_ms: Option<f64>,
-    /// From the stop request until every node has a link to every other again, ms (`None`:
-    /// not within the timeout).
+    /// From the stop request until every node has a link to every other again (with
+    /// `--max-links`: at least the cap), ms (`None`: not within the timeout).
     pub(crate) all_linked_ms: Option<f64>,
     /// The fewest linked peers of a node at the end.
     pub(crate) peers_min: usize,
@@ -185,11 +185,11 @@ pub(crate) fn print(r: &StormReport) {
     let s = &r.startup;
     match s.all_linked_ms {
         Some(ms) => println!(
-            "  start: every node linked to every other after {ms:.0} ms (per node {})",
+            "  start: every node linked to every other (or at the cap) after {ms:.0} ms (per node {})",
             sp(&s.per_node_linked_ms, " ms")
         ),
         None => println!(
-            "  start: only {} of {} nodes linked to all within the timeout (peers {})",
+            "  start: only {} of {} nodes linked to all (or at the cap) within the timeout (peers {})",
             s.nodes_linked,
             r.nodes,
             sp(&s.peers, "")
