@@ -164,29 +164,11 @@ impl ReversePaths {
                 continue;
             }
             let start = toward.len() as u32;
-            while k < pairs.len() && pairs[k].0 < x {
-                k += 1;
-            }
-            while k < pairs.len() && pairs[k].0 == x {
-                toward.push(g.ids[pairs[k].1 as usize]);
-                k += 1;
-            }
+            take_run(&pairs, &mut k, x, &g.ids, &mut toward);
             let near_start = not_farther.len() as u32;
-            while q < near.len() && near[q].0 < x {
-                q += 1;
-            }
-            while q < near.len() && near[q].0 == x {
-                not_farther.push(g.ids[near[q].1 as usize]);
-                q += 1;
-            }
+            take_run(&near, &mut q, x, &g.ids, &mut not_farther);
             let beside_start = by_origin.len() as u32;
-            while b < beside.len() && beside[b].0 < x {
-                b += 1;
-            }
-            while b < beside.len() && beside[b].0 == x {
-                by_origin.push(g.ids[beside[b].1 as usize]);
-                b += 1;
-            }
+            take_run(&beside, &mut b, x, &g.ids, &mut by_origin);
             origins.insert(
                 g.ids[x as usize],
                 Entry {
@@ -544,6 +526,18 @@ impl PathTable {
     /// True when no origin is known (every frame is taken).
     pub fn is_empty(&self) -> bool {
         self.by_origin.is_empty()
+    }
+}
+
+/// Moves `at` past the `(origin, neighbour)` pairs of `sorted` below origin `x` and appends
+/// the ids of `x`'s neighbours to `out` (`sorted` ascending, `x` visited in ascending order).
+fn take_run(sorted: &[(u32, u32)], at: &mut usize, x: u32, ids: &[PeerId], out: &mut Vec<PeerId>) {
+    while *at < sorted.len() && sorted[*at].0 < x {
+        *at += 1;
+    }
+    while *at < sorted.len() && sorted[*at].0 == x {
+        out.push(ids[sorted[*at].1 as usize]);
+        *at += 1;
     }
 }
 
