@@ -618,6 +618,20 @@ impl DiscoveryGraph {
             .map(|&ps| self.participants[ps as usize].expires_at)
     }
 
+    /// Renews a remote participant's lease as heard at `now` without a new record (its
+    /// node proved it lives some other way: a link to it is up) and returns the new
+    /// expiry; `None` for an unknown prefix or a local participant. The lease is the one
+    /// it was admitted with (capped at [`Capacities::max_lease`]), never longer.
+    pub fn renew_participant(&mut self, prefix: &GuidPrefix, now: Time) -> Option<Time> {
+        let &ps = self.by_prefix.get(prefix)?;
+        let entry = &mut self.participants[ps as usize];
+        if entry.local {
+            return None;
+        }
+        entry.expires_at = now.saturating_add(entry.info.lease_duration);
+        Some(entry.expires_at)
+    }
+
     fn reject<T>(&mut self, e: AdmitError) -> Result<T, AdmitError> {
         debug!(error = %e, "discovery record rejected");
         self.rejections.record(&e);

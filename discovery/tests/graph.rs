@@ -407,6 +407,35 @@ fn expiry_removes_silent_participant_with_all_endpoints_and_matches() {
 }
 
 #[test]
+fn a_renewed_lease_runs_from_the_renewal_with_the_admitted_cap_and_never_for_a_local_one() {
+    let mut cfg = GraphConfig::default();
+    cfg.capacities.max_lease = QosDuration::from_millis(2000);
+    let mut g = DiscoveryGraph::new(cfg);
+    g.add_local_participant(part(1, 1000)).unwrap();
+    // Announces 5 s, admitted with the 2 s cap.
+    g.admit_participant(part(3, 5000), Time::from_millis(0))
+        .unwrap();
+    assert_eq!(
+        g.participant_expiry(&prefix(3)),
+        Some(Time::from_millis(2000))
+    );
+    assert_eq!(
+        g.renew_participant(&prefix(3), Time::from_millis(1500)),
+        Some(Time::from_millis(3500))
+    );
+    assert_eq!(g.expire(Time::from_millis(3000)), Removal::default());
+    assert_eq!(
+        g.expire(Time::from_millis(3501)).participants,
+        vec![prefix(3)]
+    );
+    // Unknown and local participants are not renewed.
+    assert_eq!(g.renew_participant(&prefix(3), Time::from_millis(4000)), None);
+    assert_eq!(g.renew_participant(&prefix(1), Time::from_millis(4000)), None);
+    assert_eq!(g.participant_expiry(&prefix(1)), Some(Time(u64::MAX)));
+    g.check_invariants().unwrap();
+}
+
+#[test]
 fn removing_endpoints_keeps_other_matches_and_links() {
     let mut g = two_party(GraphConfig::default());
     let mut ws = Vec::new();

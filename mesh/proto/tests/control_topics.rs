@@ -232,7 +232,9 @@ fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_route
     // The table is planned at once, or when the planning interval since the last one (the
     // cycle's, at `now + 1 s`) is over: the timer says when.
     let mut p = posts(&mut c, now);
-    if !p.iter().any(|(_, c)| matches!(c, ToShard::SampleRoutes(_))) {
+    // (A new participant that does not hold this node's lease by link also brings this
+    // node's next cycle within a period: that timer may come first.)
+    while !p.iter().any(|(_, c)| matches!(c, ToShard::SampleRoutes(_))) {
         let at = c.poll_timeout();
         let interval = TopicsConfig::default().route_plan_interval;
         assert!(at <= now + Duration::from_secs(1) + interval);
@@ -276,7 +278,10 @@ fn only_capable_links_get_discovery_and_a_capable_peers_reader_matches_and_route
     assert_eq!(sent.len(), 1);
     // The unmatch waits for the route table without the writer (planned by the timer).
     let mut acts = actions(&mut c);
-    if events(&acts).is_empty() {
+    for _ in 0..3 {
+        if !events(&acts).is_empty() {
+            break;
+        }
         let at = c.poll_timeout();
         c.handle_timeout(at, WALL);
         posts(&mut c, at);

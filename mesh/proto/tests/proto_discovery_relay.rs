@@ -33,7 +33,11 @@ fn edges() -> Vec<(usize, usize)> {
 /// origin's paths settled), and whether every node then knew every other participant.
 fn idle_discovery(prune: bool) -> (u64, bool) {
     let mut sim = Sim::new(29);
-    add_topology(&mut sim, N, &edges(), |c| c.relay_pruning = prune);
+    // The cycle at 1 s throughout (its idle stretch off): the count is per cycle.
+    add_topology(&mut sim, N, &edges(), |c| {
+        c.relay_pruning = prune;
+        c.topics.announce_idle_period = c.topics.announce_period;
+    });
     sim.start_all();
     sim.run_for(Duration::from_millis(200));
     for i in 0..N {

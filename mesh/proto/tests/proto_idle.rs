@@ -78,10 +78,12 @@ fn heartbeats_only_after_silence(
 
 #[test]
 fn an_idle_link_that_carries_other_frames_sends_no_heartbeat() {
-    // Defaults: every link carries its end's Discovery announce each second and its
-    // Membership record every two: no heartbeat is needed, and none may go within a
-    // heartbeat interval of another frame on the same link direction.
-    let mut sim = full_mesh(29, 6, |_| {});
+    // Every link carries its end's Discovery announce each second (the idle stretch of
+    // the cycle off) and its Membership record every two: no heartbeat is needed, and
+    // none may go within a heartbeat interval of another frame on the same link direction.
+    let mut sim = full_mesh(29, 6, |c| {
+        c.topics.announce_idle_period = c.topics.announce_period;
+    });
     sim.run_for(Duration::from_secs(5));
     let hb = MeshConfig::default().heartbeat_interval;
     let log = log_frames(&mut sim, Duration::from_secs(10));

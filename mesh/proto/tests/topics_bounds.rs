@@ -93,6 +93,8 @@ fn an_infinite_lease_expires_after_max_lease() {
     let p = participant(QosDuration::INFINITE);
     let w = endpoint(1, EndpointKind::Writer, vec![]);
     c.on_discovery(LINK, frame(1, &p, &[w]), false, t0);
+    // Its link goes (while up, the link would hold its lease: `cadence`).
+    c.link_down(LINK);
     let g = c.graph();
     assert_eq!(
         g.participant(&p.prefix).unwrap().lease_duration,

@@ -26,12 +26,15 @@ impl ControlCore {
             nonce: self.rng.gen(),
             eph_pub_key: None,
             identity: None,
-            shoal: Some(if self.cfg.membership_digest {
+            shoal: Some({
+                // Every node holds its neighbours' Discovery leases by link (bit 4); the
+                // digest is a setting (bit 3).
                 let mut e = ShoalExtension::current();
-                e.features = e.features.union(Features::MEMBERSHIP_DIGEST);
+                e.features = e.features.union(Features::DISCOVERY_LEASE_HOLD);
+                if self.cfg.membership_digest {
+                    e.features = e.features.union(Features::MEMBERSHIP_DIGEST);
+                }
                 e
-            } else {
-                ShoalExtension::current()
             }),
         }
     }

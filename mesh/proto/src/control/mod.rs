@@ -124,6 +124,8 @@ struct Placed {
     suite: Option<RecordSuite>,
     /// Both ends advertised MembershipDigest (`membership_digest` on here too).
     digest: bool,
+    /// The peer holds this node's Discovery lease while linked (Hello feature bit 4).
+    holds_lease: bool,
 }
 
 /// One installed link, as the application sees it ([`ControlCore::links`]).

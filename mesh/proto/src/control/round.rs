@@ -8,7 +8,8 @@
 use super::{Action, Conn, ControlCore, ControlEvent, Placed};
 use crate::cmd::{NewLink, ToShard};
 use crate::wire::{
-    Frame, DISCOVERY_FRAME_TYPE, MEMBERSHIP_DIGEST_FRAME_TYPE, SIGNED_MEMBERSHIP_FRAME_TYPE,
+    Features, Frame, DISCOVERY_FRAME_TYPE, MEMBERSHIP_DIGEST_FRAME_TYPE,
+    SIGNED_MEMBERSHIP_FRAME_TYPE,
 };
 use crate::{link_shard, LinkBudget, LinkId, MemberEvent, PeerAction, PeerEvent, PeerId};
 use bytes::Bytes;
@@ -93,7 +94,7 @@ impl ControlCore {
 
     pub(super) fn install(&mut self, peer: PeerId, link: LinkId) {
         let owner = link_shard(&peer, self.shards);
-        let (capable, signed_frames, signs, digest): (bool, bool, bool, bool);
+        let (capable, signed_frames, signs, digest, holds_lease): (bool, bool, bool, bool, bool);
         let suite;
         let budget = match self.conns.remove(&link) {
             Some(Conn::Ready(ex)) => {
@@ -106,6 +107,10 @@ impl ControlCore {
                 signed_frames = ex.link.can_send_frame_type(SIGNED_MEMBERSHIP_FRAME_TYPE);
                 digest = self.cfg.membership_digest
                     && ex.link.can_send_frame_type(MEMBERSHIP_DIGEST_FRAME_TYPE);
+                holds_lease = ex
+                    .link
+                    .peer_shoal()
+                    .is_some_and(|e| e.features.contains(Features::DISCOVERY_LEASE_HOLD));
                 signs = signed_frames
                     && ex
                         .secure
@@ -136,8 +141,8 @@ impl ControlCore {
             }
             None => match self.placed.get(&link) {
                 Some(p) => {
-                    (capable, signed_frames, signs, digest) =
-                        (p.capable, p.signed_frames, p.signs, p.digest);
+                    (capable, signed_frames, signs, digest, holds_lease) =
+                        (p.capable, p.signed_frames, p.signs, p.digest, p.holds_lease);
                     suite = p.suite;
                     p.budget.clone()
                 }
@@ -155,9 +160,12 @@ impl ControlCore {
                 signs,
                 suite,
                 digest,
+                holds_lease,
             },
         );
-        self.topics.link_up(link, peer, capable);
+        if capable {
+            self.topics.link_up_with(link, peer, holds_lease);
+        }
         for s in 0..self.shards {
             self.post(
                 s,

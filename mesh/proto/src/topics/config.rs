@@ -14,6 +14,7 @@
 //! ```toml
 //! [topics]
 //! announce_period_ms = 1000
+//! announce_idle_period_ms = 10000
 //! participant_lease_ms = 10000
 //! max_local_endpoints = 4096
 //! max_matches = 262144
@@ -129,11 +130,24 @@ pub enum TopicsConfigError {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TopicsConfig {
-    /// Period of the announce cycle (every own record resent). Default 1000 ms.
+    /// Period of the announce cycle (every own record resent) after a change: an own
+    /// endpoint created or removed, a capable link up or down, a participant heard that
+    /// is not a neighbour. Default 1000 ms.
     #[serde(rename = "announce_period_ms", with = "millis")]
     pub announce_period: Duration,
+    /// Longest period of the announce cycle while nothing changes: each unchanged cycle
+    /// doubles the period from `announce_period` up to this. It goes beyond a third of
+    /// `participant_lease` only while every participant this node hears is a neighbour
+    /// that holds its lease while linked (Hello feature bit 4): the full mesh multicast
+    /// discovery builds; elsewhere the cycle must renew the lease. A cycle repairs what a
+    /// lost frame missed, so this is also the longest a loss that no link change repairs
+    /// can last. A value below `announce_period` counts as `announce_period`. Default
+    /// 10000 ms.
+    #[serde(rename = "announce_idle_period_ms", with = "millis")]
+    pub announce_idle_period: Duration,
     /// Lease this node's participant record carries: a receiver that hears nothing from it
-    /// for this long drops all its endpoints. Default 10000 ms.
+    /// for this long drops all its endpoints (a receiver linked to it directly counts the
+    /// link as hearing it, and counts the lease from the link's end). Default 10000 ms.
     #[serde(rename = "participant_lease_ms", with = "millis")]
     pub participant_lease: Duration,
     /// This node's writers and readers together. Default 4096.
@@ -280,6 +294,7 @@ impl Default for TopicsConfig {
         let c = Capacities::default();
         TopicsConfig {
             announce_period: Duration::from_millis(1000),
+            announce_idle_period: Duration::from_millis(10_000),
             participant_lease: Duration::from_millis(10_000),
             max_local_endpoints: c.local_endpoints,
             max_matches: c.matches,
@@ -370,6 +385,7 @@ impl TopicsConfig {
     pub fn validate(&self) -> Result<(), TopicsConfigError> {
         for (name, d) in [
             ("announce_period", self.announce_period),
+            ("announce_idle_period", self.announce_idle_period),
             ("participant_lease", self.participant_lease),
             ("heartbeat_period", self.heartbeat_period),
             ("ack_period", self.ack_period),

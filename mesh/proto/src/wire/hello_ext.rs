@@ -41,7 +41,14 @@ impl Features {
     /// "MembershipDigest"). A peer without it keeps getting every periodic re-flood; a
     /// node sets it per its `membership_digest` setting (default on).
     pub const MEMBERSHIP_DIGEST: Features = Features(1 << 3);
-    /// The features this build implements and advertises on every link.
+    /// Bit 4: no frame, a promise: the sender holds the Discovery lease of a neighbour for
+    /// as long as a link between them is up, and counts it from the last renewal once the
+    /// last link goes (`extensions.md`, "Discovery"). An origin whose every participant
+    /// is such a neighbour may stretch its announce cycle beyond a third of its lease; a
+    /// peer without the bit (an older Shoal build) keeps it within that.
+    pub const DISCOVERY_LEASE_HOLD: Features = Features(1 << 4);
+    /// The features this build implements and advertises on every link (a node adds
+    /// bits 3 and 4 in its Hello: `control::connecting`).
     pub const SUPPORTED: Features =
         Features(Features::EXTENDED_FRAMES.0 | Features::SIGNED_RECORDS.0);
 

@@ -34,6 +34,7 @@
 //! frames (`announce`, `receive`), events, routes and the view live in submodules.
 
 mod announce;
+mod cadence;
 mod events;
 mod origins;
 mod plan;
@@ -325,6 +326,9 @@ struct CapableLink {
     budget: origins::Bucket,
     /// Its Discovery frames are dropped on its shard until then (budget spent).
     paused: Option<Instant>,
+    /// The peer set Hello feature bit 4: it holds this node's lease while linked
+    /// (`cadence`).
+    holds_lease: bool,
 }
 
 /// The largest cycle whose completeness is tracked (a bigger one repairs nothing; leases
@@ -352,6 +356,16 @@ pub struct TopicsCore {
     seq: u64,
     cycle: u32,
     next_announce: Instant,
+    /// The period of the cycle after the next one (`cadence`).
+    period: std::time::Duration,
+    /// A change asked for the cycle within `announce_period` (`cadence::announce_soon`).
+    rearm: bool,
+    /// Every member of the mesh holds this node's lease by link (`cadence::note_members`).
+    members_held: bool,
+    /// What `members_held` was computed from: membership's shape and `links_epoch`.
+    members_key: Option<(u64, u64)>,
+    /// Rises with every change of `links`.
+    links_epoch: u64,
     next_expiry: Instant,
     /// Capable placed links (their peer advertised extended frames).
     links: BTreeMap<LinkId, CapableLink>,
@@ -513,6 +527,11 @@ impl TopicsCore {
             seq: wall_ms,
             cycle: 0,
             next_announce: now + cfg.announce_period,
+            period: cfg.announce_period,
+            rearm: false,
+            members_held: false,
+            members_key: None,
+            links_epoch: 0,
             next_expiry: now + cfg.announce_period,
             links: BTreeMap::new(),
             catch_up: Vec::new(),
@@ -581,7 +600,7 @@ impl TopicsCore {
         type_hash: [u8; 16],
         qos: EndpointQos,
         partitions: &[String],
-        _now: Instant,
+        now: Instant,
     ) -> Result<EndpointGuid, TopicError> {
         let topic = TopicName::new(topic)?;
         let type_name = TypeName::new(type_name)?;
@@ -607,13 +626,14 @@ impl TopicsCore {
         self.matched_events(adm.id, &adm.matched);
         self.incompatible_events(adm.id);
         self.announce_now(Some(guid), None);
+        self.announce_soon_at(now);
         self.changed();
         Ok(guid_bytes(&guid))
     }
 
     /// Removes a local endpoint: its matches end (unmatched events) and a withdrawal goes
     /// out at once.
-    pub fn remove_endpoint(&mut self, guid: EndpointGuid, _now: Instant) -> Result<(), TopicError> {
+    pub fn remove_endpoint(&mut self, guid: EndpointGuid, now: Instant) -> Result<(), TopicError> {
         let g = guid_of(&guid);
         if !self.local.contains_key(&g) {
             return Err(TopicError::UnknownEndpoint(guid));
@@ -623,6 +643,7 @@ impl TopicsCore {
         self.credits.remove(&g);
         self.announcer.remove_endpoint(&g);
         self.announce_now(None, Some(g));
+        self.announce_soon_at(now);
         self.changed();
         Ok(())
     }
@@ -665,7 +686,15 @@ impl TopicsCore {
     /// goes to the new links only (`announce_catch_up`): flooding a whole cycle per new
     /// link made a forming full mesh of N nodes flood ~N² cycles to everyone.
     pub fn link_up(&mut self, link: LinkId, peer: PeerId, capable: bool) {
-        if !capable || self.links.get(&link).is_some_and(|l| l.peer == peer) {
+        if capable {
+            self.link_up_with(link, peer, false);
+        }
+    }
+
+    /// [`link_up`](Self::link_up) of a capable link; `holds_lease`: its peer set Hello
+    /// feature bit 4 (it holds this node's lease while linked, see `cadence`).
+    pub fn link_up_with(&mut self, link: LinkId, peer: PeerId, holds_lease: bool) {
+        if self.links.get(&link).is_some_and(|l| l.peer == peer) {
             return;
         }
         // Full from the start (it refills from `origin` up to the burst on first use).
@@ -676,10 +705,17 @@ impl TopicsCore {
                 peer,
                 budget,
                 paused: None,
+                holds_lease,
             },
         );
+        self.links_epoch += 1;
         if !self.catch_up.contains(&link) {
             self.catch_up.push(link);
+        }
+        // It hears this node's records by the catch-up; one that does not hold leases by
+        // link lowers the period's cap, and must hear a cycle within a third of the lease.
+        if !holds_lease {
+            self.announce_soon();
         }
         self.changed();
     }
@@ -688,6 +724,10 @@ impl TopicsCore {
     pub fn link_down(&mut self, link: LinkId) {
         self.catch_up.retain(|l| *l != link);
         if self.links.remove(&link).is_some() {
+            self.links_epoch += 1;
+            // The neighbour may now hear this node only through frames (its lease by link
+            // is gone), and the participant record lists one link less.
+            self.announce_soon();
             self.changed();
         }
     }
@@ -748,15 +788,18 @@ impl TopicsCore {
         }
     }
 
-    /// Runs a due announce cycle (or else a due catch-up of new links) and lease expiry.
+    /// Runs a due announce cycle (or else a due catch-up of new links) and lease expiry
+    /// (after renewing the leases of the participants linked directly: `cadence`).
     pub fn handle_timeout(&mut self, now: Instant) {
         if now >= self.next_expiry {
             self.next_expiry = now + self.cfg.announce_period;
+            self.renew_linked(self.time(now));
             self.expire(now);
             self.expire_cycles(now);
         }
+        self.rearm_announce(now);
         if now >= self.next_announce {
-            self.next_announce = now + self.cfg.announce_period;
+            self.schedule_next_cycle(now);
             self.announce_cycle();
         }
         self.announce_catch_up();

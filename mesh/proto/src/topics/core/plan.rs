@@ -166,6 +166,8 @@ impl TopicsCore {
     ) -> Option<Arc<SampleRoutes>> {
         let mark = membership.shape();
         self.refresh_paths(membership, mark);
+        self.note_members(membership);
+        self.rearm_announce(now);
         if self.membership_mark != Some(mark) {
             self.membership_mark = Some(mark);
             // Only a change of the graph's shape matters, and only when something is routed.

@@ -296,6 +296,12 @@ impl TopicsCore {
                 if adm == ParticipantAdmission::Inserted {
                     self.capable_changed();
                     self.changed();
+                    // A new participant that no catch-up reached, or one that renews
+                    // leases only from frames: it hears this node's cycle within a period
+                    // (`cadence`).
+                    if !self.holds_lease_by_link(&origin) {
+                        self.announce_soon_at(now);
+                    }
                 }
                 self.maybe_dial(prefix);
                 Ok(())

@@ -442,6 +442,15 @@ impl Net {
         }
     }
 
+    /// Link `l` goes down at both ends.
+    fn cut(&mut self, l: LinkId) {
+        if let Some(&(a, b, _)) = self.links.iter().find(|x| x.2 == l) {
+            self.cores[a].link_down(l);
+            self.cores[b].link_down(l);
+        }
+        self.links.retain(|x| x.2 != l);
+    }
+
     fn peer(&self, me: usize, l: LinkId) -> Option<usize> {
         self.links
             .iter()
@@ -624,8 +633,10 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
         net.take_events(2).is_empty(),
         "incompatible said once per pair"
     );
-    // C stops: after its lease A is unmatched with C's reader, and routes only to B.
+    // C stops and its link dies: one lease later A is unmatched with C's reader (a link
+    // up held C's lease), and routes only to B.
     net.down[2] = true;
+    net.cut(LinkId(101));
     net.advance(SEC * 5);
     let ea = net.take_events(0);
     assert_eq!(
@@ -1003,5 +1014,6 @@ fn routes_carry_the_reliable_side_only_where_a_reliable_reader_is() {
     );
 }
 
+mod cadence;
 mod catch_up;
 mod trust;
