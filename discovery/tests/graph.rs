@@ -429,8 +429,14 @@ fn a_renewed_lease_runs_from_the_renewal_with_the_admitted_cap_and_never_for_a_l
         vec![prefix(3)]
     );
     // Unknown and local participants are not renewed.
-    assert_eq!(g.renew_participant(&prefix(3), Time::from_millis(4000)), None);
-    assert_eq!(g.renew_participant(&prefix(1), Time::from_millis(4000)), None);
+    assert_eq!(
+        g.renew_participant(&prefix(3), Time::from_millis(4000)),
+        None
+    );
+    assert_eq!(
+        g.renew_participant(&prefix(1), Time::from_millis(4000)),
+        None
+    );
     assert_eq!(g.participant_expiry(&prefix(1)), Some(Time(u64::MAX)));
     g.check_invariants().unwrap();
 }

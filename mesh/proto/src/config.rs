@@ -23,6 +23,9 @@
 //! an identity (an identity mesh refuses identity-less peers unless told otherwise).
 //!
 //! Settings the C++ library does not have and Shoal had to pick:
+//! - `announce_idle_interval_ms = 2000`: the beacon interval once nothing changed for five
+//!   `announce_interval`s (no peer discovered, no link lost), capped so that two announces
+//!   fit in `peer_lost_timeout` (`scouting`).
 //! - `max_peers = 1024`, `max_membership_records = 4096`: ceilings for the peer table and the
 //!   membership store (the C++ library is tuned for tens of nodes);
 //!   `max_membership_neighbours = 1024`: the longest neighbour list a record may carry.
@@ -212,6 +215,14 @@ pub struct MeshConfig {
     /// Mean period between announces (each is jittered by ±20%). Default 1000 ms.
     #[serde(rename = "announce_interval_ms", with = "millis")]
     pub announce_interval: Duration,
+    /// Mean period between announces once nothing changed for five `announce_interval`s
+    /// (no peer discovered, no link lost): a linked mesh needs no beacons, a newcomer's
+    /// own make the others dial it. Used within `[announce_interval,
+    /// peer_lost_timeout / 2.4]` ([`idle_beacon_interval`](Self::idle_beacon_interval)):
+    /// two announces, jittered up by a fifth, still fit in `peer_lost_timeout`. Default
+    /// 2000 ms.
+    #[serde(rename = "announce_idle_interval_ms", with = "millis")]
+    pub announce_idle_interval: Duration,
     /// A discovered peer with no announce for this long is Lost. Default 5000 ms.
     #[serde(rename = "peer_lost_timeout_ms", with = "millis")]
     pub peer_lost_timeout: Duration,
@@ -366,6 +377,7 @@ impl Default for MeshConfig {
             multicast_ttl: 1,
             multicast_interface: None,
             announce_interval: Duration::from_millis(1000),
+            announce_idle_interval: Duration::from_millis(2000),
             peer_lost_timeout: Duration::from_millis(5000),
             stop_grace: Duration::from_millis(1000),
             heartbeat_interval: Duration::from_millis(1000),
@@ -419,6 +431,7 @@ impl fmt::Debug for MeshConfig {
             .field("multicast_group", &self.multicast_group)
             .field("multicast_port", &self.multicast_port)
             .field("announce_interval", &self.announce_interval)
+            .field("announce_idle_interval", &self.announce_idle_interval)
             .field("peer_lost_timeout", &self.peer_lost_timeout)
             .field("stop_grace", &self.stop_grace)
             .field("heartbeat_interval", &self.heartbeat_interval)
@@ -528,6 +541,15 @@ impl MeshConfig {
             }
         }
         self.parsed_trusted_keys().map(drop)
+    }
+
+    /// The idle announce interval in use: `announce_idle_interval`, at most
+    /// `peer_lost_timeout / 2.4` (two announces at the longest jitter before a peer that
+    /// heard the first would count this node Lost), at least `announce_interval`.
+    pub fn idle_beacon_interval(&self) -> Duration {
+        self.announce_idle_interval
+            .min(self.peer_lost_timeout.div_f64(2.4))
+            .max(self.announce_interval)
     }
 
     /// Checks the relations between settings that the types alone cannot express.
@@ -644,6 +666,8 @@ macro_rules! mesh_config_setters {
         multicast_interface: Option<Ipv4Addr>,
         /// Sets `announce_interval`.
         announce_interval: Duration,
+        /// Sets `announce_idle_interval`.
+        announce_idle_interval: Duration,
         /// Sets `peer_lost_timeout`.
         peer_lost_timeout: Duration,
         /// Sets `stop_grace`.

@@ -1,7 +1,12 @@
 //! Discovery announces: when to send them and which received ones to believe.
 //!
 //! Sending: once at start, then every `announce_interval` with ±20% jitter so that nodes
-//! started together do not announce in lockstep ([`BeaconSchedule`]).
+//! started together do not announce in lockstep ([`BeaconSchedule`]); once nothing changed
+//! for five intervals (no peer discovered, no link lost), every `announce_idle_interval`.
+//! A node already linked to everyone it hears needs no beacon: a newcomer's own beacons
+//! make the others dial it. The idle interval stays short enough that a peer hears two
+//! beacons within `peer_lost_timeout` (multimaster's rule for redialing a peer), and a lost
+//! link brings the short interval back at both its ends.
 //!
 //! Receiving ([`accept_beacon`]), in the order of the protocol notes (`mesh/proto/protocol/`,
 //! `v1-wire.md` "Scouting datagram", `secured.md` "The beacon MAC"): on a secured
@@ -17,21 +22,53 @@ use rand::Rng;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// Beacon timing: due at start, then every interval ±20%.
+/// Intervals without a change after which a schedule goes to its idle interval.
+const QUIET_INTERVALS: u32 = 5;
+
+/// Beacon timing: due at start, then every interval ±20% (the idle interval once nothing
+/// changed for [`QUIET_INTERVALS`] intervals).
 #[derive(Debug, Clone)]
 pub struct BeaconSchedule {
     interval: Duration,
+    idle_interval: Duration,
+    last_change: Instant,
     next: Instant,
     sent: u64,
 }
 
 impl BeaconSchedule {
-    /// A schedule whose first announce is due at `now`.
+    /// A schedule whose first announce is due at `now`, every `interval` (no idle
+    /// stretch: see [`with_idle_interval`](Self::with_idle_interval)).
     pub fn new(interval: Duration, now: Instant) -> BeaconSchedule {
         BeaconSchedule {
             interval,
+            idle_interval: interval,
+            last_change: now,
             next: now,
             sent: 0,
+        }
+    }
+
+    /// Announces every `idle` (at least the interval) once nothing changed for five
+    /// intervals.
+    pub fn with_idle_interval(mut self, idle: Duration) -> BeaconSchedule {
+        self.idle_interval = idle.max(self.interval);
+        self
+    }
+
+    /// Something changed that others may need to hear about soon (a peer discovered, a
+    /// link lost): back to the short interval, the next announce within one.
+    pub fn changed(&mut self, now: Instant) {
+        self.last_change = now;
+        self.next = self.next.min(now + self.interval);
+    }
+
+    /// The mean interval the next announce is scheduled with at `now`.
+    pub fn interval_at(&self, now: Instant) -> Duration {
+        if now.saturating_duration_since(self.last_change) >= self.interval * QUIET_INTERVALS {
+            self.idle_interval
+        } else {
+            self.interval
         }
     }
 
@@ -46,7 +83,7 @@ impl BeaconSchedule {
             return false;
         }
         self.sent += 1;
-        self.next = now + jittered(self.interval, rng);
+        self.next = now + jittered(self.interval_at(now), rng);
         true
     }
 
@@ -179,6 +216,41 @@ mod tests {
         }
         assert!(distinct.len() > 10, "jitter must actually vary");
         assert_eq!(s.sent(), 51);
+    }
+
+    #[test]
+    fn schedule_stretches_to_the_idle_interval_when_quiet_and_comes_back_on_a_change() {
+        let t0 = Instant::now();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let sec = Duration::from_secs(1);
+        let mut s = BeaconSchedule::new(sec, t0).with_idle_interval(sec * 2);
+        let mut at = Vec::new();
+        let mut t = t0;
+        while t < t0 + sec * 30 {
+            t = s.poll_timeout();
+            assert!(s.handle_timeout(t, &mut rng));
+            at.push(t - t0);
+        }
+        let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        // Five quiet seconds at the short interval, then the idle one.
+        let short = at.iter().filter(|a| **a < sec * 5).count();
+        assert!((5..=7).contains(&short), "{at:?}");
+        for (a, g) in at.iter().zip(&gaps) {
+            let want = if *a >= sec * 5 { sec * 2 } else { sec };
+            assert!(
+                *g >= want.mul_f64(0.8) && *g <= want.mul_f64(1.2),
+                "a gap of {g:?} at {a:?}"
+            );
+        }
+        // A change: the next announce within the short interval, short ones for five more.
+        let now = t + Duration::from_millis(100);
+        s.changed(now);
+        assert!(s.poll_timeout() <= now + sec);
+        assert_eq!(s.interval_at(now + sec * 4), sec);
+        assert_eq!(s.interval_at(now + sec * 5), sec * 2);
+        // Never below the short interval.
+        let s = BeaconSchedule::new(sec, t0).with_idle_interval(sec / 2);
+        assert_eq!(s.interval_at(t0 + sec * 60), sec);
     }
 
     #[test]

@@ -239,9 +239,10 @@ impl ControlCore {
             signers: SignerBook::new(cfg.max_identity_records),
             own_signed: None,
             sig_scratch: Vec::new(),
-            beacons: cfg
-                .scouting
-                .then(|| BeaconSchedule::new(cfg.announce_interval, now)),
+            beacons: cfg.scouting.then(|| {
+                BeaconSchedule::new(cfg.announce_interval, now)
+                    .with_idle_interval(cfg.idle_beacon_interval())
+            }),
             shards: shards.max(1),
             listen_port,
             epoch,
@@ -332,6 +333,11 @@ impl ControlCore {
     /// True once [`stop`](Self::stop) was called.
     pub fn is_stopping(&self) -> bool {
         self.stopping
+    }
+
+    /// Scouting beacons sent so far (0 without scouting).
+    pub fn beacons_sent(&self) -> u64 {
+        self.beacons.as_ref().map_or(0, |b| b.sent())
     }
 
     /// The peer table (read only).

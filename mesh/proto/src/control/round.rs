@@ -226,6 +226,10 @@ impl ControlCore {
         while let Some(e) = self.peers.poll_event() {
             events.push(match e {
                 PeerEvent::PeerDiscovered { peer, addr } => {
+                    // A newcomer: it hears every node's beacon within an interval.
+                    if let Some(b) = self.beacons.as_mut() {
+                        b.changed(now);
+                    }
                     ControlEvent::PeerDiscovered { peer, addr }
                 }
                 PeerEvent::Connected { peer, link } => {
@@ -238,6 +242,10 @@ impl ControlCore {
                     ControlEvent::PeerConnected { peer }
                 }
                 PeerEvent::Disconnected { peer } => {
+                    // Redialing needs fresh announces at both ends (`peer_lost_timeout`).
+                    if let Some(b) = self.beacons.as_mut() {
+                        b.changed(now);
+                    }
                     self.membership.neighbour_down(&peer, wall_ms, now);
                     if let Some(d) = self.degree.as_mut() {
                         d.link_down(peer, now);
