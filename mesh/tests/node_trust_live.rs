@@ -500,8 +500,22 @@ fn far_seq_does_not_silence(mode: Mode) {
     if mode == Mode::Plain {
         assert!(disc(&s.v).seq_jumps_held > held, "the jump is held");
     }
+    let remotes = |n: &Node| {
+        n.mesh.topics().view.map_or(0, |v| {
+            v.occupancy
+                .iter()
+                .find(|o| o.0 == Table::RemoteParticipants)
+                .map_or(0, |o| o.1)
+        })
+    };
+    let admitted = remotes(&s.v);
     let canary = s.another();
     canary.send(canary.own(1, vec![participant(canary.id(), SHORT)]));
+    wait_until(20, "V admits the canary's participant", || {
+        remotes(&s.v) > admitted
+    });
+    // Its link goes: while up, a link holds its neighbour's lease (`topics::core::cadence`).
+    drop(canary);
     wait_until(60, "the canary's participant expires at V", || {
         disc(&s.v).participants_expired > expired
     });
