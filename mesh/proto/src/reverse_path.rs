@@ -33,15 +33,19 @@
 //! stranger that sends no record is judged [`PathVerdict::Off`] for every origin but its
 //! own id.
 //!
-//! Cost: one BFS from this node and one from each neighbour, `O(deg * (V + E))`, run only
-//! when the graph's edges changed ([`MemberGraph::shape`]); a lookup is one hash probe and a
-//! binary search in the (short, sorted) list of the origin's toward neighbours.
+//! Cost: one BFS from this node, then one pass over the graph level by level with a bit per
+//! neighbour (`O(E * deg / 64)`, see `near.rs`; it was a BFS from every neighbour,
+//! `O(deg * (V + E))`, plus sorting), run only when the graph's edges changed
+//! ([`MemberGraph::shape`]); a lookup is one hash probe and a binary search in the (short,
+//! sorted) list of the origin's toward neighbours.
+
+mod near;
 
 use crate::counted_graph::{CountedGraph as Graph, FAR};
 use crate::membership::MemberGraph;
 use crate::{LinkId, PeerId};
 use ahash::AHashMap;
-use std::collections::VecDeque;
+use near::Near;
 use std::time::{Duration, Instant};
 
 /// Where a frame of some origin, arriving from a direct neighbour, comes from.
@@ -122,37 +126,15 @@ impl ReversePaths {
         let g = Graph::build(me, adjacency, include);
         let n = g.ids.len();
         let me_i = g.index[&me];
-        let mut dist_me = vec![FAR; n];
-        let mut queue = VecDeque::with_capacity(n);
-        g.bfs(me_i, &mut dist_me, &mut queue);
-
-        // (origin, neighbour) pairs, both as node indices: ascending ids when sorted. A
-        // neighbour toward the origin, and one no farther from it than this node (which
-        // takes the origin's frames from no link of ours: not worth a copy).
-        let mut pairs: Vec<(u32, u32)> = Vec::new();
-        let mut near: Vec<(u32, u32)> = Vec::new();
-        let mut beside: Vec<(u32, u32)> = Vec::new();
-        let mut dist = vec![FAR; n];
-        // This node's own list names its neighbours; those without a record are not nodes
-        // and so are toward nobody.
-        for &nb in &g.own {
-            g.bfs(nb, &mut dist, &mut queue);
-            for x in 0..n as u32 {
-                let (dm, dn) = (dist_me[x as usize], dist[x as usize]);
-                if x != me_i && dm != FAR && dn <= dm {
-                    near.push((x, nb));
-                    if dn <= 1 {
-                        beside.push((x, nb));
-                    }
-                    if dn < dm {
-                        pairs.push((x, nb));
-                    }
-                }
-            }
-        }
-        pairs.sort_unstable();
-        near.sort_unstable();
-        beside.sort_unstable();
+        // (origin, neighbour) pairs, both as node indices, origin-major and ascending: a
+        // neighbour toward the origin, one no farther from it than this node (which takes the
+        // origin's frames from no link of ours: not worth a copy), and one beside it.
+        let Near {
+            dist_me,
+            toward: pairs,
+            not_farther: near,
+            beside,
+        } = Near::compute(&g, me_i);
 
         let mut origins = AHashMap::with_capacity(n);
         let mut toward = Vec::with_capacity(pairs.len());

@@ -500,3 +500,54 @@ fn a_handshake_past_its_deadline_is_closed_by_the_timer() {
     assert!(!b.is_handshaking(lb));
     assert!(events(&acts).is_empty(), "an idle socket is no error");
 }
+
+#[test]
+fn shard_reports_that_arrive_together_are_applied_in_order_in_one_round() {
+    // The driver hands the core its inbox batch whole (issue 29: a round per report rebuilt
+    // the reverse paths per Membership record, and 60 processes starting on two cores spent
+    // half the machine on it). The batch must mean what the reports one by one mean: both
+    // shards' Synced release PeerConnected, and the LinkClosed after them in the same batch
+    // then disconnects the peer and uninstalls its link everywhere.
+    let now = Instant::now();
+    let wall = 1_700_000_000_000;
+    let (mut a, la, _b, _) = linked(now);
+    let _ = actions(&mut a);
+    let token = posts(&mut a)
+        .iter()
+        .find_map(|(_, c)| match c {
+            ToShard::Sync(t) => Some(*t),
+            _ => None,
+        })
+        .expect("a Sync");
+    let rounds = a.stats().report_rounds;
+    a.on_shard_reports(
+        [
+            ToControl::Synced(token),
+            ToControl::Synced(token),
+            ToControl::LinkClosed { link: la },
+        ],
+        now,
+        wall,
+    );
+    assert_eq!(
+        a.stats().report_rounds,
+        rounds + 1,
+        "one round for the batch"
+    );
+    let peer = PeerId([2; 16]);
+    assert_eq!(
+        events(&actions(&mut a)),
+        vec![
+            ControlEvent::PeerConnected { peer },
+            ControlEvent::MemberJoined { peer },
+            ControlEvent::PeerDisconnected { peer },
+            ControlEvent::MemberLeft { peer },
+        ]
+    );
+    let uninstalls = posts(&mut a)
+        .iter()
+        .filter(|(_, c)| matches!(c, ToShard::Uninstall { link, .. } if *link == la))
+        .count();
+    assert_eq!(uninstalls, SHARDS);
+    assert_eq!(a.connected_peers().count(), 0);
+}

@@ -13,7 +13,8 @@
 //! [`on_dial_failed`](ControlCore::on_dial_failed)); bytes read on a handshaking socket, its end
 //! ([`on_bytes`](ControlCore::on_bytes), [`on_eof`](ControlCore::on_eof)); a scouting datagram
 //! ([`on_datagram`](ControlCore::on_datagram)); a report of a shard
-//! ([`on_shard_report`](ControlCore::on_shard_report)); a timer
+//! ([`on_shard_report`](ControlCore::on_shard_report)), or several that arrived together
+//! ([`on_shard_reports`](ControlCore::on_shard_reports): one round for all); a timer
 //! ([`handle_timeout`](ControlCore::handle_timeout) at [`poll_timeout`](ControlCore::poll_timeout));
 //! the application's commands ([`set_secure_context`](ControlCore::set_secure_context) after a
 //! trust change, [`stop`](ControlCore::stop)).
@@ -571,6 +572,40 @@ impl ControlCore {
 
     /// A report of a shard.
     pub fn on_shard_report(&mut self, report: ToControl, now: Instant, wall_ms: u64) {
+        self.on_shard_reports(std::iter::once(report), now, wall_ms);
+    }
+
+    /// Reports of the shards that arrived together (the driver's inbox batch), applied in
+    /// order, then **one** round for all of them.
+    ///
+    /// Why one round: a round ends with the reverse-path tables and the topic routes, which
+    /// are rebuilt when the membership graph changed, at `O(deg * (V + E))` each (a full mesh
+    /// of 60: ~3 500 edges walked from each of 59 neighbours, then sorted). A mesh booting
+    /// changes the graph with nearly every Membership record, so a round per record rebuilt
+    /// them per record: 60 processes starting together on two cores spent over half of the
+    /// machine on these rebuilds (storm, `perf`, bench/notes/start60.md), every control
+    /// thread fell seconds behind, the hand-over of new links to their shards came after the
+    /// peer's heartbeat timeout, and each link so closed changed the graph again. Reports
+    /// that wait together are applied as if they had arrived at once (they carry the same
+    /// `now`): one rebuild from the graph they leave, which is the one every per-report
+    /// rebuild but the last was superseded by anyway. A control thread that keeps up sees
+    /// short batches and rebuilds as before; one that falls behind does less work per report
+    /// the further it is behind, instead of more.
+    pub fn on_shard_reports(
+        &mut self,
+        reports: impl IntoIterator<Item = ToControl>,
+        now: Instant,
+        wall_ms: u64,
+    ) {
+        for report in reports {
+            self.apply_shard_report(report, now, wall_ms);
+        }
+        self.stats.report_rounds += 1;
+        self.round(now, wall_ms);
+    }
+
+    /// One shard report, without the round that follows it.
+    fn apply_shard_report(&mut self, report: ToControl, now: Instant, wall_ms: u64) {
         match report {
             ToControl::LinkClosed { link } => {
                 self.unplace(link);
@@ -601,7 +636,6 @@ impl ControlCore {
                 }
             }
         }
-        self.round(now, wall_ms);
     }
 
     /// Says Goodbye to every peer, closes every link and stops dialing and scouting; every

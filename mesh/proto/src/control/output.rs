@@ -185,4 +185,7 @@ pub struct ControlStats {
     /// MembershipDigest frames that broke the rules (on a link that did not negotiate the
     /// digest); each closed its link. Malformed ones close the link in the shard.
     pub digest_violations: u64,
+    /// Rounds run for shard reports ([`super::ControlCore::on_shard_reports`]: one per batch
+    /// of reports that arrived together, however many it held).
+    pub report_rounds: u64,
 }

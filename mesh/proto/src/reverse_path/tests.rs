@@ -561,3 +561,121 @@ fn a_skip_two_hops_from_the_origin_waits_for_settling() {
     assert_eq!(r4.beside(&p(6)), Some(&[p(5)][..]));
     assert_eq!(t.skipped_links(&p(6), t0), Some(&[LinkId(5)][..]));
 }
+
+/// The sets as the rule defines them, by a BFS from every neighbour this node lists (how
+/// `build` computed them before `near.rs`): per origin, (toward, not farther, beside, hops).
+type Sets = Vec<(PeerId, Vec<PeerId>, Vec<PeerId>, Vec<PeerId>, u32)>;
+
+fn by_bfs_from_every_neighbour(me: PeerId, records: &[(PeerId, Vec<PeerId>)]) -> Sets {
+    use crate::counted_graph::{CountedGraph, FAR};
+    let g = CountedGraph::build(me, records.iter().map(|(o, l)| (o, l.as_slice())), |_| true);
+    let n = g.ids.len();
+    let me_i = g.index[&me];
+    let mut queue = std::collections::VecDeque::new();
+    let mut dist_me = vec![FAR; n];
+    g.bfs(me_i, &mut dist_me, &mut queue);
+    let mut dist_of = Vec::new();
+    for &nb in &g.own {
+        let mut d = vec![FAR; n];
+        g.bfs(nb, &mut d, &mut queue);
+        dist_of.push((g.ids[nb as usize], d));
+    }
+    let mut out = Vec::new();
+    for x in 0..n {
+        let dm = dist_me[x];
+        if x == me_i as usize || dm == FAR {
+            continue;
+        }
+        let (mut t, mut nf, mut b) = (Vec::new(), Vec::new(), Vec::new());
+        for (id, d) in &dist_of {
+            let dn = d[x];
+            if dn <= dm {
+                nf.push(*id);
+                if dn <= 1 {
+                    b.push(*id);
+                }
+                if dn < dm {
+                    t.push(*id);
+                }
+            }
+        }
+        out.push((g.ids[x], t, nf, b, dm));
+    }
+    out
+}
+
+#[test]
+fn the_level_walk_finds_the_sets_a_bfs_from_every_neighbour_finds() {
+    // Random graphs, sparse to full, with what a booting mesh holds: edges listed by one end
+    // only (this node's too: a neighbour it lists over an edge that does not count yet),
+    // listed ids without a record, parts this node does not reach, more than 64 neighbours
+    // (two words of bits).
+    let mut rng = StdRng::seed_from_u64(2960);
+    let id = |i: usize| {
+        PeerId([
+            (i % 251) as u8,
+            (i / 251) as u8,
+            7,
+            7,
+            7,
+            7,
+            7,
+            7,
+            7,
+            7,
+            7,
+            7,
+            7,
+            7,
+            7,
+            7,
+        ])
+    };
+    let mut checked = 0;
+    for round in 0..300 {
+        let n = match round % 5 {
+            0 => rng.gen_range(2..8),
+            1 => rng.gen_range(8..30),
+            2 => rng.gen_range(60..90),
+            _ => rng.gen_range(10..60),
+        };
+        let density: f64 = [0.05, 0.2, 0.5, 0.9, 1.0][rng.gen_range(0..5)];
+        let one_sided: f64 = [0.0, 0.02, 0.2][rng.gen_range(0..3)];
+        let mut lists: Vec<Vec<PeerId>> = vec![Vec::new(); n];
+        for a in 0..n {
+            for b in a + 1..n {
+                if rng.gen_bool(density) {
+                    if !rng.gen_bool(one_sided) {
+                        lists[a].push(id(b));
+                    }
+                    if !rng.gen_bool(one_sided) {
+                        lists[b].push(id(a));
+                    }
+                }
+            }
+            if rng.gen_bool(0.1) {
+                lists[a].push(id(n + 1000)); // no record
+            }
+        }
+        let records: Vec<(PeerId, Vec<PeerId>)> = (0..n)
+            .filter(|&i| i == 0 || !rng.gen_bool(0.05)) // some nodes' records not known yet
+            .map(|i| (id(i), lists[i].clone()))
+            .collect();
+        let me = id(0);
+        let r = ReversePaths::build(me, records.iter().map(|(o, l)| (o, l.as_slice())), |_| true);
+        let want = by_bfs_from_every_neighbour(me, &records);
+        assert_eq!(r.len(), want.len(), "round {round}: origins");
+        for (x, t, nf, b, hops) in want {
+            assert_eq!(r.accepted(&x), Some(&t[..]), "round {round}: toward {x}");
+            assert_eq!(
+                r.not_farther(&x),
+                Some(&nf[..]),
+                "round {round}: not farther {x}"
+            );
+            assert_eq!(r.beside(&x), Some(&b[..]), "round {round}: beside {x}");
+            assert_eq!(r.hops(&x), Some(hops), "round {round}: hops {x}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 5_000, "only {checked} origins checked");
+}

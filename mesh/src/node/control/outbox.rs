@@ -58,9 +58,9 @@ pub(super) async fn inbox(ctl: Rc<Ctl>, mut rx: MeshReceiver<ToControl>) {
             let mut core = ctl.core.borrow_mut();
             let now = std::time::Instant::now();
             let wall = super::wall_ms();
-            for (_, r) in batch.drain(..) {
-                core.on_shard_report(r, now, wall);
-            }
+            // One round for the whole batch (see `ControlCore::on_shard_reports`): the
+            // further behind this thread is, the less each report costs.
+            core.on_shard_reports(batch.drain(..).map(|(_, r)| r), now, wall);
         }
         run_actions(&ctl);
         // Shards that keep reporting (a start-up burst of Membership frames: thousands per
