@@ -257,6 +257,9 @@ discovery_stats! {
     endpoints_withdrawn,
     /// Participants whose lease ran out.
     participants_expired,
+    /// Reverse paths over the topic-capable nodes rebuilt (at most one per
+    /// `route_plan_interval`).
+    paths_rebuilt,
     /// Endpoints removed with an expired participant.
     endpoints_expired,
     /// Incompatible pairs not reported: the reported-pairs set was full.
@@ -384,6 +387,10 @@ pub struct TopicsCore {
     /// What `paths` was built from: the membership shape, and whether the capable set
     /// changed since (`None`: rebuild).
     paths_shape: Option<u64>,
+    /// Before this the paths are not rebuilt again (`plan::refresh_paths`).
+    next_paths: Instant,
+    /// A rebuild waits for `next_paths` (the timer fires for it).
+    paths_waiting: bool,
     /// (writer, reader) pairs already reported incompatible.
     reported: AHashSet<(Guid, Guid)>,
     /// The same pairs by endpoint, both ways: what a removal must forget, found without a
@@ -541,6 +548,8 @@ impl TopicsCore {
             reverse_path,
             paths: ReversePaths::new(me),
             paths_shape: None,
+            next_paths: now,
+            paths_waiting: false,
             reported: AHashSet::new(),
             reported_by: AHashMap::new(),
             counters: AHashMap::new(),
@@ -741,11 +750,14 @@ impl TopicsCore {
         self.next_announce.min(self.next_expiry)
     }
 
-    /// When a route table that waits for the planning interval may be planned (`None`: none
-    /// waits). The caller arms its timer for it and calls
+    /// When a route table that waits for the planning interval may be planned, or the
+    /// reverse paths rebuilt (`None`: nothing waits). The caller arms its timer for it and
+    /// calls
     /// [`routes_due`](Self::routes_due) then.
     pub fn plan_timeout(&self) -> Option<Instant> {
-        self.routes_dirty.then_some(self.next_plan)
+        let plan = self.routes_dirty.then_some(self.next_plan);
+        let paths = self.paths_waiting.then_some(self.next_paths);
+        plan.into_iter().chain(paths).min()
     }
 
     /// Whether the next [`handle_timeout`](Self::handle_timeout) at `now` runs an announce

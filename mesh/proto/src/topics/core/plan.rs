@@ -165,7 +165,7 @@ impl TopicsCore {
         now: Instant,
     ) -> Option<Arc<SampleRoutes>> {
         let mark = membership.shape();
-        self.refresh_paths(membership, mark);
+        self.refresh_paths(membership, mark, now);
         self.note_members(membership);
         self.rearm_announce(now);
         if self.membership_mark != Some(mark) {
@@ -211,10 +211,24 @@ impl TopicsCore {
     /// Rebuilds the reverse paths over the topic-capable nodes when the membership graph's
     /// shape (`mark`) or the capable set changed: a plain multimaster node on a shortest
     /// path never carries a Discovery frame, so the paths are those of the capable nodes.
-    fn refresh_paths(&mut self, membership: &MemberGraph, mark: u64) {
+    ///
+    /// At most once per `route_plan_interval` (the timer fires for a rebuild that waits):
+    /// at 60 nodes starting at once the graph changes every round, and rebuilding per round
+    /// took 40 % of the machine (`bench/notes/start60.md`). A Discovery frame checked
+    /// against paths a few milliseconds old is at worst dropped as off path and repaired by
+    /// the next cycle, which a link change brings within `announce_period`.
+    fn refresh_paths(&mut self, membership: &MemberGraph, mark: u64, now: Instant) {
         if !self.reverse_path || self.paths_shape == Some(mark) {
+            self.paths_waiting = false;
             return;
         }
+        if now < self.next_paths {
+            self.paths_waiting = true;
+            return;
+        }
+        self.paths_waiting = false;
+        self.next_paths = now + self.cfg.route_plan_interval;
+        self.stats.paths_rebuilt += 1;
         let mut capable: AHashSet<PeerId> = self.remotes.values().map(|r| r.node).collect();
         capable.insert(self.me);
         self.paths =

@@ -142,3 +142,33 @@ fn a_linked_neighbours_lease_is_held_while_the_link_is_up_and_runs_out_after_it(
     assert!(t >= now + SEC * 60 + SEC * 2, "not before its lease");
     assert_eq!(b.stats().participants_expired, 1);
 }
+
+#[test]
+fn reverse_paths_are_rebuilt_at_most_once_per_planning_interval_and_the_timer_catches_up() {
+    // A forming mesh changes the membership graph every round; each rebuild used to run
+    // per round (60 nodes at once: 40 % of the machine, `bench/notes/start60.md`).
+    let now = Instant::now();
+    let (mut a, _b) = pair(idle_cfg(), true, now);
+    let built = a.stats().paths_rebuilt;
+    let gap = idle_cfg().route_plan_interval;
+    let mut t = now + SEC;
+    let mut edges = vec![(0, 1)];
+    for k in 2..40 {
+        edges.push((1, k));
+        a.routes_due(&membership(0, k + 1, &edges, now), t);
+        t += Duration::from_micros(100);
+    }
+    assert!(
+        a.stats().paths_rebuilt - built <= 1,
+        "{} rebuilds within {gap:?}",
+        a.stats().paths_rebuilt - built
+    );
+    // The last shape waits for the timer, then is built.
+    let m = membership(0, 40, &edges, now);
+    let due = a.plan_timeout().expect("a rebuild waits");
+    assert!(due <= t + gap);
+    a.routes_due(&m, due);
+    let after = a.stats().paths_rebuilt;
+    a.routes_due(&m, due + gap);
+    assert_eq!(a.stats().paths_rebuilt, after, "current: nothing waits");
+}
