@@ -33,14 +33,16 @@
 //! stranger that sends no record is judged [`PathVerdict::Off`] for every origin but its
 //! own id.
 //!
-//! Cost: one BFS from this node and one from each neighbour, `O(deg * (V + E))`, run only
-//! when the graph's edges changed ([`MemberGraph::shape`]); a lookup is one hash probe and a
-//! binary search in the (short, sorted) list of the origin's toward neighbours.
+//! Cost: one BFS from this node and one pass over its layers with a bit set per node of its
+//! neighbours, `O(E * deg / 64)` (see `Layers`), run only when the graph's edges changed
+//! ([`MemberGraph::shape`]); a lookup is one hash probe and a binary search in the (short,
+//! sorted) list of the origin's toward neighbours.
 
 use crate::counted_graph::{CountedGraph as Graph, FAR};
 use crate::membership::MemberGraph;
 use crate::{LinkId, PeerId};
 use ahash::AHashMap;
+use layers::Layers;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -125,17 +127,20 @@ impl ReversePaths {
         let mut dist_me = vec![FAR; n];
         let mut queue = VecDeque::with_capacity(n);
         g.bfs(me_i, &mut dist_me, &mut queue);
+        let layers = Layers::of(&g, me_i, &dist_me);
 
-        // (origin, neighbour) pairs, both as node indices: ascending ids when sorted. A
-        // neighbour toward the origin, and one no farther from it than this node (which
-        // takes the origin's frames from no link of ours: not worth a copy).
+        // This node's own list names its neighbours; those without a record are not nodes
+        // and so are toward nobody. Those over counted edges get their sets from the layers;
+        // one listed by this node alone (its record does not list this node: a link coming
+        // up or going down, or a stranger) is a BFS of its own, as every one used to be.
+        // Its (origin, neighbour) pairs, as node indices (ascending ids when sorted): a
+        // neighbour toward the origin, one no farther from it than this node (which takes
+        // the origin's frames from no link of ours: not worth a copy), one beside it.
         let mut pairs: Vec<(u32, u32)> = Vec::new();
         let mut near: Vec<(u32, u32)> = Vec::new();
         let mut beside: Vec<(u32, u32)> = Vec::new();
         let mut dist = vec![FAR; n];
-        // This node's own list names its neighbours; those without a record are not nodes
-        // and so are toward nobody.
-        for &nb in &g.own {
+        for &nb in g.own.iter().filter(|nb| layers.bit[**nb as usize] == FAR) {
             g.bfs(nb, &mut dist, &mut queue);
             for x in 0..n as u32 {
                 let (dm, dn) = (dist_me[x as usize], dist[x as usize]);
@@ -154,21 +159,27 @@ impl ReversePaths {
         near.sort_unstable();
         beside.sort_unstable();
 
+        // Sized exactly: a full mesh's sets hold V² ids, and growing them by doubling cost
+        // more than the pass itself.
         let mut origins = AHashMap::with_capacity(n);
-        let mut toward = Vec::with_capacity(pairs.len());
-        let mut not_farther = Vec::with_capacity(near.len());
-        let mut by_origin = Vec::with_capacity(beside.len());
+        let mut toward = Vec::with_capacity(layers.count(&layers.toward) + pairs.len());
+        let mut not_farther = Vec::with_capacity(layers.count(&layers.near) + near.len());
+        let mut by_origin = Vec::with_capacity(layers.count(&layers.beside) + beside.len());
         let (mut k, mut q, mut b) = (0, 0, 0);
+        let mut run = Vec::new();
         for x in 0..n as u32 {
             if x == me_i || dist_me[x as usize] == FAR {
                 continue;
             }
             let start = toward.len() as u32;
-            take_run(&pairs, &mut k, x, &g.ids, &mut toward);
+            layers.take(&layers.toward, x, &pairs, &mut k, &mut run);
+            toward.extend(run.iter().map(|i| g.ids[*i as usize]));
             let near_start = not_farther.len() as u32;
-            take_run(&near, &mut q, x, &g.ids, &mut not_farther);
+            layers.take(&layers.near, x, &near, &mut q, &mut run);
+            not_farther.extend(run.iter().map(|i| g.ids[*i as usize]));
             let beside_start = by_origin.len() as u32;
-            take_run(&beside, &mut b, x, &g.ids, &mut by_origin);
+            layers.take(&layers.beside, x, &beside, &mut b, &mut run);
+            by_origin.extend(run.iter().map(|i| g.ids[*i as usize]));
             origins.insert(
                 g.ids[x as usize],
                 Entry {
@@ -529,17 +540,6 @@ impl PathTable {
     }
 }
 
-/// Moves `at` past the `(origin, neighbour)` pairs of `sorted` below origin `x` and appends
-/// the ids of `x`'s neighbours to `out` (`sorted` ascending, `x` visited in ascending order).
-fn take_run(sorted: &[(u32, u32)], at: &mut usize, x: u32, ids: &[PeerId], out: &mut Vec<PeerId>) {
-    while *at < sorted.len() && sorted[*at].0 < x {
-        *at += 1;
-    }
-    while *at < sorted.len() && sorted[*at].0 == x {
-        out.push(ids[sorted[*at].1 as usize]);
-        *at += 1;
-    }
-}
-
+mod layers;
 #[cfg(test)]
 mod tests;

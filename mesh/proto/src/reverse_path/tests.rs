@@ -1,7 +1,9 @@
 use super::*;
+use crate::counted_graph::{CountedGraph as Graph, FAR};
 use crate::LinkId;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 fn p(n: u8) -> PeerId {
@@ -560,4 +562,108 @@ fn a_skip_two_hops_from_the_origin_waits_for_settling() {
     // Of 6's frames (5 is linked to 6), 4 skips 5 at once.
     assert_eq!(r4.beside(&p(6)), Some(&[p(5)][..]));
     assert_eq!(t.skipped_links(&p(6), t0), Some(&[LinkId(5)][..]));
+}
+
+/// An origin's hops, toward, not-farther and beside neighbours.
+type Sets = (u32, Vec<PeerId>, Vec<PeerId>, Vec<PeerId>);
+
+/// Per origin: its [`Sets`], by one BFS per neighbour of this node's own list, as the sets
+/// were computed before the layer pass (`Layers`): the oracle.
+fn sets_by_bfs(
+    me: PeerId,
+    adjacency: &[(PeerId, Vec<PeerId>)],
+    include: impl Fn(&PeerId) -> bool,
+) -> BTreeMap<PeerId, Sets> {
+    let g = Graph::build(
+        me,
+        adjacency.iter().map(|(o, l)| (o, l.as_slice())),
+        include,
+    );
+    let n = g.ids.len();
+    let me_i = g.index[&me];
+    let mut dist_me = vec![FAR; n];
+    let mut queue = VecDeque::new();
+    g.bfs(me_i, &mut dist_me, &mut queue);
+    let mut out = BTreeMap::new();
+    for (x, &d) in dist_me.iter().enumerate() {
+        if x as u32 != me_i && d != FAR {
+            out.insert(g.ids[x], (d, Vec::new(), Vec::new(), Vec::new()));
+        }
+    }
+    let mut dist = vec![FAR; n];
+    for &nb in &g.own {
+        g.bfs(nb, &mut dist, &mut queue);
+        for x in 0..n {
+            let (dm, dn) = (dist_me[x], dist[x]);
+            if x as u32 != me_i && dm != FAR && dn <= dm {
+                let e = out.get_mut(&g.ids[x]).expect("reached");
+                e.2.push(g.ids[nb as usize]);
+                if dn <= 1 {
+                    e.3.push(g.ids[nb as usize]);
+                }
+                if dn < dm {
+                    e.1.push(g.ids[nb as usize]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The layer pass gives every origin the sets one BFS per neighbour gives, on random graphs
+/// with what a booting or lying mesh holds: edges listed by one end only, nodes without a
+/// record, excluded nodes, parts this node does not reach, own-list entries that are no
+/// counted edge.
+#[test]
+fn layer_pass_agrees_with_a_bfs_per_neighbour() {
+    let mut rng = StdRng::seed_from_u64(29);
+    for round in 0..400 {
+        let n: u8 = rng.gen_range(2..=if round % 4 == 0 { 130 } else { 24 });
+        let density = rng.gen_range(0.02..0.9);
+        let one_sided = rng.gen_range(0.0..0.3);
+        let mut lists: Vec<Vec<u8>> = vec![Vec::new(); n as usize];
+        for a in 0..n {
+            for b in a + 1..n {
+                if rng.gen_bool(density) {
+                    match rng.gen_bool(one_sided) {
+                        false => {
+                            lists[a as usize].push(b + 1);
+                            lists[b as usize].push(a + 1);
+                        }
+                        true if rng.gen_bool(0.5) => lists[a as usize].push(b + 1),
+                        true => lists[b as usize].push(a + 1),
+                    }
+                }
+            }
+        }
+        let me = p(1);
+        let adjacency: Vec<(PeerId, Vec<PeerId>)> = (0..n)
+            // Some nodes have no record (this node always has its own).
+            .filter(|i| *i == 0 || rng.gen_bool(0.9))
+            .map(|i| (p(i + 1), lists[i as usize].iter().map(|x| p(*x)).collect()))
+            .collect();
+        let excluded: Vec<PeerId> = (1..n)
+            .filter(|_| rng.gen_bool(0.1))
+            .map(|i| p(i + 1))
+            .collect();
+        let include = |x: &PeerId| !excluded.contains(x);
+        let r = ReversePaths::build(
+            me,
+            adjacency.iter().map(|(o, l)| (o, l.as_slice())),
+            include,
+        );
+        let want = sets_by_bfs(me, &adjacency, include);
+        assert_eq!(r.len(), want.len(), "round {round}: origins");
+        for (o, (hops, toward, near, beside)) in &want {
+            let ctx = format!("round {round}, n {n}, origin {o:?}");
+            assert_eq!(r.hops(o), Some(*hops), "{ctx}");
+            assert_eq!(r.accepted(o), Some(toward.as_slice()), "{ctx}: toward");
+            assert_eq!(
+                r.not_farther(o),
+                Some(near.as_slice()),
+                "{ctx}: not farther"
+            );
+            assert_eq!(r.beside(o), Some(beside.as_slice()), "{ctx}: beside");
+        }
+    }
 }
