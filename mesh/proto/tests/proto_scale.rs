@@ -134,6 +134,11 @@ struct Point {
     silent: Option<Duration>,
     /// Host time the whole run took.
     host: Duration,
+    /// Host time of each phase (boot, warm-up, window, join, link cut, crash, silent cut).
+    host_phases: Vec<(&'static str, Duration)>,
+    /// Every frame and byte sent and member event in the run, summed over nodes: the same
+    /// for the same seed whatever the host (what a change of the harness must keep).
+    fingerprint: [u64; 4],
 }
 
 /// Component of every live node over the links that are established right now (both ends
@@ -230,6 +235,13 @@ fn sum_tx(sim: &Sim) -> Vec<Traffic> {
 /// silent cut, in that order, on the same mesh.
 fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     let host = Instant::now();
+    let mut host_phases = Vec::new();
+    let mut lap = host;
+    let mut phase = |name: &'static str| {
+        let now = Instant::now();
+        host_phases.push((name, now - lap));
+        lap = now;
+    };
     let mut rng = StdRng::seed_from_u64(seed);
     let edges = edges_of(shape, n, &mut rng);
     let mut sim = Sim::new(seed);
@@ -299,11 +311,26 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
             break;
         }
     }
+    phase("boot");
+    let boot_tx = sim.nodes.iter().fold(Traffic::default(), |mut t, n| {
+        t.ctl_frames += n.tx.ctl_frames;
+        t.ctl_bytes += n.tx.ctl_bytes;
+        t.membership_frames += n.tx.membership_frames;
+        t.membership_bytes += n.tx.membership_bytes;
+        t.digest_frames += n.tx.digest_frames;
+        t.digest_bytes += n.tx.digest_bytes;
+        t.discovery_frames += n.tx.discovery_frames;
+        t.discovery_bytes += n.tx.discovery_bytes;
+        t
+    });
+    eprintln!("boot ({:?} virtual): {boot_tx:?}", sim.now - t0);
     sim.run_for(ph.warmup);
+    phase("warm-up");
 
     let before = sum_tx(&sim);
     let before_rx: Vec<Traffic> = sim.nodes.iter().map(|n| n.rx).collect();
     sim.run_for(ph.window);
+    phase("window");
     let secs = ph.window.as_secs_f64();
     let live = 0..n;
     let tx: Vec<f64> = live
@@ -337,18 +364,21 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     let t = sim.now;
     sim.start_node(joiner);
     let (join, _) = settle(&mut sim, t, ph.observe);
+    phase("join");
 
     // One link is cut (EOF on both ends); the static dialer redials it.
     let (a, b) = edges[rng.gen_range(0..edges.len())];
     let t = sim.now;
     sim.cut(a, b);
     let (link_cut, link_cut_changes) = settle(&mut sim, t, ph.observe);
+    phase("link cut");
 
     // A node crashes: its peers see EOF, it never returns.
     let victim = rng.gen_range(0..n);
     let t = sim.now;
     sim.crash_node(victim);
     let (crash, _) = settle(&mut sim, t, ph.observe);
+    phase("crash");
 
     // A node is cut off silently: nothing in or out, no EOF.
     let cutoff = loop {
@@ -364,6 +394,15 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
         }
     }
     let (silent, _) = settle(&mut sim, t, ph.observe);
+    phase("silent cut");
+    let fingerprint = sim.nodes.iter().fold([0; 4], |f, n| {
+        [
+            f[0] + n.tx.ctl_frames + n.tx.data_frames,
+            f[1] + n.tx.ctl_bytes + n.tx.data_bytes,
+            f[2] + n.rx.ctl_bytes + n.rx.data_bytes,
+            f[3] + n.member_events.len() as u64,
+        ]
+    });
 
     Point {
         shape,
@@ -381,6 +420,8 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
         crash,
         silent,
         host: host.elapsed(),
+        host_phases,
+        fingerprint,
     }
 }
 
@@ -496,6 +537,16 @@ fn full_mesh_curve() {
     for n in sizes {
         let p = measure(Shape::Full, n, n as u64, ph);
         println!("{}", row(&p));
+        let phases: Vec<String> = p
+            .host_phases
+            .iter()
+            .map(|(name, d)| format!("{name} {:.1}", d.as_secs_f64()))
+            .collect();
+        eprintln!(
+            "host s by phase, {n} nodes: {}; frames, bytes sent, bytes received, member events: {:?}",
+            phases.join(", "),
+            p.fingerprint
+        );
         let budget = if n >= 256 {
             BUDGET_256
         } else {
