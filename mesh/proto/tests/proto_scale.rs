@@ -134,8 +134,9 @@ struct Point {
     silent: Option<Duration>,
     /// Host time the whole run took.
     host: Duration,
-    /// Host time of each phase (boot, warm-up, window, join, link cut, crash, silent cut).
-    host_phases: Vec<(&'static str, Duration)>,
+    /// Host time of each phase (boot, warm-up, window, join, link cut, crash, silent cut),
+    /// with the Membership frames and control bytes all nodes sent in it.
+    host_phases: Vec<(&'static str, Duration, u64, u64)>,
     /// Every frame and byte sent and member event in the run, summed over nodes: the same
     /// for the same seed whatever the host (what a change of the harness must keep).
     fingerprint: [u64; 4],
@@ -237,10 +238,14 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     let host = Instant::now();
     let mut host_phases = Vec::new();
     let mut lap = host;
-    let mut phase = |name: &'static str| {
+    let mut sent = (0, 0);
+    let mut phase = |name: &'static str, sim: &Sim| {
         let now = Instant::now();
-        host_phases.push((name, now - lap));
-        lap = now;
+        let total = sim.nodes.iter().fold((0, 0), |(f, b), n| {
+            (f + n.tx.membership_frames, b + n.tx.ctl_bytes)
+        });
+        host_phases.push((name, now - lap, total.0 - sent.0, total.1 - sent.1));
+        (lap, sent) = (now, total);
     };
     let mut rng = StdRng::seed_from_u64(seed);
     let edges = edges_of(shape, n, &mut rng);
@@ -296,6 +301,20 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     for i in 0..n {
         sim.nodes[i].alive = true;
     }
+    // `SHOAL_SCALE_BOOT_GAP_MS=N`: the boot floods own records paced (`membership_flood_gap`
+    // N ms) and every node is set back to its configured gap once the member sets are exact,
+    // before the warm-up: a full mesh booting at once with every change flooded is N^4
+    // Membership frames (4.7 M at 64 nodes, 1.2 G at 256), which no host finishes; what is
+    // measured after the boot runs with the configured gap.
+    let boot_gap = std::env::var("SHOAL_SCALE_BOOT_GAP_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    if let Some(gap) = boot_gap {
+        for i in 0..n {
+            sim.nodes[i].core.set_membership_flood_gap(gap);
+        }
+    }
     let t0 = sim.now;
     for i in 0..n {
         sim.start_node(i);
@@ -311,7 +330,13 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
             break;
         }
     }
-    phase("boot");
+    if boot_gap.is_some() {
+        for i in 0..n {
+            let gap = sim.nodes[i].cfg.membership_flood_gap;
+            sim.nodes[i].core.set_membership_flood_gap(gap);
+        }
+    }
+    phase("boot", &sim);
     let boot_tx = sim.nodes.iter().fold(Traffic::default(), |mut t, n| {
         t.ctl_frames += n.tx.ctl_frames;
         t.ctl_bytes += n.tx.ctl_bytes;
@@ -325,12 +350,12 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     });
     eprintln!("boot ({:?} virtual): {boot_tx:?}", sim.now - t0);
     sim.run_for(ph.warmup);
-    phase("warm-up");
+    phase("warm-up", &sim);
 
     let before = sum_tx(&sim);
     let before_rx: Vec<Traffic> = sim.nodes.iter().map(|n| n.rx).collect();
     sim.run_for(ph.window);
-    phase("window");
+    phase("window", &sim);
     let secs = ph.window.as_secs_f64();
     let live = 0..n;
     let tx: Vec<f64> = live
@@ -364,21 +389,21 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     let t = sim.now;
     sim.start_node(joiner);
     let (join, _) = settle(&mut sim, t, ph.observe);
-    phase("join");
+    phase("join", &sim);
 
     // One link is cut (EOF on both ends); the static dialer redials it.
     let (a, b) = edges[rng.gen_range(0..edges.len())];
     let t = sim.now;
     sim.cut(a, b);
     let (link_cut, link_cut_changes) = settle(&mut sim, t, ph.observe);
-    phase("link cut");
+    phase("link cut", &sim);
 
     // A node crashes: its peers see EOF, it never returns.
     let victim = rng.gen_range(0..n);
     let t = sim.now;
     sim.crash_node(victim);
     let (crash, _) = settle(&mut sim, t, ph.observe);
-    phase("crash");
+    phase("crash", &sim);
 
     // A node is cut off silently: nothing in or out, no EOF.
     let cutoff = loop {
@@ -394,7 +419,7 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
         }
     }
     let (silent, _) = settle(&mut sim, t, ph.observe);
-    phase("silent cut");
+    phase("silent cut", &sim);
     let fingerprint = sim.nodes.iter().fold([0; 4], |f, n| {
         [
             f[0] + n.tx.ctl_frames + n.tx.data_frames,
@@ -540,7 +565,13 @@ fn full_mesh_curve() {
         let phases: Vec<String> = p
             .host_phases
             .iter()
-            .map(|(name, d)| format!("{name} {:.1}", d.as_secs_f64()))
+            .map(|(name, d, frames, bytes)| {
+                format!(
+                    "{name} {:.1} ({frames} Membership frames, {:.1} MB)",
+                    d.as_secs_f64(),
+                    *bytes as f64 / 1e6
+                )
+            })
             .collect();
         eprintln!(
             "host s by phase, {n} nodes: {}; frames, bytes sent, bytes received, member events: {:?}",
