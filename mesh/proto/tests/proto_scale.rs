@@ -134,6 +134,12 @@ struct Point {
     silent: Option<Duration>,
     /// Host time the whole run took.
     host: Duration,
+    /// Host time of each phase (boot, warm-up, window, join, link cut, crash, silent cut),
+    /// with the Membership frames and control bytes all nodes sent in it.
+    host_phases: Vec<(&'static str, Duration, u64, u64)>,
+    /// Every frame and byte sent and member event in the run, summed over nodes: the same
+    /// for the same seed whatever the host (what a change of the harness must keep).
+    fingerprint: [u64; 4],
 }
 
 /// Component of every live node over the links that are established right now (both ends
@@ -230,6 +236,17 @@ fn sum_tx(sim: &Sim) -> Vec<Traffic> {
 /// silent cut, in that order, on the same mesh.
 fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     let host = Instant::now();
+    let mut host_phases = Vec::new();
+    let mut lap = host;
+    let mut sent = (0, 0);
+    let mut phase = |name: &'static str, sim: &Sim| {
+        let now = Instant::now();
+        let total = sim.nodes.iter().fold((0, 0), |(f, b), n| {
+            (f + n.tx.membership_frames, b + n.tx.ctl_bytes)
+        });
+        host_phases.push((name, now - lap, total.0 - sent.0, total.1 - sent.1));
+        (lap, sent) = (now, total);
+    };
     let mut rng = StdRng::seed_from_u64(seed);
     let edges = edges_of(shape, n, &mut rng);
     let mut sim = Sim::new(seed);
@@ -284,6 +301,20 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     for i in 0..n {
         sim.nodes[i].alive = true;
     }
+    // `SHOAL_SCALE_BOOT_GAP_MS=N`: the boot floods own records paced (`membership_flood_gap`
+    // N ms) and every node is set back to its configured gap once the member sets are exact,
+    // before the warm-up: a full mesh booting at once with every change flooded is N^4
+    // Membership frames (4.7 M at 64 nodes, 1.2 G at 256), which no host finishes; what is
+    // measured after the boot runs with the configured gap.
+    let boot_gap = std::env::var("SHOAL_SCALE_BOOT_GAP_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    if let Some(gap) = boot_gap {
+        for i in 0..n {
+            sim.nodes[i].core.set_membership_flood_gap(gap);
+        }
+    }
     let t0 = sim.now;
     for i in 0..n {
         sim.start_node(i);
@@ -299,11 +330,32 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
             break;
         }
     }
+    if boot_gap.is_some() {
+        for i in 0..n {
+            let gap = sim.nodes[i].cfg.membership_flood_gap;
+            sim.nodes[i].core.set_membership_flood_gap(gap);
+        }
+    }
+    phase("boot", &sim);
+    let boot_tx = sim.nodes.iter().fold(Traffic::default(), |mut t, n| {
+        t.ctl_frames += n.tx.ctl_frames;
+        t.ctl_bytes += n.tx.ctl_bytes;
+        t.membership_frames += n.tx.membership_frames;
+        t.membership_bytes += n.tx.membership_bytes;
+        t.digest_frames += n.tx.digest_frames;
+        t.digest_bytes += n.tx.digest_bytes;
+        t.discovery_frames += n.tx.discovery_frames;
+        t.discovery_bytes += n.tx.discovery_bytes;
+        t
+    });
+    eprintln!("boot ({:?} virtual): {boot_tx:?}", sim.now - t0);
     sim.run_for(ph.warmup);
+    phase("warm-up", &sim);
 
     let before = sum_tx(&sim);
     let before_rx: Vec<Traffic> = sim.nodes.iter().map(|n| n.rx).collect();
     sim.run_for(ph.window);
+    phase("window", &sim);
     let secs = ph.window.as_secs_f64();
     let live = 0..n;
     let tx: Vec<f64> = live
@@ -337,18 +389,21 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
     let t = sim.now;
     sim.start_node(joiner);
     let (join, _) = settle(&mut sim, t, ph.observe);
+    phase("join", &sim);
 
     // One link is cut (EOF on both ends); the static dialer redials it.
     let (a, b) = edges[rng.gen_range(0..edges.len())];
     let t = sim.now;
     sim.cut(a, b);
     let (link_cut, link_cut_changes) = settle(&mut sim, t, ph.observe);
+    phase("link cut", &sim);
 
     // A node crashes: its peers see EOF, it never returns.
     let victim = rng.gen_range(0..n);
     let t = sim.now;
     sim.crash_node(victim);
     let (crash, _) = settle(&mut sim, t, ph.observe);
+    phase("crash", &sim);
 
     // A node is cut off silently: nothing in or out, no EOF.
     let cutoff = loop {
@@ -364,6 +419,15 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
         }
     }
     let (silent, _) = settle(&mut sim, t, ph.observe);
+    phase("silent cut", &sim);
+    let fingerprint = sim.nodes.iter().fold([0; 4], |f, n| {
+        [
+            f[0] + n.tx.ctl_frames + n.tx.data_frames,
+            f[1] + n.tx.ctl_bytes + n.tx.data_bytes,
+            f[2] + n.rx.ctl_bytes + n.rx.data_bytes,
+            f[3] + n.member_events.len() as u64,
+        ]
+    });
 
     Point {
         shape,
@@ -381,6 +445,8 @@ fn measure(shape: Shape, n: usize, seed: u64, ph: Phases) -> Point {
         crash,
         silent,
         host: host.elapsed(),
+        host_phases,
+        fingerprint,
     }
 }
 
@@ -496,6 +562,22 @@ fn full_mesh_curve() {
     for n in sizes {
         let p = measure(Shape::Full, n, n as u64, ph);
         println!("{}", row(&p));
+        let phases: Vec<String> = p
+            .host_phases
+            .iter()
+            .map(|(name, d, frames, bytes)| {
+                format!(
+                    "{name} {:.1} ({frames} Membership frames, {:.1} MB)",
+                    d.as_secs_f64(),
+                    *bytes as f64 / 1e6
+                )
+            })
+            .collect();
+        eprintln!(
+            "host s by phase, {n} nodes: {}; frames, bytes sent, bytes received, member events: {:?}",
+            phases.join(", "),
+            p.fingerprint
+        );
         let budget = if n >= 256 {
             BUDGET_256
         } else {

@@ -346,6 +346,13 @@ impl ControlCore {
         &self.peers
     }
 
+    /// Changes `membership_flood_gap` of a running node (see
+    /// [`MemberGraph::set_flood_gap`]): the simulation brings a 256-node full mesh up paced
+    /// (every change flooded at once is N^4 frames there) and measures it with the default.
+    pub fn set_membership_flood_gap(&mut self, gap: std::time::Duration) {
+        self.membership.set_flood_gap(gap);
+    }
+
     /// The membership (read only).
     pub fn membership(&self) -> &MemberGraph {
         &self.membership

@@ -26,6 +26,13 @@ impl MemberGraph {
         self
     }
 
+    /// Changes the flood gap of a running graph (see [`with_flood_gap`](Self::with_flood_gap)):
+    /// a flood already deferred still goes out when it was due. For simulations that bring a
+    /// large mesh up paced and then measure it with the configured gap.
+    pub fn set_flood_gap(&mut self, gap: Duration) {
+        self.flood_gap = gap;
+    }
+
     /// The neighbour set changed: flood the own record now while the credit lasts, else when
     /// the next credit comes (that flood carries this change and any others until then).
     pub(super) fn flood_changed(&mut self, wall_ms: u64, now: Instant) {

@@ -9,6 +9,11 @@
 //! it decides it (here a [`Recording`], which takes them all, as an event queue with room
 //! does), and they come out ahead of the call's actions, as the live driver queues them.
 //!
+//! Like the live driver, it writes only the links whose writer was woken (the link budget's
+//! `wake`, which the core notifies when something is queued for an idle writer) and fires
+//! only the link timers that are due (kept in a deadline index), so an event costs the
+//! links it touches, not every link of the node: a full mesh of 256 nodes stays feasible.
+//!
 //! What the simulation adds on top, and only here: the traffic counters by frame kind (it
 //! parses plaintext streams; a secured stream is counted as opaque bytes) and the simulated
 //! loss. On a plaintext link a lost frame is cut out of the written stream (Data, Membership
@@ -30,9 +35,13 @@ use shoal_proto::stats::Counters;
 use shoal_proto::wire::{peek_frame_len, DecodeStatus, FrameType, DATA_HEADER_LEN};
 use shoal_proto::{CloseReason, Gossip, LinkId, PeerId};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::ops::Bound;
+use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
 /// How long TCP takes to resend a lost segment (the simulated retransmission timeout).
@@ -98,10 +107,33 @@ fn delivered(d: Delivered, out: &mut Vec<ShardOut>) {
     }
 }
 
+/// Links whose writer was woken, in link order (the order the data path writes them in).
+type Woken = Arc<Mutex<BTreeSet<LinkId>>>;
+
+/// What wakes one link's writer: marks the link for the next [`DataPath::flush`], as the
+/// live driver's writer task is woken by its budget's `wake`.
+struct WriterWaker {
+    link: LinkId,
+    woken: Woken,
+}
+
+impl Wake for WriterWaker {
+    fn wake(self: Arc<Self>) {
+        self.woken.lock().expect("not poisoned").insert(self.link);
+    }
+}
+
 /// The simulation's view of one served link's streams.
 #[derive(Default)]
 struct Conn {
     secured: bool,
+    /// The idle writer's wait on the link budget's `wake` (`None` while woken).
+    listener: Option<event_listener::EventListener>,
+    /// Its waker (made once per link).
+    waker: Option<Waker>,
+    /// The link's timer deadline as last asked (never later than the real one: a link's
+    /// deadline only moves later, or goes away when it closes).
+    timer: Option<Instant>,
     /// Plaintext not yet counted, per direction (a frame may span writes and reads).
     tx_partial: BytesMut,
     rx_partial: BytesMut,
@@ -127,6 +159,13 @@ pub struct DataPath {
     rng: StdRng,
     acts: Vec<ShardAction>,
     bufs: Vec<Bytes>,
+    /// Links whose writer has work (see [`WriterWaker`]).
+    woken: Woken,
+    /// `(deadline, link)` of every link's timer (see [`Conn::timer`]).
+    timers: BTreeSet<(Instant, LinkId)>,
+    /// `SHOAL_SIM_CHECK=1`: after every flush, check that no link was left with work and no
+    /// timer deadline is later than the link's (the full scans the indexes replace).
+    check: bool,
     /// When set, every plaintext frame written: (when, link, frame type).
     pub sent_log: Option<Vec<(Instant, LinkId, u8)>>,
 }
@@ -152,6 +191,9 @@ impl DataPath {
             rng,
             acts: Vec::new(),
             bufs: Vec::new(),
+            woken: Woken::default(),
+            timers: BTreeSet::new(),
+            check: std::env::var("SHOAL_SIM_CHECK").is_ok_and(|v| v == "1"),
             sent_log: None,
         }
     }
@@ -203,6 +245,9 @@ impl DataPath {
                     ..Conn::default()
                 },
             );
+            // A new link's writer has not waited yet: it looks at its queue first.
+            self.woken.lock().expect("not poisoned").insert(link);
+            self.set_timer(link, now);
             // The handshake's leftover bytes first, as the live reader does.
             self.read_all(link, now, &mut acts, out);
             let (more, eof) = buffered.unwrap_or_default();
@@ -281,27 +326,65 @@ impl DataPath {
         self.flush(now, out);
     }
 
-    /// The earliest deadline of the core and of its links.
-    pub fn poll_timeout(&self, now: Instant) -> Instant {
-        let mut t = self.core.poll_timeout();
-        for link in self.conns.keys() {
-            if let Some(d) = self.core.link_timeout(*link, now) {
-                t = t.min(d);
+    /// The earliest deadline of the core and of its links. The index holds a lower bound of
+    /// each link's deadline: the first entry is refreshed until it is exact, and then no
+    /// other link's can be earlier.
+    pub fn poll_timeout(&mut self, now: Instant) -> Instant {
+        let core = self.core.poll_timeout();
+        let mut t = core;
+        while let Some(&(at, link)) = self.timers.first() {
+            if at >= core {
+                break;
             }
+            if self.core.link_timeout(link, now) == Some(at) {
+                t = at;
+                break;
+            }
+            self.set_timer(link, now);
+        }
+        if self.check {
+            let all = self
+                .conns
+                .keys()
+                .filter_map(|l| self.core.link_timeout(*l, now))
+                .fold(core, Instant::min);
+            assert_eq!(all, t, "the timer index missed a link's deadline");
         }
         t
+    }
+
+    /// Files `link`'s timer deadline as the core has it now (none once it closed).
+    fn set_timer(&mut self, link: LinkId, now: Instant) {
+        let Some(c) = self.conns.get_mut(&link) else {
+            return;
+        };
+        if let Some(at) = c.timer.take() {
+            self.timers.remove(&(at, link));
+        }
+        c.timer = self.core.link_timeout(link, now);
+        if let Some(at) = c.timer {
+            self.timers.insert((at, link));
+        }
     }
 
     pub fn handle_timeout(&mut self, now: Instant, out: &mut Vec<ShardOut>) {
         let mut acts = std::mem::take(&mut self.acts);
         self.core.handle_timeout(now, &mut acts);
         self.apply(&mut acts, now, out);
-        let links: Vec<LinkId> = self.conns.keys().copied().collect();
-        for link in links {
+        // In link order, as a scan of every link would find them.
+        let mut due: Vec<LinkId> = self
+            .timers
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .map(|(_, l)| *l)
+            .collect();
+        due.sort_unstable();
+        for link in due {
             if self.core.link_timeout(link, now).is_some_and(|d| d <= now) {
                 self.core.on_link_timer(link, now, &mut acts);
                 self.apply(&mut acts, now, out);
             }
+            self.set_timer(link, now);
         }
         self.acts = acts;
         self.flush(now, out);
@@ -369,7 +452,9 @@ impl DataPath {
                 ShardAction::Deliver(d) => delivered(d, out),
                 ShardAction::Error(_) => {}
                 ShardAction::Ended(link, reason) => {
-                    self.conns.remove(&link);
+                    if let Some(at) = self.conns.remove(&link).and_then(|c| c.timer) {
+                        self.timers.remove(&(at, link));
+                    }
                     if let Some(r) = reason {
                         out.push(ShardOut::Closed(r));
                     }
@@ -391,11 +476,31 @@ impl DataPath {
         }
     }
 
-    /// Drains every link's queue into its socket.
+    /// Drains the queues of the links whose writer was woken into their sockets, in link
+    /// order; a link woken meanwhile behind the one being written is written in this pass, one
+    /// before it in the next (as one pass over every link in order would).
     fn flush(&mut self, now: Instant, out: &mut Vec<ShardOut>) {
         let mut acts = std::mem::take(&mut self.acts);
-        let links: Vec<LinkId> = self.conns.keys().copied().collect();
-        for link in links {
+        let mut after = None;
+        loop {
+            let link = {
+                let mut woken = self.woken.lock().expect("not poisoned");
+                let next = match after {
+                    None => woken.first().copied(),
+                    Some(a) => woken
+                        .range((Bound::Excluded(a), Bound::Unbounded))
+                        .next()
+                        .copied(),
+                };
+                let Some(link) = next else { break };
+                woken.remove(&link);
+                link
+            };
+            after = Some(link);
+            let Some(c) = self.conns.get_mut(&link) else {
+                continue;
+            };
+            c.listener = None;
             loop {
                 self.bufs.clear();
                 match self.core.next_write(link, &mut self.bufs, now, &mut acts) {
@@ -412,12 +517,52 @@ impl DataPath {
                         self.core.on_link_lost(link, now, &mut acts);
                         break;
                     }
-                    WriteStep::Idle | WriteStep::Gone => break,
+                    WriteStep::Idle => {
+                        self.wait_for_work(link);
+                        break;
+                    }
+                    WriteStep::Gone => break,
                 }
             }
             self.apply(&mut acts, now, out);
         }
         self.acts = acts;
+        if self.check {
+            for link in self.conns.keys() {
+                let waits = self.conns[link].listener.is_some();
+                let woken = self.woken.lock().expect("not poisoned").contains(link);
+                assert!(
+                    waits || woken || !self.core.write_pending(*link),
+                    "{link:?} has work but its writer neither waits nor was woken"
+                );
+            }
+        }
+    }
+
+    /// `link`'s writer found nothing to write: it waits for the budget's `wake`, the listener
+    /// taken before the last look at the queue, as the live writer does.
+    fn wait_for_work(&mut self, link: LinkId) {
+        let (Some(budget), Some(c)) = (self.core.link_budget(link), self.conns.get_mut(&link))
+        else {
+            return;
+        };
+        let mut listener = budget.wake.listen();
+        let woken = &self.woken;
+        let waker = c.waker.get_or_insert_with(|| {
+            Waker::from(Arc::new(WriterWaker {
+                link,
+                woken: woken.clone(),
+            }))
+        });
+        let ready = self.core.write_pending(link)
+            || Pin::new(&mut listener)
+                .poll(&mut Context::from_waker(waker))
+                .is_ready();
+        if ready {
+            woken.lock().expect("not poisoned").insert(link);
+        } else {
+            c.listener = Some(listener);
+        }
     }
 
     /// Writes `bytes` on `link`, counting its frames and applying the simulated loss.

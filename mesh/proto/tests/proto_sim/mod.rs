@@ -30,7 +30,8 @@ use shoal_proto::config::MeshConfig;
 use shoal_proto::control::{Action, ControlCore, ControlEvent, ControlInit};
 use shoal_proto::PeerId;
 use shoal_proto::*;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
@@ -630,14 +631,22 @@ impl Sim {
     pub fn run_for(&mut self, d: Duration) {
         let end = self.now + d;
         // Only a node that handled an event or a timer can have moved its deadline, so the
-        // deadlines are cached and refreshed for those (hundreds of nodes stay cheap).
-        let mut deadlines: Vec<Option<Instant>> =
-            (0..self.nodes.len()).map(|i| self.deadline(i)).collect();
+        // deadlines are cached, refreshed for those, and kept in a heap (entries that no longer
+        // match the cache are skipped): an event costs the nodes it touched, not every node.
+        let mut timers = Timers {
+            due: (0..self.nodes.len()).map(|i| self.deadline(i)).collect(),
+            heap: BinaryHeap::new(),
+        };
+        for i in 0..timers.due.len() {
+            if let Some(t) = timers.due[i] {
+                timers.heap.push(Reverse((t, i)));
+            }
+        }
         let mut touched: Vec<usize> = Vec::new();
+        let mut fire: Vec<usize> = Vec::new();
         loop {
             let q = self.queue.keys().next().map(|(t, _)| *t);
-            let timers = deadlines.iter().flatten().min().copied();
-            let next = match (q, timers) {
+            let next = match (q, timers.first()) {
                 (Some(a), Some(b)) => a.min(b),
                 (a, b) => a.or(b).unwrap_or(end),
             }
@@ -656,17 +665,28 @@ impl Sim {
                 self.handle(ev);
             }
             for i in touched.drain(..) {
-                deadlines[i] = self.deadline(i);
+                let d = self.deadline(i);
+                timers.set(i, d);
             }
-            for (i, due) in deadlines.iter_mut().enumerate() {
-                if due.is_some_and(|t| t <= self.now) {
-                    self.timeouts(i);
-                    *due = self.deadline(i);
+            // The nodes due now, in node order.
+            while let Some(Reverse((t, i))) = timers.heap.peek().copied() {
+                if t > self.now {
+                    break;
+                }
+                timers.heap.pop();
+                if timers.due[i] == Some(t) {
+                    timers.due[i] = None;
+                    fire.push(i);
                 }
             }
+            fire.sort_unstable();
+            for i in fire.drain(..) {
+                self.timeouts(i);
+                let d = self.deadline(i);
+                timers.set(i, d);
+            }
             // Anything still due now would spin: step at least 1 ms.
-            let still = deadlines.iter().flatten().min();
-            if still.is_some_and(|t| *t <= self.now)
+            if timers.first().is_some_and(|t| t <= self.now)
                 && self.queue.keys().next().is_none_or(|(t, _)| *t > self.now)
             {
                 self.now += Duration::from_millis(1);
@@ -702,6 +722,35 @@ impl Sim {
             .iter()
             .filter(|(_, p)| &p[..] == payload)
             .count()
+    }
+}
+
+/// Every node's next deadline (see [`Sim::run_for`]): the cached value, and a heap of
+/// `(deadline, node)` whose entries count only while they match it.
+struct Timers {
+    due: Vec<Option<Instant>>,
+    heap: BinaryHeap<Reverse<(Instant, usize)>>,
+}
+
+impl Timers {
+    fn set(&mut self, i: usize, d: Option<Instant>) {
+        if self.due[i] != d {
+            self.due[i] = d;
+            if let Some(t) = d {
+                self.heap.push(Reverse((t, i)));
+            }
+        }
+    }
+
+    /// The earliest deadline (stale heap entries dropped on the way).
+    fn first(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, i))) = self.heap.peek() {
+            if self.due[i] == Some(t) {
+                return Some(t);
+            }
+            self.heap.pop();
+        }
+        None
     }
 }
 
