@@ -50,10 +50,10 @@ impl Host {
         if std::env::var("SHOAL_FAULTS_REVERSE_PATH").is_ok_and(|v| v == "off") {
             args.push("--no-reverse-path-check".into());
         }
-        // `SHOAL_FAULTS_RELAY_PRUNING=on`: relays skip the copies that would be refused, to
-        // measure what that costs (issue 29; off by default, see `relay_pruning`).
-        if std::env::var("SHOAL_FAULTS_RELAY_PRUNING").is_ok_and(|v| v == "on") {
-            args.push("--relay-pruning".into());
+        // `SHOAL_FAULTS_RELAY_PRUNING=off`: relays flood every broadcast on every link, to
+        // measure what pruning (the default) costs under loss and cuts (issue 29).
+        if std::env::var("SHOAL_FAULTS_RELAY_PRUNING").is_ok_and(|v| v == "off") {
+            args.push("--no-relay-pruning".into());
         }
         // `SHOAL_FAULTS_NODE=path`: another build's `pubsubnode` (side-by-side runs).
         let node = std::env::var("SHOAL_FAULTS_NODE").unwrap_or_else(|_| NODE.to_string());

@@ -71,17 +71,18 @@
 //!   every `membership_interval` to repair what was missed; records of reachable nodes do not
 //!   expire. Links to multimaster peers (and to Shoal peers with it off) keep every periodic
 //!   re-flood (`crate::membership::sync`). False: every link floods as mesh-v1 does.
-//! - `relay_pruning = false`: when true (with the check on), a node relaying a broadcast of
-//!   origin X skips the links to neighbours no farther from X than itself (they would refuse
-//!   the copy; never a multimaster peer or a neighbour without a record; while X's links
-//!   settle, only X, its neighbours and the skips already in force), so a full mesh carries
-//!   each broadcast once per link from its first table on (the 3- and 6-node demos: 0.01 %
-//!   duplicates against 95-390 % flooding, 1.4-5× the messages; `bench/notes/relay-pruning.md`).
-//!   A neighbour behind a link its origin declared slow is taken off the origin's record
-//!   meanwhile, so the relays carry it the origin's frames (`control::slow`, whatever this
-//!   setting). Off by default: on the fault suite, subscribers behind lossy links get 0.98x
-//!   (median of seven pairs) of what flooding delivers them, whose redundant copies they take
-//!   whenever link changes reopen their settling windows.
+//! - `relay_pruning = true`: with the check on, a node relaying a broadcast of origin X skips
+//!   the links to neighbours no farther from X than itself (they would refuse the copy; never
+//!   a multimaster peer or a neighbour without a record; while X's links settle, only X, its
+//!   neighbours and the skips already in force), so a full mesh carries each broadcast once
+//!   per link from its first table on (the 3- and 6-node demos: 0.01 % duplicates against
+//!   95-390 % flooding, 1.4-5× the messages; `bench/notes/relay-pruning.md`). A neighbour
+//!   behind a link its origin declared slow is taken off the origin's record meanwhile, so
+//!   the relays carry it the origin's frames (`control::slow`, whatever this setting). The
+//!   cost, on the fault suite: subscribers behind 30 %-lossy links get 0.98× (mean of 19
+//!   interleaved pairs) of what flooding delivers them, whose redundant copies they take
+//!   whenever link changes reopen their settling windows. False: every link relays every
+//!   broadcast as mesh-v1 does.
 //! - `max_links = 0`: no cap, every discovered peer is dialed (the full mesh multicast
 //!   discovery builds). Above zero, a node keeps about that many links to discovered Shoal
 //!   peers and knows the others without dialing them ([`crate::degree`] has the rules: it
@@ -341,9 +342,9 @@ pub struct MeshConfig {
     /// With `reverse_path_check`: a relay of a broadcast skips the neighbours no farther from
     /// its origin than itself, which would refuse the copy (see the module docs and
     /// [`crate::reverse_path::PathTable`]); a relay of a topic Discovery frame skips the same
-    /// links. Default false (sends on every link as mesh-v1 does); see the module docs for
-    /// why. Worth setting with `max_links`: in a sparse mesh every node's discovery cycle
-    /// otherwise reaches each node over most of its links.
+    /// links. Default true; false sends on every link as mesh-v1 does (about 2 % more reaches
+    /// subscribers behind lossy links, at the price of a duplicate per extra link for every
+    /// broadcast: see the module docs).
     pub relay_pruning: bool,
     /// Membership anti-entropy between Shoal nodes (see the module docs and
     /// `crate::membership::sync`): advertised in the Hello extension; default true.
@@ -413,7 +414,7 @@ impl Default for MeshConfig {
             record_suite: crate::crypto::RecordSuitePolicy::Auto,
             reverse_path_settle: Duration::from_millis(4000),
             membership_flood_gap: Duration::ZERO,
-            relay_pruning: false,
+            relay_pruning: true,
             max_links: 0,
             membership_digest: true,
         }

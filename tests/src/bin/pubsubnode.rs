@@ -60,9 +60,9 @@ struct Args {
     /// Take every link's copy of a Data frame (`reverse_path_check = false`).
     #[arg(long)]
     no_reverse_path_check: bool,
-    /// Relays skip the neighbours that would refuse a broadcast (`relay_pruning = true`).
+    /// Relays send every broadcast on every link (`relay_pruning = false`), as mesh-v1 does.
     #[arg(long)]
-    relay_pruning: bool,
+    no_relay_pruning: bool,
 }
 
 /// Which sequence numbers arrived, and how often one arrived again.
@@ -121,7 +121,7 @@ fn main() {
         .max_outbound_queue_bytes(args.queue_bytes)
         .max_dedup_entries(args.dedup_entries)
         .reverse_path_check(!args.no_reverse_path_check)
-        .relay_pruning(args.relay_pruning)
+        .relay_pruning(!args.no_relay_pruning)
         .build()
         .unwrap_or_else(|e| fail(&format!("build: {e}")));
     let mut events = mesh.events();

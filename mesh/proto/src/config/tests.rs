@@ -252,19 +252,19 @@ fn reverse_path_check_is_on_by_default_and_can_be_turned_off() {
 fn the_settling_time_and_relay_pruning_are_settings() {
     let d = MeshConfig::default();
     assert_eq!(d.reverse_path_settle, Duration::from_millis(4000));
-    assert!(!d.relay_pruning);
+    assert!(d.relay_pruning);
     let c =
-        MeshConfig::from_toml_str("reverse_path_settle_ms = 900\nrelay_pruning = true\n").unwrap();
+        MeshConfig::from_toml_str("reverse_path_settle_ms = 900\nrelay_pruning = false\n").unwrap();
     assert_eq!(c.reverse_path_settle, Duration::from_millis(900));
-    assert!(c.relay_pruning);
+    assert!(!c.relay_pruning);
     let c = MeshConfig::builder()
         .reverse_path_settle(Duration::from_millis(1))
-        .relay_pruning(true)
+        .relay_pruning(false)
         .build()
         .unwrap();
     assert_eq!(
         (c.reverse_path_settle, c.relay_pruning),
-        (Duration::from_millis(1), true)
+        (Duration::from_millis(1), false)
     );
 }
 
