@@ -569,3 +569,64 @@ fn signed_records_carry_their_signature_in_relays_and_catch_up() {
         ..own
     }));
 }
+
+/// A joiner's record reaches a node it does not list from the lowest-id node listed by the
+/// joiner and linked to it (issue 29: one copy per version instead of one per listed relay
+/// and per unlisted member); toward a legacy link, or where no such node is linked to the
+/// neighbour, the relay still sends.
+#[test]
+fn a_relay_leaves_an_unlisted_neighbour_to_the_lowest_common_relay() {
+    let now = Instant::now();
+    let run = |digest: bool| {
+        let mut m = new(3, now).with_digest(true);
+        for (peer, link) in [(1, 11), (2, 12), (5, 15), (6, 16)] {
+            m.neighbour_up_on(p(peer), LinkId(link), digest, 0, now);
+        }
+        // 1, 2 and 5 form a full mesh with this node; 6 is linked to this node only.
+        for (origin, link, nbrs) in [
+            (1, 11, vec![2, 3, 5]),
+            (2, 12, vec![1, 3, 5]),
+            (5, 15, vec![1, 2, 3]),
+            (6, 16, vec![3]),
+        ] {
+            let r = Record {
+                origin: p(origin),
+                version: 5,
+                neighbours: nbrs.into_iter().map(p).collect(),
+            };
+            assert_eq!(m.on_record(LinkId(link), &r, 0, now), RecordOutcome::Stored);
+        }
+        drain(&mut m);
+        let mut relay = |origin: u8, listed: Vec<u8>| {
+            let j = Record {
+                origin: p(origin),
+                version: 7,
+                neighbours: listed.into_iter().map(p).collect(),
+            };
+            assert_eq!(m.on_record(LinkId(11), &j, 0, now), RecordOutcome::Stored);
+            let mut to: Vec<u64> = drain(&mut m)
+                .iter()
+                .filter(|t| t.record.origin == p(origin))
+                .flat_map(|t| match t.dest {
+                    Dest::Link(l) => vec![l.0],
+                    Dest::AllExcept(x) => {
+                        [11, 12, 15, 16].into_iter().filter(|l| *l != x.0).collect()
+                    }
+                    d => panic!("a relay, got {d:?}"),
+                })
+                .collect();
+            to.sort_unstable();
+            to
+        };
+        // Joiner 9 is linked to 1 and to this node so far; its record came from 1.
+        let listed_here = relay(9, vec![1, 3]);
+        // Joiner 8 is linked to 1 only: this node is as far from it as 2 and 5 are.
+        let two_hops = relay(8, vec![1]);
+        (listed_here, two_hops, m.stats().relays_deferred)
+    };
+    // 2 and 5 get both records from 1 (listed by the joiner, linked to both, lower id); 6,
+    // linked to no node the joiners list but this one, only from here.
+    assert_eq!(run(true), (vec![16], vec![16], 4));
+    // Legacy links (no digest to repair a miss, or a multimaster peer): every copy, as before.
+    assert_eq!(run(false), (vec![12, 15, 16], vec![12, 15, 16], 0));
+}
