@@ -169,14 +169,6 @@ impl MemberGraph {
         }
     }
 
-    /// True when `link` is a digest link whose peer has no legacy link within
-    /// [`MAX_LEGACY_HOPS`]: it repairs a missed record at the next Summary.
-    pub(super) fn quiet_digest_link(&self, link: LinkId) -> bool {
-        self.sync
-            .as_ref()
-            .is_some_and(|s| s.links.get(&link).is_some_and(|l| l.hops == NO_LEGACY))
-    }
-
     /// True when some link wants refreshes (see [`refresh_wanted`](Self::refresh_wanted)).
     pub fn any_refresh_wanted(&self) -> bool {
         self.links.values().any(|l| self.refresh_wanted(*l))
