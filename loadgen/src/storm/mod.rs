@@ -156,6 +156,7 @@ fn startup(
     t0: u64,
     t0_i: Instant,
     cpu_at_spawn: &[Reading],
+    ready_ms: f64,
 ) -> Result<Startup, RunError> {
     let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
     let n = ids.len();
@@ -198,6 +199,7 @@ fn startup(
         .map(|(y, x)| (y.cpu_s - x.cpu_s) / elapsed * 100.0)
         .collect();
     Ok(Startup {
+        ready_ms,
         full_membership_ms: full.then(|| per_node.iter().copied().fold(0.0, f64::max)),
         per_node_ms: Spread::of(&per_node),
         nodes_full: per_node.len(),
@@ -252,10 +254,11 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
     for n in nodes.iter_mut() {
         n.await_ready()?;
     }
+    let ready_ms = t0_i.elapsed().as_secs_f64() * 1e3;
     // The counters and CPU at "ready" (a node's process start costs it a few ms of CPU
     // before it is ready; the start figures are from here).
     let ready = poll(&mut nodes)?;
-    let startup = startup(&mut nodes, r, t0, t0_i, &ready)?;
+    let startup = startup(&mut nodes, r, t0, t0_i, &ready, ready_ms)?;
     let full = startup.full_membership_ms.is_some();
     let mut report = StormReport {
         nodes: r.nodes,

@@ -37,10 +37,12 @@ impl MemberGraph {
         match self.records.get(u) {
             Some(r) => {
                 for v in &r.sorted {
+                    // `u` lists `v`, so the edge rule (`edge_with`) leaves only `v`'s side:
+                    // it counts unless `v`'s record is known and leaves `u` out.
                     if v != u
                         && *v != self.me
                         && !v.is_zero()
-                        && self.edge_with(u, Some(&r.sorted), v)
+                        && self.records.get(v).is_none_or(|w| w.lists(u))
                     {
                         f(*v);
                     }
@@ -63,41 +65,49 @@ impl MemberGraph {
         let mut removed = false;
         let mut added: Vec<PeerId> = Vec::new();
         {
-            // Every edge of `o` whose standing can differ: those either list names, and,
-            // when `o` was unknown, those held one-sided by the nodes that list `o`.
-            let was_unknown = previous.is_none();
-            let others = self.listed_by.get(&o).filter(|_| was_unknown);
-            let candidates = previous
-                .into_iter()
-                .flatten()
-                .chain(now_listed.iter())
-                .chain(others.into_iter().flatten());
-            for x in candidates {
+            let mut check = |x: &PeerId| {
                 if *x == o || x.is_zero() || *x == self.me {
                     // Edges at self depend on the own neighbours only.
-                    continue;
+                    return true;
                 }
                 let before = self.edge_with(&o, previous, x);
                 let after = self.edge_with(&o, Some(&now_listed), x);
                 if before && !after {
                     removed = true;
-                    break;
+                    return false;
                 }
                 if after && !before {
                     added.push(*x);
                 }
+                true
+            };
+            // Every edge of `o` whose standing can differ. `edge_with` reads `o`'s list only
+            // as "lists x", so when `o` was known those are the nodes listed before or now but
+            // not both: one or two per version in a forming mesh, where walking every listed
+            // node cost two map lookups each per record (7 % of a control thread in a
+            // 60-node start, `bench/notes/start60.md`). When `o` was unknown: those it lists,
+            // and those that list it (edges they held one-sided).
+            match previous {
+                Some(before) => for_each_in_one(before, &now_listed, |x, _| check(x)),
+                None => {
+                    let others = self.listed_by.get(&o).into_iter().flatten();
+                    for x in now_listed.iter().chain(others) {
+                        if !check(x) {
+                            break;
+                        }
+                    }
+                }
             }
         }
-        for x in previous.into_iter().flatten() {
-            if now_listed.binary_search(x).is_err() {
-                unlist(&mut self.listed_by, x, &o);
+        let listed_by = &mut self.listed_by;
+        for_each_in_one(previous.unwrap_or_default(), &now_listed, |x, before| {
+            if before {
+                unlist(listed_by, x, &o);
+            } else {
+                listed_by.entry(*x).or_default().push(o);
             }
-        }
-        for x in &now_listed {
-            if previous.is_none_or(|p| p.binary_search(x).is_err()) {
-                self.listed_by.entry(*x).or_default().push(o);
-            }
-        }
+            true
+        });
         self.records.get_mut(&o).expect("just stored").sorted = now_listed;
         if removed {
             self.recompute_limited(now);
@@ -186,6 +196,37 @@ pub(super) fn unlist(listed_by: &mut AHashMap<PeerId, Vec<PeerId>>, x: &PeerId, 
         v.retain(|o| o != origin);
         if v.is_empty() {
             listed_by.remove(x);
+        }
+    }
+}
+
+/// Calls `f` with every id in exactly one of the sorted, deduplicated `a` and `b`, in
+/// ascending order, and whether it is `a`'s, until it returns false.
+fn for_each_in_one(a: &[PeerId], b: &[PeerId], mut f: impl FnMut(&PeerId, bool) -> bool) {
+    let (mut i, mut j) = (0, 0);
+    loop {
+        let (x, in_a) = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x == y => {
+                i += 1;
+                j += 1;
+                continue;
+            }
+            (Some(x), Some(y)) if x < y => {
+                i += 1;
+                (x, true)
+            }
+            (_, Some(y)) => {
+                j += 1;
+                (y, false)
+            }
+            (Some(x), None) => {
+                i += 1;
+                (x, true)
+            }
+            (None, None) => return,
+        };
+        if !f(x, in_a) {
+            return;
         }
     }
 }
