@@ -230,3 +230,41 @@ fn for_each_in_one(a: &[PeerId], b: &[PeerId], mut f: impl FnMut(&PeerId, bool) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::for_each_in_one;
+    use crate::PeerId;
+
+    #[test]
+    fn the_walk_yields_each_id_in_exactly_one_list_with_its_side_and_stops_when_asked() {
+        let p = |n: u8| PeerId([n; 16]);
+        let a = [p(1), p(3), p(4), p(7)];
+        let b = [p(2), p(3), p(5), p(7), p(9)];
+        let mut seen = Vec::new();
+        for_each_in_one(&a, &b, |x, in_a| {
+            seen.push((x.0[0], in_a));
+            true
+        });
+        assert_eq!(
+            seen,
+            [(1, true), (2, false), (4, true), (5, false), (9, false)]
+        );
+        let mut first = Vec::new();
+        for_each_in_one(&a, &b, |x, _| {
+            first.push(x.0[0]);
+            first.len() < 2
+        });
+        assert_eq!(first, [1, 2], "stops at the first false");
+        let mut none = 0;
+        for_each_in_one(&a, &a, |_, _| {
+            none += 1;
+            true
+        });
+        for_each_in_one(&[], &[], |_, _| {
+            none += 1;
+            true
+        });
+        assert_eq!(none, 0, "equal lists and empty lists differ nowhere");
+    }
+}
