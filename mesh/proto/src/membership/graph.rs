@@ -12,11 +12,17 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 impl MemberGraph {
+    /// `x`'s side of the edge `x`–`o`: whether `x`'s stored record lists `o` (`None`: no
+    /// record of `x`).
+    pub(super) fn side_of(&self, x: &PeerId, o: &PeerId) -> Option<bool> {
+        self.records.get(x).map(|r| r.lists(o))
+    }
+
     /// Whether the edge `o`–`x` counts when `o`'s record lists `ol` (sorted; None: no
     /// record of `o`) and `x` is not self: every end whose record is known lists the other.
     pub(super) fn edge_with(&self, o: &PeerId, ol: Option<&[PeerId]>, x: &PeerId) -> bool {
         let from_o = ol.map(|l| l.binary_search(x).is_ok());
-        let from_x = self.records.get(x).map(|r| r.lists(o));
+        let from_x = self.side_of(x, o);
         match (from_o, from_x) {
             (Some(a), Some(b)) => a && b,
             (Some(a), None) | (None, Some(a)) => a,
@@ -39,10 +45,7 @@ impl MemberGraph {
                 for v in &r.sorted {
                     // `u` lists `v`, so the edge rule (`edge_with`) leaves only `v`'s side:
                     // it counts unless `v`'s record is known and leaves `u` out.
-                    if v != u
-                        && *v != self.me
-                        && !v.is_zero()
-                        && self.records.get(v).is_none_or(|w| w.lists(u))
+                    if v != u && *v != self.me && !v.is_zero() && self.side_of(v, u) != Some(false)
                     {
                         f(*v);
                     }

@@ -103,11 +103,9 @@ impl MemberGraph {
         let Some(at_n) = self.records.get(n) else {
             return false;
         };
-        // The edge rule, with both records known: a node whose record this node lacks may
-        // not have the origin's record either.
-        let linked = |v: &PeerId| {
-            v != origin && self.records.contains_key(v) && self.edge_with(n, Some(&at_n.sorted), v)
-        };
+        // The edge rule (`edge_with`) with both records known: a node whose record this
+        // node lacks may not have the origin's record either.
+        let linked = |v: &PeerId| v != origin && at_n.lists(v) && self.side_of(v, n) == Some(true);
         if rec.lists(&self.me) {
             at_n.lists(&self.me) && rec.sorted.iter().take_while(|v| **v < self.me).any(linked)
         } else {
