@@ -112,7 +112,8 @@ counters! {
     /// Dropped: topic samples of a writer the shard's route table did not come to know
     /// within `topics.parked_sample_timeout` (or that did not fit
     /// `topics.max_parked_sample_bytes` meanwhile): matched with no reader this node serves or
-    /// relays for, or a writer already removed. One per sample.
+    /// relays for, or a writer removed longer than that timeout ago (see
+    /// `sample_runs_after_removal`). One per sample.
     dropped_unrouted_samples,
     /// Dropped: topic samples that arrived on a link their writer's samples do not come
     /// from: not from this node's parent in the writer's tree nor from another neighbour
@@ -124,6 +125,10 @@ counters! {
     /// yet (routed when a table naming it arrives, else counted in
     /// `dropped_unrouted_samples`).
     sample_runs_parked,
+    /// Runs of topic samples routed on their writer's last route after the table that
+    /// dropped the writer reached the shard (written before its removal reached this node's
+    /// control plane; a writer's route outlives its table by `topics.parked_sample_timeout`).
+    sample_runs_after_removal,
     /// Reliable topics: writer heartbeats sent.
     reliable_heartbeats,
     /// Reliable topics: acknowledgements (AckNack frames) sent by this node's readers.

@@ -78,6 +78,7 @@ mod origin;
 mod read;
 mod reliable;
 mod reliable_tuning;
+mod retired;
 mod samples;
 mod write;
 
@@ -136,8 +137,12 @@ pub struct ShardConfig {
     /// Bytes of sample runs held for a route table naming their writer
     /// ([`crate::topics::TopicsConfig::max_parked_sample_bytes`]).
     pub max_parked_sample_bytes: usize,
-    /// How long such a run is held.
+    /// How long such a run is held, and how long a writer's route outlives the table that
+    /// dropped it (for its runs still on their way here, see `retired`).
     pub parked_sample_timeout: Duration,
+    /// Retired routes kept at most: the node's writer capacity
+    /// (`topics.max_local_endpoints + topics.max_remote_writers`).
+    pub max_retired_routes: usize,
     /// How long a stopping shard lets its links flush (and say Goodbye) before it closes
     /// them ([`MeshConfig::stop_grace`]).
     pub stop_grace: Duration,
@@ -166,6 +171,10 @@ impl ShardConfig {
             record_bytes: DEFAULT_RECORD_BYTES,
             max_parked_sample_bytes: cfg.topics.max_parked_sample_bytes,
             parked_sample_timeout: cfg.topics.parked_sample_timeout,
+            max_retired_routes: cfg
+                .topics
+                .max_local_endpoints
+                .saturating_add(cfg.topics.max_remote_writers),
             stop_grace: cfg.stop_grace,
             close_linger: cfg.heartbeat_timeout,
             reliable: ReliableTuning::of(&cfg.topics),
@@ -204,6 +213,8 @@ pub struct ShardCore {
     writer_seqs: Vec<samples::WriterSeq>,
     /// Runs waiting for a route table that names their writer.
     parked: samples::Parked,
+    /// Routes of writers the latest tables dropped, for their runs still on the way.
+    retired: retired::Retired,
     /// Reliable topics: the writers' histories and the readers' states sequenced here.
     reliable: reliable::Reliable,
     /// Where deliveries go first (see [`DeliverySink`]).
@@ -257,6 +268,7 @@ impl ShardCore {
             sample_routes: None,
             writer_seqs: Vec::new(),
             parked: samples::Parked::default(),
+            retired: retired::Retired::default(),
             reliable: reliable::Reliable::default(),
             sink: Sink(sink),
             lingering: Vec::new(),
@@ -343,6 +355,7 @@ impl ShardCore {
             ToShard::Close { link, goodbye } => self.close(link, goodbye, now),
             ToShard::SendRaw { link, frame } => self.send_raw(link, frame, now),
             ToShard::SampleRoutes(r) => {
+                self.retire_dropped(&r, now);
                 self.sample_routes = Some(r);
                 self.sync_reliable(now, out);
                 self.replay_parked(now, out);
@@ -405,7 +418,12 @@ impl ShardCore {
     /// When [`handle_timeout`](Self::handle_timeout) has work next.
     pub fn poll_timeout(&self) -> Instant {
         let mut at = self.gossip.poll_timeout();
-        if let Some(t) = self.parked.next_expiry(self.cfg.parked_sample_timeout) {
+        let timeout = self.cfg.parked_sample_timeout;
+        let expiries = [
+            self.parked.next_expiry(timeout),
+            self.retired.next_expiry(timeout),
+        ];
+        for t in expiries.into_iter().flatten() {
             at = at.min(t);
         }
         if let Some(t) = self.reliable.poll_timeout() {
@@ -424,6 +442,7 @@ impl ShardCore {
     pub fn handle_timeout(&mut self, now: Instant, out: &mut Vec<ShardAction>) {
         self.gossip.handle_timeout(now);
         self.expire_parked(now);
+        self.expire_retired(now);
         self.reliable_timeout(now, out);
         self.linger_timeout(now, out);
         if let Stop::Until(d) = self.stop {

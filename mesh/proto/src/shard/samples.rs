@@ -7,7 +7,8 @@
 //! survives a new table), one reservation per link and one hand-off per local reader. A run's
 //! sequence state lives on one shard, that of its writer's node id prefix
 //! ([`samples_shard`]): for a node's own writers that is the origin shard, where they
-//! publish; a run read on another shard hops there once.
+//! publish; a run read on another shard hops there once. A writer that left keeps its last
+//! route a while for its runs still on their way ([`super::retired`]).
 //!
 //! Sequence numbers make delivery exact and bounded: a run whose numbers were all seen is a
 //! duplicate (a copy over a second path while views of the graph differ), dropped and
@@ -45,6 +46,45 @@ pub(super) struct WriterSeq {
     /// A run ended at `u64::MAX` (the decoder's bound): nothing can follow, and `next`
     /// stays at `u64::MAX` instead of overflowing.
     ended: bool,
+}
+
+impl WriterSeq {
+    /// The state of `writer` before any of its samples.
+    fn new(writer: EndpointGuid) -> WriterSeq {
+        WriterSeq {
+            writer,
+            next: 0,
+            ended: false,
+        }
+    }
+
+    /// The sequence check of run `s`: counts duplicates and gaps in `c` and advances the
+    /// state; `None` when every sample of the run was seen before.
+    fn admit(&mut self, s: &Samples, c: &TopicCounterSet) -> Option<Fresh> {
+        let last = s.last_seq();
+        if self.next > last || self.ended {
+            add(&c.dropped_duplicate, u64::from(s.count));
+            return None;
+        }
+        let skip = self.next.saturating_sub(s.first_seq);
+        if skip > 0 {
+            add(&c.dropped_duplicate, skip);
+        } else if self.next != 0 && s.first_seq > self.next {
+            add(&c.missed, s.first_seq - self.next);
+        }
+        self.next = last.saturating_add(1);
+        self.ended = last == u64::MAX;
+        // `skip` < count here: `next <= last`.
+        Some(Fresh { skip: skip as u16 })
+    }
+}
+
+/// Where the sequence state of a route's writer is kept.
+enum SeqAt<'a> {
+    /// This shard's state, at the route's slot.
+    Slot,
+    /// A retired route's own copy (its slot may be another writer's now).
+    Retired(&'a mut WriterSeq),
 }
 
 /// Runs read from links whose writer the shard's route table does not know yet, oldest
@@ -110,41 +150,37 @@ struct Fresh {
 }
 
 impl ShardCore {
-    /// The sequence check of a run of `route`'s writer: counts duplicates and gaps and
-    /// advances the state; `None` when every sample of the run was seen before.
+    /// The sequence state of `route`'s writer at `at`.
+    fn seq_state<'a>(
+        &'a mut self,
+        route: &WriterRoute,
+        at: &'a mut SeqAt<'_>,
+    ) -> &'a mut WriterSeq {
+        match at {
+            SeqAt::Retired(st) => st,
+            SeqAt::Slot => {
+                let slot = route.slot as usize;
+                if slot >= self.writer_seqs.len() {
+                    self.writer_seqs.resize(slot + 1, WriterSeq::default());
+                }
+                let st = &mut self.writer_seqs[slot];
+                if st.writer != route.writer {
+                    *st = WriterSeq::new(route.writer);
+                }
+                st
+            }
+        }
+    }
+
+    /// The sequence check of a run of `route`'s writer (see [`WriterSeq::admit`]).
     fn check_seq(
         &mut self,
         route: &WriterRoute,
         s: &Samples,
         c: &TopicCounterSet,
+        at: &mut SeqAt<'_>,
     ) -> Option<Fresh> {
-        let slot = route.slot as usize;
-        if slot >= self.writer_seqs.len() {
-            self.writer_seqs.resize(slot + 1, WriterSeq::default());
-        }
-        let st = &mut self.writer_seqs[slot];
-        if st.writer != route.writer {
-            *st = WriterSeq {
-                writer: route.writer,
-                next: 0,
-                ended: false,
-            };
-        }
-        let last = s.last_seq();
-        if st.next > last || st.ended {
-            add(&c.dropped_duplicate, u64::from(s.count));
-            return None;
-        }
-        let skip = st.next.saturating_sub(s.first_seq);
-        if skip > 0 {
-            add(&c.dropped_duplicate, skip);
-        } else if st.next != 0 && s.first_seq > st.next {
-            add(&c.missed, s.first_seq - st.next);
-        }
-        st.next = last.saturating_add(1);
-        st.ended = last == u64::MAX;
-        // `skip` < count here: `next <= last`.
-        Some(Fresh { skip: skip as u16 })
+        self.seq_state(route, at).admit(s, c)
     }
 
     /// The next sequence number this shard expects of `route`'s writer (0: none seen).
@@ -157,12 +193,8 @@ impl ShardCore {
 
     /// Moves `route`'s writer's state to expect `next` (this node's own writer, whose runs
     /// are consecutive).
-    fn advance_seq(&mut self, route: &WriterRoute, next: u64) {
-        let slot = route.slot as usize;
-        if slot >= self.writer_seqs.len() {
-            self.writer_seqs.resize(slot + 1, WriterSeq::default());
-        }
-        self.writer_seqs[slot] = WriterSeq {
+    fn advance_seq(&mut self, route: &WriterRoute, next: u64, at: &mut SeqAt<'_>) {
+        *self.seq_state(route, at) = WriterSeq {
             writer: route.writer,
             next,
             ended: false,
@@ -216,10 +248,39 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
-        let Some(route) = routes.and_then(|t| t.get(&s.writer)) else {
-            self.park(Held::In(from, s), now);
-            return;
-        };
+        if let Some(route) = routes.and_then(|t| t.get(&s.writer)) {
+            return self.route_on(route, SeqAt::Slot, from, s, path, now, out);
+        }
+        match self.retired.take(&s.writer) {
+            Some(mut r) => {
+                inc(&self.counters.sample_runs_after_removal);
+                self.route_on(
+                    &r.route,
+                    SeqAt::Retired(&mut r.seq),
+                    from,
+                    s,
+                    path,
+                    now,
+                    out,
+                );
+                self.retired.put_back(r);
+            }
+            None => self.park(Held::In(from, s), now),
+        }
+    }
+
+    /// Routes a run on its writer's `route`, its sequence state `at`.
+    #[allow(clippy::too_many_arguments)]
+    fn route_on(
+        &mut self,
+        route: &WriterRoute,
+        mut at: SeqAt<'_>,
+        from: LinkId,
+        s: Samples,
+        path: Path,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
         // Before the sequence check: a run from a link its writer's samples do not come
         // from (any link, for a local writer) must not move the writer's sequence state (a
         // forged far-ahead number would make every real sample after it look seen).
@@ -229,7 +290,7 @@ impl ShardCore {
             add(&c.dropped_wrong_link, u64::from(s.count));
             return;
         }
-        let Some(fresh) = self.check_seq(route, &s, c) else {
+        let Some(fresh) = self.check_seq(route, &s, c, &mut at) else {
             return;
         };
         let s = if fresh.skip > 0 {
@@ -292,6 +353,51 @@ impl ShardCore {
                 Held::Own(w, b, n) => self.originate_samples_on(w, b, n, Path::Inbox, now, out),
             }
         }
+    }
+
+    /// A new route table `new` replaces the current one: the writers it says are gone
+    /// ([`SampleRoutes::removed`]) whose runs are checked here keep their last route a
+    /// while ([`super::retired`]); those it names again come back with the sequence state
+    /// their retired route reached.
+    pub(super) fn retire_dropped(&mut self, new: &SampleRoutes, now: Instant) {
+        if !self.retired.is_empty() {
+            for route in new.routes() {
+                let Some(r) = self.retired.take(&route.writer) else {
+                    continue;
+                };
+                let mut slot = SeqAt::Slot;
+                let st = self.seq_state(route, &mut slot);
+                if st.next < r.seq.next || r.seq.ended {
+                    *st = r.seq;
+                }
+            }
+        }
+        if new.removed().is_empty() || self.cfg.parked_sample_timeout.is_zero() {
+            return;
+        }
+        let Some(old) = self.sample_routes.take() else {
+            return;
+        };
+        for w in new.removed() {
+            if samples_shard(w, self.shards) != self.idx {
+                continue;
+            }
+            let Some(route) = old.get(w) else { continue };
+            let seq = self
+                .writer_seqs
+                .get(route.slot as usize)
+                .filter(|st| st.writer == route.writer)
+                .copied()
+                .unwrap_or(WriterSeq::new(route.writer));
+            let max = self.cfg.max_retired_routes;
+            self.retired.retire(route.clone(), seq, now, max);
+        }
+        self.sample_routes = Some(old);
+    }
+
+    /// Forgets the retired routes older than the timeout.
+    pub(super) fn expire_retired(&mut self, now: Instant) {
+        self.retired.expire(now, self.cfg.parked_sample_timeout);
     }
 
     /// Drops (counted) the parked runs older than the timeout.
@@ -412,12 +518,36 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
-        let Some(route) = routes.and_then(|t| t.get(&writer)) else {
-            // The table naming a new writer has not reached the shard yet (or the writer was
-            // just removed): held until one names it, or counted.
-            self.park(Held::Own(writer, batch, count), now);
-            return;
-        };
+        if let Some(route) = routes.and_then(|t| t.get(&writer)) {
+            return self.originate_on(route, SeqAt::Slot, batch, count, path, now, out);
+        }
+        match self.retired.take(&writer) {
+            // Written before the writer's removal reached the control plane.
+            Some(mut r) => {
+                inc(&self.counters.sample_runs_after_removal);
+                let at = SeqAt::Retired(&mut r.seq);
+                self.originate_on(&r.route, at, batch, count, path, now, out);
+                self.retired.put_back(r);
+            }
+            // The table naming a new writer has not reached the shard yet: held until one
+            // names it, or counted.
+            None => self.park(Held::Own(writer, batch, count), now),
+        }
+    }
+
+    /// Sends and delivers a batch of this node's writer on its `route`, its sequence state
+    /// `at`.
+    #[allow(clippy::too_many_arguments)]
+    fn originate_on(
+        &mut self,
+        route: &WriterRoute,
+        mut seq_at: SeqAt<'_>,
+        batch: Bytes,
+        count: usize,
+        path: Path,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
         let c = route.topic.shard(self.idx);
         add(&c.written, count as u64);
         if route.unreached > 0 {
@@ -446,7 +576,7 @@ impl ShardCore {
             // comes back over a loop while routes change is a duplicate), read off the last
             // frame's header without walking the samples.
             if let Some(next) = last_seq_of_own_samples(&batch).and_then(|l| l.checked_add(1)) {
-                self.advance_seq(route, next);
+                self.advance_seq(route, next, &mut seq_at);
             }
             return;
         }
@@ -464,7 +594,7 @@ impl ShardCore {
             if history {
                 self.record_written(route, &s, now, out);
             }
-            if self.check_seq(route, &s, c).is_some() {
+            if self.check_seq(route, &s, c, &mut seq_at).is_some() {
                 self.deliver_run(route, s, c, now, out);
             }
         }

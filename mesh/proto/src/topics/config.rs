@@ -190,7 +190,10 @@ pub struct TopicsConfig {
     /// node's control plane); the oldest go first at the bound, counted as unrouted.
     /// Default 1 MiB; 0 drops such runs at once.
     pub max_parked_sample_bytes: usize,
-    /// How long such a run is held for a route table naming its writer. Default 1000 ms.
+    /// How long such a run is held for a route table naming its writer; also how long a
+    /// removed writer's route outlives the table that dropped it, for its samples still on
+    /// their way through this node (written before the removal reached its control plane).
+    /// Default 1000 ms.
     #[serde(rename = "parked_sample_timeout_ms", with = "millis")]
     pub parked_sample_timeout: Duration,
     /// Least time between two route tables: a burst of changes is planned once (each plan

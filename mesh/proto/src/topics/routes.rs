@@ -129,6 +129,9 @@ pub struct SampleRoutes {
     epoch: u64,
     index: AHashMap<EndpointGuid, u32>,
     routes: Vec<WriterRoute>,
+    /// Writers the previous table routed that are gone, sorted (see
+    /// [`removed`](Self::removed)).
+    removed: Vec<EndpointGuid>,
 }
 
 impl WriterRoute {
@@ -156,6 +159,7 @@ impl SampleRoutes {
             epoch,
             index: AHashMap::with_capacity(routes.len()),
             routes: Vec::with_capacity(routes.len()),
+            removed: Vec::new(),
         };
         for r in routes {
             // The shards take a writer's samples from `accept_from` alone, the local flag
@@ -174,6 +178,24 @@ impl SampleRoutes {
             }
         }
         t
+    }
+
+    /// The table, saying that `removed` (writers the previous table routed) are gone:
+    /// withdrawn, expired, or their node left, rather than no longer matched here.
+    pub fn with_removed(mut self, mut removed: Vec<EndpointGuid>) -> SampleRoutes {
+        removed.sort_unstable();
+        removed.dedup();
+        self.removed = removed;
+        self
+    }
+
+    /// Writers the previous table routed that are gone (withdrawn, expired, their node
+    /// left), sorted. What they wrote before that may still be on its way through this node
+    /// (a run hopping between shards, a thread writer's last batch): the shards keep their
+    /// last route a while for it. A writer merely unmatched here is not listed: its runs
+    /// have nowhere to go.
+    pub fn removed(&self) -> &[EndpointGuid] {
+        &self.removed
     }
 
     /// The table's number.

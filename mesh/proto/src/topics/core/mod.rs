@@ -399,6 +399,8 @@ pub struct TopicsCore {
     counters: AHashMap<TopicName, Arc<TopicCounters>>,
     planner: Box<dyn RoutePlanner>,
     routes_epoch: u64,
+    /// The writers the last table routed, sorted (what the next one says is gone).
+    routed_writers: Vec<EndpointGuid>,
     routes_dirty: bool,
     /// When the next route table may be planned.
     next_plan: Instant,
@@ -555,6 +557,7 @@ impl TopicsCore {
             counters: AHashMap::new(),
             planner,
             routes_epoch: 0,
+            routed_writers: Vec::new(),
             routes_dirty: false,
             next_plan: now,
             membership_mark: None,

@@ -7,7 +7,7 @@
 //! **Must not touch:** the tree algorithm itself (`topics::tree`, which [`TreePlanner`]
 //! calls).
 
-use super::{guid_bytes, TopicsCore};
+use super::{guid_bytes, guid_of, TopicsCore};
 use crate::stats::TopicCounters;
 use crate::topics::routes::{
     EndpointGuid, ReliableRoute, ReliableWriterSpec, SampleRoutes, WriterRoute,
@@ -202,10 +202,13 @@ impl TopicsCore {
             !graph.topic_endpoints(t, EndpointKind::Writer).is_empty()
                 || !graph.topic_endpoints(t, EndpointKind::Reader).is_empty()
         });
+        let removed = self.removed_writers(&routes);
         // The view is not dropped here: the new epoch is in its key, so the next call
         // rebuilds it, and until then it is what a later change holds back (dropping it let
         // the first view after a plan show a match whose table was still waiting).
-        Some(Arc::new(SampleRoutes::new(self.routes_epoch, routes)))
+        Some(Arc::new(
+            SampleRoutes::new(self.routes_epoch, routes).with_removed(removed),
+        ))
     }
 
     /// Rebuilds the reverse paths over the topic-capable nodes when the membership graph's
@@ -246,6 +249,22 @@ impl TopicsCore {
     /// The epoch of the last table built (0: none yet).
     pub fn routes_epoch(&self) -> u64 {
         self.routes_epoch
+    }
+
+    /// The writers the last table routed that `routes` leaves out because they are gone
+    /// (the graph no longer knows them), not because they are unmatched; remembers
+    /// `routes`' writers for the next table.
+    fn removed_writers(&mut self, routes: &[WriterRoute]) -> Vec<EndpointGuid> {
+        let mut now: Vec<EndpointGuid> = routes.iter().map(|r| r.writer).collect();
+        now.sort_unstable();
+        let before = std::mem::replace(&mut self.routed_writers, now);
+        before
+            .into_iter()
+            .filter(|w| {
+                self.routed_writers.binary_search(w).is_err()
+                    && self.graph.endpoint_id(&guid_of(w)).is_none()
+            })
+            .collect()
     }
 
     fn node_of(&self, g: &Guid) -> Option<PeerId> {

@@ -656,6 +656,34 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
     assert_eq!(net.cores[1].stats().participants_expired, 1);
 }
 
+/// A table says which writers of the last one are gone (withdrawn here: the shards keep
+/// their route a while for what they wrote before), not those merely unmatched here.
+#[test]
+fn a_table_lists_the_writers_that_left_not_those_only_unmatched() {
+    let now = Instant::now();
+    let mut net = Net::new(2, &[(0, 1)], now);
+    let r = reader(&mut net.cores[0], "t", &[], now);
+    let w1 = writer(&mut net.cores[1], "t", &[], now);
+    let w2 = writer(&mut net.cores[1], "t", &[], now);
+    net.settle();
+    let ma = membership(0, 2, &[(0, 1)], now);
+    let t1 = net.cores[0].routes_due(&ma, now).expect("a table");
+    assert!(t1.get(&w1).is_some() && t1.get(&w2).is_some());
+    assert!(t1.removed().is_empty());
+    net.cores[1].remove_endpoint(w2, now).unwrap();
+    net.settle();
+    let t2 = net.cores[0].routes_due(&ma, now + SEC).expect("a table");
+    assert!(t2.get(&w2).is_none());
+    assert_eq!(t2.removed(), &[w2], "w2 was withdrawn");
+    // A's reader goes: w1 is unmatched here but still writes; not listed.
+    net.cores[0].remove_endpoint(r, now + SEC).unwrap();
+    let t3 = net.cores[0]
+        .routes_due(&ma, now + SEC * 2)
+        .expect("a table");
+    assert!(t3.get(&w1).is_none());
+    assert!(t3.removed().is_empty(), "{:?}", t3.removed());
+}
+
 #[test]
 fn a_complete_cycle_removes_an_endpoint_whose_withdrawal_was_lost() {
     let now = Instant::now();
