@@ -85,18 +85,35 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Where a Membership frame goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Dest {
     /// Every established link.
     All,
     /// Every established link except this one (the record's inbound link).
     AllExcept(LinkId),
-    /// One link: catching a new neighbour up on the stored records, or one target of a
-    /// relay that skips some neighbours (one transmit per target link).
+    /// One link: catching a new neighbour up on the stored records, or the one target of a
+    /// relay that skips the other neighbours.
     Link(LinkId),
+    /// These links (sorted, two or more): the targets of a relay that skips some neighbours,
+    /// one transmit for all of them (the record encoded once, not copied per target).
+    Links(Vec<LinkId>),
     /// Every established link that wants periodic refreshes
     /// ([`MemberGraph::refresh_wanted`]): the periodic own flood with anti-entropy on.
     Refresh,
+}
+
+impl Dest {
+    /// True when a frame for this destination goes on `link`, one of the established
+    /// links (`refresh`: whether `link` wants periodic refreshes).
+    pub fn includes(&self, link: LinkId, refresh: bool) -> bool {
+        match self {
+            Dest::All => true,
+            Dest::AllExcept(x) => link != *x,
+            Dest::Link(x) => link == *x,
+            Dest::Links(v) => v.binary_search(&link).is_ok(),
+            Dest::Refresh => refresh,
+        }
+    }
 }
 
 /// A Membership frame to send.

@@ -51,7 +51,7 @@
 //! (it would refuse it), counted in `unsigned_records_withheld`. Own Discovery frames get
 //! their Signature entry as they are encoded; relays re-send a frame's signature unchanged.
 
-use super::{Action, ControlCore, ControlErrorKind, ControlEvent};
+use super::{Action, ControlCore, ControlErrorKind, ControlEvent, Placed};
 use crate::cmd::ToShard;
 use crate::crypto::{sign_discovery, sign_membership, IdentityPolicy};
 use crate::membership::{Dest, MemberTransmit};
@@ -260,21 +260,32 @@ impl ControlCore {
         };
         let mut targets: Vec<(LinkId, usize, bool)> = Vec::new();
         let mut withheld = 0u64;
-        for (l, p) in &self.placed {
-            let wanted = match t.dest {
-                Dest::All => true,
-                Dest::AllExcept(x) => *l != x,
-                Dest::Link(x) => *l == x,
-                Dest::Refresh => self.membership.refresh_wanted(*l),
-            };
-            if !wanted {
-                continue;
-            }
+        let mut take = |l: LinkId, p: &Placed| {
             if signature.is_none() && !own && p.signs {
                 withheld += 1;
-                continue;
+            } else {
+                targets.push((l, p.shard, signature.is_some() && p.signed_frames));
             }
-            targets.push((*l, p.shard, signature.is_some() && p.signed_frames));
+        };
+        // A relay's targets are looked up; a flood walks the links.
+        let named: &[LinkId] = match &t.dest {
+            Dest::Link(l) => std::slice::from_ref(l),
+            Dest::Links(v) => v,
+            _ => &[],
+        };
+        if named.is_empty() {
+            for (l, p) in &self.placed {
+                let refresh = matches!(t.dest, Dest::Refresh) && self.membership.refresh_wanted(*l);
+                if t.dest.includes(*l, refresh) {
+                    take(*l, p);
+                }
+            }
+        } else {
+            for l in named {
+                if let Some(p) = self.placed.get(l) {
+                    take(*l, p);
+                }
+            }
         }
         self.stats.unsigned_records_withheld += withheld;
         // Deterministic order (simulations replay from a seed).

@@ -82,10 +82,15 @@ impl MemberGraph {
             self.stats.relays_pruned += pruned;
             // Deterministic order for simulations (the map's order is not).
             targets.sort_unstable();
-            for l in &targets {
+            let dest = match targets[..] {
+                [] => None,
+                [l] => Some(Dest::Link(l)),
+                _ => Some(Dest::Links(targets.clone())),
+            };
+            if let Some(dest) = dest {
                 self.transmits.push_back(MemberTransmit {
-                    dest: Dest::Link(*l),
-                    record: record.clone(),
+                    dest,
+                    record,
                     signature,
                 });
             }

@@ -494,8 +494,8 @@ fn signed_records_carry_their_signature_in_relays_and_catch_up() {
     let t = drain(&mut m);
     assert_eq!(t.len(), 1);
     assert_eq!(
-        (t[0].dest, &t[0].record, t[0].signature),
-        (Dest::AllExcept(LinkId(2)), &r, Some(sig(7)))
+        (&t[0].dest, &t[0].record, t[0].signature),
+        (&Dest::AllExcept(LinkId(2)), &r, Some(sig(7)))
     );
     m.neighbour_up(p(6), LinkId(6), 1_000, now);
     let caught_up: Vec<_> = drain(&mut m)

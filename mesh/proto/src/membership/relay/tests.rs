@@ -41,6 +41,19 @@ fn relays_skip_the_origin_and_the_neighbours_it_lists() {
     assert!(t
         .iter()
         .any(|t| t.dest == Dest::Link(LinkId(16)) && t.record.version == r.version));
+    // A record of 4 that lists this node and 2: 3, 5 and 6 still need it, from this relay:
+    // one transmit naming their three links (the record copied and encoded once).
+    let r4 = Record {
+        origin: p(4),
+        version: 3,
+        neighbours: vec![p(1), p(2)],
+    };
+    assert_eq!(m.on_record(LinkId(14), &r4, 0, now), RecordOutcome::Stored);
+    let t = drain(&mut m);
+    assert_eq!(t.len(), 1);
+    let three = [13, 15, 16].map(LinkId).to_vec();
+    assert_eq!((&t[0].dest, &t[0].record), (&Dest::Links(three), &r4));
+    assert!(t[0].dest.includes(LinkId(13), false) && !t[0].dest.includes(LinkId(14), true));
 }
 
 /// A joiner's record reaches a node it does not list from the lowest-id node listed by the
@@ -80,8 +93,9 @@ fn a_relay_leaves_an_unlisted_neighbour_to_the_lowest_common_relay() {
             let mut to: Vec<u64> = drain(&mut m)
                 .iter()
                 .filter(|t| t.record.origin == p(origin))
-                .flat_map(|t| match t.dest {
+                .flat_map(|t| match &t.dest {
                     Dest::Link(l) => vec![l.0],
+                    Dest::Links(v) => v.iter().map(|l| l.0).collect(),
                     Dest::AllExcept(x) => {
                         [11, 12, 15, 16].into_iter().filter(|l| *l != x.0).collect()
                     }
