@@ -80,6 +80,7 @@ mod reliable;
 mod reliable_tuning;
 mod retired;
 mod samples;
+mod seq;
 mod write;
 
 #[cfg(test)]
@@ -210,7 +211,7 @@ pub struct ShardCore {
     /// Where topic samples go (the control plane's latest table).
     sample_routes: Option<Arc<SampleRoutes>>,
     /// Sequence state of the writers whose samples this shard checks, by route slot.
-    writer_seqs: Vec<samples::WriterSeq>,
+    writer_seqs: Vec<seq::WriterSeq>,
     /// Runs waiting for a route table that names their writer.
     parked: samples::Parked,
     /// Routes of writers the latest tables dropped, for their runs still on the way.

@@ -19,8 +19,10 @@
 //! **Owns:** which retired routes are kept and for how long. **Must not touch:** what a
 //! route does with a run (`samples`) or how tables are computed (the control plane's).
 
-use super::samples::WriterSeq;
-use crate::topics::{EndpointGuid, WriterRoute};
+use super::samples_shard;
+use super::seq::{SeqAt, WriterSeq};
+use super::ShardCore;
+use crate::topics::{EndpointGuid, SampleRoutes, WriterRoute};
 use ahash::AHashMap;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -115,5 +117,43 @@ impl Retired {
     /// When the oldest retirement expires.
     pub(super) fn next_expiry(&self, timeout: Duration) -> Option<Instant> {
         self.order.front().map(|(at, _)| *at + timeout)
+    }
+}
+
+impl ShardCore {
+    /// A new route table `new` replaces the current one: the writers it says are gone
+    /// ([`SampleRoutes::removed`]) whose runs are checked here keep their last route a
+    /// while; those it names again come back with the sequence state their retired route
+    /// reached.
+    pub(super) fn retire_dropped(&mut self, new: &SampleRoutes, now: Instant) {
+        if !self.retired.is_empty() {
+            for route in new.routes() {
+                if let Some(r) = self.retired.take(&route.writer) {
+                    self.seq_state(route, &mut SeqAt::Slot).catch_up(&r.seq);
+                }
+            }
+        }
+        if new.removed().is_empty() || self.cfg.parked_sample_timeout.is_zero() {
+            return;
+        }
+        let Some(old) = self.sample_routes.take() else {
+            return;
+        };
+        for w in new.removed() {
+            if samples_shard(w, self.shards) != self.idx {
+                continue;
+            }
+            if let Some(route) = old.get(w) {
+                let seq = self.slot_seq(route);
+                let max = self.cfg.max_retired_routes;
+                self.retired.retire(route.clone(), seq, now, max);
+            }
+        }
+        self.sample_routes = Some(old);
+    }
+
+    /// Forgets the retired routes older than the timeout.
+    pub(super) fn expire_retired(&mut self, now: Instant) {
+        self.retired.expire(now, self.cfg.parked_sample_timeout);
     }
 }

@@ -2,9 +2,10 @@
 //! sent along their writer's route and delivered to the matched local readers.
 //!
 //! A run (one Samples frame: consecutive sequence numbers of one writer) is handled whole:
-//! one route lookup by writer GUID in the control plane's latest [`SampleRoutes`] table, one
-//! sequence check against the writer's state (indexed by the route's stable slot, so it
-//! survives a new table), one reservation per link and one hand-off per local reader. A run's
+//! one route lookup by writer GUID in the control plane's latest
+//! [`SampleRoutes`](crate::topics::SampleRoutes) table, one sequence check against the
+//! writer's state (`super::seq`: by the route's stable slot, so it survives a new table),
+//! one reservation per link and one hand-off per local reader. A run's
 //! sequence state lives on one shard, that of its writer's node id prefix
 //! ([`samples_shard`]): for a node's own writers that is the origin shard, where they
 //! publish; a run read on another shard hops there once. A writer that left keeps its last
@@ -15,16 +16,18 @@
 //! counted; the seen head of a run that overlaps is cut off; numbers skipped over are counted
 //! as missed. Nothing reaches a reader twice.
 //!
-//! **Owns:** the sample path's decisions (route, sequence check, fan-out, delivery, counters).
+//! **Owns:** the sample path's decisions (route, fan-out, delivery, counters; the sequence
+//! check is `super::seq`'s).
 //! **Must not touch:** how routes are computed (the control plane's `topics`) or how a
 //! delivery reaches the application (the driver's [`super::DeliverySink`]).
 
 use super::action::{Delivered, IfBusy, SampleRun, ShardAction};
 use super::fan_out::{Path, Targets};
+use super::seq::SeqAt;
 use super::ShardCore;
 use crate::cmd::{Out, ShardToShard};
 use crate::stats::{add, inc, TopicCounterSet};
-use crate::topics::{EndpointGuid, SampleRoutes, WriterRoute};
+use crate::topics::{EndpointGuid, WriterRoute};
 use crate::wire::{last_seq_of_own_samples, split_own_samples, Samples};
 use crate::LinkId;
 use bytes::{Bytes, BytesMut};
@@ -34,57 +37,6 @@ use std::time::Instant;
 /// ([`crate::id::node_shard`]), so a node's own writers are checked where they publish.
 pub fn samples_shard(writer: &EndpointGuid, shards: usize) -> usize {
     crate::id::node_shard(writer, shards)
-}
-
-/// One writer's sequence state on its shard.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct WriterSeq {
-    /// The writer whose state this is (a slot is reused only after its writer is gone).
-    writer: EndpointGuid,
-    /// The next sequence number expected (0: nothing seen yet).
-    next: u64,
-    /// A run ended at `u64::MAX` (the decoder's bound): nothing can follow, and `next`
-    /// stays at `u64::MAX` instead of overflowing.
-    ended: bool,
-}
-
-impl WriterSeq {
-    /// The state of `writer` before any of its samples.
-    fn new(writer: EndpointGuid) -> WriterSeq {
-        WriterSeq {
-            writer,
-            next: 0,
-            ended: false,
-        }
-    }
-
-    /// The sequence check of run `s`: counts duplicates and gaps in `c` and advances the
-    /// state; `None` when every sample of the run was seen before.
-    fn admit(&mut self, s: &Samples, c: &TopicCounterSet) -> Option<Fresh> {
-        let last = s.last_seq();
-        if self.next > last || self.ended {
-            add(&c.dropped_duplicate, u64::from(s.count));
-            return None;
-        }
-        let skip = self.next.saturating_sub(s.first_seq);
-        if skip > 0 {
-            add(&c.dropped_duplicate, skip);
-        } else if self.next != 0 && s.first_seq > self.next {
-            add(&c.missed, s.first_seq - self.next);
-        }
-        self.next = last.saturating_add(1);
-        self.ended = last == u64::MAX;
-        // `skip` < count here: `next <= last`.
-        Some(Fresh { skip: skip as u16 })
-    }
-}
-
-/// Where the sequence state of a route's writer is kept.
-enum SeqAt<'a> {
-    /// This shard's state, at the route's slot.
-    Slot,
-    /// A retired route's own copy (its slot may be another writer's now).
-    Retired(&'a mut WriterSeq),
 }
 
 /// Runs read from links whose writer the shard's route table does not know yet, oldest
@@ -143,64 +95,7 @@ impl Parked {
     }
 }
 
-/// What a sequence check lets through of a run.
-struct Fresh {
-    /// Samples at the head of the run already seen.
-    skip: u16,
-}
-
 impl ShardCore {
-    /// The sequence state of `route`'s writer at `at`.
-    fn seq_state<'a>(
-        &'a mut self,
-        route: &WriterRoute,
-        at: &'a mut SeqAt<'_>,
-    ) -> &'a mut WriterSeq {
-        match at {
-            SeqAt::Retired(st) => st,
-            SeqAt::Slot => {
-                let slot = route.slot as usize;
-                if slot >= self.writer_seqs.len() {
-                    self.writer_seqs.resize(slot + 1, WriterSeq::default());
-                }
-                let st = &mut self.writer_seqs[slot];
-                if st.writer != route.writer {
-                    *st = WriterSeq::new(route.writer);
-                }
-                st
-            }
-        }
-    }
-
-    /// The sequence check of a run of `route`'s writer (see [`WriterSeq::admit`]).
-    fn check_seq(
-        &mut self,
-        route: &WriterRoute,
-        s: &Samples,
-        c: &TopicCounterSet,
-        at: &mut SeqAt<'_>,
-    ) -> Option<Fresh> {
-        self.seq_state(route, at).admit(s, c)
-    }
-
-    /// The next sequence number this shard expects of `route`'s writer (0: none seen).
-    pub(super) fn writer_seq_next(&self, route: &WriterRoute) -> u64 {
-        self.writer_seqs
-            .get(route.slot as usize)
-            .filter(|st| st.writer == route.writer)
-            .map_or(0, |st| st.next)
-    }
-
-    /// Moves `route`'s writer's state to expect `next` (this node's own writer, whose runs
-    /// are consecutive).
-    fn advance_seq(&mut self, route: &WriterRoute, next: u64, at: &mut SeqAt<'_>) {
-        *self.seq_state(route, at) = WriterSeq {
-            writer: route.writer,
-            next,
-            ended: false,
-        };
-    }
-
     /// A Samples frame read on `from`: routed here, or handed to the shard that keeps its
     /// writer's sequence state.
     pub(super) fn route_samples_in(
@@ -232,49 +127,52 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
+        self.route_held(Held::In(from, s), path, now, out);
+    }
+
+    /// Routes `h` on its writer's route: the table's; else, for a writer that left after
+    /// `h` was sent, its retired route (`super::retired`); else `h` waits for a table that
+    /// names the writer.
+    fn route_held(&mut self, h: Held, path: Path, now: Instant, out: &mut Vec<ShardAction>) {
         // The table is taken out for the run rather than reference-counted: every shard
         // holds the same `Arc`, and a count per run would bounce its cache line between them.
         let table = self.sample_routes.take();
-        self.route_run(table.as_deref(), from, s, path, now, out);
+        if let Some(route) = table.as_deref().and_then(|t| t.get(h.writer())) {
+            self.held_on(route, SeqAt::Slot, h, path, now, out);
+        } else if let Some(mut r) = self.retired.take(h.writer()) {
+            inc(&self.counters.sample_runs_after_removal);
+            let at = SeqAt::Retired(&mut r.seq);
+            self.held_on(&r.route, at, h, path, now, out);
+            self.retired.put_back(r);
+        } else {
+            self.park(h, now);
+        }
         self.sample_routes = table;
     }
 
-    fn route_run(
+    fn held_on(
         &mut self,
-        routes: Option<&SampleRoutes>,
-        from: LinkId,
-        s: Samples,
+        route: &WriterRoute,
+        at: SeqAt<'_>,
+        h: Held,
         path: Path,
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
-        if let Some(route) = routes.and_then(|t| t.get(&s.writer)) {
-            return self.route_on(route, SeqAt::Slot, from, s, path, now, out);
-        }
-        match self.retired.take(&s.writer) {
-            Some(mut r) => {
-                inc(&self.counters.sample_runs_after_removal);
-                self.route_on(
-                    &r.route,
-                    SeqAt::Retired(&mut r.seq),
-                    from,
-                    s,
-                    path,
-                    now,
-                    out,
-                );
-                self.retired.put_back(r);
+        match h {
+            Held::In(from, s) => self.route_on(route, at, from, s, path, now, out),
+            Held::Own(_, batch, count) => {
+                self.originate_on(route, at, batch, count, path, now, out)
             }
-            None => self.park(Held::In(from, s), now),
         }
     }
 
-    /// Routes a run on its writer's `route`, its sequence state `at`.
+    /// Routes a run on its writer's `route`, its sequence state at `seq`.
     #[allow(clippy::too_many_arguments)]
     fn route_on(
         &mut self,
         route: &WriterRoute,
-        mut at: SeqAt<'_>,
+        mut seq: SeqAt<'_>,
         from: LinkId,
         s: Samples,
         path: Path,
@@ -290,7 +188,7 @@ impl ShardCore {
             add(&c.dropped_wrong_link, u64::from(s.count));
             return;
         }
-        let Some(fresh) = self.check_seq(route, &s, c, &mut at) else {
+        let Some(fresh) = self.check_seq(route, &s, c, &mut seq) else {
             return;
         };
         let s = if fresh.skip > 0 {
@@ -348,56 +246,8 @@ impl ShardCore {
                 self.parked.runs.push_back((at, h));
                 continue;
             }
-            match h {
-                Held::In(from, s) => self.route_samples(from, s, Path::Inbox, now, out),
-                Held::Own(w, b, n) => self.originate_samples_on(w, b, n, Path::Inbox, now, out),
-            }
+            self.route_held(h, Path::Inbox, now, out);
         }
-    }
-
-    /// A new route table `new` replaces the current one: the writers it says are gone
-    /// ([`SampleRoutes::removed`]) whose runs are checked here keep their last route a
-    /// while ([`super::retired`]); those it names again come back with the sequence state
-    /// their retired route reached.
-    pub(super) fn retire_dropped(&mut self, new: &SampleRoutes, now: Instant) {
-        if !self.retired.is_empty() {
-            for route in new.routes() {
-                let Some(r) = self.retired.take(&route.writer) else {
-                    continue;
-                };
-                let mut slot = SeqAt::Slot;
-                let st = self.seq_state(route, &mut slot);
-                if st.next < r.seq.next || r.seq.ended {
-                    *st = r.seq;
-                }
-            }
-        }
-        if new.removed().is_empty() || self.cfg.parked_sample_timeout.is_zero() {
-            return;
-        }
-        let Some(old) = self.sample_routes.take() else {
-            return;
-        };
-        for w in new.removed() {
-            if samples_shard(w, self.shards) != self.idx {
-                continue;
-            }
-            let Some(route) = old.get(w) else { continue };
-            let seq = self
-                .writer_seqs
-                .get(route.slot as usize)
-                .filter(|st| st.writer == route.writer)
-                .copied()
-                .unwrap_or(WriterSeq::new(route.writer));
-            let max = self.cfg.max_retired_routes;
-            self.retired.retire(route.clone(), seq, now, max);
-        }
-        self.sample_routes = Some(old);
-    }
-
-    /// Forgets the retired routes older than the timeout.
-    pub(super) fn expire_retired(&mut self, now: Instant) {
-        self.retired.expire(now, self.cfg.parked_sample_timeout);
     }
 
     /// Drops (counted) the parked runs older than the timeout.
@@ -489,59 +339,17 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) {
-        self.originate_samples_on(writer, frames.freeze(), count, Path::Origin, now, out)
-    }
-
-    fn originate_samples_on(
-        &mut self,
-        writer: EndpointGuid,
-        batch: Bytes,
-        count: usize,
-        path: Path,
-        now: Instant,
-        out: &mut Vec<ShardAction>,
-    ) {
-        // Taken out for the batch, as in `route_samples`.
-        let table = self.sample_routes.take();
-        self.originate_run(table.as_deref(), writer, batch, count, path, now, out);
-        self.sample_routes = table;
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn originate_run(
-        &mut self,
-        routes: Option<&SampleRoutes>,
-        writer: EndpointGuid,
-        batch: Bytes,
-        count: usize,
-        path: Path,
-        now: Instant,
-        out: &mut Vec<ShardAction>,
-    ) {
-        if let Some(route) = routes.and_then(|t| t.get(&writer)) {
-            return self.originate_on(route, SeqAt::Slot, batch, count, path, now, out);
-        }
-        match self.retired.take(&writer) {
-            // Written before the writer's removal reached the control plane.
-            Some(mut r) => {
-                inc(&self.counters.sample_runs_after_removal);
-                let at = SeqAt::Retired(&mut r.seq);
-                self.originate_on(&r.route, at, batch, count, path, now, out);
-                self.retired.put_back(r);
-            }
-            // The table naming a new writer has not reached the shard yet: held until one
-            // names it, or counted.
-            None => self.park(Held::Own(writer, batch, count), now),
-        }
+        let h = Held::Own(writer, frames.freeze(), count);
+        self.route_held(h, Path::Origin, now, out)
     }
 
     /// Sends and delivers a batch of this node's writer on its `route`, its sequence state
-    /// `at`.
+    /// at `seq`.
     #[allow(clippy::too_many_arguments)]
     fn originate_on(
         &mut self,
         route: &WriterRoute,
-        mut seq_at: SeqAt<'_>,
+        mut seq: SeqAt<'_>,
         batch: Bytes,
         count: usize,
         path: Path,
@@ -576,7 +384,7 @@ impl ShardCore {
             // comes back over a loop while routes change is a duplicate), read off the last
             // frame's header without walking the samples.
             if let Some(next) = last_seq_of_own_samples(&batch).and_then(|l| l.checked_add(1)) {
-                self.advance_seq(route, next, &mut seq_at);
+                self.advance_seq(route, next, &mut seq);
             }
             return;
         }
@@ -594,7 +402,7 @@ impl ShardCore {
             if history {
                 self.record_written(route, &s, now, out);
             }
-            if self.check_seq(route, &s, c, &mut seq_at).is_some() {
+            if self.check_seq(route, &s, c, &mut seq).is_some() {
                 self.deliver_run(route, s, c, now, out);
             }
         }

@@ -604,4 +604,5 @@ fn deliveries_go_to_the_sink_in_place_and_what_it_gives_back_follows_as_actions_
 
 mod links;
 mod reliable;
+mod retired;
 mod samples;

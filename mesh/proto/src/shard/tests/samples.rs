@@ -8,12 +8,12 @@ use crate::topics::{EndpointGuid, WriterRoute};
 use crate::wire::{SampleRunWriter, Samples};
 use crate::PeerId;
 
-const W: EndpointGuid = [0xa; 16];
-const R1: EndpointGuid = [0x71; 16];
-const R2: EndpointGuid = [0x72; 16];
+pub(super) const W: EndpointGuid = [0xa; 16];
+pub(super) const R1: EndpointGuid = [0x71; 16];
+pub(super) const R2: EndpointGuid = [0x72; 16];
 
 /// A run of `payloads` of writer `W` numbered from `first`, with `ttl`, as one frame.
-fn run(first: u64, ttl: u8, payloads: &[&[u8]]) -> Vec<u8> {
+pub(super) fn run(first: u64, ttl: u8, payloads: &[&[u8]]) -> Vec<u8> {
     let mut b = BytesMut::new();
     let mut w = SampleRunWriter::new(&mut b, W, ttl, first, 1 << 20);
     for p in payloads {
@@ -23,7 +23,7 @@ fn run(first: u64, ttl: u8, payloads: &[&[u8]]) -> Vec<u8> {
     b.to_vec()
 }
 
-fn routes(
+pub(super) fn routes(
     s: &mut Sim,
     links: &[LinkId],
     readers: &[EndpointGuid],
@@ -52,7 +52,7 @@ fn routes(
 }
 
 /// The (reader, seqs, payloads) of every run delivered, in order.
-fn delivered(t: &Handed) -> Vec<(EndpointGuid, Vec<u64>, Vec<Vec<u8>>)> {
+pub(super) fn delivered(t: &Handed) -> Vec<(EndpointGuid, Vec<u64>, Vec<Vec<u8>>)> {
     t.delivered()
         .filter_map(|d| match d {
             Delivered::Samples(r) => Some((
@@ -66,7 +66,7 @@ fn delivered(t: &Handed) -> Vec<(EndpointGuid, Vec<u64>, Vec<Vec<u8>>)> {
 }
 
 /// The Samples frames in `wire`.
-fn runs(wire: &[u8]) -> Vec<Samples> {
+pub(super) fn runs(wire: &[u8]) -> Vec<Samples> {
     let mut b = BytesMut::from(wire);
     let mut v = Vec::new();
     while let Some(f) = crate::wire::take_frame(&mut b, u32::MAX).unwrap() {
@@ -78,7 +78,28 @@ fn runs(wire: &[u8]) -> Vec<Samples> {
     v
 }
 
-fn stats(t: &TopicCounters) -> TopicStats {
+/// A batch of this node's writer `W`: `payloads` numbered from `first`, packed into frames of
+/// at most `max` bytes; the publish and the batch's bytes.
+pub(super) fn own_batch(first: u64, max: u32, payloads: &[&[u8]]) -> (Publish, Vec<u8>) {
+    let mut frames = BytesMut::new();
+    let mut w = SampleRunWriter::new(&mut frames, W, 8, first, max);
+    for p in payloads {
+        w.push(p).unwrap();
+    }
+    w.finish();
+    let bytes = frames.to_vec();
+    let count = payloads.len();
+    (
+        Publish::Samples {
+            writer: W,
+            frames,
+            count,
+        },
+        bytes,
+    )
+}
+
+pub(super) fn stats(t: &TopicCounters) -> TopicStats {
     t.snapshot()
 }
 
@@ -295,16 +316,7 @@ fn a_full_link_drops_a_relayed_run_whole_and_counts_it_for_its_topic() {
 fn what_a_new_writer_writes_before_its_table_arrives_waits_for_it() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     s.serve(A, PA, 1 << 20);
-    let mut frames = BytesMut::new();
-    let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 1 << 20);
-    w.push(b"first").unwrap();
-    w.finish();
-    let batch = frames.to_vec();
-    let p = Publish::Samples {
-        writer: W,
-        frames,
-        count: 1,
-    };
+    let (p, batch) = own_batch(1, 1 << 20, &[b"first"]);
     s.core.publish(p, s.at(1), &mut s.out);
     assert!(s.written(A, s.at(1)).is_empty());
     let topic = routes(&mut s, &[A], &[R1], true);
@@ -333,17 +345,7 @@ fn what_a_writer_writes_toward_readers_its_tree_does_not_reach_is_counted_lost()
     };
     let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
     s.core.on_command(cmd, s.t0, &mut s.out);
-    let mut frames = BytesMut::new();
-    let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 1 << 20);
-    for _ in 0..3 {
-        w.push(b"s").unwrap();
-    }
-    w.finish();
-    let p = Publish::Samples {
-        writer: W,
-        frames,
-        count: 3,
-    };
+    let (p, _) = own_batch(1, 1 << 20, &[b"s", b"s", b"s"]);
     s.core.publish(p, s.at(1), &mut s.out);
     let t = stats(&topic);
     assert_eq!((t.written, t.forwarded, t.dropped_no_route), (3, 3, 6));
@@ -367,18 +369,9 @@ fn a_local_writers_batch_without_local_readers_still_moves_its_sequence_state() 
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     s.serve(A, PA, 1 << 20);
     let topic = routes(&mut s, &[A], &[], true);
-    let mut frames = BytesMut::new();
-    let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 64);
-    for n in 0..5u8 {
-        w.push(&[n; 20]).unwrap();
-    }
-    w.finish();
-    let batch = frames.to_vec();
-    let p = Publish::Samples {
-        writer: W,
-        frames,
-        count: 5,
-    };
+    let payloads: Vec<[u8; 20]> = (0..5u8).map(|n| [n; 20]).collect();
+    let payloads: Vec<&[u8]> = payloads.iter().map(|p| &p[..]).collect();
+    let (p, batch) = own_batch(1, 64, &payloads);
     s.core.publish(p, s.at(1), &mut s.out);
     assert_eq!(s.written(A, s.at(1)), batch);
     let table = s.core.sample_routes.clone().expect("a table");
@@ -399,18 +392,7 @@ fn a_batch_that_waited_for_room_is_counted_for_its_topic_when_it_goes_out() {
     s.serve(A, PA, 40); // less than one batch: the first fits an empty queue, the next waits
     let topic = routes(&mut s, &[A], &[], true);
     s.take();
-    let batch = |first: u64| {
-        let mut frames = BytesMut::new();
-        let mut w = SampleRunWriter::new(&mut frames, W, 8, first, 64);
-        w.push(&[1; 20]).unwrap();
-        w.push(&[2; 20]).unwrap();
-        w.finish();
-        Publish::Samples {
-            writer: W,
-            frames,
-            count: 2,
-        }
-    };
+    let batch = |first: u64| own_batch(first, 64, &[&[1; 20], &[2; 20]]).0;
     s.core.publish(batch(1), s.at(1), &mut s.out);
     assert!(s.take().is_empty());
     s.core.publish(batch(3), s.at(1), &mut s.out);
@@ -440,18 +422,7 @@ fn samples_dropped_for_a_slow_link_count_as_slow_link_for_their_topic_not_no_rou
     fast.written(1 << 20, s.at(50));
     let topic = routes(&mut s, &[A], &[], true);
     s.take();
-    let batch = |first: u64| {
-        let mut frames = BytesMut::new();
-        let mut w = SampleRunWriter::new(&mut frames, W, 8, first, 64);
-        w.push(&[1; 20]).unwrap();
-        w.push(&[2; 20]).unwrap();
-        w.finish();
-        Publish::Samples {
-            writer: W,
-            frames,
-            count: 2,
-        }
-    };
+    let batch = |first: u64| own_batch(first, 64, &[&[1; 20], &[2; 20]]).0;
     s.core.publish(batch(1), s.at(60), &mut s.out);
     s.core.publish(batch(3), s.at(60), &mut s.out);
     let Some(ShardAction::Block(b)) = s.take().pop() else {
@@ -523,165 +494,4 @@ fn a_run_from_a_link_its_writer_does_not_send_on_is_refused_before_the_sequence_
     let t = stats(&topic);
     assert_eq!((t.delivered, t.forwarded, t.dropped_duplicate), (2, 2, 0));
     assert!(s.core.served().any(|l| l == B), "the link stays up");
-}
-
-/// A table without `W`: its writer is gone (`removed`), or no longer matched here.
-fn drop_routes(s: &mut Sim, epoch: u64, removed: bool) {
-    let gone = if removed { vec![W] } else { vec![] };
-    let t = SampleRoutes::new(epoch, vec![]).with_removed(gone);
-    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(t));
-    assert!(s.core.on_command(cmd, s.t0, &mut s.out).is_none());
-}
-
-/// `W`'s run, hopped from the shard of link `from` (read there before `W`'s withdrawal).
-fn hop(s: &mut Sim, from: LinkId, wire: &[u8], ms: u64) {
-    let now = s.at(ms);
-    let samples = runs(wire).remove(0);
-    let msg = ShardToShard::HopSamples { from, samples };
-    s.core.on_hop(msg, now, &mut s.out);
-}
-
-/// The defect behind a lost tail in `node_shard_topics`: a writer wrote, then was dropped;
-/// its runs hopped from the link's shard to the writer's shard over a ring, while its
-/// withdrawal went through the control plane, whose table without the writer reached the
-/// writer's shard first. The runs were parked for a table that never came, and dropped as
-/// unrouted. The writer's route outlives its table by the parking timeout: they go on and
-/// are delivered as the route said, once, and after the timeout a run is unrouted again.
-#[test]
-fn runs_read_before_their_writers_withdrawal_still_go_where_its_route_went() {
-    let shards = 2;
-    let owner = samples_shard(&W, shards);
-    let mut s = Sim::new(owner, shards, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    s.serve(B, PB, 1 << 20);
-    let topic = routes(&mut s, &[B], &[R1], false);
-    hop(&mut s, A, &run(1, 5, &[b"1"]), 1);
-    s.take();
-    let _ = s.written(B, s.at(1));
-    drop_routes(&mut s, 2, true);
-    hop(&mut s, A, &run(2, 5, &[b"2", b"3"]), 2);
-    // The same run again (a copy), and one from a link the writer's samples never came from.
-    hop(&mut s, A, &run(2, 5, &[b"2", b"3"]), 3);
-    let c = LinkId(3);
-    hop(&mut s, c, &run(4, 5, &[b"4"]), 3);
-    let got: Vec<Vec<u64>> = delivered(&s.take()).into_iter().map(|d| d.1).collect();
-    assert_eq!(got, vec![vec![2, 3]], "delivered once");
-    let fwd: Vec<(u64, u8)> = runs(&s.written(B, s.at(3)))
-        .iter()
-        .map(|r| (r.first_seq, r.ttl))
-        .collect();
-    assert_eq!(fwd, vec![(2, 4)], "sent on along the route, once");
-    let st = s.stats();
-    assert_eq!(
-        (
-            st.dropped_unrouted_samples,
-            st.sample_runs_parked,
-            st.dropped_wrong_link
-        ),
-        (0, 0, 1)
-    );
-    assert_eq!(st.sample_runs_after_removal, 3);
-    assert_eq!(stats(&topic).dropped_duplicate, 2);
-    // The timer is armed for the retired route; after the timeout it is gone.
-    let due = s.core.poll_timeout();
-    assert!(due <= s.at(0) + s.core.cfg.parked_sample_timeout, "{due:?}");
-    let later = 4 + s.core.cfg.parked_sample_timeout.as_millis() as u64;
-    s.core.handle_timeout(s.at(later), &mut s.out);
-    hop(&mut s, A, &run(5, 5, &[b"5"]), later);
-    assert!(delivered(&s.take()).is_empty());
-    assert_eq!(s.stats().sample_runs_parked, 1, "unknown again: parked");
-}
-
-/// A writer withdrawn, then matched again (a new table names it): the new route is used, and
-/// the state its retired route reached comes with it, so a late copy is still a duplicate.
-#[test]
-fn a_writer_named_again_takes_its_retired_routes_sequence_state_back() {
-    let shards = 2;
-    let owner = samples_shard(&W, shards);
-    let mut s = Sim::new(owner, shards, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    s.serve(B, PB, 1 << 20);
-    routes(&mut s, &[], &[R1], false);
-    drop_routes(&mut s, 2, true);
-    hop(&mut s, A, &run(1, 5, &[b"1", b"2"]), 1);
-    let first: Vec<(EndpointGuid, Vec<u64>)> = delivered(&s.take())
-        .into_iter()
-        .map(|d| (d.0, d.1))
-        .collect();
-    assert_eq!(first, vec![(R1, vec![1, 2])], "on the retired route");
-    // Back, on another slot (its old one went to another writer), with no local reader.
-    let topic = Arc::new(TopicCounters::new(1));
-    let r = WriterRoute {
-        writer: W,
-        slot: 7,
-        topic: topic.clone(),
-        local: false,
-        links: vec![B],
-        readers: vec![R2],
-        unreached: 0,
-        upstream: None,
-        accept_from: vec![A],
-        toward: Vec::new(),
-        reliable: None,
-    };
-    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(3, vec![r])));
-    assert!(s.core.on_command(cmd, s.t0, &mut s.out).is_none());
-    assert!(delivered(&s.take()).is_empty(), "nothing was parked");
-    hop(&mut s, A, &run(1, 5, &[b"1", b"2"]), 2);
-    hop(&mut s, A, &run(3, 5, &[b"3"]), 3);
-    let got: Vec<(EndpointGuid, Vec<u64>)> = delivered(&s.take())
-        .into_iter()
-        .map(|d| (d.0, d.1))
-        .collect();
-    assert_eq!(
-        got,
-        vec![(R2, vec![3])],
-        "the new route's reader, the copy dropped"
-    );
-    assert_eq!(stats(&topic).dropped_duplicate, 2);
-}
-
-/// What a thread writer wrote before it was dropped reaches the origin shard through the
-/// ingress ring, its withdrawal through the control plane: a batch that arrives after the
-/// table without the writer still goes out on the writer's last route.
-#[test]
-fn a_local_writers_last_batch_behind_its_withdrawal_still_goes_out() {
-    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    let topic = routes(&mut s, &[A], &[R1], true);
-    drop_routes(&mut s, 2, true);
-    s.take();
-    let mut frames = BytesMut::new();
-    let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 1 << 20);
-    w.push(b"last").unwrap();
-    w.finish();
-    let batch = frames.to_vec();
-    let p = Publish::Samples {
-        writer: W,
-        frames,
-        count: 1,
-    };
-    s.core.publish(p, s.at(1), &mut s.out);
-    assert_eq!(delivered(&s.take()).len(), 1);
-    assert_eq!(s.written(A, s.at(1)), batch);
-    assert_eq!(stats(&topic).written, 1);
-    assert_eq!(s.stats().dropped_unrouted_samples, 0);
-}
-
-/// A writer only unmatched here (its last reader here went, it still writes) keeps no route:
-/// the reader that went gets nothing more, and its runs wait as any unknown writer's.
-#[test]
-fn a_writer_only_unmatched_here_keeps_no_route() {
-    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    routes(&mut s, &[], &[R1], false);
-    drop_routes(&mut s, 2, false);
-    s.take();
-    assert!(s.feed(A, &run(1, 5, &[b"1"]), s.at(1)));
-    assert!(delivered(&s.take()).is_empty());
-    let st = s.stats();
-    assert_eq!(
-        (st.sample_runs_parked, st.sample_runs_after_removal),
-        (1, 0)
-    );
 }

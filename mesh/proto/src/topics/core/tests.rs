@@ -656,16 +656,22 @@ fn three_nodes_match_route_and_unmatch_a_stopped_node_after_its_lease() {
     assert_eq!(net.cores[1].stats().participants_expired, 1);
 }
 
-/// A table says which writers of the last one are gone (withdrawn here: the shards keep
-/// their route a while for what they wrote before), not those merely unmatched here.
-#[test]
-fn a_table_lists_the_writers_that_left_not_those_only_unmatched() {
-    let now = Instant::now();
+/// Two linked nodes, settled: a reader on A (0), two writers on B (1), all on topic "t".
+fn reader_and_two_writers(now: Instant) -> (Net, EndpointGuid, [EndpointGuid; 2]) {
     let mut net = Net::new(2, &[(0, 1)], now);
     let r = reader(&mut net.cores[0], "t", &[], now);
     let w1 = writer(&mut net.cores[1], "t", &[], now);
     let w2 = writer(&mut net.cores[1], "t", &[], now);
     net.settle();
+    (net, r, [w1, w2])
+}
+
+/// A table says which writers of the last one are gone (withdrawn here: the shards keep
+/// their route a while for what they wrote before), not those merely unmatched here.
+#[test]
+fn a_table_lists_the_writers_that_left_not_those_only_unmatched() {
+    let now = Instant::now();
+    let (mut net, r, [w1, w2]) = reader_and_two_writers(now);
     let ma = membership(0, 2, &[(0, 1)], now);
     let t1 = net.cores[0].routes_due(&ma, now).expect("a table");
     assert!(t1.get(&w1).is_some() && t1.get(&w2).is_some());
@@ -687,11 +693,7 @@ fn a_table_lists_the_writers_that_left_not_those_only_unmatched() {
 #[test]
 fn a_complete_cycle_removes_an_endpoint_whose_withdrawal_was_lost() {
     let now = Instant::now();
-    let mut net = Net::new(2, &[(0, 1)], now);
-    let r = reader(&mut net.cores[0], "t", &[], now);
-    let w1 = writer(&mut net.cores[1], "t", &[], now);
-    let w2 = writer(&mut net.cores[1], "t", &[], now);
-    net.settle();
+    let (mut net, r, [w1, w2]) = reader_and_two_writers(now);
     net.advance(SEC);
     assert_eq!(net.cores[0].graph().endpoint_count(), 3);
     net.take_events(0);
