@@ -14,12 +14,20 @@
 //!   that lists the same neighbours (a periodic re-flood): the floor under a record that
 //!   changes one link, so the change's own cost reads as the difference.
 //!
+//! - `paths/N`: the same formed mesh's reverse paths and the shards' path table, as the
+//!   control core builds them after a change (`ReversePaths::refresh`, then
+//!   `PathTable::after` the previous table over node 0's links): what each graph change and
+//!   each link coming up cost every node of a forming mesh (the largest share of the
+//!   60-node start's CPU after the records themselves, `start60.md`). Throughput is builds
+//!   per second; `paths/table_N` is the table alone (a link change without a graph change).
+//!
 //! Compare code versions by running the same command on each (same script, alternating).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_main, BatchSize, Criterion, Throughput};
+use shoal_mesh::proto::reverse_path::{PathTable, ReversePaths};
 use shoal_mesh::proto::{LinkId, MemberGraph};
 use shoal_mesh::wire::Membership;
 use shoal_mesh::PeerId;
@@ -125,11 +133,46 @@ fn bench_forming(c: &mut Criterion) {
     g.finish();
 }
 
+fn bench_paths(c: &mut Criterion) {
+    let mut g = c.benchmark_group("paths");
+    g.throughput(Throughput::Elements(1));
+    for n in SIZES {
+        let now = Instant::now();
+        let mut m = linked_node(n, now);
+        for k in 1..n {
+            for o in 1..n {
+                m.on_record(LinkId(o as u64), &record(n, o, k), 1_000, now);
+            }
+        }
+        drain(&mut m);
+        let links: Vec<(PeerId, LinkId)> = (1..n).map(|i| (node(i), LinkId(i as u64))).collect();
+        let settle = Duration::from_secs(4);
+        let mut paths = ReversePaths::new(node(0));
+        assert!(paths.refresh(&m));
+        let prev = PathTable::after(&PathTable::default(), &paths, &links, &[], now, settle);
+        // Every other node is an origin, reached over its own link and skipped by relays.
+        assert_eq!(prev.len(), n - 1);
+        assert_eq!(prev.accepted(&node(1)), Some(&[LinkId(1)][..]));
+        g.bench_function(format!("build/{n}"), |b| {
+            b.iter(|| {
+                let mut p = ReversePaths::new(node(0));
+                black_box(p.refresh(&m));
+                black_box(PathTable::after(&prev, &p, &links, &[], now, settle))
+            })
+        });
+        g.bench_function(format!("table_{n}"), |b| {
+            b.iter(|| black_box(PathTable::after(&prev, &paths, &links, &[], now, settle)))
+        });
+    }
+    g.finish();
+}
+
 /// Every membership bench; a plain fn rather than `criterion_group!`, whose generated `pub fn`
 /// has no docs.
 fn benches() {
     let mut c = shoal_bench::quick_criterion();
     bench_forming(&mut c);
+    bench_paths(&mut c);
 }
 
 criterion_main!(benches);

@@ -56,6 +56,19 @@ fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
     assert_eq!(num(&r, "startup.peers.min"), 3.0);
     // (A 4-node start may take under one clock tick of CPU: only its presence is checked.)
     assert!(num(&r, "startup.cpu_pct.min") >= 0.0 && num(&r, "startup.cpu_cores_peak") >= 0.0);
+    // The machine's own CPU (every process) over the start, the idle window and the restart:
+    // between idle and all its cores, the busiest period at least the average.
+    for phase in ["startup", "idle", "restart"] {
+        let cores = num(&r, &format!("{phase}.machine.cores"));
+        let (mean, peak) = (
+            num(&r, &format!("{phase}.machine.busy_mean")),
+            num(&r, &format!("{phase}.machine.busy_peak")),
+        );
+        assert!(cores >= 1.0, "{phase}: {r:#}");
+        assert!((0.0..=cores + 1e-9).contains(&mean), "{phase}: {r:#}");
+        assert!((0.0..=cores + 1e-9).contains(&peak), "{phase}: {r:#}");
+        assert!(peak + 1e-9 >= mean, "{phase}: {r:#}");
+    }
 
     // Multicast scouting built the full mesh, which stayed up and carried no data.
     let idle = &r["idle"];

@@ -3,7 +3,8 @@
 //! them restarted. Measures the time until every node has full membership and then a link to
 //! every other node (the idle window waits for both; a run whose links never complete says so
 //! and is measured anyway), the start's CPU, each node's control frames and CPU while idle,
-//! and the spike at the other nodes while one restarts.
+//! and the spike at the other nodes while one restarts; for each phase also the whole
+//! machine's CPU ([`machine`]), the measure of whether the host saturated.
 //!
 //! Each node is this binary's hidden `storm-node` subcommand ([`crate::storm_node`]); the
 //! parent asks each for a [`NodeSample`](crate::storm_node::NodeSample) over its
@@ -11,17 +12,21 @@
 //! so the measurement costs the nodes nothing.
 //!
 //! **Owns:** the run (starting, sampling, restarting and stopping the node processes);
-//! one process is [`node_proc`], the figures and their printing are [`report`].
+//! one process is [`node_proc`], the figures and their printing are [`report`], the host's
+//! CPU is [`machine`].
 //! **Must not touch:** the mesh (the nodes are separate processes driven through the public
 //! API) or any address but the interface it is given.
 
+mod machine;
 mod node_proc;
 mod report;
 
+pub(crate) use machine::Machine;
 pub(crate) use report::{print, Idle, Restart, Spread, Startup, StormReport};
 
 use crate::demo::RunError;
 use crate::storm_node::unix_ms;
+use machine::MachineCpu;
 use node_proc::{poll, NodeProc, Reading};
 use std::net::{Ipv4Addr, UdpSocket};
 use std::path::PathBuf;
@@ -87,27 +92,34 @@ fn links_wanted(r: &StormRun, n: usize) -> usize {
     }
 }
 
-/// CPU of all the nodes together while they were sampled, in cores: the highest sample
-/// period's and the mean over the samples.
+/// CPU of all the nodes together while they were sampled, in cores (the highest sample
+/// period's), and the machine's own over the same polls.
 #[derive(Debug, Default)]
 struct CpuTrack {
     peak_cores: f64,
-    first: Option<Vec<Reading>>,
+    machine: MachineCpu,
     last: Option<Vec<Reading>>,
 }
 
 impl CpuTrack {
     fn add(&mut self, r: &[Reading]) {
+        self.machine.sample();
         if let Some(prev) = &self.last {
-            let dt = (r[0].at - prev[0].at).as_secs_f64().max(1e-3);
-            let cpu: f64 = r.iter().zip(prev).map(|(y, x)| y.cpu_s - x.cpu_s).sum();
-            self.peak_cores = self.peak_cores.max(cpu / dt);
-        }
-        if self.first.is_none() {
-            self.first = Some(r.to_vec());
+            self.peak_cores = self.peak_cores.max(nodes_cores(prev, r));
         }
         self.last = Some(r.to_vec());
     }
+}
+
+/// All nodes' CPU between two polls, in cores. Each node's time is taken over its own
+/// interval: its readings are made when its answer arrives, and one poll's answers arrive
+/// over as long as the nodes take to answer (hundreds of ms on a loaded host), so dividing
+/// every node's time by the first node's interval overstated the sum several times over.
+fn nodes_cores(a: &[Reading], b: &[Reading]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (y.cpu_s - x.cpu_s) / (y.at - x.at).as_secs_f64().max(1e-3))
+        .sum()
 }
 
 /// Polls until `done` holds for every node or `end`; the last readings and whether it held.
@@ -157,12 +169,16 @@ fn startup(
     t0_i: Instant,
     cpu_at_spawn: &[Reading],
     ready_ms: f64,
+    machine: MachineCpu,
 ) -> Result<Startup, RunError> {
     let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
     let n = ids.len();
     let want = links_wanted(r, n);
     let end = t0_i + r.converge_timeout;
-    let mut cpu = CpuTrack::default();
+    let mut cpu = CpuTrack {
+        machine,
+        ..CpuTrack::default()
+    };
     let progress = |w| r.progress.then_some(w);
     let (start, full) = until(
         nodes,
@@ -210,6 +226,7 @@ fn startup(
         window_s: elapsed,
         cpu_pct: Spread::of(&node_cpu),
         cpu_cores_peak: cpu.peak_cores,
+        machine: cpu.machine.figures(),
         announces_rate_limited: delta(cpu_at_spawn, &linked_r, |x| x.s.announces_rate_limited),
         dials_rate_limited: delta(cpu_at_spawn, &linked_r, |x| x.s.dials_rate_limited),
         claims_refused: delta(cpu_at_spawn, &linked_r, |x| x.s.claims_refused),
@@ -246,6 +263,9 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         args.push("--max-links".into());
         args.push(n.to_string());
     }
+    // The machine from before the first spawn: starting 60 processes is part of the start.
+    let mut machine = MachineCpu::default();
+    machine.sample();
     let t0 = unix_ms();
     let t0_i = Instant::now();
     let mut nodes = (0..r.nodes)
@@ -258,7 +278,8 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
     // The counters and CPU at "ready" (a node's process start costs it a few ms of CPU
     // before it is ready; the start figures are from here).
     let ready = poll(&mut nodes)?;
-    let startup = startup(&mut nodes, r, t0, t0_i, &ready, ready_ms)?;
+    machine.sample();
+    let startup = startup(&mut nodes, r, t0, t0_i, &ready, ready_ms, machine)?;
     let full = startup.full_membership_ms.is_some();
     let mut report = StormReport {
         nodes: r.nodes,
@@ -273,10 +294,16 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         if r.progress {
             eprintln!("storm: idle for {:.1} s", r.idle.as_secs_f64());
         }
+        let mut machine = MachineCpu::default();
+        machine.sample();
         let a = poll(&mut nodes)?;
         std::thread::sleep(r.idle);
         let b = poll(&mut nodes)?;
-        report.idle = Some(idle(&a, &b));
+        machine.sample();
+        report.idle = Some(Idle {
+            machine: machine.figures(),
+            ..idle(&a, &b)
+        });
         if let Some(i) = r.restart {
             report.restart = Some(restart(&mut nodes, i, &args, r)?);
         }
@@ -322,6 +349,7 @@ fn idle(a: &[Reading], b: &[Reading]) -> Idle {
         bytes_out: bout,
         links_closed: closed,
         data_frames: data,
+        machine: None,
     }
 }
 
@@ -343,6 +371,8 @@ fn restart(
             .map(|(_, x)| x.clone())
             .collect()
     };
+    let mut machine = MachineCpu::default();
+    machine.sample();
     let mut prev = others(&poll(nodes)?);
     let t_r = Instant::now();
     let t_r_unix = unix_ms();
@@ -367,6 +397,7 @@ fn restart(
     loop {
         std::thread::sleep(r.sample);
         let all = poll(nodes)?;
+        machine.sample();
         let now = Instant::now();
         let cur = others(&all);
         let (mut sf, mut sc) = (0.0, 0.0);
@@ -435,5 +466,41 @@ fn restart(
         cpu_pct_peak_node: peak_node_c,
         frames_per_s_window_mean: wf / prev.len() as f64,
         cpu_pct_window_mean: wc / prev.len() as f64,
+        machine: machine.figures(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storm_node::NodeSample;
+
+    fn reading(cpu_s: f64, at: Instant) -> Reading {
+        Reading {
+            s: NodeSample::default(),
+            cpu_s,
+            at,
+        }
+    }
+
+    #[test]
+    fn each_nodes_cpu_counts_over_its_own_interval() {
+        // Two nodes, each busy one full core. In the first poll both answered at once; in
+        // the second the first node answered after 250 ms, the second after 750 ms (a
+        // loaded host answers slowly). Two cores busy, not four.
+        let t = Instant::now();
+        let a = [reading(0.0, t), reading(0.0, t)];
+        let b = [
+            reading(0.25, t + Duration::from_millis(250)),
+            reading(0.75, t + Duration::from_millis(750)),
+        ];
+        let mut track = CpuTrack::default();
+        track.add(&a);
+        track.add(&b);
+        assert!(
+            (track.peak_cores - 2.0).abs() < 1e-9,
+            "{}",
+            track.peak_cores
+        );
+    }
 }

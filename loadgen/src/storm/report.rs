@@ -3,6 +3,8 @@
 //! **Owns:** the report's figures and their printing. **Must not touch:** the node processes
 //! (the run driver's).
 
+use super::Machine;
+
 /// Minimum, median, mean and maximum of one figure over the nodes.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub(crate) struct Spread {
@@ -56,9 +58,14 @@ pub(crate) struct Startup {
     pub(crate) window_s: f64,
     /// CPU per node over the start (from "ready"), % of one core.
     pub(crate) cpu_pct: Spread,
-    /// All nodes' CPU together in the busiest sample period of the start, in cores (the
-    /// machine saturates at its core count).
+    /// All nodes' CPU together in the busiest sample period of the start, in cores (each
+    /// node's CPU time is read at its own answer; 10 ms clock ticks make a period's sum
+    /// noisy: the machine's figures are the measure of saturation).
     pub(crate) cpu_cores_peak: f64,
+    /// The whole machine's CPU over the start, from before the first spawn (process start
+    /// included; its first period runs until every process is ready) to the end of the
+    /// start (`None` without `/proc/stat`).
+    pub(crate) machine: Option<Machine>,
     /// Over the start, all nodes: announces ignored and dials postponed for the new-peer
     /// budget, late claims refused, links closed (dial-race losers and failures).
     pub(crate) announces_rate_limited: u64,
@@ -96,6 +103,8 @@ pub(crate) struct Idle {
     pub(crate) links_closed: u64,
     /// See `links_closed`.
     pub(crate) data_frames: u64,
+    /// The whole machine's CPU over the window (`None` without `/proc/stat`).
+    pub(crate) machine: Option<Machine>,
 }
 
 /// One node stopped (Goodbye) and started again as a new process with a new id.
@@ -140,6 +149,9 @@ pub(crate) struct Restart {
     pub(crate) frames_per_s_window_mean: f64,
     /// See `frames_per_s_window_mean`.
     pub(crate) cpu_pct_window_mean: f64,
+    /// The whole machine's CPU over the window, sampled with the nodes (`None` without
+    /// `/proc/stat`).
+    pub(crate) machine: Option<Machine>,
 }
 
 /// What a storm run measured.
@@ -215,6 +227,7 @@ pub(crate) fn print(r: &StormReport) {
         s.claims_refused,
         s.links_closed
     );
+    print_machine("over the start", s.machine.as_ref());
     if let Some(i) = &r.idle {
         println!(
             "  idle {:.1} s, {:.0} peers per node:",
@@ -240,6 +253,7 @@ pub(crate) fn print(r: &StormReport) {
             "    links closed {}, data frames {} (both 0 when idle)",
             i.links_closed, i.data_frames
         );
+        print_machine("over the idle window", i.machine.as_ref());
     }
     if let Some(x) = &r.restart {
         println!(
@@ -279,6 +293,18 @@ pub(crate) fn print(r: &StormReport) {
             x.cpu_pct_peak_mean,
             x.cpu_pct_peak_node,
             x.cpu_pct_window_mean
+        );
+        print_machine("over the window", x.machine.as_ref());
+    }
+}
+
+/// The machine's line of a phase (nothing without `/proc/stat`).
+fn print_machine(phase: &str, m: Option<&Machine>) {
+    if let Some(m) = m {
+        println!(
+            "    the machine (every process, /proc/stat) {phase}: {:.2} of {} cores busy on \
+             average, {:.2} in the busiest sample period",
+            m.busy_mean, m.cores, m.busy_peak
         );
     }
 }

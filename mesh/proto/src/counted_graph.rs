@@ -85,12 +85,19 @@ impl CountedGraph {
         }
         let listed = |i: usize| &lists[loff[i] as usize..loff[i + 1] as usize];
 
-        // Counted: both ends list each other.
+        // Counted: both ends list each other. Nodes are visited in ascending order and every
+        // list is ascending, so a cursor per node walks its list once over the whole pass
+        // (`O(E)`, not a binary search per listed edge).
         let mut off = vec![0u32; n + 1];
         let mut edges = Vec::with_capacity(lists.len());
+        let mut cursor: Vec<u32> = loff[..n].to_vec();
         for i in 0..n {
             for &j in listed(i) {
-                if listed(j as usize).binary_search(&(i as u32)).is_ok() {
+                let (c, end) = (&mut cursor[j as usize], loff[j as usize + 1]);
+                while *c < end && lists[*c as usize] < i as u32 {
+                    *c += 1;
+                }
+                if *c < end && lists[*c as usize] == i as u32 {
                     edges.push(j);
                 }
             }

@@ -384,15 +384,22 @@ impl PathTable {
     ) -> PathTable {
         let mut sorted = links.to_vec();
         sorted.sort_unstable();
+        // Each neighbour's run of links in `sorted`, found by one hash probe: every origin
+        // looks up most neighbours up to three times (a full mesh of 60: ~7 000 lookups a
+        // table, one table per link change); binary searches over the 16-byte ids cost more
+        // than the rest of the table.
+        let mut runs: AHashMap<PeerId, (u32, u32)> = AHashMap::with_capacity(sorted.len());
+        for (k, (q, _)) in sorted.iter().enumerate() {
+            runs.entry(*q).or_insert((k as u32, k as u32)).1 = k as u32 + 1;
+        }
         let links_of = |n: PeerId| {
-            let from = sorted.partition_point(|(q, _)| *q < n);
-            sorted[from..]
-                .iter()
-                .take_while(move |(q, _)| *q == n)
-                .map(|(_, l)| *l)
+            let (from, to) = runs.get(&n).copied().unwrap_or_default();
+            sorted[from as usize..to as usize].iter().map(|(_, l)| *l)
         };
+        let mut flooded = flooded.to_vec();
+        flooded.sort_unstable();
         let mut by_origin = AHashMap::with_capacity(paths.len());
-        let mut all = Vec::new();
+        let mut all = Vec::with_capacity(previous.map_or(0, |(p, _, _)| p.links.len()));
         let mut beside = Vec::new();
         for (origin, toward) in paths.origins() {
             let start = all.len();
@@ -402,7 +409,7 @@ impl PathTable {
             all[start..].sort_unstable();
             let skip_start = all.len();
             for n in paths.not_farther(origin).unwrap_or_default() {
-                all.extend(links_of(*n).filter(|l| !flooded.contains(l)));
+                all.extend(links_of(*n).filter(|l| flooded.binary_search(l).is_err()));
             }
             all[skip_start..].sort_unstable();
             let firm_start = all.len();
@@ -424,9 +431,14 @@ impl PathTable {
             for n in paths.beside(origin).unwrap_or_default() {
                 beside.extend(links_of(*n));
             }
+            // Searched once per skipped link: sorted, not scanned (in a full mesh every
+            // neighbour is beside every origin, a scan was quadratic in the degree).
+            beside.sort_unstable();
             for k in skip_start..firm_start {
                 let l = all[k];
-                if beside.contains(&l) || in_force.is_some_and(|f| f.binary_search(&l).is_ok()) {
+                if beside.binary_search(&l).is_ok()
+                    || in_force.is_some_and(|f| f.binary_search(&l).is_ok())
+                {
                     all.push(l);
                 }
             }

@@ -156,12 +156,17 @@ impl Near {
             }
             let linked = g.neighbours(x);
             let (tw, nr) = (toward.row(x), near.row(x));
+            // `listed` and `linked` are both ascending: one cursor walks `linked` once.
+            let mut li = 0;
             for &(nb, at) in &listed {
+                while li < linked.len() && linked[li] < nb {
+                    li += 1;
+                }
                 // (toward, not farther, beside)
                 let (t, nf, b) = match at {
                     Ok(b) => {
                         let nf = nr[b / 64] >> (b % 64) & 1 == 1;
-                        let beside = nb == x || linked.binary_search(&nb).is_ok();
+                        let beside = nb == x || linked.get(li) == Some(&nb);
                         (tw[b / 64] >> (b % 64) & 1 == 1, nf, nf && beside)
                     }
                     Err(k) => {

@@ -679,3 +679,134 @@ fn the_level_walk_finds_the_sets_a_bfs_from_every_neighbour_finds() {
     }
     assert!(checked > 5_000, "only {checked} origins checked");
 }
+
+#[test]
+fn the_table_holds_each_origins_links_as_defined() {
+    // Random graphs and link sets as a forming mesh has them: neighbours with two links (a
+    // dial race), links to peers the graph does not know, multimaster links (flooded), and a
+    // previous table whose skips are in force. Each origin's links are checked against the
+    // definitions in `PathTable::after`, computed the slow way.
+    let mut rng = StdRng::seed_from_u64(2961);
+    let id = |i: usize| {
+        PeerId([
+            (i % 251) as u8,
+            (i / 251) as u8,
+            3,
+            1,
+            4,
+            1,
+            5,
+            9,
+            2,
+            6,
+            5,
+            3,
+            5,
+            8,
+            9,
+            7,
+        ])
+    };
+    let sorted = |mut v: Vec<LinkId>| {
+        v.sort_unstable();
+        v
+    };
+    let t0 = Instant::now();
+    let settle = Duration::from_secs(4);
+    let mut checked = 0;
+    for round in 0..200 {
+        let n = rng.gen_range(2..70);
+        let density: f64 = [0.1, 0.5, 1.0][rng.gen_range(0..3)];
+        let mut lists: Vec<Vec<PeerId>> = vec![Vec::new(); n];
+        for a in 0..n {
+            for b in a + 1..n {
+                if rng.gen_bool(density) {
+                    lists[a].push(id(b));
+                    lists[b].push(id(a));
+                }
+            }
+        }
+        let records: Vec<(PeerId, Vec<PeerId>)> =
+            (0..n).map(|i| (id(i), lists[i].clone())).collect();
+        let me = id(0);
+        let r = ReversePaths::build(me, records.iter().map(|(o, l)| (o, l.as_slice())), |_| true);
+        // This node's links: one per neighbour, a second one for some, and some to strangers.
+        let mut links: Vec<(PeerId, LinkId)> = Vec::new();
+        let mut next = 1u64;
+        for q in lists[0]
+            .iter()
+            .copied()
+            .chain((0..3).map(|k| id(n + 500 + k)))
+        {
+            for _ in 0..if rng.gen_bool(0.2) { 2 } else { 1 } {
+                links.push((q, LinkId(next)));
+                next += 1;
+            }
+        }
+        use rand::seq::SliceRandom;
+        links.shuffle(&mut rng);
+        let flooded: Vec<LinkId> = links
+            .iter()
+            .filter(|_| rng.gen_bool(0.1))
+            .map(|(_, l)| *l)
+            .collect();
+        let links_of = |q: &PeerId| {
+            let q = *q;
+            links.iter().filter(move |(x, _)| *x == q).map(|(_, l)| *l)
+        };
+        let first = PathTable::after(&PathTable::default(), &r, &links, &flooded, t0, settle);
+        // A second table over the same graph, half-way through the first's settling: the
+        // first's skips are then in force.
+        let now = t0 + settle / 2;
+        let second = PathTable::after(&first, &r, &links, &flooded, now, settle);
+        for (origin, toward) in r.origins() {
+            let accepted = sorted(toward.iter().flat_map(|q| links_of(q)).collect());
+            let skipped: Vec<LinkId> = sorted(
+                r.not_farther(origin)
+                    .unwrap()
+                    .iter()
+                    .flat_map(|q| links_of(q))
+                    .filter(|l| !flooded.contains(l))
+                    .collect(),
+            );
+            let beside: Vec<LinkId> = r
+                .beside(origin)
+                .unwrap()
+                .iter()
+                .flat_map(|q| links_of(q))
+                .collect();
+            let firm = |in_force: &[LinkId]| -> Vec<LinkId> {
+                skipped
+                    .iter()
+                    .copied()
+                    .filter(|l| beside.contains(l) || in_force.contains(l))
+                    .collect()
+            };
+            for (t, table, in_force) in [
+                (t0, &first, Vec::new()),
+                (
+                    now,
+                    &second,
+                    first.skipped_links(origin, now).unwrap().to_vec(),
+                ),
+            ] {
+                assert_eq!(
+                    table.accepted(origin),
+                    Some(&accepted[..]),
+                    "round {round}: accepted"
+                );
+                // Settling (a new origin in the first table; the second keeps its time):
+                // the firm skips; settled: every skip.
+                assert_eq!(table.settling_until(origin), Some(t0 + settle));
+                assert_eq!(
+                    table.skipped_links(origin, t),
+                    Some(&firm(&in_force)[..]),
+                    "round {round}: firm skips of {origin}"
+                );
+                assert_eq!(table.skipped_links(origin, t0 + settle), Some(&skipped[..]));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 2_000, "only {checked} origins checked");
+}
