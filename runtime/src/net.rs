@@ -41,6 +41,12 @@ impl TcpListener {
         self.inner.local_addr()
     }
 
+    /// Sets the TCP congestion control algorithm (`TCP_CONGESTION`, e.g. `"bbr"`); accepted
+    /// connections start with it. Fails when the kernel does not offer it to this process.
+    pub fn set_congestion(&self, name: &str) -> io::Result<()> {
+        SockRef::from(&self.inner).set_tcp_congestion(name.as_bytes())
+    }
+
     /// Waits for the next connection.
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let (inner, peer) = self.inner.accept().await?;
@@ -75,6 +81,20 @@ impl TcpStream {
     /// Enables or disables Nagle's algorithm (`TCP_NODELAY`).
     pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
         self.inner.set_nodelay(nodelay)
+    }
+
+    /// Sets the TCP congestion control algorithm (`TCP_CONGESTION`, e.g. `"bbr"`). Fails
+    /// when the kernel does not offer it to this process.
+    pub fn set_congestion(&self, name: &str) -> io::Result<()> {
+        SockRef::from(&self.inner).set_tcp_congestion(name.as_bytes())
+    }
+
+    /// The TCP congestion control algorithm in use.
+    pub fn congestion(&self) -> io::Result<String> {
+        let name = SockRef::from(&self.inner).tcp_congestion()?;
+        Ok(String::from_utf8_lossy(&name)
+            .trim_end_matches('\0')
+            .to_string())
     }
 
     /// The remote address.

@@ -90,6 +90,34 @@ fn tcp_echo_across_executors_with_split_and_vectored_writes() {
 }
 
 #[test]
+fn the_congestion_control_is_set_on_the_listener_and_each_stream() {
+    // Reno is built into every Linux kernel and allowed to every process.
+    let rt = Runtime::builder().build().unwrap();
+    let h = rt
+        .spawn_on(ExecutorId::Shard(0), || async {
+            let l = TcpListener::bind(localhost(0)).await.unwrap();
+            l.set_congestion("reno").unwrap();
+            let s = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let (accepted, _) = l.accept().await.unwrap();
+            let inherited = accepted.congestion().unwrap();
+            s.set_congestion("reno").unwrap();
+            let set = s.congestion().unwrap();
+            let unknown = s.set_congestion("no_such_cc").unwrap_err().kind();
+            (inherited, set, unknown, s.congestion().unwrap())
+        })
+        .unwrap();
+    let (inherited, set, unknown, after) = h.join_blocking().unwrap();
+    assert_eq!(
+        inherited, "reno",
+        "an accepted stream starts with the listener's"
+    );
+    assert_eq!(set, "reno");
+    assert_eq!(unknown, std::io::ErrorKind::NotFound);
+    assert_eq!(after, "reno", "a refused name changes nothing");
+    rt.join().unwrap();
+}
+
+#[test]
 fn vectored_write_rejects_too_many_buffers() {
     let rt = Runtime::builder().build().unwrap();
     let h = rt

@@ -312,3 +312,26 @@ fn max_links_is_off_by_default_and_one_is_refused() {
     let c = MeshConfig::builder().max_links(2usize).build().unwrap();
     assert_eq!(c.max_links, 2);
 }
+
+#[test]
+fn tcp_congestion_is_a_setting_checked_for_its_form() {
+    assert_eq!(
+        MeshConfig::default().tcp_congestion,
+        "",
+        "the host's default"
+    );
+    let c = MeshConfig::from_toml_str("tcp_congestion = \"bbr\"\n").unwrap();
+    assert_eq!(c.tcp_congestion, "bbr");
+    assert!(c.validate().is_ok());
+    for bad in ["BBR", "bbr reno", "a_name_longer_than_15", "x;y"] {
+        let c = MeshConfig {
+            tcp_congestion: bad.into(),
+            ..MeshConfig::default()
+        };
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::BadTcpCongestion(bad.into())),
+            "{bad}"
+        );
+    }
+}

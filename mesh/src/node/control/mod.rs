@@ -223,6 +223,16 @@ pub(crate) async fn run(init: ControlStart) {
             return;
         }
     };
+    // Set on the listener first: accepted connections start with it, and a name the kernel
+    // refuses fails the start here rather than every connection later.
+    let cc = &ns.cfg.tcp_congestion;
+    if !cc.is_empty() {
+        if let Err(e) = listener.set_congestion(cc) {
+            let e = std::io::Error::new(e.kind(), format!("tcp_congestion = {cc:?}: {e}"));
+            let _ = ready.send(Err(e));
+            return;
+        }
+    }
     let port = match listener.local_addr() {
         Ok(a) => a.port(),
         Err(e) => {

@@ -200,6 +200,14 @@ async fn resolve(ep: &str) -> Vec<SocketAddr> {
 /// brings its writes, its close, or its detaching for the shard.
 async fn serve(ctl: Rc<Ctl>, link: LinkId, mut s: TcpStream, mailbox: Rc<Mailbox>) {
     let _ = s.set_nodelay(true);
+    // A dialed connection gets `tcp_congestion` here (an accepted one has it from the
+    // listener already; setting it again costs one call per connection).
+    let cc = &ctl.ns.cfg.tcp_congestion;
+    if !cc.is_empty() {
+        if let Err(e) = s.set_congestion(cc) {
+            warn_limited!(ctl.warns.borrow_mut(), "cannot set tcp_congestion", error = %e);
+        }
+    }
     let mut buf = BytesMut::with_capacity(4096);
     loop {
         while let Some(op) = mailbox.pop() {
