@@ -15,6 +15,16 @@ fn drop_routes(s: &mut Sim, epoch: u64, removed: bool) {
     assert!(s.core.on_command(cmd, s.t0, &mut s.out).is_none());
 }
 
+/// The writer `W`'s shard of two, with links to `A` and `B`: runs read on the other shard
+/// hop here ([`hop`]).
+fn writers_shard_of_two() -> Sim {
+    let shards = 2;
+    let mut s = Sim::new(samples_shard(&W, shards), shards, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    s
+}
+
 /// `W`'s run, hopped from the shard of link `from` (read there before `W`'s withdrawal).
 fn hop(s: &mut Sim, from: LinkId, wire: &[u8], ms: u64) {
     let now = s.at(ms);
@@ -31,11 +41,7 @@ fn hop(s: &mut Sim, from: LinkId, wire: &[u8], ms: u64) {
 /// are delivered as the route said, once, and after the timeout a run is unrouted again.
 #[test]
 fn runs_read_before_their_writers_withdrawal_still_go_where_its_route_went() {
-    let shards = 2;
-    let owner = samples_shard(&W, shards);
-    let mut s = Sim::new(owner, shards, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    s.serve(B, PB, 1 << 20);
+    let mut s = writers_shard_of_two();
     let topic = routes(&mut s, &[B], &[R1], false);
     hop(&mut s, A, &run(1, 5, &[b"1"]), 1);
     s.take();
@@ -78,11 +84,7 @@ fn runs_read_before_their_writers_withdrawal_still_go_where_its_route_went() {
 /// the state its retired route reached comes with it, so a late copy is still a duplicate.
 #[test]
 fn a_writer_named_again_takes_its_retired_routes_sequence_state_back() {
-    let shards = 2;
-    let owner = samples_shard(&W, shards);
-    let mut s = Sim::new(owner, shards, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    s.serve(B, PB, 1 << 20);
+    let mut s = writers_shard_of_two();
     routes(&mut s, &[], &[R1], false);
     drop_routes(&mut s, 2, true);
     hop(&mut s, A, &run(1, 5, &[b"1", b"2"]), 1);
