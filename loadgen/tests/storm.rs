@@ -68,7 +68,19 @@ fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
         assert!((0.0..=cores + 1e-9).contains(&mean), "{phase}: {r:#}");
         assert!((0.0..=cores + 1e-9).contains(&peak), "{phase}: {r:#}");
         assert!(peak + 1e-9 >= mean, "{phase}: {r:#}");
+        // The bystander ran through every phase (the idle window alone is 2 s of 20 ms
+        // sleeps), and its 0.5 ms of CPU never took less wall time than that.
+        let b = &r[phase]["bystander"];
+        assert!(num(b, "rounds") >= 1.0, "{phase}: {r:#}");
+        assert!(num(b, "work_ms.p50") >= 0.5, "{phase}: {r:#}");
+        assert!(
+            num(b, "work_ms.max") >= num(b, "work_ms.p90"),
+            "{phase}: {r:#}"
+        );
+        assert!(num(b, "woke_late_ms.p50") >= 0.0, "{phase}: {r:#}");
     }
+    // Every node received frames over the start (announces, records, heartbeats).
+    assert!(num(&r, "startup.frames_in.min") > 0.0, "{r:#}");
 
     // Multicast scouting built the full mesh, which stayed up and carried no data.
     let idle = &r["idle"];

@@ -4,7 +4,9 @@
 //! every other node (the idle window waits for both; a run whose links never complete says so
 //! and is measured anyway), the start's CPU, each node's control frames and CPU while idle,
 //! and the spike at the other nodes while one restarts; for each phase also the whole
-//! machine's CPU ([`machine`]), the measure of whether the host saturated.
+//! machine's CPU ([`machine`]), the measure of whether the host saturated, and what a program
+//! beside the nodes got when it asked for the CPU ([`bystander`]), the measure of what that
+//! saturation costs the host's other programs.
 //!
 //! Each node is this binary's hidden `storm-node` subcommand ([`crate::storm_node`]); the
 //! parent asks each for a [`NodeSample`](crate::storm_node::NodeSample) over its
@@ -13,19 +15,22 @@
 //!
 //! **Owns:** the run (starting, sampling, restarting and stopping the node processes);
 //! one process is [`node_proc`], the figures and their printing are [`report`], the host's
-//! CPU is [`machine`].
+//! CPU is [`machine`], the bystander thread [`bystander`].
 //! **Must not touch:** the mesh (the nodes are separate processes driven through the public
 //! API) or any address but the interface it is given.
 
+mod bystander;
 mod machine;
 mod node_proc;
 mod report;
 
+pub(crate) use bystander::Bystander;
 pub(crate) use machine::Machine;
 pub(crate) use report::{print, Idle, Restart, Spread, Startup, StormReport};
 
 use crate::demo::RunError;
 use crate::storm_node::unix_ms;
+use bystander::Probe;
 use machine::MachineCpu;
 use node_proc::{poll, NodeProc, Reading};
 use std::net::{Ipv4Addr, UdpSocket};
@@ -208,6 +213,11 @@ fn startup(
         .map(|x| ms_since(t0, x.s.links_changed_unix_ms))
         .collect();
     let peers: Vec<f64> = linked_r.iter().map(|x| x.s.connected as f64).collect();
+    let frames_in: Vec<f64> = linked_r
+        .iter()
+        .zip(cpu_at_spawn)
+        .map(|(y, x)| y.s.frames_in.saturating_sub(x.s.frames_in) as f64)
+        .collect();
     let elapsed = t0_i.elapsed().as_secs_f64().max(1e-3);
     let node_cpu: Vec<f64> = linked_r
         .iter()
@@ -225,8 +235,10 @@ fn startup(
         peers: Spread::of(&peers),
         window_s: elapsed,
         cpu_pct: Spread::of(&node_cpu),
+        frames_in: Spread::of(&frames_in),
         cpu_cores_peak: cpu.peak_cores,
         machine: cpu.machine.figures(),
+        bystander: None,
         announces_rate_limited: delta(cpu_at_spawn, &linked_r, |x| x.s.announces_rate_limited),
         dials_rate_limited: delta(cpu_at_spawn, &linked_r, |x| x.s.dials_rate_limited),
         claims_refused: delta(cpu_at_spawn, &linked_r, |x| x.s.claims_refused),
@@ -263,7 +275,14 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         args.push("--max-links".into());
         args.push(n.to_string());
     }
-    // The machine from before the first spawn: starting 60 processes is part of the start.
+    // The bystander and the machine from before the first spawn: starting 60 processes is
+    // part of the start.
+    let probe = Probe::start();
+    let bystander_over = |from: Instant, to: Instant| {
+        probe
+            .as_ref()
+            .map(|p| bystander::figures(&p.ticks(), from, to))
+    };
     let mut machine = MachineCpu::default();
     machine.sample();
     let t0 = unix_ms();
@@ -279,7 +298,8 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
     // before it is ready; the start figures are from here).
     let ready = poll(&mut nodes)?;
     machine.sample();
-    let startup = startup(&mut nodes, r, t0, t0_i, &ready, ready_ms, machine)?;
+    let mut startup = startup(&mut nodes, r, t0, t0_i, &ready, ready_ms, machine)?;
+    startup.bystander = bystander_over(t0_i, Instant::now());
     let full = startup.full_membership_ms.is_some();
     let mut report = StormReport {
         nodes: r.nodes,
@@ -297,15 +317,23 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         let mut machine = MachineCpu::default();
         machine.sample();
         let a = poll(&mut nodes)?;
+        let from = Instant::now();
         std::thread::sleep(r.idle);
+        let to = Instant::now();
         let b = poll(&mut nodes)?;
         machine.sample();
         report.idle = Some(Idle {
             machine: machine.figures(),
+            bystander: bystander_over(from, to),
             ..idle(&a, &b)
         });
         if let Some(i) = r.restart {
-            report.restart = Some(restart(&mut nodes, i, &args, r)?);
+            let from = Instant::now();
+            let x = restart(&mut nodes, i, &args, r)?;
+            report.restart = Some(Restart {
+                bystander: bystander_over(from, Instant::now()),
+                ..x
+            });
         }
     }
     for n in nodes {
@@ -350,6 +378,7 @@ fn idle(a: &[Reading], b: &[Reading]) -> Idle {
         links_closed: closed,
         data_frames: data,
         machine: None,
+        bystander: None,
     }
 }
 
@@ -467,6 +496,7 @@ fn restart(
         frames_per_s_window_mean: wf / prev.len() as f64,
         cpu_pct_window_mean: wc / prev.len() as f64,
         machine: machine.figures(),
+        bystander: None,
     })
 }
 

@@ -3,7 +3,7 @@
 //! **Owns:** the report's figures and their printing. **Must not touch:** the node processes
 //! (the run driver's).
 
-use super::Machine;
+use super::{Bystander, Machine};
 
 /// Minimum, median, mean and maximum of one figure over the nodes.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -58,6 +58,9 @@ pub(crate) struct Startup {
     pub(crate) window_s: f64,
     /// CPU per node over the start (from "ready"), % of one core.
     pub(crate) cpu_pct: Spread,
+    /// Frames received per node over the start (from "ready"): every link's control frames
+    /// (no data flows).
+    pub(crate) frames_in: Spread,
     /// All nodes' CPU together in the busiest sample period of the start, in cores (each
     /// node's CPU time is read at its own answer; 10 ms clock ticks make a period's sum
     /// noisy: the machine's figures are the measure of saturation).
@@ -66,6 +69,9 @@ pub(crate) struct Startup {
     /// included; its first period runs until every process is ready) to the end of the
     /// start (`None` without `/proc/stat`).
     pub(crate) machine: Option<Machine>,
+    /// What a program beside the nodes got over the start, from before the first spawn
+    /// (`None`: no per-thread CPU clock).
+    pub(crate) bystander: Option<Bystander>,
     /// Over the start, all nodes: announces ignored and dials postponed for the new-peer
     /// budget, late claims refused, links closed (dial-race losers and failures).
     pub(crate) announces_rate_limited: u64,
@@ -105,6 +111,8 @@ pub(crate) struct Idle {
     pub(crate) data_frames: u64,
     /// The whole machine's CPU over the window (`None` without `/proc/stat`).
     pub(crate) machine: Option<Machine>,
+    /// What a program beside the nodes got over the window.
+    pub(crate) bystander: Option<Bystander>,
 }
 
 /// One node stopped (Goodbye) and started again as a new process with a new id.
@@ -152,6 +160,8 @@ pub(crate) struct Restart {
     /// The whole machine's CPU over the window, sampled with the nodes (`None` without
     /// `/proc/stat`).
     pub(crate) machine: Option<Machine>,
+    /// What a program beside the nodes got over the window.
+    pub(crate) bystander: Option<Bystander>,
 }
 
 /// What a storm run measured.
@@ -216,11 +226,12 @@ pub(crate) fn print(r: &StormReport) {
         ),
     }
     println!(
-        "    over the start ({:.1} s): CPU per node {}, all nodes {:.2} cores at the peak; \
-         announces rate-limited {}, dials rate-limited {}, late claims refused {}, links \
-         closed {}",
+        "    over the start ({:.1} s): CPU per node {}, frames received per node {}, all \
+         nodes {:.2} cores at the peak; announces rate-limited {}, dials rate-limited {}, \
+         late claims refused {}, links closed {}",
         s.window_s,
         sp(&s.cpu_pct, " %"),
+        sp(&s.frames_in, ""),
         s.cpu_cores_peak,
         s.announces_rate_limited,
         s.dials_rate_limited,
@@ -228,6 +239,7 @@ pub(crate) fn print(r: &StormReport) {
         s.links_closed
     );
     print_machine("over the start", s.machine.as_ref());
+    print_bystander("over the start", s.bystander.as_ref());
     if let Some(i) = &r.idle {
         println!(
             "  idle {:.1} s, {:.0} peers per node:",
@@ -254,6 +266,7 @@ pub(crate) fn print(r: &StormReport) {
             i.links_closed, i.data_frames
         );
         print_machine("over the idle window", i.machine.as_ref());
+        print_bystander("over the idle window", i.bystander.as_ref());
     }
     if let Some(x) = &r.restart {
         println!(
@@ -295,6 +308,7 @@ pub(crate) fn print(r: &StormReport) {
             x.cpu_pct_window_mean
         );
         print_machine("over the window", x.machine.as_ref());
+        print_bystander("over the window", x.bystander.as_ref());
     }
 }
 
@@ -305,6 +319,26 @@ fn print_machine(phase: &str, m: Option<&Machine>) {
             "    the machine (every process, /proc/stat) {phase}: {:.2} of {} cores busy on \
              average, {:.2} in the busiest sample period",
             m.busy_mean, m.cores, m.busy_peak
+        );
+    }
+}
+
+/// The bystander's line of a phase (nothing without it).
+fn print_bystander(phase: &str, b: Option<&Bystander>) {
+    if let Some(b) = b {
+        println!(
+            "    a bystander thread {phase} ({} rounds of a {:.0} ms sleep, then {:.1} ms of \
+             CPU): woke late by {:.1} / {:.1} / {:.1} ms, its work took {:.1} / {:.1} / {:.1} \
+             ms (median / p90 / max)",
+            b.rounds,
+            super::bystander::SLEEP.as_secs_f64() * 1e3,
+            super::bystander::WORK.as_secs_f64() * 1e3,
+            b.woke_late_ms.p50,
+            b.woke_late_ms.p90,
+            b.woke_late_ms.max,
+            b.work_ms.p50,
+            b.work_ms.p90,
+            b.work_ms.max
         );
     }
 }
