@@ -174,16 +174,22 @@ impl ReversePaths {
         }
     }
 
+    /// The reverse paths of `graph` with every node included, marked with its
+    /// [`MemberGraph::shape`].
+    pub fn of_graph(me: PeerId, graph: &MemberGraph) -> ReversePaths {
+        ReversePaths {
+            shape: Some(graph.shape()),
+            ..ReversePaths::build(me, graph.adjacency(), |_| true)
+        }
+    }
+
     /// Rebuilds from `graph` (every node included) if its [`MemberGraph::shape`] changed
     /// since the last build; true when it did.
     pub fn refresh(&mut self, graph: &MemberGraph) -> bool {
         if self.shape == Some(graph.shape()) {
             return false;
         }
-        *self = ReversePaths {
-            shape: Some(graph.shape()),
-            ..ReversePaths::build(self.me, graph.adjacency(), |_| true)
-        };
+        *self = ReversePaths::of_graph(self.me, graph);
         true
     }
 

@@ -16,7 +16,9 @@
 //! changing (a mesh booting: every node's record changes once per neighbour it links) they are
 //! rebuilt at most once per [`REBUILD_INTERVAL`], the first change at once and the last one
 //! when the interval ends ([`ControlCore::paths_timeout`]), as the topic routes are planned.
-//! A change of links alone rebuilds only the table (`O(table)`) at once.
+//! A change of links alone rebuilds only the table (`O(table)`) at once. The topics core
+//! checks Discovery frames against these same paths while every node of the graph is
+//! topic-capable ([`ControlCore::shared_paths`], offered each round): one build, not two.
 //!
 //! Each table is built from the last one posted ([`PathTable::after`]): an origin whose links
 //! changed takes off-path copies for `reverse_path_settle` (two membership intervals by
@@ -42,7 +44,9 @@ pub const REBUILD_INTERVAL: Duration = Duration::from_millis(10);
 pub(super) struct Paths {
     /// `reverse_path_check`: off, no table is ever built and the shards take every copy.
     enabled: bool,
-    paths: ReversePaths,
+    /// Shared with the topics core, which checks Discovery frames against the same paths
+    /// when every node of the graph is topic-capable ([`ControlCore::shared_paths`]).
+    paths: Arc<ReversePaths>,
     /// The links the last table was built over, `(peer, link)` sorted.
     links: Vec<(PeerId, LinkId)>,
     scratch: Vec<(PeerId, LinkId)>,
@@ -70,7 +74,7 @@ impl Paths {
     pub(super) fn new(me: PeerId, enabled: bool, settle: Duration, prune: bool) -> Paths {
         Paths {
             enabled,
-            paths: ReversePaths::new(me),
+            paths: Arc::new(ReversePaths::new(me)),
             links: Vec::new(),
             scratch: Vec::new(),
             flooded: Vec::new(),
@@ -95,7 +99,8 @@ impl ControlCore {
         let mut rebuilt = false;
         if p.paths.shape() != Some(self.membership.shape()) && p.next_build.is_none_or(|t| now >= t)
         {
-            rebuilt = p.paths.refresh(&self.membership);
+            p.paths = Arc::new(ReversePaths::of_graph(self.me, &self.membership));
+            rebuilt = true;
             p.next_build = Some(now + REBUILD_INTERVAL);
         }
         p.scratch.clear();
@@ -142,6 +147,12 @@ impl ControlCore {
     /// [`PathVerdict`]: crate::reverse_path::PathVerdict
     pub fn reverse_paths(&self) -> &ReversePaths {
         &self.paths.paths
+    }
+
+    /// The reverse paths of the whole graph, for the topics core to take instead of building
+    /// its own (`None` while the check is off).
+    pub(super) fn shared_paths(&self) -> Option<&Arc<ReversePaths>> {
+        self.paths.enabled.then_some(&self.paths.paths)
     }
 
     /// The links a broadcast relay of `origin` skips at `now`, ascending (see

@@ -256,6 +256,9 @@ impl ControlCore {
 
     /// Posts a new route table to every shard when one is due. True when one was posted.
     pub(super) fn topics_routes(&mut self, now: Instant) -> bool {
+        if let Some(p) = self.shared_paths() {
+            self.topics.offer_paths(p.clone());
+        }
         let Some(table) = self.topics.routes_due(&self.membership, now) else {
             return false;
         };

@@ -10,7 +10,8 @@
 //!   Every `membership_interval` each end sends a Summary: the number of records it holds of
 //!   reachable origins, itself included, and a digest of them (the XOR of the first 8 bytes
 //!   of `SHA-256(origin | neighbours…)` per record, neighbours ascending). A Summary that
-//!   differs from the receiver's own is answered (at most once per half interval per link)
+//!   differs from the receiver's own is answered (at most once per half interval per link,
+//!   and not in the first half interval: the link-up catch-up is its first repair)
 //!   with Versions: the receiver's `(origin, version)` of the same records. The side that
 //!   gets Versions pushes, as ordinary Membership frames on that link, every record it holds
 //!   newer or the other lacks (at most [`MAX_PUSH`] per Versions; the rest at the next
@@ -59,7 +60,11 @@ pub const MAX_PUSH: usize = 256;
 pub(super) struct LinkSync {
     /// The peer's last reported `legacyHops` ([`NO_LEGACY`] until its first Summary).
     hops: u8,
-    /// When Versions last went on this link.
+    /// When Versions last went on this link; at first, when the link came up: the
+    /// catch-up of stored records both ends send then is the link's first repair, so a
+    /// Summary that differs within half an interval of it is not answered (the records it
+    /// misses are in flight: answering pushed ~2 200 of them per node at 60 nodes starting
+    /// at once, nearly all stale on arrival; `bench/notes/start60.md`).
     versions_at: Option<Instant>,
 }
 
@@ -149,7 +154,7 @@ impl MemberGraph {
                     link,
                     LinkSync {
                         hops: NO_LEGACY,
-                        versions_at: None,
+                        versions_at: Some(now),
                     },
                 );
             }

@@ -532,3 +532,35 @@ fn signed_records_carry_their_signature_in_relays_and_catch_up() {
         ..own
     }));
 }
+
+/// A new digest link's catch-up (both ends send their stored records at link-up) is its first
+/// repair: a Summary that differs within half an interval of the link-up is not answered
+/// with Versions (what it counts is mostly in flight, and answering pushed thousands of stale
+/// records per node in a forming mesh); one after that is.
+#[test]
+fn a_digest_mismatch_right_after_link_up_waits_half_an_interval() {
+    use crate::wire::{MembershipDigest, NO_LEGACY};
+    let now = Instant::now();
+    let mut m = new(1, now).with_digest(true);
+    m.neighbour_up_on(p(2), LinkId(2), true, 1_000, now);
+    drain(&mut m);
+    let versions_on_2 = |m: &mut MemberGraph| {
+        std::iter::from_fn(|| m.poll_digest())
+            .filter(|(l, d)| *l == LinkId(2) && d.versions.is_some())
+            .count()
+    };
+    assert_eq!(versions_on_2(&mut m), 0, "a Summary went, no Versions");
+    let differs = MembershipDigest {
+        legacy_hops: NO_LEGACY,
+        count: 5,
+        digest: 42,
+        versions: None,
+    };
+    let half = Duration::from_secs(1); // `new`: a 2 s interval
+    m.on_digest(LinkId(2), &differs, 1_000, now + half / 4)
+        .unwrap();
+    assert_eq!(versions_on_2(&mut m), 0);
+    assert_eq!(m.stats().sync.versions_rate_limited, 1);
+    m.on_digest(LinkId(2), &differs, 1_000, now + half).unwrap();
+    assert_eq!(versions_on_2(&mut m), 1);
+}

@@ -260,6 +260,9 @@ discovery_stats! {
     /// Reverse paths over the topic-capable nodes rebuilt (at most one per
     /// `route_plan_interval`).
     paths_rebuilt,
+    /// Reverse paths taken from the control core instead (every node of the graph
+    /// topic-capable: the same paths).
+    paths_shared,
     /// Endpoints removed with an expired participant.
     endpoints_expired,
     /// Incompatible pairs not reported: the reported-pairs set was full.
@@ -383,7 +386,10 @@ pub struct TopicsCore {
     /// Take an origin's frames only from links toward it (`reverse_path_check`).
     reverse_path: bool,
     /// The neighbours toward each origin over the topic-capable nodes.
-    paths: ReversePaths,
+    paths: Arc<ReversePaths>,
+    /// The control core's paths of the whole graph, offered for this round
+    /// ([`offer_paths`](Self::offer_paths)).
+    offered: Option<Arc<ReversePaths>>,
     /// What `paths` was built from: the membership shape, and whether the capable set
     /// changed since (`None`: rebuild).
     paths_shape: Option<u64>,
@@ -548,7 +554,8 @@ impl TopicsCore {
             cycles: AHashMap::new(),
             origins: origins::Origins::new(cfg.max_dedup_origins),
             reverse_path,
-            paths: ReversePaths::new(me),
+            paths: Arc::new(ReversePaths::new(me)),
+            offered: None,
             paths_shape: None,
             next_paths: now,
             paths_waiting: false,

@@ -8,6 +8,7 @@
 //! calls).
 
 use super::{guid_bytes, guid_of, TopicsCore};
+use crate::reverse_path::ReversePaths;
 use crate::stats::TopicCounters;
 use crate::topics::routes::{
     EndpointGuid, ReliableRoute, ReliableWriterSpec, SampleRoutes, WriterRoute,
@@ -211,9 +212,23 @@ impl TopicsCore {
         ))
     }
 
+    /// The reverse paths of the whole membership graph, as the control core last built
+    /// them: while every node of the graph is topic-capable (in a mesh of Shoal nodes, once
+    /// every node's participant was heard) they are the paths the topics core would build,
+    /// so the next [`routes_due`](Self::routes_due) builds none: it takes these when they
+    /// are of the graph's current shape, and otherwise waits for the control core's next
+    /// build (due within the control core's own interval, for which its timer fires). At
+    /// 60 nodes starting at once the topics core's own builds were ~5 % of the machine
+    /// (`bench/notes/start60.md`).
+    pub fn offer_paths(&mut self, paths: Arc<ReversePaths>) {
+        self.offered = Some(paths);
+    }
+
     /// Rebuilds the reverse paths over the topic-capable nodes when the membership graph's
     /// shape (`mark`) or the capable set changed: a plain multimaster node on a shortest
     /// path never carries a Discovery frame, so the paths are those of the capable nodes.
+    /// The control core's paths of the same shape are taken instead when every node is
+    /// capable ([`offer_paths`](Self::offer_paths)).
     ///
     /// At most once per `route_plan_interval` (the timer fires for a rebuild that waits):
     /// at 60 nodes starting at once the graph changes every round, and rebuilding per round
@@ -221,9 +236,25 @@ impl TopicsCore {
     /// against paths a few milliseconds old is at worst dropped as off path and repaired by
     /// the next cycle, which a link change brings within `announce_period`.
     fn refresh_paths(&mut self, membership: &MemberGraph, mark: u64, now: Instant) {
+        let offered = self.offered.take();
         if !self.reverse_path || self.paths_shape == Some(mark) {
             self.paths_waiting = false;
             return;
+        }
+        let mut capable: AHashSet<PeerId> = self.remotes.values().map(|r| r.node).collect();
+        capable.insert(self.me);
+        if let Some(p) = offered {
+            if membership.adjacency().all(|(n, _)| capable.contains(n)) {
+                // Paths of an older shape: the control core builds this one's within its
+                // own interval (its timer fires for it) and offers them then.
+                self.paths_waiting = false;
+                if p.shape() == Some(mark) {
+                    self.paths = p;
+                    self.paths_shape = Some(mark);
+                    self.stats.paths_shared += 1;
+                }
+                return;
+            }
         }
         if now < self.next_paths {
             self.paths_waiting = true;
@@ -232,12 +263,9 @@ impl TopicsCore {
         self.paths_waiting = false;
         self.next_paths = now + self.cfg.route_plan_interval;
         self.stats.paths_rebuilt += 1;
-        let mut capable: AHashSet<PeerId> = self.remotes.values().map(|r| r.node).collect();
-        capable.insert(self.me);
-        self.paths =
-            crate::reverse_path::ReversePaths::build(self.me, membership.adjacency(), |p| {
-                capable.contains(p)
-            });
+        self.paths = Arc::new(ReversePaths::build(self.me, membership.adjacency(), |p| {
+            capable.contains(p)
+        }));
         self.paths_shape = Some(mark);
     }
 

@@ -172,3 +172,54 @@ fn reverse_paths_are_rebuilt_at_most_once_per_planning_interval_and_the_timer_ca
     a.routes_due(&m, due + gap);
     assert_eq!(a.stats().paths_rebuilt, after, "current: nothing waits");
 }
+
+#[test]
+fn the_control_cores_paths_are_taken_when_every_node_is_topic_capable() {
+    // The control core builds the reverse paths of the whole graph every time it changes;
+    // the topics core's own build over the capable nodes is the same paths when every node
+    // is capable, so it takes them (no build, no wait for its interval) when they are of the
+    // graph's current shape, and waits for the control core's next build when not.
+    let now = Instant::now();
+    let (mut a, _b) = pair(idle_cfg(), true, now);
+    let gap = idle_cfg().route_plan_interval;
+    let paths = |m: &MemberGraph| Arc::new(ReversePaths::of_graph(id(1), m));
+    let (built, shared) = (a.stats().paths_rebuilt, a.stats().paths_shared);
+    let linked = membership(0, 2, &[(0, 1)], now);
+    let apart = membership(0, 2, &[], now);
+    assert_ne!(linked.shape(), apart.shape());
+
+    // Paths of another shape are not taken, and nothing is built: the control core's next
+    // build is the one for this shape (its timer, not this core's, fires for it).
+    let mut t = now + SEC;
+    a.offer_paths(paths(&linked));
+    a.routes_due(&apart, t);
+    assert_eq!(a.stats().paths_rebuilt, built);
+    assert_eq!(a.stats().paths_shared, shared);
+    assert_eq!(a.plan_timeout(), None);
+    // Those of the current shape are taken.
+    t += Duration::from_micros(100);
+    a.offer_paths(paths(&apart));
+    a.routes_due(&apart, t);
+    assert_eq!(a.stats().paths_shared, shared + 1);
+    assert_eq!(a.stats().paths_rebuilt, built);
+    assert_eq!(a.plan_timeout(), None, "nothing waits");
+
+    // Without an offer (the control core's check is off) it builds its own, once per
+    // interval.
+    t += Duration::from_micros(100);
+    a.routes_due(&linked, t);
+    assert_eq!(a.stats().paths_rebuilt, built + 1);
+    t += Duration::from_micros(100);
+    a.routes_due(&apart, t);
+    assert_eq!(a.stats().paths_rebuilt, built + 1);
+    assert!(a.plan_timeout().is_some(), "a build waits for the interval");
+
+    // A third node that never announced a participant (a plain multimaster node, say):
+    // the whole graph's paths would count it, so they are not taken; its own are built.
+    t += gap;
+    let three = membership(0, 3, &[(0, 1), (1, 2)], now);
+    a.offer_paths(paths(&three));
+    a.routes_due(&three, t);
+    assert_eq!(a.stats().paths_shared, shared + 1);
+    assert_eq!(a.stats().paths_rebuilt, built + 2);
+}
