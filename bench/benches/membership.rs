@@ -147,16 +147,14 @@ fn bench_paths(c: &mut Criterion) {
         drain(&mut m);
         let links: Vec<(PeerId, LinkId)> = (1..n).map(|i| (node(i), LinkId(i as u64))).collect();
         let settle = Duration::from_secs(4);
-        let mut paths = ReversePaths::new(node(0));
-        assert!(paths.refresh(&m));
+        let paths = ReversePaths::of_graph(node(0), &m);
         let prev = PathTable::after(&PathTable::default(), &paths, &links, &[], now, settle);
         // Every other node is an origin, reached over its own link and skipped by relays.
         assert_eq!(prev.len(), n - 1);
         assert_eq!(prev.accepted(&node(1)), Some(&[LinkId(1)][..]));
         g.bench_function(format!("build/{n}"), |b| {
             b.iter(|| {
-                let mut p = ReversePaths::new(node(0));
-                black_box(p.refresh(&m));
+                let p = ReversePaths::of_graph(node(0), &m);
                 black_box(PathTable::after(&prev, &p, &links, &[], now, settle))
             })
         });

@@ -72,7 +72,7 @@ impl PathVerdict {
 }
 
 /// Per origin, the neighbours toward it (see the [module docs](self)). Immutable once built;
-/// rebuild it when the graph changes ([`ReversePaths::refresh`]).
+/// rebuild it when the graph's shape changes ([`ReversePaths::of_graph`], [`ReversePaths::shape`]).
 #[derive(Debug, Clone, Default)]
 pub struct ReversePaths {
     me: PeerId,
@@ -183,18 +183,8 @@ impl ReversePaths {
         }
     }
 
-    /// Rebuilds from `graph` (every node included) if its [`MemberGraph::shape`] changed
-    /// since the last build; true when it did.
-    pub fn refresh(&mut self, graph: &MemberGraph) -> bool {
-        if self.shape == Some(graph.shape()) {
-            return false;
-        }
-        *self = ReversePaths::of_graph(self.me, graph);
-        true
-    }
-
-    /// The [`MemberGraph::shape`] the last [`refresh`](Self::refresh) built from (`None`:
-    /// never refreshed): a caller that rebuilds at a bounded rate compares it with the
+    /// The [`MemberGraph::shape`] it was built from by [`of_graph`](Self::of_graph) (`None`:
+    /// built otherwise): a caller that rebuilds at a bounded rate compares it with the
     /// graph's.
     pub fn shape(&self) -> Option<u64> {
         self.shape

@@ -117,12 +117,7 @@ fn a_relay_skips_the_neighbours_no_farther_from_the_origin() {
     // Full mesh of five seen from 3: every other node is one hop from every origin, so a
     // relay of any origin's frame sends nobody a copy (each took it from the origin).
     let nodes = [1, 2, 3, 4, 5];
-    let mut edges = Vec::new();
-    for a in 1..=5u8 {
-        for b in a + 1..=5 {
-            edges.push((a, b));
-        }
-    }
+    let edges = full_mesh(5);
     let r = paths_of(3, &records_of(&nodes, &edges));
     for x in [1, 2, 4, 5] {
         assert_eq!(r.not_farther(&p(x)), Some(&[p(1), p(2), p(4), p(5)][..]));
@@ -187,17 +182,7 @@ fn relaying_only_to_farther_neighbours_reaches_every_node() {
     let mut rng = StdRng::seed_from_u64(29);
     let (mut pruned_total, mut flood_total) = (0usize, 0usize);
     for round in 0..60 {
-        let n: u8 = rng.gen_range(2..=14);
-        let mut edges: Vec<(u8, u8)> = (2..=n).map(|b| (rng.gen_range(1..b), b)).collect();
-        for _ in 0..rng.gen_range(0..=(n as usize * 3)) {
-            let (a, b) = (rng.gen_range(1..=n), rng.gen_range(1..=n));
-            if a != b && !edges.contains(&(a.min(b), a.max(b))) {
-                edges.push((a.min(b), a.max(b)));
-            }
-        }
-        let nodes: Vec<u8> = (1..=n).collect();
-        let recs = records_of(&nodes, &edges);
-        let views: Vec<ReversePaths> = nodes.iter().map(|&m| paths_of(m, &recs)).collect();
+        let (n, recs, views) = random_views(&mut rng, 3);
         let links = |u: u8| recs[u as usize - 1].1.clone();
         for x in 1..=n {
             let mut got = vec![false; n as usize + 1];
@@ -224,7 +209,7 @@ fn relaying_only_to_farther_neighbours_reaches_every_node() {
             }
             assert!(
                 got[1..].iter().all(|g| *g),
-                "round {round}: origin {x} missed {got:?} over {edges:?}"
+                "round {round}: origin {x} missed {got:?} over the links {recs:?}"
             );
             pruned_total += copies;
             flood_total += flood_copies;

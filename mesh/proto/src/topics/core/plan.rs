@@ -241,9 +241,13 @@ impl TopicsCore {
             self.paths_waiting = false;
             return;
         }
-        let mut capable: AHashSet<PeerId> = self.remotes.values().map(|r| r.node).collect();
-        capable.insert(self.me);
+        let capable = || -> AHashSet<PeerId> {
+            let mut c: AHashSet<PeerId> = self.remotes.values().map(|r| r.node).collect();
+            c.insert(self.me);
+            c
+        };
         if let Some(p) = offered {
+            let capable = capable();
             if membership.adjacency().all(|(n, _)| capable.contains(n)) {
                 // Paths of an older shape: the control core builds this one's within its
                 // own interval (its timer fires for it) and offers them then.
@@ -260,6 +264,7 @@ impl TopicsCore {
             self.paths_waiting = true;
             return;
         }
+        let capable = capable();
         self.paths_waiting = false;
         self.next_paths = now + self.cfg.route_plan_interval;
         self.stats.paths_rebuilt += 1;
