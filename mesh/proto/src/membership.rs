@@ -44,8 +44,8 @@
 //! not done here (this module holds no keys): [`MemberGraph::precheck`] lets the caller skip
 //! it for a record that would be ignored anyway.
 //!
-//! Where this node relays a record it stored, and why not everywhere the protocol says:
-//! `relay`.
+//! Where and when this node relays a record it stored, and why not everywhere at once as the
+//! protocol says: `relay`.
 //!
 //! The own record coming back with the current version and neighbours (a neighbour got it
 //! over a faster path first and relayed it on) is an echo, ignored and counted; only a
@@ -75,6 +75,7 @@ mod transmit;
 
 use graph::unlist;
 pub use pacing::{FLOOD_BURST, FLOOD_GAP};
+pub use relay::RELAY_GAP;
 
 pub use sync::{DigestError, SyncStats, MAX_PUSH};
 pub use transmit::{Dest, MemberTransmit};
@@ -83,7 +84,7 @@ use super::LinkId;
 use crate::wire::{Membership as Record, RecordSignature};
 use crate::PeerId;
 use ahash::{AHashMap, AHashSet};
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 /// A change of the member set.
@@ -137,6 +138,9 @@ pub struct MemberStats {
     /// Relays left to the lowest-id node that the origin lists and that is linked to the
     /// neighbour (part of `relays_pruned`; see the module docs).
     pub relays_deferred: u64,
+    /// Versions whose relay toward the quiet digest links waited for the relay gap; the
+    /// newest of those pending at the gap's end is relayed then (`relay`).
+    pub relays_paced: u64,
     /// Member-set recomputations (one per change of the known graph).
     pub recomputes: u64,
     /// Records refused for listing more than `max_neighbours` nodes.
@@ -162,6 +166,12 @@ struct Stored {
     refreshed: Instant,
     /// [`sync::record_hash`] of the origin and `sorted`.
     hash: u64,
+    /// When a version of it was last relayed toward the quiet links (`relay`).
+    relayed_at: Option<Instant>,
+    /// A newer version waits for the relay gap toward the quiet links.
+    relay_pending: bool,
+    /// The link the stored version came on (a paced relay skips it).
+    relay_from: LinkId,
 }
 
 impl Stored {
@@ -203,6 +213,13 @@ pub struct MemberGraph {
     /// A recomputation the rate limit postponed, due then.
     recompute_due: Option<Instant>,
     flood_gap: Duration,
+    /// Least time between two relays of one origin's record toward quiet links (`relay`).
+    relay_gap: Duration,
+    /// Paced relays, by due time (at most one pending per stored record; an entry whose
+    /// record went or was flushed is skipped when due).
+    relay_due: BTreeSet<(Instant, PeerId)>,
+    /// The origin of the paced relays' grid (creation).
+    relay_epoch: Instant,
     /// Change-driven own floods that may go out at once (at most [`FLOOD_BURST`]; one more
     /// per flood gap since `credit_at`).
     flood_credit: u32,
@@ -261,6 +278,9 @@ impl MemberGraph {
             last_recompute: None,
             recompute_due: None,
             flood_gap: FLOOD_GAP,
+            relay_gap: relay::RELAY_GAP,
+            relay_due: BTreeSet::new(),
+            relay_epoch: now,
             flood_credit: FLOOD_BURST,
             credit_at: now,
             flood_due: None,
@@ -498,6 +518,9 @@ impl MemberGraph {
                         sig,
                         refreshed: now,
                         hash,
+                        relayed_at: None,
+                        relay_pending: false,
+                        relay_from: from,
                     },
                 );
                 let expiry = now + self.timeout;
@@ -510,7 +533,7 @@ impl MemberGraph {
         if changed {
             self.shape += 1;
         }
-        self.relay(from, rec.origin, !changed);
+        self.relay(from, rec.origin, !changed, now);
         self.record_changed(rec.origin, previous.as_deref(), now);
         if let Some(v) = previous {
             self.scratch = v;
@@ -560,15 +583,22 @@ impl MemberGraph {
     }
 
     /// The next instant [`handle_timeout`](Self::handle_timeout) has work: the periodic flood,
-    /// a postponed recomputation or (at the latest) the earliest record expiry. O(1).
+    /// a postponed recomputation, a paced relay or (at the latest) the earliest record
+    /// expiry. O(log n).
     pub fn poll_timeout(&self) -> Instant {
-        [self.next_expiry, self.recompute_due, self.flood_due]
-            .into_iter()
-            .flatten()
-            .fold(self.next_flood, Instant::min)
+        [
+            self.next_expiry,
+            self.recompute_due,
+            self.flood_due,
+            self.next_relay_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(self.next_flood, Instant::min)
     }
 
-    /// Runs the periodic flood, a postponed recomputation and expires old records.
+    /// Runs the periodic flood, the paced relays due, a postponed recomputation and expires
+    /// old records.
     pub fn handle_timeout(&mut self, wall_ms: u64, now: Instant) {
         if self.flood_due.is_some_and(|t| now >= t) {
             self.refill_credit(now);
@@ -577,6 +607,7 @@ impl MemberGraph {
         } else if now >= self.next_flood {
             self.periodic(wall_ms, now);
         }
+        self.relay_paced(now);
         if self.recompute_due.is_some_and(|t| now >= t) {
             self.recompute_due = None;
             self.last_recompute = Some(now);

@@ -335,3 +335,18 @@ fn tcp_congestion_is_a_setting_checked_for_its_form() {
         );
     }
 }
+
+#[test]
+fn the_membership_relay_gap_is_a_setting() {
+    assert_eq!(
+        MeshConfig::default().membership_relay_gap,
+        crate::membership::RELAY_GAP
+    );
+    let c = MeshConfig::from_toml_str("membership_relay_gap_ms = 0\n").unwrap();
+    assert_eq!(c.membership_relay_gap, Duration::ZERO);
+    let c = MeshConfig::builder()
+        .membership_relay_gap(Duration::from_millis(40))
+        .build()
+        .unwrap();
+    assert_eq!(c.membership_relay_gap, Duration::from_millis(40));
+}

@@ -220,6 +220,7 @@ impl ControlCore {
             crate::membership::RECOMPUTE_GAP,
         )
         .with_flood_gap(cfg.membership_flood_gap)
+        .with_relay_gap(cfg.membership_relay_gap)
         .with_digest(cfg.membership_digest);
         // Drawn only with a cap: without one, every other draw stays what it was.
         let degree = (cfg.max_links > 0).then(|| {
