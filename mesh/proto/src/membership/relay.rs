@@ -31,10 +31,10 @@
 //! goes at once, and the versions that follow within the gap are folded into one relay of
 //! the newest at the gap's end (rounded up to a grid of a quarter gap, so that the relays of
 //! many origins go in one control round), its targets chosen again then (a neighbour the
-//! newest lists has it from the origin by then). A node whose links come up one by one mints a version
-//! per link; relayed at once each, they chased one another, and at 60 nodes starting at once
-//! ~87 % of the relays' copies arrived after a newer version of the same record
-//! (`bench/notes/start60.md`). Legacy links (and links wanting refreshes) still get every
+//! newest lists has it from the origin by then). A node whose links come up one by one mints
+//! a version per link; relayed at once each, they chased one another, and at 60 nodes
+//! starting at once ~87 % of the relays' copies arrived after a newer version of the same
+//! record (`bench/notes/start60.md`). Legacy links (and links wanting refreshes) still get every
 //! version at once, so a multimaster node sees what it saw before. A node that sends many
 //! versions of one origin's record makes this node relay at most one per gap to quiet links.
 //!
@@ -53,7 +53,7 @@ pub const RELAY_GAP: Duration = Duration::from_millis(100);
 
 /// Which of a node's links a relay considers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Toward {
+enum Toward {
     /// Every link: a version relayed at once.
     All,
     /// Only the links that want refreshes (legacy links and those near one): a version
