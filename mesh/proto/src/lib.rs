@@ -103,6 +103,7 @@ mod counted_graph;
 pub mod dedup;
 pub mod degree;
 pub mod gossip;
+mod grid;
 pub mod link;
 pub mod membership;
 pub mod peers;

@@ -90,7 +90,9 @@ impl MemberGraph {
             Some(due) if self.sync.is_some() => {
                 if !stored.relay_pending {
                     stored.relay_pending = true;
-                    let due = self.on_grid(due);
+                    // On a grid of a quarter gap: every timer fired is a control round, so
+                    // the paced relays of many origins due about together go in one.
+                    let due = crate::grid::on_grid(self.relay_epoch, due, gap / 4);
                     self.relay_due.insert((due, origin));
                 }
                 self.stats.relays_paced += 1;
@@ -101,18 +103,6 @@ impl MemberGraph {
                 self.relay_toward(from, origin, false, Toward::All);
             }
         }
-    }
-
-    /// `t` rounded up to the relay grid (a quarter of the gap, from the graph's creation):
-    /// every timer fired is a control round, so the paced relays of many origins due about
-    /// together go in one.
-    fn on_grid(&self, t: Instant) -> Instant {
-        let step = (self.relay_gap / 4)
-            .max(Duration::from_millis(1))
-            .as_nanos();
-        let since = t.saturating_duration_since(self.relay_epoch).as_nanos();
-        let steps = since.div_ceil(step);
-        self.relay_epoch + Duration::from_nanos((steps * step) as u64)
     }
 
     /// The earliest paced relay due.

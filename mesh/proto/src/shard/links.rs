@@ -30,15 +30,6 @@ use std::time::{Duration, Instant};
 /// through [`LinkBudget::killed`].
 pub const TIMER_GRAIN: Duration = Duration::from_millis(100);
 
-/// `at` rounded up to the next multiple of [`TIMER_GRAIN`] after `epoch` (`epoch` itself if
-/// `at` is not later).
-pub(super) fn on_grid(epoch: Instant, at: Instant) -> Instant {
-    let grain = TIMER_GRAIN.as_nanos();
-    let since = at.saturating_duration_since(epoch).as_nanos();
-    let steps = since.div_ceil(grain);
-    epoch + Duration::from_nanos(u64::try_from(steps * grain).unwrap_or(u64::MAX))
-}
-
 /// One link served by this shard.
 #[derive(Debug)]
 pub(super) struct Served {
@@ -275,7 +266,11 @@ impl ShardCore {
     /// grid point: links due together fire together.
     pub fn link_timeout(&self, link: LinkId, now: Instant) -> Option<Instant> {
         let d = self.links.get(link)?.state.poll_timeout()?;
-        Some(on_grid(self.timer_epoch, d.max(now)))
+        Some(crate::grid::on_grid(
+            self.timer_epoch,
+            d.max(now),
+            TIMER_GRAIN,
+        ))
     }
 
     /// The link's timer fired: heartbeat, liveness, a Disconnect-policy kill. False when the
