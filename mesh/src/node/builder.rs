@@ -30,7 +30,8 @@ pub struct NodeOptions {
     /// Under `Block`: when a congested link is declared slow and what happens to it. Default
     /// [`SlowLinkPolicy::default`] (slow after 1 s, then dropped for until it catches up).
     pub slow_link: SlowLinkPolicy,
-    /// Ceiling of the event queue. Default 65536.
+    /// Ceiling of the event queue, in events. Default 65536. A ceiling, not an allocation:
+    /// the queue's entries are allocated as they fill.
     pub event_queue_capacity: usize,
     /// Ceiling of the payload bytes that queued Message and Sample events hold (each holds
     /// its read buffer until the application drops it). Default 64 MiB. Checked before each
@@ -280,7 +281,7 @@ impl MeshBuilder {
         self
     }
 
-    /// Ceiling of the event queue (default 65536).
+    /// Ceiling of the event queue, in events (default 65536; allocated as they fill).
     pub fn event_queue_capacity(mut self, n: usize) -> Self {
         self.opts.event_queue_capacity = n;
         self

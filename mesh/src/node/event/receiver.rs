@@ -120,18 +120,7 @@ impl EventReceiver {
     /// Takes the next queue entry: an event of its own (`Some(Some)`), or a batch put in
     /// hand (`Some(None)`); `None` when the queue is empty.
     fn take_entry(&mut self) -> Option<Option<Event>> {
-        let item = match self.hub.queue.pop() {
-            Some(item) => item,
-            None => {
-                let spill = self.hub.take_spill();
-                if spill.is_empty() {
-                    return None;
-                }
-                let n = spill.iter().map(Queued::events).sum();
-                let bytes = spill.iter().map(Queued::bytes).sum();
-                Item::Batch(spill, n, bytes)
-            }
-        };
+        let item = self.hub.queue.pop()?;
         // The whole entry leaves the queue now: its room goes back at once (a receiver holds
         // at most one batch beyond the queue's bound).
         self.hub.release(item.len(), item.bytes());
@@ -280,9 +269,6 @@ impl Drop for EventReceiver {
             while let Some(item) = self.hub.queue.pop() {
                 self.hub.release(item.len(), item.bytes());
             }
-            let spill = self.hub.take_spill();
-            let n = spill.iter().map(Queued::events).sum();
-            self.hub.release(n, spill.iter().map(Queued::bytes).sum());
             self.hub.room.notify(usize::MAX);
         } else if !rest.is_empty() {
             // Another receiver gets what this one took but did not hand out. Its room was
@@ -292,16 +278,7 @@ impl Drop for EventReceiver {
             let bytes = rest.iter().map(Queued::bytes).sum();
             self.hub.events.fetch_add(n, Ordering::AcqRel);
             self.hub.bytes.fetch_add(bytes, Ordering::AcqRel);
-            let item = Item::Batch(rest, n, bytes);
-            if let Err(Item::Batch(rest, _, _)) = self.hub.queue.push(item) {
-                // No free entry (every one holds reserved events): kept aside, not lost.
-                self.hub
-                    .spill
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(rest);
-                self.hub.spilled.store(true, Ordering::Release);
-            }
+            self.hub.queue.push(Item::Batch(rest, n, bytes));
             self.hub.ready.notify(n);
         }
     }

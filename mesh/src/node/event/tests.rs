@@ -298,7 +298,11 @@ fn a_dropped_clone_never_loses_events_even_when_the_queue_is_full() {
     drop(a);
     let rest: Vec<Event> = std::iter::from_fn(|| b.try_recv()).collect();
     assert_eq!(rest.len(), 6);
-    assert_eq!(&rest[4..], &[message(1), message(2)], "spilled, then read");
+    assert_eq!(
+        &rest[4..],
+        &[message(1), message(2)],
+        "handed back behind the entries queued, then read"
+    );
     assert_eq!(hub.events.load(Ordering::Relaxed), 0);
     assert_eq!(c.snapshot().dropped_event_queue_full, 0);
 }
