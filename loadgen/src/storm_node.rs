@@ -36,6 +36,9 @@ pub(crate) struct StormNodeArgs {
     /// `max_links` (overrides the settings file).
     #[arg(long)]
     pub(crate) max_links: Option<usize>,
+    /// `nice`: the node's executors' niceness (overrides the settings file).
+    #[arg(long)]
+    pub(crate) nice: Option<i32>,
 }
 
 /// What a storm node answers to `s`: its member set and the counters the parent turns into
@@ -113,6 +116,9 @@ pub(crate) fn run(a: &StormNodeArgs) -> Result<(), RunError> {
     let mut builder = MeshBuilder::from_toml_str(&text).map_err(SetupError::Mesh)?;
     if let Some(n) = a.max_links {
         builder = builder.max_links(n);
+    }
+    if let Some(n) = a.nice {
+        builder = builder.nice(n);
     }
     let mesh = builder
         .group_name(a.group.clone())

@@ -43,6 +43,10 @@ fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
     );
     let r: Value = serde_json::from_str(&stdout).expect("one JSON report");
     assert_eq!(r["nodes"], 4);
+    // No `--nice`: every node thread at this process's niceness.
+    assert_eq!(r["nice"], Value::Null);
+    let (lo, hi) = (&r["threads_nice"][0], &r["threads_nice"][1]);
+    assert!(lo.is_i64() && lo == hi, "{r:#}");
 
     // Every node listed every other as a member, each at some time after the start.
     assert_eq!(r["startup"]["nodes_full"], 4, "{r:#}");
@@ -114,4 +118,42 @@ fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
     assert!(num(x, "new_node_full_ms") >= 0.0);
     assert!(num(x, "frames_per_s_peak_node") >= num(x, "frames_per_s_peak_mean"));
     assert!(num(x, "frames_per_s_window_mean") > 0.0);
+}
+
+/// `--nice N` runs every node's executors at niceness N (the node's `nice` setting); a node
+/// process's main thread keeps this process's niceness.
+#[test]
+fn a_storm_at_a_niceness_runs_every_node_thread_at_it() {
+    let out = Command::new(BIN)
+        .args([
+            "storm",
+            "--nodes",
+            "2",
+            "--nice",
+            "7",
+            "--no-restart",
+            "--settle-ms",
+            "0",
+            "--idle-ms",
+            "200",
+            "--json",
+        ])
+        .output()
+        .expect("run shoal-loadgen storm");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "storm failed: {}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(&stdout).expect("one JSON report");
+    assert_eq!(r["nice"], 7, "{r:#}");
+    assert_eq!(r["threads_nice"][1], 7, "{r:#}");
+    let mine = {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let rest = stat[stat.rfind(')').unwrap() + 2..].to_owned();
+        rest.split(' ').nth(16).unwrap().parse::<i64>().unwrap()
+    };
+    assert_eq!(r["threads_nice"][0], mine.min(7), "{r:#}");
 }

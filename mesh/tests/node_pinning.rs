@@ -1,5 +1,6 @@
 //! CPU pinning of a node's executors: with `pin_to_cpus`, the control-plane executor is pinned
-//! too (to the last listed CPU), not only the data shards.
+//! too (to the last listed CPU), not only the data shards. And their niceness (`nice`): both
+//! kinds of executor run at it, the application's threads keep their own.
 //!
 //! Each executor's affinity is read from inside it: event callbacks run on the executor that
 //! raised the event (the control plane for `PeerConnected`, a data shard for `Message`), and
@@ -9,7 +10,7 @@
 mod node_support;
 
 use node_support::*;
-use shoal_mesh::{Event, MeshError};
+use shoal_mesh::{Event, MeshBuilder, MeshError};
 use std::sync::{Arc, Mutex};
 
 /// The CPUs the calling thread may run on.
@@ -102,4 +103,76 @@ fn an_empty_cpu_list_is_refused_at_build() {
         fast().pin_to_cpus(Vec::new()).build(),
         Err(MeshError::Option(_))
     ));
+}
+
+/// The calling thread's niceness (field 19 of its stat line).
+fn my_nice() -> i32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("thread stat");
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    rest.split(' ')
+        .nth(16)
+        .expect("field 19")
+        .parse()
+        .expect("a number")
+}
+
+type SeenNice = Arc<Mutex<Option<(String, i32)>>>;
+
+fn record_nice(slot: &SeenNice) {
+    let name = std::thread::current().name().unwrap_or("").to_owned();
+    slot.lock().unwrap().get_or_insert((name, my_nice()));
+}
+
+#[test]
+fn nice_from_the_settings_file_is_every_executors_and_not_the_applications() {
+    let mine = my_nice();
+    let want = (mine + 7).min(19);
+    let control: SeenNice = Arc::default();
+    let shard: SeenNice = Arc::default();
+    let (c, s) = (control.clone(), shard.clone());
+    let a = MeshBuilder::from_toml_str(&format!("[node]\nnice = {want}\n"))
+        .expect("valid settings")
+        .scouting(false)
+        .listen_addr(LOCALHOST)
+        .on_event(move |ev| match ev {
+            Event::PeerConnected { .. } => record_nice(&c),
+            Event::Message { .. } => record_nice(&s),
+            _ => {}
+        })
+        .build()
+        .unwrap();
+    a.start().unwrap();
+    let b = fast().static_peer(ep(a.listen_port())).build().unwrap();
+    b.start().unwrap();
+    wait_until(10, "a raises PeerConnected", || {
+        control.lock().unwrap().is_some()
+    });
+    wait_until(10, "b has its link to a", || {
+        !b.connected_peers().is_empty()
+    });
+    b.broadcast_blocking("how nice are you?").unwrap();
+    wait_until(10, "a raises a Message event", || {
+        shard.lock().unwrap().is_some()
+    });
+    assert_eq!(
+        control.lock().unwrap().clone().unwrap(),
+        ("shoal-mesh-control".to_owned(), want)
+    );
+    assert_eq!(
+        shard.lock().unwrap().clone().unwrap(),
+        ("shoal-mesh-shard-0".to_owned(), want)
+    );
+    assert_eq!(
+        my_nice(),
+        mine,
+        "the thread that started the node keeps its own"
+    );
+    a.stop();
+    b.stop();
+    for bad in ["[node]\nnice = 20\n", "[node]\nnice = -21\n"] {
+        assert!(matches!(
+            MeshBuilder::from_toml_str(bad).unwrap().build(),
+            Err(MeshError::Option(_))
+        ));
+    }
 }

@@ -58,6 +58,17 @@ pub enum RuntimeError {
         /// The error `sched_setaffinity` returned.
         source: io::Error,
     },
+    /// Setting an executor thread's niceness failed (a negative one without
+    /// `CAP_SYS_NICE`).
+    #[error("{executor}: setting niceness {nice} failed: {source}")]
+    Nice {
+        /// The executor whose niceness could not be set.
+        executor: ExecutorId,
+        /// The niceness asked for.
+        nice: i32,
+        /// The error `setpriority` returned.
+        source: io::Error,
+    },
     /// Spawning an executor thread failed.
     #[error("{executor}: spawning the thread failed: {source}")]
     Thread {

@@ -284,6 +284,7 @@ impl Runtime {
             let cfg = ExecCfg {
                 id,
                 cpu,
+                nice: b.nice,
                 spin: b.spin,
                 ring_entries: b.ring_entries,
                 ring_flags: b.ring_flags,
@@ -342,6 +343,7 @@ impl Drop for Runtime {
 struct ExecCfg {
     id: ExecutorId,
     cpu: Option<usize>,
+    nice: Option<i32>,
     spin: Duration,
     ring_entries: u32,
     ring_flags: RingSetting,
@@ -355,6 +357,7 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
     let ExecCfg {
         id,
         cpu,
+        nice,
         spin,
         ring_entries,
         ring_flags,
@@ -367,6 +370,16 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
             let _ = ready.send(Err(RuntimeError::Pin {
                 executor: id,
                 cpu,
+                source,
+            }));
+            return Ok(());
+        }
+    }
+    if let Some(nice) = nice {
+        if let Err(source) = set_nice(nice) {
+            let _ = ready.send(Err(RuntimeError::Nice {
+                executor: id,
+                nice,
                 source,
             }));
             return Ok(());
@@ -545,6 +558,18 @@ fn drive(
         // Park in io_uring_enter until a completion, a timer, or a waker.
         rt.poll();
         idle_since = None;
+    }
+}
+
+/// Sets the calling thread's niceness (on Linux a thread's own: `setpriority(2)` with
+/// `who` 0 names the caller, not its process).
+fn set_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: setpriority reads its three integer arguments only.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -93,6 +93,33 @@ fn pinned_placement_runs() {
     rt.join().unwrap();
 }
 
+/// The niceness of the calling thread.
+fn own_nice() -> i32 {
+    // Field 19 of the thread's stat line (getpriority can return -1 as a value).
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split(' ').nth(16).unwrap().parse().unwrap()
+}
+
+#[test]
+fn every_executor_runs_at_the_niceness_asked_and_the_builder_keeps_its_own() {
+    let before = own_nice();
+    let want = (before + 6).min(19);
+    let rt = Runtime::builder().shards(2).nice(want).build().unwrap();
+    for id in rt.executors() {
+        let h = rt.spawn_on(id, || async { own_nice() }).unwrap();
+        assert_eq!(h.join_blocking().unwrap(), want, "{id}");
+    }
+    assert_eq!(own_nice(), before, "the building thread is not changed");
+    rt.join().unwrap();
+    for bad in [-21, 20] {
+        assert!(matches!(
+            Runtime::builder().nice(bad).build(),
+            Err(RuntimeError::Config(_))
+        ));
+    }
+}
+
 #[test]
 fn bad_config_is_rejected() {
     assert!(matches!(

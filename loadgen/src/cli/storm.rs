@@ -46,6 +46,11 @@ pub(crate) struct StormArgs {
     /// file). 0: no cap, the full mesh.
     #[arg(long)]
     max_links: Option<usize>,
+    /// Every node's executors (shards and control plane) at this niceness, 1–19 (`nice`;
+    /// overrides the settings file): the nodes yield the cores to the host's other
+    /// programs, which is what the bystander measures. Default: this process's own.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=19))]
+    nice: Option<i32>,
     /// Write each node's log (stderr; `RUST_LOG` applies) to `DIR/node-K.log`, K in start
     /// order, the restarted node's new process last; each node logs its id at info level
     /// (`shoal_loadgen=info`).
@@ -72,6 +77,7 @@ pub(crate) fn storm_cmd(a: StormArgs) -> Result<(), MainError> {
         interface: a.multicast_interface,
         config: a.config,
         max_links: a.max_links,
+        nice: a.nice,
         node_logs: a.node_logs,
         progress: !(a.out.quiet || a.out.json),
     };

@@ -60,6 +60,8 @@ pub(crate) struct StormRun {
     pub(crate) config: Option<PathBuf>,
     /// `max_links` for every node (overrides the settings file).
     pub(crate) max_links: Option<usize>,
+    /// Every node process's niceness (`None`: inherited).
+    pub(crate) nice: Option<i32>,
     /// Each node's stderr (its log) to `DIR/node-K.log` (`K` in start order, the restarted
     /// node's new process last) instead of this process's stderr.
     pub(crate) node_logs: Option<PathBuf>,
@@ -275,6 +277,10 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         args.push("--max-links".into());
         args.push(n.to_string());
     }
+    if let Some(n) = r.nice {
+        args.push("--nice".into());
+        args.push(n.to_string());
+    }
     // The bystander and the machine from before the first spawn: starting 60 processes is
     // part of the start.
     let probe = Probe::start();
@@ -298,6 +304,11 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
     // before it is ready; the start figures are from here).
     let ready = poll(&mut nodes)?;
     machine.sample();
+    // Read once every node's threads exist (its executors start before it is ready).
+    let threads_nice = nodes
+        .iter()
+        .filter_map(NodeProc::threads_nice)
+        .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)));
     let mut startup = startup(&mut nodes, r, t0, t0_i, &ready, ready_ms, machine)?;
     startup.bystander = bystander_over(t0_i, Instant::now());
     let full = startup.full_membership_ms.is_some();
@@ -305,6 +316,8 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         nodes: r.nodes,
         interface: r.interface.to_string(),
         config: r.config.as_ref().map(|c| c.display().to_string()),
+        nice: r.nice,
+        threads_nice,
         startup,
         idle: None,
         restart: None,

@@ -89,6 +89,17 @@ impl NodeProc {
         Ok(())
     }
 
+    /// The lowest and highest niceness of the process's threads (`None` without procfs).
+    pub(super) fn threads_nice(&self) -> Option<(i32, i32)> {
+        let dir = std::fs::read_dir(format!("/proc/{}/task", self.child.id())).ok()?;
+        dir.flatten()
+            .filter_map(|t| thread_nice(&std::fs::read_to_string(t.path().join("stat")).ok()?))
+            .fold(None, |acc, n| match acc {
+                None => Some((n, n)),
+                Some((lo, hi)) => Some((lo.min(n), hi.max(n))),
+            })
+    }
+
     pub(super) fn answer(&self) -> Result<Reading, RunError> {
         let l = self.line()?;
         let s: NodeSample = serde_json::from_str(&l)
@@ -139,6 +150,13 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     // SAFETY: sysconf only reads a system constant.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     Some(ticks as f64 / hz.max(1) as f64)
+}
+
+/// The niceness in a `/proc/PID/task/TID/stat` line (field 19).
+fn thread_nice(stat: &str) -> Option<i32> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    // Field 19 is the 17th after the name.
+    rest.split(' ').nth(16)?.parse().ok()
 }
 
 /// Asks every node at once, then collects the answers (a round costs one pipe round trip,

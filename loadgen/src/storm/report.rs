@@ -173,6 +173,11 @@ pub(crate) struct StormReport {
     pub(crate) interface: String,
     /// The mesh settings file, if any.
     pub(crate) config: Option<String>,
+    /// The nodes' niceness, if the run set one.
+    pub(crate) nice: Option<i32>,
+    /// The lowest and highest niceness of any node process's threads once every node was
+    /// ready (its executors and its own main thread, which keeps the storm's).
+    pub(crate) threads_nice: Option<(i32, i32)>,
     /// See [`Startup`].
     pub(crate) startup: Startup,
     /// See [`Idle`] (`None` when the start did not converge).
@@ -197,6 +202,7 @@ pub(crate) fn print(r: &StormReport) {
             .as_ref()
             .map(|c| format!(", settings {c}"))
             .unwrap_or_default()
+            + &r.nice.map(|n| format!(", at nice {n}")).unwrap_or_default()
     );
     println!(
         "  start: every process ready (listening) after {:.0} ms",

@@ -265,6 +265,9 @@ impl Mesh {
             .name("shoal-mesh")
             .shards(shards)
             .spin_before_park(opts.spin_before_park);
+        if let Some(n) = opts.nice {
+            b = b.nice(n);
+        }
         if let Some(cpus) = &opts.pin_cpus {
             b = b.placement(Placement::Pinned(cpus.clone()));
             // Whoever pins wants the node off the other CPUs, the control plane included. It
