@@ -17,21 +17,12 @@ fn num(v: &Value, path: &str) -> f64 {
         .unwrap_or_else(|| panic!("{path} is not a number in {v:#}"))
 }
 
-#[test]
-fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
+/// Runs `shoal-loadgen storm ARGS --json`, which must succeed, and returns its report.
+fn storm(args: &[&str]) -> Value {
     let out = Command::new(BIN)
-        .args([
-            "storm",
-            "--nodes",
-            "4",
-            "--settle-ms",
-            "200",
-            "--idle-ms",
-            "2000",
-            "--after-ms",
-            "300",
-            "--json",
-        ])
+        .arg("storm")
+        .args(args)
+        .arg("--json")
         .output()
         .expect("run shoal-loadgen storm");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -41,7 +32,21 @@ fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let r: Value = serde_json::from_str(&stdout).expect("one JSON report");
+    serde_json::from_str(&stdout).expect("one JSON report")
+}
+
+#[test]
+fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
+    let r = storm(&[
+        "--nodes",
+        "4",
+        "--settle-ms",
+        "200",
+        "--idle-ms",
+        "2000",
+        "--after-ms",
+        "300",
+    ]);
     assert_eq!(r["nodes"], 4);
     // No `--nice`: every node thread at this process's niceness.
     assert_eq!(r["nice"], Value::Null);
@@ -124,30 +129,17 @@ fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
 /// process's main thread keeps this process's niceness.
 #[test]
 fn a_storm_at_a_niceness_runs_every_node_thread_at_it() {
-    let out = Command::new(BIN)
-        .args([
-            "storm",
-            "--nodes",
-            "2",
-            "--nice",
-            "7",
-            "--no-restart",
-            "--settle-ms",
-            "0",
-            "--idle-ms",
-            "200",
-            "--json",
-        ])
-        .output()
-        .expect("run shoal-loadgen storm");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "storm failed: {}\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_str(&stdout).expect("one JSON report");
+    let r = storm(&[
+        "--nodes",
+        "2",
+        "--nice",
+        "7",
+        "--no-restart",
+        "--settle-ms",
+        "0",
+        "--idle-ms",
+        "200",
+    ]);
     assert_eq!(r["nice"], 7, "{r:#}");
     assert_eq!(r["threads_nice"][1], 7, "{r:#}");
     let mine = {

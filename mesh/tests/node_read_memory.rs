@@ -8,16 +8,6 @@ use node_support::*;
 use shoal_mesh::wire::Frame;
 use std::io::Write;
 
-/// Virtual memory of this process in KiB.
-fn vm_size_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmSize line")
-}
-
 /// 40 links each announcing a 16 MiB Data frame right after their Hello, then 100 bytes of
 /// it. A read buffer sized from the announced length reserved 16 MiB per link (640 MiB of
 /// address space here); buffers that grow with what arrives stay near one read chunk each.
@@ -25,7 +15,7 @@ fn vm_size_kib() -> u64 {
 fn announced_lengths_do_not_size_read_buffers() {
     const LINKS: usize = 40;
     let m = Node::start(fast().heartbeat_timeout(std::time::Duration::from_secs(60)));
-    let before = vm_size_kib();
+    let before = proc_status_kib("VmSize:");
     let mut socks = Vec::new();
     for _ in 0..LINKS {
         let hello = plain_hello();
@@ -45,7 +35,7 @@ fn announced_lengths_do_not_size_read_buffers() {
     wait_until(10, "every link's bytes were read", || {
         m.mesh.stats().total.bytes_in >= (LINKS * 100) as u64
     });
-    let grown_mib = vm_size_kib().saturating_sub(before) / 1024;
+    let grown_mib = proc_status_kib("VmSize:").saturating_sub(before) / 1024;
     assert!(
         grown_mib < 200,
         "{LINKS} links announcing 16 MiB grew the address space by {grown_mib} MiB"

@@ -221,11 +221,10 @@ impl Builder {
 
     /// Niceness of every executor thread (-20..=19; Linux keeps it per thread). Default
     /// `None`: each inherits the niceness of the thread that builds the runtime. A positive
-    /// value makes the executors yield the CPU to the host's other programs when the cores
-    /// are busy (60 nodes starting at once on 2 cores: a program beside them woke 38 ms late
-    /// at p90, 1.5 ms with the nodes at 10; see `tuning/README.md`) and costs nothing on
-    /// cores that are not. Raising priority (negative) needs `CAP_SYS_NICE`; refused, it fails
-    /// [`Builder::build`](crate::Builder::build) with [`RuntimeError::Nice`].
+    /// value makes the executors yield the CPU to the host's other programs when every core
+    /// is busy, and costs nothing when one is free (measured with many nodes on one host in
+    /// `tuning/README.md`). Raising priority (negative) needs `CAP_SYS_NICE`; refused, it
+    /// fails [`Builder::build`](crate::Builder::build) with [`RuntimeError::Nice`].
     pub fn nice(mut self, nice: i32) -> Self {
         self.nice = Some(nice);
         self

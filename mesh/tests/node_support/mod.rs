@@ -78,6 +78,17 @@ pub fn ep(port: u16) -> String {
     format!("127.0.0.1:{port}")
 }
 
+/// A `/proc/self/status` figure in KiB (`"VmRSS:"`, `"VmSize:"`...): the memory tests read
+/// this process's own.
+pub fn proc_status_kib(key: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{key} line in /proc/self/status"))
+}
+
 /// Polls `cond` every 10 ms until it holds; panics with `what` after `secs` seconds.
 pub fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
