@@ -461,6 +461,42 @@ fn a_full_mesh_relays_no_copy_while_its_paths_settle() {
     }
 }
 
+/// Issue 29: while a full mesh forms, each link comes up before its edge counts (both records
+/// must list it), and a path table names only links to counted neighbours: the table a link
+/// change would build then is the one the node has. None is built or posted for it, only for
+/// the edge once it counts (a 60-process start built every table twice). Broadcasts after
+/// the mesh formed still arrive once everywhere with the tables this leaves.
+#[test]
+fn a_link_its_graph_does_not_count_yet_builds_no_path_table() {
+    let n = 8;
+    let mut sim = Sim::new(3);
+    add_topology(&mut sim, n, &full_mesh(n), |_| {});
+    sim.start_all();
+    let deadline = sim.now + Duration::from_secs(2);
+    while !graph_is_full(&sim, n) {
+        assert!(sim.now < deadline, "the mesh never formed");
+        sim.run_for(Duration::from_millis(1));
+    }
+    sim.run_for(Duration::from_millis(20));
+    for i in 0..n {
+        let core = &sim.nodes[i].core;
+        let (pushed, unchanged) = (core.path_tables_pushed(), core.path_tables_unchanged());
+        eprintln!("node {i}: {pushed} tables posted, {unchanged} link changes needed none");
+        assert!(unchanged > 0, "node {i}: every link change built a table");
+        assert!(pushed > 0, "node {i}");
+    }
+    for i in 0..n {
+        sim.broadcast(i, format!("after-{i}"));
+    }
+    sim.run_for(Duration::from_millis(200));
+    for i in 0..n {
+        for j in (0..n).filter(|j| *j != i) {
+            let m = format!("after-{j}");
+            assert_eq!(sim.count_delivered(i, m.as_bytes()), 1, "{m} at node {i}");
+        }
+    }
+}
+
 /// Broadcasts `count` messages `{tag}-{k}` from `from`, 5 ms apart, then lets them land.
 fn broadcast_run(sim: &mut Sim, from: usize, tag: &str, count: usize) {
     for k in 0..count {

@@ -16,8 +16,10 @@
 //! changing (a mesh booting: every node's record changes once per neighbour it links) they are
 //! rebuilt at most once per [`REBUILD_INTERVAL`], the first change at once and the last one
 //! when the interval ends ([`ControlCore::paths_timeout`]), as the topic routes are planned.
-//! A change of links alone rebuilds only the table (`O(table)`) at once. The topics core
-//! checks Discovery frames against these same paths while every node of the graph is
+//! A change of links alone rebuilds only the table (`O(table)`) at once, and only when it
+//! touches a link to a neighbour the paths count (a table names no other link): a link that
+//! just came up counts once both records list it, which is a graph change of its own. The
+//! topics core checks Discovery frames against these same paths while every node of the graph is
 //! topic-capable ([`ControlCore::shared_paths`], offered each round): one build, not two.
 //!
 //! Each table is built from the last one posted ([`PathTable::after`]): an origin whose links
@@ -54,6 +56,9 @@ pub(super) struct Paths {
     flooded: Vec<LinkId>,
     /// Tables posted (each to every shard).
     pushed: u64,
+    /// Link changes that left the table as it was (links to peers the paths do not count as
+    /// neighbours): not built, not posted.
+    unchanged: u64,
     /// The shards' table knows no origin (they start so): an empty table is not posted
     /// again, it takes every frame like none.
     shards_empty: bool,
@@ -79,6 +84,7 @@ impl Paths {
             scratch: Vec::new(),
             flooded: Vec::new(),
             pushed: 0,
+            unchanged: 0,
             shards_empty: true,
             next_build: None,
             table: Arc::default(),
@@ -110,7 +116,12 @@ impl ControlCore {
         if !rebuilt && p.scratch == p.links {
             return;
         }
+        let same_table = !rebuilt && counted_links_equal(&p.paths, &p.scratch, &p.links);
         std::mem::swap(&mut p.scratch, &mut p.links);
+        if same_table {
+            p.unchanged += 1;
+            return;
+        }
         p.flooded.clear();
         let prune = p.prune;
         p.flooded.extend(
@@ -166,4 +177,27 @@ impl ControlCore {
     pub fn path_tables_pushed(&self) -> u64 {
         self.paths.pushed
     }
+
+    /// Link changes that needed no new table (see [`counted_links_equal`]).
+    pub fn path_tables_unchanged(&self) -> u64 {
+        self.paths.unchanged
+    }
+}
+
+/// Whether two sorted `(peer, link)` lists agree on every link to a neighbour `paths` counts
+/// (one hop away). A [`PathTable`] names no other link: every peer in it is a neighbour
+/// toward an origin, no farther from it, or beside it, all one hop from this node. So a link
+/// to a peer the graph does not count yet (its link is up, but its record and this node's do
+/// not list each other yet) or no longer changes nothing in the table. While a full mesh
+/// forms each link comes up before its edge counts: its table was built twice, once for the
+/// link and once for the edge.
+fn counted_links_equal(
+    paths: &ReversePaths,
+    a: &[(PeerId, LinkId)],
+    b: &[(PeerId, LinkId)],
+) -> bool {
+    let counted = |v: &(PeerId, LinkId)| paths.hops(&v.0) == Some(1);
+    a.iter()
+        .filter(|v| counted(v))
+        .eq(b.iter().filter(|v| counted(v)))
 }
