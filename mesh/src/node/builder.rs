@@ -267,9 +267,9 @@ impl MeshBuilder {
     /// application's threads) at niceness `nice` (-20..=19). Default: the niceness of the
     /// thread that starts the node. A positive value lets the host's other programs have
     /// the cores first when they are all busy, and costs nothing when they are not: 60 nodes
-    /// starting at once on 2 cores made a program beside them wake 38 ms late at p90, 1.5 ms
-    /// with the nodes at 10 (their full membership came sooner, every link 1.2× later; see
-    /// `tuning/README.md`). Raising priority (negative) needs `CAP_SYS_NICE`; without it
+    /// starting at once on 2 cores made a program beside them wake 38.7 ms late at p90, 1.35
+    /// ms with the nodes at 10 (their full membership came sooner, every link 1.3× later;
+    /// see `tuning/README.md`). Raising priority (negative) needs `CAP_SYS_NICE`; without it
     /// [`Mesh::start`] fails with the runtime's error.
     pub fn nice(mut self, nice: i32) -> Self {
         self.opts.nice = Some(nice);
