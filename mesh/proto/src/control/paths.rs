@@ -178,7 +178,8 @@ impl ControlCore {
         self.paths.pushed
     }
 
-    /// Link changes that needed no new table (see [`counted_links_equal`]).
+    /// Changes of this node's links that needed no new table: they touched no link to a
+    /// neighbour the reverse paths count, and a table names no other.
     pub fn path_tables_unchanged(&self) -> u64 {
         self.paths.unchanged
     }
