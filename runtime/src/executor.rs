@@ -365,25 +365,26 @@ fn run_thread(cfg: ExecCfg) -> Result<(), String> {
         spawn_rx,
         ready,
     } = cfg;
-    if let Some(cpu) = cpu {
-        if let Err(source) = pin_to_cpu(cpu) {
-            let _ = ready.send(Err(RuntimeError::Pin {
+    let placed = || -> Result<(), RuntimeError> {
+        if let Some(cpu) = cpu {
+            pin_to_cpu(cpu).map_err(|source| RuntimeError::Pin {
                 executor: id,
                 cpu,
                 source,
-            }));
-            return Ok(());
+            })?;
         }
-    }
-    if let Some(nice) = nice {
-        if let Err(source) = set_nice(nice) {
-            let _ = ready.send(Err(RuntimeError::Nice {
+        if let Some(nice) = nice {
+            set_nice(nice).map_err(|source| RuntimeError::Nice {
                 executor: id,
                 nice,
                 source,
-            }));
-            return Ok(());
+            })?;
         }
+        Ok(())
+    };
+    if let Err(e) = placed() {
+        let _ = ready.send(Err(e));
+        return Ok(());
     }
     let build = |flags: RingFlags| {
         let mut proactor = compio::driver::ProactorBuilder::new();

@@ -9,6 +9,7 @@ mod proto_sim;
 
 use bytes::{Bytes, BytesMut};
 use proto_sim::*;
+use shoal_proto::config::MeshConfig;
 use shoal_proto::wire::{Data, Frame};
 use shoal_proto::{MsgId, PeerId};
 use std::time::Duration;
@@ -396,6 +397,21 @@ fn graph_is_full(sim: &Sim, n: usize) -> bool {
     })
 }
 
+/// A full mesh of `n` booting (`configure` on every node's config), run until every node's
+/// graph holds every link and the last change reached the shards (one rebuild interval).
+fn boot_full_mesh(seed: u64, n: usize, configure: impl Fn(&mut MeshConfig)) -> Sim {
+    let mut sim = Sim::new(seed);
+    add_topology(&mut sim, n, &full_mesh(n), configure);
+    sim.start_all();
+    let deadline = sim.now + Duration::from_secs(2);
+    while !graph_is_full(&sim, n) {
+        assert!(sim.now < deadline, "seed {seed}: the mesh never formed");
+        sim.run_for(Duration::from_millis(1));
+    }
+    sim.run_for(Duration::from_millis(20));
+    sim
+}
+
 /// Issue 29: a full mesh booting with `relay_pruning`, every node broadcasting from the moment
 /// every node's graph holds every link, while every origin's paths still settle
 /// (`reverse_path_settle`, measured from the first table). Each neighbour of the origin takes
@@ -408,16 +424,7 @@ fn a_full_mesh_relays_no_copy_while_its_paths_settle() {
     let n = 5;
     let per_node = 20;
     for seed in 0..4 {
-        let mut sim = Sim::new(seed);
-        add_topology(&mut sim, n, &full_mesh(n), |c| c.relay_pruning = true);
-        sim.start_all();
-        let deadline = sim.now + Duration::from_secs(2);
-        while !graph_is_full(&sim, n) {
-            assert!(sim.now < deadline, "seed {seed}: the mesh never formed");
-            sim.run_for(Duration::from_millis(1));
-        }
-        // The last graph change reaches the shards (one rebuild interval at most).
-        sim.run_for(Duration::from_millis(20));
+        let mut sim = boot_full_mesh(seed, n, |c| c.relay_pruning = true);
         assert!(
             sim.now - sim.start + Duration::from_millis(500) < cfg().reverse_path_settle,
             "seed {seed}: the test must run while the paths settle"
@@ -469,15 +476,7 @@ fn a_full_mesh_relays_no_copy_while_its_paths_settle() {
 #[test]
 fn a_link_its_graph_does_not_count_yet_builds_no_path_table() {
     let n = 8;
-    let mut sim = Sim::new(3);
-    add_topology(&mut sim, n, &full_mesh(n), |_| {});
-    sim.start_all();
-    let deadline = sim.now + Duration::from_secs(2);
-    while !graph_is_full(&sim, n) {
-        assert!(sim.now < deadline, "the mesh never formed");
-        sim.run_for(Duration::from_millis(1));
-    }
-    sim.run_for(Duration::from_millis(20));
+    let mut sim = boot_full_mesh(3, n, |_| {});
     for i in 0..n {
         let core = &sim.nodes[i].core;
         let (pushed, unchanged) = (core.path_tables_pushed(), core.path_tables_unchanged());
