@@ -20,9 +20,11 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 s, x = r["startup"], r.get("restart") or {}
 b = (s.get("bystander") or {}).get("woke_late_ms", {})
+ba = (s.get("bystander_apart") or {}).get("woke_late_ms", {})
 print("full", s["full_membership_ms"], "linked", s["all_linked_ms"],
       "cpu-s/node", round(s["cpu_pct"]["median"] * s["window_s"] / 100, 3),
       "late p50/p90", round(b.get("p50", -1), 1), round(b.get("p90", -1), 1),
+      "apart p90", round(ba.get("p90", -1), 1),
       "| restart full", x.get("full_membership_ms"), "linked", x.get("all_linked_ms"))
 PY
 )"

@@ -11,7 +11,10 @@ import sys
 def figures(r):
     s, x = r["startup"], r.get("restart") or {}
     b = s.get("bystander") or {}
+    ba = s.get("bystander_apart") or {}
     xb = x.get("bystander") or {}
+    xba = x.get("bystander_apart") or {}
+    m = s.get("machine") or {}
     return {
         "full membership, ms": s["full_membership_ms"],
         "all linked, ms": s["all_linked_ms"],
@@ -20,11 +23,16 @@ def figures(r):
         "links closed over the start": s["links_closed"],
         "bystander woke late p50, ms": b.get("woke_late_ms", {}).get("p50"),
         "bystander woke late p90, ms": b.get("woke_late_ms", {}).get("p90"),
+        "bystander in a session of its own woke late p50, ms": ba.get("woke_late_ms", {}).get("p50"),
+        "bystander in a session of its own woke late p90, ms": ba.get("woke_late_ms", {}).get("p90"),
+        "bystander in a session of its own woke late max, ms": ba.get("woke_late_ms", {}).get("max"),
+        "the machine's work over the start, core-s": m["busy_mean"] * s["window_s"] if m else None,
         "restart: full membership, ms": x.get("full_membership_ms"),
         "restart: all linked, ms": x.get("all_linked_ms"),
         "restart: others' CPU, % of a core": x.get("cpu_pct_window_mean"),
         "restart: machine, busy cores": (x.get("machine") or {}).get("busy_mean"),
         "restart: bystander woke late p90, ms": xb.get("woke_late_ms", {}).get("p90"),
+        "restart: bystander in a session of its own woke late p90, ms": xba.get("woke_late_ms", {}).get("p90"),
     }
 
 

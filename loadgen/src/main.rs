@@ -118,6 +118,10 @@ enum Cmd {
     /// One node of a `storm` (started by `storm`; answers it on stdin/stdout).
     #[command(hide = true)]
     StormNode(storm_node::StormNodeArgs),
+    /// A `storm`'s bystander in a session of its own (started by `storm`; writes its
+    /// rounds on stdout).
+    #[command(hide = true)]
+    StormBystander,
 }
 
 fn main() -> ExitCode {
@@ -144,6 +148,7 @@ fn main() -> ExitCode {
         Cmd::Discovery(a) => cli::discovery::discovery_cmd(a),
         Cmd::Storm(a) => cli::storm::storm_cmd(a),
         Cmd::StormNode(a) => cli::storm::storm_node_cmd(a),
+        Cmd::StormBystander => cli::storm::storm_bystander_cmd(),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

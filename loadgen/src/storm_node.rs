@@ -39,6 +39,21 @@ pub(crate) struct StormNodeArgs {
     /// `nice`: the node's executors' niceness (overrides the settings file).
     #[arg(long)]
     pub(crate) nice: Option<i32>,
+    /// Lead a session of its own ([`lead_new_session`]) before anything else.
+    #[arg(long)]
+    pub(crate) own_session: bool,
+}
+
+/// Makes this process the leader of a new session (and process group), as a service, a
+/// container or a terminal of its own would be; returns the session's id (this pid).
+pub(crate) fn lead_new_session() -> std::io::Result<u32> {
+    // SAFETY: setsid takes no arguments and touches no memory of this process; it fails
+    // (EPERM) only for a process group leader, which a freshly spawned child is not.
+    let sid = unsafe { libc::setsid() };
+    if sid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(sid as u32)
 }
 
 /// What a storm node answers to `s`: its member set and the counters the parent turns into
@@ -100,6 +115,9 @@ struct Members {
 
 /// Runs one storm node until told to stop (or stdin ends).
 pub(crate) fn run(a: &StormNodeArgs) -> Result<(), RunError> {
+    if a.own_session {
+        lead_new_session()?;
+    }
     let text = match &a.config {
         Some(path) => std::fs::read_to_string(path).map_err(|source| SetupError::ReadConfig {
             path: path.clone(),

@@ -50,6 +50,8 @@ fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
     assert_eq!(r["nodes"], 4);
     // No `--nice`: every node thread at this process's niceness.
     assert_eq!(r["nice"], Value::Null);
+    // No `--node-sessions`: every node in this process's session.
+    assert_eq!(r["nodes_leading_sessions"], 0, "{r:#}");
     let (lo, hi) = (&r["threads_nice"][0], &r["threads_nice"][1]);
     assert!(lo.is_i64() && lo == hi, "{r:#}");
 
@@ -77,17 +79,24 @@ fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
         assert!((0.0..=cores + 1e-9).contains(&mean), "{phase}: {r:#}");
         assert!((0.0..=cores + 1e-9).contains(&peak), "{phase}: {r:#}");
         assert!(peak + 1e-9 >= mean, "{phase}: {r:#}");
-        // The bystander ran through every phase (the idle window alone is 2 s of 20 ms
-        // sleeps), and its 0.5 ms of CPU never took less wall time than that.
-        let b = &r[phase]["bystander"];
-        assert!(num(b, "rounds") >= 1.0, "{phase}: {r:#}");
-        assert!(num(b, "work_ms.p50") >= 0.5, "{phase}: {r:#}");
-        assert!(
-            num(b, "work_ms.max") >= num(b, "work_ms.p90"),
-            "{phase}: {r:#}"
-        );
-        assert!(num(b, "woke_late_ms.p50") >= 0.0, "{phase}: {r:#}");
+        // Both bystanders (a thread in the nodes' session, a process in a session of its
+        // own) ran through every phase (the idle window alone is 2 s of 20 ms sleeps), and
+        // their 0.5 ms of CPU never took less wall time than that.
+        for who in ["bystander", "bystander_apart"] {
+            let b = &r[phase][who];
+            assert!(num(b, "rounds") >= 1.0, "{phase} {who}: {r:#}");
+            assert!(num(b, "work_ms.p50") >= 0.5, "{phase} {who}: {r:#}");
+            assert!(
+                num(b, "work_ms.max") >= num(b, "work_ms.p90"),
+                "{phase} {who}: {r:#}"
+            );
+            assert!(num(b, "woke_late_ms.p50") >= 0.0, "{phase} {who}: {r:#}");
+        }
     }
+    assert!(
+        r["autogroup"].is_boolean() || r["autogroup"].is_null(),
+        "{r:#}"
+    );
     // Every node received frames over the start (announces, records, heartbeats).
     assert!(num(&r, "startup.frames_in.min") > 0.0, "{r:#}");
 
@@ -126,14 +135,16 @@ fn a_small_storm_reaches_full_membership_idles_and_survives_a_restart() {
 }
 
 /// `--nice N` runs every node's executors at niceness N (the node's `nice` setting); a node
-/// process's main thread keeps this process's niceness.
+/// process's main thread keeps this process's niceness. `--node-sessions` starts every node
+/// process (the restarted one too) in a session of its own.
 #[test]
-fn a_storm_at_a_niceness_runs_every_node_thread_at_it() {
+fn nice_and_node_sessions_reach_every_node_process() {
     let r = storm(&[
         "--nodes",
         "2",
         "--nice",
         "7",
+        "--node-sessions",
         "--no-restart",
         "--settle-ms",
         "0",
@@ -148,4 +159,58 @@ fn a_storm_at_a_niceness_runs_every_node_thread_at_it() {
         rest.split(' ').nth(16).unwrap().parse::<i64>().unwrap()
     };
     assert_eq!(r["threads_nice"][0], mine.min(7), "{r:#}");
+    assert_eq!(r["nodes_leading_sessions"], 2, "{r:#}");
+}
+
+/// The storm's bystander apart leads a session of its own (what makes it a program elsewhere
+/// on the host, not one of the storm's), writes its rounds, and ends once the storm is gone
+/// (its pipe closed), so a killed storm leaves no process behind.
+#[test]
+fn the_bystander_apart_leads_its_own_session_and_ends_with_its_pipe() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(BIN)
+        .arg("storm-bystander")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run shoal-loadgen storm-bystander");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped"))
+        .lines()
+        .map(|l| l.expect("a line"));
+    assert_eq!(
+        lines.next().as_deref(),
+        Some(format!("session {}", child.id()).as_str()),
+        "its session's id is its own pid: it leads a new session"
+    );
+    // This test's session is another one.
+    // SAFETY: getsid(0) reads the calling process's session id and touches no memory.
+    let ours = unsafe { libc::getsid(0) };
+    assert_ne!(ours as u32, child.id());
+    for _ in 0..2 {
+        let l = lines.next().expect("a round");
+        let f: Vec<u64> = l
+            .strip_prefix("tick ")
+            .unwrap_or_else(|| panic!("{l}"))
+            .split(' ')
+            .map(|x| x.parse().expect("ns"))
+            .collect();
+        assert_eq!(f.len(), 3, "{l}");
+        assert!(
+            f[2] >= 500_000,
+            "its work takes at least its 0.5 ms of CPU: {l}"
+        );
+    }
+    drop(lines);
+    // Its next write fails: it exits by itself (no kill here).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            assert!(st.success(), "{st}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running 60 s after its pipe closed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

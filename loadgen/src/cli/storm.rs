@@ -1,5 +1,6 @@
-//! `storm` (N nodes in N processes started at once, idle, one restart) and its hidden
-//! per-process node, `storm-node`.
+//! `storm` (N nodes in N processes started at once, idle, one restart), its hidden
+//! per-process node, `storm-node`, and its hidden bystander in a session of its own,
+//! `storm-bystander`.
 
 use super::{emit_json, ms, MainError, Output};
 use crate::storm::{self, StormRun};
@@ -51,6 +52,11 @@ pub(crate) struct StormArgs {
     /// programs, which is what the bystander measures. Default: this process's own.
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=19))]
     nice: Option<i32>,
+    /// Every node process in a session of its own, as nodes started as separate services,
+    /// containers or terminals are (where the kernel groups sessions, each node is then a
+    /// group of its own; see the report's `autogroup`). Default: the storm's session.
+    #[arg(long)]
+    node_sessions: bool,
     /// Write each node's log (stderr; `RUST_LOG` applies) to `DIR/node-K.log`, K in start
     /// order, the restarted node's new process last; each node logs its id at info level
     /// (`shoal_loadgen=info`).
@@ -77,6 +83,7 @@ pub(crate) fn storm_cmd(a: StormArgs) -> Result<(), MainError> {
         interface: a.multicast_interface,
         config: a.config,
         max_links: a.max_links,
+        node_sessions: a.node_sessions,
         nice: a.nice,
         node_logs: a.node_logs,
         progress: !(a.out.quiet || a.out.json),
@@ -102,5 +109,11 @@ pub(crate) fn storm_cmd(a: StormArgs) -> Result<(), MainError> {
 /// The hidden per-process node of a storm.
 pub(crate) fn storm_node_cmd(a: StormNodeArgs) -> Result<(), MainError> {
     storm_node::run(&a)?;
+    Ok(())
+}
+
+/// The hidden bystander of a storm in a session of its own.
+pub(crate) fn storm_bystander_cmd() -> Result<(), MainError> {
+    storm::run_bystander_apart()?;
     Ok(())
 }

@@ -1,16 +1,27 @@
 //! A bystander's view of the host: what another program gets while the storm's nodes run.
 //! "The machine saturated" says every core was busy; it does not say whether a shell, a
-//! monitor or a service beside the nodes still got the CPU when it asked. A thread of the
-//! storm's own asks the way such a program does: it sleeps [`SLEEP`], then needs [`WORK`] of
-//! CPU, over and over, and records how late it woke and how long (wall) its work took.
-//! On an idle host both are near zero and [`WORK`]; on a host whose runnable threads
-//! outnumber its cores by k, the work takes about k times as long.
+//! monitor or a service beside the nodes still got the CPU when it asked. A bystander asks
+//! the way such a program does: it sleeps [`SLEEP`], then needs [`WORK`] of CPU, over and
+//! over, and records how late it woke and how long (wall) its work took. On an idle host both
+//! are near zero and [`WORK`]; on a host whose runnable threads outnumber its cores by k, the
+//! work takes about k times as long.
 //!
-//! The bystander costs ~2 % of one core (its work over its period); the machine figures
-//! count it, like the storm's own polling.
+//! Two of them run, because where a program sits decides what it gets: the kernel's
+//! scheduler shares the cores between sessions before it shares them between their threads
+//! when it groups them (`autogroup`, [`autogroup`]; a service's cgroup does the same). One is a
+//! thread of the storm ([`Probe::start`]), in the session that started the nodes, as a script
+//! that starts them and its shell are; the other a process of a session of its own
+//! ([`Probe::start_apart`], this binary's hidden `storm-bystander`, [`run_apart`]), as a login
+//! shell or a monitor elsewhere on the host is.
 //!
-//! **Owns:** the bystander thread and its figures. **Must not touch:** the nodes.
+//! Each costs ~2 % of one core (its work over its period); the machine figures count them,
+//! like the storm's own polling.
+//!
+//! **Owns:** the bystander thread and process and their figures. **Must not touch:** the
+//! nodes.
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -80,27 +91,98 @@ pub(crate) fn figures(ticks: &[Tick], from: Instant, to: Instant) -> Bystander {
     }
 }
 
-/// This thread's CPU time (`None` if the clock cannot be read).
-fn thread_cpu() -> Option<Duration> {
+/// A clock's reading (`None` if it cannot be read).
+fn clock(id: libc::clockid_t) -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable `timespec` for the duration of the call, and
-    // CLOCK_THREAD_CPUTIME_ID is a clock every Linux kernel supports for the calling thread.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    // SAFETY: `ts` is a valid, writable `timespec` for the duration of the call; an unknown
+    // clock is an error return, not undefined behaviour.
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
     (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
-/// The running bystander thread.
+/// This thread's CPU time (`None` if the clock cannot be read).
+fn thread_cpu() -> Option<Duration> {
+    clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Whether the kernel shares the cores between sessions first (`None`: it does not say).
+pub(crate) fn autogroup() -> Option<bool> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled").ok()?;
+    Some(s.trim() != "0")
+}
+
+/// One instant on both [`Instant`]'s clock and `CLOCK_MONOTONIC`, the clock two processes
+/// share: a round of the process apart crosses the pipe as the latter.
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
+    at: Instant,
+    mono: Duration,
+}
+
+impl Anchor {
+    /// The closest of a few paired readings (a thread preempted between its two reads
+    /// would shift every round it converts).
+    fn now() -> Option<Anchor> {
+        let mut best: Option<(Duration, Anchor)> = None;
+        for _ in 0..5 {
+            let before = clock(libc::CLOCK_MONOTONIC)?;
+            let at = Instant::now();
+            let after = clock(libc::CLOCK_MONOTONIC)?;
+            let gap = after.saturating_sub(before);
+            if best.is_none_or(|(g, _)| gap < g) {
+                best = Some((
+                    gap,
+                    Anchor {
+                        at,
+                        mono: before + gap / 2,
+                    },
+                ));
+            }
+        }
+        best.map(|(_, a)| a)
+    }
+
+    fn to_mono(self, at: Instant) -> Duration {
+        match at.checked_duration_since(self.at) {
+            Some(d) => self.mono + d,
+            None => self.mono.saturating_sub(self.at - at),
+        }
+    }
+
+    fn to_instant(self, mono: Duration) -> Instant {
+        match mono.checked_sub(self.mono) {
+            Some(d) => self.at + d,
+            None => self.at.checked_sub(self.mono - mono).unwrap_or(self.at),
+        }
+    }
+}
+
+/// Where a probe runs.
+enum Runner {
+    /// A thread of the storm.
+    Thread {
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+    },
+    /// A process of its own session, its rounds read from its stdout.
+    Apart {
+        child: Child,
+        reader: Option<JoinHandle<()>>,
+    },
+}
+
+/// A running bystander.
 pub(crate) struct Probe {
-    stop: Arc<AtomicBool>,
     ticks: Arc<Mutex<Vec<Tick>>>,
-    thread: Option<JoinHandle<()>>,
+    runner: Runner,
 }
 
 impl Probe {
-    /// Starts the bystander (`None` if this host has no per-thread CPU clock).
+    /// Starts the bystander as a thread of this process (`None` if this host has no
+    /// per-thread CPU clock).
     pub(crate) fn start() -> Option<Probe> {
         thread_cpu()?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -108,12 +190,62 @@ impl Probe {
         let (s, t) = (stop.clone(), ticks.clone());
         let thread = std::thread::Builder::new()
             .name("storm-bystander".into())
-            .spawn(move || run(&s, &t))
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    let Some(tick) = round() else { return };
+                    t.lock().unwrap_or_else(|e| e.into_inner()).push(tick);
+                }
+            })
             .ok()?;
         Some(Probe {
-            stop,
             ticks,
-            thread: Some(thread),
+            runner: Runner::Thread {
+                stop,
+                thread: Some(thread),
+            },
+        })
+    }
+
+    /// Starts the bystander as a process of a session of its own: `exe storm-bystander`
+    /// (this binary). `None`, with a warning, if it did not start or did not say it leads a
+    /// session of its own.
+    pub(crate) fn start_apart(exe: &std::path::Path) -> Option<Probe> {
+        let anchor = Anchor::now()?;
+        let mut child = Command::new(exe)
+            .arg("storm-bystander")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| tracing::warn!(%e, "the bystander apart did not start"))
+            .ok()?;
+        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        // Its first line, before any node starts: it says it leads its own session.
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        let pid = child.id().to_string();
+        if first.split_whitespace().collect::<Vec<_>>() != ["session", pid.as_str()] {
+            tracing::warn!(%first, "the bystander apart is not in a session of its own");
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        let ticks = Arc::new(Mutex::new(Vec::new()));
+        let t = ticks.clone();
+        let reader = std::thread::Builder::new()
+            .name("storm-bystander-apart".into())
+            .spawn(move || {
+                for line in lines.map_while(Result::ok) {
+                    if let Some(tick) = parse_tick(&line, anchor) {
+                        t.lock().unwrap_or_else(|e| e.into_inner()).push(tick);
+                    }
+                }
+            })
+            .ok()?;
+        Some(Probe {
+            ticks,
+            runner: Runner::Apart {
+                child,
+                reader: Some(reader),
+            },
         })
     }
 
@@ -125,33 +257,78 @@ impl Probe {
 
 impl Drop for Probe {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        match &mut self.runner {
+            Runner::Thread { stop, thread } => {
+                stop.store(true, Ordering::Relaxed);
+                if let Some(t) = thread.take() {
+                    let _ = t.join();
+                }
+            }
+            Runner::Apart { child, reader } => {
+                let _ = child.kill();
+                let _ = child.wait();
+                if let Some(r) = reader.take() {
+                    let _ = r.join();
+                }
+            }
         }
     }
 }
 
-fn run(stop: &AtomicBool, ticks: &Mutex<Vec<Tick>>) {
-    while !stop.load(Ordering::Relaxed) {
-        let at = Instant::now();
-        std::thread::sleep(SLEEP);
-        let woke = Instant::now();
-        let Some(c0) = thread_cpu() else { return };
-        let mut x = 0u64;
-        // Spin on the thread's own CPU clock: the wall time this takes is the bystander's
-        // share of a busy host.
-        while thread_cpu().is_some_and(|c| c.saturating_sub(c0) < WORK) {
-            for i in 0..256u64 {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
-            }
+/// One round: sleep, then spin on the thread's own CPU clock (the wall time this takes is
+/// the bystander's share of a busy host). `None` if the clock cannot be read.
+fn round() -> Option<Tick> {
+    let at = Instant::now();
+    std::thread::sleep(SLEEP);
+    let woke = Instant::now();
+    let c0 = thread_cpu()?;
+    let mut x = 0u64;
+    while thread_cpu().is_some_and(|c| c.saturating_sub(c0) < WORK) {
+        for i in 0..256u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
         }
-        let done = Instant::now();
-        ticks.lock().unwrap_or_else(|e| e.into_inner()).push(Tick {
-            at,
-            woke_late: woke.saturating_duration_since(at).saturating_sub(SLEEP),
-            work_wall: done - woke,
-        });
+    }
+    let done = Instant::now();
+    Some(Tick {
+        at,
+        woke_late: woke.saturating_duration_since(at).saturating_sub(SLEEP),
+        work_wall: done - woke,
+    })
+}
+
+/// A round as the process apart writes it: when it began on `CLOCK_MONOTONIC`, how late it
+/// woke and how long its work took, each in ns.
+fn format_tick(t: &Tick, anchor: Anchor) -> String {
+    format!(
+        "tick {} {} {}",
+        anchor.to_mono(t.at).as_nanos(),
+        t.woke_late.as_nanos(),
+        t.work_wall.as_nanos()
+    )
+}
+
+fn parse_tick(line: &str, anchor: Anchor) -> Option<Tick> {
+    let mut w = line.strip_prefix("tick ")?.split(' ');
+    let mut ns = || w.next()?.parse::<u64>().ok().map(Duration::from_nanos);
+    Some(Tick {
+        at: anchor.to_instant(ns()?),
+        woke_late: ns()?,
+        work_wall: ns()?,
+    })
+}
+
+/// The process apart (`storm-bystander`): leads a session of its own, says so, then writes
+/// its rounds to stdout until the storm stops it or is gone (a write fails).
+pub(crate) fn run_apart() -> std::io::Result<()> {
+    let sid = crate::storm_node::lead_new_session()?;
+    let anchor = Anchor::now().ok_or_else(|| std::io::Error::other("no monotonic clock"))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "session {sid}")?;
+    out.flush()?;
+    loop {
+        let tick = round().ok_or_else(|| std::io::Error::other("no per-thread CPU clock"))?;
+        writeln!(out, "{}", format_tick(&tick, anchor))?;
+        out.flush()?;
     }
 }
 
@@ -195,6 +372,31 @@ mod tests {
             figures(&ticks, t + ms(300), t + ms(400)),
             Bystander::default()
         );
+    }
+
+    #[test]
+    fn a_round_of_the_process_apart_arrives_at_the_instant_it_began() {
+        // The two ends pair the clocks each at its own moment: a round read back is where it
+        // was, before either pairing or after both.
+        let a = Anchor::now().expect("Linux has CLOCK_MONOTONIC");
+        std::thread::sleep(Duration::from_millis(2));
+        let b = Anchor::now().expect("Linux has CLOCK_MONOTONIC");
+        for at in [
+            a.at - Duration::from_millis(40),
+            b.at + Duration::from_millis(70),
+        ] {
+            let t = Tick {
+                at,
+                woke_late: Duration::from_nanos(1_234_567),
+                work_wall: Duration::from_nanos(501_002),
+            };
+            let back = parse_tick(&format_tick(&t, a), b).expect("a tick line");
+            let off = back.at.max(at) - back.at.min(at);
+            assert!(off < Duration::from_millis(1), "{off:?}");
+            assert_eq!((back.woke_late, back.work_wall), (t.woke_late, t.work_wall));
+        }
+        assert!(parse_tick("session 12", a).is_none());
+        assert!(parse_tick("tick 1 2", a).is_none());
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! and is measured anyway), the start's CPU, each node's control frames and CPU while idle,
 //! and the spike at the other nodes while one restarts; for each phase also the whole
 //! machine's CPU ([`machine`]), the measure of whether the host saturated, and what a program
-//! beside the nodes got when it asked for the CPU ([`bystander`]), the measure of what that
-//! saturation costs the host's other programs.
+//! beside the nodes got when it asked for the CPU ([`bystander`]: one in the nodes' session,
+//! one in a session of its own), the measure of what that saturation costs the host's other
+//! programs.
 //!
 //! Each node is this binary's hidden `storm-node` subcommand ([`crate::storm_node`]); the
 //! parent asks each for a [`NodeSample`](crate::storm_node::NodeSample) over its
@@ -15,7 +16,7 @@
 //!
 //! **Owns:** the run (starting, sampling, restarting and stopping the node processes);
 //! one process is [`node_proc`], the figures and their printing are [`report`], the host's
-//! CPU is [`machine`], the bystander thread [`bystander`].
+//! CPU is [`machine`], the bystanders [`bystander`].
 //! **Must not touch:** the mesh (the nodes are separate processes driven through the public
 //! API) or any address but the interface it is given.
 
@@ -62,6 +63,8 @@ pub(crate) struct StormRun {
     pub(crate) max_links: Option<usize>,
     /// Every node process's niceness (`None`: inherited).
     pub(crate) nice: Option<i32>,
+    /// Every node process in a session of its own (false: the storm's).
+    pub(crate) node_sessions: bool,
     /// Each node's stderr (its log) to `DIR/node-K.log` (`K` in start order, the restarted
     /// node's new process last) instead of this process's stderr.
     pub(crate) node_logs: Option<PathBuf>,
@@ -241,6 +244,7 @@ fn startup(
         cpu_cores_peak: cpu.peak_cores,
         machine: cpu.machine.figures(),
         bystander: None,
+        bystander_apart: None,
         announces_rate_limited: delta(cpu_at_spawn, &linked_r, |x| x.s.announces_rate_limited),
         dials_rate_limited: delta(cpu_at_spawn, &linked_r, |x| x.s.dials_rate_limited),
         claims_refused: delta(cpu_at_spawn, &linked_r, |x| x.s.claims_refused),
@@ -281,13 +285,19 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         args.push("--nice".into());
         args.push(n.to_string());
     }
-    // The bystander and the machine from before the first spawn: starting 60 processes is
+    if r.node_sessions {
+        args.push("--own-session".into());
+    }
+    // The bystanders and the machine from before the first spawn: starting 60 processes is
     // part of the start.
-    let probe = Probe::start();
+    let probes = [
+        Probe::start(),
+        Probe::start_apart(&std::env::current_exe()?),
+    ];
     let bystander_over = |from: Instant, to: Instant| {
-        probe
-            .as_ref()
-            .map(|p| bystander::figures(&p.ticks(), from, to))
+        probes
+            .each_ref()
+            .map(|p| p.as_ref().map(|p| bystander::figures(&p.ticks(), from, to)))
     };
     let mut machine = MachineCpu::default();
     machine.sample();
@@ -309,8 +319,12 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         .iter()
         .filter_map(NodeProc::threads_nice)
         .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)));
+    let nodes_leading_sessions = nodes
+        .iter()
+        .filter(|n| n.leads_session() == Some(true))
+        .count();
     let mut startup = startup(&mut nodes, r, t0, t0_i, &ready, ready_ms, machine)?;
-    startup.bystander = bystander_over(t0_i, Instant::now());
+    [startup.bystander, startup.bystander_apart] = bystander_over(t0_i, Instant::now());
     let full = startup.full_membership_ms.is_some();
     let mut report = StormReport {
         nodes: r.nodes,
@@ -318,6 +332,8 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         config: r.config.as_ref().map(|c| c.display().to_string()),
         nice: r.nice,
         threads_nice,
+        autogroup: bystander::autogroup(),
+        nodes_leading_sessions,
         startup,
         idle: None,
         restart: None,
@@ -335,16 +351,20 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         let to = Instant::now();
         let b = poll(&mut nodes)?;
         machine.sample();
+        let [here, apart] = bystander_over(from, to);
         report.idle = Some(Idle {
             machine: machine.figures(),
-            bystander: bystander_over(from, to),
+            bystander: here,
+            bystander_apart: apart,
             ..idle(&a, &b)
         });
         if let Some(i) = r.restart {
             let from = Instant::now();
             let x = restart(&mut nodes, i, &args, r)?;
+            let [here, apart] = bystander_over(from, Instant::now());
             report.restart = Some(Restart {
-                bystander: bystander_over(from, Instant::now()),
+                bystander: here,
+                bystander_apart: apart,
                 ..x
             });
         }
@@ -353,6 +373,15 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         n.stop()?;
     }
     Ok(report)
+}
+
+/// The hidden `storm-bystander` process: [`bystander::run_apart`] until the storm stops it
+/// (or is gone: its pipe closed is the end, not an error).
+pub(crate) fn run_bystander_apart() -> Result<(), RunError> {
+    match bystander::run_apart() {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
 }
 
 fn idle(a: &[Reading], b: &[Reading]) -> Idle {
@@ -392,6 +421,7 @@ fn idle(a: &[Reading], b: &[Reading]) -> Idle {
         data_frames: data,
         machine: None,
         bystander: None,
+        bystander_apart: None,
     }
 }
 
@@ -510,6 +540,7 @@ fn restart(
         cpu_pct_window_mean: wc / prev.len() as f64,
         machine: machine.figures(),
         bystander: None,
+        bystander_apart: None,
     })
 }
 

@@ -69,9 +69,12 @@ pub(crate) struct Startup {
     /// included; its first period runs until every process is ready) to the end of the
     /// start (`None` without `/proc/stat`).
     pub(crate) machine: Option<Machine>,
-    /// What a program beside the nodes got over the start, from before the first spawn
-    /// (`None`: no per-thread CPU clock).
+    /// What a program in the nodes' session got over the start, from before the first
+    /// spawn (a thread of the storm, which started them; `None`: no per-thread CPU clock).
     pub(crate) bystander: Option<Bystander>,
+    /// What a program in a session of its own got over the start (a login shell, a monitor:
+    /// a process of the storm's in a new session; `None`: it did not start).
+    pub(crate) bystander_apart: Option<Bystander>,
     /// Over the start, all nodes: announces ignored and dials postponed for the new-peer
     /// budget, late claims refused, links closed (dial-race losers and failures).
     pub(crate) announces_rate_limited: u64,
@@ -111,8 +114,10 @@ pub(crate) struct Idle {
     pub(crate) data_frames: u64,
     /// The whole machine's CPU over the window (`None` without `/proc/stat`).
     pub(crate) machine: Option<Machine>,
-    /// What a program beside the nodes got over the window.
+    /// What a program in the nodes' session got over the window.
     pub(crate) bystander: Option<Bystander>,
+    /// What a program in a session of its own got over the window.
+    pub(crate) bystander_apart: Option<Bystander>,
 }
 
 /// One node stopped (Goodbye) and started again as a new process with a new id.
@@ -160,8 +165,10 @@ pub(crate) struct Restart {
     /// The whole machine's CPU over the window, sampled with the nodes (`None` without
     /// `/proc/stat`).
     pub(crate) machine: Option<Machine>,
-    /// What a program beside the nodes got over the window.
+    /// What a program in the nodes' session got over the window.
     pub(crate) bystander: Option<Bystander>,
+    /// What a program in a session of its own got over the window.
+    pub(crate) bystander_apart: Option<Bystander>,
 }
 
 /// What a storm run measured.
@@ -178,6 +185,13 @@ pub(crate) struct StormReport {
     /// The lowest and highest niceness of any node process's threads once every node was
     /// ready (its executors and its own main thread, which keeps the storm's).
     pub(crate) threads_nice: Option<(i32, i32)>,
+    /// Whether the kernel shares the cores between sessions before their threads
+    /// (`/proc/sys/kernel/sched_autogroup_enabled`; `None`: it does not say): what the two
+    /// bystanders' difference rests on.
+    pub(crate) autogroup: Option<bool>,
+    /// Node processes that lead a session of their own once every node was ready (all with
+    /// `--node-sessions`, none without).
+    pub(crate) nodes_leading_sessions: usize,
     /// See [`Startup`].
     pub(crate) startup: Startup,
     /// See [`Idle`] (`None` when the start did not converge).
@@ -203,6 +217,16 @@ pub(crate) fn print(r: &StormReport) {
             .map(|c| format!(", settings {c}"))
             .unwrap_or_default()
             + &r.nice.map(|n| format!(", at nice {n}")).unwrap_or_default()
+            + if r.nodes_leading_sessions > 0 {
+                ", each node in a session of its own"
+            } else {
+                ""
+            }
+            + match r.autogroup {
+                Some(true) => "; the kernel shares the cores between sessions first (autogroup)",
+                Some(false) => "; autogroup off: the cores are shared between threads",
+                None => "",
+            }
     );
     println!(
         "  start: every process ready (listening) after {:.0} ms",
@@ -245,7 +269,11 @@ pub(crate) fn print(r: &StormReport) {
         s.links_closed
     );
     print_machine("over the start", s.machine.as_ref());
-    print_bystander("over the start", s.bystander.as_ref());
+    print_bystanders(
+        "over the start",
+        s.bystander.as_ref(),
+        s.bystander_apart.as_ref(),
+    );
     if let Some(i) = &r.idle {
         println!(
             "  idle {:.1} s, {:.0} peers per node:",
@@ -272,7 +300,11 @@ pub(crate) fn print(r: &StormReport) {
             i.links_closed, i.data_frames
         );
         print_machine("over the idle window", i.machine.as_ref());
-        print_bystander("over the idle window", i.bystander.as_ref());
+        print_bystanders(
+            "over the idle window",
+            i.bystander.as_ref(),
+            i.bystander_apart.as_ref(),
+        );
     }
     if let Some(x) = &r.restart {
         println!(
@@ -314,7 +346,11 @@ pub(crate) fn print(r: &StormReport) {
             x.cpu_pct_window_mean
         );
         print_machine("over the window", x.machine.as_ref());
-        print_bystander("over the window", x.bystander.as_ref());
+        print_bystanders(
+            "over the window",
+            x.bystander.as_ref(),
+            x.bystander_apart.as_ref(),
+        );
     }
 }
 
@@ -329,13 +365,18 @@ fn print_machine(phase: &str, m: Option<&Machine>) {
     }
 }
 
-/// The bystander's line of a phase (nothing without it).
-fn print_bystander(phase: &str, b: Option<&Bystander>) {
-    if let Some(b) = b {
+/// The bystanders' lines of a phase (nothing for one that did not run).
+fn print_bystanders(phase: &str, here: Option<&Bystander>, apart: Option<&Bystander>) {
+    let lines = [
+        ("a bystander thread in the nodes' session", here),
+        ("a bystander process in a session of its own", apart),
+    ];
+    for (who, b) in lines {
+        let Some(b) = b else { continue };
         println!(
-            "    a bystander thread {phase} ({} rounds of a {:.0} ms sleep, then {:.1} ms of \
-             CPU): woke late by {:.1} / {:.1} / {:.1} ms, its work took {:.1} / {:.1} / {:.1} \
-             ms (median / p90 / max)",
+            "    {who} {phase} ({} rounds of a {:.0} ms sleep, then {:.1} ms of CPU): woke \
+             late by {:.1} / {:.1} / {:.1} ms, its work took {:.1} / {:.1} / {:.1} ms (median / \
+             p90 / max)",
             b.rounds,
             super::bystander::SLEEP.as_secs_f64() * 1e3,
             super::bystander::WORK.as_secs_f64() * 1e3,
