@@ -209,7 +209,7 @@ impl WriterSeqs {
     }
 
     /// Accounts `n` consecutive samples of `writer` from `first` on, as `n` calls of
-    /// [`record`](Self::record) would, with one lookup: a GUID's hash per sample was most of
+    /// `record` would, with one lookup: a GUID's hash per sample was most of
     /// a 64 B subscriber's thread, and a run's numbers follow one another by construction.
     pub fn record_run(&mut self, writer: EndpointGuid, first: u64, n: u64) {
         let full = self.writers.len() >= MAX_WRITERS;

@@ -22,7 +22,7 @@
 //!   `cls_bpf` only, which every distribution kernel has (`sch_netem` is often missing:
 //!   minimal VM kernels have none).
 //! - **Delay**: `sch_netem` where the kernel has it, on both ends of the host's veth; without
-//!   it, a delay line ([`cable`]): the host's switch port leaves the bridge, and a thread of
+//!   it, a delay line (`lab/cable.rs`): the host's switch port leaves the bridge, and a thread of
 //!   this process inside the switch namespace carries its frames to a veth pair on the bridge
 //!   after the delay.
 //! - **Cut**: the switch-side port goes down. The host sees no carrier but keeps its address
@@ -31,7 +31,7 @@
 //!   asynchronously, and traffic sent before that would be lost or leak through.
 //!
 //! Length: one object's plumbing (build, faults, teardown, each an `ip`/`tc` command list),
-//! the handle of the processes it starts and its error type; the delay line is [`cable`].
+//! the handle of the processes it starts and its error type; the delay line is `lab/cable.rs`.
 //!
 //! **Owns:** the lab's namespaces, interfaces, qdiscs and delay lines, and the processes it
 //! starts in them. **Must not touch:** the root namespace (no interface, address, route or

@@ -1,4 +1,4 @@
-//! The storm's report: what a run measured ([`StormReport`]) and its human form ([`print`]).
+//! The storm's report: what a run measured ([`StormReport`]) and its human form ([`print()`]).
 //!
 //! **Owns:** the report's figures and their printing. **Must not touch:** the node processes
 //! (the run driver's).

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 const QUIET_INTERVALS: u32 = 5;
 
 /// Beacon timing: due at start, then every interval ±20% (the idle interval once nothing
-/// changed for [`QUIET_INTERVALS`] intervals).
+/// changed for `QUIET_INTERVALS` (5) intervals).
 #[derive(Debug, Clone)]
 pub struct BeaconSchedule {
     interval: Duration,

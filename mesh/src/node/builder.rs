@@ -55,7 +55,8 @@ pub struct NodeOptions {
     /// Secured mesh: a link's writer cuts a record, between two frames, once it holds this
     /// many plaintext bytes (a larger frame is a record of its own, up to the receiver's
     /// limit). Smaller records are opened by the receiver while they are still in its cache
-    /// and cost more per-record overhead. Default [`DEFAULT_RECORD_BYTES`].
+    /// and cost more per-record overhead. Default
+    /// [`DEFAULT_RECORD_BYTES`](crate::proto::shard::DEFAULT_RECORD_BYTES) (64 KiB).
     pub record_bytes: usize,
 }
 
@@ -296,7 +297,7 @@ impl MeshBuilder {
     }
 
     /// Secured mesh: plaintext bytes after which a writer cuts a record (default
-    /// [`DEFAULT_RECORD_BYTES`]); see [`NodeOptions::record_bytes`].
+    /// [`DEFAULT_RECORD_BYTES`](crate::proto::shard::DEFAULT_RECORD_BYTES)); see [`NodeOptions::record_bytes`].
     pub fn record_bytes(mut self, bytes: usize) -> Self {
         self.opts.record_bytes = bytes;
         self

@@ -138,7 +138,8 @@ impl<T, D, U> MemberEndpoint<T, D, U> {
 }
 
 /// A member's receiver: what the hub sends down (`D`) and what the other members send (`T`),
-/// behind one wake-up (see the [module docs](self) for the order).
+/// behind one wake-up. Each ring is FIFO; across rings, a hub message sent before a member
+/// message was sent is in that member message's batch or an earlier one.
 pub struct MemberReceiver<D, T> {
     hub: Consumer<D>,
     members: Fan<T>,
@@ -160,7 +161,7 @@ impl<D, T> MemberReceiver<D, T> {
     /// `Closed` once the hub and every member are gone and every ring drained.
     ///
     /// Handle `from_hub` first: a hub message sent before a member message in `from_members`
-    /// was sent is in this batch or an earlier one (see the [module docs](self)).
+    /// was sent is in this batch or an earlier one.
     pub async fn recv_batch(
         &mut self,
         from_hub: &mut Vec<D>,
