@@ -49,6 +49,10 @@ pub(super) struct Served {
     pub(super) rx: Rx,
     /// The size of the next read (see `read::next_chunk`).
     pub(super) chunk: usize,
+    /// When the last read completed, and whether it came after a quiet spell (see
+    /// `read::READ_REST`).
+    pub(super) last_read: Option<Instant>,
+    pub(super) rested: bool,
     pub(super) tx: Tx,
     /// The writer found nothing to write and waits for `budget.wake` (see
     /// [`Served::wake_writer`]).
@@ -177,6 +181,8 @@ impl ShardCore {
             in_flight: Taken::default(),
             rx,
             chunk: READ_CHUNK,
+            last_read: None,
+            rested: false,
             tx,
             writer_idle: false,
             discovery_paused: None,

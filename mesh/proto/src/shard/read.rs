@@ -35,8 +35,15 @@ use std::time::Instant;
 /// owns the buffer until bytes arrive): at 64 KiB, 59 idle links of a 60-node full mesh held
 /// ~3.8 MB of each node's ~6 MB; a busy link reaches the maximum in six reads.
 pub(super) const READ_CHUNK: usize = 4 * 1024;
-/// The largest read a busy link grows to.
-pub(super) const READ_CHUNK_MAX: usize = 256 * 1024;
+/// The largest read a busy link grows to. A frame larger than a read is read into room
+/// that grows with what of it arrived, up to the frame's size.
+pub const READ_CHUNK_MAX: usize = 256 * 1024;
+
+/// A read this long after the link's previous one came after a quiet spell: a buffer kept
+/// from busier times (room for large frames) may go (see [`ShardCore::read_rested`]). Reads
+/// of a busy link follow each other within microseconds; an idle one's come with its peer's
+/// heartbeats.
+pub const READ_REST: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Room for the next read: a chunk, or inside a frame (a record) that still needs `rest`
 /// bytes, up to as much as is already buffered. The buffer grows with what arrives (at most
@@ -393,7 +400,17 @@ impl ShardCore {
         };
         restore(&mut l.rx, buf);
         l.chunk = next_chunk(l.chunk, n);
+        l.rested = l
+            .last_read
+            .is_some_and(|t| now.saturating_duration_since(t) >= READ_REST);
+        l.last_read = Some(now);
         l.state.on_bytes_read(n, now);
+    }
+
+    /// True when `link`'s last read came [`READ_REST`] or more after the one before: the
+    /// driver may then move what its read buffer holds out of a block kept from busier times.
+    pub fn read_rested(&self, link: LinkId) -> bool {
+        self.links.get(link).is_some_and(|l| l.rested)
     }
 
     /// The peer closed `link`'s connection; `buf` is what [`read_buffer`](Self::read_buffer)

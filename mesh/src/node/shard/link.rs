@@ -81,7 +81,11 @@ async fn reader(ctx: Rc<Ctx>, link: LinkId, mut rd: TcpReadHalf, busy: Rc<Cell<b
         let Some((mut buf, want)) = ctx.core.borrow_mut().read_buffer(link) else {
             return;
         };
-        ctx.read_blocks.borrow_mut().make_room(&mut buf, want, want);
+        // After a quiet spell, a large block kept from busier times is left.
+        let rested = ctx.core.borrow().read_rested(link);
+        ctx.read_blocks
+            .borrow_mut()
+            .make_room(&mut buf, want, want, rested);
         let (res, buf) = rd.read(buf).await;
         match res {
             Ok(0) => {

@@ -293,3 +293,24 @@ fn a_closed_link_lingers_until_its_peer_closes_or_the_linger_passes() {
         .any(|a| matches!(a, ShardAction::Ended(B, _))));
     assert_eq!(s.stats().links_closed, 2);
 }
+
+/// Reads back to back are a busy link's; a read [`READ_REST`] or more after the one before
+/// came after a quiet spell, and the driver may then move the link's buffer out of a large
+/// block kept from busier times (`mesh/tests/node_link_memory.rs`).
+#[test]
+fn a_read_after_a_quiet_spell_is_rested_and_back_to_back_reads_are_not() {
+    let (mut s, _) = Sim::two_links();
+    let mut hb = Vec::new();
+    Frame::Heartbeat.encode(&mut hb).unwrap();
+    assert!(!s.core.read_rested(A), "no read yet");
+    assert!(s.feed(A, &hb, s.at(1)));
+    assert!(!s.core.read_rested(A), "a first read has none before it");
+    assert!(s.feed(A, &hb, s.at(2)));
+    assert!(!s.core.read_rested(A), "1 ms after the one before");
+    let later = s.at(2) + READ_REST;
+    assert!(s.feed(A, &hb, later));
+    assert!(s.core.read_rested(A), "after a quiet spell");
+    assert!(s.feed(A, &hb, later));
+    assert!(!s.core.read_rested(A), "busy again");
+    assert!(!s.core.read_rested(LinkId(99)), "no such link");
+}
