@@ -113,17 +113,13 @@ fn an_idle_link_holds_no_room_for_traffic_it_does_not_carry() {
     assert_eq!(m.open_links(), (WARM + LINKS) as u64, "the links stayed up");
 }
 
-/// One 8 MiB broadcast in, delivered, dropped by the application, then the link idle again.
-/// Its read buffer grew block by block with the frame (each block copied into the next, twice
-/// the size), and every block was kept for reuse: the spares, and the last block, whose room
-/// after the frame the link went on reading small frames into, held 1.7–2× the message
-/// (14.6–17 MB) for as long as the node ran. Now the link leaves its large block at its
-/// first read after a quiet spell, and large spares unused for a period of the shard's timer
-/// (at least every quarter of `dedup_ttl`) are let go.
-#[test]
-fn a_large_message_leaves_nothing_behind_once_dropped() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    const LEN: usize = 8 << 20;
+/// A node with one plain v1 peer linked and read from, a short `dedup_ttl` so the shard's
+/// timer runs often; the peer sends `count` broadcasts of `len` bytes in one write, the
+/// application takes and drops them, then the peer sends heartbeats spaced as an idle peer's
+/// while the test waits (up to 20 s) for the node's heap to come back within `bound` of what
+/// it was before the broadcasts. Returns what it held last (measured after a failed wait's
+/// panic, it would count the panic's own backtrace).
+fn held_after_traffic_then_idle(count: u64, len: usize, bound: usize) -> usize {
     let m = fast()
         .heartbeat_timeout(Duration::from_secs(120))
         .dedup_ttl(Duration::from_secs(2))
@@ -139,48 +135,76 @@ fn a_large_message_leaves_nothing_behind_once_dropped() {
     wait_until(20, "the link is up", || open(&m) == 1);
     let mut hb = Vec::new();
     Frame::Heartbeat.encode(&mut hb).unwrap();
-    let sent_before = m.stats().total.bytes_in;
+    let read_before = m.stats().total.bytes_in;
     s.write_all(&hb).unwrap();
     wait_until(20, "the link reads", || {
-        m.stats().total.bytes_in > sent_before
+        m.stats().total.bytes_in > read_before
     });
     let before = LIVE.load(Ordering::Relaxed);
-    let mut frame = Vec::new();
-    Frame::Data(Data {
-        src,
-        dst: PeerId::ZERO,
-        msg_id: MsgId::new(&src, 1),
-        ttl: 8,
-        payload: vec![5u8; LEN].into(),
-    })
-    .encode(&mut frame)
-    .unwrap();
-    s.write_all(&frame).unwrap();
-    drop(frame);
-    let mut got = None;
-    wait_until(20, "the message is delivered", || {
+    let mut wire = Vec::new();
+    for n in 1..=count {
+        Frame::Data(Data {
+            src,
+            dst: PeerId::ZERO,
+            msg_id: MsgId::new(&src, n),
+            ttl: 8,
+            payload: vec![5u8; len].into(),
+        })
+        .encode(&mut wire)
+        .unwrap();
+    }
+    s.write_all(&wire).unwrap();
+    drop(wire);
+    let mut got = 0;
+    wait_until(20, "every broadcast is delivered", || {
         while let Some(ev) = events.try_recv() {
             if let Event::Message { payload, .. } = ev {
-                got = Some(payload.len());
+                assert_eq!(payload.len(), len);
+                got += 1;
             }
         }
-        got.is_some()
+        got == count
     });
-    assert_eq!(got, Some(LEN));
-    // Then heartbeats, spaced as an idle peer's are, while waiting (up to 20 s) for the heap
-    // to come back; what it held last is reported (measured after a failed wait's panic, it
-    // would count the panic's own backtrace).
     let held = || LIVE.load(Ordering::Relaxed).saturating_sub(before);
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = held();
-    while last >= LEN / 8 && Instant::now() < deadline {
+    while last >= bound && Instant::now() < deadline {
         std::thread::sleep(READ_REST + Duration::from_millis(20));
         s.write_all(&hb).unwrap();
         last = held();
     }
-    assert!(
-        last < LEN / 8,
-        "an {LEN}-byte message, dropped, left {last} bytes in the node's heap"
-    );
     assert_eq!(open(&m), 1, "the link stayed up");
+    last
+}
+
+/// One 8 MiB broadcast in, delivered, dropped by the application, then the link idle again.
+/// Its read buffer grew block by block with the frame (each block copied into the next, twice
+/// the size), and every block was kept for reuse: the spares, and the last block, whose room
+/// after the frame the link went on reading small frames into, held 1.7–2× the message
+/// (14.6–17 MB) for as long as the node ran. Now the link leaves a block much larger than its
+/// read at its first read after a quiet spell, and spares unused for a round of the shard's
+/// timer (at least every quarter of `dedup_ttl`) are let go.
+#[test]
+fn a_large_message_leaves_nothing_behind_once_dropped() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const LEN: usize = 8 << 20;
+    let held = held_after_traffic_then_idle(1, LEN, LEN / 8);
+    assert!(
+        held < LEN / 8,
+        "an {LEN}-byte message, dropped, left {held} bytes in the node's heap"
+    );
+}
+
+/// 2 000 broadcasts of 1 KiB in one write, delivered and dropped, then the link idle. The
+/// link's reads grew to 256 KiB with the burst, and its buffer and the shard's spares kept
+/// the blocks it grew through for as long as the node ran: 1.35 MB. Now 72 kB.
+#[test]
+fn a_burst_leaves_nothing_behind_once_the_link_is_idle() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const BOUND: usize = 128 << 10;
+    let held = held_after_traffic_then_idle(2000, 1024, BOUND);
+    assert!(
+        held < BOUND,
+        "a burst of 2 000 1 KiB messages, dropped, left {held} bytes in the node's heap"
+    );
 }

@@ -141,10 +141,7 @@ impl Publisher {
             count: 0,
             batch_bytes: 0,
             ids,
-            blocks: Recycler::new(
-                spare_blocks(DEFAULT_BATCH_BYTES * ARENA_BATCHES),
-                DEFAULT_BATCH_BYTES * ARENA_BATCHES,
-            ),
+            blocks: Recycler::new(spare_blocks(DEFAULT_BATCH_BYTES * ARENA_BATCHES)),
         }
         .with_batch_bytes(DEFAULT_BATCH_BYTES)
     }
@@ -156,9 +153,8 @@ impl Publisher {
     pub fn with_batch_bytes(mut self, bytes: usize) -> Publisher {
         let cap = self.mesh.inner.ns.cfg.max_outbound_queue_bytes / 4;
         self.batch_bytes = bytes.min(cap).max(1);
-        // Blocks beyond it were made for one larger message (see `recycle`).
-        let block = self.batch_bytes.saturating_mul(ARENA_BATCHES);
-        self.blocks.set_limits(spare_blocks(block), block);
+        self.blocks
+            .set_max(spare_blocks(self.batch_bytes.saturating_mul(ARENA_BATCHES)));
         self
     }
 
@@ -270,8 +266,9 @@ impl Publisher {
             // A block for several batches; the batches already handed over keep the old one
             // alive until their writes are done.
             let block = self.batch_bytes.saturating_mul(ARENA_BATCHES);
-            // A buffer left in a large block (after a large message) may leave it.
-            self.blocks.make_room(&mut self.buf, frame, block, true);
+            // A buffer left in a larger block (after a large message) leaves it.
+            self.blocks
+                .make_room(&mut self.buf, frame, block, Some(block));
         }
         encode_data_into(
             &mut self.buf,

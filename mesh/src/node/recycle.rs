@@ -20,15 +20,16 @@
 //! already limit; `max` caps them besides (beyond it the oldest spare is let go and freed
 //! normally).
 //!
-//! A block larger than `max_block` is large: made for one large frame (a read growing with
-//! the frame, a large message published). Large blocks are reused while large frames keep
-//! coming (allocating and faulting in a 1 MiB block per message halved the rate of 1 MiB
-//! messages), but they must not outlive the traffic that needed them: an 8 MiB message, once
-//! dropped, left 1.7–2× its size held for as long as the node ran (spares, and the block an
-//! idle link went on reading small frames into). So a buffer in a large block leaves it when
-//! its owner says it may (a link whose read came after a quiet spell) and what it holds fits
-//! an ordinary block, taking an ordinary one; and [`Recycler::trim`], on the owner's timer,
-//! lets go of large spares no one took since the trim before.
+//! Spares follow the traffic. [`Recycler::trim`], on the owner's timer, lets go of every
+//! spare no one took since its previous round: under load the spares in use are taken again
+//! and again, once the load stops they are freed within two rounds. And a buffer may leave a
+//! block much larger than it needs when its owner says so ([`Recycler::make_room`]'s
+//! `leave_above`: a link whose read came after a quiet spell, a publisher after a large
+//! message). Without either, one 8 MiB message, once dropped, left 1.7–2× its size held for
+//! as long as the node ran (the spares its read grew through, and the block an idle link went
+//! on reading small frames into). Large blocks are still reused while large frames keep
+//! coming: allocating and faulting in a 1 MiB block per message halved the rate of 1 MiB
+//! messages.
 
 use bytes::BytesMut;
 use std::collections::VecDeque;
@@ -51,62 +52,60 @@ struct Spare {
 pub(crate) struct Recycler {
     spare: VecDeque<Spare>,
     max: usize,
-    /// Blocks larger than this are large (see the [module docs](self)).
-    max_block: usize,
     /// Blocks allocated because no spare could be reclaimed (for tests and tuning).
     allocated: u64,
 }
 
+/// True when `buf`'s block is larger than `size` and nothing else uses it, or its room alone
+/// is larger. A view does not tell its block's size; asking to reclaim more than `size` does:
+/// it succeeds exactly then (and reclaims, which changes nothing for a buffer about to be let
+/// go, moved out of, or kept free).
+fn larger_and_free(buf: &mut BytesMut, size: usize) -> bool {
+    buf.try_reclaim(size.saturating_add(1))
+}
+
 impl Recycler {
-    /// Keeps at most `max` spare blocks; those larger than `max_block` bytes are large.
-    pub(crate) fn new(max: usize, max_block: usize) -> Recycler {
+    /// Keeps at most `max` spare blocks.
+    pub(crate) fn new(max: usize) -> Recycler {
         Recycler {
             spare: VecDeque::with_capacity(max),
             max,
-            max_block,
             allocated: 0,
         }
     }
 
-    /// [`new`](Self::new)'s limits from now on (the oldest spares beyond `max` are let go
-    /// now).
-    pub(crate) fn set_limits(&mut self, max: usize, max_block: usize) {
+    /// Keeps at most `max` spares from now on (the oldest beyond it are let go now).
+    pub(crate) fn set_max(&mut self, max: usize) {
         self.max = max;
-        self.max_block = max_block;
         while self.spare.len() > max {
             self.spare.pop_front();
         }
     }
 
-    /// True when `buf`'s block is larger than `max_block` and nothing else uses it, or its
-    /// room alone is larger. A view does not tell its block's size; asking to reclaim more
-    /// than `max_block` does: it succeeds exactly then (and reclaims, which changes nothing
-    /// for a buffer about to be let go or moved out of).
-    fn large_and_free(buf: &mut BytesMut, max_block: usize) -> bool {
-        buf.try_reclaim(max_block.saturating_add(1))
-    }
-
-    /// Lets go of every large spare that is free and was not taken since the trim before:
-    /// reused while large frames keep coming, freed within two periods of the owner's timer
-    /// once they stop. Cheap (an atomic load a spare).
+    /// Lets go of every spare that is free and was not taken since the round before (see the
+    /// [module docs](self)). Cheap: an atomic load a spare.
     pub(crate) fn trim(&mut self) {
-        let max_block = self.max_block;
         self.spare.retain_mut(|s| {
-            let idle = s.seen && Self::large_and_free(&mut s.buf, max_block);
+            let unused = s.seen && s.buf.try_reclaim(1);
             s.seen = true;
-            !idle
+            !unused
         });
     }
 
-    /// An empty buffer with room for at least `want` bytes: the oldest spare whose slices
-    /// are all gone (not a large one if `ordinary`), or else a new block of `block` bytes (at
-    /// least `want`).
-    pub(crate) fn take(&mut self, want: usize, block: usize, ordinary: bool) -> BytesMut {
+    /// [`take_within`](Self::take_within) with no limit.
+    #[cfg(test)]
+    fn take(&mut self, want: usize, block: usize) -> BytesMut {
+        self.take_within(want, block, usize::MAX)
+    }
+
+    /// An empty buffer with room for at least `want` bytes: the oldest spare if its slices
+    /// are all gone, passing over free ones larger than `limit` (left for a busier buffer, or
+    /// for the trim), or else a new block of `block` bytes (at least `want`).
+    fn take_within(&mut self, want: usize, block: usize, limit: usize) -> BytesMut {
         let mut i = 0;
         while i < self.spare.len().min(SCAN) {
             let b = &mut self.spare[i].buf;
-            if ordinary && Self::large_and_free(b, self.max_block) {
-                // Left for a busy reader, or for the trim.
+            if limit != usize::MAX && larger_and_free(b, limit) {
                 i += 1;
                 continue;
             }
@@ -151,19 +150,19 @@ impl Recycler {
     /// contents (a partial frame, typically): `buf` itself when it has that room, otherwise
     /// a reclaimed or new block, `buf`'s old block kept as a spare.
     ///
-    /// With `may_leave`, a buffer in a large block that nothing else uses moves to an ordinary
-    /// one, room or not, when its contents and `want` fit one.
+    /// With `leave_above`, a buffer in a block larger than that, which nothing else uses,
+    /// moves to an ordinary one, room or not, when its contents and `want` fit one (see the
+    /// [module docs](self)).
     pub(crate) fn make_room(
         &mut self,
         buf: &mut BytesMut,
         want: usize,
         block: usize,
-        may_leave: bool,
+        leave_above: Option<usize>,
     ) {
         let need = buf.len() + want;
-        let leave =
-            may_leave && need <= self.max_block && Self::large_and_free(buf, self.max_block);
-        if !leave {
+        let limit = leave_above.filter(|&l| need <= l && larger_and_free(buf, l));
+        if limit.is_none() {
             if buf.capacity() - buf.len() >= want {
                 return;
             }
@@ -171,7 +170,7 @@ impl Recycler {
                 return;
             }
         }
-        let mut next = self.take(need, block, leave);
+        let mut next = self.take_within(need, block, limit.unwrap_or(usize::MAX));
         next.extend_from_slice(buf);
         let old = std::mem::replace(buf, next);
         self.give(old);
@@ -192,15 +191,15 @@ mod tests {
         assert_eq!(spare_blocks(4 * (16 << 10)), 256);
         assert_eq!(spare_blocks(4), 256, "batching off: a block per message");
         assert_eq!(spare_blocks(4 * (4 << 20)), 4, "huge batches keep a few");
-        let mut r = Recycler::new(8, usize::MAX);
-        let held: Vec<BytesMut> = (0..8).map(|_| r.take(10, 10, false)).collect();
+        let mut r = Recycler::new(8);
+        let held: Vec<BytesMut> = (0..8).map(|_| r.take(10, 10)).collect();
         for b in held {
             r.give(b);
         }
         assert_eq!(r.spare.len(), 8);
-        r.set_limits(3, usize::MAX);
+        r.set_max(3);
         assert_eq!(r.spare.len(), 3);
-        let held: Vec<BytesMut> = (0..5).map(|_| r.take(10, 10, false)).collect();
+        let held: Vec<BytesMut> = (0..5).map(|_| r.take(10, 10)).collect();
         for b in held {
             r.give(b);
         }
@@ -209,23 +208,23 @@ mod tests {
 
     #[test]
     fn a_block_is_reused_once_its_slices_are_gone_and_not_before() {
-        let mut r = Recycler::new(2, usize::MAX);
-        let mut buf = r.take(100, 1000, false);
+        let mut r = Recycler::new(2);
+        let mut buf = r.take(100, 1000);
         assert_eq!(r.allocated, 1);
         buf.extend_from_slice(&[1; 900]);
         let slice = buf.split_to(900).freeze();
         // Not enough room left: a new block, the old one kept as a spare.
-        r.make_room(&mut buf, 500, 1000, false);
+        r.make_room(&mut buf, 500, 1000, None);
         assert_eq!(r.allocated, 2);
         assert!(buf.capacity() >= 500);
         // The spare's slice is alive: it cannot be reclaimed yet, and it is kept (its view
         // still has 100 bytes of room, which must not pass for a free block).
-        let other = r.take(500, 1000, false);
+        let other = r.take(500, 1000);
         assert_eq!(r.allocated, 3);
         assert_eq!(r.spare.len(), 1, "the spare in use is kept");
         let first = slice.as_ptr();
         drop(slice);
-        let again = r.take(500, 1000, false);
+        let again = r.take(500, 1000);
         assert_eq!(r.allocated, 3, "the first block came back");
         assert_eq!(again.as_ptr(), first, "the first block, from its start");
         assert!(again.capacity() >= 1000);
@@ -234,11 +233,11 @@ mod tests {
 
     #[test]
     fn make_room_carries_the_partial_frame_over() {
-        let mut r = Recycler::new(1, usize::MAX);
-        let mut buf = r.take(16, 16, false);
+        let mut r = Recycler::new(1);
+        let mut buf = r.take(16, 16);
         buf.extend_from_slice(b"0123456789abcdef");
         let head = buf.split_to(10).freeze();
-        r.make_room(&mut buf, 64, 64, false);
+        r.make_room(&mut buf, 64, 64, None);
         assert_eq!(&buf[..], b"abcdef");
         assert!(buf.capacity() - buf.len() >= 64);
         assert_eq!(&head[..], b"0123456789");
@@ -246,38 +245,38 @@ mod tests {
 
     #[test]
     fn a_unique_buffer_is_reclaimed_in_place() {
-        let mut r = Recycler::new(1, usize::MAX);
-        let mut buf = r.take(64, 64, false);
+        let mut r = Recycler::new(1);
+        let mut buf = r.take(64, 64);
         buf.extend_from_slice(&[7; 60]);
         drop(buf.split_to(60));
-        r.make_room(&mut buf, 64, 64, false);
+        r.make_room(&mut buf, 64, 64, None);
         assert_eq!(r.allocated, 1, "no new block while the old one is free");
     }
 
     #[test]
     fn a_free_spare_too_small_is_let_go_instead_of_holding_up_the_others() {
-        let mut r = Recycler::new(4, usize::MAX);
-        let small = r.take(16, 16, false);
+        let mut r = Recycler::new(4);
+        let small = r.take(16, 16);
         r.give(small);
-        let big = r.take(1000, 1000, false);
+        let big = r.take(1000, 1000);
         assert_eq!(r.allocated, 2);
         assert!(r.spare.is_empty(), "the free small block was dropped");
         r.give(big);
-        assert!(r.take(1000, 1000, false).capacity() >= 1000);
+        assert!(r.take(1000, 1000).capacity() >= 1000);
         assert_eq!(r.allocated, 2, "the big one came back");
     }
 
     #[test]
     fn a_free_spare_behind_a_busy_one_is_reused() {
-        let mut r = Recycler::new(4, usize::MAX);
-        let mut busy = r.take(64, 64, false);
+        let mut r = Recycler::new(4);
+        let mut busy = r.take(64, 64);
         busy.extend_from_slice(&[1; 64]);
         let held = busy.split().freeze();
         r.give(busy);
-        let free = r.take(64, 64, false);
+        let free = r.take(64, 64);
         r.give(free);
         assert_eq!(r.allocated, 2);
-        let again = r.take(64, 64, false);
+        let again = r.take(64, 64);
         assert_eq!(r.allocated, 2, "the free second spare, not a new block");
         assert!(again.capacity() >= 64);
         drop(held);
@@ -285,10 +284,10 @@ mod tests {
 
     #[test]
     fn spares_are_bounded() {
-        let mut r = Recycler::new(2, usize::MAX);
+        let mut r = Recycler::new(2);
         let mut held = Vec::new();
         for _ in 0..5 {
-            let mut b = r.take(8, 8, false);
+            let mut b = r.take(8, 8);
             b.extend_from_slice(&[0; 8]);
             held.push(b.split().freeze());
             r.give(b);
@@ -297,28 +296,28 @@ mod tests {
         assert_eq!(r.allocated, 5);
     }
 
-    /// A buffer that grew with a large frame (a block of 4 000 where blocks are 100 at most),
-    /// the frame handed on and still held.
+    /// A buffer that grew with a large frame (a block of 4 000), the frame handed on and
+    /// still held.
     fn after_a_large_frame(r: &mut Recycler) -> (BytesMut, Bytes) {
-        let mut buf = r.take(4000, 4000, false);
+        let mut buf = r.take(4000, 4000);
         buf.extend_from_slice(&[3; 3000]);
         let frame = buf.split_to(3000).freeze();
         (buf, frame)
     }
 
     #[test]
-    fn a_buffer_leaves_a_large_block_when_allowed_and_what_it_holds_fits_an_ordinary_one() {
-        let mut r = Recycler::new(4, 100);
+    fn a_buffer_leaves_a_large_block_when_asked_and_what_it_holds_fits_a_small_one() {
+        let mut r = Recycler::new(4);
         let (mut buf, frame) = after_a_large_frame(&mut r);
         buf.extend_from_slice(b"part");
-        r.make_room(&mut buf, 50, 50, false);
+        r.make_room(&mut buf, 50, 50, None);
         assert!(
             buf.capacity() >= 900,
-            "not allowed to: reads on into the large block"
+            "not asked to: reads on into the large block"
         );
-        r.make_room(&mut buf, 50, 50, true);
+        r.make_room(&mut buf, 50, 50, Some(100));
         assert_eq!(&buf[..], b"part", "the partial frame carried over");
-        assert!(buf.capacity() <= 100, "an ordinary block");
+        assert!(buf.capacity() <= 100, "a small block");
         assert_eq!(
             r.spare.len(),
             1,
@@ -329,39 +328,56 @@ mod tests {
         r.trim();
         assert!(
             r.spare.is_empty(),
-            "let go two trims after it came back, unused"
+            "let go two rounds after it came back, unused"
         );
     }
 
     #[test]
-    fn a_large_spare_serves_large_frames_only_and_goes_once_unused_for_a_trim() {
-        let mut r = Recycler::new(4, 100);
+    fn a_large_spare_is_passed_over_by_a_buffer_leaving_large_blocks_and_serves_a_large_one() {
+        let mut r = Recycler::new(4);
         let (buf, frame) = after_a_large_frame(&mut r);
         drop(frame);
         r.give(buf);
         let n = r.allocated;
-        let small = r.take(50, 50, true);
-        assert_eq!(r.allocated, n + 1, "an ordinary block asked for: a new one");
+        let small = r.take_within(50, 50, 100);
+        assert_eq!(r.allocated, n + 1, "a small block asked for: a new one");
         assert!(small.capacity() < 1000);
-        assert_eq!(r.spare.len(), 1);
-        r.trim();
-        let large = r.take(3000, 3000, false);
-        assert_eq!(r.allocated, n + 1, "the large spare serves a large frame");
+        let large = r.take(3000, 3000);
+        assert_eq!(r.allocated, n + 1, "the large spare serves a large buffer");
         assert!(large.capacity() >= 3000);
-        r.give(large);
+    }
+
+    #[test]
+    fn spares_follow_the_traffic() {
+        let mut r = Recycler::new(8);
+        let mut blocks: Vec<BytesMut> = (0..4).map(|_| r.take(64, 64)).collect();
+        blocks[0].extend_from_slice(&[1; 64]);
+        let held = blocks[0].split().freeze();
+        for b in blocks {
+            r.give(b);
+        }
         r.trim();
-        assert_eq!(r.spare.len(), 1, "used since the last trim: kept");
+        assert_eq!(r.spare.len(), 4, "given back this round: kept");
+        let used = r.take(64, 64);
+        r.give(used);
         r.trim();
-        assert!(r.spare.is_empty(), "unused for a whole trim period: let go");
+        assert_eq!(
+            r.spare.len(),
+            2,
+            "the one in use and the one taken this round stay, the unused go"
+        );
+        drop(held);
+        r.trim();
+        assert!(r.spare.is_empty(), "no traffic for a round: none left");
     }
 
     #[test]
     fn a_large_frame_in_progress_keeps_its_block() {
-        let mut r = Recycler::new(4, 100);
-        let mut buf = r.take(4000, 4000, false);
+        let mut r = Recycler::new(4);
+        let mut buf = r.take(4000, 4000);
         buf.extend_from_slice(&[3; 3000]);
         let before = r.allocated;
-        r.make_room(&mut buf, 500, 500, true);
+        r.make_room(&mut buf, 500, 500, Some(100));
         assert_eq!(
             r.allocated, before,
             "the frame still needs the large block's room"

@@ -92,7 +92,7 @@ pub use action::{
 };
 pub use backpressure::Unblock;
 pub use origin::Publish;
-pub use read::{ReadStep, READ_CHUNK_MAX, READ_REST};
+pub use read::{ReadStep, READ_REST};
 pub use reliable_tuning::ReliableTuning;
 pub use samples::samples_shard;
 pub use write::{WriteStep, DEFAULT_RECORD_BYTES};

@@ -37,7 +37,7 @@ use std::time::Instant;
 pub(super) const READ_CHUNK: usize = 4 * 1024;
 /// The largest read a busy link grows to. A frame larger than a read is read into room
 /// that grows with what of it arrived, up to the frame's size.
-pub const READ_CHUNK_MAX: usize = 256 * 1024;
+pub(super) const READ_CHUNK_MAX: usize = 256 * 1024;
 
 /// A read this long after the link's previous one came after a quiet spell: a buffer kept
 /// from busier times (room for large frames) may go (see [`ShardCore::read_rested`]). Reads

@@ -11,7 +11,7 @@
 //! **Owns:** the link's socket halves and tasks. **Must not touch:** what is read, written,
 //! counted or closed (the core's).
 
-use super::{carry, settle, Ctx, LinkTasks, Who};
+use super::{carry, settle, Ctx, LinkTasks, Who, REST_BLOCK_FACTOR};
 use bytes::Bytes;
 use shoal_proto::shard::{ReadStep, ShardAction, WriteStep};
 use shoal_proto::LinkId;
@@ -81,11 +81,14 @@ async fn reader(ctx: Rc<Ctx>, link: LinkId, mut rd: TcpReadHalf, busy: Rc<Cell<b
         let Some((mut buf, want)) = ctx.core.borrow_mut().read_buffer(link) else {
             return;
         };
-        // After a quiet spell, a large block kept from busier times is left.
-        let rested = ctx.core.borrow().read_rested(link);
+        let leave_above = ctx
+            .core
+            .borrow()
+            .read_rested(link)
+            .then_some(want.saturating_mul(REST_BLOCK_FACTOR));
         ctx.read_blocks
             .borrow_mut()
-            .make_room(&mut buf, want, want, rested);
+            .make_room(&mut buf, want, want, leave_above);
         let (res, buf) = rd.read(buf).await;
         match res {
             Ok(0) => {

@@ -46,7 +46,7 @@ use deliver::HubSink;
 use event_listener::Event as Signal;
 use shoal_proto::cmd::{ShardToShard, ToControl};
 use shoal_proto::shard::{
-    IfBusy, LinkError, LinkFault, ShardAction, ShardConfig, ShardCore, Unblock, READ_CHUNK_MAX,
+    IfBusy, LinkError, LinkFault, ShardAction, ShardConfig, ShardCore, Unblock,
 };
 use shoal_proto::LinkId;
 use shoal_runtime::channel::IngressReceiver;
@@ -63,9 +63,10 @@ pub(crate) use shoal_proto::shard::Publish;
 /// spares are about as many as the blocks whose payloads wait in the event queue (bounded by
 /// `event_queue_capacity`), this caps them besides.
 const SPARE_READ_BLOCKS: usize = 256;
-/// The largest ordinary read buffer block: a busy link's largest read and a partial frame as
-/// large carried over. Larger blocks were made for a large frame (see [`super::recycle`]).
-const MAX_READ_BLOCK: usize = 2 * READ_CHUNK_MAX;
+/// After a quiet spell, a link's read buffer leaves a block more than this many times larger
+/// than its next read (kept from busier times: a large frame, a burst's reads) for one of the
+/// read's size (see [`super::recycle`]).
+const REST_BLOCK_FACTOR: usize = 16;
 
 /// What a shard task starts with.
 pub(crate) struct ShardStart {
@@ -188,7 +189,7 @@ pub(crate) async fn run(init: ShardStart) {
         ns,
         clock: Cell::new(now),
         outbox,
-        read_blocks: RefCell::new(Recycler::new(SPARE_READ_BLOCKS, MAX_READ_BLOCK)),
+        read_blocks: RefCell::new(Recycler::new(SPARE_READ_BLOCKS)),
         rearm: Signal::new(),
         armed: Cell::new(now),
         tap,
@@ -247,8 +248,8 @@ async fn timer(ctx: Rc<Ctx>) {
         futures_util::future::select(std::pin::pin!(sleep), rearmed).await;
         let now = ctx.tick();
         ctx.core.borrow_mut().handle_timeout(now, &mut actions);
-        // Large blocks unused since the last time (this timer runs at least every quarter
-        // of the dedup lifetime).
+        // Spares unused since the last round go (this timer runs at least every quarter of
+        // the dedup lifetime).
         ctx.read_blocks.borrow_mut().trim();
         carry(&ctx, &mut actions, &mut waits, Who::Other);
         settle(&ctx, &mut waits, Who::Other).await;

@@ -66,10 +66,9 @@ impl Packer {
             batch_bytes: 0,
             batch_cap: cfg.max_outbound_queue_bytes / 4,
             max_frame: max_frame as usize,
-            blocks: Recycler::new(
-                spare_blocks(crate::node::DEFAULT_BATCH_BYTES * ARENA_BATCHES),
+            blocks: Recycler::new(spare_blocks(
                 crate::node::DEFAULT_BATCH_BYTES * ARENA_BATCHES,
-            ),
+            )),
             credit,
             max_blocking,
         };
@@ -80,10 +79,9 @@ impl Packer {
     /// See `Writer::with_batch_bytes`.
     pub(crate) fn set_batch_bytes(&mut self, bytes: usize) {
         self.batch_bytes = bytes.min(self.batch_cap).max(1);
-        // Spares bounded in bytes, as a publisher's; blocks beyond it were made for one
-        // larger frame (see `recycle`).
-        let block = self.batch_bytes.saturating_mul(ARENA_BATCHES);
-        self.blocks.set_limits(spare_blocks(block), block);
+        // Spares bounded in bytes, as a publisher's.
+        self.blocks
+            .set_max(spare_blocks(self.batch_bytes.saturating_mul(ARENA_BATCHES)));
     }
 
     pub(crate) fn batch_bytes(&self) -> usize {
@@ -149,8 +147,9 @@ impl Packer {
             // A block for several batches; batches already handed over keep the old one
             // alive until their writes are done. Offsets within `buf` survive the move.
             let block = self.batch_bytes.saturating_mul(ARENA_BATCHES);
-            // A buffer left in a large block (after a large sample) may leave it.
-            self.blocks.make_room(&mut self.buf, want, block, true);
+            // A buffer left in a larger block (after a large sample) leaves it.
+            self.blocks
+                .make_room(&mut self.buf, want, block, Some(block));
         }
         let seq = self
             .runs
