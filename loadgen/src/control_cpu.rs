@@ -8,7 +8,8 @@
 //! executors alike) by listing this process's threads just before and just after it starts:
 //! nodes start one at a time from this thread, so the new executor threads are its own.
 //!
-//! **Owns:** the helper layout, the thread lookup and the `/proc` CPU reading. **Must not
+//! **Owns:** the helper layout, the thread lookup and the threads' CPU time (read with
+//! [`crate::proc_stat`]). **Must not
 //! touch:** the mesh's internals (public API and the process's own `/proc` entries only).
 
 use crate::demo::RunError;
@@ -16,6 +17,7 @@ use crate::discovery_setup::{
     expected_matches, has_exactly, mesh_err, node_builder, open_all, open_layout, start_nodes,
     DiscoveryArgs,
 };
+use crate::proc_stat::{clock_ticks, cpu_ticks};
 use crate::shoal::{wait_for, SetupError};
 use shoal_mesh::topics::TopicsView;
 use shoal_mesh::Mesh;
@@ -77,32 +79,10 @@ pub struct CpuReport {
 /// CPU time of one thread so far, from `/proc/self/task/<tid>/stat` (utime + stime).
 pub fn thread_cpu(tid: u32) -> std::io::Result<Duration> {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
-    let ticks = parse_stat_cpu_ticks(&text).ok_or_else(|| {
+    let ticks = cpu_ticks(&text).ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, "unexpected stat format")
     })?;
     Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
-}
-
-/// Clock ticks per second of `/proc` times.
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions; it returns -1 for an unknown name.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
-}
-
-/// utime + stime (fields 14 and 15) of a `stat` line. The name (field 2) may hold spaces and
-/// parentheses, so fields are counted after its last `)`.
-pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After the name: field 3 (state) is the first.
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = f.get(14 - 3)?.parse().ok()?;
-    let stime: u64 = f.get(15 - 3)?.parse().ok()?;
-    Some(utime + stime)
 }
 
 /// This process's threads named `comm` (as Linux keeps the name).
@@ -310,15 +290,6 @@ pub fn print(c: &CpuReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_cpu_fields_are_read_after_the_name() {
-        // A name with spaces and a parenthesis must not shift the fields.
-        let line = "4242 (a b) c) S 1 2 3 4 5 6 7 8 9 10 17 25 0 0 20 0 1 0 100 0 0";
-        assert_eq!(parse_stat_cpu_ticks(line), Some(17 + 25));
-        assert_eq!(parse_stat_cpu_ticks("4242 (x) S 1 2"), None);
-        assert_eq!(parse_stat_cpu_ticks("no name"), None);
-    }
 
     #[test]
     fn a_thread_is_found_by_name_and_its_cpu_time_grows() {

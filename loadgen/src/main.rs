@@ -48,6 +48,7 @@ mod latency_inline;
 mod metrics;
 mod pingpong;
 mod plot;
+mod proc_stat;
 mod raw;
 mod repair_bench;
 mod report;

@@ -5,6 +5,7 @@
 //! the readings (the run driver's).
 
 use crate::demo::RunError;
+use crate::proc_stat::{clock_ticks, cpu_ticks, stat_field};
 use crate::storm_node::NodeSample;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -150,26 +151,12 @@ impl Drop for NodeProc {
 /// User + system CPU seconds of process `pid` (all its threads), from `/proc/PID/stat`.
 fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields 14 and 15: utime, stime.
-    let ticks: u64 =
-        stat_field(&stat, 14)?.parse::<u64>().ok()? + stat_field(&stat, 15)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf only reads a system constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    Some(ticks as f64 / hz.max(1) as f64)
+    Some(cpu_ticks(&stat)? as f64 / clock_ticks())
 }
 
 /// The niceness in a `/proc/PID/task/TID/stat` line (field 19).
 fn thread_nice(stat: &str) -> Option<i32> {
     stat_field(stat, 19)?.parse().ok()
-}
-
-/// Field `n` (numbered from 1 as in `proc(5)`, `n` ≥ 3) of a `/proc/…/stat` line. The command
-/// name (field 2) may hold spaces and parens: the fields after it are counted from its last
-/// closing paren.
-fn stat_field(stat: &str, n: usize) -> Option<&str> {
-    stat.get(stat.rfind(')')? + 2..)?
-        .split(' ')
-        .nth(n.checked_sub(3)?)
 }
 
 /// Asks every node at once, then collects the answers (a round costs one pipe round trip,
@@ -186,14 +173,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_fields_count_from_the_last_paren_of_the_name() {
+    fn a_threads_niceness_is_field_19_after_the_name() {
         let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 10 0 0 0 7 3 0 0 20 5 4";
-        assert_eq!(stat_field(line, 3), Some("S"));
-        assert_eq!(stat_field(line, 6), Some("4242"));
-        assert_eq!(stat_field(line, 14), Some("7"));
-        assert_eq!(stat_field(line, 15), Some("3"));
         assert_eq!(thread_nice(line), Some(5));
-        assert_eq!(stat_field(line, 2), None);
-        assert_eq!(stat_field(line, 40), None);
     }
 }
