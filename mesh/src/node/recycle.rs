@@ -21,7 +21,8 @@
 //! normally).
 //!
 //! Spares follow the traffic. [`Recycler::trim`], on the owner's timer, lets go of every
-//! spare no one took since its previous round: under load the spares in use are taken again
+//! spare no one took since its previous round (rounds at least [`ROUND`] apart, whatever
+//! wakes the timer): under load the spares in use are taken again
 //! and again, once the load stops they are freed within two rounds. And a buffer may leave a
 //! block much larger than it needs when its owner says so ([`Recycler::make_room`]'s
 //! `leave_above`: a link whose read came after a quiet spell, a publisher after a large
@@ -33,6 +34,12 @@
 
 use bytes::BytesMut;
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// The shortest time between two rounds of [`Recycler::trim`]: a spare in steady use is
+/// taken again well within it. An owner's timer may wake far more often (a reliable
+/// writer's deadlines): rounds that short would free spares a busy link is about to take.
+pub(crate) const ROUND: Duration = Duration::from_secs(1);
 
 /// Spares [`Recycler::take`] looks at, oldest first. Slices are mostly released in order, but
 /// not always (a relayed payload waits on another link's queue, a slow receiver holds one
@@ -52,6 +59,8 @@ struct Spare {
 pub(crate) struct Recycler {
     spare: VecDeque<Spare>,
     max: usize,
+    /// When [`trim`](Self::trim) may run its next round (`None`: at once).
+    next_round: Option<Instant>,
     /// Blocks allocated because no spare could be reclaimed (for tests and tuning).
     allocated: u64,
 }
@@ -70,6 +79,7 @@ impl Recycler {
         Recycler {
             spare: VecDeque::with_capacity(max),
             max,
+            next_round: None,
             allocated: 0,
         }
     }
@@ -82,9 +92,14 @@ impl Recycler {
         }
     }
 
-    /// Lets go of every spare that is free and was not taken since the round before (see the
-    /// [module docs](self)). Cheap: an atomic load a spare.
-    pub(crate) fn trim(&mut self) {
+    /// A round, if [`ROUND`] passed since the last: lets go of every spare that is free and
+    /// was not taken since the round before (see the [module docs](self)). Cheap: an atomic
+    /// load a spare, and nothing at all between rounds.
+    pub(crate) fn trim(&mut self, now: Instant) {
+        if self.next_round.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_round = Some(now + ROUND);
         self.spare.retain_mut(|s| {
             let unused = s.seen && s.buf.try_reclaim(1);
             s.seen = true;
@@ -181,6 +196,13 @@ impl Recycler {
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use std::sync::OnceLock;
+
+    /// The instant of round `k` (rounds [`ROUND`] apart).
+    fn round(k: u32) -> Instant {
+        static T0: OnceLock<Instant> = OnceLock::new();
+        *T0.get_or_init(Instant::now) + ROUND * k
+    }
 
     #[test]
     fn spares_are_capped_in_bytes_of_publisher_blocks_and_a_lower_cap_trims_at_once() {
@@ -324,8 +346,8 @@ mod tests {
             "the large block, kept while its frame is held"
         );
         drop(frame);
-        r.trim();
-        r.trim();
+        r.trim(round(1));
+        r.trim(round(2));
         assert!(
             r.spare.is_empty(),
             "let go two rounds after it came back, unused"
@@ -356,18 +378,18 @@ mod tests {
         for b in blocks {
             r.give(b);
         }
-        r.trim();
+        r.trim(round(1));
         assert_eq!(r.spare.len(), 4, "given back this round: kept");
         let used = r.take(64, 64);
         r.give(used);
-        r.trim();
+        r.trim(round(2));
         assert_eq!(
             r.spare.len(),
             2,
             "the one in use and the one taken this round stay, the unused go"
         );
         drop(held);
-        r.trim();
+        r.trim(round(3));
         assert!(r.spare.is_empty(), "no traffic for a round: none left");
     }
 
@@ -383,5 +405,19 @@ mod tests {
             "the frame still needs the large block's room"
         );
         assert_eq!(buf.len(), 3000);
+    }
+
+    #[test]
+    fn a_timer_waking_often_trims_no_more_than_once_a_round() {
+        let mut r = Recycler::new(4);
+        let b = r.take(64, 64);
+        r.give(b);
+        r.trim(round(1));
+        for ms in [1, 10, 500, 999] {
+            r.trim(round(1) + Duration::from_millis(ms));
+            assert_eq!(r.spare.len(), 1, "{ms} ms after a round: no round yet");
+        }
+        r.trim(round(2));
+        assert!(r.spare.is_empty(), "a round later: unused, let go");
     }
 }

@@ -248,9 +248,9 @@ async fn timer(ctx: Rc<Ctx>) {
         futures_util::future::select(std::pin::pin!(sleep), rearmed).await;
         let now = ctx.tick();
         ctx.core.borrow_mut().handle_timeout(now, &mut actions);
-        // Spares unused since the last round go (this timer runs at least every quarter of
-        // the dedup lifetime).
-        ctx.read_blocks.borrow_mut().trim();
+        // Spares unused for a round go (this timer runs at least every quarter of the dedup
+        // lifetime, and often far more: the recycler keeps its rounds apart).
+        ctx.read_blocks.borrow_mut().trim(now);
         carry(&ctx, &mut actions, &mut waits, Who::Other);
         settle(&ctx, &mut waits, Who::Other).await;
     }
