@@ -35,15 +35,13 @@ impl Host {
     fn start(lab: &Lab, k: usize, extra: &[String]) -> Host {
         let addr = lab.addr(k);
         let mut args = vec!["--interface".to_string(), addr];
-        args.extend(
-            [
-                "--dedup-entries",
-                &DEDUP_ENTRIES.to_string(),
-                "--run-for",
-                "150",
-            ]
-            .map(String::from),
-        );
+        // `SHOAL_FAULTS_DEDUP_ENTRIES=n`: another dedup cache than the suite's (the node's
+        // default is 100 000), to measure what the short horizon costs each mode (issue 29).
+        let dedup = std::env::var("SHOAL_FAULTS_DEDUP_ENTRIES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(DEDUP_ENTRIES);
+        args.extend(["--dedup-entries", &dedup.to_string(), "--run-for", "150"].map(String::from));
         args.extend_from_slice(extra);
         // `SHOAL_FAULTS_REVERSE_PATH=off`: the same run with the reverse-path check off, to
         // measure what the check costs (issue 24).
@@ -116,7 +114,19 @@ fn sent(publisher: &mut Host) -> u64 {
 }
 
 /// Waits until `cond` holds, draining every host's output meanwhile.
-fn wait(hosts: &mut [Host], secs: u64, what: &str, mut cond: impl FnMut(&mut [Host]) -> bool) {
+fn wait(hosts: &mut [Host], secs: u64, what: &str, cond: impl FnMut(&mut [Host]) -> bool) {
+    if let Err(e) = try_wait(hosts, secs, what, cond) {
+        panic!("{e}");
+    }
+}
+
+/// [`wait`], saying why it gave up (every host's last lines) instead of panicking.
+fn try_wait(
+    hosts: &mut [Host],
+    secs: u64,
+    what: &str,
+    mut cond: impl FnMut(&mut [Host]) -> bool,
+) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         // Every host's lines are read as they come, so `seen_at` says when (the dump's clock).
@@ -124,17 +134,17 @@ fn wait(hosts: &mut [Host], secs: u64, what: &str, mut cond: impl FnMut(&mut [Ho
             h.read();
         }
         if cond(hosts) {
-            break;
+            return Ok(());
         }
         if Instant::now() > deadline {
             let tails: Vec<String> = hosts
                 .iter()
                 .map(|h| format!("h{}:\n{}", h.k, h.p.tail(6)))
                 .collect();
-            panic!(
+            return Err(format!(
                 "timed out after {secs}s waiting for {what}\n{}",
                 tails.join("\n")
-            );
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -279,13 +289,18 @@ fn loss_restart_and_cut_keep_delivery_at_most_once_and_accounted() {
 
     // Every live subscriber converges: the last message arrived and nothing after the faults
     // is missing.
-    wait(&mut hosts, 30, "every subscriber to converge", |h| {
+    let converged = try_wait(&mut hosts, 30, "every subscriber to converge", |h| {
         h[1..].iter_mut().all(|s| {
             s.last("sub ").is_some_and(|l| {
                 num(&l, "max") == total as i64 - 1 && num(&l, "last_missing") < converge_from
             })
         })
     });
+    if let Err(e) = converged {
+        // The timeline of a run that did not converge is the one worth reading.
+        dump(&mut hosts, &marks);
+        panic!("{e}");
+    }
     pause(&mut hosts, Duration::from_secs(1));
     let drops = counted_drops(&mut hosts);
     for k in 2..=6 {

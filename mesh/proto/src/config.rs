@@ -86,9 +86,9 @@
 //!   95-390 % flooding, 1.4-5× the messages; `bench/notes/relay-pruning.md`). A neighbour
 //!   behind a link its origin declared slow is taken off the origin's record meanwhile, so
 //!   the relays carry it the origin's frames (`control::slow`, whatever this setting). The
-//!   cost, on the fault suite: subscribers behind 30 %-lossy links get 0.98× (mean of 19
-//!   interleaved pairs) of what flooding delivers them, whose redundant copies they take
-//!   whenever link changes reopen their settling windows. False: every link relays every
+//!   cost, on the fault suite: subscribers behind 30 %-lossy links get 0.98-0.99× (61
+//!   interleaved pairs over two days) of what flooding delivers them, whose relays carry
+//!   copies of what the origin drops for them all along. False: every link relays every
 //!   broadcast as mesh-v1 does.
 //! - `max_links = 0`: no cap, every discovered peer is dialed (the full mesh multicast
 //!   discovery builds). Above zero, a node keeps about that many links to discovered Shoal
@@ -359,7 +359,7 @@ pub struct MeshConfig {
     /// With `reverse_path_check`: a relay of a broadcast skips the neighbours no farther from
     /// its origin than itself, which would refuse the copy (see the module docs and
     /// [`crate::reverse_path::PathTable`]); a relay of a topic Discovery frame skips the same
-    /// links. Default true; false sends on every link as mesh-v1 does (about 2 % more reaches
+    /// links. Default true; false sends on every link as mesh-v1 does (1-2 % more reaches
     /// subscribers behind lossy links, at the price of a duplicate per extra link for every
     /// broadcast: see the module docs).
     pub relay_pruning: bool,
