@@ -37,10 +37,10 @@ impl Host {
         let mut args = vec!["--interface".to_string(), addr];
         // `SHOAL_FAULTS_DEDUP_ENTRIES=n`: another dedup cache than the suite's (the node's
         // default is 100 000), to measure what the short horizon costs each mode (issue 29).
-        let dedup = std::env::var("SHOAL_FAULTS_DEDUP_ENTRIES")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(DEDUP_ENTRIES);
+        let dedup = std::env::var("SHOAL_FAULTS_DEDUP_ENTRIES").map_or(DEDUP_ENTRIES, |v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("SHOAL_FAULTS_DEDUP_ENTRIES={v}: not a count"))
+        });
         args.extend(["--dedup-entries", &dedup.to_string(), "--run-for", "150"].map(String::from));
         args.extend_from_slice(extra);
         // `SHOAL_FAULTS_REVERSE_PATH=off`: the same run with the reverse-path check off, to
