@@ -512,6 +512,52 @@ fn not_once(sim: &Sim, i: usize, tag: &str, count: usize) -> usize {
         .count()
 }
 
+/// A lossy link is often closed (the heartbeat timeout) and dialed again while it is slow:
+/// the next link to the same peer takes over the last one's slowness, so a Block publisher
+/// does not wait it out for a whole `SlowLinkPolicy::after` at its first jam (every wait
+/// holds the publisher's other links too). A link to a peer that was never slow has none.
+#[test]
+fn a_slow_links_successor_to_the_same_peer_remembers_it_was_slow() {
+    let mut sim = Sim::new(1);
+    add_topology(&mut sim, 3, &full_mesh(3), |_| {});
+    sim.start_all();
+    sim.run_for(Duration::from_millis(500));
+    let budget = |sim: &Sim, a: usize, b: usize| {
+        let links = sim.links_between(a, b);
+        assert_eq!(links.len(), 1, "one link {a}-{b}");
+        sim.nodes[a]
+            .core
+            .link_budget(links[0])
+            .cloned()
+            .expect("placed")
+    };
+    assert_eq!(budget(&sim, 0, 1).last_slow(), None);
+    sim.declare_slow(0, 1, true);
+    sim.run_for(Duration::from_millis(200));
+    let old = sim.links_between(0, 1);
+    assert!(budget(&sim, 0, 1).last_slow().is_some());
+    sim.cut(0, 1);
+    sim.run_for(Duration::from_millis(100));
+    for _ in 0..100 {
+        let now = sim.links_between(0, 1);
+        if now.len() == 1 && now != old && sim.nodes[0].core.link_budget(now[0]).is_some() {
+            break;
+        }
+        sim.run_for(Duration::from_millis(100));
+    }
+    let new = sim.links_between(0, 1);
+    assert_ne!(new, old, "linked again");
+    assert!(
+        budget(&sim, 0, 1).last_slow().is_some(),
+        "the new link remembers"
+    );
+    assert_eq!(
+        budget(&sim, 0, 2).last_slow(),
+        None,
+        "a healthy peer's link"
+    );
+}
+
 /// The fault suite's starved subscriber (issue 29): in a settled full mesh, origin X's link
 /// to N stops draining and is declared slow (a Block publisher stops waiting for it), so X
 /// drops its own frames for N (`dropped_slow_link`). N is linked to X, so every relay

@@ -184,6 +184,8 @@ pub struct ControlCore {
     paths: paths::Paths,
     /// Neighbours not listed in the own record while their link is slow (see `slow`).
     withdrawn: slow::Withdrawn,
+    /// Peers whose closed links were slow lately, for their next link.
+    slow_memory: slow::SlowMemory,
     /// The link cap's rules (`max_links` above zero; see `degree`).
     degree: Option<crate::degree::DegreeCap>,
 }
@@ -274,6 +276,7 @@ impl ControlCore {
                 cfg.relay_pruning,
             ),
             withdrawn: slow::Withdrawn::default(),
+            slow_memory: slow::SlowMemory::default(),
             degree,
             cfg,
         };

@@ -103,6 +103,7 @@ impl ControlCore {
                     self.cfg.max_outbound_queue_bytes,
                     self.epoch,
                 ));
+                self.slow_memory.opened(&peer, &budget);
                 capable = ex.link.can_send_frame_type(DISCOVERY_FRAME_TYPE);
                 signed_frames = ex.link.can_send_frame_type(SIGNED_MEMBERSHIP_FRAME_TYPE);
                 digest = self.cfg.membership_digest

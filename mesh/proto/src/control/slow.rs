@@ -2,7 +2,7 @@
 //! record until the link catches up (issue 29: a broadcast crosses each link once).
 //!
 //! **Owns:** which neighbours are withdrawn from the own record, and when they are listed
-//! again. **Must not touch:** the slow-link rule itself (`budget`, the shards'
+//! again; which peers' closed links were slow lately ([`SlowMemory`]). **Must not touch:** the slow-link rule itself (`budget`, the shards'
 //! `backpressure`), the record's flooding (`membership`) or the reverse paths computed from
 //! it (`paths`).
 //!
@@ -29,10 +29,50 @@
 //! so its view does not change at all). Each withdrawal is counted (`slow_links_unlisted`).
 
 use super::ControlCore;
+use crate::budget::LinkBudget;
 use crate::counted_graph::{CountedGraph, FAR};
 use crate::{LinkId, PeerId};
+use ahash::AHashMap;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+/// How long [`SlowMemory`] keeps a closed link's slowness for the next link to its peer
+/// (budget milliseconds): beyond ten default `after`s, the relapse window
+/// ([`crate::budget::RELAPSE_WINDOW`]).
+const SLOW_MEMORY_MS: u64 = 60_000;
+/// At most this many peers remembered (a stranger redialing under new ids cannot grow it).
+const SLOW_MEMORY_PEERS: usize = 1024;
+
+/// Per peer, when a closed link to it was last slow, handed to the next link to it
+/// ([`LinkBudget::remember_slow`]): a lossy link is often closed by the heartbeat timeout
+/// and dialed again, and a Block publisher waited out each new link for a whole
+/// `SlowLinkPolicy::after` at its first jam, holding every other link meanwhile.
+#[derive(Debug, Default)]
+pub(super) struct SlowMemory {
+    by_peer: AHashMap<PeerId, u64>,
+}
+
+impl SlowMemory {
+    /// A link to `peer` with `budget` closed.
+    pub(super) fn closed(&mut self, peer: PeerId, budget: &LinkBudget) {
+        let Some(ms) = budget.last_slow() else {
+            return;
+        };
+        self.by_peer
+            .retain(|_, t| ms.saturating_sub(*t) <= SLOW_MEMORY_MS);
+        if self.by_peer.len() < SLOW_MEMORY_PEERS || self.by_peer.contains_key(&peer) {
+            let t = self.by_peer.entry(peer).or_insert(ms);
+            *t = (*t).max(ms);
+        }
+    }
+
+    /// A new link to `peer` with `budget`: it takes what the last one left, if anything.
+    pub(super) fn opened(&mut self, peer: &PeerId, budget: &LinkBudget) {
+        if let Some(ms) = self.by_peer.remove(peer) {
+            budget.remember_slow(ms);
+        }
+    }
+}
 
 /// How often a withdrawn link's slow mark is looked at again (only while one is withdrawn).
 pub const SLOW_RECHECK: Duration = Duration::from_millis(100);

@@ -130,7 +130,11 @@ impl ControlCore {
     /// Forgets a placed link (and tells the topics core).
     pub(super) fn unplace(&mut self, link: LinkId) -> Option<super::Placed> {
         self.topics.link_down(link);
-        self.placed.remove(&link)
+        let placed = self.placed.remove(&link);
+        if let Some(p) = &placed {
+            self.slow_memory.closed(p.peer, &p.budget);
+        }
+        placed
     }
 
     /// A Discovery frame from `link`; `signed`: its origin's signature over it verified

@@ -4,7 +4,8 @@
 //! [`Blocked`]: the driver waits for room (the budget's room signal) or for the deadline the
 //! core names, then asks again ([`ShardCore::unblock`]). The publisher never waits for a link
 //! that holds the rest hostage ([`SlowLinkPolicy`]): once it has been congested for `after`
-//! while another link drains at least twice as fast, it is declared slow, once: counted,
+//! while another link drains at least twice as fast (at once, on a relapse soon after its last
+//! slow period: [`LinkBudget::congested`]), it is declared slow, once: counted,
 //! reported, and closed if the policy says so. When the links drain alike the publisher is
 //! simply faster than the mesh and waits (plain backpressure; a single link is never slow).
 //!
@@ -94,7 +95,7 @@ impl ShardCore {
             if b.budget.congested(policy.after, now).is_zero()
                 && self.outpaced(b.link, &b.budget, now)
             {
-                self.declare_slow(b.link, &b.budget, out);
+                self.declare_slow(b.link, &b.budget, now, out);
                 add_dropped(
                     &self.counters.dropped_slow_link,
                     topic.map(|t| &t.dropped_slow_link),
@@ -121,8 +122,14 @@ impl ShardCore {
 
     /// Declares `link` slow (once per congestion episode): counted, and reported or closed
     /// as the policy says.
-    fn declare_slow(&mut self, link: LinkId, budget: &LinkBudget, out: &mut Vec<ShardAction>) {
-        if !budget.mark_slow() {
+    fn declare_slow(
+        &mut self,
+        link: LinkId,
+        budget: &LinkBudget,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        if !budget.mark_slow(now) {
             return;
         }
         let policy = self.cfg.slow_link;

@@ -481,6 +481,61 @@ fn a_link_outpaced_by_another_is_declared_slow_and_not_waited_for() {
     assert_eq!(s.stats().dropped_slow_link, 2);
 }
 
+/// A link that drains and jams again soon after a slow period is not waited out again: every
+/// wait holds the publisher's other links too (the fault suite's healthy subscriber stood
+/// still ~1 s per episode). Long after, it is waited for as before.
+#[test]
+fn a_link_that_jams_again_soon_after_being_slow_is_not_waited_out_again() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let lossy = s.serve(A, PA, 100);
+    let fast = s.serve(B, PB, 1 << 20);
+    fast.written(1 << 20, s.at(50));
+    // Blocks the second of two frames for A at `t`; returns the deadline of its first wait
+    // and the wait itself.
+    let jam = |s: &mut Sim, t: u64| {
+        s.publish(PA, &[1; 60], s.at(t));
+        s.publish(PA, &[2; 60], s.at(t));
+        let Some(ShardAction::Block(b)) = s.take().pop() else {
+            panic!("no wait at {t} ms")
+        };
+        let Unblock::Wait(b, until) = s.core.unblock(b, s.at(t), &mut s.out) else {
+            panic!("gave up at once at {t} ms")
+        };
+        (b, until)
+    };
+    // The first episode is waited out for `after` (100 ms here), then A is slow.
+    let (b, until) = jam(&mut s, 60);
+    assert_eq!(until, s.at(160));
+    assert!(matches!(
+        s.core.unblock(b, until, &mut s.out),
+        Unblock::Done
+    ));
+    assert_eq!(s.stats().slow_links, 1);
+    s.take();
+    // A drains (no longer slow), then jams again 100 ms later: slow at the next look, a
+    // quarter of `after`.
+    s.written(A, s.at(200));
+    assert!(!lossy.is_slow());
+    let (b, until) = jam(&mut s, 300);
+    assert_eq!(until, s.at(325), "a relapse is not waited out");
+    assert!(matches!(
+        s.core.unblock(b, until, &mut s.out),
+        Unblock::Done
+    ));
+    assert_eq!(s.stats().slow_links, 2);
+    s.take();
+    // Drained again at 400; a jam more than ten `after`s later is a new episode.
+    s.written(A, s.at(400));
+    fast.written(1 << 20, s.at(1400));
+    let (b, until) = jam(&mut s, 1401);
+    assert_eq!(until, s.at(1501), "long after, waited for `after` again");
+    assert!(matches!(
+        s.core.unblock(b, until, &mut s.out),
+        Unblock::Done
+    ));
+    assert_eq!(s.stats().slow_links, 3);
+}
+
 #[test]
 fn a_single_congested_link_is_never_slow_the_publisher_just_waits() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);

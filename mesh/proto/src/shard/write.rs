@@ -158,7 +158,9 @@ impl ShardCore {
         if let Some(l) = self.links.get_mut(link) {
             let taken = std::mem::take(&mut l.in_flight);
             l.budget.written(bytes, now);
-            l.budget.release(taken.held);
+            if l.budget.release(taken.held) {
+                l.budget.slow_ended(now);
+            }
             add(&self.counters.bytes_out, bytes as u64);
         }
     }

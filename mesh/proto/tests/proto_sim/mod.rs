@@ -258,6 +258,16 @@ impl Sim {
         self.nodes[i].alive = false;
     }
 
+    /// Node `a`'s links to node `b`.
+    pub fn links_between(&self, a: usize, b: usize) -> Vec<LinkId> {
+        self.nodes[a]
+            .socks
+            .iter()
+            .filter(|(_, s)| s.remote.is_some_and(|r| r.node == b))
+            .map(|(l, _)| *l)
+            .collect()
+    }
+
     /// Closes the TCP connections between `a` and `b` (both see EOF).
     pub fn cut(&mut self, a: usize, b: usize) {
         let gen_a = self.nodes[a].gen;
@@ -300,7 +310,7 @@ impl Sim {
                     budget.try_reserve(bound).is_some(),
                     "an idle link's queue is empty"
                 );
-                budget.mark_slow();
+                budget.mark_slow(self.now);
                 self.schedule_local(Ev::ToControl {
                     node: a,
                     gen,
