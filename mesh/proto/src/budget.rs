@@ -55,7 +55,7 @@ pub enum OverflowPolicy {
 /// congestion episode. A **relapse**, an episode beginning within [`RELAPSE_WINDOW`] times
 /// `after` of the end of the link's last slow period (or of a closed link's to the same peer:
 /// [`LinkBudget::remember_slow`]), is not waited out again: the link is
-/// slow at the next look (a quarter of `after`) if it is still outpaced. Every wait holds
+/// slow at once if another link drains twice as fast. Every wait holds
 /// every other link of the publisher too (a broadcast goes to all or waits), so a lossy link
 /// that drains and jams again cost the whole mesh a second each time: the fault suite's
 /// healthy subscriber stood still for a median 4.1–4.5 s of its 24 s, in stalls of ~1 s.

@@ -92,17 +92,18 @@ impl ShardCore {
             if now < d {
                 return Unblock::Wait(b, d);
             }
-            if b.budget.congested(policy.after, now).is_zero()
-                && self.outpaced(b.link, &b.budget, now)
-            {
-                self.declare_slow(b.link, &b.budget, now, out);
-                add_dropped(
-                    &self.counters.dropped_slow_link,
-                    topic.map(|t| &t.dropped_slow_link),
-                    b.frames,
-                );
-                return Unblock::Done;
-            }
+        }
+        // Also at the first look: the link's clock may have run out while the driver awaited
+        // another wait of the same publish, or a relapse has no allowance at all.
+        if b.budget.congested(policy.after, now).is_zero() && self.outpaced(b.link, &b.budget, now)
+        {
+            self.declare_slow(b.link, &b.budget, now, out);
+            add_dropped(
+                &self.counters.dropped_slow_link,
+                topic.map(|t| &t.dropped_slow_link),
+                b.frames,
+            );
+            return Unblock::Done;
         }
         let recheck = (policy.after / 4).max(Duration::from_millis(10));
         let left = b.budget.congested(policy.after, now);

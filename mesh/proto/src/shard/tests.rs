@@ -408,7 +408,11 @@ fn a_full_link_makes_block_wait_and_drop_newest_drop() {
     let Unblock::Wait(b, until) = s.core.unblock(b, s.at(2), &mut s.out) else {
         panic!("no room yet")
     };
-    assert_eq!(until, s.at(102), "looks again when the link could be slow");
+    assert_eq!(
+        until,
+        s.at(101),
+        "looks again when the link could be slow: `after` from the publish that found it full"
+    );
     assert_eq!(s.stats().dropped_queue_full, 0);
     let listener = b.listen();
     let first = frames(&s.written(A, s.at(3)));
@@ -490,21 +494,19 @@ fn a_link_that_jams_again_soon_after_being_slow_is_not_waited_out_again() {
     let lossy = s.serve(A, PA, 100);
     let fast = s.serve(B, PB, 1 << 20);
     fast.written(1 << 20, s.at(50));
-    // Blocks the second of two frames for A at `t`; returns the deadline of its first wait
-    // and the wait itself.
+    // Blocks the second of two frames for A at `t`; returns the driver's first look at it.
     let jam = |s: &mut Sim, t: u64| {
         s.publish(PA, &[1; 60], s.at(t));
         s.publish(PA, &[2; 60], s.at(t));
         let Some(ShardAction::Block(b)) = s.take().pop() else {
             panic!("no wait at {t} ms")
         };
-        let Unblock::Wait(b, until) = s.core.unblock(b, s.at(t), &mut s.out) else {
-            panic!("gave up at once at {t} ms")
-        };
-        (b, until)
+        s.core.unblock(b, s.at(t), &mut s.out)
     };
     // The first episode is waited out for `after` (100 ms here), then A is slow.
-    let (b, until) = jam(&mut s, 60);
+    let Unblock::Wait(b, until) = jam(&mut s, 60) else {
+        panic!("the first jam is waited for")
+    };
     assert_eq!(until, s.at(160));
     assert!(matches!(
         s.core.unblock(b, until, &mut s.out),
@@ -512,28 +514,68 @@ fn a_link_that_jams_again_soon_after_being_slow_is_not_waited_out_again() {
     ));
     assert_eq!(s.stats().slow_links, 1);
     s.take();
-    // A drains (no longer slow), then jams again 100 ms later: slow at the next look, a
-    // quarter of `after`.
+    // A drains (no longer slow), then jams again 100 ms later: slow at once.
     s.written(A, s.at(200));
     assert!(!lossy.is_slow());
-    let (b, until) = jam(&mut s, 300);
-    assert_eq!(until, s.at(325), "a relapse is not waited out");
-    assert!(matches!(
-        s.core.unblock(b, until, &mut s.out),
-        Unblock::Done
-    ));
+    assert!(
+        matches!(jam(&mut s, 300), Unblock::Done),
+        "a relapse is not waited for"
+    );
     assert_eq!(s.stats().slow_links, 2);
     s.take();
     // Drained again at 400; a jam more than ten `after`s later is a new episode.
     s.written(A, s.at(400));
     fast.written(1 << 20, s.at(1400));
-    let (b, until) = jam(&mut s, 1401);
-    assert_eq!(until, s.at(1501), "long after, waited for `after` again");
+    let Unblock::Wait(b, until) = jam(&mut s, 1401) else {
+        panic!("long after, waited for again")
+    };
+    assert_eq!(until, s.at(1501), "for a whole `after`");
     assert!(matches!(
         s.core.unblock(b, until, &mut s.out),
         Unblock::Done
     ));
     assert_eq!(s.stats().slow_links, 3);
+}
+
+/// A publish that finds two links full waits for them one after the other (the driver
+/// awaits its waits in order), but both congestion clocks start at the publish: the second
+/// link is not waited out for a whole `after` once the first has been.
+#[test]
+fn links_jammed_together_are_waited_out_together() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 100);
+    s.serve(LinkId(3), PC, 100);
+    let fast = s.serve(B, PB, 1 << 20);
+    fast.written(1 << 20, s.at(50));
+    s.publish(PeerId::ZERO, &[1; 60], s.at(60));
+    s.publish(PeerId::ZERO, &[2; 60], s.at(60));
+    let blocked: Vec<Box<Blocked>> = s
+        .take()
+        .actions
+        .into_iter()
+        .filter_map(|a| match a {
+            ShardAction::Block(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(blocked.len(), 2, "A and C are full");
+    let mut blocked = blocked.into_iter();
+    let first = blocked.next().unwrap();
+    let Unblock::Wait(first, until) = s.core.unblock(first, s.at(60), &mut s.out) else {
+        panic!()
+    };
+    assert_eq!(until, s.at(160));
+    assert!(matches!(
+        s.core.unblock(first, until, &mut s.out),
+        Unblock::Done
+    ));
+    // The driver looks at the second wait only now: its link has been congested as long.
+    let second = blocked.next().unwrap();
+    assert!(matches!(
+        s.core.unblock(second, until, &mut s.out),
+        Unblock::Done
+    ));
+    assert_eq!(s.stats().slow_links, 2);
 }
 
 #[test]
