@@ -2,9 +2,9 @@
 //! record until the link catches up (issue 29: a broadcast crosses each link once).
 //!
 //! **Owns:** which neighbours are withdrawn from the own record, and when they are listed
-//! again; which peers' closed links were slow lately ([`SlowMemory`]). **Must not touch:** the slow-link rule itself (`budget`, the shards'
-//! `backpressure`), the record's flooding (`membership`) or the reverse paths computed from
-//! it (`paths`).
+//! again; which peers' closed links were slow lately ([`SlowMemory`]). **Must not touch:**
+//! the slow-link rule itself (`budget`, the shards' `backpressure`), the record's flooding
+//! (`membership`) or the reverse paths computed from it (`paths`).
 //!
 //! Why: with `relay_pruning`, no relay sends origin X's broadcast to a neighbour N linked to
 //! X (N takes it from X's own link, and the reverse-path check refuses any other copy). When

@@ -209,9 +209,9 @@ impl ShardCore {
                     );
                 } else if may_wait {
                     // The congestion clock starts now, not when the driver first looks at
-                    // this wait: it awaits a publish's waits one after the other, and two
-                    // links jammed by the same loss were waited out one `after` after the
-                    // other (the fault suite's healthy subscriber stood still for both).
+                    // this wait: it awaits a publish's waits one after the other, and a
+                    // publish that found two links full waited the second out for a whole
+                    // `after` once the first was settled, every other link held meanwhile.
                     budget.congested(cfg.slow_link.after, now);
                     out.push(ShardAction::Block(Box::new(Blocked::new(
                         link,
