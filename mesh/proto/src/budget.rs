@@ -122,9 +122,6 @@ pub struct LinkBudget {
     slow_ended: AtomicU64,
     /// Milliseconds since `epoch` (+1) when the link was last declared slow; 0 = never.
     slow_since: AtomicU64,
-    /// The current congestion episode began within [`RELAPSE_WINDOW`] `after`s of the end of
-    /// a slow one: the link is not waited for again (see [`LinkBudget::congested`]).
-    relapse: AtomicBool,
     /// How fast the writer puts bytes on the socket (see [`LinkBudget::written`]; written by
     /// the link's writer only): bytes since the last update, its time (ms since `epoch`), and
     /// the rate in bytes per ms (`f64` bits), smoothed over about a second.
@@ -155,7 +152,6 @@ impl LinkBudget {
             slow: AtomicBool::new(false),
             slow_ended: AtomicU64::new(0),
             slow_since: AtomicU64::new(0),
-            relapse: AtomicBool::new(false),
             drain_acc: AtomicU64::new(0),
             drain_at: AtomicU64::new(0),
             drain_rate: AtomicU64::new(0f64.to_bits()),
@@ -203,15 +199,15 @@ impl LinkBudget {
                 Ok(_) => {
                     let total = self.written_total.load(Ordering::Relaxed);
                     self.written_at_congestion.store(total, Ordering::Relaxed);
-                    let ended = self.slow_ended.load(Ordering::Relaxed);
-                    let window = after.as_millis() as u64 * RELAPSE_WINDOW as u64;
-                    let relapse = ended != 0 && now.saturating_sub(ended) <= window;
-                    self.relapse.store(relapse, Ordering::Relaxed);
                     now
                 }
                 Err(s) => s,
             };
-        if self.relapse.load(Ordering::Relaxed) {
+        // A slow period ends only with a drain that also ends the episode, so its end cannot
+        // move while an episode lasts: whether this one is a relapse follows from its start.
+        let ended = self.slow_ended.load(Ordering::Relaxed);
+        let window = after.as_millis() as u64 * u64::from(RELAPSE_WINDOW);
+        if ended != 0 && since.saturating_sub(ended) <= window {
             return Duration::ZERO;
         }
         after.saturating_sub(Duration::from_millis(now.saturating_sub(since)))

@@ -294,13 +294,7 @@ impl Sim {
     /// sees it on its next look).
     pub fn declare_slow(&mut self, a: usize, b: usize, on: bool) {
         let gen = self.nodes[a].gen;
-        let links: Vec<LinkId> = self.nodes[a]
-            .socks
-            .iter()
-            .filter(|(_, s)| s.remote.is_some_and(|r| r.node == b))
-            .map(|(l, _)| *l)
-            .collect();
-        for link in links {
+        for link in self.links_between(a, b) {
             let Some(budget) = self.nodes[a].core.link_budget(link).cloned() else {
                 continue;
             };

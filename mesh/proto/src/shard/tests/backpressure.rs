@@ -1,0 +1,221 @@
+//! A Block publisher's waits and the slow-link rule that bounds them (`backpressure`, the
+//! links' `LinkBudget`), driven with virtual time: DropNewest against Block, a link outpaced
+//! by another declared slow, a relapse not waited out again, links jammed together, a single
+//! congested link only pacing the publisher.
+
+use super::*;
+
+#[test]
+fn a_full_link_makes_block_wait_and_drop_newest_drop() {
+    // DropNewest: the second frame finds the queue full and is dropped, counted.
+    let mut s = Sim::new(0, 1, OverflowPolicy::DropNewest);
+    s.serve(A, PA, 100);
+    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
+    s.publish(PeerId::ZERO, &[8; 60], s.at(1));
+    assert!(s.take().is_empty(), "nothing to wait for");
+    assert_eq!(s.stats().dropped_queue_full, 1);
+    assert_eq!(frames(&s.written(A, s.at(1))).len(), 1);
+
+    // Block: the second frame waits, and goes once the writer made room.
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let budget = s.serve(A, PA, 100);
+    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
+    s.publish(PeerId::ZERO, &[8; 60], s.at(1));
+    let mut acts = s.take();
+    let Some(ShardAction::Block(b)) = acts.pop() else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(b.link(), A);
+    let Unblock::Wait(b, until) = s.core.unblock(b, s.at(2), &mut s.out) else {
+        panic!("no room yet")
+    };
+    assert_eq!(
+        until,
+        s.at(101),
+        "looks again when the link could be slow: `after` from the publish that found it full"
+    );
+    assert_eq!(s.stats().dropped_queue_full, 0);
+    let listener = b.listen();
+    let first = frames(&s.written(A, s.at(3)));
+    assert_eq!(first[0].payload[0], 7);
+    assert_eq!(budget.queued(), 0);
+    drop(listener);
+    assert!(matches!(
+        s.core.unblock(b, s.at(4), &mut s.out),
+        Unblock::Done
+    ));
+    let second = frames(&s.written(A, s.at(4)));
+    assert_eq!(second[0].payload[0], 8);
+    let st = s.stats();
+    assert_eq!((st.frames_queued, st.dropped_queue_full), (2, 0));
+}
+
+#[test]
+fn a_link_outpaced_by_another_is_declared_slow_and_not_waited_for() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 100);
+    let fast = s.serve(B, PB, 1 << 20);
+    fast.written(1 << 20, s.at(50));
+    s.publish(PA, &[1; 60], s.at(60));
+    s.publish(PA, &[2; 60], s.at(60));
+    let Some(ShardAction::Block(b)) = s.take().pop() else {
+        panic!()
+    };
+    let Unblock::Wait(b, until) = s.core.unblock(b, s.at(60), &mut s.out) else {
+        panic!()
+    };
+    assert_eq!(until, s.at(160));
+    // Woken early (some room elsewhere): still waiting for the same deadline.
+    let Unblock::Wait(b, again) = s.core.unblock(b, s.at(90), &mut s.out) else {
+        panic!()
+    };
+    assert_eq!(again, until);
+    assert!(matches!(
+        s.core.unblock(b, until, &mut s.out),
+        Unblock::Done
+    ));
+    let acts = s.take();
+    // The control plane is told (it stops listing the peer in its record meanwhile,
+    // `control::slow`), and so is the application.
+    let link = acts.iter().find_map(|a| match a {
+        ShardAction::Report {
+            msg: crate::cmd::ToControl::LinkSlow { link },
+            ..
+        } => Some(*link),
+        _ => None,
+    });
+    assert_eq!(link, s.core.table.link_to(&PA), "{acts:?}");
+    assert!(
+        matches!(
+            &acts[..],
+            [
+                ShardAction::Report { .. },
+                ShardAction::Error(LinkError {
+                    peer: Some(PA),
+                    fault: LinkFault::SlowPeer,
+                    ..
+                })
+            ]
+        ),
+        "{acts:?}"
+    );
+    assert_eq!((s.stats().slow_links, s.stats().dropped_slow_link), (1, 1));
+    // Nobody waits for a slow link: the next message for it is dropped at once.
+    s.publish(PA, &[3; 60], s.at(170));
+    assert!(s.take().is_empty());
+    assert_eq!(s.stats().dropped_slow_link, 2);
+}
+
+/// A link that drains and jams again soon after a slow period is not waited out again: every
+/// wait holds the publisher's other links too (the fault suite's healthy subscriber stood
+/// still ~1 s per episode). Long after, it is waited for as before.
+#[test]
+fn a_link_that_jams_again_soon_after_being_slow_is_not_waited_out_again() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let lossy = s.serve(A, PA, 100);
+    let fast = s.serve(B, PB, 1 << 20);
+    fast.written(1 << 20, s.at(50));
+    // Blocks the second of two frames for A at `t`; returns the driver's first look at it.
+    let jam = |s: &mut Sim, t: u64| {
+        s.publish(PA, &[1; 60], s.at(t));
+        s.publish(PA, &[2; 60], s.at(t));
+        let Some(ShardAction::Block(b)) = s.take().pop() else {
+            panic!("no wait at {t} ms")
+        };
+        s.core.unblock(b, s.at(t), &mut s.out)
+    };
+    // The first episode is waited out for `after` (100 ms here), then A is slow.
+    let Unblock::Wait(b, until) = jam(&mut s, 60) else {
+        panic!("the first jam is waited for")
+    };
+    assert_eq!(until, s.at(160));
+    assert!(matches!(
+        s.core.unblock(b, until, &mut s.out),
+        Unblock::Done
+    ));
+    assert_eq!(s.stats().slow_links, 1);
+    s.take();
+    // A drains (no longer slow), then jams again 100 ms later: slow at once.
+    s.written(A, s.at(200));
+    assert!(!lossy.is_slow());
+    assert!(
+        matches!(jam(&mut s, 300), Unblock::Done),
+        "a relapse is not waited for"
+    );
+    assert_eq!(s.stats().slow_links, 2);
+    s.take();
+    // Drained again at 400; a jam more than ten `after`s later is a new episode.
+    s.written(A, s.at(400));
+    fast.written(1 << 20, s.at(1400));
+    let Unblock::Wait(b, until) = jam(&mut s, 1401) else {
+        panic!("long after, waited for again")
+    };
+    assert_eq!(until, s.at(1501), "for a whole `after`");
+    assert!(matches!(
+        s.core.unblock(b, until, &mut s.out),
+        Unblock::Done
+    ));
+    assert_eq!(s.stats().slow_links, 3);
+}
+
+/// A publish that finds two links full waits for them one after the other (the driver
+/// awaits its waits in order), but both congestion clocks start at the publish: the second
+/// link is not waited out for a whole `after` once the first has been.
+#[test]
+fn links_jammed_together_are_waited_out_together() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 100);
+    s.serve(LinkId(3), PC, 100);
+    let fast = s.serve(B, PB, 1 << 20);
+    fast.written(1 << 20, s.at(50));
+    s.publish(PeerId::ZERO, &[1; 60], s.at(60));
+    s.publish(PeerId::ZERO, &[2; 60], s.at(60));
+    let blocked: Vec<Box<Blocked>> = s
+        .take()
+        .actions
+        .into_iter()
+        .filter_map(|a| match a {
+            ShardAction::Block(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(blocked.len(), 2, "A and C are full");
+    let mut blocked = blocked.into_iter();
+    let first = blocked.next().unwrap();
+    let Unblock::Wait(first, until) = s.core.unblock(first, s.at(60), &mut s.out) else {
+        panic!()
+    };
+    assert_eq!(until, s.at(160));
+    assert!(matches!(
+        s.core.unblock(first, until, &mut s.out),
+        Unblock::Done
+    ));
+    // The driver looks at the second wait only now: its link has been congested as long.
+    let second = blocked.next().unwrap();
+    assert!(matches!(
+        s.core.unblock(second, until, &mut s.out),
+        Unblock::Done
+    ));
+    assert_eq!(s.stats().slow_links, 2);
+}
+
+#[test]
+fn a_single_congested_link_is_never_slow_the_publisher_just_waits() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 100);
+    s.publish(PA, &[1; 60], s.at(0));
+    s.publish(PA, &[2; 60], s.at(0));
+    let Some(ShardAction::Block(mut b)) = s.take().pop() else {
+        panic!()
+    };
+    for t in [0, 100, 125, 150, 1000] {
+        match s.core.unblock(b, s.at(t), &mut s.out) {
+            Unblock::Wait(next, until) => {
+                assert!(until > s.at(t));
+                b = next;
+            }
+            Unblock::Done => panic!("gave up at {t} ms"),
+        }
+    }
+    assert_eq!(s.stats().slow_links, 0);
+}
