@@ -45,8 +45,9 @@ pub enum OverflowPolicy {
 
 /// What a [`OverflowPolicy::Block`] publisher does about a link that cannot take its share.
 ///
-/// A link is **congested** from the first reservation that finds its queue full until its
-/// writer drains it to half the bound. A link congested for longer than `after` while another
+/// A link is **congested** from the first reservation that finds its queue full (or, when a
+/// publisher begins to wait for another link, from then if it is more than half full: links
+/// jammed together are waited out together) until its writer drains it to half the bound. A link congested for longer than `after` while another
 /// link drains at least twice as fast (the others take their share, this one does not; rates
 /// averaged over about a second, so a peer stalled for a moment is not slow) is declared
 /// **slow** (counted in `slow_links`, with an `SlowPeer` error event event). One lossy link used to hold
@@ -191,18 +192,7 @@ impl LinkBudget {
             return Duration::ZERO;
         }
         let now = self.ms(now);
-        let since =
-            match self
-                .congested_since
-                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => {
-                    let total = self.written_total.load(Ordering::Relaxed);
-                    self.written_at_congestion.store(total, Ordering::Relaxed);
-                    now
-                }
-                Err(s) => s,
-            };
+        let since = self.start_congestion(now);
         // A slow period ends only with a drain that also ends the episode, so its end cannot
         // move while an episode lasts: whether this one is a relapse follows from its start.
         let ended = self.slow_ended.load(Ordering::Relaxed);
@@ -211,6 +201,36 @@ impl LinkBudget {
             return Duration::ZERO;
         }
         after.saturating_sub(Duration::from_millis(now.saturating_sub(since)))
+    }
+
+    /// Starts the congestion clock at `now` (the budget's milliseconds) if it is not running;
+    /// returns when it started.
+    fn start_congestion(&self, now: u64) -> u64 {
+        match self
+            .congested_since
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => {
+                let total = self.written_total.load(Ordering::Relaxed);
+                self.written_at_congestion.store(total, Ordering::Relaxed);
+                now
+            }
+            Err(s) => s,
+        }
+    }
+
+    /// A publisher began to wait for another link and found this one more than half full:
+    /// it is backed up as well, so its congestion clock starts now, as if a reservation had
+    /// found it full. Without this, a link that jammed with another (not quite full when the
+    /// publisher stopped sending) was found full only once the publisher resumed, and waited
+    /// out for a whole `after` of its own, every other link held again. A link that drains to
+    /// half meanwhile ends the episode as always. True if the clock runs.
+    pub fn congested_if_backed_up(&self, now: Instant) -> bool {
+        if self.queued() <= self.max / 2 || self.is_slow() || self.is_closed() {
+            return false;
+        }
+        self.start_congestion(self.ms(now));
+        true
     }
 
     /// Records that the link stopped being slow at `now` (its writer calls it when

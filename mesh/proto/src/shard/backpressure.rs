@@ -5,9 +5,11 @@
 //! core names, then asks again ([`ShardCore::unblock`]). The publisher never waits for a link
 //! that holds the rest hostage ([`SlowLinkPolicy`]): once it has been congested for `after`
 //! while another link drains at least twice as fast (at once, on a relapse soon after its last
-//! slow period: [`LinkBudget::congested`]), it is declared slow, once: counted,
-//! reported, and closed if the policy says so. When the links drain alike the publisher is
-//! simply faster than the mesh and waits (plain backpressure; a single link is never slow).
+//! slow period: [`LinkBudget::congested`]), it is declared slow, once: counted, reported, and
+//! closed if the policy says so. A wait also starts the clock of every other link more than
+//! half full ([`LinkBudget::congested_if_backed_up`]): links jammed together are waited out
+//! together. When the links drain alike the publisher is simply faster than the mesh and
+//! waits (plain backpressure; a single link is never slow).
 //!
 //! **Owns:** the decision to keep waiting, to queue, or to give up on a link. **Must not
 //! touch:** the waiting itself (the driver's).
@@ -87,6 +89,15 @@ impl ShardCore {
                 b.frames,
             );
             return Unblock::Done;
+        }
+        if b.deadline.is_none() {
+            // The publisher sends nothing while it waits: a link backed up with this one would
+            // be found full only once it resumes, and waited out for a whole `after` again.
+            for (l, (_, other)) in &self.owners {
+                if *l != b.link {
+                    other.congested_if_backed_up(now);
+                }
+            }
         }
         if let Some(d) = b.deadline {
             if now < d {

@@ -1,7 +1,8 @@
 //! A Block publisher's waits and the slow-link rule that bounds them (`backpressure`, the
 //! links' `LinkBudget`), driven with virtual time: DropNewest against Block, a link outpaced
-//! by another declared slow, a relapse not waited out again, links jammed together, a single
-//! congested link only pacing the publisher.
+//! by another declared slow, a relapse not waited out again, links jammed together (full at
+//! one publish, or backed up when the wait began), a single congested link only pacing the
+//! publisher.
 
 use super::*;
 
@@ -197,6 +198,74 @@ fn links_jammed_together_are_waited_out_together() {
         Unblock::Done
     ));
     assert_eq!(s.stats().slow_links, 2);
+}
+
+/// A link that is backed up but not yet full when the publisher begins to wait for another
+/// is jammed with it: its clock starts with the wait, and once the first link is slow and the
+/// publisher resumes, the second is not waited out for a whole `after` of its own (the fault
+/// suite's two lossy links held the healthy subscriber ~1 s each, one after the other). A
+/// link that drained to half meanwhile is waited for as usual.
+#[test]
+fn a_link_backed_up_while_the_publisher_waits_for_another_is_waited_out_with_it() {
+    // One 60-byte message's frame, in bytes.
+    let f = {
+        let mut p = Sim::new(0, 1, OverflowPolicy::Block);
+        let b = p.serve(A, PA, 1 << 20);
+        p.publish(PeerId::ZERO, &[1; 60], p.at(0));
+        b.queued()
+    };
+    for drains in [false, true] {
+        let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+        s.serve(A, PA, f);
+        // C takes two frames, more than half its bound, and not a third.
+        let c = LinkId(3);
+        let jammed = s.serve(c, PC, 2 * f + f / 2);
+        let fast = s.serve(B, PB, 1 << 20);
+        fast.written(1 << 20, s.at(50));
+        s.publish(PeerId::ZERO, &[1; 60], s.at(60));
+        s.publish(PeerId::ZERO, &[2; 60], s.at(60));
+        let Some(ShardAction::Block(b)) = s.take().pop() else {
+            panic!("A is full")
+        };
+        assert_eq!(b.link(), A);
+        assert_eq!(jammed.queued(), 2 * f, "C took both: backed up, not full");
+        let Unblock::Wait(b, until) = s.core.unblock(b, s.at(60), &mut s.out) else {
+            panic!()
+        };
+        assert_eq!(until, s.at(160));
+        if drains {
+            s.written(c, s.at(100));
+        }
+        assert!(matches!(
+            s.core.unblock(b, until, &mut s.out),
+            Unblock::Done
+        ));
+        assert!(s.stats().slow_links == 1);
+        s.take();
+        // The publisher resumes: A is slow (dropped for), C is full.
+        s.publish(PeerId::ZERO, &[3; 60], s.at(160));
+        if drains {
+            s.publish(PeerId::ZERO, &[4; 60], s.at(160));
+            s.publish(PeerId::ZERO, &[5; 60], s.at(160));
+        }
+        let Some(ShardAction::Block(b)) = s.take().pop() else {
+            panic!("C is full (drains: {drains})")
+        };
+        assert_eq!(b.link(), c);
+        let step = s.core.unblock(b, s.at(160), &mut s.out);
+        if drains {
+            let Unblock::Wait(_, until) = step else {
+                panic!("a link that drained to half is waited for")
+            };
+            assert_eq!(until, s.at(260), "for a whole `after` from its jam");
+        } else {
+            assert!(
+                matches!(step, Unblock::Done),
+                "backed up since the first wait began: slow at once"
+            );
+            assert_eq!(s.stats().slow_links, 2);
+        }
+    }
 }
 
 #[test]
