@@ -23,6 +23,12 @@ use std::time::{Duration, Instant};
 /// link again (see [`SlowLinkPolicy`]).
 pub const RELAPSE_WINDOW: u32 = 10;
 
+/// A relapse is waited for `after / RELAPSE_ALLOWANCE`, not `after`: long enough that its rate
+/// since the jam (what "another link drains twice as fast" compares) means something. Judged
+/// at its first instant, when it has written nothing yet, every relapse looked outpaced, and a
+/// recovered link caught in a burst that filled every link was dropped for.
+pub const RELAPSE_ALLOWANCE: u32 = 4;
+
 /// What happens to a frame when its link's outbound queue is at `max_outbound_queue_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OverflowPolicy {
@@ -47,16 +53,16 @@ pub enum OverflowPolicy {
 ///
 /// A link is **congested** from the first reservation that finds its queue full (or, when a
 /// publisher begins to wait for another link, from then if it is more than half full: links
-/// jammed together are waited out together) until its writer drains it to half the bound. A link congested for longer than `after` while another
-/// link drains at least twice as fast (the others take their share, this one does not; rates
+/// jammed together are waited out together) until its writer drains it to half the bound. A
+/// link congested for longer than `after` while another link drains at least twice as fast (the others take their share, this one does not; rates
 /// averaged over about a second, so a peer stalled for a moment is not slow) is declared
 /// **slow** (counted in `slow_links`, with an `SlowPeer` error event event). One lossy link used to hold
 /// a Block publisher to its pace for as long as the loss lasted (~15 % of the rate for ~30 s
 /// in the fault test); now the publisher waits for one link at most about `after` per
 /// congestion episode. A **relapse**, an episode beginning within [`RELAPSE_WINDOW`] times
 /// `after` of the end of the link's last slow period (or of a closed link's to the same peer:
-/// [`LinkBudget::remember_slow`]), is not waited out again: the link is
-/// slow at once if another link drains twice as fast. Every wait holds
+/// [`LinkBudget::remember_slow`]), is not waited out again: the link is slow after a quarter
+/// of `after` ([`RELAPSE_ALLOWANCE`]) if another link drains twice as fast. Every wait holds
 /// every other link of the publisher too (a broadcast goes to all or waits), so a lossy link
 /// that drains and jams again cost the whole mesh a second each time: the fault suite's
 /// healthy subscriber stood still for a median 4.1–4.5 s of its 24 s, in stalls of ~1 s.
@@ -185,8 +191,9 @@ impl LinkBudget {
 
     /// A reservation found the queue full: starts the congestion clock if it is not running.
     /// Returns how long the link may still stay congested before it is slow (zero once it is,
-    /// or when `after` has passed, or at once for a relapse: an episode that began within
-    /// [`RELAPSE_WINDOW`] times `after` of the end of the link's last slow period).
+    /// or when `after` has passed; for a relapse, an episode that began within
+    /// [`RELAPSE_WINDOW`] times `after` of the end of the link's last slow period, when
+    /// `after / RELAPSE_ALLOWANCE` has).
     pub fn congested(&self, after: Duration, now: Instant) -> Duration {
         if self.is_slow() {
             return Duration::ZERO;
@@ -197,10 +204,12 @@ impl LinkBudget {
         // move while an episode lasts: whether this one is a relapse follows from its start.
         let ended = self.slow_ended.load(Ordering::Relaxed);
         let window = after.as_millis() as u64 * u64::from(RELAPSE_WINDOW);
-        if ended != 0 && since.saturating_sub(ended) <= window {
-            return Duration::ZERO;
-        }
-        after.saturating_sub(Duration::from_millis(now.saturating_sub(since)))
+        let allowance = if ended != 0 && since.saturating_sub(ended) <= window {
+            after / RELAPSE_ALLOWANCE
+        } else {
+            after
+        };
+        allowance.saturating_sub(Duration::from_millis(now.saturating_sub(since)))
     }
 
     /// Starts the congestion clock at `now` (the budget's milliseconds) if it is not running;
@@ -500,10 +509,10 @@ mod tests {
     }
 
     #[test]
-    fn a_relapse_soon_after_a_slow_period_has_no_allowance_and_a_late_one_has_all() {
+    fn a_relapse_soon_after_a_slow_period_has_a_quarter_allowance_and_a_late_one_has_all() {
         let t0 = Instant::now();
         let b = LinkBudget::new(100, t0);
-        let after = Duration::from_millis(30);
+        let after = Duration::from_millis(40);
         assert_eq!(b.try_reserve(90), Some(90));
         assert_eq!(
             b.congested(after, ms(t0, 0)),
@@ -522,14 +531,16 @@ mod tests {
         assert_eq!(next.last_slow(), None);
         next.remember_slow(101);
         assert_eq!(next.try_reserve(90), Some(90));
+        let quarter = after / RELAPSE_ALLOWANCE;
+        assert_eq!(next.congested(after, ms(t0, 110)), quarter, "a relapse");
         assert_eq!(
-            next.congested(after, ms(t0, 110)),
+            next.congested(after, ms(t0, 110) + quarter),
             Duration::ZERO,
-            "a relapse"
+            "and its allowance runs out"
         );
         assert_eq!(b.try_reserve(70), Some(100));
-        let window = u64::from(RELAPSE_WINDOW) * 30;
-        assert_eq!(b.congested(after, ms(t0, 100 + window)), Duration::ZERO);
+        let window = u64::from(RELAPSE_WINDOW) * 40;
+        assert_eq!(b.congested(after, ms(t0, 100 + window)), quarter);
         assert!(!b.release(100), "not declared slow: no slow period ended");
         assert_eq!(b.try_reserve(90), Some(90));
         assert_eq!(

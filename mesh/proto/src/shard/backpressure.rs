@@ -4,12 +4,12 @@
 //! [`Blocked`]: the driver waits for room (the budget's room signal) or for the deadline the
 //! core names, then asks again ([`ShardCore::unblock`]). The publisher never waits for a link
 //! that holds the rest hostage ([`SlowLinkPolicy`]): once it has been congested for `after`
-//! while another link drains at least twice as fast (at once, on a relapse soon after its last
-//! slow period: [`LinkBudget::congested`]), it is declared slow, once: counted, reported, and
-//! closed if the policy says so. A wait also starts the clock of every other link more than
-//! half full ([`LinkBudget::congested_if_backed_up`]): links jammed together are waited out
-//! together. When the links drain alike the publisher is simply faster than the mesh and
-//! waits (plain backpressure; a single link is never slow).
+//! while another link drains at least twice as fast (a quarter of `after`, on a relapse soon
+//! after its last slow period: [`LinkBudget::congested`]), it is declared slow, once:
+//! counted, reported, and closed if the policy says so. A wait also starts the clock of every
+//! other link more than half full ([`LinkBudget::congested_if_backed_up`]): links jammed
+//! together are waited out together. When the links drain alike the publisher is simply
+//! faster than the mesh and waits (plain backpressure; a single link is never slow).
 //!
 //! **Owns:** the decision to keep waiting, to queue, or to give up on a link. **Must not
 //! touch:** the waiting itself (the driver's).
@@ -105,7 +105,7 @@ impl ShardCore {
             }
         }
         // Also at the first look: the link's clock may have run out while the driver awaited
-        // another wait of the same publish, or a relapse has no allowance at all.
+        // another wait of the same publish (or a link backed up since an earlier wait).
         if b.budget.congested(policy.after, now).is_zero() && self.outpaced(b.link, &b.budget, now)
         {
             self.declare_slow(b.link, &b.budget, now, out);
