@@ -54,20 +54,20 @@ pub enum OverflowPolicy {
 /// A link is **congested** from the first reservation that finds its queue full (or, when a
 /// publisher begins to wait for another link, from then if it is more than half full: links
 /// jammed together are waited out together) until its writer drains it to half the bound. A
-/// link congested for longer than `after` while another link drains at least twice as fast (the others take their share, this one does not; rates
-/// averaged over about a second, so a peer stalled for a moment is not slow) is declared
-/// **slow** (counted in `slow_links`, with an `SlowPeer` error event event). One lossy link used to hold
-/// a Block publisher to its pace for as long as the loss lasted (~15 % of the rate for ~30 s
-/// in the fault test); now the publisher waits for one link at most about `after` per
-/// congestion episode. A **relapse**, an episode beginning within [`RELAPSE_WINDOW`] times
-/// `after` of the end of the link's last slow period (or of a closed link's to the same peer:
-/// [`LinkBudget::remember_slow`]), is not waited out again: the link is slow after a quarter
-/// of `after` ([`RELAPSE_ALLOWANCE`]) if another link drains twice as fast. Every wait holds
-/// every other link of the publisher too (a broadcast goes to all or waits), so a lossy link
-/// that drains and jams again cost the whole mesh a second each time: the fault suite's
-/// healthy subscriber stood still for a median 4.1–4.5 s of its 24 s, in stalls of ~1 s.
-/// When the links drain alike, or there is only one, nothing is slow: the publisher is faster
-/// than the mesh and Block paces it, as before.
+/// link congested for longer than `after` while another link drains at least twice as fast
+/// (the others take their share, this one does not; rates averaged over about a second, so a
+/// peer stalled for a moment is not slow) is declared **slow** (counted in `slow_links`, with
+/// a `SlowPeer` error event). One lossy link used to hold a Block publisher to its pace for as
+/// long as the loss lasted (~15 % of the rate for ~30 s in the fault test); now the publisher
+/// waits for one link at most about `after` per congestion episode. A **relapse**, an episode
+/// beginning within [`RELAPSE_WINDOW`] times `after` of the end of the link's last slow period
+/// (or of a closed link's to the same peer: [`LinkBudget::remember_slow`]), is not waited out
+/// again: the link is slow after a quarter of `after` ([`RELAPSE_ALLOWANCE`]) if another link
+/// drains twice as fast. Every wait holds every other link of the publisher too (a broadcast
+/// goes to all or waits), so a lossy link that drains and jams again cost the whole mesh a
+/// second each time: the fault suite's healthy subscriber stood still for a median 4.1–4.5 s
+/// of its 24 s, in stalls of ~1 s. When the links drain alike, or there is only one, nothing
+/// is slow: the publisher is faster than the mesh and Block paces it, as before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowLinkPolicy {
     /// How long a link may stay congested before it is slow. Default 1 s.

@@ -301,7 +301,7 @@ fn a_link_backed_up_while_the_publisher_waits_for_another_is_waited_out_with_it(
             s.core.unblock(b, until, &mut s.out),
             Unblock::Done
         ));
-        assert!(s.stats().slow_links == 1);
+        assert_eq!(s.stats().slow_links, 1);
         s.take();
         // The publisher resumes: A is slow (dropped for), C is full.
         s.publish(PeerId::ZERO, &[3; 60], s.at(160));
