@@ -88,7 +88,7 @@
 //!   the relays carry it the origin's frames (`control::slow`, whatever this setting). On the
 //!   fault suite, subscribers behind 30 %-lossy links got 0.98-0.99× (61 interleaved pairs)
 //!   of what flooding delivers them, whose relays carry copies of what the origin drops for
-//!   them all along; since a relapsing slow link is judged on its pace, 1.008 ± 0.009× (19
+//!   them all along; since a relapsing slow link is judged on its pace, 0.994 ± 0.007× (30
 //!   pairs). False: every link relays every broadcast as mesh-v1 does.
 //! - `max_links = 0`: no cap, every discovered peer is dialed (the full mesh multicast
 //!   discovery builds). Above zero, a node keeps about that many links to discovered Shoal
@@ -360,8 +360,8 @@ pub struct MeshConfig {
     /// its origin than itself, which would refuse the copy (see the module docs and
     /// [`crate::reverse_path::PathTable`]); a relay of a topic Discovery frame skips the same
     /// links. Default true; false sends on every link as mesh-v1 does (a duplicate per extra
-    /// link for every broadcast; subscribers behind lossy links get as much either way, within
-    /// the fault suite's noise: see the module docs).
+    /// link for every broadcast, and about 0.5 % more for subscribers behind lossy links: see
+    /// the module docs).
     pub relay_pruning: bool,
     /// Membership anti-entropy between Shoal nodes (see the module docs and
     /// `crate::membership::sync`): advertised in the Hello extension; default true.
