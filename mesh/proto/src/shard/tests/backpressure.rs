@@ -107,6 +107,17 @@ fn a_link_outpaced_by_another_is_declared_slow_and_not_waited_for() {
     assert_eq!(s.stats().dropped_slow_link, 2);
 }
 
+/// Publishes two frames for A at `t`, the second of which waits; returns the driver's first
+/// look at that wait.
+fn jam(s: &mut Sim, t: u64) -> Unblock {
+    s.publish(PA, &[1; 60], s.at(t));
+    s.publish(PA, &[2; 60], s.at(t));
+    let Some(ShardAction::Block(b)) = s.take().pop() else {
+        panic!("no wait at {t} ms")
+    };
+    s.core.unblock(b, s.at(t), &mut s.out)
+}
+
 /// A link that drains and jams again soon after a slow period is not waited out again (only
 /// a quarter of `after`, to measure its pace): every wait holds the publisher's other links
 /// too (the fault suite's healthy subscriber stood still ~1 s per episode). Long after, it is
@@ -117,15 +128,6 @@ fn a_link_that_jams_again_soon_after_being_slow_is_not_waited_out_again() {
     let lossy = s.serve(A, PA, 100);
     let fast = s.serve(B, PB, 1 << 20);
     fast.written(1 << 20, s.at(50));
-    // Blocks the second of two frames for A at `t`; returns the driver's first look at it.
-    let jam = |s: &mut Sim, t: u64| {
-        s.publish(PA, &[1; 60], s.at(t));
-        s.publish(PA, &[2; 60], s.at(t));
-        let Some(ShardAction::Block(b)) = s.take().pop() else {
-            panic!("no wait at {t} ms")
-        };
-        s.core.unblock(b, s.at(t), &mut s.out)
-    };
     // The first episode is waited out for `after` (100 ms here), then A is slow.
     let Unblock::Wait(b, until) = jam(&mut s, 60) else {
         panic!("the first jam is waited for")
@@ -182,12 +184,7 @@ fn a_recovered_link_caught_in_a_burst_soon_after_being_slow_is_not_slow_for_it()
     let fast = s.serve(B, PB, 1 << 20);
     fast.written(1 << 20, s.at(50));
     // A's first episode: waited out for `after` (100 ms here), then slow; then it catches up.
-    s.publish(PA, &[1; 60], s.at(60));
-    s.publish(PA, &[2; 60], s.at(60));
-    let Some(ShardAction::Block(b)) = s.take().pop() else {
-        panic!()
-    };
-    let Unblock::Wait(b, until) = s.core.unblock(b, s.at(60), &mut s.out) else {
+    let Unblock::Wait(b, until) = jam(&mut s, 60) else {
         panic!()
     };
     assert!(matches!(
@@ -199,13 +196,8 @@ fn a_recovered_link_caught_in_a_burst_soon_after_being_slow_is_not_slow_for_it()
     s.written(A, s.at(200));
     assert!(!lossy.is_slow());
     // 100 ms later a burst fills A (a relapse by the clock) ...
-    s.publish(PA, &[3; 60], s.at(300));
-    s.publish(PA, &[4; 60], s.at(300));
-    let Some(ShardAction::Block(b)) = s.take().pop() else {
-        panic!("A is full")
-    };
     let dropped = s.stats().dropped_slow_link;
-    let Unblock::Wait(b, until) = s.core.unblock(b, s.at(300), &mut s.out) else {
+    let Unblock::Wait(b, until) = jam(&mut s, 300) else {
         panic!("a relapse is given a moment to show its pace")
     };
     assert_eq!(until, s.at(325), "a quarter of `after`");
@@ -217,7 +209,7 @@ fn a_recovered_link_caught_in_a_burst_soon_after_being_slow_is_not_slow_for_it()
     ));
     assert_eq!(s.stats().slow_links, 1);
     assert_eq!(s.stats().dropped_slow_link, dropped);
-    assert_eq!(frames(&s.written(A, s.at(306)))[0].payload[0], 4);
+    assert_eq!(frames(&s.written(A, s.at(306)))[0].payload[0], 2);
 }
 
 /// A publish that finds two links full waits for them one after the other (the driver
