@@ -41,10 +41,18 @@ pub(crate) struct Tick {
     pub(crate) work_wall: Duration,
 }
 
+impl Tick {
+    /// When its work was done (the round after it went to sleep at once).
+    pub(crate) fn end(&self) -> Instant {
+        self.at + SLEEP + self.woke_late + self.work_wall
+    }
+}
+
 /// The bystander's figures over one phase of the storm.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub(crate) struct Bystander {
-    /// Rounds that began in the phase.
+    /// Rounds that overlapped the phase (asleep, waking or working in it): a phase shorter
+    /// than a round still has the one it fell in.
     pub(crate) rounds: usize,
     /// How late it woke from its sleep, ms: median, 90th percentile, worst.
     pub(crate) woke_late_ms: Quantiles,
@@ -76,11 +84,14 @@ impl Quantiles {
     }
 }
 
-/// The figures of the rounds that began in `[from, to)`.
+/// The figures of the rounds that overlapped `[from, to)`. A round counts whole even when
+/// part of it fell outside: a start of 25 ms lies within one round of the bystander, and the
+/// round it woke in is the one that says what the start cost it. (Only rounds already
+/// recorded: [`Probe::await_round_past`] first, for the one in progress at `to`.)
 pub(crate) fn figures(ticks: &[Tick], from: Instant, to: Instant) -> Bystander {
     let mut late = Vec::new();
     let mut work = Vec::new();
-    for t in ticks.iter().filter(|t| t.at >= from && t.at < to) {
+    for t in ticks.iter().filter(|t| t.at < to && t.end() > from) {
         late.push(t.woke_late.as_secs_f64() * 1e3);
         work.push(t.work_wall.as_secs_f64() * 1e3);
     }
@@ -253,6 +264,28 @@ impl Probe {
     pub(crate) fn ticks(&self) -> Vec<Tick> {
         self.ticks.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
+
+    /// Waits until a round that ended at or after `to` is recorded, so the round in progress
+    /// at `to` (on a starved host, possibly the only one of a short phase) is in the figures.
+    /// Gives up after `limit` with a warning (the figures then lack it): a bystander that
+    /// stopped or is starved that long must not hold the storm.
+    pub(crate) fn await_round_past(&self, to: Instant, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let done = {
+                let t = self.ticks.lock().unwrap_or_else(|e| e.into_inner());
+                t.last().is_some_and(|t| t.end() >= to)
+            };
+            if done {
+                return;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(?limit, "no bystander round ended past the phase's end");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 impl Drop for Probe {
@@ -337,7 +370,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_figures_are_the_rounds_that_began_in_the_phase() {
+    fn the_figures_are_the_rounds_that_overlapped_the_phase() {
         let t = Instant::now();
         let ms = Duration::from_millis;
         let tick = |at: u64, late: u64, work: u64| Tick {
@@ -345,9 +378,9 @@ mod tests {
             woke_late: ms(late),
             work_wall: ms(work),
         };
-        // Ten rounds in the phase (late 1..=10 ms, work 10..=100 ms), one before and one at
-        // its end (both left out).
-        let mut ticks = vec![tick(0, 500, 500)];
+        // Ten rounds in the phase (late 1..=10 ms, work 10..=100 ms), one done before it and
+        // one that began at its end (both left out).
+        let mut ticks = vec![tick(0, 30, 30)];
         ticks.extend((1..=10).map(|k| tick(100 + k, k, 10 * k)));
         ticks.push(tick(200, 700, 700));
         let f = figures(&ticks, t + ms(100), t + ms(200));
@@ -369,9 +402,43 @@ mod tests {
             }
         );
         assert_eq!(
-            figures(&ticks, t + ms(300), t + ms(400)),
+            figures(&ticks, t + ms(2_000), t + ms(2_100)),
             Bystander::default()
         );
+    }
+
+    #[test]
+    fn a_phase_shorter_than_a_round_has_the_round_it_fell_in() {
+        // A 4-node start takes ~25 ms; the bystander went to sleep 10 ms before it and woke 15
+        // ms late in it. Counted by the instant a round began, the start had no round, and the
+        // storm reported zeros for it (a CI run failed its `rounds >= 1`).
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let ticks = [Tick {
+            at: t,
+            woke_late: ms(15),
+            work_wall: ms(1),
+        }];
+        let f = figures(&ticks, t + ms(10), t + ms(35));
+        assert_eq!(f.rounds, 1);
+        assert_eq!(f.woke_late_ms.max, 15.0);
+        // A round ended before the phase, or begun at its end, is not its.
+        assert_eq!(figures(&ticks, t + ms(36), t + ms(60)).rounds, 0);
+        assert_eq!(figures(&ticks, t - ms(10), t).rounds, 0);
+    }
+
+    #[test]
+    fn the_round_in_progress_at_a_phases_end_is_awaited() {
+        let p = Probe::start().expect("Linux has a per-thread CPU clock");
+        // A phase of 1 ms that ends now: whichever round it fell in, it is in the figures
+        // once awaited (a limit that a loaded host's 20 ms sleep will not reach).
+        let from = Instant::now();
+        let to = from + Duration::from_millis(1);
+        p.await_round_past(to, Duration::from_secs(120));
+        assert!(p.ticks().last().is_some_and(|t| t.end() >= to));
+        // (Two if one round ended and the next began within that millisecond.)
+        let rounds = figures(&p.ticks(), from, to).rounds;
+        assert!((1..=2).contains(&rounds), "{rounds}");
     }
 
     #[test]
