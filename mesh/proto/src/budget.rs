@@ -9,8 +9,8 @@
 //! per-link state the link's shard and the control plane already share, so observers read it
 //! without a message to the shard.
 //!
-//! **Owns:** the byte bound of a link queue, the slow-link clock and the link's last RTT
-//! sample. **Must not touch:** the
+//! **Owns:** the byte bound of a link queue, the slow-link clock and marks, and the link's
+//! last RTT sample. **Must not touch:** the
 //! queue itself (the shard core), the clock (every time-dependent method takes `now`) or any
 //! executor: waiting is an `event-listener` notification.
 
@@ -28,6 +28,13 @@ pub const RELAPSE_WINDOW: u32 = 10;
 /// at its first instant, when it has written nothing yet, every relapse looked outpaced, and a
 /// recovered link caught in a burst that filled every link was dropped for.
 pub const RELAPSE_ALLOWANCE: u32 = 4;
+
+/// A Block publisher's link that is outpaced with `1 / UNLIST_LEAD` of its allowance left is
+/// marked slow soon ([`LinkBudget::mark_slow_soon`]), and its peer unlisted from the own
+/// record then (`control::slow`), ahead of the declaration: the publisher's backlog from the
+/// wait goes out in one burst when the link is declared slow, and what of it did not fit the
+/// link reached the peer only if the relays already had the record that sends it there.
+pub const UNLIST_LEAD: u32 = 5;
 
 /// What happens to a frame when its link's outbound queue is at `max_outbound_queue_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -63,11 +70,14 @@ pub enum OverflowPolicy {
 /// beginning within [`RELAPSE_WINDOW`] times `after` of the end of the link's last slow period
 /// (or of a closed link's to the same peer: [`LinkBudget::remember_slow`]), is not waited out
 /// again: the link is slow after a quarter of `after` ([`RELAPSE_ALLOWANCE`]) if another link
-/// drains twice as fast. Every wait holds every other link of the publisher too (a broadcast
-/// goes to all or waits), so a lossy link that drains and jams again cost the whole mesh a
-/// second each time: the fault suite's healthy subscriber stood still for a median 4.1–4.5 s
-/// of its 24 s, in stalls of ~1 s. When the links drain alike, or there is only one, nothing
-/// is slow: the publisher is faster than the mesh and Block paces it, as before.
+/// drains twice as fast. A link outpaced with a fifth of its allowance left is marked **slow
+/// soon** ([`UNLIST_LEAD`]): nothing is dropped for it yet, but its peer is unlisted from the
+/// own record then, so the relays carry for it by the time it is slow. Every wait holds every
+/// other link of the publisher too (a broadcast goes to all or waits), so a lossy link that
+/// drains and jams again cost the whole mesh a second each time: the fault suite's healthy
+/// subscriber stood still for a median 4.1–4.5 s of its 24 s, in stalls of ~1 s. When the
+/// links drain alike, or there is only one, nothing is slow: the publisher is faster than the
+/// mesh and Block paces it, as before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowLinkPolicy {
     /// How long a link may stay congested before it is slow. Default 1 s.
@@ -123,6 +133,8 @@ pub struct LinkBudget {
     congested_since: AtomicU64,
     /// Declared slow (see [`SlowLinkPolicy`]); cleared when drained to half the bound.
     slow: AtomicBool,
+    /// About to be declared slow ([`UNLIST_LEAD`]); cleared when drained to half the bound.
+    slow_soon: AtomicBool,
     /// Milliseconds since `epoch` (+1) when the link last stopped being slow, or the one a
     /// link to the same peer did ([`LinkBudget::remember_slow`]); 0 = never slow (see
     /// [`LinkBudget::slow_ended`]).
@@ -157,6 +169,7 @@ impl LinkBudget {
             full_since: AtomicU64::new(0),
             congested_since: AtomicU64::new(0),
             slow: AtomicBool::new(false),
+            slow_soon: AtomicBool::new(false),
             slow_ended: AtomicU64::new(0),
             slow_since: AtomicU64::new(0),
             drain_acc: AtomicU64::new(0),
@@ -200,16 +213,29 @@ impl LinkBudget {
         }
         let now = self.ms(now);
         let since = self.start_congestion(now);
+        self.allowance_from(since, after)
+            .saturating_sub(Duration::from_millis(now.saturating_sub(since)))
+    }
+
+    /// How long the current congestion episode may last before the link is slow: `after`, or
+    /// `after / RELAPSE_ALLOWANCE` for a relapse (`after` when no episode runs).
+    pub fn allowance(&self, after: Duration) -> Duration {
+        match self.congested_since.load(Ordering::Relaxed) {
+            0 => after,
+            since => self.allowance_from(since, after),
+        }
+    }
+
+    fn allowance_from(&self, since: u64, after: Duration) -> Duration {
         // A slow period ends only with a drain that also ends the episode, so its end cannot
         // move while an episode lasts: whether this one is a relapse follows from its start.
         let ended = self.slow_ended.load(Ordering::Relaxed);
         let window = after.as_millis() as u64 * u64::from(RELAPSE_WINDOW);
-        let allowance = if ended != 0 && since.saturating_sub(ended) <= window {
+        if ended != 0 && since.saturating_sub(ended) <= window {
             after / RELAPSE_ALLOWANCE
         } else {
             after
-        };
-        allowance.saturating_sub(Duration::from_millis(now.saturating_sub(since)))
+        }
     }
 
     /// Starts the congestion clock at `now` (the budget's milliseconds) if it is not running;
@@ -307,6 +333,18 @@ impl LinkBudget {
         self.slow.load(Ordering::Acquire)
     }
 
+    /// Marks the link about to be declared slow ([`UNLIST_LEAD`]); true if it was not
+    /// already. Nothing is dropped for it yet: only its peer is unlisted.
+    pub fn mark_slow_soon(&self) -> bool {
+        !self.slow_soon.swap(true, Ordering::AcqRel)
+    }
+
+    /// True while the link is slow or marked slow soon, until it drains to half the bound:
+    /// its peer is not listed in the own record meanwhile (`control::slow`).
+    pub fn is_slow_or_soon(&self) -> bool {
+        self.is_slow() || self.slow_soon.load(Ordering::Acquire)
+    }
+
     /// Reserves `n` bytes if they fit (a frame larger than the whole bound is admitted only
     /// into an empty queue, so it cannot be stuck forever). Returns the new queued total.
     pub fn try_reserve(&self, n: usize) -> Option<usize> {
@@ -348,6 +386,7 @@ impl LinkBudget {
             if left <= self.max / 2 {
                 // Caught up: no longer congested, and no longer slow.
                 self.congested_since.store(0, Ordering::Relaxed);
+                self.slow_soon.store(false, Ordering::Release);
                 ended = self.slow.swap(false, Ordering::AcqRel);
             }
             self.room.notify(usize::MAX);
@@ -509,6 +548,30 @@ mod tests {
     }
 
     #[test]
+    fn a_link_marked_slow_soon_is_not_slow_and_the_mark_ends_with_the_episode() {
+        let t0 = Instant::now();
+        let b = LinkBudget::new(100, t0);
+        assert_eq!(b.try_reserve(90), Some(90));
+        assert!(b.mark_slow_soon());
+        assert!(!b.mark_slow_soon(), "marked once per episode");
+        assert!(b.is_slow_or_soon() && !b.is_slow());
+        assert!(
+            b.is_full_for(50),
+            "still waited for: nothing is dropped for it yet"
+        );
+        b.release(39);
+        assert!(b.is_slow_or_soon(), "51 of 100 queued: still jammed");
+        assert!(!b.release(1), "ended no slow period");
+        assert!(!b.is_slow_or_soon(), "drained to half");
+        // Declared slow after the mark: both end with the drain.
+        assert_eq!(b.try_reserve(40), Some(90));
+        b.mark_slow_soon();
+        b.mark_slow(ms(t0, 10));
+        assert!(b.release(90));
+        assert!(!b.is_slow_or_soon());
+    }
+
+    #[test]
     fn a_relapse_soon_after_a_slow_period_has_a_quarter_allowance_and_a_late_one_has_all() {
         let t0 = Instant::now();
         let b = LinkBudget::new(100, t0);
@@ -532,7 +595,9 @@ mod tests {
         next.remember_slow(101);
         assert_eq!(next.try_reserve(90), Some(90));
         let quarter = after / RELAPSE_ALLOWANCE;
+        assert_eq!(next.allowance(after), after, "no episode yet");
         assert_eq!(next.congested(after, ms(t0, 110)), quarter, "a relapse");
+        assert_eq!(next.allowance(after), quarter);
         assert_eq!(
             next.congested(after, ms(t0, 110) + quarter),
             Duration::ZERO,

@@ -258,8 +258,9 @@ pub enum ToControl {
         digest: Box<crate::wire::MembershipDigest>,
     },
     /// `link` was declared slow (its Block publisher no longer waits for it; see
-    /// [`crate::SlowLinkPolicy`]): the control core stops listing its peer in the own record
-    /// until it catches up (`control::slow`).
+    /// [`crate::SlowLinkPolicy`]) or marked slow soon ([`crate::budget::UNLIST_LEAD`]): the
+    /// control core stops listing its peer in the own record until it catches up
+    /// (`control::slow`).
     LinkSlow {
         /// The link.
         link: LinkId,

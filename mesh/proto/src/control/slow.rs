@@ -1,5 +1,6 @@
-//! Neighbours whose link this node has declared slow are not listed in its own membership
-//! record until the link catches up (issue 29: a broadcast crosses each link once).
+//! Neighbours whose link this node has declared slow, or marked slow soon, are not listed in
+//! its own membership record until the link catches up (issue 29: a broadcast crosses each
+//! link once).
 //!
 //! **Owns:** which neighbours are withdrawn from the own record, and when they are listed
 //! again; which peers' closed links were slow lately ([`SlowMemory`]). **Must not touch:**
@@ -19,7 +20,10 @@
 //! them before its graph has the change). X's own frames that still fit the link are taken
 //! too (a node always takes an origin's frames from the origin's own link). Once the link
 //! drained (the slow mark clears at half its bound), X lists N again and the relays go back
-//! to skipping N.
+//! to skipping N. X unlists N a little ahead of the declaration (the link's slow-soon mark,
+//! `budget::UNLIST_LEAD`): when X's publisher stops waiting, its backlog from the wait goes
+//! out in one burst, and the part the link does not take reaches N only through relays that
+//! already have X's new record.
 //!
 //! A neighbour is withdrawn only if it stays reachable over counted edges without the link
 //! (the topic routes and reverse paths are computed over them), only toward a Shoal node
@@ -96,7 +100,7 @@ impl ControlCore {
         while i < self.withdrawn.peers.len() {
             let (peer, link) = self.withdrawn.peers[i];
             match self.placed.get(&link) {
-                Some(p) if p.budget.is_slow() => i += 1,
+                Some(p) if p.budget.is_slow_or_soon() => i += 1,
                 // Caught up, or replaced by another link (a dial race): listed again while
                 // a link to the peer is up (one that is slow too is withdrawn below).
                 _ => {
@@ -110,7 +114,7 @@ impl ControlCore {
             .iter()
             .filter(|(l, p)| {
                 p.capable
-                    && p.budget.is_slow()
+                    && p.budget.is_slow_or_soon()
                     && !self.withdrawn.peers.iter().any(|(_, w)| w == *l)
             })
             .map(|(l, p)| (p.peer, *l))

@@ -6,10 +6,12 @@
 //! that holds the rest hostage ([`SlowLinkPolicy`]): once it has been congested for `after`
 //! while another link drains at least twice as fast (a quarter of `after`, on a relapse soon
 //! after its last slow period: [`LinkBudget::congested`]), it is declared slow, once:
-//! counted, reported, and closed if the policy says so. A wait also starts the clock of every
-//! other link more than half full ([`LinkBudget::congested_if_backed_up`]): links jammed
-//! together are waited out together. When the links drain alike the publisher is simply
-//! faster than the mesh and waits (plain backpressure; a single link is never slow).
+//! counted, reported, and closed if the policy says so. A fifth of that allowance before, a
+//! link outpaced so far is marked slow soon and reported (its peer is unlisted ahead of the
+//! declaration: [`UNLIST_LEAD`]). A wait also starts the clock of every other link more than
+//! half full ([`LinkBudget::congested_if_backed_up`]): links jammed together are waited out
+//! together. When the links drain alike the publisher is simply faster than the mesh and
+//! waits (plain backpressure; a single link is never slow).
 //!
 //! **Owns:** the decision to keep waiting, to queue, or to give up on a link. **Must not
 //! touch:** the waiting itself (the driver's).
@@ -20,7 +22,7 @@
 use super::action::{Blocked, IfBusy, LinkError, LinkFault, ShardAction};
 use super::fan_out::{Path, Queuer};
 use super::ShardCore;
-use crate::budget::{LinkBudget, SlowLinkAction};
+use crate::budget::{LinkBudget, SlowLinkAction, UNLIST_LEAD};
 use crate::cmd::ToControl;
 use crate::stats::{add, add_dropped, inc};
 use crate::LinkId;
@@ -118,9 +120,38 @@ impl ShardCore {
         }
         let recheck = (policy.after / 4).max(Duration::from_millis(10));
         let left = b.budget.congested(policy.after, now);
-        let d = now + if left.is_zero() { recheck } else { left };
+        let wait = if left.is_zero() {
+            recheck
+        } else {
+            // Ahead of the declaration (`UNLIST_LEAD`): outpaced with the lead left, the
+            // link is slow soon and its peer unlisted while the publisher still waits; with
+            // more left, look again when only the lead is (at the first look the link has
+            // written nothing since its jam, so this is where its pace is first judged).
+            let lead = b.budget.allowance(policy.after) / UNLIST_LEAD;
+            match self.outpaced(b.link, &b.budget, now) {
+                true if left <= lead => {
+                    self.slow_soon(b.link, &b.budget, out);
+                    left
+                }
+                true => left - lead,
+                false => left,
+            }
+        };
+        let d = now + wait;
         b.deadline = Some(d);
         Unblock::Wait(b, d)
+    }
+
+    /// Marks `link` slow soon (once per congestion episode) and tells the control plane,
+    /// which unlists its peer (the same report as a declaration: the control core looks at
+    /// every link's marks).
+    fn slow_soon(&mut self, link: LinkId, budget: &LinkBudget, out: &mut Vec<ShardAction>) {
+        if budget.mark_slow_soon() {
+            out.push(ShardAction::Report {
+                msg: ToControl::LinkSlow { link },
+                busy: IfBusy::Detach,
+            });
+        }
     }
 
     /// True if some other open link drains at least twice as fast as `link` has since its

@@ -293,6 +293,17 @@ impl Sim {
     /// control plane. `false`: they drain (the mark clears at half the bound; the control core
     /// sees it on its next look).
     pub fn declare_slow(&mut self, a: usize, b: usize, on: bool) {
+        self.mark_slow(a, b, on, false);
+    }
+
+    /// Like [`Sim::declare_slow`] with `on`, one step earlier: the links are jammed and
+    /// marked slow soon (a Block publisher's wait found them outpaced with a fifth of their
+    /// allowance left), not yet slow. `declare_slow(a, b, false)` drains them.
+    pub fn declare_slow_soon(&mut self, a: usize, b: usize) {
+        self.mark_slow(a, b, true, true);
+    }
+
+    fn mark_slow(&mut self, a: usize, b: usize, on: bool, soon: bool) {
         let gen = self.nodes[a].gen;
         for link in self.links_between(a, b) {
             let Some(budget) = self.nodes[a].core.link_budget(link).cloned() else {
@@ -304,7 +315,11 @@ impl Sim {
                     budget.try_reserve(bound).is_some(),
                     "an idle link's queue is empty"
                 );
-                budget.mark_slow(self.now);
+                if soon {
+                    budget.mark_slow_soon();
+                } else {
+                    budget.mark_slow(self.now);
+                }
                 self.schedule_local(Ev::ToControl {
                     node: a,
                     gen,

@@ -54,7 +54,7 @@ fn a_full_link_makes_block_wait_and_drop_newest_drop() {
 #[test]
 fn a_link_outpaced_by_another_is_declared_slow_and_not_waited_for() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 100);
+    let lossy = s.serve(A, PA, 100);
     let fast = s.serve(B, PB, 1 << 20);
     fast.written(1 << 20, s.at(50));
     s.publish(PA, &[1; 60], s.at(60));
@@ -62,15 +62,21 @@ fn a_link_outpaced_by_another_is_declared_slow_and_not_waited_for() {
     let Some(ShardAction::Block(b)) = s.take().pop() else {
         panic!()
     };
-    let Unblock::Wait(b, until) = s.core.unblock(b, s.at(60), &mut s.out) else {
+    let Unblock::Wait(b, soon) = s.core.unblock(b, s.at(60), &mut s.out) else {
         panic!()
     };
-    assert_eq!(until, s.at(160));
+    assert_eq!(soon, s.at(140), "looks again with a fifth of `after` left");
     // Woken early (some room elsewhere): still waiting for the same deadline.
     let Unblock::Wait(b, again) = s.core.unblock(b, s.at(90), &mut s.out) else {
         panic!()
     };
-    assert_eq!(again, until);
+    assert_eq!(again, soon);
+    let Unblock::Wait(b, until) = s.core.unblock(b, soon, &mut s.out) else {
+        panic!("not slow yet")
+    };
+    assert_eq!(until, s.at(160));
+    s.take();
+    assert!(!lossy.is_slow() && lossy.is_slow_or_soon(), "slow soon");
     assert!(matches!(
         s.core.unblock(b, until, &mut s.out),
         Unblock::Done
@@ -107,6 +113,22 @@ fn a_link_outpaced_by_another_is_declared_slow_and_not_waited_for() {
     assert_eq!(s.stats().dropped_slow_link, 2);
 }
 
+/// Drives a wait from a look at `t` ms as the driver does when no room appears, a look at
+/// each deadline it names; returns when it ended (queued, or given up), in ms.
+fn wait_out(s: &mut Sim, mut step: Unblock, t: u64) -> u64 {
+    let mut t = s.at(t);
+    for _ in 0..100 {
+        match step {
+            Unblock::Done => return (t - s.t0).as_millis() as u64,
+            Unblock::Wait(b, until) => {
+                t = until;
+                step = s.core.unblock(b, until, &mut s.out);
+            }
+        }
+    }
+    panic!("still waiting after 100 looks")
+}
+
 /// Publishes two frames for A at `t`, the second of which waits; returns the driver's first
 /// look at that wait.
 fn jam(s: &mut Sim, t: u64) -> Unblock {
@@ -129,45 +151,35 @@ fn a_link_that_jams_again_soon_after_being_slow_is_not_waited_out_again() {
     let fast = s.serve(B, PB, 1 << 20);
     fast.written(1 << 20, s.at(50));
     // The first episode is waited out for `after` (100 ms here), then A is slow.
-    let Unblock::Wait(b, until) = jam(&mut s, 60) else {
-        panic!("the first jam is waited for")
-    };
-    assert_eq!(until, s.at(160));
-    assert!(matches!(
-        s.core.unblock(b, until, &mut s.out),
-        Unblock::Done
-    ));
+    let step = jam(&mut s, 60);
+    assert_eq!(wait_out(&mut s, step, 60), 160);
     assert_eq!(s.stats().slow_links, 1);
     s.take();
     // A drains (no longer slow), then jams again 100 ms later and stays jammed: slow after a
     // quarter of `after`.
     s.written(A, s.at(200));
     assert!(!lossy.is_slow());
-    let Unblock::Wait(b, until) = jam(&mut s, 300) else {
-        panic!("a relapse is looked at once more")
-    };
+    let step = jam(&mut s, 300);
+    assert!(
+        matches!(step, Unblock::Wait(..)),
+        "a relapse is looked at once more"
+    );
     assert_eq!(
-        until,
-        s.at(325),
+        wait_out(&mut s, step, 300),
+        325,
         "a relapse is not waited out for `after` again"
     );
-    assert!(matches!(
-        s.core.unblock(b, until, &mut s.out),
-        Unblock::Done
-    ));
     assert_eq!(s.stats().slow_links, 2);
     s.take();
     // Drained again at 400; a jam more than ten `after`s later is a new episode.
     s.written(A, s.at(400));
     fast.written(1 << 20, s.at(1400));
-    let Unblock::Wait(b, until) = jam(&mut s, 1401) else {
-        panic!("long after, waited for again")
-    };
-    assert_eq!(until, s.at(1501), "for a whole `after`");
-    assert!(matches!(
-        s.core.unblock(b, until, &mut s.out),
-        Unblock::Done
-    ));
+    let step = jam(&mut s, 1401);
+    assert_eq!(
+        wait_out(&mut s, step, 1401),
+        1501,
+        "long after, waited for a whole `after` again"
+    );
     assert_eq!(s.stats().slow_links, 3);
 }
 
@@ -184,13 +196,8 @@ fn a_recovered_link_caught_in_a_burst_soon_after_being_slow_is_not_slow_for_it()
     let fast = s.serve(B, PB, 1 << 20);
     fast.written(1 << 20, s.at(50));
     // A's first episode: waited out for `after` (100 ms here), then slow; then it catches up.
-    let Unblock::Wait(b, until) = jam(&mut s, 60) else {
-        panic!()
-    };
-    assert!(matches!(
-        s.core.unblock(b, until, &mut s.out),
-        Unblock::Done
-    ));
+    let step = jam(&mut s, 60);
+    wait_out(&mut s, step, 60);
     assert_eq!(s.stats().slow_links, 1);
     s.take();
     s.written(A, s.at(200));
@@ -200,7 +207,11 @@ fn a_recovered_link_caught_in_a_burst_soon_after_being_slow_is_not_slow_for_it()
     let Unblock::Wait(b, until) = jam(&mut s, 300) else {
         panic!("a relapse is given a moment to show its pace")
     };
-    assert_eq!(until, s.at(325), "a quarter of `after`");
+    assert_eq!(
+        until,
+        s.at(320),
+        "a quarter of `after`, looked at again with a fifth of that left"
+    );
     // ... and A drains at once: the frame goes, nothing is dropped, A is not slow.
     s.written(A, s.at(305));
     assert!(matches!(
@@ -236,18 +247,13 @@ fn links_jammed_together_are_waited_out_together() {
     assert_eq!(blocked.len(), 2, "A and C are full");
     let mut blocked = blocked.into_iter();
     let first = blocked.next().unwrap();
-    let Unblock::Wait(first, until) = s.core.unblock(first, s.at(60), &mut s.out) else {
-        panic!()
-    };
-    assert_eq!(until, s.at(160));
-    assert!(matches!(
-        s.core.unblock(first, until, &mut s.out),
-        Unblock::Done
-    ));
+    let step = s.core.unblock(first, s.at(60), &mut s.out);
+    let until = wait_out(&mut s, step, 60);
+    assert_eq!(until, 160);
     // The driver looks at the second wait only now: its link has been congested as long.
     let second = blocked.next().unwrap();
     assert!(matches!(
-        s.core.unblock(second, until, &mut s.out),
+        s.core.unblock(second, s.at(until), &mut s.out),
         Unblock::Done
     ));
     assert_eq!(s.stats().slow_links, 2);
@@ -282,17 +288,11 @@ fn a_link_backed_up_while_the_publisher_waits_for_another_is_waited_out_with_it(
         };
         assert_eq!(b.link(), A);
         assert_eq!(jammed.queued(), 2 * f, "C took both: backed up, not full");
-        let Unblock::Wait(b, until) = s.core.unblock(b, s.at(60), &mut s.out) else {
-            panic!()
-        };
-        assert_eq!(until, s.at(160));
+        let step = s.core.unblock(b, s.at(60), &mut s.out);
         if drains {
             s.written(c, s.at(100));
         }
-        assert!(matches!(
-            s.core.unblock(b, until, &mut s.out),
-            Unblock::Done
-        ));
+        assert_eq!(wait_out(&mut s, step, 60), 160);
         assert_eq!(s.stats().slow_links, 1);
         s.take();
         // The publisher resumes: A is slow (dropped for), C is full.
@@ -307,10 +307,15 @@ fn a_link_backed_up_while_the_publisher_waits_for_another_is_waited_out_with_it(
         assert_eq!(b.link(), c);
         let step = s.core.unblock(b, s.at(160), &mut s.out);
         if drains {
-            let Unblock::Wait(_, until) = step else {
-                panic!("a link that drained to half is waited for")
-            };
-            assert_eq!(until, s.at(260), "for a whole `after` from its jam");
+            assert!(
+                matches!(step, Unblock::Wait(..)),
+                "a link that drained to half is waited for"
+            );
+            assert_eq!(
+                wait_out(&mut s, step, 160),
+                260,
+                "for a whole `after` from its jam"
+            );
         } else {
             assert!(
                 matches!(step, Unblock::Done),
@@ -324,13 +329,13 @@ fn a_link_backed_up_while_the_publisher_waits_for_another_is_waited_out_with_it(
 #[test]
 fn a_single_congested_link_is_never_slow_the_publisher_just_waits() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 100);
+    let a = s.serve(A, PA, 100);
     s.publish(PA, &[1; 60], s.at(0));
     s.publish(PA, &[2; 60], s.at(0));
     let Some(ShardAction::Block(mut b)) = s.take().pop() else {
         panic!()
     };
-    for t in [0, 100, 125, 150, 1000] {
+    for t in [0, 80, 100, 125, 150, 1000] {
         match s.core.unblock(b, s.at(t), &mut s.out) {
             Unblock::Wait(next, until) => {
                 assert!(until > s.at(t));
@@ -340,4 +345,6 @@ fn a_single_congested_link_is_never_slow_the_publisher_just_waits() {
         }
     }
     assert_eq!(s.stats().slow_links, 0);
+    assert!(!a.is_slow_or_soon(), "never about to be slow either");
+    assert!(s.take().is_empty(), "nothing reported");
 }

@@ -428,8 +428,11 @@ fn samples_dropped_for_a_slow_link_count_as_slow_link_for_their_topic_not_no_rou
     let Some(ShardAction::Block(b)) = s.take().pop() else {
         panic!("the second batch waits for room");
     };
-    let Unblock::Wait(b, until) = s.core.unblock(b, s.at(60), &mut s.out) else {
+    let Unblock::Wait(b, soon) = s.core.unblock(b, s.at(60), &mut s.out) else {
         panic!("no room yet")
+    };
+    let Unblock::Wait(b, until) = s.core.unblock(b, soon, &mut s.out) else {
+        panic!("slow soon, not yet slow")
     };
     // Outpaced by the other link until the deadline: declared slow, the waiting batch dropped.
     assert!(matches!(
