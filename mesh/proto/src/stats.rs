@@ -274,8 +274,9 @@ counters! {
     /// skipped).
     relay_copies_skipped,
     /// Control plane: neighbours this node stopped listing in its membership record because
-    /// its link to them was declared slow (listed again once it catches up), so that relays
-    /// send them the broadcasts this node drops for that link (`relay_pruning`).
+    /// its link to them was declared slow, or was about to be (`budget::UNLIST_LEAD`; listed
+    /// again once it catches up), so that relays send them the broadcasts this node drops
+    /// for that link (`relay_pruning`).
     slow_links_unlisted,
     /// Dropped: a Discovery frame from a link whose control-plane work budget was spent
     /// (`link_work_per_sec`): the control plane paused that link's Discovery frames until the

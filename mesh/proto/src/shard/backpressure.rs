@@ -6,12 +6,12 @@
 //! that holds the rest hostage ([`SlowLinkPolicy`]): once it has been congested for `after`
 //! while another link drains at least twice as fast (a quarter of `after`, on a relapse soon
 //! after its last slow period: [`LinkBudget::congested`]), it is declared slow, once:
-//! counted, reported, and closed if the policy says so. A fifth of that allowance before, a
-//! link outpaced so far is marked slow soon and reported (its peer is unlisted ahead of the
-//! declaration: [`UNLIST_LEAD`]). A wait also starts the clock of every other link more than
-//! half full ([`LinkBudget::congested_if_backed_up`]): links jammed together are waited out
-//! together. When the links drain alike the publisher is simply faster than the mesh and
-//! waits (plain backpressure; a single link is never slow).
+//! counted, reported, and closed if the policy says so. A fifth of that allowance before (a
+//! relapse: from its first look), a link outpaced so far is marked slow soon and reported (its
+//! peer is unlisted ahead of the declaration: [`UNLIST_LEAD`]). A wait also starts the clock
+//! of every other link more than half full ([`LinkBudget::congested_if_backed_up`]): links
+//! jammed together are waited out together. When the links drain alike the publisher is
+//! simply faster than the mesh and waits (plain backpressure; a single link is never slow).
 //!
 //! **Owns:** the decision to keep waiting, to queue, or to give up on a link. **Must not
 //! touch:** the waiting itself (the driver's).
@@ -126,8 +126,16 @@ impl ShardCore {
             // Ahead of the declaration (`UNLIST_LEAD`): outpaced with the lead left, the
             // link is slow soon and its peer unlisted while the publisher still waits; with
             // more left, look again when only the lead is (at the first look the link has
-            // written nothing since its jam, so this is where its pace is first judged).
-            let lead = b.budget.allowance(policy.after) / UNLIST_LEAD;
+            // written nothing since its jam, so this is where its pace is first judged). A
+            // relapse is unlisted from its first look: its quarter allowance is about as
+            // long as the relays take to act on the record, and an unlisting that turns out
+            // needless costs only a few relay copies until the link drains.
+            let allowance = b.budget.allowance(policy.after);
+            let lead = if allowance < policy.after {
+                allowance
+            } else {
+                allowance / UNLIST_LEAD
+            };
             match self.outpaced(b.link, &b.budget, now) {
                 true if left <= lead => {
                     self.slow_soon(b.link, &b.budget, out);
