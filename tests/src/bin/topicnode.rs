@@ -17,7 +17,10 @@
 //!   dropped_duplicate=.. missed=.. dropped_queue_full=.. dropped_no_route=..`
 //! - with `--reliable`, every report period: `reliable samples_repaired=.. samples_lost=..
 //!   reliable_acknacks=.. reliable_heartbeats=.. reliable_gaps=.. reliable_unrouted=..
-//!   history_refused=.. dropped_unrouted_samples=.. dropped_link_closed=..` (the node's totals)
+//!   history_refused=.. dropped_unrouted_samples=.. dropped_link_closed=..
+//!   reliable_wrong_link=.. slow_links=.. slow_links_unlisted=.. dropped_slow_link=..` (the
+//!   node's totals; the last four say whether reliability frames came off their path and
+//!   whether a link was given up on, when a reader fell behind)
 //! - with `--count N`, per writer: `blocked writer=<hex> seq=<seq>` when a write failed with
 //!   `HistoryFull` (once per episode; the same sample is written again),
 //!   `unblocked writer=<hex> seq=<seq> after_ms=<ms>` when it went through, and
@@ -246,7 +249,9 @@ fn main() {
                 say(&format!(
                     "reliable samples_repaired={} samples_lost={} reliable_acknacks={} \
                      reliable_heartbeats={} reliable_gaps={} reliable_unrouted={} \
-                     history_refused={} dropped_unrouted_samples={} dropped_link_closed={}",
+                     history_refused={} dropped_unrouted_samples={} dropped_link_closed={} \
+                     reliable_wrong_link={} slow_links={} slow_links_unlisted={} \
+                     dropped_slow_link={}",
                     s.samples_repaired,
                     s.samples_lost,
                     s.reliable_acknacks,
@@ -255,7 +260,11 @@ fn main() {
                     s.reliable_unrouted,
                     s.history_refused,
                     s.dropped_unrouted_samples,
-                    s.dropped_link_closed
+                    s.dropped_link_closed,
+                    s.reliable_wrong_link,
+                    s.slow_links,
+                    s.slow_links_unlisted,
+                    s.dropped_slow_link
                 ));
             }
             for t in mesh.topics().topics {
