@@ -29,11 +29,12 @@ pub const RELAPSE_WINDOW: u32 = 10;
 /// recovered link caught in a burst that filled every link was dropped for.
 pub const RELAPSE_ALLOWANCE: u32 = 4;
 
-/// A Block publisher's link that is outpaced with `1 / UNLIST_LEAD` of its allowance left is
-/// marked slow soon ([`LinkBudget::mark_slow_soon`]), and its peer unlisted from the own
-/// record then (`control::slow`), ahead of the declaration: the publisher's backlog from the
-/// wait goes out in one burst when the link is declared slow, and what of it did not fit the
-/// link reached the peer only if the relays already had the record that sends it there.
+/// A Block publisher's link that is outpaced with `1 / UNLIST_LEAD` of its allowance left (a
+/// relapse: at its first look) is marked slow soon ([`LinkBudget::mark_slow_soon`]), and its
+/// peer unlisted from the own record then (`control::slow`), ahead of the declaration: the
+/// publisher's backlog from the wait goes out in one burst when the link is declared slow,
+/// and what of it did not fit the link reached the peer only if the relays already had the
+/// record that sends it there.
 pub const UNLIST_LEAD: u32 = 5;
 
 /// What happens to a frame when its link's outbound queue is at `max_outbound_queue_bytes`.
@@ -70,9 +71,10 @@ pub enum OverflowPolicy {
 /// beginning within [`RELAPSE_WINDOW`] times `after` of the end of the link's last slow period
 /// (or of a closed link's to the same peer: [`LinkBudget::remember_slow`]), is not waited out
 /// again: the link is slow after a quarter of `after` ([`RELAPSE_ALLOWANCE`]) if another link
-/// drains twice as fast. A link outpaced with a fifth of its allowance left is marked **slow
-/// soon** ([`UNLIST_LEAD`]): nothing is dropped for it yet, but its peer is unlisted from the
-/// own record then, so the relays carry for it by the time it is slow. Every wait holds every
+/// drains twice as fast. A link outpaced with a fifth of its allowance left (a relapse: at
+/// its first look) is marked **slow soon** ([`UNLIST_LEAD`]): nothing is dropped for it yet,
+/// but its peer is unlisted from the own record then, so the relays carry for it by the time
+/// it is slow. Every wait holds every
 /// other link of the publisher too (a broadcast goes to all or waits), so a lossy link that
 /// drains and jams again cost the whole mesh a second each time: the fault suite's healthy
 /// subscriber stood still for a median 4.1–4.5 s of its 24 s, in stalls of ~1 s. When the
