@@ -173,6 +173,14 @@ impl Sim {
         self.serve_with(link, peer, max, None)
     }
 
+    /// Serves B (to PB) with room for 1 MiB, which it drained by 50 ms: the link that
+    /// outpaces a congested one (the slow-link rule needs one that drains twice as fast).
+    fn serve_fast(&mut self) -> Arc<LinkBudget> {
+        let fast = self.serve(B, PB, 1 << 20);
+        fast.written(1 << 20, self.at(50));
+        fast
+    }
+
     fn serve_with(
         &mut self,
         link: LinkId,

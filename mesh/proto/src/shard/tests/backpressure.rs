@@ -55,8 +55,7 @@ fn a_full_link_makes_block_wait_and_drop_newest_drop() {
 fn a_link_outpaced_by_another_is_declared_slow_and_not_waited_for() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     let lossy = s.serve(A, PA, 100);
-    let fast = s.serve(B, PB, 1 << 20);
-    fast.written(1 << 20, s.at(50));
+    s.serve_fast();
     s.publish(PA, &[1; 60], s.at(60));
     s.publish(PA, &[2; 60], s.at(60));
     let Some(ShardAction::Block(b)) = s.take().pop() else {
@@ -148,8 +147,7 @@ fn jam(s: &mut Sim, t: u64) -> Unblock {
 fn a_link_that_jams_again_soon_after_being_slow_is_not_waited_out_again() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     let lossy = s.serve(A, PA, 100);
-    let fast = s.serve(B, PB, 1 << 20);
-    fast.written(1 << 20, s.at(50));
+    let fast = s.serve_fast();
     // The first episode is waited out for `after` (100 ms here), then A is slow.
     let step = jam(&mut s, 60);
     assert_eq!(wait_out(&mut s, step, 60), 160);
@@ -197,8 +195,7 @@ fn a_link_that_jams_again_soon_after_being_slow_is_not_waited_out_again() {
 fn a_recovered_link_caught_in_a_burst_soon_after_being_slow_is_not_slow_for_it() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     let lossy = s.serve(A, PA, 100);
-    let fast = s.serve(B, PB, 1 << 20);
-    fast.written(1 << 20, s.at(50));
+    s.serve_fast();
     // A's first episode: waited out for `after` (100 ms here), then slow; then it catches up.
     let step = jam(&mut s, 60);
     wait_out(&mut s, step, 60);
@@ -235,8 +232,7 @@ fn links_jammed_together_are_waited_out_together() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     s.serve(A, PA, 100);
     s.serve(LinkId(3), PC, 100);
-    let fast = s.serve(B, PB, 1 << 20);
-    fast.written(1 << 20, s.at(50));
+    s.serve_fast();
     s.publish(PeerId::ZERO, &[1; 60], s.at(60));
     s.publish(PeerId::ZERO, &[2; 60], s.at(60));
     let blocked: Vec<Box<Blocked>> = s
@@ -283,8 +279,7 @@ fn a_link_backed_up_while_the_publisher_waits_for_another_is_waited_out_with_it(
         // C takes two frames, more than half its bound, and not a third.
         let c = LinkId(3);
         let jammed = s.serve(c, PC, 2 * f + f / 2);
-        let fast = s.serve(B, PB, 1 << 20);
-        fast.written(1 << 20, s.at(50));
+        s.serve_fast();
         s.publish(PeerId::ZERO, &[1; 60], s.at(60));
         s.publish(PeerId::ZERO, &[2; 60], s.at(60));
         let Some(ShardAction::Block(b)) = s.take().pop() else {

@@ -418,8 +418,7 @@ fn a_batch_that_waited_for_room_is_counted_for_its_topic_when_it_goes_out() {
 fn samples_dropped_for_a_slow_link_count_as_slow_link_for_their_topic_not_no_route() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     s.serve(A, PA, 40); // less than one batch: the first fits an empty queue, the next waits
-    let fast = s.serve(B, PB, 1 << 20);
-    fast.written(1 << 20, s.at(50));
+    s.serve_fast();
     let topic = routes(&mut s, &[A], &[], true);
     s.take();
     let batch = |first: u64| own_batch(first, 64, &[&[1; 20], &[2; 20]]).0;
