@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 /// A full mesh of `n` nodes (static links), each with [`cfg`] as `configure` changes it,
 /// started and run until every node is linked to all.
 fn full_mesh(seed: u64, n: usize, configure: impl Fn(&mut MeshConfig)) -> Sim {
-    let edges: Vec<(usize, usize)> = (0..n)
-        .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
-        .collect();
+    let edges = full_mesh_edges(n);
     let mut sim = Sim::new(seed);
     add_topology(&mut sim, n, &edges, configure);
     sim.start_all();

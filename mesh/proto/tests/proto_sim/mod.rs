@@ -773,6 +773,23 @@ impl Timers {
     }
 }
 
+/// Every pair of `0..n` (the full mesh multicast discovery builds), for [`add_topology`].
+pub fn full_mesh_edges(n: usize) -> Vec<(usize, usize)> {
+    (0..n)
+        .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+        .collect()
+}
+
+/// True once every node's graph puts every other node one hop away.
+pub fn graph_is_full(sim: &Sim, n: usize) -> bool {
+    (0..n).all(|i| {
+        let rp = sim.nodes[i].core.reverse_paths();
+        (0..n)
+            .filter(|j| *j != i)
+            .all(|j| rp.hops(&sim.id(j)) == Some(1))
+    })
+}
+
 /// A config for simulations: discovery off unless asked, static peers wire the topology.
 pub fn cfg() -> MeshConfig {
     MeshConfig {
