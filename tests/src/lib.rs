@@ -158,9 +158,26 @@ impl TopicHost {
     }
 }
 
+/// Event lines a failed wait prints per host, the latest.
+const EVENTS: usize = 40;
+
+/// The last `n` lines of `transcript` that are events (links, matches, a writer blocked or
+/// done, samples lost), not the per-period status lines (`recv`, `topic`, `reliable`): in a
+/// CI log, where the files `wait_hosts` writes are gone, they are what tells a failure's story
+/// (each carries its time, `t=`).
+fn events(transcript: &[String], n: usize) -> String {
+    let status = ["recv ", "topic ", "reliable "];
+    let ev: Vec<&str> = transcript
+        .iter()
+        .filter(|l| !status.iter().any(|p| l.starts_with(p)))
+        .map(String::as_str)
+        .collect();
+    ev[ev.len().saturating_sub(n)..].join("\n")
+}
+
 /// Waits (50 ms polls, at most `secs`) until `cond` holds over the lab's topic hosts. On a
 /// timeout every host's whole output goes to a file (the tails rarely tell the story) and
-/// the panic names the files, with each host's last lines.
+/// the panic names the files, with each host's last lines and its last event lines.
 pub fn wait_hosts(
     hosts: &mut [TopicHost],
     secs: u64,
@@ -179,7 +196,13 @@ pub fn wait_hosts(
                     h.k
                 ));
                 let _ = std::fs::write(&log, h.p.transcript.join("\n"));
-                tails.push(format!("h{} ({}):\n{}", h.k, log.display(), h.p.tail(12)));
+                tails.push(format!(
+                    "h{} ({}):\n{}\nits events (the last {EVENTS}):\n{}",
+                    h.k,
+                    log.display(),
+                    h.p.tail(12),
+                    events(&h.p.transcript, EVENTS)
+                ));
             }
             panic!(
                 "timed out after {secs}s waiting for {what}\n{}",
@@ -187,5 +210,31 @@ pub fn wait_hosts(
             );
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::events;
+
+    #[test]
+    fn a_failed_wait_reports_the_last_events_without_the_status_lines() {
+        let transcript: Vec<String> = [
+            "ready id=a port=1 t=1",
+            "connected peer=b t=2",
+            "recv topic=x writer=w seq=1 n=1 t=3",
+            "topic name=x written=0 t=3",
+            "reliable samples_repaired=0 t=3",
+            "disconnected peer=b t=4",
+            "blocked writer=w seq=9 t=5",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            events(&transcript, 2),
+            "disconnected peer=b t=4\nblocked writer=w seq=9 t=5"
+        );
+        assert_eq!(events(&transcript, 10).lines().count(), 4);
     }
 }

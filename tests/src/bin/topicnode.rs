@@ -31,6 +31,8 @@
 //! `--keep-last N`, `--transient-local`, `--transient-local-reader T`, `--max-blocking-ms`,
 //! `--count N`, `--start-file PATH` (writers wait for it), `--heartbeat-timeout-ms`.
 //!
+//! Every line ends with `t=<ms since the Unix epoch>`, when it was printed.
+//!
 //! It exits by itself after `--run-for` seconds.
 
 use std::collections::BTreeMap;
@@ -465,9 +467,14 @@ fn write_count(mut w: shoal_mesh::topics::Writer, rate: u64, size: usize, count:
     }
 }
 
+/// Prints `line` with the wall clock (`t=<ms since the Unix epoch>`): the hosts of a lab run
+/// on one machine, so a failing test's logs line up across hosts by it.
 fn say(line: &str) {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
+    let _ = writeln!(out, "{line} t={t}");
     let _ = out.flush();
 }
 
