@@ -58,7 +58,12 @@
 //! at most `repair_budget` samples per `repair_period` over all readers, round-robin); the
 //! rest wait for the next period and are counted as deferred. A requested seq it no longer
 //! holds (replaced, released, expired) is answered with a Gap up to its first held seq,
-//! followed by a Repair of that first held seq.
+//! followed by a Repair of that first held seq. A seq asked for again within
+//! `nack_suppression` of its resend is on its way and not resent; asked again after that, the
+//! reader's suppression doubles (up to 2 s) until it acknowledges past it. When the route to
+//! a reader's node moves ([`ReliableWriter::path_changed`]), what was resent may have gone
+//! down the old path (closed with it queued, or stalled): the reader's next request is
+//! served at once.
 //!
 //! **Loss.** A reader reports a loss only when the writer said so: a Gap `{a ..= b}` for it
 //! makes every seq of `a ..= b` it lacks *lost* ([`ReaderEvent::Lost`] per missing run,

@@ -712,6 +712,45 @@ fn repeated_requests_for_resent_samples_back_off() {
     assert_eq!(repaired_seqs(&drain(&mut w, t + ms(440))), vec![5]);
 }
 
+/// A resend on its way over a path that then changed (the link closed with it queued, or
+/// stalled in TCP back-off and the route moved off it) may never arrive: once told the path
+/// toward the reader's node changed, the writer serves the reader's next request at once,
+/// its back-off reset, while a reader on another node keeps its suppression.
+#[test]
+fn a_path_change_lets_a_resend_on_its_way_go_again_at_once() {
+    let t = Instant::now();
+    let mut w = suppressing_writer(t);
+    w.set_readers(&[R1, R2], t);
+    for r in [R1, R2] {
+        w.on_acknack(&ack(r, 1, 1, &[1, 2]), t);
+        w.on_acknack(&ack(r, 2, 1, &[1, 2]), t + ms(110));
+    }
+    let _ = drain(&mut w, t + ms(110));
+    // Resent twice each: the next waits 200 ms.
+    w.on_acknack(&ack(R1, 3, 1, &[1, 2]), t + ms(150));
+    assert!(
+        repaired_seqs(&drain(&mut w, t + ms(150))).is_empty(),
+        "suppressed"
+    );
+    let node: [u8; 12] = R1[..12].try_into().unwrap();
+    w.path_changed(&node);
+    w.on_acknack(&ack(R1, 4, 1, &[1, 2]), t + ms(160));
+    w.on_acknack(&ack(R2, 3, 1, &[1, 2]), t + ms(160));
+    let out = drain(&mut w, t + ms(160));
+    assert_eq!(
+        repaired_seqs(&out),
+        vec![1, 2],
+        "R1's at once, R2's still on its way"
+    );
+    assert!(out.iter().all(|o| match o {
+        WriterOut::Repair(r) => r.reader == R1,
+        _ => true,
+    }));
+    // R1's back-off starts again from the configured 100 ms (doubled once for this resend).
+    w.on_acknack(&ack(R1, 5, 1, &[1, 2]), t + ms(370));
+    assert_eq!(repaired_seqs(&drain(&mut w, t + ms(370))), vec![1, 2]);
+}
+
 /// A transient-local writer hands its history only to readers that asked for it: a
 /// volatile reader's sync is answered with a Gap up to what was written before it matched.
 #[test]

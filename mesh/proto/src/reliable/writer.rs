@@ -152,6 +152,19 @@ impl ReliableWriter {
         }
     }
 
+    /// The path toward the readers on `node` (the 12-byte id prefix their GUIDs start with)
+    /// changed: another link, or none. What was resent to them went on the old path, which
+    /// may have dropped it (a link closed with it queued) or stalled (a lossy link in TCP
+    /// back-off, the very reason a route moves): their next request for it is served at once
+    /// instead of after the suppression, and their suppression starts again from
+    /// `nack_suppression`. A path that keeps changing gets one resend per change.
+    pub fn path_changed(&mut self, node: &[u8; 12]) {
+        for r in self.readers.iter_mut().filter(|r| r.guid[..12] == node[..]) {
+            r.resent_at = None;
+            r.suppression = None;
+        }
+    }
+
     /// The matched reliable readers now, each with whether it asked for the history
     /// (durability transient-local or above). A new reader starts at the first held seq
     /// when this writer is transient-local and the reader asked for it (its sync is answered

@@ -62,6 +62,10 @@ struct WriterSide {
     keep_all: bool,
     /// The writer's counters when they were last added to the shard's.
     seen: crate::reliable::WriterStats,
+    /// The route's links toward its readers' nodes as the last table had them
+    /// ([`WriterRoute::toward`]): a node whose link changed gets its resends again at once
+    /// ([`ReliableWriter::path_changed`]).
+    toward: Vec<([u8; 12], LinkId)>,
 }
 
 impl WriterSide {
@@ -189,9 +193,16 @@ impl ShardCore {
                         credit: spec.credit.clone(),
                         keep_all,
                         seen: Default::default(),
+                        toward: Vec::new(),
                     });
                 }
                 let w = slot.w.as_mut().expect("just set");
+                if w.toward != route.toward {
+                    for node in moved(&w.toward, &route.toward) {
+                        w.state.path_changed(&node);
+                    }
+                    w.toward.clone_from(&route.toward);
+                }
                 let readers: Vec<(EndpointGuid, bool)> = spec
                     .readers
                     .iter()
@@ -725,6 +736,38 @@ fn encode(f: &Frame, counters: &crate::stats::Counters) -> Option<Bytes> {
             None
         }
     }
+}
+
+/// The reader nodes whose link differs between two `toward` lists (sorted by node, as
+/// [`WriterRoute::toward`] is): another link, or listed in one only.
+pub(super) fn moved(old: &[([u8; 12], LinkId)], new: &[([u8; 12], LinkId)]) -> Vec<[u8; 12]> {
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        match (old.get(i), new.get(j)) {
+            (Some(a), Some(b)) if a.0 == b.0 => {
+                if a.1 != b.1 {
+                    out.push(a.0);
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(a), Some(b)) if a.0 < b.0 => {
+                out.push(a.0);
+                i += 1;
+            }
+            (Some(a), None) => {
+                out.push(a.0);
+                i += 1;
+            }
+            (_, Some(b)) => {
+                out.push(b.0);
+                j += 1;
+            }
+            (None, None) => unreachable!("the loop runs while either has more"),
+        }
+    }
+    out
 }
 
 /// True when `f`, read on `from`, travels the way its kind does for `route`'s writer: an

@@ -46,6 +46,12 @@ fn node_of(g: &EndpointGuid) -> [u8; 12] {
 /// routed on `links` (R1's node behind the first).
 fn local_writer(s: &mut Sim, links: &[LinkId]) -> Arc<WriterCredit> {
     let credit = Arc::new(WriterCredit::new());
+    route_local_writer(s, 1, links, &credit);
+    credit
+}
+
+/// Table `epoch` routing `local_writer`'s `W` (the same writer while `credit` is the same).
+fn route_local_writer(s: &mut Sim, epoch: u64, links: &[LinkId], credit: &Arc<WriterCredit>) {
     let r = WriterRoute {
         writer: W,
         slot: 0,
@@ -71,9 +77,8 @@ fn local_writer(s: &mut Sim, links: &[LinkId]) -> Arc<WriterCredit> {
             local_readers: vec![],
         })),
     };
-    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
+    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(epoch, vec![r])));
     s.core.on_command(cmd, s.t0, &mut s.out);
-    credit
 }
 
 /// Writes samples `1..=n` of `W` through the origin path.
@@ -184,6 +189,63 @@ fn a_flood_of_repair_requests_resends_at_most_the_budget_per_period() {
         "at most the budget per period: {repaired} > {budget}"
     );
     assert_eq!(s.stats().samples_repaired, repaired);
+}
+
+/// The route toward a reader's node moved to another link (the old one closed with a resend
+/// queued, or stalled in TCP back-off: run 32 of a reliable-test loop resent on a stalled
+/// link four times, then waited 620 ms of suppression after the switch): the reader's next
+/// request goes out at once on the new link instead of after the suppression.
+#[test]
+fn a_resend_goes_again_at_once_when_the_route_to_its_reader_moves() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.serve(B, PB, 1 << 20);
+    let credit = Arc::new(WriterCredit::new());
+    route_local_writer(&mut s, 1, &[A], &credit);
+    let t1 = s.at(1);
+    write(&mut s, 10, t1);
+    s.take();
+    let _ = s.written(A, s.at(1));
+    let repaired = |wire: &[u8]| -> Vec<u64> {
+        frames(wire)
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Repair(r) => Some(r.first_seq),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(s.feed(A, &acknack(W, R1, 1, 1, &[1]), s.at(2)));
+    assert_eq!(repaired(&s.written(A, s.at(2))), vec![1]);
+    // Within the suppression (100 ms): on its way, not resent.
+    assert!(s.feed(A, &acknack(W, R1, 2, 1, &[1]), s.at(3)));
+    assert!(repaired(&s.written(A, s.at(3))).is_empty());
+    // R1's node is now behind B; its request comes up B and is answered there at once.
+    route_local_writer(&mut s, 2, &[B], &credit);
+    assert!(s.feed(B, &acknack(W, R1, 3, 1, &[1]), s.at(4)));
+    assert_eq!(
+        repaired(&s.written(B, s.at(4))),
+        vec![1],
+        "resent on the new link"
+    );
+    assert!(repaired(&s.written(A, s.at(4))).is_empty());
+}
+
+/// The reader nodes whose link moved between two tables: another link, gone, or new.
+#[test]
+fn the_nodes_whose_link_moved_are_those_changed_gone_or_new() {
+    let n = |b: u8| [b; 12];
+    let old = [(n(1), A), (n(2), A), (n(3), B)];
+    let new = [(n(1), A), (n(2), B), (n(4), B)];
+    assert_eq!(
+        crate::shard::reliable::moved(&old, &new),
+        vec![n(2), n(3), n(4)]
+    );
+    assert!(crate::shard::reliable::moved(&old, &old).is_empty());
+    assert_eq!(
+        crate::shard::reliable::moved(&[], &old),
+        vec![n(1), n(2), n(3)]
+    );
 }
 
 /// An acknowledgement of this node's writer that does not come up from a link of its route
