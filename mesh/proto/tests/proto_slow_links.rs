@@ -25,6 +25,17 @@ fn not_once(sim: &Sim, i: usize, tag: &str, count: usize) -> usize {
         .count()
 }
 
+/// The neighbours node `i` takes `origin`'s frames from besides the origin itself (its
+/// reverse-path table).
+fn beside(sim: &Sim, i: usize, origin: &shoal_proto::PeerId) -> Vec<shoal_proto::PeerId> {
+    sim.nodes[i]
+        .core
+        .reverse_paths()
+        .beside(origin)
+        .unwrap()
+        .to_vec()
+}
+
 /// The budget of node `a`'s one link to `b`.
 fn budget(sim: &Sim, a: usize, b: usize) -> std::sync::Arc<shoal_proto::budget::LinkBudget> {
     let links = sim.links_between(a, b);
@@ -92,14 +103,6 @@ fn a_neighbour_behind_a_link_about_to_be_slow_is_unlisted_before_it_is() {
         sim.run_for(cfg().reverse_path_settle);
         assert!(graph_is_full(&sim, n));
         let (x, nn) = (sim.id(X), sim.id(N));
-        let beside = |sim: &Sim| {
-            sim.nodes[2]
-                .core
-                .reverse_paths()
-                .beside(&x)
-                .unwrap()
-                .to_vec()
-        };
         sim.declare_slow_soon(X, N);
         sim.run_for(Duration::from_millis(200));
         assert_eq!(
@@ -108,7 +111,7 @@ fn a_neighbour_behind_a_link_about_to_be_slow_is_unlisted_before_it_is() {
             "seed {seed}"
         );
         assert!(
-            !beside(&sim).contains(&nn),
+            !beside(&sim, 2, &x).contains(&nn),
             "the relays see N two hops from X"
         );
         assert!(!budget(&sim, X, N).is_slow(), "not declared slow");
@@ -123,7 +126,7 @@ fn a_neighbour_behind_a_link_about_to_be_slow_is_unlisted_before_it_is() {
             "the mark ends with the jam"
         );
         sim.run_for(Duration::from_millis(500));
-        assert!(beside(&sim).contains(&nn), "N is linked to X again");
+        assert!(beside(&sim, 2, &x).contains(&nn), "N is linked to X again");
     }
 }
 
@@ -157,13 +160,10 @@ fn a_neighbour_behind_a_slow_link_gets_the_origins_frames_from_the_relays() {
                 1,
                 "prune {prune} seed {seed}"
             );
-            let beside = sim.nodes[2]
-                .core
-                .reverse_paths()
-                .beside(&x)
-                .unwrap()
-                .to_vec();
-            assert!(!beside.contains(&nn), "the relays see N two hops from X");
+            assert!(
+                !beside(&sim, 2, &x).contains(&nn),
+                "the relays see N two hops from X"
+            );
             broadcast_run(&mut sim, X, "slow", 40);
             assert_eq!(
                 not_once(&sim, N, "slow", 40),
@@ -176,13 +176,7 @@ fn a_neighbour_behind_a_slow_link_gets_the_origins_frames_from_the_relays() {
             // The link drains: X lists N again.
             sim.declare_slow(X, N, false);
             sim.run_for(Duration::from_millis(500));
-            let beside = sim.nodes[2]
-                .core
-                .reverse_paths()
-                .beside(&x)
-                .unwrap()
-                .to_vec();
-            assert!(beside.contains(&nn), "N is linked to X again");
+            assert!(beside(&sim, 2, &x).contains(&nn), "N is linked to X again");
             let before: Vec<_> = (0..n)
                 .map(|i| sim.nodes[i].shard.counters().snapshot())
                 .collect();
