@@ -34,6 +34,7 @@ use super::ShardCore;
 use crate::cmd::{Out, RelFrame, ShardToShard};
 use crate::reliable::{HistoryKind, ReaderEvent, ReliableReader, ReliableWriter, WriterOut};
 use crate::stats::{add, inc, TopicCounterSet};
+use crate::topics::routes::toward_link;
 use crate::topics::{EndpointGuid, ReliableRoute, SampleRoutes, WriterCredit, WriterRoute};
 use crate::wire::{Frame, Gap, Repair, Samples};
 use crate::LinkId;
@@ -738,35 +739,17 @@ fn encode(f: &Frame, counters: &crate::stats::Counters) -> Option<Bytes> {
     }
 }
 
-/// The reader nodes whose link differs between two `toward` lists (sorted by node, as
-/// [`WriterRoute::toward`] is): another link, or listed in one only.
+/// The reader nodes whose link differs between two [`WriterRoute::toward`] lists: another
+/// link, or listed in one only. Sorted.
 pub(super) fn moved(old: &[([u8; 12], LinkId)], new: &[([u8; 12], LinkId)]) -> Vec<[u8; 12]> {
-    let mut out = Vec::new();
-    let (mut i, mut j) = (0, 0);
-    while i < old.len() || j < new.len() {
-        match (old.get(i), new.get(j)) {
-            (Some(a), Some(b)) if a.0 == b.0 => {
-                if a.1 != b.1 {
-                    out.push(a.0);
-                }
-                i += 1;
-                j += 1;
-            }
-            (Some(a), Some(b)) if a.0 < b.0 => {
-                out.push(a.0);
-                i += 1;
-            }
-            (Some(a), None) => {
-                out.push(a.0);
-                i += 1;
-            }
-            (_, Some(b)) => {
-                out.push(b.0);
-                j += 1;
-            }
-            (None, None) => unreachable!("the loop runs while either has more"),
-        }
-    }
+    let mut out: Vec<[u8; 12]> = old
+        .iter()
+        .chain(new)
+        .map(|(node, _)| *node)
+        .filter(|node| toward_link(old, node) != toward_link(new, node))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
     out
 }
 

@@ -144,11 +144,16 @@ impl WriterRoute {
     /// The route link toward the node of `reader` (see [`toward`](Self::toward)).
     pub fn link_toward(&self, reader: &EndpointGuid) -> Option<LinkId> {
         let prefix: [u8; 12] = reader[..12].try_into().expect("16 >= 12");
-        self.toward
-            .binary_search_by(|(p, _)| p.cmp(&prefix))
-            .ok()
-            .map(|i| self.toward[i].1)
+        toward_link(&self.toward, &prefix)
     }
+}
+
+/// The link a [`WriterRoute::toward`] list (sorted by node) gives for `node`.
+pub fn toward_link(toward: &[([u8; 12], LinkId)], node: &[u8; 12]) -> Option<LinkId> {
+    toward
+        .binary_search_by(|(p, _)| p.cmp(node))
+        .ok()
+        .map(|i| toward[i].1)
 }
 
 impl SampleRoutes {
