@@ -30,7 +30,7 @@ use criterion::{criterion_main, BatchSize, Criterion, Throughput};
 use shoal_mesh::proto::reverse_path::{PathTable, ReversePaths};
 use shoal_mesh::proto::{LinkId, MemberGraph};
 use shoal_mesh::wire::Membership;
-use shoal_mesh::PeerId;
+use shoal_mesh::{MeshConfig, PeerId};
 
 const SIZES: [usize; 2] = [60, 120];
 
@@ -147,14 +147,14 @@ fn bench_paths(c: &mut Criterion) {
         drain(&mut m);
         let links: Vec<(PeerId, LinkId)> = (1..n).map(|i| (node(i), LinkId(i as u64))).collect();
         let settle = Duration::from_secs(4);
-        let paths = ReversePaths::of_graph(node(0), &m);
+        let paths = ReversePaths::of_graph(node(0), &m, MeshConfig::default().relay_redundancy);
         let prev = PathTable::after(&PathTable::default(), &paths, &links, &[], now, settle);
         // Every other node is an origin, reached over its own link and skipped by relays.
         assert_eq!(prev.len(), n - 1);
         assert_eq!(prev.accepted(&node(1)), Some(&[LinkId(1)][..]));
         g.bench_function(format!("build/{n}"), |b| {
             b.iter(|| {
-                let p = ReversePaths::of_graph(node(0), &m);
+                let p = ReversePaths::of_graph(node(0), &m, MeshConfig::default().relay_redundancy);
                 black_box(PathTable::after(&prev, &p, &links, &[], now, settle))
             })
         });

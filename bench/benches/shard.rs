@@ -125,7 +125,12 @@ fn path_table() -> Arc<PathTable> {
     let adjacency = std::iter::once((&ME, &me_list[..]))
         .chain(std::iter::once((&PEER, &peer_list[..])))
         .chain(behind.iter().map(|b| (b, &back[..])));
-    let rp = ReversePaths::build(ME, adjacency, |_| true);
+    let rp = ReversePaths::build(
+        ME,
+        adjacency,
+        |_| true,
+        MeshConfig::default().relay_redundancy,
+    );
     let t = PathTable::new(&rp, &[(PEER, LINK)]);
     assert_eq!(t.len(), 256);
     assert_eq!(

@@ -90,6 +90,16 @@
 //!   of what flooding delivers them, whose relays carry copies of what the origin drops for
 //!   them all along; since a relapsing slow link is judged on its pace, 0.994 ± 0.007× (30
 //!   pairs). False: every link relays every broadcast as mesh-v1 does.
+//! - `relay_redundancy = 3`: with `relay_pruning`, of the relays linked to both an origin X
+//!   and a node N two hops from it, the first three by `reverse_path::relay_rank` send N X's
+//!   broadcasts and the others skip it; every node ranks alike, so no word is exchanged. A
+//!   neighbour X unlisted for its slow link used to get a copy from every relay (n - 2 copies
+//!   of each frame in a full mesh of n, the load of flooding on the one node already
+//!   behind). Three are what the six-host fault suite has toward such a subscriber, so its
+//!   figures stand (two cost its 30 %-lossy subscribers ~2 % on a loaded machine:
+//!   `bench/notes/relay-pruning.md`), and the spares carry on while a relay's link is lossy
+//!   or dark. 0: every relay sends, as before. Nodes of a mesh may differ: N gets at least
+//!   the smallest setting's copies.
 //! - `max_links = 0`: no cap, every discovered peer is dialed (the full mesh multicast
 //!   discovery builds). Above zero, a node keeps about that many links to discovered Shoal
 //!   peers and knows the others without dialing them ([`crate::degree`] has the rules: it
@@ -363,6 +373,12 @@ pub struct MeshConfig {
     /// link for every broadcast, and about 0.5 % more for subscribers behind lossy links: see
     /// the module docs).
     pub relay_pruning: bool,
+    /// With `relay_pruning`: how many relays carry an origin's broadcasts to a node two hops
+    /// from it, of the nodes linked to both (the rest skip it; see
+    /// [`crate::reverse_path::ReversePaths::spared`]). Default 3 (spares while a relay's link
+    /// is lossy or dark; see the module docs); 0: every one of them (a neighbour its origin
+    /// unlisted in a full mesh of n nodes then gets n - 2 copies of each frame).
+    pub relay_redundancy: usize,
     /// Membership anti-entropy between Shoal nodes (see the module docs and
     /// `crate::membership::sync`): advertised in the Hello extension; default true.
     pub membership_digest: bool,
@@ -442,6 +458,7 @@ impl Default for MeshConfig {
             membership_flood_gap: Duration::ZERO,
             membership_relay_gap: crate::membership::RELAY_GAP,
             relay_pruning: true,
+            relay_redundancy: 3,
             max_links: 0,
             membership_digest: true,
             tcp_congestion: String::new(),
@@ -490,6 +507,7 @@ impl fmt::Debug for MeshConfig {
             .field("membership_flood_gap", &self.membership_flood_gap)
             .field("membership_relay_gap", &self.membership_relay_gap)
             .field("relay_pruning", &self.relay_pruning)
+            .field("relay_redundancy", &self.relay_redundancy)
             .field("max_links", &self.max_links)
             .field("membership_digest", &self.membership_digest)
             .field("tcp_congestion", &self.tcp_congestion)
@@ -783,6 +801,8 @@ macro_rules! mesh_config_setters {
         /// Enables or disables skipping, on a broadcast's relay, the neighbours that would
         /// refuse the copy.
         relay_pruning: bool,
+        /// Sets `relay_redundancy` (0: every relay).
+        relay_redundancy: usize,
         /// Sets `max_links` (0: no cap, the full mesh; see [`crate::degree`]).
         max_links: usize,
         /// Enables or disables membership anti-entropy between Shoal nodes.

@@ -33,6 +33,13 @@
 //! stranger that sends no record is judged [`PathVerdict::Off`] for every origin but its
 //! own id.
 //!
+//! **Relays** send an origin's frames only to neighbours farther from it than themselves
+//! ([`PathTable`]). A node N two hops from origin X would get one copy from every node linked
+//! to both: in a full mesh, a neighbour X stops listing (its link slow, `control::slow`) got
+//! a copy of each of X's frames from every other node, the load of flooding on the one node
+//! that was already behind. So of those relays only the `relay_redundancy` first by
+//! [`relay_rank`] carry X's frames to N ([`ReversePaths::spared`]); the rest are spared it.
+//!
 //! Cost: one BFS from this node, then one pass over the graph level by level with a bit per
 //! neighbour (`O(E * deg / 64)`, see `near.rs`; it was a BFS from every neighbour,
 //! `O(deg * (V + E))`, plus sorting), run only when the graph's edges changed
@@ -90,6 +97,9 @@ pub struct ReversePaths {
     /// ascending run per origin: they take its frames from its own link, so a relay sends
     /// them none even while the origin's paths settle ([`PathTable::skipped_links`]).
     beside: Vec<PeerId>,
+    /// The neighbours farther from each origin that enough other relays carry its frames to
+    /// (`relay_redundancy`), one ascending run per origin: a relay sends them no copy.
+    spared: Vec<PeerId>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +110,8 @@ struct Entry {
     near_len: u32,
     beside_start: u32,
     beside_len: u32,
+    spared_start: u32,
+    spared_len: u32,
     hops: u32,
 }
 
@@ -116,12 +128,14 @@ impl ReversePaths {
     /// The reverse paths of the graph given as `adjacency` (origin → the neighbours its
     /// record lists, this node's own entry included, as [`MemberGraph::adjacency`] yields
     /// it), restricted to this node and the nodes `include` admits (e.g. only topic-capable
-    /// nodes, for frames that only capable links carry). Pure: the same inputs in any order
-    /// give the same result.
+    /// nodes, for frames that only capable links carry). `redundancy`: how many relays carry
+    /// an origin's frames to a node two hops from it (`relay_redundancy`; 0: every one).
+    /// Pure: the same inputs in any order give the same result.
     pub fn build<'a>(
         me: PeerId,
         adjacency: impl IntoIterator<Item = (&'a PeerId, &'a [PeerId])>,
         include: impl Fn(&PeerId) -> bool,
+        redundancy: usize,
     ) -> ReversePaths {
         let g = Graph::build(me, adjacency, include);
         let n = g.ids.len();
@@ -134,13 +148,15 @@ impl ReversePaths {
             toward: pairs,
             not_farther: near,
             beside,
-        } = Near::compute(&g, me_i);
+            spared,
+        } = Near::compute(&g, me_i, redundancy);
 
         let mut origins = AHashMap::with_capacity(n);
         let mut toward = Vec::with_capacity(pairs.len());
         let mut not_farther = Vec::with_capacity(near.len());
         let mut by_origin = Vec::with_capacity(beside.len());
-        let (mut k, mut q, mut b) = (0, 0, 0);
+        let mut spared_ids = Vec::with_capacity(spared.len());
+        let (mut k, mut q, mut b, mut s) = (0, 0, 0, 0);
         for x in 0..n as u32 {
             if x == me_i || dist_me[x as usize] == FAR {
                 continue;
@@ -151,6 +167,8 @@ impl ReversePaths {
             take_run(&near, &mut q, x, &g.ids, &mut not_farther);
             let beside_start = by_origin.len() as u32;
             take_run(&beside, &mut b, x, &g.ids, &mut by_origin);
+            let spared_start = spared_ids.len() as u32;
+            take_run(&spared, &mut s, x, &g.ids, &mut spared_ids);
             origins.insert(
                 g.ids[x as usize],
                 Entry {
@@ -160,6 +178,8 @@ impl ReversePaths {
                     near_len: not_farther.len() as u32 - near_start,
                     beside_start,
                     beside_len: by_origin.len() as u32 - beside_start,
+                    spared_start,
+                    spared_len: spared_ids.len() as u32 - spared_start,
                     hops: dist_me[x as usize],
                 },
             );
@@ -171,15 +191,16 @@ impl ReversePaths {
             toward,
             not_farther,
             beside: by_origin,
+            spared: spared_ids,
         }
     }
 
     /// The reverse paths of `graph` with every node included, marked with its
-    /// [`MemberGraph::shape`].
-    pub fn of_graph(me: PeerId, graph: &MemberGraph) -> ReversePaths {
+    /// [`MemberGraph::shape`] (`redundancy` as in [`build`](Self::build)).
+    pub fn of_graph(me: PeerId, graph: &MemberGraph, redundancy: usize) -> ReversePaths {
         ReversePaths {
             shape: Some(graph.shape()),
-            ..ReversePaths::build(me, graph.adjacency(), |_| true)
+            ..ReversePaths::build(me, graph.adjacency(), |_| true, redundancy)
         }
     }
 
@@ -225,6 +246,16 @@ impl ReversePaths {
     pub fn beside(&self, origin: &PeerId) -> Option<&[PeerId]> {
         self.origins.get(origin).map(|e| {
             &self.beside[e.beside_start as usize..(e.beside_start + e.beside_len) as usize]
+        })
+    }
+
+    /// The neighbours two hops from `origin` (which is linked to this node) that at least
+    /// `redundancy` other relays rank before this one to carry `origin`'s frames
+    /// ([`relay_rank`]), ascending: this relay sends them none. `None` when the origin is
+    /// unknown.
+    pub fn spared(&self, origin: &PeerId) -> Option<&[PeerId]> {
+        self.origins.get(origin).map(|e| {
+            &self.spared[e.spared_start as usize..(e.spared_start + e.spared_len) as usize]
         })
     }
 
@@ -327,6 +358,11 @@ impl PathCheck {
 ///   already in force before the change: by the graph R judged by before, N did not take
 ///   X's frames from R, so a node still judging by that graph does not expect R's copy,
 ///   and one judging by the new graph agrees with R.
+/// - N is two hops from X, X is linked to R and N is *spared* ([`ReversePaths::spared`]):
+///   N takes X's frames from any node linked to both, and `relay_redundancy` of those that
+///   rank before R carry them. The skip is one of the previous kind (it waits for settling
+///   unless already in force); a relay that ranks before R but judges by an older graph
+///   holds back its copy until X's record reaches it, one hop from X.
 #[derive(Debug, Clone, Default)]
 pub struct PathTable {
     by_origin: AHashMap<PeerId, TableEntry>,
@@ -404,7 +440,13 @@ impl PathTable {
             }
             all[start..].sort_unstable();
             let skip_start = all.len();
-            for n in paths.not_farther(origin).unwrap_or_default() {
+            let spared = paths.spared(origin).unwrap_or_default();
+            for n in paths
+                .not_farther(origin)
+                .unwrap_or_default()
+                .iter()
+                .chain(spared)
+            {
                 all.extend(links_of(*n).filter(|l| flooded.binary_search(l).is_err()));
             }
             all[skip_start..].sort_unstable();
@@ -517,6 +559,25 @@ impl PathTable {
     pub fn is_empty(&self) -> bool {
         self.by_origin.is_empty()
     }
+}
+
+/// The rank of `relay` among the relays that could carry `origin`'s frames to `to` (lowest
+/// first; see [`ReversePaths::spared`]): FNV-1a over the three ids, then SplitMix64's
+/// finalizer. Every node ranks by it to agree, without a word, on which relays carry a
+/// copy, and the order differs per (origin, node) pair so the copies spread over the relays.
+/// Fixed for good: nodes ranking by different functions could each leave the copy to another
+/// (a mesh mixing them gets fewer copies, down to none, until they agree again).
+pub fn relay_rank(origin: &PeerId, to: &PeerId, relay: &PeerId) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in origin.0.iter().chain(&to.0).chain(&relay.0) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }
 
 /// Moves `at` past the `(origin, neighbour)` pairs of `sorted` below origin `x` and appends

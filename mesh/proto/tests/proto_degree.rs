@@ -296,3 +296,86 @@ fn seed_sweep() {
         assert!(took.is_some() && quiet && diam.is_some_and(|x| x <= 4));
     }
 }
+
+/// Copies received over deliveries of `per_origin` broadcasts from each of four origins in a
+/// settled capped mesh, each node with `relay_redundancy = redundancy`; asserts every node
+/// got every message exactly once.
+fn broadcast_copies(seed: u64, n: usize, cap: usize, redundancy: usize) -> (u64, u64) {
+    let high = cap + slack(cap);
+    let mut sim = Sim::new(seed);
+    for _ in 0..n {
+        let mut c = cfg();
+        c.scouting = true;
+        c.max_links = cap;
+        c.relay_redundancy = redundancy;
+        sim.add_node(c);
+    }
+    sim.start_all();
+    let took = run_until(&mut sim, Duration::from_secs(60), |s| settled(s, high));
+    assert!(took.is_some(), "seed {seed}: not settled");
+    sim.run_for(cfg().reverse_path_settle + Duration::from_secs(1));
+    let received = |sim: &Sim| -> u64 {
+        (0..n)
+            .map(|i| {
+                let c = sim.nodes[i].shard.counters().snapshot();
+                c.delivered + c.dropped_duplicate + c.dropped_off_path
+            })
+            .sum()
+    };
+    let before = received(&sim);
+    let per_origin = 20;
+    for k in 0..per_origin {
+        for o in [0, n / 4, n / 2, 3 * n / 4] {
+            sim.broadcast(o, format!("{o}-{k}"));
+        }
+        sim.run_for(Duration::from_millis(5));
+    }
+    sim.run_for(Duration::from_millis(500));
+    let mut deliveries = 0;
+    for o in [0, n / 4, n / 2, 3 * n / 4] {
+        for k in 0..per_origin {
+            for i in (0..n).filter(|&i| i != o) {
+                let got = sim.count_delivered(i, format!("{o}-{k}").as_bytes());
+                assert_eq!(
+                    got, 1,
+                    "seed {seed} redundancy {redundancy}: node {i}, {o}-{k}"
+                );
+                deliveries += 1;
+            }
+        }
+    }
+    (received(&sim) - before, deliveries)
+}
+
+/// Issue 29, bounded degree: in a capped mesh most nodes are two or more hops from an origin
+/// and, with every relay carrying, got a copy from each neighbour one hop nearer. With
+/// `relay_redundancy` k each node two hops out gets at most k; every message still reaches
+/// every node exactly once (`broadcast_copies` asserts it), over fewer copies the smaller k.
+#[test]
+fn a_capped_mesh_delivers_every_broadcast_once_over_fewer_copies_with_fewer_relays() {
+    let (n, cap) = (32, 6);
+    for seed in [2901, 2902] {
+        let (all, deliveries) = broadcast_copies(seed, n, cap, 0);
+        let per = |c: u64| c as f64 / deliveries as f64;
+        let mut last = all;
+        let mut line = format!(
+            "seed {seed}: copies per delivery, every relay {:.2}",
+            per(all)
+        );
+        for k in [3, 2, 1] {
+            let (copies, d) = broadcast_copies(seed, n, cap, k);
+            assert_eq!(d, deliveries);
+            line += &format!(", {k} relays {:.2}", per(copies));
+            assert!(
+                copies <= last,
+                "seed {seed}: {copies} copies with {k} relays, {last} with more"
+            );
+            last = copies;
+        }
+        eprintln!("{line}");
+        assert!(
+            last < all,
+            "seed {seed}: one relay sent {last} copies, every relay {all}"
+        );
+    }
+}

@@ -201,3 +201,90 @@ fn a_neighbour_behind_a_slow_link_gets_the_origins_frames_from_the_relays() {
         }
     }
 }
+
+/// Node `i`'s duplicate and off-path drops so far.
+fn wasted(sim: &Sim, i: usize) -> (u64, u64) {
+    let c = sim.nodes[i].shard.counters().snapshot();
+    (c.dropped_duplicate, c.dropped_off_path)
+}
+
+/// A settled full mesh of `n` where origin X (node 0) declared its link to N (node 1) slow
+/// and unlisted N, every node configured by `config`.
+fn unlisted_in_full_mesh(
+    seed: u64,
+    n: usize,
+    config: impl Fn(&mut shoal_proto::MeshConfig),
+) -> Sim {
+    let mut sim = Sim::new(seed);
+    add_topology(&mut sim, n, &full_mesh_edges(n), config);
+    sim.start_all();
+    sim.run_for(Duration::from_millis(500));
+    sim.run_for(cfg().reverse_path_settle);
+    assert!(graph_is_full(&sim, n));
+    sim.declare_slow(0, 1, true);
+    sim.run_for(Duration::from_millis(200));
+    assert_eq!(sim.nodes[0].core.stats().slow_links_unlisted, 1);
+    sim
+}
+
+/// Issue 29: in a full mesh every node is linked to both X and a neighbour N that X unlisted,
+/// and each relayed X's frames to N: N, the one node already behind, got n - 2 copies of
+/// each (the fault suite's lossy subscriber, a debug build on a loaded machine, took 16 000
+/// frames a second for 4 000 messages, its links never drained and it never caught up). Now
+/// only `relay_redundancy` relays (3 by default) carry them, none lost.
+#[test]
+fn a_neighbour_its_origin_unlisted_gets_each_frame_from_a_few_relays_not_from_all() {
+    let n = 8;
+    let default = cfg().relay_redundancy;
+    assert_eq!(default, 3);
+    for (redundancy, copies) in [(default, 3), (2, 2), (0, n as u64 - 2)] {
+        for seed in 0..3 {
+            let mut sim = unlisted_in_full_mesh(seed, n, |c| c.relay_redundancy = redundancy);
+            let before = wasted(&sim, 1);
+            broadcast_run(&mut sim, 0, "slow", 40);
+            for i in 1..n {
+                assert_eq!(not_once(&sim, i, "slow", 40), 0, "seed {seed}: node {i}");
+            }
+            let after = wasted(&sim, 1);
+            assert_eq!(
+                (after.0 - before.0, after.1 - before.1),
+                (40 * (copies - 1), 0),
+                "redundancy {redundancy} seed {seed}: {copies} copies of each at N, all on path"
+            );
+        }
+    }
+}
+
+/// The spare relays are what `relay_redundancy` above one is for: the first-ranked relay's
+/// path to N goes dark (a partition: no EOF, nothing tells anyone until the heartbeat
+/// timeout) and N still gets every one of X's messages from the others. With one relay, N
+/// loses them until the dead link is dropped.
+#[test]
+fn when_the_first_relay_toward_an_unlisted_neighbour_goes_dark_the_others_carry_on() {
+    let n = 6;
+    for (redundancy, lossless) in [(cfg().relay_redundancy, true), (2, true), (1, false)] {
+        for seed in 0..3 {
+            let mut sim = unlisted_in_full_mesh(seed, n, |c| c.relay_redundancy = redundancy);
+            let (x, nn) = (sim.id(0), sim.id(1));
+            let first = (2..n)
+                .min_by_key(|&r| {
+                    (
+                        shoal_proto::reverse_path::relay_rank(&x, &nn, &sim.id(r)),
+                        sim.id(r),
+                    )
+                })
+                .unwrap();
+            sim.partition(first, 1);
+            broadcast_run(&mut sim, 0, "dark", 40);
+            let missed = not_once(&sim, 1, "dark", 40);
+            assert_eq!(
+                missed == 0,
+                lossless,
+                "redundancy {redundancy} seed {seed}: N missed {missed} of 40"
+            );
+            for i in 2..n {
+                assert_eq!(not_once(&sim, i, "dark", 40), 0, "seed {seed}: node {i}");
+            }
+        }
+    }
+}

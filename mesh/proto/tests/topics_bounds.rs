@@ -32,6 +32,7 @@ fn core(cfg: TopicsConfig, now: Instant) -> TopicsCore {
             entity_seed: 1 << 8,
             planner: Box::new(TreePlanner::new(1024)),
             reverse_path: true,
+            relay_redundancy: 2,
         },
         now,
     )

@@ -109,6 +109,7 @@ impl World {
                 entity_seed: 1,
                 planner: Box::new(TreePlanner::new(1024)),
                 reverse_path: true,
+                relay_redundancy: 2,
             },
             now,
         )

@@ -269,6 +269,19 @@ fn the_settling_time_and_relay_pruning_are_settings() {
 }
 
 #[test]
+fn relay_redundancy_is_a_setting_with_three_relays_by_default() {
+    assert_eq!(MeshConfig::default().relay_redundancy, 3);
+    let c = MeshConfig::from_toml_str("relay_redundancy = 0\n").unwrap();
+    assert_eq!(c.relay_redundancy, 0);
+    let c = MeshConfig::builder()
+        .relay_redundancy(3usize)
+        .build()
+        .unwrap();
+    assert_eq!(c.relay_redundancy, 3);
+    assert!(MeshConfig::from_toml_str("relay_redundancy = -1\n").is_err());
+}
+
+#[test]
 fn record_suite_is_written_by_name_and_needs_a_psk_unless_auto() {
     use crate::crypto::RecordSuitePolicy;
     assert_eq!(MeshConfig::default().record_suite, RecordSuitePolicy::Auto);

@@ -274,6 +274,7 @@ impl ControlCore {
                 cfg.reverse_path_check,
                 cfg.reverse_path_settle,
                 cfg.relay_pruning,
+                cfg.relay_redundancy,
             ),
             withdrawn: slow::Withdrawn::default(),
             slow_memory: slow::SlowMemory::default(),

@@ -70,13 +70,21 @@ pub(super) struct Paths {
     settle: Duration,
     /// `relay_pruning`: off, every link counts as flooded and no relay skips any.
     prune: bool,
+    /// `relay_redundancy` (see [`ReversePaths::spared`]).
+    redundancy: usize,
 }
 
 impl Paths {
     /// `settle`: how long an origin whose links changed keeps taking off-path copies
     /// (`reverse_path_settle`).
-    /// `prune`: `relay_pruning`.
-    pub(super) fn new(me: PeerId, enabled: bool, settle: Duration, prune: bool) -> Paths {
+    /// `prune`: `relay_pruning`; `redundancy`: `relay_redundancy`.
+    pub(super) fn new(
+        me: PeerId,
+        enabled: bool,
+        settle: Duration,
+        prune: bool,
+        redundancy: usize,
+    ) -> Paths {
         Paths {
             enabled,
             paths: Arc::new(ReversePaths::new(me)),
@@ -90,6 +98,7 @@ impl Paths {
             table: Arc::default(),
             settle,
             prune,
+            redundancy,
         }
     }
 }
@@ -105,7 +114,11 @@ impl ControlCore {
         let mut rebuilt = false;
         if p.paths.shape() != Some(self.membership.shape()) && p.next_build.is_none_or(|t| now >= t)
         {
-            p.paths = Arc::new(ReversePaths::of_graph(self.me, &self.membership));
+            p.paths = Arc::new(ReversePaths::of_graph(
+                self.me,
+                &self.membership,
+                p.redundancy,
+            ));
             rebuilt = true;
             p.next_build = Some(now + REBUILD_INTERVAL);
         }

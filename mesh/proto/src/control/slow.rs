@@ -15,9 +15,11 @@
 //! better once the paths settle (N refuses the relays' copies as off path), but the settling
 //! windows that link changes keep opening let some through. So X stops listing N while the
 //! link is slow: the edge X–N no longer counts anywhere (an edge counts only when both ends
-//! list it), N is two hops from X in every graph, every relay next to N sends it X's frames
-//! and N takes them (the relays are now toward X; N's paths settle meanwhile, so it takes
-//! them before its graph has the change). X's own frames that still fit the link are taken
+//! list it), N is two hops from X in every graph, the relays next to both send N X's frames
+//! (`relay_redundancy` of them, 3 by default: every one did, in a full mesh n - 2 copies of
+//! each frame for the one node already behind; `reverse_path::ReversePaths::spared`) and N
+//! takes them (the relays are now toward X; N's paths settle meanwhile, so it takes them
+//! before its graph has the change). X's own frames that still fit the link are taken
 //! too (a node always takes an origin's frames from the origin's own link). Once the link
 //! drained (the slow mark clears at half its bound), X lists N again and the relays go back
 //! to skipping N. X unlists N a little ahead of the declaration (the link's slow-soon mark,

@@ -47,6 +47,7 @@ pub(super) fn new_topics(
         entity_seed,
         planner: Box::new(TreePlanner::new(writer_capacity(&tc))),
         reverse_path: cfg.reverse_path_check,
+        relay_redundancy: cfg.relay_redundancy,
         cfg: tc,
     };
     match TopicsCore::new(init(cfg.topics.clone(), listen_addrs.clone()), now) {

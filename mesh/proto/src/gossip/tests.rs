@@ -275,9 +275,12 @@ fn forged_next_ids_from_a_link_off_the_path_spend_nothing() {
         // The stranger claims to be next to 4; 4's record says otherwise.
         (p(9), vec![p(1), p(4)]),
     ];
-    let rp = ReversePaths::build(p(1), listed.iter().map(|(o, l)| (o, l.as_slice())), |_| {
-        true
-    });
+    let rp = ReversePaths::build(
+        p(1),
+        listed.iter().map(|(o, l)| (o, l.as_slice())),
+        |_| true,
+        0,
+    );
     let table = Arc::new(PathTable::new(&rp, &[(p(2), LinkId(2)), (p(9), LinkId(9))]));
     for checked in [true, false] {
         let mut r = Gossip::new(p(1), 8, 1000, Duration::from_secs(30), now);
@@ -325,9 +328,12 @@ fn the_path_check_takes_direct_links_and_unknown_origins() {
         (p(2), vec![p(1), p(3)]),
         (p(3), vec![p(1), p(2)]),
     ];
-    let rp = ReversePaths::build(p(1), listed.iter().map(|(o, l)| (o, l.as_slice())), |_| {
-        true
-    });
+    let rp = ReversePaths::build(
+        p(1),
+        listed.iter().map(|(o, l)| (o, l.as_slice())),
+        |_| true,
+        0,
+    );
     let table = Arc::new(PathTable::new(&rp, &[(p(2), LinkId(2)), (p(3), LinkId(3))]));
     let mut r = Gossip::new(p(1), 8, 1000, Duration::from_secs(30), now);
     r.set_paths(Some(table));
@@ -373,9 +379,12 @@ fn a_new_table_is_obeyed_at_once_for_the_origin_just_taken() {
             (p(toward), vec![p(1), p(4)]),
             (p(4), vec![p(toward)]),
         ];
-        let rp = ReversePaths::build(p(1), listed.iter().map(|(o, l)| (o, l.as_slice())), |_| {
-            true
-        });
+        let rp = ReversePaths::build(
+            p(1),
+            listed.iter().map(|(o, l)| (o, l.as_slice())),
+            |_| true,
+            0,
+        );
         Arc::new(PathTable::new(&rp, &[(p(2), LinkId(2)), (p(3), LinkId(3))]))
     };
     let (mut r, t, _) = setup();

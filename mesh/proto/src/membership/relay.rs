@@ -21,8 +21,8 @@
 //! origin lists and that is linked to `n` by both their records, when it is not itself such
 //! a node of lower id
 //! ([`MemberStats::relays_deferred`](super::MemberStats::relays_deferred)): the record
-//! crosses one link into each node two hops from its origin, as a broadcast does with
-//! `relay_pruning`. Where two stores disagree, `n` gets two copies or none; none is repaired
+//! crosses one link into each node two hops from its origin (a broadcast crosses
+//! `relay_redundancy` links there, 3 by default, ranked by `reverse_path::relay_rank`). Where two stores disagree, `n` gets two copies or none; none is repaired
 //! by the digest exchange within a `membership_interval`, and the next version usually comes
 //! anyway.
 //!

@@ -12,6 +12,11 @@
 //!   X with `d(Y) = d - 1`, or toward some Y linked to X with `d(Y) = d` (the path's last
 //!   step before X).
 //! - **beside** (`dist(N, X) <= 1`): N is X or linked to X.
+//! - **spared** (`relay_redundancy`): for X linked to this node and N two hops from X, the
+//!   relays toward N are the nodes linked to both X and N; this node is spared N when at
+//!   least `redundancy` of them rank before it ([`super::relay_rank`]). Farther from X, N's
+//!   relays are the nodes one hop nearer to X than N, which needs distances from X that one
+//!   BFS from this node does not give: there every relay carries X's frames to N, as before.
 //!
 //! Walking the nodes level by level from this node's BFS, each set is the union of sets of
 //! the previous level (or of the same level, already complete), one bit per neighbour: every
@@ -38,6 +43,8 @@ pub(super) struct Near {
     pub(super) not_farther: Vec<(u32, u32)>,
     /// See `toward`.
     pub(super) beside: Vec<(u32, u32)>,
+    /// See `toward`.
+    pub(super) spared: Vec<(u32, u32)>,
 }
 
 /// A set of this node's counted neighbours, one bit each, `words` words per node.
@@ -76,8 +83,9 @@ impl Bits {
 }
 
 impl Near {
-    /// The sets of graph `g` seen from node `me`.
-    pub(super) fn compute(g: &Graph, me: u32) -> Near {
+    /// The sets of graph `g` seen from node `me`; `redundancy`: how many relays carry an
+    /// origin's frames to a node two hops from it (0: every one; see the module docs).
+    pub(super) fn compute(g: &Graph, me: u32, redundancy: usize) -> Near {
         let n = g.ids.len();
         let mut dist_me = vec![FAR; n];
         let mut queue = VecDeque::with_capacity(n);
@@ -132,6 +140,7 @@ impl Near {
             toward: Vec::new(),
             not_farther: Vec::new(),
             beside: Vec::new(),
+            spared: Vec::new(),
         };
         // Every neighbour this node lists, ascending, with where its distances are: a bit of
         // the sets above, or a BFS of its own.
@@ -183,8 +192,49 @@ impl Near {
                 if t {
                     out.toward.push((x, nb));
                 }
+                // A counted neighbour two hops from an origin linked to this node.
+                if redundancy > 0
+                    && dm == 1
+                    && !nf
+                    && at.is_ok()
+                    && spared(g, x, nb, me, redundancy)
+                {
+                    out.spared.push((x, nb));
+                }
             }
         }
         out
     }
+}
+
+/// Whether at least `redundancy` of the nodes linked to both `x` and `nb` (this node `me`
+/// among them) rank before `me` as relays of `x`'s frames toward `nb`.
+fn spared(g: &Graph, x: u32, nb: u32, me: u32, redundancy: usize) -> bool {
+    let key = |c: u32| {
+        (
+            super::relay_rank(&g.ids[x as usize], &g.ids[nb as usize], &g.ids[c as usize]),
+            c,
+        )
+    };
+    let mine = key(me);
+    let (a, b) = (g.neighbours(x), g.neighbours(nb));
+    let (mut i, mut j, mut before) = (0, 0, 0);
+    // Both ascending: one merge finds the common neighbours.
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                if a[i] != me && key(a[i]) < mine {
+                    before += 1;
+                    if before >= redundancy {
+                        return true;
+                    }
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    false
 }

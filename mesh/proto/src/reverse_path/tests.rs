@@ -4,21 +4,32 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
 
+mod spared;
 mod table;
 
 fn p(n: u8) -> PeerId {
     PeerId([n; 16])
 }
 
-/// Reverse paths of node `me` from records `(origin, listed)`; `me`'s own list is its entry.
+/// Reverse paths of node `me` from records `(origin, listed)`; `me`'s own list is its entry;
+/// every relay carries an origin's frames to the nodes farther from it (`relay_redundancy`
+/// 0: see `spared.rs` for the others).
 fn paths(me: u8, records: &[(u8, &[u8])]) -> ReversePaths {
+    paths_k(me, records, 0)
+}
+
+/// [`paths`] with `relay_redundancy` `k`.
+fn paths_k(me: u8, records: &[(u8, &[u8])], k: usize) -> ReversePaths {
     let owned: Vec<(PeerId, Vec<PeerId>)> = records
         .iter()
         .map(|(o, l)| (p(*o), l.iter().map(|x| p(*x)).collect()))
         .collect();
-    ReversePaths::build(p(me), owned.iter().map(|(o, l)| (o, l.as_slice())), |_| {
-        true
-    })
+    ReversePaths::build(
+        p(me),
+        owned.iter().map(|(o, l)| (o, l.as_slice())),
+        |_| true,
+        k,
+    )
 }
 
 /// Every node's record, from an undirected edge list.
@@ -156,9 +167,9 @@ fn the_include_filter_routes_around_excluded_nodes() {
         .map(|(o, l)| (p(*o), l.iter().map(|x| p(*x)).collect()))
         .collect();
     let adj = || owned.iter().map(|(o, l)| (o, l.as_slice()));
-    let all = ReversePaths::build(p(1), adj(), |_| true);
+    let all = ReversePaths::build(p(1), adj(), |_| true, 0);
     assert_eq!(all.accepted(&p(4)), Some(&[p(2)][..]));
-    let capable = ReversePaths::build(p(1), adj(), |x| *x != p(2));
+    let capable = ReversePaths::build(p(1), adj(), |x| *x != p(2), 0);
     assert_eq!(capable.accepted(&p(4)), Some(&[p(3)][..]));
     assert_eq!(capable.toward(&p(4), &p(2)), PathVerdict::Off);
     assert_eq!(capable.toward(&p(2), &p(3)), PathVerdict::UnknownOrigin);
@@ -210,6 +221,11 @@ fn full_mesh(n: u8) -> Vec<(u8, u8)> {
 /// each node's reverse paths.
 type Views = (u8, Vec<(u8, Vec<u8>)>, Vec<ReversePaths>);
 fn random_views(rng: &mut StdRng, extra: usize) -> Views {
+    random_views_k(rng, extra, 0)
+}
+
+/// [`random_views`] with `relay_redundancy` `k`.
+fn random_views_k(rng: &mut StdRng, extra: usize, k: usize) -> Views {
     let n: u8 = rng.gen_range(2..=14);
     let mut edges: Vec<(u8, u8)> = (2..=n).map(|b| (rng.gen_range(1..b), b)).collect();
     for _ in 0..rng.gen_range(0..=(n as usize * extra)) {
@@ -220,7 +236,13 @@ fn random_views(rng: &mut StdRng, extra: usize) -> Views {
     }
     let nodes: Vec<u8> = (1..=n).collect();
     let recs = records_of(&nodes, &edges);
-    let views = nodes.iter().map(|&m| paths_of(m, &recs)).collect();
+    let views = nodes
+        .iter()
+        .map(|&m| {
+            let v: Vec<(u8, &[u8])> = recs.iter().map(|(o, l)| (*o, l.as_slice())).collect();
+            paths_k(m, &v, k)
+        })
+        .collect();
     (n, recs, views)
 }
 
@@ -249,7 +271,7 @@ fn the_paths_follow_the_graph_and_a_same_list_refresh_keeps_its_shape() {
     let refresh = |rp: &mut ReversePaths, g: &MemberGraph| {
         let moved = rp.shape() != Some(g.shape());
         if moved {
-            *rp = ReversePaths::of_graph(p(1), g);
+            *rp = ReversePaths::of_graph(p(1), g, 0);
         }
         moved
     };
@@ -393,7 +415,12 @@ fn the_level_walk_finds_the_sets_a_bfs_from_every_neighbour_finds() {
             .map(|i| (id(i), lists[i].clone()))
             .collect();
         let me = id(0);
-        let r = ReversePaths::build(me, records.iter().map(|(o, l)| (o, l.as_slice())), |_| true);
+        let r = ReversePaths::build(
+            me,
+            records.iter().map(|(o, l)| (o, l.as_slice())),
+            |_| true,
+            0,
+        );
         let want = by_bfs_from_every_neighbour(me, &records);
         assert_eq!(r.len(), want.len(), "round {round}: origins");
         for (x, t, nf, b, hops) in want {

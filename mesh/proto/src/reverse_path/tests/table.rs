@@ -298,7 +298,12 @@ fn the_table_holds_each_origins_links_as_defined() {
         let records: Vec<(PeerId, Vec<PeerId>)> =
             (0..n).map(|i| (id(i), lists[i].clone())).collect();
         let me = id(0);
-        let r = ReversePaths::build(me, records.iter().map(|(o, l)| (o, l.as_slice())), |_| true);
+        let r = ReversePaths::build(
+            me,
+            records.iter().map(|(o, l)| (o, l.as_slice())),
+            |_| true,
+            0,
+        );
         // This node's links: one per neighbour, a second one for some, and some to strangers.
         let mut links: Vec<(PeerId, LinkId)> = Vec::new();
         let mut next = 1u64;

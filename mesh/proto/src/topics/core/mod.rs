@@ -385,6 +385,8 @@ pub struct TopicsCore {
     origins: origins::Origins,
     /// Take an origin's frames only from links toward it (`reverse_path_check`).
     reverse_path: bool,
+    /// Relays toward a node two hops from an origin (`MeshConfig::relay_redundancy`).
+    relay_redundancy: usize,
     /// The neighbours toward each origin over the topic-capable nodes.
     paths: Arc<ReversePaths>,
     /// The control core's paths of the whole graph, offered for this round
@@ -445,6 +447,9 @@ pub struct TopicsInit {
     /// Take an origin's Discovery frames only from links toward it in the membership graph
     /// (`MeshConfig::reverse_path_check`).
     pub reverse_path: bool,
+    /// How many relays carry an origin's Discovery frames to a node two hops from it
+    /// (`MeshConfig::relay_redundancy`).
+    pub relay_redundancy: usize,
 }
 
 fn tcp_locator(a: &SocketAddr) -> Locator {
@@ -499,6 +504,7 @@ impl TopicsCore {
             entity_seed,
             planner,
             reverse_path,
+            relay_redundancy,
         } = init;
         cfg.validate()?;
         let prefix = prefix_of(&me);
@@ -554,6 +560,7 @@ impl TopicsCore {
             cycles: AHashMap::new(),
             origins: origins::Origins::new(cfg.max_dedup_origins),
             reverse_path,
+            relay_redundancy,
             paths: Arc::new(ReversePaths::new(me)),
             offered: None,
             paths_shape: None,

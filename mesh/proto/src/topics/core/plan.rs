@@ -268,9 +268,12 @@ impl TopicsCore {
         self.paths_waiting = false;
         self.next_paths = now + self.cfg.route_plan_interval;
         self.stats.paths_rebuilt += 1;
-        self.paths = Arc::new(ReversePaths::build(self.me, membership.adjacency(), |p| {
-            capable.contains(p)
-        }));
+        self.paths = Arc::new(ReversePaths::build(
+            self.me,
+            membership.adjacency(),
+            |p| capable.contains(p),
+            self.relay_redundancy,
+        ));
         self.paths_shape = Some(mark);
     }
 

@@ -42,6 +42,7 @@ fn core_with(n: u8, cfg: TopicsConfig, now: Instant) -> TopicsCore {
             entity_seed: u32::from(n) << 8,
             planner: Box::new(TreePlanner::new(1024)),
             reverse_path: true,
+            relay_redundancy: 2,
         },
         now,
     )

@@ -182,7 +182,7 @@ fn the_control_cores_paths_are_taken_when_every_node_is_topic_capable() {
     let now = Instant::now();
     let (mut a, _b) = pair(idle_cfg(), true, now);
     let gap = idle_cfg().route_plan_interval;
-    let paths = |m: &MemberGraph| Arc::new(ReversePaths::of_graph(id(1), m));
+    let paths = |m: &MemberGraph| Arc::new(ReversePaths::of_graph(id(1), m, 2));
     let (built, shared) = (a.stats().paths_rebuilt, a.stats().paths_shared);
     let linked = membership(0, 2, &[(0, 1)], now);
     let apart = membership(0, 2, &[], now);

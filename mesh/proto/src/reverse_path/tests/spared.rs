@@ -1,0 +1,183 @@
+//! `relay_redundancy`: of the relays linked to both an origin and a node two hops from it,
+//! only the first few by [`relay_rank`] carry the origin's frames to that node.
+
+use super::*;
+
+/// Full mesh of `1..=n` but for the edge 1–2 (1 unlisted 2: its link is slow).
+fn full_mesh_but_1_2(n: u8) -> Vec<(u8, Vec<u8>)> {
+    let nodes: Vec<u8> = (1..=n).collect();
+    let edges: Vec<(u8, u8)> = (1..=n)
+        .flat_map(|a| (a + 1..=n).map(move |b| (a, b)))
+        .filter(|e| *e != (1, 2))
+        .collect();
+    records_of(&nodes, &edges)
+}
+
+fn spares(view: &ReversePaths, origin: u8, to: u8) -> bool {
+    view.spared(&p(origin)).unwrap_or_default().contains(&p(to))
+}
+
+#[test]
+fn each_relay_judging_alone_the_first_k_by_rank_carry_the_frames_and_the_rest_are_spared() {
+    let n = 8;
+    let recs = full_mesh_but_1_2(n);
+    let v: Vec<(u8, &[u8])> = recs.iter().map(|(o, l)| (*o, l.as_slice())).collect();
+    let mut by_rank: Vec<u8> = (3..=n).collect();
+    by_rank.sort_by_key(|&r| (relay_rank(&p(1), &p(2), &p(r)), p(r)));
+    for k in 0..=7 {
+        let carrying: Vec<u8> = (3..=n)
+            .filter(|&r| !spares(&paths_k(r, &v, k), 1, 2))
+            .collect();
+        let mut want = if k == 0 {
+            by_rank.clone()
+        } else {
+            by_rank[..k.min(by_rank.len())].to_vec()
+        };
+        want.sort_unstable();
+        assert_eq!(carrying, want, "k {k}");
+    }
+    // The other direction: 2's frames to 1, ranked for that pair.
+    let carrying = (3..=n)
+        .filter(|&r| !spares(&paths_k(r, &v, 2), 2, 1))
+        .count();
+    assert_eq!(carrying, 2);
+}
+
+#[test]
+fn the_ranking_spreads_the_copies_over_the_relays() {
+    // Every (origin, node) pair of ids 1..=40 over relays 100..=109: the first-ranked relay
+    // is each relay about equally often (a ranking by id alone would pick one for all).
+    let mut first = [0usize; 10];
+    for o in 1..=40u8 {
+        for t in 1..=40u8 {
+            if o != t {
+                let r = (100..110u8)
+                    .min_by_key(|&r| relay_rank(&p(o), &p(t), &p(r)))
+                    .unwrap();
+                first[(r - 100) as usize] += 1;
+            }
+        }
+    }
+    // 1 560 pairs: 156 a relay on average.
+    assert!(first.iter().all(|&c| (100..=220).contains(&c)), "{first:?}");
+}
+
+#[test]
+fn the_rank_is_fixed() {
+    // Nodes of every version rank alike or leave copies to each other: the value is the
+    // protocol's (computed apart from this code, from the definition: FNV-1a 64 over
+    // 16 × 0x01, 16 × 0x02, 16 × 0x03, then SplitMix64's finalizer).
+    assert_eq!(relay_rank(&p(1), &p(2), &p(3)), 0x915a_8ca1_043d_944d);
+    assert_ne!(
+        relay_rank(&p(1), &p(2), &p(3)),
+        relay_rank(&p(2), &p(1), &p(3))
+    );
+}
+
+#[test]
+fn only_a_node_two_hops_from_an_origin_linked_to_this_relay_is_spared() {
+    // 1 - 3 - 5 - 7 and 1 - 4 - 5, 1 - 6 - 5: seen from 3, 5 is two hops from 1 with relays
+    // 3, 4 and 6; 7 is three hops from 1 and 5 its only relay; nothing is spared of 7's
+    // frames toward 1 (two hops from 5, three from 7).
+    let nodes = [1, 3, 4, 5, 6, 7];
+    let edges = [(1, 3), (3, 5), (5, 7), (1, 4), (4, 5), (1, 6), (6, 5)];
+    let recs = records_of(&nodes, &edges);
+    let v: Vec<(u8, &[u8])> = recs.iter().map(|(o, l)| (*o, l.as_slice())).collect();
+    let carrying = [3, 4, 6]
+        .into_iter()
+        .filter(|&r| !spares(&paths_k(r, &v, 1), 1, 5))
+        .count();
+    assert_eq!(carrying, 1);
+    for r in [3, 4, 6] {
+        let view = paths_k(r, &v, 1);
+        assert_eq!(view.spared(&p(7)), Some(&[][..]), "7 is not linked to {r}");
+    }
+    let five = paths_k(5, &v, 1);
+    assert_eq!(five.spared(&p(1)), Some(&[][..]), "7 is three hops from 1");
+}
+
+#[test]
+fn a_neighbour_listed_by_this_node_only_is_never_spared() {
+    // 3 lists 2, 2 does not list 3 (a link coming up): 3 does not know where 2 is and
+    // keeps sending it copies, whatever the ranks.
+    let recs: Vec<(u8, &[u8])> = vec![
+        (1, &[3, 4, 5]),
+        (2, &[4, 5]),
+        (3, &[1, 2, 4, 5]),
+        (4, &[1, 2, 3, 5]),
+        (5, &[1, 2, 3, 4]),
+    ];
+    assert!(!spares(&paths_k(3, &recs, 1), 1, 2));
+}
+
+#[test]
+fn a_spared_neighbour_is_skipped_in_the_table() {
+    let recs = full_mesh_but_1_2(6);
+    let v: Vec<(u8, &[u8])> = recs.iter().map(|(o, l)| (*o, l.as_slice())).collect();
+    let spared_by: Vec<u8> = (3..=6)
+        .filter(|&r| spares(&paths_k(r, &v, 1), 1, 2))
+        .collect();
+    assert_eq!(spared_by.len(), 3);
+    let r = spared_by[0];
+    let view = paths_k(r, &v, 1);
+    let links: Vec<(PeerId, LinkId)> = (1..=6)
+        .filter(|&q| q != r)
+        .map(|q| (p(q), LinkId(q as u64)))
+        .collect();
+    let t = PathTable::new(&view, &links);
+    let skipped = t.skipped_links(&p(1), Instant::now()).unwrap();
+    assert!(skipped.contains(&LinkId(2)), "{skipped:?}");
+    // With every relay carrying, 2 (farther from 1) gets this relay's copy.
+    let all = PathTable::new(&paths_k(r, &v, 0), &links);
+    assert!(!all
+        .skipped_links(&p(1), Instant::now())
+        .unwrap()
+        .contains(&LinkId(2)));
+}
+
+/// As `relaying_only_to_farther_neighbours_reaches_every_node`, with one and two relays
+/// toward each node two hops from an origin: every node still gets every origin's frame,
+/// over fewer copies than every relay sends.
+#[test]
+fn relaying_with_k_relays_two_hops_out_reaches_every_node_with_fewer_copies() {
+    let copies_with = |k: usize| {
+        let mut rng = StdRng::seed_from_u64(29);
+        let mut total = 0usize;
+        for round in 0..60 {
+            let (n, recs, views) = random_views_k(&mut rng, 3, k);
+            let links = |u: u8| recs[u as usize - 1].1.clone();
+            for x in 1..=n {
+                let mut got = vec![false; n as usize + 1];
+                got[x as usize] = true;
+                let mut pending: Vec<(u8, u8)> = links(x).iter().map(|&v| (v, x)).collect();
+                total += pending.len();
+                while !pending.is_empty() {
+                    let (v, from) = pending.swap_remove(rng.gen_range(0..pending.len()));
+                    let view = &views[v as usize - 1];
+                    if got[v as usize] || !view.toward(&p(x), &p(from)).accepted() {
+                        continue;
+                    }
+                    got[v as usize] = true;
+                    let nf = view.not_farther(&p(x)).unwrap_or_default();
+                    let sp = view.spared(&p(x)).unwrap_or_default();
+                    for w in links(v).into_iter().filter(|&w| w != from) {
+                        if !nf.contains(&p(w)) && !sp.contains(&p(w)) {
+                            total += 1;
+                            pending.push((w, v));
+                        }
+                    }
+                }
+                assert!(
+                    got[1..].iter().all(|g| *g),
+                    "k {k} round {round}: origin {x} missed {got:?} over {recs:?}"
+                );
+            }
+        }
+        total
+    };
+    let (all, two, one) = (copies_with(0), copies_with(2), copies_with(1));
+    assert!(
+        one < two && two < all,
+        "copies: k=1 {one}, k=2 {two}, every relay {all}"
+    );
+}
