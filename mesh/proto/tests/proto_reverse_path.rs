@@ -478,3 +478,82 @@ fn a_link_its_graph_does_not_count_yet_builds_no_path_table() {
         }
     }
 }
+
+/// A sparse graph the same in every run (the capped meshes scouting builds differ from run
+/// to run, and copies per delivery with them): 32 nodes, each linked to the nodes 1, 2 and
+/// 5 places either side of it on a ring (degree 6, diameter 4).
+fn circulant_32() -> Vec<(usize, usize)> {
+    let n = 32;
+    let mut edges: Vec<(usize, usize)> = (0..n)
+        .flat_map(|a| [1, 2, 5].map(|k| (a.min((a + k) % n), a.max((a + k) % n))))
+        .collect();
+    edges.sort_unstable();
+    edges.dedup();
+    edges
+}
+
+/// Copies received over deliveries of 20 broadcasts from each of four origins over
+/// `circulant_32`, settled, every node with `relay_redundancy = redundancy`; asserts every
+/// node got every message exactly once.
+fn broadcast_copies(redundancy: usize) -> (u64, u64) {
+    let n = 32;
+    let mut sim = Sim::new(29);
+    add_topology(&mut sim, n, &circulant_32(), |c| {
+        c.relay_redundancy = redundancy
+    });
+    sim.start_all();
+    sim.run_for(Duration::from_secs(2));
+    sim.run_for(cfg().reverse_path_settle + Duration::from_secs(1));
+    let received = |sim: &Sim| -> u64 {
+        (0..n)
+            .map(|i| {
+                let c = sim.nodes[i].shard.counters().snapshot();
+                c.delivered + c.dropped_duplicate + c.dropped_off_path
+            })
+            .sum()
+    };
+    let before = received(&sim);
+    let origins = [0, 8, 16, 24];
+    for k in 0..20 {
+        for o in origins {
+            sim.broadcast(o, format!("{o}-{k}"));
+        }
+        sim.run_for(Duration::from_millis(5));
+    }
+    sim.run_for(Duration::from_millis(500));
+    let mut deliveries = 0;
+    for o in origins {
+        for k in 0..20 {
+            for i in (0..n).filter(|&i| i != o) {
+                let got = sim.count_delivered(i, format!("{o}-{k}").as_bytes());
+                assert_eq!(got, 1, "redundancy {redundancy}: node {i}, {o}-{k}");
+                deliveries += 1;
+            }
+        }
+    }
+    (received(&sim) - before, deliveries)
+}
+
+/// Issue 29, sparse meshes (`max_links`): most nodes are two or more hops from an origin
+/// and, with every relay carrying, got a copy from each neighbour one hop nearer. With
+/// `relay_redundancy` k a node two hops out gets at most k; every message still reaches
+/// every node exactly once, over fewer copies the smaller k (the same graph each time).
+#[test]
+fn a_sparse_mesh_delivers_every_broadcast_once_over_fewer_copies_with_fewer_relays() {
+    let (all, deliveries) = broadcast_copies(0);
+    let per = |c: u64| c as f64 / deliveries as f64;
+    let mut line = format!("copies per delivery: every relay {:.2}", per(all));
+    let mut last = all;
+    for k in [3, 2, 1] {
+        let (copies, d) = broadcast_copies(k);
+        assert_eq!(d, deliveries);
+        line += &format!(", {k} relays {:.2}", per(copies));
+        assert!(
+            copies <= last,
+            "{copies} copies with {k} relays, {last} with more"
+        );
+        last = copies;
+    }
+    eprintln!("{line}");
+    assert!(last < all, "one relay: {last} copies, every relay: {all}");
+}
