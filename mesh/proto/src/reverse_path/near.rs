@@ -1,10 +1,11 @@
 //! How far each neighbour is from each origin, relative to this node, without a BFS per
-//! neighbour: the three per-origin neighbour sets of [`super::ReversePaths`] from one BFS.
+//! neighbour: the per-origin neighbour sets of [`super::ReversePaths`] from one BFS.
 //!
 //! **Owns:** that computation. **Must not touch:** the rule it serves (the parent module's).
 //!
 //! For a neighbour N linked to this node over a counted edge, `dist(N, X)` differs from
-//! `dist(me, X) = d` by at most one, so the parent's three questions are about that step:
+//! `dist(me, X) = d` by at most one, so the parent's first three questions are about that
+//! step:
 //! - **toward** (`dist(N, X) = d - 1`): N is X, or N is toward some Y one hop nearer to this
 //!   node (`d(Y) = d - 1`) that X is linked to. A shortest path from N to X ends with such a
 //!   Y, and N is toward every node on it.
@@ -33,7 +34,8 @@
 use crate::counted_graph::{CountedGraph as Graph, FAR};
 use std::collections::VecDeque;
 
-/// Per origin, the neighbours (node indices) toward it, not farther from it, and beside it.
+/// Per origin, the neighbours (node indices) toward it, not farther from it, beside it, and
+/// spared its frames.
 pub(super) struct Near {
     /// `dist(me, x)` for every node ([`FAR`]: not reached).
     pub(super) dist_me: Vec<u32>,
