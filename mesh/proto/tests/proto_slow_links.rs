@@ -229,9 +229,9 @@ fn unlisted_in_full_mesh(
 
 /// Issue 29: in a full mesh every node is linked to both X and a neighbour N that X unlisted,
 /// and each relayed X's frames to N: N, the one node already behind, got n - 2 copies of
-/// each (the fault suite's lossy subscriber, a debug build on a loaded machine, took 16 000
-/// frames a second for 4 000 messages, its links never drained and it never caught up). Now
-/// only `relay_redundancy` relays (3 by default) carry them, none lost.
+/// each (seen in a loaded fault-suite run that never converged: the lossy subscriber took
+/// 16 000 frames a second for 4 000 messages). Now only `relay_redundancy` relays (3 by
+/// default) carry them, none lost.
 #[test]
 fn a_neighbour_its_origin_unlisted_gets_each_frame_from_a_few_relays_not_from_all() {
     let n = 8;
