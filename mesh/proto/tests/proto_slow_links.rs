@@ -47,6 +47,31 @@ fn budget(sim: &Sim, a: usize, b: usize) -> std::sync::Arc<shoal_proto::budget::
         .expect("placed")
 }
 
+/// Node `i`'s duplicate and off-path drops so far.
+fn wasted(sim: &Sim, i: usize) -> (u64, u64) {
+    let c = sim.nodes[i].shard.counters().snapshot();
+    (c.dropped_duplicate, c.dropped_off_path)
+}
+
+/// A settled full mesh of `n` where origin X (node 0) declared its link to N (node 1) slow
+/// and unlisted N (X's `slow_links_unlisted` is 1), every node configured by `config`.
+fn unlisted_in_full_mesh(
+    seed: u64,
+    n: usize,
+    config: impl Fn(&mut shoal_proto::MeshConfig),
+) -> Sim {
+    let mut sim = Sim::new(seed);
+    add_topology(&mut sim, n, &full_mesh_edges(n), config);
+    sim.start_all();
+    sim.run_for(Duration::from_millis(500));
+    sim.run_for(cfg().reverse_path_settle);
+    assert!(graph_is_full(&sim, n));
+    sim.declare_slow(0, 1, true);
+    sim.run_for(Duration::from_millis(200));
+    assert_eq!(sim.nodes[0].core.stats().slow_links_unlisted, 1);
+    sim
+}
+
 /// A lossy link is often closed (the heartbeat timeout) and dialed again while it is slow:
 /// the next link to the same peer takes over the last one's slowness, so a Block publisher
 /// does not wait it out for a whole `SlowLinkPolicy::after` at its first jam (every wait
@@ -144,22 +169,8 @@ fn a_neighbour_behind_a_slow_link_gets_the_origins_frames_from_the_relays() {
     let n = 4;
     for prune in [true, false] {
         for seed in 0..3 {
-            let mut sim = Sim::new(seed);
-            add_topology(&mut sim, n, &full_mesh_edges(n), |c| {
-                c.relay_pruning = prune
-            });
-            sim.start_all();
-            sim.run_for(Duration::from_millis(500));
-            sim.run_for(cfg().reverse_path_settle);
-            assert!(graph_is_full(&sim, n));
+            let mut sim = unlisted_in_full_mesh(seed, n, |c| c.relay_pruning = prune);
             let (x, nn) = (sim.id(X), sim.id(N));
-            sim.declare_slow(X, N, true);
-            sim.run_for(Duration::from_millis(200));
-            assert_eq!(
-                sim.nodes[X].core.stats().slow_links_unlisted,
-                1,
-                "prune {prune} seed {seed}"
-            );
             assert!(
                 !beside(&sim, 2, &x).contains(&nn),
                 "the relays see N two hops from X"
@@ -200,31 +211,6 @@ fn a_neighbour_behind_a_slow_link_gets_the_origins_frames_from_the_relays() {
             }
         }
     }
-}
-
-/// Node `i`'s duplicate and off-path drops so far.
-fn wasted(sim: &Sim, i: usize) -> (u64, u64) {
-    let c = sim.nodes[i].shard.counters().snapshot();
-    (c.dropped_duplicate, c.dropped_off_path)
-}
-
-/// A settled full mesh of `n` where origin X (node 0) declared its link to N (node 1) slow
-/// and unlisted N, every node configured by `config`.
-fn unlisted_in_full_mesh(
-    seed: u64,
-    n: usize,
-    config: impl Fn(&mut shoal_proto::MeshConfig),
-) -> Sim {
-    let mut sim = Sim::new(seed);
-    add_topology(&mut sim, n, &full_mesh_edges(n), config);
-    sim.start_all();
-    sim.run_for(Duration::from_millis(500));
-    sim.run_for(cfg().reverse_path_settle);
-    assert!(graph_is_full(&sim, n));
-    sim.declare_slow(0, 1, true);
-    sim.run_for(Duration::from_millis(200));
-    assert_eq!(sim.nodes[0].core.stats().slow_links_unlisted, 1);
-    sim
 }
 
 /// Issue 29: in a full mesh every node is linked to both X and a neighbour N that X unlisted,

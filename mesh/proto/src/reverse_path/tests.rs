@@ -220,6 +220,53 @@ fn full_mesh(n: u8) -> Vec<(u8, u8)> {
 /// more edges per node), all nodes judging by the same records: its size, the records and
 /// each node's reverse paths.
 type Views = (u8, Vec<(u8, Vec<u8>)>, Vec<ReversePaths>);
+
+/// One frame of origin `x` relayed over `recs` in a random order (`rng`), each node judging
+/// by its own view and relaying to the neighbours `skips(view, w)` does not hold back.
+struct Relayed {
+    /// Which nodes took the frame (index = node id).
+    got: Vec<bool>,
+    /// Copies sent.
+    copies: usize,
+    /// Copies a flood would have sent.
+    flood_copies: usize,
+}
+
+fn relay_once(
+    views: &[ReversePaths],
+    recs: &[(u8, Vec<u8>)],
+    x: u8,
+    rng: &mut StdRng,
+    skips: impl Fn(&ReversePaths, u8) -> bool,
+) -> Relayed {
+    let links = |u: u8| recs[u as usize - 1].1.clone();
+    let mut got = vec![false; recs.len() + 1];
+    got[x as usize] = true;
+    // The origin sends on every link; (to, from) copies in flight.
+    let mut pending: Vec<(u8, u8)> = links(x).iter().map(|&v| (v, x)).collect();
+    let mut flood_copies = pending.len();
+    let mut copies = pending.len();
+    while !pending.is_empty() {
+        let (v, from) = pending.swap_remove(rng.gen_range(0..pending.len()));
+        let view = &views[v as usize - 1];
+        if got[v as usize] || !view.toward(&p(x), &p(from)).accepted() {
+            continue;
+        }
+        got[v as usize] = true;
+        for w in links(v).into_iter().filter(|&w| w != from) {
+            flood_copies += 1;
+            if !skips(view, w) {
+                copies += 1;
+                pending.push((w, v));
+            }
+        }
+    }
+    Relayed {
+        got,
+        copies,
+        flood_copies,
+    }
+}
 fn random_views(rng: &mut StdRng, extra: usize) -> Views {
     random_views_k(rng, extra, 0)
 }

@@ -148,32 +148,17 @@ fn relaying_with_k_relays_two_hops_out_reaches_every_node_with_fewer_copies() {
         let mut total = 0usize;
         for round in 0..60 {
             let (n, recs, views) = random_views_k(&mut graphs, 3, k);
-            let links = |u: u8| recs[u as usize - 1].1.clone();
             for x in 1..=n {
-                let mut got = vec![false; n as usize + 1];
-                got[x as usize] = true;
-                let mut pending: Vec<(u8, u8)> = links(x).iter().map(|&v| (v, x)).collect();
-                total += pending.len();
-                while !pending.is_empty() {
-                    let (v, from) = pending.swap_remove(rng.gen_range(0..pending.len()));
-                    let view = &views[v as usize - 1];
-                    if got[v as usize] || !view.toward(&p(x), &p(from)).accepted() {
-                        continue;
-                    }
-                    got[v as usize] = true;
-                    let nf = view.not_farther(&p(x)).unwrap_or_default();
-                    let sp = view.spared(&p(x)).unwrap_or_default();
-                    for w in links(v).into_iter().filter(|&w| w != from) {
-                        if !nf.contains(&p(w)) && !sp.contains(&p(w)) {
-                            total += 1;
-                            pending.push((w, v));
-                        }
-                    }
-                }
+                let r = relay_once(&views, &recs, x, &mut rng, |view, w| {
+                    let (nf, sp) = (view.not_farther(&p(x)), view.spared(&p(x)));
+                    nf.unwrap_or_default().contains(&p(w)) || sp.unwrap_or_default().contains(&p(w))
+                });
+                let got = r.got;
                 assert!(
                     got[1..].iter().all(|g| *g),
                     "k {k} round {round}: origin {x} missed {got:?} over {recs:?}"
                 );
+                total += r.copies;
             }
         }
         total

@@ -183,36 +183,17 @@ fn relaying_only_to_farther_neighbours_reaches_every_node() {
     let (mut pruned_total, mut flood_total) = (0usize, 0usize);
     for round in 0..60 {
         let (n, recs, views) = random_views(&mut rng, 3);
-        let links = |u: u8| recs[u as usize - 1].1.clone();
         for x in 1..=n {
-            let mut got = vec![false; n as usize + 1];
-            got[x as usize] = true;
-            // The origin sends on every link; (to, from) copies in flight.
-            let mut pending: Vec<(u8, u8)> = links(x).iter().map(|&v| (v, x)).collect();
-            let mut flood_copies = pending.len();
-            let mut copies = pending.len();
-            while !pending.is_empty() {
-                let (v, from) = pending.swap_remove(rng.gen_range(0..pending.len()));
-                let view = &views[v as usize - 1];
-                if got[v as usize] || !view.toward(&p(x), &p(from)).accepted() {
-                    continue;
-                }
-                got[v as usize] = true;
-                let skip = view.not_farther(&p(x)).unwrap_or_default();
-                for w in links(v).into_iter().filter(|&w| w != from) {
-                    flood_copies += 1;
-                    if !skip.contains(&p(w)) {
-                        copies += 1;
-                        pending.push((w, v));
-                    }
-                }
-            }
+            let r = relay_once(&views, &recs, x, &mut rng, |view, w| {
+                view.not_farther(&p(x)).unwrap_or_default().contains(&p(w))
+            });
+            let got = r.got;
             assert!(
                 got[1..].iter().all(|g| *g),
                 "round {round}: origin {x} missed {got:?} over the links {recs:?}"
             );
-            pruned_total += copies;
-            flood_total += flood_copies;
+            pruned_total += r.copies;
+            flood_total += r.flood_copies;
         }
     }
     assert!(
