@@ -23,7 +23,8 @@ pub struct Drops {
     pub too_old: u64,
     /// Originated for a link declared slow under Block (no one waits for it).
     pub slow_link: u64,
-    /// Still queued on (or being written to) a link when it closed.
+    /// Still queued on (or being written to) a link when it closed, or sent by its peer on
+    /// a link the node was closing (`dropped_link_closed` + `dropped_link_closing`).
     pub link_closed: u64,
     /// Control events lost on a full event queue.
     pub event_queue_full: u64,
@@ -54,7 +55,7 @@ impl Drops {
         self.queue_full += s.dropped_queue_full;
         self.too_old += s.dropped_too_old;
         self.slow_link += s.dropped_slow_link;
-        self.link_closed += s.dropped_link_closed;
+        self.link_closed += s.dropped_link_closed + s.dropped_link_closing;
         self.event_queue_full += s.dropped_event_queue_full;
         self.malformed_frames += s.malformed_frames;
         self.oversize_frames += s.oversize_frames;

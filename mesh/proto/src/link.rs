@@ -376,6 +376,29 @@ impl Link {
         }
     }
 
+    /// True for the frames an established link hands on (Data, Samples, Membership, ...),
+    /// false for the link's own (handshake, Heartbeat, Goodbye).
+    pub fn is_payload(frame: &Frame) -> bool {
+        match frame {
+            Frame::Hello(_)
+            | Frame::HelloAck(_)
+            | Frame::Heartbeat
+            | Frame::Goodbye
+            | Frame::AuthConfirm(_) => false,
+            Frame::Data(_)
+            | Frame::Membership(_)
+            | Frame::IdentityRecord(_)
+            | Frame::Discovery(_)
+            | Frame::Samples(_)
+            | Frame::WriterHeartbeat(_)
+            | Frame::AckNack(_)
+            | Frame::Repair(_)
+            | Frame::Gap(_)
+            | Frame::SignedMembership(_)
+            | Frame::MembershipDigest(_) => true,
+        }
+    }
+
     /// [`on_frame`](Self::on_frame) for a Data frame, given without the frame: the read
     /// path's fast lane decodes Data frames without building a [`Frame`].
     pub fn on_data(&mut self, now: Instant) -> FrameAction {

@@ -34,9 +34,11 @@
 //! Outputs, drained with [`poll_action`](PeerManager::poll_action) in order:
 //! [`PeerAction::Dial`] (open a socket, create a dialer [`super::link::Link`] with that id),
 //! [`PeerAction::Install`] / [`PeerAction::Uninstall`] (update every shard's routing table),
-//! [`PeerAction::Close`] (send Goodbye if asked, then close). Execute them in order: an
-//! `Install` of a dial-race winner precedes the `Close` of the loser, so the close is not a
-//! disconnect. Events for the application and for [`super::MemberGraph`] come from
+//! [`PeerAction::Close`] (send Goodbye if asked, then close), [`PeerAction::Retire`] (a
+//! dial race's loser: Goodbye, then read until the peer closes it too). Execute them in
+//! order: an `Install` of a dial-race winner precedes the `Retire` of the loser, so the close
+//! is not a disconnect, and what the peer still sends on the loser finds the winner
+//! installed. Events for the application and for [`super::MemberGraph`] come from
 //! [`poll_event`](PeerManager::poll_event).
 //!
 //! # Dial races and late claims
@@ -45,7 +47,11 @@
 //! dialed by this node) before the first was established, or at most [`race_window`] after:
 //! both ends dialed before either saw the other's link. A race is resolved by multimaster's
 //! rule (the v1 wire's: the connection initiated by the lower node id wins; same initiator, the
-//! older wins), so both ends keep the same connection, whatever their implementation.
+//! older wins), so both ends keep the same connection, whatever their implementation. Each end
+//! resolves the race when its own second handshake ends, so a peer may send on the loser for
+//! a while after this node dropped it: the loser is retired ([`PeerAction::Retire`]), not cut,
+//! and read until the peer closes it too (at most `heartbeat_timeout` later), what comes on it
+//! handled as come on the winner.
 //!
 //! A connection that began later than that is no race: the peer already had its link when it
 //! was opened. Without identity such a newcomer may be anyone claiming the peer's id (the id
@@ -146,12 +152,21 @@ pub enum PeerAction {
         /// The link that went away.
         link: LinkId,
     },
-    /// Close `link`, sending Goodbye first when `goodbye` (dial-race loser, shutdown).
+    /// Close `link`, sending Goodbye first when `goodbye` (shutdown, a refused claim).
     Close {
         /// The link to close.
         link: LinkId,
         /// Whether to send Goodbye before closing.
         goodbye: bool,
+    },
+    /// Close `link`, a dial race's loser to `peer`, with Goodbye. The peer sends on it until
+    /// it resolves the race too: the link stays served until the peer's end closes, and what
+    /// still comes on it counts as come on `peer`'s installed link (the winner).
+    Retire {
+        /// The neighbour both links lead to.
+        peer: PeerId,
+        /// The losing link.
+        link: LinkId,
     },
 }
 
@@ -686,10 +701,8 @@ impl<R: rand::RngCore> PeerManager<R> {
                 };
                 tracing::debug!(%peer, winner = ?p.link, ?loser, "dial race resolved");
                 self.conns.remove(&loser);
-                self.actions.push_back(PeerAction::Close {
-                    link: loser,
-                    goodbye: true,
-                });
+                self.actions
+                    .push_back(PeerAction::Retire { peer, link: loser });
             }
         }
     }

@@ -104,6 +104,11 @@ counters! {
     /// message on the link's shard. A write the kernel had taken in part counts whole, so
     /// this may count a message its peer still received.
     dropped_link_closed,
+    /// Dropped: a message (or topic sample) its peer sent on a link this node was closing,
+    /// with no other link to that peer to take it over (this node stopping, or dropping the
+    /// link for `max_links`); one per message. A dial race's loser hands what still comes on
+    /// it to the peer's other link instead.
+    dropped_link_closing,
     /// Dropped: no link to send it on (or the link went away meanwhile).
     dropped_no_route,
     /// Dropped: the link's outbound queue was at `max_outbound_queue_bytes` (or, for a

@@ -200,6 +200,47 @@ impl ControlCore {
         }
     }
 
+    /// Closes `link`, a dial race's loser to `peer`, with Goodbye. Its peer sends on it until
+    /// it resolves the race too, so the link is served until the peer's end closes, and what
+    /// still comes on it is handled as come on the winner (the shard's `closing_step`): a
+    /// loser that lost as its handshake ended (never placed) goes to the winner's shard,
+    /// closing, without a route of its own. Closed from here, as before, what the peer had
+    /// sent on it was discarded unread and counted nowhere.
+    pub(super) fn retire(&mut self, peer: PeerId, link: LinkId) {
+        if !matches!(self.conns.get(&link), Some(Conn::Ready(_))) {
+            // Placed (it was installed before the winner came): closing it on its shard
+            // is enough.
+            return self.close(link, true);
+        }
+        let Some(Conn::Ready(ex)) = self.conns.remove(&link) else {
+            unreachable!("checked above");
+        };
+        let owner = link_shard(&peer, self.shards);
+        let budget = Arc::new(LinkBudget::new(
+            self.cfg.max_outbound_queue_bytes,
+            self.epoch,
+        ));
+        self.post(
+            owner,
+            ToShard::AddLink(Box::new(NewLink {
+                link,
+                peer,
+                conn: (),
+                leftover: ex.leftover,
+                state: ex.link,
+                secure: ex.secure.map(|e| (e.sealer, e.opener)),
+                budget,
+            })),
+        );
+        self.post(
+            owner,
+            ToShard::Close {
+                link,
+                goodbye: true,
+            },
+        );
+    }
+
     /// Executes the peer table's actions, then turns peer and membership output into events
     /// (held while the shards catch up) and frames.
     pub(super) fn round(&mut self, now: Instant, wall_ms: u64) {
@@ -222,6 +263,7 @@ impl ControlCore {
                     }
                 }
                 PeerAction::Close { link, goodbye } => self.close(link, goodbye),
+                PeerAction::Retire { peer, link } => self.retire(peer, link),
             }
         }
         while let Some(e) = self.peers.poll_event() {

@@ -10,7 +10,7 @@
 //! **Owns:** read buffer sizing, frame parsing and the link step of each received frame.
 //! **Must not touch:** the socket (the driver reads into the buffer it is given).
 //!
-//! Length: about 420 lines of code and docs (the plaintext and secured read paths share the
+//! Length: about 490 lines of code and docs (the plaintext and secured read paths share the
 //! per-frame dispatch); the rest are the unit tests of that dispatch and of buffer sizing.
 
 use super::action::{decode_fault, IfBusy, LinkFault, ShardAction};
@@ -102,10 +102,15 @@ const _: () = assert!(std::mem::size_of::<Samples>() <= 72);
 
 /// What a received frame did to its link.
 enum Step {
-    /// Established: route the frame or hand it over.
-    Process,
-    /// Taken by the link (or moot while it closes): read on.
+    /// Route the frame or hand it over as received on this link: the one it came on, or
+    /// the peer's current link when it came on one this node is closing (see
+    /// [`ShardCore::closing_step`]).
+    Process(LinkId),
+    /// Taken by the link (or the link's own frame while it closes): read on.
     Consumed,
+    /// A payload frame on a link this node is closing, with no other link to its peer to
+    /// take it over: dropped (the caller counts it).
+    Discarded,
     /// The link closed: the reader stops.
     Closed,
 }
@@ -224,20 +229,23 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) -> bool {
-        match self.link_step(slot, link, now, out, |s, now| s.on_data(now)) {
-            Step::Process => self.route_in(link, d, now, out),
+        match self.link_step(slot, link, true, now, out, |s, now| s.on_data(now)) {
+            Step::Process(from) => self.route_in(from, d, now, out),
             Step::Consumed => {}
+            Step::Discarded => inc(&self.counters.dropped_link_closing),
             Step::Closed => return false,
         }
         true
     }
 
     /// Counts a received frame and runs it through its link's state machine (`step`),
-    /// tearing the link down when the state machine closes it.
+    /// tearing the link down when the state machine closes it. `payload`: the frame is one
+    /// the link hands on ([`Link::is_payload`](crate::link::Link::is_payload)).
     fn link_step(
         &mut self,
         slot: usize,
         link: LinkId,
+        payload: bool,
         now: Instant,
         out: &mut Vec<ShardAction>,
         step: impl FnOnce(&mut crate::link::Link, Instant) -> FrameAction,
@@ -245,9 +253,8 @@ impl ShardCore {
         inc(&self.counters.frames_in);
         let l = self.links.at(slot);
         if l.closing {
-            // Closing politely: the writer flushes and says Goodbye; what the peer still
-            // sends is moot.
-            return Step::Consumed;
+            let peer = l.peer;
+            return self.closing_step(peer, link, payload);
         }
         let action = step(&mut l.state, now);
         let closed = l.pull();
@@ -264,7 +271,24 @@ impl ShardCore {
                 self.teardown(link, err, closed, now, out);
                 Step::Closed
             }
-            FrameAction::Process => Step::Process,
+            FrameAction::Process => Step::Process(link),
+        }
+    }
+
+    /// A frame read on `link`, which this node is closing (its writer flushes, then says
+    /// Goodbye). The link's own frames (Heartbeat, the peer's Goodbye) are moot. A payload
+    /// frame is still its peer's word: the peer sends on the link until it closes it too, so
+    /// when it already has another link here (this one lost a dial race: both ends close
+    /// the same connection, each when it resolves the race) the frame is handled as that
+    /// link's, and nothing the peer sent before it switched is lost. With no other link
+    /// (this node stops, or dropped the link for `max_links`) it is discarded, and counted.
+    fn closing_step(&self, peer: crate::PeerId, link: LinkId, payload: bool) -> Step {
+        if !payload {
+            return Step::Consumed;
+        }
+        match self.table.link_to(&peer) {
+            Some(current) if current != link => Step::Process(current),
+            _ => Step::Discarded,
         }
     }
 
@@ -278,83 +302,91 @@ impl ShardCore {
         now: Instant,
         out: &mut Vec<ShardAction>,
     ) -> bool {
-        let step = self.link_step(slot, link, now, out, |s, now| match &frame {
+        let payload = match &frame {
+            Incoming::Samples(_) => true,
+            Incoming::Frame(f) => crate::link::Link::is_payload(f),
+        };
+        let step = self.link_step(slot, link, payload, now, out, |s, now| match &frame {
             Incoming::Samples(_) => s.on_samples(now),
             Incoming::Frame(f) => s.on_frame(f, now),
         });
-        match step {
-            Step::Consumed => true,
-            Step::Closed => false,
-            Step::Process => {
-                match frame {
-                    Incoming::Frame(Frame::Data(d)) => self.route_in(link, d, now, out),
-                    Incoming::Samples(s) | Incoming::Frame(Frame::Samples(s)) => {
-                        self.route_samples_in(link, s, now, out)
-                    }
-                    Incoming::Frame(Frame::WriterHeartbeat(h)) => {
-                        self.reliable_in(link, RelFrame::Heartbeat(h), now, out)
-                    }
-                    Incoming::Frame(Frame::AckNack(a)) => {
-                        self.reliable_in(link, RelFrame::AckNack(a), now, out)
-                    }
-                    Incoming::Frame(Frame::Repair(r)) => {
-                        self.reliable_in(link, RelFrame::Repair(r), now, out)
-                    }
-                    Incoming::Frame(Frame::Gap(g)) => {
-                        self.reliable_in(link, RelFrame::Gap(g), now, out)
-                    }
-                    Incoming::Frame(Frame::Discovery(_))
-                        if self
-                            .links
-                            .at(slot)
-                            .discovery_paused
-                            .is_some_and(|t| now < t) =>
-                    {
-                        inc(&self.counters.dropped_discovery_over_budget);
-                    }
-                    Incoming::Frame(Frame::Discovery(d)) => out.push(ShardAction::Report {
-                        msg: ToControl::DiscoveryIn {
-                            link,
-                            frame: Box::new(d),
-                        },
-                        busy: IfBusy::Wait,
-                    }),
-                    Incoming::Frame(Frame::Membership(record)) => out.push(ShardAction::Report {
-                        msg: ToControl::MembershipIn { link, record },
-                        busy: IfBusy::Wait,
-                    }),
-                    Incoming::Frame(Frame::SignedMembership(record)) => {
-                        out.push(ShardAction::Report {
-                            msg: ToControl::SignedMembershipIn {
-                                link,
-                                record: Box::new(record),
-                            },
-                            busy: IfBusy::Wait,
-                        })
-                    }
-                    Incoming::Frame(Frame::MembershipDigest(d)) => out.push(ShardAction::Report {
-                        msg: ToControl::DigestIn {
-                            link,
-                            digest: Box::new(d),
-                        },
-                        busy: IfBusy::Wait,
-                    }),
-                    Incoming::Frame(Frame::IdentityRecord(record)) if self.cfg.secure => {
-                        out.push(ShardAction::Report {
-                            msg: ToControl::IdentityIn {
-                                link,
-                                record: Box::new(record),
-                            },
-                            busy: IfBusy::Wait,
-                        })
-                    }
-                    // AuthConfirm cannot pass an established link; a plaintext mesh has no
-                    // identity records to learn from.
-                    Incoming::Frame(_) => {}
-                }
-                true
+        let link = match step {
+            Step::Consumed => return true,
+            Step::Closed => return false,
+            Step::Discarded => {
+                let lost = match &frame {
+                    Incoming::Samples(s) | Incoming::Frame(Frame::Samples(s)) => s.count.into(),
+                    Incoming::Frame(Frame::Data(_)) => 1,
+                    Incoming::Frame(_) => 0,
+                };
+                add(&self.counters.dropped_link_closing, lost);
+                return true;
             }
+            Step::Process(from) => from,
+        };
+        match frame {
+            Incoming::Frame(Frame::Data(d)) => self.route_in(link, d, now, out),
+            Incoming::Samples(s) | Incoming::Frame(Frame::Samples(s)) => {
+                self.route_samples_in(link, s, now, out)
+            }
+            Incoming::Frame(Frame::WriterHeartbeat(h)) => {
+                self.reliable_in(link, RelFrame::Heartbeat(h), now, out)
+            }
+            Incoming::Frame(Frame::AckNack(a)) => {
+                self.reliable_in(link, RelFrame::AckNack(a), now, out)
+            }
+            Incoming::Frame(Frame::Repair(r)) => {
+                self.reliable_in(link, RelFrame::Repair(r), now, out)
+            }
+            Incoming::Frame(Frame::Gap(g)) => self.reliable_in(link, RelFrame::Gap(g), now, out),
+            Incoming::Frame(Frame::Discovery(_))
+                if self
+                    .links
+                    .at(slot)
+                    .discovery_paused
+                    .is_some_and(|t| now < t) =>
+            {
+                inc(&self.counters.dropped_discovery_over_budget);
+            }
+            Incoming::Frame(Frame::Discovery(d)) => out.push(ShardAction::Report {
+                msg: ToControl::DiscoveryIn {
+                    link,
+                    frame: Box::new(d),
+                },
+                busy: IfBusy::Wait,
+            }),
+            Incoming::Frame(Frame::Membership(record)) => out.push(ShardAction::Report {
+                msg: ToControl::MembershipIn { link, record },
+                busy: IfBusy::Wait,
+            }),
+            Incoming::Frame(Frame::SignedMembership(record)) => out.push(ShardAction::Report {
+                msg: ToControl::SignedMembershipIn {
+                    link,
+                    record: Box::new(record),
+                },
+                busy: IfBusy::Wait,
+            }),
+            Incoming::Frame(Frame::MembershipDigest(d)) => out.push(ShardAction::Report {
+                msg: ToControl::DigestIn {
+                    link,
+                    digest: Box::new(d),
+                },
+                busy: IfBusy::Wait,
+            }),
+            Incoming::Frame(Frame::IdentityRecord(record)) if self.cfg.secure => {
+                out.push(ShardAction::Report {
+                    msg: ToControl::IdentityIn {
+                        link,
+                        record: Box::new(record),
+                    },
+                    busy: IfBusy::Wait,
+                })
+            }
+            // AuthConfirm cannot pass an established link; a plaintext mesh has no
+            // identity records to learn from.
+            Incoming::Frame(_) => {}
         }
+        true
     }
 
     /// A record did not open (or could not be sealed): the stream can no longer be trusted;

@@ -74,6 +74,10 @@ pub enum ShardOut {
     Traffic { tx: bool, kind: Kind, len: u64 },
     /// Close `link`'s socket (after the sends before).
     Close { link: LinkId },
+    /// The writer of closing `link` sent everything: its end goes after the sends before,
+    /// and the socket still reads until the peer's end arrives (the live writer's
+    /// `shutdown`, then the core's `on_write_shutdown`).
+    ShutdownWrite { link: LinkId },
     /// A report for the control core.
     Report(ToControl),
     /// A message for the application.
@@ -514,7 +518,8 @@ impl DataPath {
                         self.send(link, all, now, out);
                     }
                     WriteStep::Shutdown => {
-                        self.core.on_link_lost(link, now, &mut acts);
+                        self.core.on_write_shutdown(link, now);
+                        out.push(ShardOut::ShutdownWrite { link });
                         break;
                     }
                     WriteStep::Idle => {

@@ -567,9 +567,20 @@ impl Sim {
 
     fn close_sock(&mut self, i: usize, link: LinkId) {
         if let Some(s) = self.nodes[i].socks.remove(&link) {
-            if let Some(r) = s.remote {
+            if let Some(r) = s.remote.filter(|_| !s.wr_closed) {
                 self.schedule(i, r.node, Ev::Eof { to: r });
             }
+        }
+    }
+
+    /// Sends the end of `link`'s stream; the socket still reads.
+    fn shutdown_write(&mut self, i: usize, link: LinkId) {
+        let Some(s) = self.nodes[i].socks.get_mut(&link) else {
+            return;
+        };
+        if let Some(r) = s.remote.filter(|_| !s.wr_closed) {
+            s.wr_closed = true;
+            self.schedule(i, r.node, Ev::Eof { to: r });
         }
     }
 
@@ -594,6 +605,7 @@ impl Sim {
                     len,
                 } => self.nodes[i].rx.count(kind, len),
                 ShardOut::Close { link } => self.close_sock(i, link),
+                ShardOut::ShutdownWrite { link } => self.shutdown_write(i, link),
                 ShardOut::Report(report) => self.schedule_local(Ev::ToControl {
                     node: i,
                     gen,

@@ -28,6 +28,8 @@ pub struct Sock {
     /// Bytes that arrived after the handshake ended and before the shard took the link.
     pub pending: BytesMut,
     pub eof: bool,
+    /// Its end was sent: the writer shut the socket down and it only reads now.
+    pub wr_closed: bool,
 }
 
 pub struct Node {

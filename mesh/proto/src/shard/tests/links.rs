@@ -42,9 +42,9 @@ fn an_idle_writer_is_woken_once_by_new_work_and_a_busy_one_not_per_frame() {
 }
 
 /// The Data lane of a plaintext link runs the link's step like every other frame: while the
-/// link closes politely what the peer still sends is counted and dropped, neither delivered
-/// nor forwarded; a Data frame behind the peer's Goodbye in the same read ends the link
-/// before it is routed.
+/// link closes politely (its peer has no other link here) what the peer still sends is
+/// counted and dropped, neither delivered nor forwarded; a Data frame behind the peer's
+/// Goodbye in the same read ends the link before it is routed.
 #[test]
 fn data_on_a_closing_or_closed_link_is_neither_delivered_nor_forwarded() {
     let (mut s, _) = Sim::two_links();
@@ -57,6 +57,7 @@ fn data_on_a_closing_or_closed_link_is_neither_delivered_nor_forwarded() {
     assert!(deliveries(&s.take()).is_empty());
     assert!(frames(&s.written(B, s.at(2))).is_empty(), "not forwarded");
     assert_eq!((s.stats().delivered, s.stats().frames_in), (0, 1));
+    assert_eq!(s.stats().dropped_link_closing, 1, "counted");
 
     // On B: the peer's Goodbye, then a Data frame in the same read.
     let mut wire = BytesMut::new();
@@ -65,6 +66,49 @@ fn data_on_a_closing_or_closed_link_is_neither_delivered_nor_forwarded() {
     assert!(!s.feed(B, &wire, s.at(3)), "the Goodbye ends the link");
     assert!(deliveries(&s.take()).is_empty());
     assert_eq!(s.stats().delivered, 0);
+}
+
+/// A dial race's loser: both ends close the same connection, each when it resolves the
+/// race, so the peer may still send on it after this node switched to the winner. What comes
+/// on it is the peer's all the same, handled as come on the winner: delivered once, relayed
+/// on, and never sent back to the peer; its heartbeat and Goodbye are moot, its end ends
+/// the link.
+#[test]
+fn what_a_peer_still_sends_on_a_dial_race_loser_counts_as_sent_on_the_winner() {
+    const WIN: LinkId = LinkId(3);
+    let (mut s, _) = Sim::two_links();
+    // The winner to PA comes, then the loser (A) closes: `PeerAction::Retire`'s commands.
+    s.serve(WIN, PA, 1 << 20);
+    let close: ToShard<()> = ToShard::Close {
+        link: A,
+        goodbye: true,
+    };
+    assert!(s.core.on_command(close, s.at(1), &mut s.out).is_none());
+    s.take();
+    let mut wire = BytesMut::new();
+    wire.extend_from_slice(&data_frame(PC, PeerId::ZERO, 1, 8, b"late"));
+    Frame::Heartbeat.encode(&mut wire).unwrap();
+    assert!(s.feed(A, &wire, s.at(2)));
+    assert_eq!(deliveries(&s.take()).len(), 1, "delivered once");
+    assert_eq!(frames(&s.written(B, s.at(2))).len(), 1, "relayed on");
+    assert!(
+        frames(&s.written(WIN, s.at(2))).is_empty(),
+        "not back to its peer"
+    );
+    // The same message again on the winner: a duplicate, as it would be from one link.
+    assert!(s.feed(WIN, &data_frame(PC, PeerId::ZERO, 1, 8, b"late"), s.at(3)));
+    assert!(deliveries(&s.take()).is_empty());
+    assert_eq!(s.stats().dropped_duplicate, 1);
+    assert_eq!(s.stats().dropped_link_closing, 0);
+    // The peer's Goodbye on the loser is moot; its end tears the loser down, not the winner.
+    let mut bye = BytesMut::new();
+    Frame::Goodbye.encode(&mut bye).unwrap();
+    assert!(s.feed(A, &bye, s.at(4)));
+    let (buf, _) = s.core.read_buffer(A).expect("still served");
+    s.core.on_eof(A, buf, s.at(5), &mut s.out);
+    assert!(s.core.read_buffer(A).is_none(), "the loser is gone");
+    assert!(s.feed(WIN, &data_frame(PC, PeerId::ZERO, 2, 8, b"next"), s.at(6)));
+    assert_eq!(deliveries(&s.take()).len(), 1, "the winner serves on");
 }
 
 #[test]
