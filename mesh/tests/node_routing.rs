@@ -184,11 +184,11 @@ fn targeted_and_broadcast_across_two_shards_per_node() {
     broadcast_exactly_once(&nodes);
 }
 
-#[test]
-fn simultaneous_dials_end_with_one_link_on_both_sides() {
-    // Both nodes must know each other's port before either starts, so the ports are picked
-    // up front; one taken meanwhile by another test's socket means a fresh pair, not a failure.
-    let nodes = (0..5)
+/// Two nodes each given the other as a static peer, started together: both dial at once.
+/// Both nodes must know each other's port before either starts, so the ports are picked up
+/// front; one taken meanwhile by another test's socket means a fresh pair, not a failure.
+fn dialing_each_other() -> [Node; 2] {
+    (0..5)
         .find_map(|_| {
             let (pa, pb) = (free_port(), free_port());
             let ba = fast()
@@ -215,7 +215,12 @@ fn simultaneous_dials_end_with_one_link_on_both_sides() {
                 }
             }
         })
-        .expect("two free ports within five tries");
+        .expect("two free ports within five tries")
+}
+
+#[test]
+fn simultaneous_dials_end_with_one_link_on_both_sides() {
+    let nodes = dialing_each_other();
     wait_connected(&nodes, &[(0, 1)]);
     wait_until(10, "one link per side", || {
         nodes[0].open_links() == 1 && nodes[1].open_links() == 1
@@ -228,6 +233,59 @@ fn simultaneous_dials_end_with_one_link_on_both_sides() {
     assert_eq!(nodes[0].mesh.connected_peers(), vec![nodes[1].id()]);
     assert_eq!(nodes[1].mesh.connected_peers(), vec![nodes[0].id()]);
     assert_eq!((nodes[0].open_links(), nodes[1].open_links()), (1, 1));
+}
+
+/// A stream its publisher begins as soon as it sees its peer, while the two race to link:
+/// every message arrives, once and in order (the race's loser is read until both ends
+/// closed it, what came on it handled as come on the winner).
+#[test]
+fn a_stream_begun_while_two_nodes_race_to_link_arrives_whole() {
+    const N: u32 = 20_000;
+    let nodes = dialing_each_other();
+    let publisher = nodes[0].mesh.clone();
+    let t = std::thread::spawn(move || {
+        while publisher.connected_peers().is_empty() {
+            std::thread::yield_now();
+        }
+        for i in 0..N {
+            publisher
+                .broadcast_blocking(i.to_be_bytes().to_vec())
+                .unwrap();
+        }
+    });
+    t.join().unwrap();
+    // A fence after the stream: once it is in, whatever of the stream is missing is lost.
+    nodes[0].mesh.broadcast_blocking("fence").unwrap();
+    wait_until(20, "the fence delivered", || {
+        nodes[1].rec.messages().iter().any(|m| m.1 == b"fence")
+    });
+    let got: Vec<u32> = nodes[1]
+        .rec
+        .messages()
+        .iter()
+        .filter(|m| m.1 != b"fence")
+        .map(|(_, p, _)| u32::from_be_bytes(p[..].try_into().unwrap()))
+        .collect();
+    let seen: std::collections::HashSet<u32> = got.iter().copied().collect();
+    let missing = (0..N).filter(|i| !seen.contains(i)).count();
+    let drops = |n: &Node| {
+        let t = n.mesh.stats().total;
+        let v: Vec<String> = t
+            .counters()
+            .into_iter()
+            .filter(|c| c.name.starts_with("dropped_") && c.value > 0)
+            .map(|c| format!("{}={}", c.name, c.value))
+            .collect();
+        v.join(" ")
+    };
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {N} lost; publisher dropped: {}; subscriber dropped: {}",
+        drops(&nodes[0]),
+        drops(&nodes[1])
+    );
+    assert_eq!(got, (0..N).collect::<Vec<_>>(), "in order, once");
 }
 
 #[test]

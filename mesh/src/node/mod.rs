@@ -59,8 +59,9 @@
 //! **No silent loss.** Every message not delivered nor sent on is counted by cause in
 //! [`Mesh::stats`], including what was still queued on (or being written to) a link when it
 //! closed (`dropped_link_closed`) and what a peer still sent on a link this node was closing
-//! (`dropped_link_closing`: a dial race's loser is read until its peer closes it too, and what
-//! comes on it counts as come on the winner, so nothing sent during a race is lost). **At
+//! (`dropped_link_closing`: a dial race's loser stays open until its peer resolved the race
+//! too, what comes on it counting as come on the winner, so nothing sent during a race is
+//! lost). **At
 //! most once:** a copy delayed past the dedup cache's
 //! bound is dropped as `dropped_too_old`, never delivered twice (see [`crate::proto::dedup`]).
 //!

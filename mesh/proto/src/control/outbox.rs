@@ -48,7 +48,10 @@ impl ShardOutbox {
     pub(super) fn push(&mut self, post: ShardPost) -> bool {
         match post.1 {
             ToShard::SendRaw { .. } if self.frames.len() >= OUTBOX_CAP => false,
-            ToShard::SendRaw { .. } | ToShard::Close { .. } | ToShard::Stop => {
+            ToShard::SendRaw { .. }
+            | ToShard::Close { .. }
+            | ToShard::Retire { .. }
+            | ToShard::Stop => {
                 self.frames.push_back(post);
                 true
             }

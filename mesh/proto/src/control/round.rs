@@ -200,17 +200,21 @@ impl ControlCore {
         }
     }
 
-    /// Closes `link`, a dial race's loser to `peer`, with Goodbye. Its peer sends on it until
-    /// it resolves the race too, so the link is served until the peer's end closes, and what
-    /// still comes on it is handled as come on the winner (the shard's `closing_step`): a
-    /// loser that lost as its handshake ended (never placed) goes to the winner's shard,
-    /// closing, without a route of its own. Closed from here, as before, what the peer had
-    /// sent on it was discarded unread and counted nowhere.
+    /// Retires `link`, a dial race's loser to `peer` (`ToShard::Retire`). Its peer resolves
+    /// the race on its own and sends on the loser until then, so the link stays served a
+    /// while, what comes on it handled as come on the winner, and closes when the peer
+    /// closes it (or politely, later, if it does not): a loser that lost as its handshake
+    /// ended (never placed) goes to the winner's shard without a route of its own. Closed
+    /// from here at once, as before, what the peer had sent on it was discarded unread and
+    /// counted nowhere, and a peer that had not resolved the race yet saw its only link end.
     pub(super) fn retire(&mut self, peer: PeerId, link: LinkId) {
         if !matches!(self.conns.get(&link), Some(Conn::Ready(_))) {
-            // Placed (it was installed before the winner came): closing it on its shard
-            // is enough.
-            return self.close(link, true);
+            // Placed (it was installed before the winner came): retired on its shard.
+            match self.unplace(link) {
+                Some(p) => self.post(p.shard, ToShard::Retire { link }),
+                None => self.close(link, true),
+            }
+            return;
         }
         let Some(Conn::Ready(ex)) = self.conns.remove(&link) else {
             unreachable!("checked above");
@@ -232,13 +236,7 @@ impl ControlCore {
                 budget,
             })),
         );
-        self.post(
-            owner,
-            ToShard::Close {
-                link,
-                goodbye: true,
-            },
-        );
+        self.post(owner, ToShard::Retire { link });
     }
 
     /// Executes the peer table's actions, then turns peer and membership output into events

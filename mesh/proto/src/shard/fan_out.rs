@@ -284,8 +284,10 @@ impl ShardCore {
         }
     }
 
-    /// `ShardToShard::Transmit`: queues reserved bytes on a link of this shard.
+    /// `ShardToShard::Transmit`: queues reserved bytes on a link of this shard (or on its
+    /// successor, if it closed meanwhile: [`ShardCore::take_over`]).
     pub(super) fn enqueue_reserved(&mut self, link: LinkId, o: Out, frames: u64, now: Instant) {
+        let link = self.take_over(link, o.held());
         let ShardCore {
             idx,
             counters: c,

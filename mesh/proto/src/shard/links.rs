@@ -40,6 +40,10 @@ pub(super) struct Served {
     pub(super) budget: Arc<LinkBudget>,
     /// Closing politely: the writer flushes the queue, then Goodbye; nothing more is queued.
     pub(super) closing: bool,
+    /// A dial race's loser (`ToShard::Retire`) waiting, until then, for its peer to close
+    /// it: read as the peer's installed link, nothing more queued on it (see
+    /// [`ShardCore::take_over`]); closed politely then if its peer has not.
+    pub(super) retiring: Option<Instant>,
     /// The reader waits on something other than its socket (event room, a hop): it is busy,
     /// not dead, so the timer refreshes its liveness.
     pub(super) stalled: bool,
@@ -177,6 +181,7 @@ impl ShardCore {
             queue: VecDeque::new(),
             budget,
             closing: false,
+            retiring: None,
             stalled: false,
             in_flight: Taken::default(),
             rx,
@@ -194,10 +199,44 @@ impl ShardCore {
 
     /// `ToShard::Close`: flush, then Goodbye if asked, then close.
     pub(super) fn close(&mut self, link: LinkId, goodbye: bool, now: Instant) {
+        self.retiring.retain(|l| *l != link);
         if let Some(l) = self.links.get_mut(link) {
             l.state.close(goodbye, now);
             l.closing = true;
+            l.retiring = None;
             l.budget.wake.notify(usize::MAX);
+        }
+    }
+
+    /// `ToShard::Retire`: `link` lost a dial race and its peer is installed on another link.
+    /// The peer resolves the race on its own, when its handshake of the winner ends, and
+    /// sends on the loser until then; so the loser is not closed at once (the peer would see
+    /// a Goodbye on its only link, and what it published before the winner came up would find
+    /// no route): it is read on, as the winner, and closed politely as soon as the peer
+    /// sends on the winner ([`winner_heard`](Self::winner_heard)), or at `retire_grace`,
+    /// unless the peer closed it first.
+    pub(super) fn retire(&mut self, link: LinkId, now: Instant) {
+        let linger = self.cfg.retire_grace;
+        if let Some(l) = self.links.get_mut(link).filter(|l| !l.closing) {
+            if l.retiring.is_none() {
+                l.retiring = Some(now + linger);
+                self.retiring.push(link);
+            }
+        }
+    }
+
+    /// Bytes came on `link`. A loser retiring in its favour is closed now: its peer sends on
+    /// the winner, so it has the winner up and resolved the race too (or never will have
+    /// the loser up). Called per read, and only while a link retires.
+    pub(super) fn winner_heard(&mut self, link: LinkId, now: Instant) {
+        let done: Vec<LinkId> = self
+            .retiring
+            .iter()
+            .copied()
+            .filter(|l| self.successor(*l) == Some(link))
+            .collect();
+        for l in done {
+            self.close(l, true, now);
         }
     }
 
@@ -228,6 +267,74 @@ impl ShardCore {
         for (_, link) in due {
             self.teardown(link, None, None, now, out);
         }
+    }
+
+    /// The link that takes over what was meant for `link`: its peer's installed link, when
+    /// that is another open link served here (a dial race's winner; a peer's links all live
+    /// on its owner shard).
+    pub(super) fn successor(&self, link: LinkId) -> Option<LinkId> {
+        let peer = self.links.get(link)?.peer;
+        self.table.link_to(&peer).filter(|w| {
+            *w != link
+                && self
+                    .links
+                    .get(*w)
+                    .is_some_and(|w| !w.closing && w.retiring.is_none())
+        })
+    }
+
+    /// Where bytes reserved on `link` (`n` of them) are to be queued: `link`, unless it is
+    /// closing and has a [successor](Self::successor), which then holds the reservation.
+    /// What was meant for a dial race's loser goes to the winner instead of being dropped.
+    pub(super) fn take_over(&mut self, link: LinkId, n: usize) -> LinkId {
+        if !self
+            .links
+            .get(link)
+            .is_some_and(|l| l.closing || l.retiring.is_some())
+        {
+            return link;
+        }
+        let Some(w) = self.successor(link) else {
+            return link;
+        };
+        if !self.links.get(w).is_some_and(|w| w.budget.take_moved(n)) {
+            return link;
+        }
+        if let Some(l) = self.links.get(link) {
+            l.budget.release(n);
+        }
+        w
+    }
+
+    /// A dial race's winner `to` replaces `from` (both served here): what `from` still has
+    /// queued goes to `to`, with its budget bytes, behind the little `to` holds (its first
+    /// control frames) and ahead of everything routed to it from now on, so the peer gets
+    /// the stream in the order it was sent. The loser keeps its own link frames (Heartbeat,
+    /// Goodbye) and the write in progress.
+    pub(super) fn pass_queue(&mut self, from: LinkId, to: LinkId) {
+        if self.links.get(to).is_none_or(|t| t.closing) {
+            return;
+        }
+        let Some(f) = self.links.get_mut(from) else {
+            return;
+        };
+        let (keep, moved): (VecDeque<Out>, VecDeque<Out>) = std::mem::take(&mut f.queue)
+            .into_iter()
+            .partition(|o| o.held() == 0);
+        f.queue = keep;
+        if moved.is_empty() {
+            return;
+        }
+        let n: usize = moved.iter().map(Out::held).sum();
+        f.budget.release(n);
+        let t = self.links.get_mut(to).expect("checked above");
+        if !t.budget.take_moved(n) {
+            let lost: u64 = moved.iter().map(Out::frames).sum();
+            add(&self.counters.dropped_link_closed, lost);
+            return;
+        }
+        t.queue.extend(moved);
+        t.wake_writer();
     }
 
     /// `ToShard::SendRaw`: queues a control frame if the link's budget has room.
@@ -271,7 +378,9 @@ impl ShardCore {
     /// The deadline is on the shard's timer grid (see [`TIMER_GRAIN`]), never before `now`'s
     /// grid point: links due together fire together.
     pub fn link_timeout(&self, link: LinkId, now: Instant) -> Option<Instant> {
-        let d = self.links.get(link)?.state.poll_timeout()?;
+        let l = self.links.get(link)?;
+        let d = l.state.poll_timeout()?;
+        let d = l.retiring.map_or(d, |r| r.min(d));
         Some(crate::grid::on_grid(
             self.timer_epoch,
             d.max(now),
@@ -293,6 +402,11 @@ impl ShardCore {
         if l.budget.kill_requested() {
             self.slow_peer(link, now, out);
             return false;
+        }
+        if l.retiring.is_some_and(|t| t <= now) {
+            // Its peer neither closed it nor sent on the winner: close it now.
+            self.close(link, true, now);
+            return true;
         }
         if l.stalled {
             l.state.on_bytes_received(now);
@@ -351,6 +465,7 @@ impl ShardCore {
             return;
         };
         self.lingering.retain(|(_, x)| *x != link);
+        self.retiring.retain(|x| *x != link);
         let mut lost = std::mem::take(&mut l.in_flight);
         for o in l.queue.drain(..) {
             lost.add(&o);

@@ -150,6 +150,10 @@ pub struct ShardConfig {
     /// How long a link that sent its FIN waits for the peer's
     /// ([`MeshConfig::heartbeat_timeout`]: a peer silent that long is gone anyway).
     pub close_linger: Duration,
+    /// How long a dial race's loser waits for its peer to resolve the race too (see
+    /// `ToShard::Retire`): the longer of `heartbeat_timeout` and `handshake_timeout`, since
+    /// the peer resolves it when its handshake of the winner ends (or fails).
+    pub retire_grace: Duration,
     /// Reliable topics' settings (`[topics]`).
     pub reliable: ReliableTuning,
 }
@@ -178,6 +182,7 @@ impl ShardConfig {
                 .saturating_add(cfg.topics.max_remote_writers),
             stop_grace: cfg.stop_grace,
             close_linger: cfg.heartbeat_timeout,
+            retire_grace: cfg.heartbeat_timeout.max(cfg.handshake_timeout),
             reliable: ReliableTuning::of(&cfg.topics),
         }
     }
@@ -221,9 +226,12 @@ pub struct ShardCore {
     /// Where deliveries go first (see [`DeliverySink`]).
     sink: Sink,
     /// Links whose writer sent its FIN, each with the time it is given up on: they are read
-    /// (and what comes discarded) until the peer closes too (see
-    /// [`ShardCore::on_write_shutdown`]). At most one entry per served link.
+    /// (what comes handed to the peer's other link, or counted and dropped) until the peer
+    /// closes too (see [`ShardCore::on_write_shutdown`]). At most one entry per served link.
     lingering: Vec<(Instant, LinkId)>,
+    /// Dial-race losers waiting for their peer to resolve the race too (see
+    /// `ShardCore::retire`). At most one entry per served link.
+    retiring: Vec<LinkId>,
     /// The origin of the links' timer grid (see [`links::TIMER_GRAIN`]).
     timer_epoch: Instant,
 }
@@ -273,6 +281,7 @@ impl ShardCore {
             reliable: reliable::Reliable::default(),
             sink: Sink(sink),
             lingering: Vec::new(),
+            retiring: Vec::new(),
             timer_epoch: now,
             counters,
             cfg,
@@ -343,10 +352,12 @@ impl ShardCore {
                 owner,
                 budget,
             } => {
-                if let Some(old) = self.table.link_to(&peer).filter(|old| *old != link) {
-                    self.owners.remove(&old);
-                }
+                let old = self.table.link_to(&peer).filter(|old| *old != link);
                 self.table.insert(peer, link);
+                if let Some(old) = old {
+                    self.owners.remove(&old);
+                    self.pass_queue(old, link);
+                }
                 self.owners.insert(link, (owner, budget));
             }
             ToShard::Uninstall { peer, link } => {
@@ -354,6 +365,7 @@ impl ShardCore {
                 self.owners.remove(&link);
             }
             ToShard::Close { link, goodbye } => self.close(link, goodbye, now),
+            ToShard::Retire { link } => self.retire(link, now),
             ToShard::SendRaw { link, frame } => self.send_raw(link, frame, now),
             ToShard::SampleRoutes(r) => {
                 self.retire_dropped(&r, now);
@@ -364,6 +376,11 @@ impl ShardCore {
             ToShard::Stop => {
                 if self.stop == Stop::Running {
                     self.stop = Stop::Until(now + self.cfg.stop_grace);
+                }
+                // The control plane closes the links it knows; a retiring loser it already
+                // forgot would hold the stop up to its grace.
+                for link in std::mem::take(&mut self.retiring) {
+                    self.close(link, true, now);
                 }
                 self.check_stopped(out);
             }

@@ -271,6 +271,9 @@ impl ShardCore {
                 self.teardown(link, err, closed, now, out);
                 Step::Closed
             }
+            FrameAction::Process if l.retiring.is_some() => {
+                Step::Process(self.successor(link).unwrap_or(link))
+            }
             FrameAction::Process => Step::Process(link),
         }
     }
@@ -427,6 +430,9 @@ impl ShardCore {
     /// [`read_frames`](Self::read_frames) next.
     pub fn on_read(&mut self, link: LinkId, buf: BytesMut, n: usize, now: Instant) {
         add(&self.counters.bytes_in, n as u64);
+        if !self.retiring.is_empty() {
+            self.winner_heard(link, now);
+        }
         let Some(l) = self.links.get_mut(link) else {
             return;
         };

@@ -68,47 +68,121 @@ fn data_on_a_closing_or_closed_link_is_neither_delivered_nor_forwarded() {
     assert_eq!(s.stats().delivered, 0);
 }
 
-/// A dial race's loser: both ends close the same connection, each when it resolves the
-/// race, so the peer may still send on it after this node switched to the winner. What comes
-/// on it is the peer's all the same, handled as come on the winner: delivered once, relayed
-/// on, and never sent back to the peer; its heartbeat and Goodbye are moot, its end ends
-/// the link.
+/// The winner of a dial race is installed (`A` to PA loses to `WIN`) and the loser retired:
+/// each end resolves the race when its own second handshake ends, so the peer may send on
+/// the loser a while longer. What comes on it is the peer's all the same, handled as come on
+/// the winner: delivered once, relayed on, never sent back to the peer. The loser's queue
+/// went to the winner, ahead of what is routed since, with its budget bytes.
 #[test]
-fn what_a_peer_still_sends_on_a_dial_race_loser_counts_as_sent_on_the_winner() {
+fn a_retired_dial_race_loser_is_read_as_the_winner_which_took_its_queue() {
     const WIN: LinkId = LinkId(3);
     let (mut s, _) = Sim::two_links();
-    // The winner to PA comes, then the loser (A) closes: `PeerAction::Retire`'s commands.
-    s.serve(WIN, PA, 1 << 20);
-    let close: ToShard<()> = ToShard::Close {
-        link: A,
-        goodbye: true,
-    };
-    assert!(s.core.on_command(close, s.at(1), &mut s.out).is_none());
+    let loser = s.core.link_budget(A).unwrap();
+    s.publish(PeerId::ZERO, b"before", s.at(1));
+    assert!(loser.queued() > 0, "queued on the loser, not written yet");
+    let win = s.serve(WIN, PA, 1 << 20);
+    let retire: ToShard<()> = ToShard::Retire { link: A };
+    assert!(s.core.on_command(retire, s.at(1), &mut s.out).is_none());
+    s.publish(PeerId::ZERO, b"after", s.at(1));
+    assert_eq!(loser.queued(), 0, "the loser's bytes went with its queue");
+    let sent: Vec<_> = frames(&s.written(WIN, s.at(2)))
+        .into_iter()
+        .map(|d| d.payload)
+        .collect();
+    assert_eq!(sent, [&b"before"[..], b"after"], "in the order published");
+    assert_eq!(win.queued(), 0);
+    assert!(frames(&s.written(A, s.at(2))).is_empty());
+    assert_eq!(frames(&s.written(B, s.at(2))).len(), 2);
     s.take();
+
     let mut wire = BytesMut::new();
     wire.extend_from_slice(&data_frame(PC, PeerId::ZERO, 1, 8, b"late"));
     Frame::Heartbeat.encode(&mut wire).unwrap();
-    assert!(s.feed(A, &wire, s.at(2)));
+    assert!(s.feed(A, &wire, s.at(3)));
     assert_eq!(deliveries(&s.take()).len(), 1, "delivered once");
-    assert_eq!(frames(&s.written(B, s.at(2))).len(), 1, "relayed on");
+    assert_eq!(frames(&s.written(B, s.at(3))).len(), 1, "relayed on");
     assert!(
-        frames(&s.written(WIN, s.at(2))).is_empty(),
+        frames(&s.written(WIN, s.at(3))).is_empty(),
         "not back to its peer"
     );
     // The same message again on the winner: a duplicate, as it would be from one link.
-    assert!(s.feed(WIN, &data_frame(PC, PeerId::ZERO, 1, 8, b"late"), s.at(3)));
+    assert!(s.feed(WIN, &data_frame(PC, PeerId::ZERO, 1, 8, b"late"), s.at(4)));
     assert!(deliveries(&s.take()).is_empty());
     assert_eq!(s.stats().dropped_duplicate, 1);
     assert_eq!(s.stats().dropped_link_closing, 0);
-    // The peer's Goodbye on the loser is moot; its end tears the loser down, not the winner.
+}
+
+/// A retired loser closes politely (Goodbye, then its end) as soon as its peer sends on the
+/// winner (the peer has the winner up, so it resolved the race too), else at `retire_grace`;
+/// at once, without a Goodbye of its own, when its peer closes it first; and at a stop.
+#[test]
+fn a_retired_loser_closes_when_its_peer_sends_on_the_winner_or_closes_it_or_at_its_deadline_or_a_stop(
+) {
+    const WIN: LinkId = LinkId(3);
+    let goodbye_written = |s: &mut Sim, link, ms| {
+        let mut b = BytesMut::from(&s.written(link, s.at(ms))[..]);
+        let mut bye = false;
+        while let Some(f) = crate::wire::take_frame(&mut b, u32::MAX).unwrap() {
+            bye |= matches!(f, Frame::Goodbye);
+        }
+        bye
+    };
+    let retire = |s: &mut Sim, ms| {
+        s.serve(WIN, PA, 1 << 20);
+        let cmd: ToShard<()> = ToShard::Retire { link: A };
+        assert!(s.core.on_command(cmd, s.at(ms), &mut s.out).is_none());
+    };
+
+    // The peer sends on the winner.
+    let (mut s, _) = Sim::two_links();
+    retire(&mut s, 1);
+    assert!(!goodbye_written(&mut s, A, 1), "waits for its peer");
+    assert!(s.feed(WIN, &data_frame(PC, PeerId::ZERO, 1, 8, b"x"), s.at(2)));
+    assert!(
+        goodbye_written(&mut s, A, 2),
+        "closed once its peer sent on the winner"
+    );
+
+    // Nothing from the peer: closed at the deadline (the link's timer).
+    let (mut s, _) = Sim::two_links();
+    retire(&mut s, 1);
+    let linger = s.core.cfg.retire_grace;
+    let due = s.core.link_timeout(A, s.at(1)).unwrap();
+    assert!(due <= s.at(1) + linger + TIMER_GRAIN, "due by the deadline");
+    let mut heartbeat = BytesMut::new();
+    Frame::Heartbeat.encode(&mut heartbeat).unwrap();
+    let mut t = s.at(1);
+    while !goodbye_written(&mut s, A, 1) {
+        t = s.core.link_timeout(A, t).expect("served until closed");
+        assert!(
+            t <= s.at(1) + linger + TIMER_GRAIN,
+            "closed by the deadline"
+        );
+        // The peer's heartbeats keep the loser alive meanwhile.
+        assert!(s.feed(A, &heartbeat, t));
+        assert!(s.core.on_link_timer(A, t, &mut s.out));
+    }
+
+    // The peer closes it first: its Goodbye ends the loser; the winner serves on.
+    let (mut s, _) = Sim::two_links();
+    retire(&mut s, 1);
     let mut bye = BytesMut::new();
     Frame::Goodbye.encode(&mut bye).unwrap();
-    assert!(s.feed(A, &bye, s.at(4)));
-    let (buf, _) = s.core.read_buffer(A).expect("still served");
-    s.core.on_eof(A, buf, s.at(5), &mut s.out);
-    assert!(s.core.read_buffer(A).is_none(), "the loser is gone");
-    assert!(s.feed(WIN, &data_frame(PC, PeerId::ZERO, 2, 8, b"next"), s.at(6)));
+    assert!(
+        !s.feed(A, &bye, s.at(2)),
+        "the peer's Goodbye ends the loser"
+    );
+    assert!(s.core.link_budget(A).is_none());
+    assert!(s.feed(WIN, &data_frame(PC, PeerId::ZERO, 2, 8, b"next"), s.at(3)));
     assert_eq!(deliveries(&s.take()).len(), 1, "the winner serves on");
+
+    // A stop closes it at once (the control plane, which closes the links it knows, already
+    // forgot it).
+    let (mut s, _) = Sim::two_links();
+    retire(&mut s, 1);
+    let stop: ToShard<()> = ToShard::Stop;
+    assert!(s.core.on_command(stop, s.at(2), &mut s.out).is_none());
+    assert!(goodbye_written(&mut s, A, 2), "closed by the stop");
 }
 
 #[test]
