@@ -40,9 +40,9 @@ pub(super) struct Served {
     pub(super) budget: Arc<LinkBudget>,
     /// Closing politely: the writer flushes the queue, then Goodbye; nothing more is queued.
     pub(super) closing: bool,
-    /// A dial race's loser (`ToShard::Retire`) waiting, until then, for its peer to close
-    /// it: read as the peer's installed link, nothing more queued on it (see
-    /// [`ShardCore::take_over`]); closed politely then if its peer has not.
+    /// A dial race's loser (`ToShard::Retire`), until then: read as the peer's installed
+    /// link, nothing more queued on it (see [`ShardCore::take_over`]), closed politely when
+    /// its peer sends on the winner or at this deadline, unless the peer closes it first.
     pub(super) retiring: Option<Instant>,
     /// The reader waits on something other than its socket (event room, a hop): it is busy,
     /// not dead, so the timer refreshes its liveness.
@@ -240,8 +240,9 @@ impl ShardCore {
         }
     }
 
-    /// The writer of a closing `link` sent everything and its FIN. The socket stays open,
-    /// read and what comes discarded, until the peer closes its side (the reader's EOF tears
+    /// The writer of a closing `link` sent everything and its FIN. The socket stays open and
+    /// read (what comes goes to the peer's other link, or is counted and dropped: the read
+    /// path's `closing_step`), until the peer closes its side (the reader's EOF tears
     /// the link down) or [`ShardConfig::close_linger`] passes: closing it now, with the
     /// peer's frames unread in it, would make the kernel reset the connection, and a reset
     /// peer discards what it had received but not read yet — the tail of a stream to a
