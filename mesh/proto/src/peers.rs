@@ -56,7 +56,9 @@
 //! the longer of `heartbeat_timeout` and `handshake_timeout`. Cut at once, it lost what the
 //! peer had sent on it, and a peer that had not resolved yet saw its only link end and lost
 //! what it published until the winner came up (10 of 100 live runs of a stream begun during
-//! a race lost messages that way; none since).
+//! a race lost messages that way; none since). The sender keeps the order across the switch
+//! (the winner writes after the loser's last write); the receiver reads two connections, so
+//! on a loaded machine a few of the winner's first frames may come before the loser's last.
 //!
 //! A connection that began later than that is no race: the peer already had its link when it
 //! was opened. Without identity such a newcomer may be anyone claiming the peer's id (the id

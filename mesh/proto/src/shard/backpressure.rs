@@ -49,6 +49,15 @@ impl ShardCore {
     ) -> Unblock {
         let policy = self.cfg.slow_link;
         let topic = b.topic.as_ref().map(|t| t.shard(self.idx));
+        if !self.owners.contains_key(&b.link) {
+            // The link lost a dial race while the publisher waited: wait for the winner.
+            let winner = self.installed_instead_of(b.link);
+            if let Some((w, (owner, budget))) =
+                winner.and_then(|w| self.owners.get(&w).map(|o| (w, o.clone())))
+            {
+                (b.link, b.owner, b.budget, b.deadline) = (w, owner, budget, None);
+            }
+        }
         if let Some(total) = b.budget.try_reserve(b.out.held()) {
             if let Some(t) = topic {
                 add(&t.forwarded, b.frames);

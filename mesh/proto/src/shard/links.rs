@@ -30,6 +30,11 @@ use std::time::{Duration, Instant};
 /// through [`LinkBudget::killed`].
 pub const TIMER_GRAIN: Duration = Duration::from_millis(100);
 
+/// Links that left a shard lately (replaced in its table by a dial race's winner, or torn
+/// down) whose peers it remembers, for what was meant for them before they went (see
+/// [`ShardCore::take_over`], and a Block wait's link in `unblock`).
+pub(super) const GONE_REMEMBERED: usize = 64;
+
 /// One link served by this shard.
 #[derive(Debug)]
 pub(super) struct Served {
@@ -44,6 +49,15 @@ pub(super) struct Served {
     /// link, nothing more queued on it (see [`ShardCore::take_over`]), closed politely when
     /// its peer sends on the winner or at this deadline, unless the peer closes it first.
     pub(super) retiring: Option<Instant>,
+    /// A dial race's winner that took over this loser's queue while the loser had a write
+    /// in progress: it writes nothing until that write is on the socket, so what it took
+    /// goes out after what went before ([`ShardCore::pass_queue`]).
+    pub(super) after: Option<LinkId>,
+    /// The winner waiting (its [`after`](Self::after)) for this loser's write in progress.
+    pub(super) holds: Option<LinkId>,
+    /// A dial race's winner took this link's place in the table (its queue passed on): what
+    /// another shard still routes here goes to the winner ([`ShardCore::take_over`]).
+    pub(super) replaced: bool,
     /// The reader waits on something other than its socket (event room, a hop): it is busy,
     /// not dead, so the timer refreshes its liveness.
     pub(super) stalled: bool,
@@ -182,6 +196,9 @@ impl ShardCore {
             budget,
             closing: false,
             retiring: None,
+            after: None,
+            holds: None,
+            replaced: false,
             stalled: false,
             in_flight: Taken::default(),
             rx,
@@ -274,7 +291,44 @@ impl ShardCore {
     /// that is another open link served here (a dial race's winner; a peer's links all live
     /// on its owner shard).
     pub(super) fn successor(&self, link: LinkId) -> Option<LinkId> {
-        let peer = self.links.get(link)?.peer;
+        self.successor_of(self.links.get(link)?.peer, link)
+    }
+
+    /// True while `link` waits for the write in progress of the loser whose queue it took.
+    pub(super) fn held_back(&self, link: LinkId) -> bool {
+        let Some(l) = self.links.get(link) else {
+            return false;
+        };
+        l.after
+            .is_some_and(|a| self.links.get(a).is_some_and(|x| x.in_flight.held > 0))
+    }
+
+    /// The write in progress of `held`'s loser is done (on the socket, or lost with the
+    /// link): `held`, the winner that waited for it, writes on.
+    pub(super) fn release_held(&mut self, held: LinkId) {
+        if let Some(w) = self.links.get_mut(held) {
+            w.after = None;
+            w.wake_writer();
+        }
+    }
+
+    /// Remembers that `link`, to `peer`, left this shard (see [`GONE_REMEMBERED`]).
+    pub(super) fn remember_gone(&mut self, link: LinkId, peer: PeerId) {
+        if self.gone.len() >= GONE_REMEMBERED {
+            self.gone.pop_front();
+        }
+        self.gone.push_back((link, peer));
+    }
+
+    /// The link now installed for the peer of `link`, a link that left this shard lately
+    /// (a dial race's loser): what was meant for the loser goes there.
+    pub(super) fn installed_instead_of(&self, link: LinkId) -> Option<LinkId> {
+        let (_, peer) = self.gone.iter().rev().find(|(g, _)| *g == link)?;
+        self.table.link_to(peer).filter(|w| *w != link)
+    }
+
+    /// `peer`'s installed link when it is an open link served here other than `link`.
+    fn successor_of(&self, peer: PeerId, link: LinkId) -> Option<LinkId> {
         self.table.link_to(&peer).filter(|w| {
             *w != link
                 && self
@@ -285,17 +339,20 @@ impl ShardCore {
     }
 
     /// Where bytes reserved on `link` (`n` of them) are to be queued: `link`, unless it is
-    /// closing and has a [successor](Self::successor), which then holds the reservation.
-    /// What was meant for a dial race's loser goes to the winner instead of being dropped.
+    /// replaced, retiring, closing or gone (lately: [`GONE_REMEMBERED`]) and its peer has another
+    /// open link here, which then holds the reservation. What another shard reserved on a
+    /// dial race's loser before its table named the winner goes to the winner instead of
+    /// being dropped, even once the loser is gone.
     pub(super) fn take_over(&mut self, link: LinkId, n: usize) -> LinkId {
-        if !self
-            .links
-            .get(link)
-            .is_some_and(|l| l.closing || l.retiring.is_some())
-        {
-            return link;
-        }
-        let Some(w) = self.successor(link) else {
+        let peer = match self.links.get(link) {
+            Some(l) if l.replaced || l.closing || l.retiring.is_some() => l.peer,
+            Some(_) => return link,
+            None => match self.gone.iter().rev().find(|(g, _)| *g == link) {
+                Some((_, peer)) => *peer,
+                None => return link,
+            },
+        };
+        let Some(w) = self.successor_of(peer, link) else {
             return link;
         };
         if !self.links.get(w).is_some_and(|w| w.budget.take_moved(n)) {
@@ -309,9 +366,10 @@ impl ShardCore {
 
     /// A dial race's winner `to` replaces `from` (both served here): what `from` still has
     /// queued goes to `to`, with its budget bytes, behind the little `to` holds (its first
-    /// control frames) and ahead of everything routed to it from now on, so the peer gets
-    /// the stream in the order it was sent. The loser keeps its own link frames (Heartbeat,
-    /// Goodbye) and the write in progress.
+    /// control frames) and ahead of everything routed to it from now on, and `to` writes
+    /// nothing until `from`'s write in progress is on the socket ([`Served::after`]), so
+    /// the stream leaves in the order it was sent. The loser keeps its own link frames
+    /// (Heartbeat, Goodbye) and that write.
     pub(super) fn pass_queue(&mut self, from: LinkId, to: LinkId) {
         if self.links.get(to).is_none_or(|t| t.closing) {
             return;
@@ -319,6 +377,7 @@ impl ShardCore {
         let Some(f) = self.links.get_mut(from) else {
             return;
         };
+        f.replaced = true;
         let (keep, moved): (VecDeque<Out>, VecDeque<Out>) = std::mem::take(&mut f.queue)
             .into_iter()
             .partition(|o| o.held() == 0);
@@ -328,7 +387,14 @@ impl ShardCore {
         }
         let n: usize = moved.iter().map(Out::held).sum();
         f.budget.release(n);
+        let writing = f.in_flight.held > 0;
+        if writing {
+            f.holds = Some(to);
+        }
         let t = self.links.get_mut(to).expect("checked above");
+        if writing {
+            t.after = Some(from);
+        }
         if !t.budget.take_moved(n) {
             let lost: u64 = moved.iter().map(Out::frames).sum();
             add(&self.counters.dropped_link_closed, lost);
@@ -467,6 +533,10 @@ impl ShardCore {
         };
         self.lingering.retain(|(_, x)| *x != link);
         self.retiring.retain(|x| *x != link);
+        self.remember_gone(link, l.peer);
+        if let Some(w) = l.holds {
+            self.release_held(w);
+        }
         let mut lost = std::mem::take(&mut l.in_flight);
         for o in l.queue.drain(..) {
             lost.add(&o);

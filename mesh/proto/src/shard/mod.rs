@@ -107,6 +107,7 @@ use crate::topics::SampleRoutes;
 use crate::{LinkId, PeerId};
 use ahash::AHashMap;
 use links::Links;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -232,6 +233,9 @@ pub struct ShardCore {
     /// Dial-race losers waiting for their peer to resolve the race too (see
     /// `ShardCore::retire`). At most one entry per served link.
     retiring: Vec<LinkId>,
+    /// The last [`links::GONE_REMEMBERED`] links that left this shard (replaced in the table
+    /// by a dial race's winner, or torn down here), with their peers.
+    gone: VecDeque<(LinkId, PeerId)>,
     /// The origin of the links' timer grid (see [`links::TIMER_GRAIN`]).
     timer_epoch: Instant,
 }
@@ -282,6 +286,7 @@ impl ShardCore {
             sink: Sink(sink),
             lingering: Vec::new(),
             retiring: Vec::new(),
+            gone: VecDeque::new(),
             timer_epoch: now,
             counters,
             cfg,
@@ -356,6 +361,7 @@ impl ShardCore {
                 self.table.insert(peer, link);
                 if let Some(old) = old {
                     self.owners.remove(&old);
+                    self.remember_gone(old, peer);
                     self.pass_queue(old, link);
                 }
                 self.owners.insert(link, (owner, budget));

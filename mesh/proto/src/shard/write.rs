@@ -106,9 +106,16 @@ impl ShardCore {
         out: &mut Vec<ShardAction>,
     ) -> WriteStep {
         let max_iovecs = self.cfg.max_iovecs;
+        let held_back = self.held_back(link);
         let Some(l) = self.links.get_mut(link) else {
             return WriteStep::Gone;
         };
+        if held_back && !l.budget.kill_requested() {
+            // Until the loser whose queue this link took has written what it holds.
+            l.writer_idle = true;
+            return WriteStep::Idle;
+        }
+        l.after = None;
         if l.budget.kill_requested() {
             self.slow_peer(link, now, out);
             return WriteStep::Gone;
@@ -162,13 +169,18 @@ impl ShardCore {
                 l.budget.slow_ended(now);
             }
             add(&self.counters.bytes_out, bytes as u64);
+            if let Some(w) = l.holds.take() {
+                self.release_held(w);
+            }
         }
     }
 
     /// Whether an idle writer has work after all (checked after it took its wake listener).
     pub fn write_pending(&self, link: LinkId) -> bool {
         match self.links.get(link) {
-            Some(l) => !l.queue.is_empty() || l.closing || l.budget.kill_requested(),
+            Some(l) if l.budget.kill_requested() => true,
+            Some(_) if self.held_back(link) => false,
+            Some(l) => !l.queue.is_empty() || l.closing,
             None => true,
         }
     }

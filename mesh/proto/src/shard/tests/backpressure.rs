@@ -2,7 +2,7 @@
 //! links' `LinkBudget`), driven with virtual time: DropNewest against Block, a link outpaced
 //! by another declared slow, a relapse not waited out again, links jammed together (full at
 //! one publish, or backed up when the wait began), a single congested link only pacing the
-//! publisher.
+//! publisher, a wait moved to a dial race's winner.
 
 use super::*;
 
@@ -346,4 +346,41 @@ fn a_single_congested_link_is_never_slow_the_publisher_just_waits() {
     assert_eq!(s.stats().slow_links, 0);
     assert!(!a.is_slow_or_soon(), "never about to be slow either");
     assert!(s.take().is_empty(), "nothing reported");
+}
+
+/// A Block publisher waiting for room on a link that then loses a dial race waits for the
+/// winner instead (its frame goes there, in order, once there is room): the loser's end
+/// would have dropped it as unroutable.
+#[test]
+fn a_wait_on_a_dial_race_loser_moves_to_the_winner() {
+    const WIN: LinkId = LinkId(3);
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let loser = s.serve(A, PA, 100);
+    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
+    s.publish(PeerId::ZERO, &[8; 60], s.at(1));
+    let mut acts = s.take();
+    let Some(ShardAction::Block(b)) = acts.pop() else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(b.link(), A);
+    // The winner comes (taking the loser's queue), the loser is retired, then goes.
+    let win = s.serve(WIN, PA, 100);
+    let retire: ToShard<()> = ToShard::Retire { link: A };
+    assert!(s.core.on_command(retire, s.at(2), &mut s.out).is_none());
+    let (buf, _) = s.core.read_buffer(A).unwrap();
+    s.core.on_eof(A, buf, s.at(2), &mut s.out);
+    assert!(loser.is_closed());
+    let b = match s.core.unblock(b, s.at(3), &mut s.out) {
+        Unblock::Wait(b, _) => b,
+        Unblock::Done => panic!("the winner holds the first frame: no room yet"),
+    };
+    assert_eq!(b.link(), WIN, "waits for the winner now");
+    assert_eq!(frames(&s.written(WIN, s.at(4)))[0].payload[0], 7);
+    assert!(win.queued() == 0);
+    assert!(matches!(
+        s.core.unblock(b, s.at(4), &mut s.out),
+        Unblock::Done
+    ));
+    assert_eq!(frames(&s.written(WIN, s.at(5)))[0].payload[0], 8);
+    assert_eq!(s.stats().dropped_no_route, 0);
 }

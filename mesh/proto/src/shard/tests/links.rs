@@ -1,6 +1,7 @@
 //! The links of the shard core, driven with virtual time and `C = ()`: the writer's wake-ups,
-//! what a closing, closed or lingering link does with what still arrives, teardown
-//! accounting, a stop's flush, secured records, and malformed input.
+//! what a closing, closed or lingering link does with what still arrives, a dial race's loser
+//! retired in favour of its winner, teardown accounting, a stop's flush, secured records, and
+//! malformed input.
 
 use super::*;
 
@@ -72,19 +73,38 @@ fn data_on_a_closing_or_closed_link_is_neither_delivered_nor_forwarded() {
 /// each end resolves the race when its own second handshake ends, so the peer may send on
 /// the loser a while longer. What comes on it is the peer's all the same, handled as come on
 /// the winner: delivered once, relayed on, never sent back to the peer. The loser's queue
-/// went to the winner, ahead of what is routed since, with its budget bytes.
+/// went to the winner, ahead of what is routed since, with its budget bytes, and the winner
+/// wrote nothing before the loser's write in progress was on the socket: the stream leaves
+/// in the order it was published.
 #[test]
 fn a_retired_dial_race_loser_is_read_as_the_winner_which_took_its_queue() {
     const WIN: LinkId = LinkId(3);
     let (mut s, _) = Sim::two_links();
     let loser = s.core.link_budget(A).unwrap();
+    s.publish(PeerId::ZERO, b"writing", s.at(1));
+    let mut bufs = Vec::new();
+    let step = s.core.next_write(A, &mut bufs, s.at(1), &mut s.out);
+    assert_eq!(step, WriteStep::Write, "a write in progress on the loser");
     s.publish(PeerId::ZERO, b"before", s.at(1));
-    assert!(loser.queued() > 0, "queued on the loser, not written yet");
     let win = s.serve(WIN, PA, 1 << 20);
     let retire: ToShard<()> = ToShard::Retire { link: A };
     assert!(s.core.on_command(retire, s.at(1), &mut s.out).is_none());
     s.publish(PeerId::ZERO, b"after", s.at(1));
-    assert_eq!(loser.queued(), 0, "the loser's bytes went with its queue");
+    assert!(
+        s.written(WIN, s.at(2)).is_empty(),
+        "the winner waits for the loser's write"
+    );
+    assert!(
+        !s.core.write_pending(WIN),
+        "and its writer sleeps meanwhile"
+    );
+    let n: usize = bufs.iter().map(Bytes::len).sum();
+    s.core.on_written(A, n, s.at(2));
+    assert_eq!(
+        loser.queued(),
+        0,
+        "the loser's bytes went with its queue or its write"
+    );
     let sent: Vec<_> = frames(&s.written(WIN, s.at(2)))
         .into_iter()
         .map(|d| d.payload)
@@ -92,7 +112,7 @@ fn a_retired_dial_race_loser_is_read_as_the_winner_which_took_its_queue() {
     assert_eq!(sent, [&b"before"[..], b"after"], "in the order published");
     assert_eq!(win.queued(), 0);
     assert!(frames(&s.written(A, s.at(2))).is_empty());
-    assert_eq!(frames(&s.written(B, s.at(2))).len(), 2);
+    assert_eq!(frames(&s.written(B, s.at(2))).len(), 3);
     s.take();
 
     let mut wire = BytesMut::new();
@@ -110,6 +130,57 @@ fn a_retired_dial_race_loser_is_read_as_the_winner_which_took_its_queue() {
     assert!(deliveries(&s.take()).is_empty());
     assert_eq!(s.stats().dropped_duplicate, 1);
     assert_eq!(s.stats().dropped_link_closing, 0);
+}
+
+/// What another shard reserved on a dial race's loser before its table named the winner
+/// reaches the owner shard after the switch: it goes to the winner, behind what the loser
+/// passed on, whether the loser is replaced (before the control plane's `Retire`), retiring,
+/// or already gone; the reservation moves with it.
+#[test]
+fn a_transmit_reserved_on_a_replaced_or_gone_loser_goes_to_the_winner() {
+    const WIN: LinkId = LinkId(3);
+    // The bytes are reserved on the loser by the other shard, when it routes the frame.
+    let reserve = |budget: &LinkBudget| {
+        budget
+            .try_reserve(crate::wire::DATA_HEADER_LEN + 1)
+            .unwrap();
+    };
+    let transmit = |s: &mut Sim, n: u64, ms| {
+        let h = DataHeader::new(&ME, &PeerId::ZERO, &MsgId::new(&ME, n), 8, 1).unwrap();
+        let t = ShardToShard::Transmit {
+            link: A,
+            out: Out::Data(h, Bytes::copy_from_slice(&[n as u8])),
+            frames: 1,
+        };
+        s.core.on_hop(t, s.at(ms), &mut s.out);
+    };
+    let (mut s, _) = Sim::two_links();
+    let loser = s.core.link_budget(A).unwrap();
+    let win = s.serve(WIN, PA, 1 << 20);
+    for _ in 0..3 {
+        reserve(&loser);
+    }
+    transmit(&mut s, 1, 1); // replaced, not yet retired
+    let retire: ToShard<()> = ToShard::Retire { link: A };
+    assert!(s.core.on_command(retire, s.at(1), &mut s.out).is_none());
+    transmit(&mut s, 2, 1); // retiring
+                            // The loser goes (its peer closed it); a transmit reserved before still finds the winner.
+    let (buf, _) = s.core.read_buffer(A).unwrap();
+    s.core.on_eof(A, buf, s.at(2), &mut s.out);
+    assert!(s.core.link_budget(A).is_none(), "gone");
+    transmit(&mut s, 3, 2);
+    let sent: Vec<u8> = frames(&s.written(WIN, s.at(3)))
+        .iter()
+        .map(|d| d.payload[0])
+        .collect();
+    assert_eq!(sent, [1, 2, 3], "all on the winner, in order");
+    assert!(frames(&s.written(A, s.at(3))).is_empty());
+    assert_eq!(s.stats().dropped_no_route, 0);
+    assert_eq!(
+        win.queued(),
+        0,
+        "the winner's reservations were released as written"
+    );
 }
 
 /// A retired loser closes politely (Goodbye, then its end) as soon as its peer sends on the
