@@ -35,6 +35,20 @@ pub const TIMER_GRAIN: Duration = Duration::from_millis(100);
 /// [`ShardCore::take_over`], and a Block wait's link in `unblock`).
 pub(super) const GONE_REMEMBERED: usize = 64;
 
+/// The state of dial-race hand-overs on a shard.
+#[derive(Debug, Default)]
+pub(super) struct Handover {
+    /// Losers waiting for their peer to resolve the race too (see `ShardCore::retire`). At
+    /// most one entry per served link.
+    pub(super) retiring: Vec<LinkId>,
+    /// Winners that took their loser's queue while the loser had a write in progress, as
+    /// (loser, winner): the winner writes after that write (see `ShardCore::pass_queue`).
+    pub(super) holding: Vec<(LinkId, LinkId)>,
+    /// The last [`GONE_REMEMBERED`] links that left this shard (replaced in the table by a
+    /// dial race's winner, or torn down here), with their peers.
+    pub(super) gone: VecDeque<(LinkId, PeerId)>,
+}
+
 /// One link served by this shard.
 #[derive(Debug)]
 pub(super) struct Served {
@@ -49,12 +63,6 @@ pub(super) struct Served {
     /// link, nothing more queued on it (see [`ShardCore::take_over`]), closed politely when
     /// its peer sends on the winner or at this deadline, unless the peer closes it first.
     pub(super) retiring: Option<Instant>,
-    /// A dial race's winner that took over this loser's queue while the loser had a write
-    /// in progress: it writes nothing until that write is on the socket, so what it took
-    /// goes out after what went before ([`ShardCore::pass_queue`]).
-    pub(super) after: Option<LinkId>,
-    /// The winner waiting (its [`after`](Self::after)) for this loser's write in progress.
-    pub(super) holds: Option<LinkId>,
     /// A dial race's winner took this link's place in the table (its queue passed on): what
     /// another shard still routes here goes to the winner ([`ShardCore::take_over`]).
     pub(super) replaced: bool,
@@ -196,8 +204,6 @@ impl ShardCore {
             budget,
             closing: false,
             retiring: None,
-            after: None,
-            holds: None,
             replaced: false,
             stalled: false,
             in_flight: Taken::default(),
@@ -216,7 +222,7 @@ impl ShardCore {
 
     /// `ToShard::Close`: flush, then Goodbye if asked, then close.
     pub(super) fn close(&mut self, link: LinkId, goodbye: bool, now: Instant) {
-        self.retiring.retain(|l| *l != link);
+        self.handover.retiring.retain(|l| *l != link);
         if let Some(l) = self.links.get_mut(link) {
             l.state.close(goodbye, now);
             l.closing = true;
@@ -237,7 +243,7 @@ impl ShardCore {
         if let Some(l) = self.links.get_mut(link).filter(|l| !l.closing) {
             if l.retiring.is_none() {
                 l.retiring = Some(now + linger);
-                self.retiring.push(link);
+                self.handover.retiring.push(link);
             }
         }
     }
@@ -247,6 +253,7 @@ impl ShardCore {
     /// the loser up). Called per read, and only while a link retires.
     pub(super) fn winner_heard(&mut self, link: LinkId, now: Instant) {
         let done: Vec<LinkId> = self
+            .handover
             .retiring
             .iter()
             .copied()
@@ -294,36 +301,36 @@ impl ShardCore {
         self.successor_of(self.links.get(link)?.peer, link)
     }
 
-    /// True while `link` waits for the write in progress of the loser whose queue it took.
+    /// True while `link` is a winner waiting for the write in progress of the loser whose
+    /// queue it took (see [`pass_queue`](Self::pass_queue)).
     pub(super) fn held_back(&self, link: LinkId) -> bool {
-        let Some(l) = self.links.get(link) else {
-            return false;
-        };
-        l.after
-            .is_some_and(|a| self.links.get(a).is_some_and(|x| x.in_flight.held > 0))
+        self.handover.holding.iter().any(|(_, w)| *w == link)
     }
 
-    /// The write in progress of `held`'s loser is done (on the socket, or lost with the
-    /// link): `held`, the winner that waited for it, writes on.
-    pub(super) fn release_held(&mut self, held: LinkId) {
-        if let Some(w) = self.links.get_mut(held) {
-            w.after = None;
+    /// `loser`'s write in progress is done (on the socket, or lost with the link): the
+    /// winner that waited for it writes on.
+    pub(super) fn release_held(&mut self, loser: LinkId) {
+        let Some(i) = self.handover.holding.iter().position(|(l, _)| *l == loser) else {
+            return;
+        };
+        let (_, winner) = self.handover.holding.swap_remove(i);
+        if let Some(w) = self.links.get_mut(winner) {
             w.wake_writer();
         }
     }
 
     /// Remembers that `link`, to `peer`, left this shard (see [`GONE_REMEMBERED`]).
     pub(super) fn remember_gone(&mut self, link: LinkId, peer: PeerId) {
-        if self.gone.len() >= GONE_REMEMBERED {
-            self.gone.pop_front();
+        if self.handover.gone.len() >= GONE_REMEMBERED {
+            self.handover.gone.pop_front();
         }
-        self.gone.push_back((link, peer));
+        self.handover.gone.push_back((link, peer));
     }
 
     /// The link now installed for the peer of `link`, a link that left this shard lately
     /// (a dial race's loser): what was meant for the loser goes there.
     pub(super) fn installed_instead_of(&self, link: LinkId) -> Option<LinkId> {
-        let (_, peer) = self.gone.iter().rev().find(|(g, _)| *g == link)?;
+        let (_, peer) = self.handover.gone.iter().rev().find(|(g, _)| *g == link)?;
         self.table.link_to(peer).filter(|w| *w != link)
     }
 
@@ -347,7 +354,7 @@ impl ShardCore {
         let peer = match self.links.get(link) {
             Some(l) if l.replaced || l.closing || l.retiring.is_some() => l.peer,
             Some(_) => return link,
-            None => match self.gone.iter().rev().find(|(g, _)| *g == link) {
+            None => match self.handover.gone.iter().rev().find(|(g, _)| *g == link) {
                 Some((_, peer)) => *peer,
                 None => return link,
             },
@@ -367,8 +374,8 @@ impl ShardCore {
     /// A dial race's winner `to` replaces `from` (both served here): what `from` still has
     /// queued goes to `to`, with its budget bytes, behind the little `to` holds (its first
     /// control frames) and ahead of everything routed to it from now on, and `to` writes
-    /// nothing until `from`'s write in progress is on the socket ([`Served::after`]), so
-    /// the stream leaves in the order it was sent. The loser keeps its own link frames
+    /// nothing until `from`'s write in progress is on the socket (`holding`), so the stream
+    /// leaves in the order it was sent. The loser keeps its own link frames
     /// (Heartbeat, Goodbye) and that write.
     pub(super) fn pass_queue(&mut self, from: LinkId, to: LinkId) {
         if self.links.get(to).is_none_or(|t| t.closing) {
@@ -387,14 +394,10 @@ impl ShardCore {
         }
         let n: usize = moved.iter().map(Out::held).sum();
         f.budget.release(n);
-        let writing = f.in_flight.held > 0;
-        if writing {
-            f.holds = Some(to);
+        if f.in_flight.held > 0 {
+            self.handover.holding.push((from, to));
         }
         let t = self.links.get_mut(to).expect("checked above");
-        if writing {
-            t.after = Some(from);
-        }
         if !t.budget.take_moved(n) {
             let lost: u64 = moved.iter().map(Out::frames).sum();
             add(&self.counters.dropped_link_closed, lost);
@@ -532,10 +535,10 @@ impl ShardCore {
             return;
         };
         self.lingering.retain(|(_, x)| *x != link);
-        self.retiring.retain(|x| *x != link);
+        self.handover.retiring.retain(|x| *x != link);
         self.remember_gone(link, l.peer);
-        if let Some(w) = l.holds {
-            self.release_held(w);
+        if !self.handover.holding.is_empty() {
+            self.release_held(link);
         }
         let mut lost = std::mem::take(&mut l.in_flight);
         for o in l.queue.drain(..) {

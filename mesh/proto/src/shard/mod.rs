@@ -107,7 +107,6 @@ use crate::topics::SampleRoutes;
 use crate::{LinkId, PeerId};
 use ahash::AHashMap;
 use links::Links;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -230,12 +229,9 @@ pub struct ShardCore {
     /// (what comes handed to the peer's other link, or counted and dropped) until the peer
     /// closes too (see [`ShardCore::on_write_shutdown`]). At most one entry per served link.
     lingering: Vec<(Instant, LinkId)>,
-    /// Dial-race losers waiting for their peer to resolve the race too (see
-    /// `ShardCore::retire`). At most one entry per served link.
-    retiring: Vec<LinkId>,
-    /// The last [`links::GONE_REMEMBERED`] links that left this shard (replaced in the table
-    /// by a dial race's winner, or torn down here), with their peers.
-    gone: VecDeque<(LinkId, PeerId)>,
+    /// Dial-race losers and winners in the hand-over between them (`links::Handover`):
+    /// boxed, as the message path only asks whether they are empty.
+    handover: Box<links::Handover>,
     /// The origin of the links' timer grid (see [`links::TIMER_GRAIN`]).
     timer_epoch: Instant,
 }
@@ -285,8 +281,7 @@ impl ShardCore {
             reliable: reliable::Reliable::default(),
             sink: Sink(sink),
             lingering: Vec::new(),
-            retiring: Vec::new(),
-            gone: VecDeque::new(),
+            handover: Box::default(),
             timer_epoch: now,
             counters,
             cfg,
@@ -385,7 +380,7 @@ impl ShardCore {
                 }
                 // The control plane closes the links it knows; a retiring loser it already
                 // forgot would hold the stop up to its grace.
-                for link in std::mem::take(&mut self.retiring) {
+                for link in std::mem::take(&mut self.handover.retiring) {
                     self.close(link, true, now);
                 }
                 self.check_stopped(out);

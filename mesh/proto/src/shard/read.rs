@@ -430,7 +430,7 @@ impl ShardCore {
     /// [`read_frames`](Self::read_frames) next.
     pub fn on_read(&mut self, link: LinkId, buf: BytesMut, n: usize, now: Instant) {
         add(&self.counters.bytes_in, n as u64);
-        if !self.retiring.is_empty() {
+        if !self.handover.retiring.is_empty() {
             self.winner_heard(link, now);
         }
         let Some(l) = self.links.get_mut(link) else {

@@ -106,7 +106,7 @@ impl ShardCore {
         out: &mut Vec<ShardAction>,
     ) -> WriteStep {
         let max_iovecs = self.cfg.max_iovecs;
-        let held_back = self.held_back(link);
+        let held_back = !self.handover.holding.is_empty() && self.held_back(link);
         let Some(l) = self.links.get_mut(link) else {
             return WriteStep::Gone;
         };
@@ -115,7 +115,6 @@ impl ShardCore {
             l.writer_idle = true;
             return WriteStep::Idle;
         }
-        l.after = None;
         if l.budget.kill_requested() {
             self.slow_peer(link, now, out);
             return WriteStep::Gone;
@@ -169,8 +168,8 @@ impl ShardCore {
                 l.budget.slow_ended(now);
             }
             add(&self.counters.bytes_out, bytes as u64);
-            if let Some(w) = l.holds.take() {
-                self.release_held(w);
+            if !self.handover.holding.is_empty() {
+                self.release_held(link);
             }
         }
     }
@@ -179,7 +178,7 @@ impl ShardCore {
     pub fn write_pending(&self, link: LinkId) -> bool {
         match self.links.get(link) {
             Some(l) if l.budget.kill_requested() => true,
-            Some(_) if self.held_back(link) => false,
+            Some(_) if !self.handover.holding.is_empty() && self.held_back(link) => false,
             Some(l) => !l.queue.is_empty() || l.closing,
             None => true,
         }
