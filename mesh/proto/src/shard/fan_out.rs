@@ -285,8 +285,15 @@ impl ShardCore {
     }
 
     /// `ShardToShard::Transmit`: queues reserved bytes on a link of this shard (or on its
-    /// successor, if it closed meanwhile: [`ShardCore::take_over`]).
+    /// successor, if it lost a dial race meanwhile: [`ShardCore::take_over`]).
     pub(super) fn enqueue_reserved(&mut self, link: LinkId, o: Out, frames: u64, now: Instant) {
+        // One lookup on the message path; the hand-over only when the link is no longer
+        // plainly open.
+        if let Some(l) = self.links.get_mut(link) {
+            if !l.closing && !l.replaced && l.retiring.is_none() {
+                return l.push(o, now);
+            }
+        }
         let link = self.take_over(link, o.held());
         let ShardCore {
             idx,
@@ -395,10 +402,7 @@ impl Queuer<'_> {
         let n = o.held();
         if let Some(l) = self.links.get_mut(link) {
             if !l.closing {
-                l.queue.push_back(o);
-                l.state.on_sent(self.now);
-                l.wake_writer();
-                return;
+                return l.push(o, self.now);
             }
             l.budget.release(n);
         } else if let Some(b) = budget {

@@ -99,6 +99,13 @@ impl Served {
         }
     }
 
+    /// Queues `o` (its bytes reserved on this link) and wakes the writer if idle.
+    pub(super) fn push(&mut self, o: Out, now: Instant) {
+        self.queue.push_back(o);
+        self.state.on_sent(now);
+        self.wake_writer();
+    }
+
     /// Moves the link state machine's control frames into the queue; returns a close reason
     /// if the state machine closed the link.
     pub(super) fn pull(&mut self) -> Option<CloseReason> {
