@@ -362,17 +362,8 @@ impl Link {
                     ))
                 }
             }
-            Frame::Data(_)
-            | Frame::Membership(_)
-            | Frame::IdentityRecord(_)
-            | Frame::Discovery(_)
-            | Frame::Samples(_)
-            | Frame::WriterHeartbeat(_)
-            | Frame::AckNack(_)
-            | Frame::Repair(_)
-            | Frame::Gap(_)
-            | Frame::SignedMembership(_)
-            | Frame::MembershipDigest(_) => self.payload_frame(),
+            // The link's own frames are above: the rest is payload (`is_payload` lists it).
+            _ => self.payload_frame(),
         }
     }
 

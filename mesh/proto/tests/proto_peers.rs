@@ -129,19 +129,26 @@ fn same_direction_twice_keeps_the_older() {
     assert!(drain(&mut pm).contains(&PeerAction::Retire { peer, link: second }));
 }
 
+/// Two nodes that discover each other by scouting and both dial, started together, with
+/// `skew` ms more latency from node 0 to node 1 than back.
+fn racing_pair(seed: u64, skew: u64) -> Sim {
+    let mut sim = Sim::new(seed);
+    let mut c = cfg();
+    c.scouting = true;
+    sim.add_node(c.clone());
+    sim.add_node(c);
+    sim.latency_of
+        .insert((0, 1), Duration::from_millis(1 + skew));
+    sim.start_all();
+    sim
+}
+
 /// The same race through the whole simulated stack (discovery, links, Hellos), with both
 /// symmetric and skewed latencies so that the handshakes complete in different orders.
 #[test]
 fn simultaneous_discovery_ends_with_one_link_on_both_sides() {
     for (seed, skew) in [(21, 0), (22, 3), (23, 7)] {
-        let mut sim = Sim::new(seed);
-        let mut c = cfg();
-        c.scouting = true;
-        sim.add_node(c.clone());
-        sim.add_node(c);
-        sim.latency_of
-            .insert((0, 1), Duration::from_millis(1 + skew));
-        sim.start_all();
+        let mut sim = racing_pair(seed, skew);
         sim.run_for(Duration::from_secs(3));
         for i in 0..2 {
             assert_eq!(sim.connected(i), vec![sim.id(1 - i)]);
@@ -169,19 +176,13 @@ fn simultaneous_discovery_ends_with_one_link_on_both_sides() {
 /// that saw its first connection up first sends on it until the second one wins; the other
 /// node may resolve the race as that connection's handshake ends, before anything it carries
 /// arrives. Closing the loser there at once discarded the stream's first messages unread,
-/// with no counter saying so (10–40 at 5 000 msg/s in these runs); the loser is now served
-/// until its peer closes it too, and what still comes on it counts as come on the winner.
+/// with no counter saying so (10–40 at 5 000 msg/s in these runs); the loser is now retired
+/// (open until its peer resolved the race too), and what still comes on it counts as come on
+/// the winner.
 #[test]
 fn a_stream_begun_during_a_dial_race_arrives_whole_and_in_order() {
     for (seed, skew) in [(21, 0), (22, 3), (23, 7), (24, 1), (25, 2)] {
-        let mut sim = Sim::new(seed);
-        let mut c = cfg();
-        c.scouting = true;
-        sim.add_node(c.clone());
-        sim.add_node(c);
-        sim.latency_of
-            .insert((0, 1), Duration::from_millis(1 + skew));
-        sim.start_all();
+        let mut sim = racing_pair(seed, skew);
         // From the moment node 0 shows node 1 connected: a message every 200 µs.
         let mut sent = 0u32;
         let until = sim.now + Duration::from_secs(1);

@@ -5,7 +5,7 @@
 //! **Owns:** the placement of links on shards and what goes to the shard outbox. **Must not
 //! touch:** sockets (a handshaking link is closed through an [`Action`]).
 
-use super::{Action, Conn, ControlCore, ControlEvent, Placed};
+use super::{Action, Conn, ControlCore, ControlEvent, Exchanged, Placed};
 use crate::cmd::{NewLink, ToShard};
 use crate::wire::{
     Features, Frame, DISCOVERY_FRAME_TYPE, MEMBERSHIP_DIGEST_FRAME_TYPE,
@@ -118,18 +118,7 @@ impl ControlCore {
                         .as_ref()
                         .is_some_and(|e| e.peer.as_ref().is_some_and(|v| v.node_id == peer));
                 suite = ex.secure.as_ref().map(|e| e.suite);
-                self.post(
-                    owner,
-                    ToShard::AddLink(Box::new(NewLink {
-                        link,
-                        peer,
-                        conn: (),
-                        leftover: ex.leftover,
-                        state: ex.link,
-                        secure: ex.secure.map(|e| (e.sealer, e.opener)),
-                        budget: budget.clone(),
-                    })),
-                );
+                self.hand_to_shard(owner, peer, link, ex, budget.clone());
                 // Identity mesh: our signed record is the first record a new neighbour gets.
                 if let Some(frame) = self.own_record.as_ref().map(|r| r.frame.clone()) {
                     self.post(owner, ToShard::SendRaw { link, frame });
@@ -208,22 +197,40 @@ impl ControlCore {
     /// from here at once, as before, what the peer had sent on it was discarded unread and
     /// counted nowhere, and a peer that had not resolved the race yet saw its only link end.
     pub(super) fn retire(&mut self, peer: PeerId, link: LinkId) {
-        if !matches!(self.conns.get(&link), Some(Conn::Ready(_))) {
-            // Placed (it was installed before the winner came): retired on its shard.
-            match self.unplace(link) {
-                Some(p) => self.post(p.shard, ToShard::Retire { link }),
-                None => self.close(link, true),
+        let ex = match self.conns.remove(&link) {
+            Some(Conn::Ready(ex)) => ex,
+            // Not through its handshake: nothing came on it yet.
+            Some(c) => {
+                self.conns.insert(link, c);
+                return self.close(link, true);
             }
-            return;
-        }
-        let Some(Conn::Ready(ex)) = self.conns.remove(&link) else {
-            unreachable!("checked above");
+            // Placed (it was installed before the winner came): retired on its shard.
+            None => {
+                if let Some(p) = self.unplace(link) {
+                    self.post(p.shard, ToShard::Retire { link });
+                }
+                return;
+            }
         };
         let owner = link_shard(&peer, self.shards);
         let budget = Arc::new(LinkBudget::new(
             self.cfg.max_outbound_queue_bytes,
             self.epoch,
         ));
+        self.hand_to_shard(owner, peer, link, *ex, budget);
+        self.post(owner, ToShard::Retire { link });
+    }
+
+    /// Posts `AddLink`: shard `owner` serves `link` to `peer` from now on, with what the
+    /// handshake exchanged and left over.
+    fn hand_to_shard(
+        &mut self,
+        owner: usize,
+        peer: PeerId,
+        link: LinkId,
+        ex: Exchanged,
+        budget: Arc<LinkBudget>,
+    ) {
         self.post(
             owner,
             ToShard::AddLink(Box::new(NewLink {
@@ -236,7 +243,6 @@ impl ControlCore {
                 budget,
             })),
         );
-        self.post(owner, ToShard::Retire { link });
     }
 
     /// Executes the peer table's actions, then turns peer and membership output into events

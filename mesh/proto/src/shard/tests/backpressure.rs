@@ -6,6 +6,18 @@
 
 use super::*;
 
+/// Two 60-byte frames published to A (room for 100 bytes): the second waits, on A.
+fn second_frame_waits(s: &mut Sim) -> Box<Blocked> {
+    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
+    s.publish(PeerId::ZERO, &[8; 60], s.at(1));
+    let mut acts = s.take();
+    let Some(ShardAction::Block(b)) = acts.pop() else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(b.link(), A);
+    b
+}
+
 #[test]
 fn a_full_link_makes_block_wait_and_drop_newest_drop() {
     // DropNewest: the second frame finds the queue full and is dropped, counted.
@@ -20,13 +32,7 @@ fn a_full_link_makes_block_wait_and_drop_newest_drop() {
     // Block: the second frame waits, and goes once the writer made room.
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     let budget = s.serve(A, PA, 100);
-    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
-    s.publish(PeerId::ZERO, &[8; 60], s.at(1));
-    let mut acts = s.take();
-    let Some(ShardAction::Block(b)) = acts.pop() else {
-        panic!("{acts:?}")
-    };
-    assert_eq!(b.link(), A);
+    let b = second_frame_waits(&mut s);
     let Unblock::Wait(b, until) = s.core.unblock(b, s.at(2), &mut s.out) else {
         panic!("no room yet")
     };
@@ -356,13 +362,7 @@ fn a_wait_on_a_dial_race_loser_moves_to_the_winner() {
     const WIN: LinkId = LinkId(3);
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     let loser = s.serve(A, PA, 100);
-    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
-    s.publish(PeerId::ZERO, &[8; 60], s.at(1));
-    let mut acts = s.take();
-    let Some(ShardAction::Block(b)) = acts.pop() else {
-        panic!("{acts:?}")
-    };
-    assert_eq!(b.link(), A);
+    let b = second_frame_waits(&mut s);
     // The winner comes (taking the loser's queue), the loser is retired, then goes.
     let win = s.serve(WIN, PA, 100);
     let retire: ToShard<()> = ToShard::Retire { link: A };
