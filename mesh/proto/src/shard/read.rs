@@ -103,8 +103,8 @@ const _: () = assert!(std::mem::size_of::<Samples>() <= 72);
 /// What a received frame did to its link.
 enum Step {
     /// Route the frame or hand it over as received on this link: the one it came on, or
-    /// the peer's current link when it came on one this node is closing (see
-    /// [`ShardCore::closing_step`]).
+    /// the peer's installed link when it came on a dial race's loser (retiring or closing:
+    /// see [`ShardCore::successor`]).
     Process(LinkId),
     /// Taken by the link (or the link's own frame while it closes): read on.
     Consumed,
@@ -253,8 +253,19 @@ impl ShardCore {
         inc(&self.counters.frames_in);
         let l = self.links.at(slot);
         if l.closing {
+            // This node closes the link (its writer flushes, then says Goodbye). The link's
+            // own frames (Heartbeat, the peer's Goodbye) are moot. A payload frame is still
+            // its peer's word: when the peer has another link here (this one lost a dial
+            // race), it is handled as that link's; with none (this node stops, or dropped
+            // the link for `max_links`) it is discarded, and counted.
+            if !payload {
+                return Step::Consumed;
+            }
             let peer = l.peer;
-            return self.closing_step(peer, link, payload);
+            return match self.successor_of(peer, link) {
+                Some(current) => Step::Process(current),
+                None => Step::Discarded,
+            };
         }
         let action = step(&mut l.state, now);
         let closed = l.pull();
@@ -275,23 +286,6 @@ impl ShardCore {
                 Step::Process(self.successor(link).unwrap_or(link))
             }
             FrameAction::Process => Step::Process(link),
-        }
-    }
-
-    /// A frame read on `link`, which this node is closing (its writer flushes, then says
-    /// Goodbye). The link's own frames (Heartbeat, the peer's Goodbye) are moot. A payload
-    /// frame is still its peer's word: the peer sends on the link until it closes it too, so
-    /// when it already has another link here (this one lost a dial race: both ends close
-    /// the same connection, each when it resolves the race) the frame is handled as that
-    /// link's, and nothing the peer sent before it switched is lost. With no other link
-    /// (this node stops, or dropped the link for `max_links`) it is discarded, and counted.
-    fn closing_step(&self, peer: crate::PeerId, link: LinkId, payload: bool) -> Step {
-        if !payload {
-            return Step::Consumed;
-        }
-        match self.table.link_to(&peer) {
-            Some(current) if current != link => Step::Process(current),
-            _ => Step::Discarded,
         }
     }
 

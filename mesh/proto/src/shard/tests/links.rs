@@ -134,8 +134,8 @@ fn a_retired_dial_race_loser_is_read_as_the_winner_which_took_its_queue() {
 
 /// What another shard reserved on a dial race's loser before its table named the winner
 /// reaches the owner shard after the switch: it goes to the winner, behind what the loser
-/// passed on, whether the loser is replaced (before the control plane's `Retire`), retiring,
-/// or already gone; the reservation moves with it.
+/// passed on, whether only the winner's `Install` came (the loser replaced), the control
+/// plane's `Retire` too, or the loser is already gone; the reservation moves with it.
 #[test]
 fn a_transmit_reserved_on_a_replaced_or_gone_loser_goes_to_the_winner() {
     const WIN: LinkId = LinkId(3);
@@ -160,10 +160,10 @@ fn a_transmit_reserved_on_a_replaced_or_gone_loser_goes_to_the_winner() {
     for _ in 0..3 {
         reserve(&loser);
     }
-    transmit(&mut s, 1, 1); // replaced, not yet retired
+    transmit(&mut s, 1, 1); // the winner installed, the control plane's `Retire` not yet here
     let retire: ToShard<()> = ToShard::Retire { link: A };
     assert!(s.core.on_command(retire, s.at(1), &mut s.out).is_none());
-    transmit(&mut s, 2, 1); // retiring
+    transmit(&mut s, 2, 1); // `Retire` too
                             // The loser goes (its peer closed it); a transmit reserved before still finds the winner.
     let (buf, _) = s.core.read_buffer(A).unwrap();
     s.core.on_eof(A, buf, s.at(2), &mut s.out);
