@@ -184,7 +184,7 @@ fn read_all(core: &mut ShardCore, bytes: BytesMut, now: Instant, out: &mut Vec<S
         match core.read_frames(LINK, now, out) {
             ReadStep::More => out.clear(),
             ReadStep::NeedBytes => break,
-            ReadStep::Gone => panic!("the link went"),
+            ReadStep::Gone | ReadStep::Hold => panic!("the link went or waits"),
         }
     }
     assert!(out.is_empty(), "nothing but deliveries: {out:?}");

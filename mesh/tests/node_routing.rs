@@ -241,10 +241,14 @@ fn simultaneous_dials_end_with_one_link_on_both_sides() {
 /// A stream its publisher begins as soon as it sees its peer, while the two race to link:
 /// every message arrives, once (the race's loser stays open until the peer resolved the race
 /// too, what comes on it handled as come on the winner, which took its queue). With two
-/// shards a node's publishes cross from their origin shard to the links'. Order is not
-/// asserted: across the switch the receiver reads two connections, and on a loaded machine
-/// it may read the winner's first frames before the loser's last (about 5 runs in 100 with
-/// two busy loops beside; none seen on a quiet one); the simulation checks the order.
+/// shards a node's publishes cross from their origin shard to the links', and a publish on
+/// a shard whose table still names the loser after its owner shard closed it waits for the
+/// table to name the winner. Order is printed, not asserted: the receiver reads the winner
+/// after the loser has ended (about 4 runs in 100 with two busy loops beside read a few
+/// frames out of order before; none in 300 since), but when its own handshake of the loser
+/// ends after the winner's (the peer's the other way round), the winner's first frames may
+/// be read before the loser is known at all. The simulation and the shard's tests check the
+/// order.
 #[test]
 fn a_stream_begun_while_two_nodes_race_to_link_arrives_whole() {
     for shards in [1, 2] {
@@ -284,6 +288,11 @@ fn stream_across_a_race(shards: usize) {
         .filter(|m| m.1 != b"fence")
         .map(|(_, p, _)| u32::from_be_bytes(p[..].try_into().unwrap()))
         .collect();
+    // Seen with `--nocapture` (see above).
+    let reordered = got.windows(2).filter(|w| w[1] < w[0]).count();
+    if reordered > 0 {
+        eprintln!("{shards} shards: {reordered} frames read out of order");
+    }
     let seen: std::collections::HashSet<u32> = got.iter().copied().collect();
     let missing = (0..N).filter(|i| !seen.contains(i)).count();
     let first_missing = (0..N).find(|i| !seen.contains(i));

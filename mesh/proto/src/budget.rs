@@ -478,6 +478,12 @@ impl LinkBudget {
         self.wake.notify(usize::MAX);
     }
 
+    /// Wakes the publishers waiting on this link: a shard's table no longer routes over it
+    /// (a Block wait on a closed link waits for that: `ShardCore::unblock`).
+    pub fn route_changed(&self) {
+        self.room.notify(usize::MAX);
+    }
+
     /// Whether the link closed (reservations fail from then on).
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)

@@ -57,8 +57,11 @@
 //! peer had sent on it, and a peer that had not resolved yet saw its only link end and lost
 //! what it published until the winner came up (10 of 100 live runs of a stream begun during
 //! a race lost messages that way; none since). The sender keeps the order across the switch
-//! (the winner writes after the loser's last write); the receiver reads two connections, so
-//! on a loaded machine a few of the winner's first frames may come before the loser's last.
+//! (the winner writes after the loser's last write), and so does the receiver: it reads the
+//! winner only once the loser has ended (`shard/race_order.rs`; before, ~4 loaded live runs
+//! in 100 read a few of the winner's first frames before the loser's last). Not when its own
+//! handshake of the loser ended after it had read the winner's first frames: the loser was
+//! not known yet.
 //!
 //! A connection that began later than that is no race: the peer already had its link when it
 //! was opened. Without identity such a newcomer may be anyone claiming the peer's id (the id

@@ -49,6 +49,9 @@ pub enum ShardAction {
     /// reason is the link state machine's when it closed the link itself (heartbeat timeout,
     /// Goodbye, protocol violation), `None` for an I/O end, a fault or a stop.
     Ended(LinkId, Option<CloseReason>),
+    /// The reader of this link, told [`ReadStep::Hold`](super::ReadStep::Hold), reads on:
+    /// call [`read_frames`](super::ShardCore::read_frames) again.
+    ReadOn(LinkId),
 }
 
 /// An originated frame (or batch of `frames`) waiting for room on a link.
@@ -64,6 +67,8 @@ pub struct Blocked {
     pub(super) topic: Option<Arc<TopicCounters>>,
     /// When to look at the congestion again (set by the first [`super::ShardCore::unblock`]).
     pub(super) deadline: Option<Instant>,
+    /// When it was first found waiting on a closed link this shard still routes over.
+    pub(super) closed_since: Option<Instant>,
 }
 
 impl Blocked {
@@ -83,6 +88,7 @@ impl Blocked {
             frames,
             topic,
             deadline: None,
+            closed_since: None,
         }
     }
 

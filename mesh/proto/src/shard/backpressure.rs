@@ -85,6 +85,14 @@ impl ShardCore {
             .transmit(link, owner, &budget, o, frames, total, Path::Origin, out);
             return Unblock::Done;
         }
+        if b.budget.is_closed() && self.owners.contains_key(&b.link) {
+            // Closed on its shard, still routed here: this shard's table changes soon (the
+            // change wakes this wait: `LinkBudget::route_changed`); given up after `after`.
+            let until = *b.closed_since.get_or_insert(now) + policy.after;
+            if now < until {
+                return Unblock::Wait(b, until);
+            }
+        }
         if b.budget.is_closed() {
             add_dropped(
                 &self.counters.dropped_no_route,

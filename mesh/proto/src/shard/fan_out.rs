@@ -198,9 +198,21 @@ impl ShardCore {
                 return;
             };
             let Some(total) = budget.try_reserve(n) else {
-                let may_wait =
-                    path == Path::Origin && policy == OverflowPolicy::Block && !budget.is_closed();
-                if may_wait && budget.is_slow() {
+                let may_wait = path == Path::Origin && policy == OverflowPolicy::Block;
+                if may_wait && budget.is_closed() {
+                    // Closed on its shard while this shard's table still routes over it: the
+                    // control plane's next `Install` (a dial race's winner, which took the
+                    // loser's queue) or `Uninstall` is on its way. The publisher waits for
+                    // it (see `unblock`) rather than lose what a winner would carry.
+                    out.push(ShardAction::Block(Box::new(Blocked::new(
+                        link,
+                        *owner,
+                        budget.clone(),
+                        make(),
+                        frames,
+                        topics.cloned(),
+                    ))));
+                } else if may_wait && budget.is_slow() {
                     // Nobody waits for a slow link (see `SlowLinkPolicy`).
                     add_dropped(
                         &q.c.dropped_slow_link,

@@ -47,6 +47,8 @@ pub(super) struct Handover {
     /// The last [`GONE_REMEMBERED`] links that left this shard (replaced in the table by a
     /// dial race's winner, or torn down here), with their peers.
     pub(super) gone: VecDeque<(LinkId, PeerId)>,
+    /// Winners whose frames wait for their loser's end (see `race_order`).
+    pub(super) behind: Vec<super::race_order::Behind>,
 }
 
 /// One link served by this shard.
@@ -256,6 +258,9 @@ impl ShardCore {
                 l.retiring = Some(now + linger);
                 self.handover.retiring.push(link);
             }
+            if let Some(w) = self.successor(link) {
+                self.order_behind(link, w);
+            }
         }
     }
 
@@ -398,9 +403,11 @@ impl ShardCore {
         if self.links.get(to).is_none_or(|t| t.closing) {
             return;
         }
-        let Some(f) = self.links.get_mut(from) else {
+        if self.links.get(from).is_none() {
             return;
-        };
+        }
+        self.order_behind(from, to);
+        let f = self.links.get_mut(from).expect("checked above");
         f.replaced = true;
         let (keep, moved): (VecDeque<Out>, VecDeque<Out>) = std::mem::take(&mut f.queue)
             .into_iter()
@@ -468,6 +475,10 @@ impl ShardCore {
         let l = self.links.get(link)?;
         let d = l.state.poll_timeout()?;
         let d = l.retiring.map_or(d, |r| r.min(d));
+        let d = match self.handover.behind.is_empty() {
+            true => d,
+            false => self.hold_deadline(link).map_or(d, |h| h.min(d)),
+        };
         Some(crate::grid::on_grid(
             self.timer_epoch,
             d.max(now),
@@ -495,6 +506,12 @@ impl ShardCore {
             self.close(link, true, now);
             return true;
         }
+        if !self.handover.behind.is_empty() {
+            self.hold_timer(link, now, out);
+        }
+        let Some(l) = self.links.get_mut(link) else {
+            return false;
+        };
         if l.stalled {
             l.state.on_bytes_received(now);
         }
@@ -556,6 +573,9 @@ impl ShardCore {
         self.remember_gone(link, l.peer);
         if !self.handover.holding.is_empty() {
             self.release_held(link);
+        }
+        if !self.handover.behind.is_empty() {
+            self.race_link_ended(link, out);
         }
         let mut lost = std::mem::take(&mut l.in_flight);
         for o in l.queue.drain(..) {

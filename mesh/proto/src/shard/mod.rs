@@ -27,7 +27,8 @@
 //!   [`on_read`](ShardCore::on_read) (or [`on_eof`](ShardCore::on_eof) /
 //!   [`on_link_lost`](ShardCore::on_link_lost)), then [`read_frames`](ShardCore::read_frames)
 //!   until it says [`ReadStep::NeedBytes`] (also before the first read: the handshake's
-//!   leftover bytes);
+//!   leftover bytes); on [`ReadStep::Hold`] it reads nothing until [`ShardAction::ReadOn`]
+//!   names the link;
 //! - a link's writer: [`next_write`](ShardCore::next_write) fills the iovecs of one write; the
 //!   driver writes them and reports [`on_written`](ShardCore::on_written) (or
 //!   [`on_link_lost`](ShardCore::on_link_lost)); on [`WriteStep::Idle`] it waits for the
@@ -49,9 +50,10 @@
 //!
 //! The actions: post to another shard or to the control plane ([`IfBusy`] says whether the
 //! driver waits for ring room, sends it from a detached task, or gives it back), hand the
-//! application what the sink gave back or an error event, wait for link room (Block), and
-//! stop the tasks of a link the core forgot ([`ShardAction::Ended`]). A simulation drives the
-//! same core with `C = ()`, in-memory queues and a sink that records.
+//! application what the sink gave back or an error event, wait for link room (Block), let a
+//! held reader read on ([`ShardAction::ReadOn`]), and stop the tasks of a link the core
+//! forgot ([`ShardAction::Ended`]). A simulation drives the same core with `C = ()`,
+//! in-memory queues and a sink that records.
 //!
 //! The per-frame path (parse, route, fan out, deliver) is synchronous and allocates nothing:
 //! outputs go to the caller's reused vector.
@@ -65,7 +67,8 @@
 //!
 //! No file imports a sibling above it: `action` (the output vocabulary, [`Blocked`] included)
 //! and `reliable_tuning` import none; `read` and `write` (a link's bytes in and out) only
-//! `action`; `links` (the served links, their lifecycle) `read` and `write`; `fan_out` (the
+//! `action`; `race_order` (a dial race's winner read after its loser) `action` and `read`;
+//! `links` (the served links, their lifecycle) `read`, `write` and `race_order`; `fan_out` (the
 //! Data path and queuing on links) `links`; `backpressure`, `origin` and `samples` `fan_out`;
 //! `reliable` `samples`. Each adds its part of [`ShardCore`]'s methods.
 
@@ -75,6 +78,7 @@ mod fan_out;
 mod links;
 pub use links::TIMER_GRAIN;
 mod origin;
+mod race_order;
 mod read;
 mod reliable;
 mod reliable_tuning;
@@ -154,6 +158,10 @@ pub struct ShardConfig {
     /// `ToShard::Retire`): the longer of `heartbeat_timeout` and `handshake_timeout`, since
     /// the peer resolves it when its handshake of the winner ends (or fails).
     pub retire_grace: Duration,
+    /// How long a dial race's winner, once it has bytes, waits for its loser to be read to
+    /// its end (see `race_order`): [`MeshConfig::heartbeat_interval`], by when a peer that
+    /// sends has sent again.
+    pub race_hold: Duration,
     /// Reliable topics' settings (`[topics]`).
     pub reliable: ReliableTuning,
 }
@@ -183,6 +191,7 @@ impl ShardConfig {
             stop_grace: cfg.stop_grace,
             close_linger: cfg.heartbeat_timeout,
             retire_grace: cfg.heartbeat_timeout.max(cfg.handshake_timeout),
+            race_hold: cfg.heartbeat_interval,
             reliable: ReliableTuning::of(&cfg.topics),
         }
     }
@@ -355,7 +364,9 @@ impl ShardCore {
                 let old = self.table.link_to(&peer).filter(|old| *old != link);
                 self.table.insert(peer, link);
                 if let Some(old) = old {
-                    self.owners.remove(&old);
+                    if let Some((_, b)) = self.owners.remove(&old) {
+                        b.route_changed();
+                    }
                     self.remember_gone(old, peer);
                     self.pass_queue(old, link);
                 }
@@ -363,7 +374,9 @@ impl ShardCore {
             }
             ToShard::Uninstall { peer, link } => {
                 self.table.remove(&peer, link);
-                self.owners.remove(&link);
+                if let Some((_, b)) = self.owners.remove(&link) {
+                    b.route_changed();
+                }
             }
             ToShard::Close { link, goodbye } => self.close(link, goodbye, now),
             ToShard::Retire { link } => self.retire(link, now),

@@ -76,6 +76,10 @@ pub enum ReadStep {
     More,
     /// Every whole frame is handled: read more bytes.
     NeedBytes,
+    /// The link's frames wait for a dial race's loser to be read to its end (see
+    /// `race_order`): read nothing more on it until [`ShardAction::ReadOn`] names it, then
+    /// call again.
+    Hold,
     /// The link is gone: the reader stops.
     Gone,
 }
@@ -161,6 +165,9 @@ impl ShardCore {
         out: &mut Vec<ShardAction>,
     ) -> ReadStep {
         self.begin_call();
+        if !self.handover.behind.is_empty() && self.held_for_loser(link, now) {
+            return ReadStep::Hold;
+        }
         let Some(slot) = self.links.slot(link) else {
             return ReadStep::Gone;
         };

@@ -223,10 +223,16 @@ impl Sim {
         assert!(want >= READ_CHUNK);
         buf.extend_from_slice(bytes);
         self.core.on_read(link, buf, bytes.len(), now);
+        self.read_on(link, now)
+    }
+
+    /// `link`'s reader handles what is buffered (after a read, or told
+    /// [`ShardAction::ReadOn`]); returns whether the link is still up (a held one is).
+    fn read_on(&mut self, link: LinkId, now: Instant) -> bool {
         loop {
             match self.core.read_frames(link, now, &mut self.out) {
                 ReadStep::More => continue,
-                ReadStep::NeedBytes => return true,
+                ReadStep::NeedBytes | ReadStep::Hold => return true,
                 ReadStep::Gone => return false,
             }
         }

@@ -449,6 +449,7 @@ impl DataPath {
         for d in self.sink.0.borrow_mut().drain(..) {
             delivered(d, out);
         }
+        let mut read_on = Vec::new();
         for a in acts.drain(..) {
             match a {
                 ShardAction::Report { msg, busy: _ } => out.push(ShardOut::Report(msg)),
@@ -476,7 +477,12 @@ impl DataPath {
                     }
                     self.apply(&mut more, now, out);
                 }
+                ShardAction::ReadOn(link) => read_on.push(link),
             }
+        }
+        // A held reader told to read on handles what it holds after the actions before.
+        for link in read_on {
+            self.read_all(link, now, acts, out);
         }
     }
 

@@ -11,7 +11,7 @@
 //! **Owns:** the link's socket halves and tasks. **Must not touch:** what is read, written,
 //! counted or closed (the core's).
 
-use super::{carry, settle, Ctx, LinkTasks, Who, REST_BLOCK_FACTOR};
+use super::{carry, settle, Ctx, LinkTasks, Signal, Who, REST_BLOCK_FACTOR};
 use bytes::Bytes;
 use shoal_proto::shard::{ReadStep, ShardAction, WriteStep};
 use shoal_proto::LinkId;
@@ -42,10 +42,18 @@ pub(super) fn attach(
     };
     let (rd, wr) = stream.into_split();
     let busy = Rc::new(Cell::new(false));
+    let read_on = Rc::new(Signal::new());
     let tasks = LinkTasks {
-        reader: Some(spawn_local(reader(ctx.clone(), link, rd, busy.clone()))),
+        reader: Some(spawn_local(reader(
+            ctx.clone(),
+            link,
+            rd,
+            busy.clone(),
+            read_on.clone(),
+        ))),
         writer: Some(spawn_local(writer(ctx.clone(), link, wr))),
         reader_busy: busy,
+        read_on,
     };
     ctx.tasks.borrow_mut().insert(link, tasks);
     spawn_local(timer(ctx.clone(), link)).detach();
@@ -56,7 +64,16 @@ pub(super) fn attach(
 /// While it waits to carry out what a read produced, `busy` is raised: the link may end
 /// meanwhile (its writer or timer saw it go), and the messages it holds were received whole,
 /// so it is left to hand them out rather than cancelled; it then finds the link gone.
-async fn reader(ctx: Rc<Ctx>, link: LinkId, mut rd: TcpReadHalf, busy: Rc<Cell<bool>>) {
+///
+/// Told to hold (a dial race's winner, whose loser is still being read), it reads nothing
+/// until `read_on` is signalled: the core says so once the loser has ended.
+async fn reader(
+    ctx: Rc<Ctx>,
+    link: LinkId,
+    mut rd: TcpReadHalf,
+    busy: Rc<Cell<bool>>,
+    read_on: Rc<Signal>,
+) {
     let (mut actions, mut waits) = (Vec::new(), Vec::new());
     let who = Who::Reader(link);
     loop {
@@ -75,6 +92,12 @@ async fn reader(ctx: Rc<Ctx>, link: LinkId, mut rd: TcpReadHalf, busy: Rc<Cell<b
         match step {
             ReadStep::More => continue,
             ReadStep::NeedBytes => {}
+            ReadStep::Hold => {
+                // The core answers on this thread, in a later call: nothing can signal
+                // between the step and the listener.
+                read_on.listen().await;
+                continue;
+            }
             ReadStep::Gone => return,
         }
         ctx.wake_receivers();

@@ -86,6 +86,9 @@ struct LinkTasks {
     /// Raised while the reader carries out what a read produced (messages it may hold while
     /// it waits for event-queue room): cancelling it then would lose them uncounted.
     reader_busy: Rc<Cell<bool>>,
+    /// Wakes the reader the core told to hold (a dial race's winner waiting for its loser's
+    /// end) when the core says it reads on ([`ShardAction::ReadOn`]).
+    read_on: Rc<Signal>,
 }
 
 /// The shard's driver state, shared by its tasks.
@@ -314,6 +317,11 @@ fn try_carry(ctx: &Rc<Ctx>, a: ShardAction, who: Who) -> Option<ShardAction> {
         ShardAction::Error(e) => error_event(ctx, e),
         ShardAction::Block(b) => return Some(ShardAction::Block(b)),
         ShardAction::Ended(link, _) => ended(ctx, link, who),
+        ShardAction::ReadOn(link) => {
+            if let Some(t) = ctx.tasks.borrow().get(&link) {
+                t.read_on.notify(usize::MAX);
+            }
+        }
     }
     None
 }

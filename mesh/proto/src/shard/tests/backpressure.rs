@@ -2,7 +2,8 @@
 //! links' `LinkBudget`), driven with virtual time: DropNewest against Block, a link outpaced
 //! by another declared slow, a relapse not waited out again, links jammed together (full at
 //! one publish, or backed up when the wait began), a single congested link only pacing the
-//! publisher, a wait moved to a dial race's winner.
+//! publisher, a wait moved to a dial race's winner, a wait on a link closed on its shard
+//! while this shard still routes over it.
 
 use super::*;
 
@@ -383,4 +384,74 @@ fn a_wait_on_a_dial_race_loser_moves_to_the_winner() {
     ));
     assert_eq!(frames(&s.written(WIN, s.at(5)))[0].payload[0], 8);
     assert_eq!(s.stats().dropped_no_route, 0);
+}
+
+/// A dial race's loser, owned by another shard, closes there (its peer closed it once it
+/// sent on the winner) before this shard's table names the winner. A Block publish that
+/// finds the loser's budget closed waits for this shard's table to change instead of
+/// dropping the frame: the winner's `Install` wakes the wait and the frame goes to the
+/// winner; an `Uninstall` (the peer gone) or `after` without a change gives it up, counted.
+#[test]
+fn a_publish_on_a_link_closed_on_its_shard_waits_for_this_shards_table() {
+    const WIN: LinkId = LinkId(3);
+    for end in ["install", "uninstall", "nothing"] {
+        let mut s = Sim::new(0, 2, OverflowPolicy::Block);
+        let after = s.core.cfg.slow_link.after;
+        let loser = Arc::new(LinkBudget::new(1 << 20, s.t0));
+        s.install(A, PA, 1, &loser);
+        loser.close();
+        s.publish(PeerId::ZERO, b"abc", s.at(1));
+        let mut acts = s.take();
+        let Some(ShardAction::Block(b)) = acts.pop() else {
+            panic!("{end}: waits, not dropped: {acts:?}")
+        };
+        assert_eq!(s.stats().dropped_no_route, 0);
+        let mut room = Box::pin(b.listen());
+        let Unblock::Wait(b, until) = s.core.unblock(b, s.at(2), &mut s.out) else {
+            panic!("{end}: the table still routes over the loser: it waits");
+        };
+        assert_eq!(until, s.at(2) + after, "{end}: for `after` at most");
+        let win = Arc::new(LinkBudget::new(1 << 20, s.t0));
+        let at = match end {
+            "install" => {
+                s.install(WIN, PA, 1, &win);
+                s.at(3)
+            }
+            "uninstall" => {
+                let cmd: ToShard<()> = ToShard::Uninstall { peer: PA, link: A };
+                assert!(s.core.on_command(cmd, s.at(3), &mut s.out).is_none());
+                s.at(3)
+            }
+            _ => until,
+        };
+        if end != "nothing" {
+            use std::future::Future;
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(
+                room.as_mut().poll(&mut cx).is_ready(),
+                "{end}: the table's change wakes the wait"
+            );
+        }
+        assert!(matches!(s.core.unblock(b, at, &mut s.out), Unblock::Done));
+        let acts = s.take();
+        let sent: Vec<LinkId> = acts
+            .iter()
+            .filter_map(|a| match a {
+                ShardAction::Post {
+                    to: 1,
+                    msg: ShardToShard::Transmit { link, .. },
+                    ..
+                } => Some(*link),
+                _ => None,
+            })
+            .collect();
+        if end == "install" {
+            assert_eq!(sent, [WIN], "the frame goes to the winner");
+            assert_eq!(s.stats().dropped_no_route, 0);
+            assert_eq!(win.queued(), 58 + 3);
+        } else {
+            assert!(sent.is_empty(), "{end}: {acts:?}");
+            assert_eq!(s.stats().dropped_no_route, 1, "{end}: given up, counted");
+        }
+    }
 }

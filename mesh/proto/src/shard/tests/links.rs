@@ -125,11 +125,118 @@ fn a_retired_dial_race_loser_is_read_as_the_winner_which_took_its_queue() {
         frames(&s.written(WIN, s.at(3))).is_empty(),
         "not back to its peer"
     );
-    // The same message again on the winner: a duplicate, as it would be from one link.
+    // The same message again on the winner (read once the loser has ended): a duplicate, as
+    // it would be from one link.
     assert!(s.feed(WIN, &data_frame(PC, PeerId::ZERO, 1, 8, b"late"), s.at(4)));
+    let (buf, _) = s.core.read_buffer(A).unwrap();
+    s.core.on_eof(A, buf, s.at(4), &mut s.out);
+    assert!(s.read_on(WIN, s.at(4)));
     assert!(deliveries(&s.take()).is_empty());
     assert_eq!(s.stats().dropped_duplicate, 1);
     assert_eq!(s.stats().dropped_link_closing, 0);
+}
+
+/// Each end of a dial race moves its stream to the winner as it resolves the race, and the
+/// receiver reads two connections: the winner's first frames may be read before the loser's
+/// last. So the winner's reader holds what it read while the loser is served (closing the
+/// loser: its peer now sends on the winner), the loser is read to its end, as the winner,
+/// and then the winner reads on: the application gets the stream in the order it was sent,
+/// whether the winner was installed before the loser's `Retire` or after. A loser that does
+/// not end holds the winner back for `race_hold` at most (the winner's timer ends the hold),
+/// and the waiting winner is not taken for dead.
+#[test]
+fn a_dial_race_winner_is_read_after_its_loser_has_ended() {
+    const WIN: LinkId = LinkId(3);
+    let ends_after_goodbye = |s: &mut Sim, link, ms| {
+        let mut bufs = Vec::new();
+        loop {
+            match s.core.next_write(link, &mut bufs, s.at(ms), &mut s.out) {
+                WriteStep::Write => {
+                    let n: usize = bufs.drain(..).map(|b| b.len()).sum();
+                    s.core.on_written(link, n, s.at(ms));
+                }
+                step => return step == WriteStep::Shutdown,
+            }
+        }
+    };
+    let sent = |n: u64| data_frame(PC, PeerId::ZERO, n, 8, format!("m{n}").as_bytes());
+    let order = |t: &Handed| -> Vec<String> {
+        deliveries(t)
+            .iter()
+            .map(|d| String::from_utf8(d.payload.to_vec()).unwrap())
+            .collect()
+    };
+    for installed_first in [true, false] {
+        let (mut s, _) = Sim::two_links();
+        if installed_first {
+            // The winner came second here: installed, then the loser retired.
+            s.serve(WIN, PA, 1 << 20);
+            let retire: ToShard<()> = ToShard::Retire { link: A };
+            assert!(s.core.on_command(retire, s.at(1), &mut s.out).is_none());
+        } else {
+            // Only the winner's `Install` so far (the loser replaced in the table).
+            s.serve(WIN, PA, 1 << 20);
+        }
+        s.take();
+        assert!(s.feed(WIN, &sent(3), s.at(2)), "held, not closed");
+        assert!(order(&s.take()).is_empty(), "the winner waits");
+        assert!(
+            ends_after_goodbye(&mut s, A, 2),
+            "the loser is closed: its peer sends on the winner"
+        );
+        assert!(s.feed(A, &[sent(1), sent(2)].concat(), s.at(3)));
+        assert!(s.feed(WIN, &sent(4), s.at(3)));
+        assert_eq!(order(&s.take()), ["m1", "m2"], "the loser's frames first");
+        let (buf, _) = s.core.read_buffer(A).unwrap();
+        s.core.on_eof(A, buf, s.at(4), &mut s.out);
+        let t = s.take();
+        assert!(
+            t.actions
+                .iter()
+                .any(|a| matches!(a, ShardAction::ReadOn(l) if *l == WIN)),
+            "the loser ended: the winner reads on ({:?})",
+            t.actions
+        );
+        assert!(s.read_on(WIN, s.at(4)));
+        assert_eq!(
+            order(&s.take()),
+            ["m3", "m4"],
+            "then the winner's, in order"
+        );
+        let on_b: Vec<_> = frames(&s.written(B, s.at(4)))
+            .into_iter()
+            .map(|d| d.payload)
+            .collect();
+        assert_eq!(on_b, [&b"m1"[..], b"m2", b"m3", b"m4"], "relayed in order");
+        assert!(s.feed(WIN, &sent(5), s.at(5)), "no longer held");
+        assert_eq!(order(&s.take()), ["m5"]);
+    }
+
+    // The loser does not end: the winner reads on after `race_hold`, kept alive meanwhile.
+    let (mut s, _) = Sim::two_links();
+    s.serve(WIN, PA, 1 << 20);
+    let hold = s.core.cfg.race_hold;
+    assert!(s.feed(WIN, &sent(1), s.at(1)));
+    assert!(order(&s.take()).is_empty());
+    let mut t = s.at(1);
+    let ended = loop {
+        t = s.core.link_timeout(WIN, t).expect("the winner is served");
+        assert!(t <= s.at(1) + hold + TIMER_GRAIN, "the hold ends by then");
+        assert!(
+            s.core.on_link_timer(WIN, t, &mut s.out),
+            "not taken for dead"
+        );
+        if s.take()
+            .actions
+            .iter()
+            .any(|a| matches!(a, ShardAction::ReadOn(l) if *l == WIN))
+        {
+            break t;
+        }
+    };
+    assert!(ended >= s.at(1) + hold);
+    assert!(s.read_on(WIN, ended));
+    assert_eq!(order(&s.take()), ["m1"]);
 }
 
 /// What another shard reserved on a dial race's loser before its table named the winner
