@@ -21,7 +21,7 @@
 
 use super::action::{Blocked, IfBusy, LinkError, LinkFault, ShardAction};
 use super::fan_out::{Path, Queuer};
-use super::ShardCore;
+use super::{ShardCore, Stop};
 use crate::budget::{LinkBudget, SlowLinkAction, UNLIST_LEAD};
 use crate::cmd::ToControl;
 use crate::stats::{add, add_dropped, inc};
@@ -85,7 +85,7 @@ impl ShardCore {
             .transmit(link, owner, &budget, o, frames, total, Path::Origin, out);
             return Unblock::Done;
         }
-        if b.budget.is_closed() && self.owners.contains_key(&b.link) {
+        if b.budget.is_closed() && self.owners.contains_key(&b.link) && self.stop == Stop::Running {
             // Closed on its shard, still routed here: this shard's table changes soon (the
             // change wakes this wait: `LinkBudget::route_changed`); given up after `after`.
             let until = *b.closed_since.get_or_insert(now) + policy.after;

@@ -21,7 +21,7 @@
 //! where samples and reliability frames go (`samples`, `reliable` pick the targets).
 
 use super::action::{Blocked, Delivered, Delivery, IfBusy, ShardAction};
-use super::ShardCore;
+use super::{ShardCore, Stop};
 use crate::budget::{LinkBudget, OverflowPolicy};
 use crate::cmd::{Out, ShardToShard};
 use crate::gossip::{DataMeta, DataVerdict, DropReason};
@@ -175,8 +175,10 @@ impl ShardCore {
             links,
             cfg,
             gossip,
+            stop,
             ..
         } = self;
+        let running = *stop == Stop::Running;
         let mut q = Queuer {
             idx: *idx,
             c,
@@ -198,8 +200,9 @@ impl ShardCore {
                 return;
             };
             let Some(total) = budget.try_reserve(n) else {
-                let may_wait = path == Path::Origin && policy == OverflowPolicy::Block;
-                if may_wait && budget.is_closed() {
+                let blocks = path == Path::Origin && policy == OverflowPolicy::Block;
+                let may_wait = blocks && !budget.is_closed();
+                if blocks && budget.is_closed() && running {
                     // Closed on its shard while this shard's table still routes over it: the
                     // control plane's next `Install` (a dial race's winner, which took the
                     // loser's queue) or `Uninstall` is on its way. The publisher waits for

@@ -159,8 +159,8 @@ pub struct ShardConfig {
     /// the peer resolves it when its handshake of the winner ends (or fails).
     pub retire_grace: Duration,
     /// How long a dial race's winner, once it has bytes, waits for its loser to be read to
-    /// its end (see `race_order`): [`MeshConfig::heartbeat_interval`], by when a peer that
-    /// sends has sent again.
+    /// its end (see `race_order`): [`MeshConfig::heartbeat_interval`]. A loser whose peer
+    /// resolved the race ends within a round trip or two; one still open by then is stuck.
     pub race_hold: Duration,
     /// Reliable topics' settings (`[topics]`).
     pub reliable: ReliableTuning,
@@ -390,6 +390,11 @@ impl ShardCore {
             ToShard::Stop => {
                 if self.stop == Stop::Running {
                     self.stop = Stop::Until(now + self.cfg.stop_grace);
+                    // A publisher waiting on a closed link for this shard's table to change
+                    // waits no more: no table follows a stop.
+                    for (_, b) in self.owners.values() {
+                        b.route_changed();
+                    }
                 }
                 // The control plane closes the links it knows; a retiring loser it already
                 // forgot would hold the stop up to its grace.

@@ -390,11 +390,12 @@ fn a_wait_on_a_dial_race_loser_moves_to_the_winner() {
 /// sent on the winner) before this shard's table names the winner. A Block publish that
 /// finds the loser's budget closed waits for this shard's table to change instead of
 /// dropping the frame: the winner's `Install` wakes the wait and the frame goes to the
-/// winner; an `Uninstall` (the peer gone) or `after` without a change gives it up, counted.
+/// winner; an `Uninstall` (the peer gone), a stop (no table follows it) or `after` without a
+/// change gives it up, counted.
 #[test]
 fn a_publish_on_a_link_closed_on_its_shard_waits_for_this_shards_table() {
     const WIN: LinkId = LinkId(3);
-    for end in ["install", "uninstall", "nothing"] {
+    for end in ["install", "uninstall", "stop", "nothing"] {
         let mut s = Sim::new(0, 2, OverflowPolicy::Block);
         let after = s.core.cfg.slow_link.after;
         let loser = Arc::new(LinkBudget::new(1 << 20, s.t0));
@@ -419,6 +420,11 @@ fn a_publish_on_a_link_closed_on_its_shard_waits_for_this_shards_table() {
             }
             "uninstall" => {
                 let cmd: ToShard<()> = ToShard::Uninstall { peer: PA, link: A };
+                assert!(s.core.on_command(cmd, s.at(3), &mut s.out).is_none());
+                s.at(3)
+            }
+            "stop" => {
+                let cmd: ToShard<()> = ToShard::Stop;
                 assert!(s.core.on_command(cmd, s.at(3), &mut s.out).is_none());
                 s.at(3)
             }
@@ -452,6 +458,11 @@ fn a_publish_on_a_link_closed_on_its_shard_waits_for_this_shards_table() {
         } else {
             assert!(sent.is_empty(), "{end}: {acts:?}");
             assert_eq!(s.stats().dropped_no_route, 1, "{end}: given up, counted");
+        }
+        if end == "stop" {
+            s.publish(PeerId::ZERO, b"def", s.at(4));
+            assert!(s.take().is_empty(), "stopping: no wait");
+            assert_eq!(s.stats().dropped_no_route, 2);
         }
     }
 }
