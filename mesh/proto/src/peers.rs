@@ -5,9 +5,11 @@
 //! **Owns:** the peer table, dialing, backoff and dial races. **Must not touch:** sockets or
 //! handshakes: it names links, the control core runs them.
 //!
-//! Length: one state machine: `PeerManager`'s single impl is ~600 lines of code over private tables
-//! (peers, connections, dial targets) that every input updates together; the rest is its public
-//! types and ~220 lines of docs. Its tests are in `tests/proto_peers.rs`.
+//! Files: one state machine, `PeerManager`, over private tables (peers, connections, dial
+//! targets) that every input updates together: its inputs and the table here, what it dials
+//! and when in `peers/dialing.rs`, the verdict on a second connection to a linked peer (dial
+//! races, late claims) in `peers/races.rs`, the bounded degree's hooks in `peers/cap.rs`. Its
+//! tests are in `tests/proto_peers.rs`.
 //!
 //! Three sources of dial targets converge on one handshake and dial-race path:
 //! - **discovered** peers (validated announces): dialed at the announced address at once, and
@@ -43,50 +45,9 @@
 //!
 //! # Dial races and late claims
 //!
-//! Two connections to one peer are a **dial race** when the second one began (accepted, or
-//! dialed by this node) before the first was established, or at most [`race_window`] after:
-//! both ends dialed before either saw the other's link. A race is resolved by multimaster's
-//! rule (the v1 wire's: the connection initiated by the lower node id wins; same initiator, the
-//! older wins), so both ends keep the same connection, whatever their implementation. Each end
-//! resolves the race when its own second handshake ends, so a peer may send on the loser for
-//! a while after this node dropped it, and may have no other link yet. So the loser is
-//! retired ([`PeerAction::Retire`]), not cut: kept open, what comes on it handled as come on
-//! the winner (which also took what was queued on it), until the peer closes it or sends on
-//! the winner (then it has resolved the race too, and the loser closes politely), at most
-//! the longer of `heartbeat_timeout` and `handshake_timeout`. Cut at once, it lost what the
-//! peer had sent on it, and a peer that had not resolved yet saw its only link end and lost
-//! what it published until the winner came up (10 of 100 live runs of a stream begun during
-//! a race lost messages that way; none since). The sender keeps the order across the switch
-//! (the winner writes after the loser's last write), and so does the receiver: it reads the
-//! winner only once the loser has ended (`shard/race_order.rs`; before, ~4 loaded live runs
-//! in 100 read a few of the winner's first frames before the loser's last). Not when its own
-//! handshake of the loser ended after it had read the winner's first frames: the loser was
-//! not known yet.
-//!
-//! A connection that began later than that is no race: the peer already had its link when it
-//! was opened. Without identity such a newcomer may be anyone claiming the peer's id (the id
-//! is only what its Hello says), and multimaster's rule would let it displace the live link
-//! whenever the claimed id is lower, again and again. So a **late claim** never displaces an
-//! established link: the newcomer gets Goodbye and is counted (`claims_refused`); the link
-//! keeps its place until it ends (Goodbye, EOF, or `heartbeat_timeout` without input, so a
-//! peer that restarted with the same id waits at most that long). Where multimaster's rule
-//! would keep the established link anyway, nothing changes.
-//!
-//! Both ends of a Shoal link reach the same verdict: a late connection is late at both ends,
-//! and each keeps the established one. The exception is this node's own late dial of a static
-//! endpoint (redialed because its first dial failed while the peer dialed in: the only dial
-//! made while its peer may be linked) that reached a peer without Shoal's extension: that
-//! peer follows multimaster's rule, so this node does too. Any other late claim is refused
-//! whatever its Hello says: an inbound one is the claim a stranger makes, and so is a
-//! discovered address (announced by anyone, under a fresh id) answering with a linked
-//! peer's id.
-//!
-//! Identity mode uses the same rule. There the newcomer proved the key, so it can only be the
-//! peer itself; but one rule for every mode is one verdict at both ends of a link whatever
-//! their settings, and the only cost (a restarted peer waits for its stale link to end) is
-//! bounded by `heartbeat_timeout`.
-//!
-//! [`race_window`]: PeerManager::race_window
+//! Two connections to one peer either race (both ends dialed before either saw the other's
+//! link: one is kept by multimaster's rule, the loser retired) or the later one is a late
+//! claim on a live link (refused): see `peers/races.rs`.
 //!
 //! # Strangers and floods
 //!
@@ -119,6 +80,8 @@
 //! arrives.
 
 mod cap;
+mod dialing;
+mod races;
 
 use super::admission::NewPeerLimiter;
 use super::{backoff_with_jitter, LinkId};
@@ -172,7 +135,7 @@ pub enum PeerAction {
     /// Retire `link`, a dial race's loser to `peer`: the peer may send on it until it resolves
     /// the race too, so it stays open, what comes on it counting as come on `peer`'s installed
     /// link (the winner), and closes when the peer closes it or sends on the winner (see
-    /// "Dial races and late claims").
+    /// `peers/races.rs`).
     Retire {
         /// The neighbour both links lead to.
         peer: PeerId,
@@ -545,16 +508,7 @@ impl<R: rand::RngCore> PeerManager<R> {
             self.stats.conn_table_full += 1;
             return None;
         }
-        let link = self.alloc_link();
-        self.conns.insert(
-            link,
-            Conn {
-                origin: Origin::Inbound,
-                peer: None,
-                remote,
-                started: now,
-            },
-        );
+        let link = self.open_conn(Origin::Inbound, remote, now);
         self.pending_inbound.push_back(link);
         Some(link)
     }
@@ -591,8 +545,8 @@ impl<R: rand::RngCore> PeerManager<R> {
 
     /// The handshake of `link` completed: the peer is `peer`, listening on `listen_port` at
     /// `remote_ip` (the socket's peer address; used to dial back an inbound-only peer).
-    /// `shoal_peer`: its Hello carried Shoal's extension block (see "Dial races and late
-    /// claims" in the module docs for what it changes).
+    /// `shoal_peer`: its Hello carried Shoal's extension block (see `peers/races.rs` for
+    /// what it changes).
     pub fn on_handshake(
         &mut self,
         link: LinkId,
@@ -689,66 +643,8 @@ impl<R: rand::RngCore> PeerManager<R> {
                 self.actions.push_back(PeerAction::Install { peer, link });
                 self.events.push_back(PeerEvent::Connected { peer, link });
             }
-            Some(existing) => {
-                let keep_new = self.prefer(peer, link, existing);
-                if keep_new && self.late_claim(peer, link, shoal_peer) {
-                    self.stats.claims_refused += 1;
-                    tracing::debug!(%peer, kept = ?existing, refused = ?link, "late claim on a live link refused");
-                    self.conns.remove(&link);
-                    self.actions.push_back(PeerAction::Close {
-                        link,
-                        goodbye: true,
-                    });
-                    return;
-                }
-                self.stats.races_resolved += 1;
-                let p = self.peers.get_mut(&peer).expect("present");
-                let loser = if keep_new {
-                    p.link = Some(link);
-                    self.actions.push_back(PeerAction::Install { peer, link });
-                    existing
-                } else {
-                    link
-                };
-                tracing::debug!(%peer, winner = ?p.link, ?loser, "dial race resolved");
-                self.conns.remove(&loser);
-                self.actions
-                    .push_back(PeerAction::Retire { peer, link: loser });
-            }
+            Some(existing) => self.resolve_race(peer, link, existing, shoal_peer),
         }
-    }
-
-    /// True if connection `a` should be kept over `b` (both to `peer`): the one initiated by
-    /// the byte-wise lower node id wins; same initiator, the older (lower id) wins.
-    fn prefer(&self, peer: PeerId, a: LinkId, b: LinkId) -> bool {
-        let initiator = |l: LinkId| {
-            if self.conns[&l].outbound() {
-                self.me
-            } else {
-                peer
-            }
-        };
-        let (ia, ib) = (initiator(a), initiator(b));
-        if ia != ib {
-            ia < ib
-        } else {
-            a < b
-        }
-    }
-
-    /// True when `link` to `peer` began more than the race window after the peer's link was
-    /// established: not a dial race, so it must not displace that link. This node's own dial
-    /// of a static endpoint that reached a peer without Shoal's extension is judged by
-    /// multimaster's rule alone, as that peer judges it. (Only a static endpoint is dialed
-    /// while its peer may be linked; a discovered address that answers with a linked peer's
-    /// id is a claim like any other: a stranger can announce its address under a fresh id.)
-    fn late_claim(&self, peer: PeerId, link: LinkId, shoal_peer: bool) -> bool {
-        let conn = &self.conns[&link];
-        if matches!(conn.origin, Origin::Static(_)) && !shoal_peer {
-            return false;
-        }
-        let linked_at = self.peers[&peer].linked_at;
-        conn.started.saturating_duration_since(linked_at) > self.race_window
     }
 
     /// `link` ended, for whatever reason (also a failed connect). Unknown or already-closed
@@ -897,145 +793,6 @@ impl<R: rand::RngCore> PeerManager<R> {
                 .retain(|id| peers.get(id).is_some_and(|p| !p.ever_linked));
         }
         self.maintain_endpoints(now);
-    }
-
-    fn covered(&self, t: &Target) -> bool {
-        t.peer
-            .and_then(|p| self.peers.get(&p))
-            .is_some_and(|p| p.link.is_some())
-    }
-
-    fn maintain_endpoints(&mut self, now: Instant) {
-        if self.stopped {
-            return;
-        }
-        for i in 0..self.statics.len() {
-            let t = &self.statics[i];
-            if t.pending.is_none() && t.next_dial <= now && !self.covered(t) {
-                let target = DialTarget::Endpoint(t.endpoint.clone());
-                match self.dial(Origin::Static(i), target, now) {
-                    Some(link) => self.statics[i].pending = Some(link),
-                    None => self.statics[i].next_dial = now + self.reconnect_base,
-                }
-            }
-        }
-        if self.established > 0 {
-            return;
-        }
-        for i in 0..self.seeds.len() {
-            let t = &self.seeds[i];
-            if t.pending.is_none() && t.next_dial <= now {
-                let target = DialTarget::Endpoint(t.endpoint.clone());
-                match self.dial(Origin::Seed(i), target, now) {
-                    Some(link) => self.seeds[i].pending = Some(link),
-                    None => self.seeds[i].next_dial = now + self.reconnect_base,
-                }
-            }
-        }
-    }
-
-    /// Dials a discovered peer. A peer never linked needs the new-peer budget, unless `paid`
-    /// (its admission took it); over budget the dial is postponed by `reconnect_base`.
-    fn dial_peer(&mut self, peer: PeerId, paid: bool, now: Instant) {
-        let Some((addr, ever_linked)) = self
-            .peers
-            .get(&peer)
-            .and_then(|p| Some((p.addr?, p.ever_linked)))
-        else {
-            return;
-        };
-        if !paid && !ever_linked {
-            if !self.limiter.try_admit(addr.ip(), now) {
-                self.stats.dials_rate_limited += 1;
-                let p = self.peers.get_mut(&peer).expect("caller checked");
-                p.reconnect_at = Some(now + self.reconnect_base);
-                return;
-            }
-            self.peers.get_mut(&peer).expect("caller checked").charged = Some(addr.ip());
-        }
-        let dialed = self.dial(Origin::Discovered(peer), DialTarget::Addr(addr), now);
-        let p = self.peers.get_mut(&peer).expect("caller checked");
-        match dialed {
-            Some(link) => {
-                p.dialing = Some(link);
-                p.reconnect_at = None;
-                if p.link.is_none() {
-                    p.state = PeerState::Connecting;
-                }
-            }
-            None => p.reconnect_at = Some(now + self.reconnect_base),
-        }
-    }
-
-    fn dial(&mut self, origin: Origin, target: DialTarget, now: Instant) -> Option<LinkId> {
-        if self.conns.len() >= self.max_conns {
-            self.stats.conn_table_full += 1;
-            return None;
-        }
-        let link = self.alloc_link();
-        self.conns.insert(
-            link,
-            Conn {
-                origin,
-                peer: None,
-                remote: None,
-                started: now,
-            },
-        );
-        self.stats.dials += 1;
-        self.actions.push_back(PeerAction::Dial { link, target });
-        Some(link)
-    }
-
-    fn dial_failed(&mut self, origin: Origin, now: Instant) {
-        self.stats.dial_failures += 1;
-        match origin {
-            Origin::Discovered(peer) => {
-                let Some(attempt) = self.peers.get(&peer).map(|p| p.attempt) else {
-                    return;
-                };
-                let d = backoff_with_jitter(
-                    self.reconnect_base,
-                    self.reconnect_max,
-                    attempt,
-                    &mut self.rng,
-                );
-                let p = self.peers.get_mut(&peer).expect("checked");
-                p.dialing = None;
-                p.attempt = p.attempt.saturating_add(1);
-                p.reconnect_at = Some(now + d);
-                if p.link.is_none() {
-                    p.state = PeerState::Disconnected;
-                }
-            }
-            Origin::Static(i) | Origin::Seed(i) => {
-                let attempt = self.target(origin, i).attempt;
-                let d = backoff_with_jitter(
-                    self.reconnect_base,
-                    self.reconnect_max,
-                    attempt,
-                    &mut self.rng,
-                );
-                let t = self.target(origin, i);
-                t.pending = None;
-                t.attempt = t.attempt.saturating_add(1);
-                t.next_dial = now + d;
-            }
-            Origin::Inbound => {}
-        }
-    }
-
-    fn target(&mut self, origin: Origin, i: usize) -> &mut Target {
-        match origin {
-            Origin::Static(_) => &mut self.statics[i],
-            _ => &mut self.seeds[i],
-        }
-    }
-
-    fn alloc_link(&mut self) -> LinkId {
-        let l = LinkId(self.next_link);
-        self.next_link += 1;
-        l
     }
 }
 

@@ -201,12 +201,22 @@ impl ShardCore {
             };
             let Some(total) = budget.try_reserve(n) else {
                 let blocks = path == Path::Origin && policy == OverflowPolicy::Block;
-                let may_wait = blocks && !budget.is_closed();
-                if blocks && budget.is_closed() && running {
-                    // Closed on its shard while this shard's table still routes over it: the
-                    // control plane's next `Install` (a dial race's winner, which took the
-                    // loser's queue) or `Uninstall` is on its way. The publisher waits for
-                    // it (see `unblock`) rather than lose what a winner would carry.
+                let closed = budget.is_closed();
+                // Closed on its shard while this shard's table still routes over it: the
+                // control plane's next `Install` (a dial race's winner, which took the loser's
+                // queue) or `Uninstall` is on its way, and the publisher waits for it (see
+                // `unblock`) rather than lose what a winner would carry. Nobody waits for a
+                // slow link (see `SlowLinkPolicy`).
+                let waits = blocks && if closed { running } else { !budget.is_slow() };
+                if waits {
+                    if !closed {
+                        // The congestion clock starts now, not when the driver first looks
+                        // at this wait: it awaits a publish's waits one after the other, and
+                        // a publish that found two links full waited the second out for a
+                        // whole `after` once the first was settled, every other link held
+                        // meanwhile.
+                        budget.congested(cfg.slow_link.after, now);
+                    }
                     out.push(ShardAction::Block(Box::new(Blocked::new(
                         link,
                         *owner,
@@ -215,28 +225,13 @@ impl ShardCore {
                         frames,
                         topics.cloned(),
                     ))));
-                } else if may_wait && budget.is_slow() {
-                    // Nobody waits for a slow link (see `SlowLinkPolicy`).
+                } else if blocks && !closed {
                     add_dropped(
                         &q.c.dropped_slow_link,
                         topic.map(|t| &t.dropped_slow_link),
                         frames,
                     );
-                } else if may_wait {
-                    // The congestion clock starts now, not when the driver first looks at
-                    // this wait: it awaits a publish's waits one after the other, and a
-                    // publish that found two links full waited the second out for a whole
-                    // `after` once the first was settled, every other link held meanwhile.
-                    budget.congested(cfg.slow_link.after, now);
-                    out.push(ShardAction::Block(Box::new(Blocked::new(
-                        link,
-                        *owner,
-                        budget.clone(),
-                        make(),
-                        frames,
-                        topics.cloned(),
-                    ))));
-                } else if budget.is_closed() {
+                } else if closed {
                     add_dropped(
                         &q.c.dropped_no_route,
                         topic.map(|t| &t.dropped_no_route),
