@@ -6,7 +6,9 @@ fuzz_targets/control_plane.rs): an honest peer announcing, sending samples and r
 frames, and the single-frame attacks of issue 24 (a prefix twin withdrawing the node's own
 writer, an empty complete cycle, seq = u64::MAX, a participant record under another origin,
 AckNack count = u32::MAX, Gap last = u64::MAX, Membership version = u64::MAX), a Samples
-run ending at u64::MAX (the fuzzer's first find), link churn and junk. The target never fails on any input; the seeds only get it past the decoders.
+run ending at u64::MAX (the fuzzer's first find), link churn, a dial race (the
+harness's second connections are inbound, so the older one wins and no late claim is refused),
+and junk. The target never fails on any input; the seeds only get it past the decoders.
 Usage: python3 mesh/fuzz/seed_control_plane.py
 """
 import os
@@ -118,6 +120,19 @@ seeds = {
     + [8, 1]
     + advance_s(40, silent=True)
     + [7, 1],
+    # A second connection of slot 0's peer while the first is up: a dial race (the newer
+    # inbound one loses and is retired); the winner's samples wait until the loser, read as
+    # the winner, ends (the peer closes it), or until the hold runs out (time passes).
+    "dial-race": honest
+    + [7, 0x80]
+    + samples(0, P0_W)
+    + samples(0x80, P0_W)
+    + [6, 0x80]
+    + samples(0, P0_W)
+    + [7, 0x80]
+    + samples(0, P0_W)
+    + advance_s(2)
+    + samples(0, P0_W),
     "samples-end-of-time": honest + samples(0, P0_W, 2, first=2**64 - 2) + samples(0, P0_W),
     "raw-junk": honest + [0, 0, 0, 9, 0, 0, 0, 5, 4, 1, 2, 3, 4] + [0, 3, 0, 4, 0xFF, 0xFF, 0xFF, 0xFF],
 }

@@ -8,7 +8,9 @@
 //!
 //! Input: a sequence of operations (at most 48), each an opcode byte, a slot byte and the
 //! operation's arguments (a missing argument reads as zero); `mesh/fuzz/seed_control_plane.py`
-//! writes the seeds in the same format.
+//! writes the seeds in the same format. The slot byte names a peer (`% 4`); its top bit puts
+//! the operation on that peer's second connection, which op 7 opens while the first is up
+//! (a dial race: one of the two is retired; or, past the race window, a late claim refused).
 //!
 //! | op % 9 | arguments | what |
 //! |---|---|---|
@@ -19,7 +21,7 @@
 //! | 4 | slot, writer, first seq, count | a Samples run |
 //! | 5 | u16 | time advances (every timer due on the way fires): `& 0x3ff` ms, or with bit 15 `(& 0x3f) + 1` s; bit 14 silences the peers (their links time out) |
 //! | 6 | slot | the peer closes the link |
-//! | 7 | slot | the peer connects again (a new handshake) |
+//! | 7 | slot | the peer connects (a new handshake; also while linked, on the second connection) |
 //! | 8 | slot | the link is lost (read error) |
 //!
 //! Length: one file: the node's wiring, the checker and the input grammar. The `control_plane`
@@ -178,6 +180,9 @@ impl DeliverySink for Discard {
 struct Slot {
     /// The link while it is up (on the shard).
     link: Option<LinkId>,
+    /// A second connection of the same peer while it is up (a dial race, or a late claim the
+    /// node refused).
+    second: Option<LinkId>,
     /// Connections made so far (the peer's address changes with each, as a new socket).
     tries: u8,
 }
@@ -186,6 +191,8 @@ struct Node {
     core: ControlCore,
     shard: ShardCore,
     slots: [Slot; 4],
+    /// The operation in progress is on its slot's second connection (the slot byte's top bit).
+    on_second: bool,
     now: Instant,
     start: Instant,
     /// This node's endpoints created at start, and the pairs of them that match.
@@ -252,6 +259,7 @@ impl Node {
             core,
             shard,
             slots: Default::default(),
+            on_second: false,
             now,
             start: now,
             own,
@@ -273,8 +281,15 @@ impl Node {
     }
 
     /// The peer of `slot` connects (its Hello arrives at once); the link goes to the shard.
+    /// The slot's peer connects (a new socket and handshake); on the second connection, while
+    /// the first is up: a dial race, or a late claim once the race window has passed.
     fn connect(&mut self, slot: usize) {
-        if self.slots[slot].link.is_some() {
+        let s = &self.slots[slot];
+        let taken = match self.on_second {
+            false => s.link.is_some(),
+            true => s.link.is_none() || s.second.is_some(),
+        };
+        if taken {
             return;
         }
         let (peer, capable) = slot_peer(slot);
@@ -305,13 +320,24 @@ impl Node {
         self.core.on_bytes(link, &b, self.now, wall);
         self.pump();
         if self.shard.served().any(|l| l == link) {
-            self.slots[slot].link = Some(link);
+            match self.on_second {
+                false => self.slots[slot].link = Some(link),
+                true => self.slots[slot].second = Some(link),
+            }
+        }
+    }
+
+    /// The link the operation in progress is on.
+    fn link_of(&self, slot: usize) -> Option<LinkId> {
+        match self.on_second {
+            false => self.slots[slot].link,
+            true => self.slots[slot].second,
         }
     }
 
     /// Bytes read on `slot`'s link.
     fn read(&mut self, slot: usize, bytes: &[u8]) {
-        let Some(link) = self.slots[slot].link else {
+        let Some(link) = self.link_of(slot) else {
             return;
         };
         let Some((mut buf, _)) = self.shard.read_buffer(link) else {
@@ -344,8 +370,9 @@ impl Node {
     }
 
     /// Carries out the shard's actions: reports go to the control core, ended links free
-    /// their slot.
+    /// their slot, a held reader told to read on reads what it holds.
     fn apply(&mut self, acts: &mut Vec<ShardAction>) {
+        let mut read_on = Vec::new();
         for a in acts.drain(..) {
             match a {
                 ShardAction::Report { msg, .. } => {
@@ -355,14 +382,21 @@ impl Node {
                 ShardAction::Ended(link, _) => {
                     for s in &mut self.slots {
                         if s.link == Some(link) {
-                            s.link = None;
+                            s.link = s.second.take();
+                        }
+                        if s.second == Some(link) {
+                            s.second = None;
                         }
                     }
                 }
                 ShardAction::Post { .. } => panic!("one shard: nothing to post to another"),
+                ShardAction::ReadOn(link) => read_on.push(link),
                 ShardAction::Block(_) => {}
                 _ => {}
             }
+        }
+        for link in read_on {
+            self.read_frames(link);
         }
     }
 
@@ -476,7 +510,7 @@ impl Node {
     }
 
     fn close(&mut self, slot: usize, lost: bool) {
-        let Some(link) = self.slots[slot].link else {
+        let Some(link) = self.link_of(slot) else {
             return;
         };
         let mut acts = std::mem::take(&mut self.acts);
@@ -855,7 +889,9 @@ pub fn run(data: &[u8]) {
     while !inp.is_empty() && ops < MAX_OPS {
         ops += 1;
         let op = inp.u8();
-        let slot = usize::from(inp.u8() % 4);
+        let raw = inp.u8();
+        let slot = usize::from(raw % 4);
+        n.on_second = raw & 0x80 != 0;
         match op % 9 {
             0 => {
                 let len = usize::from(inp.u16() % 2048);
