@@ -245,7 +245,7 @@ fn simultaneous_dials_end_with_one_link_on_both_sides() {
 /// a shard whose table still names the loser after its owner shard closed it waits for the
 /// table to name the winner. Order is printed, not asserted: the receiver reads the winner
 /// after the loser has ended (about 4 runs in 100 with two busy loops beside read a few
-/// frames out of order before; none in 300 since), but when its own handshake of the loser
+/// frames out of order before; none in 750 since), but when its own handshake of the loser
 /// ends after the winner's (the peer's the other way round), the winner's first frames may
 /// be read before the loser is known at all. The simulation and the shard's tests check the
 /// order.
@@ -272,7 +272,7 @@ fn stream_across_a_race(shards: usize) {
     });
     t.join().unwrap();
     // A fence after the stream; once it is in, a moment more for frames of the race's loser
-    // read after the winner's (the order across the switch is not kept under load).
+    // read after the winner's (the rare case above, where the loser was not known in time).
     nodes[0].mesh.broadcast_blocking("fence").unwrap();
     wait_until(20, "the fence delivered", || {
         nodes[1].rec.messages().iter().any(|m| m.1 == b"fence")

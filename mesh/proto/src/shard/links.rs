@@ -38,9 +38,6 @@ pub(super) const GONE_REMEMBERED: usize = 64;
 /// The state of dial-race hand-overs on a shard.
 #[derive(Debug, Default)]
 pub(super) struct Handover {
-    /// Losers waiting for their peer to resolve the race too (see `ShardCore::retire`). At
-    /// most one entry per served link.
-    pub(super) retiring: Vec<LinkId>,
     /// Winners that took their loser's queue while the loser had a write in progress, as
     /// (loser, winner): the winner writes after that write (see `ShardCore::pass_queue`).
     pub(super) holding: Vec<(LinkId, LinkId)>,
@@ -235,7 +232,6 @@ impl ShardCore {
 
     /// `ToShard::Close`: flush, then Goodbye if asked, then close.
     pub(super) fn close(&mut self, link: LinkId, goodbye: bool, now: Instant) {
-        self.handover.retiring.retain(|l| *l != link);
         if let Some(l) = self.links.get_mut(link) {
             l.state.close(goodbye, now);
             l.closing = true;
@@ -249,35 +245,24 @@ impl ShardCore {
     /// sends on the loser until then; so the loser is not closed at once (the peer would see
     /// a Goodbye on its only link, and what it published before the winner came up would find
     /// no route): it is read on, as the winner, and closed politely as soon as the peer
-    /// sends on the winner ([`winner_heard`](Self::winner_heard)), or at `retire_grace`,
-    /// unless the peer closed it first.
+    /// sends on the winner (the winner's hold, `race_order`), or at `retire_grace`, unless
+    /// the peer closed it first.
     pub(super) fn retire(&mut self, link: LinkId, now: Instant) {
         let linger = self.cfg.retire_grace;
         if let Some(l) = self.links.get_mut(link).filter(|l| !l.closing) {
-            if l.retiring.is_none() {
-                l.retiring = Some(now + linger);
-                self.handover.retiring.push(link);
-            }
+            l.retiring.get_or_insert(now + linger);
             if let Some(w) = self.successor(link) {
                 self.order_behind(link, w);
             }
         }
     }
 
-    /// Bytes came on `link`. A loser retiring in its favour is closed now: its peer sends on
-    /// the winner, so it has the winner up and resolved the race too (or never will have
-    /// the loser up). Called per read, and only while a link retires.
-    pub(super) fn winner_heard(&mut self, link: LinkId, now: Instant) {
-        let done: Vec<LinkId> = self
-            .handover
-            .retiring
-            .iter()
-            .copied()
-            .filter(|l| self.successor(*l) == Some(link))
-            .collect();
-        for l in done {
-            self.close(l, true, now);
-        }
+    /// The dial races' losers this shard still serves, retired and not closing yet.
+    pub(super) fn retiring_links(&self) -> Vec<LinkId> {
+        self.links
+            .ids()
+            .filter(|l| self.links.get(*l).is_some_and(|s| s.retiring.is_some()))
+            .collect()
     }
 
     /// The writer of a closing `link` sent everything and its FIN. The socket stays open and
@@ -569,7 +554,6 @@ impl ShardCore {
             return;
         };
         self.lingering.retain(|(_, x)| *x != link);
-        self.handover.retiring.retain(|x| *x != link);
         self.remember_gone(link, l.peer);
         if !self.handover.holding.is_empty() {
             self.release_held(link);

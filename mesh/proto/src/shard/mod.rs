@@ -398,7 +398,7 @@ impl ShardCore {
                 }
                 // The control plane closes the links it knows; a retiring loser it already
                 // forgot would hold the stop up to its grace.
-                for link in std::mem::take(&mut self.handover.retiring) {
+                for link in self.retiring_links() {
                     self.close(link, true, now);
                 }
                 self.check_stopped(out);

@@ -431,9 +431,6 @@ impl ShardCore {
     /// [`read_frames`](Self::read_frames) next.
     pub fn on_read(&mut self, link: LinkId, buf: BytesMut, n: usize, now: Instant) {
         add(&self.counters.bytes_in, n as u64);
-        if !self.handover.retiring.is_empty() {
-            self.winner_heard(link, now);
-        }
         let Some(l) = self.links.get_mut(link) else {
             return;
         };
