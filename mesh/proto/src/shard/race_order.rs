@@ -74,11 +74,7 @@ impl ShardCore {
         let b = &mut self.handover.behind[i];
         let until = *b.until.get_or_insert(now + hold);
         if until <= now {
-            tracing::debug!(shard = self.idx, loser = ?b.loser, winner = ?link, "a dial race's loser did not end in time: its winner reads on");
-            self.handover.behind.swap_remove(i);
-            if let Some(w) = self.links.get_mut(link) {
-                w.stalled = false;
-            }
+            self.hold_expired(i);
             return false;
         }
         let first = !std::mem::replace(&mut b.held, true);
@@ -127,9 +123,18 @@ impl ShardCore {
         else {
             return;
         };
-        let b = self.handover.behind.swap_remove(i);
-        tracing::debug!(shard = self.idx, loser = ?b.loser, winner = ?link, "a dial race's loser did not end in time: its winner reads on");
+        let b = self.hold_expired(i);
         self.read_on(b, out);
+    }
+
+    /// The hold `i` ran out before its loser ended: the winner is no longer held.
+    fn hold_expired(&mut self, i: usize) -> Behind {
+        let b = self.handover.behind.swap_remove(i);
+        tracing::debug!(shard = self.idx, loser = ?b.loser, winner = ?b.winner, "a dial race's loser did not end in time: its winner reads on");
+        if let Some(w) = self.links.get_mut(b.winner) {
+            w.stalled = false;
+        }
+        b
     }
 
     /// The hold `b` ended: its winner's reader, if told to wait, reads on.
