@@ -9,7 +9,7 @@
 //! targets) that every input updates together: its inputs and the table here, what it dials
 //! and when in `peers/dialing.rs`, the verdict on a second connection to a linked peer (dial
 //! races, late claims) in `peers/races.rs`, the bounded degree's hooks in `peers/cap.rs`. Its
-//! tests are in `tests/proto_peers.rs`.
+//! tests are in `tests/proto_peers.rs` and, for races and late claims, `tests/proto_peer_races.rs`.
 //!
 //! Three sources of dial targets converge on one handshake and dial-race path:
 //! - **discovered** peers (validated announces): dialed at the announced address at once, and

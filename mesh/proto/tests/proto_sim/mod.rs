@@ -839,3 +839,18 @@ pub fn add_topology(
         sim.add_node(c);
     }
 }
+
+/// The actions a peer table has queued, in order.
+pub fn drain(pm: &mut PeerManager<StdRng>) -> Vec<PeerAction> {
+    std::iter::from_fn(|| pm.poll_action()).collect()
+}
+
+/// The events a peer table has queued, in order.
+pub fn events(pm: &mut PeerManager<StdRng>) -> Vec<PeerEvent> {
+    std::iter::from_fn(|| pm.poll_event()).collect()
+}
+
+/// A fake peer address, distinct per `i`.
+pub fn addr(i: u32) -> std::net::SocketAddr {
+    std::net::SocketAddr::new(IpAddr::from(i.to_be_bytes()), 7000)
+}
