@@ -20,6 +20,9 @@
 //!   each link coming up cost every node of a forming mesh (the largest share of the
 //!   60-node start's CPU after the records themselves, `start60.md`). Throughput is builds
 //!   per second; `paths/table_N` is the table alone (a link change without a graph change).
+//! - `paths/sparse_N/k`: the reverse paths of one node of a sparse mesh (N nodes, about
+//!   degree 10) with `relay_redundancy` k: 3 ranks the relays toward every node farther from
+//!   an origin, 0 ranks none (the baseline in the same run).
 //!
 //! Compare code versions by running the same command on each (same script, alternating).
 
@@ -165,12 +168,65 @@ fn bench_paths(c: &mut Criterion) {
     g.finish();
 }
 
+/// A sparse mesh of `n` nodes the same each run: a ring, and four more links a node to
+/// nodes drawn by a fixed xorshift (about degree 10, a diameter of ~4 at 512 nodes, like
+/// the capped meshes `max_links` builds): every node's record lists its neighbours.
+fn sparse_records(n: usize) -> Vec<(PeerId, Vec<PeerId>)> {
+    let mut lists: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut link = |a: usize, b: usize| {
+        if a != b && !lists[a].contains(&b) {
+            lists[a].push(b);
+            lists[b].push(a);
+        }
+    };
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    for a in 0..n {
+        link(a, (a + 1) % n);
+        for _ in 0..4 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            link(a, (x % n as u64) as usize);
+        }
+    }
+    lists
+        .into_iter()
+        .enumerate()
+        .map(|(a, l)| (node(a), l.into_iter().map(node).collect()))
+        .collect()
+}
+
+/// `paths/sparse_N/k`: node 0's reverse paths over [`sparse_records`] with `relay_redundancy`
+/// k (issue 29: ranked relays toward nodes at every distance from an origin; k = 0, every
+/// relay carrying, ranks none and is the baseline).
+fn bench_sparse_paths(c: &mut Criterion) {
+    let mut g = c.benchmark_group("paths");
+    g.throughput(Throughput::Elements(1));
+    for n in [256, 512] {
+        let records = sparse_records(n);
+        for k in [0, 3] {
+            g.bench_function(format!("sparse_{n}/{k}"), |b| {
+                b.iter(|| {
+                    black_box(ReversePaths::build(
+                        node(0),
+                        records.iter().map(|(o, l)| (o, l.as_slice())),
+                        |_| true,
+                        k,
+                    ))
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 /// Every membership bench; a plain fn rather than `criterion_group!`, whose generated `pub fn`
 /// has no docs.
 fn benches() {
     let mut c = shoal_bench::quick_criterion();
     bench_forming(&mut c);
     bench_paths(&mut c);
+    bench_sparse_paths(&mut c);
 }
 
 criterion_main!(benches);

@@ -34,18 +34,22 @@
 //! own id.
 //!
 //! **Relays** send an origin's frames only to neighbours farther from it than themselves
-//! ([`PathTable`]). A node N two hops from origin X would get one copy from every node linked
-//! to both: in a full mesh, a neighbour X stops listing (its link slow, `control::slow`) got
-//! a copy of each of X's frames from every other node, the load of flooding on the one node
-//! that was already behind. So of those relays only the `relay_redundancy` first by
-//! [`relay_rank`] carry X's frames to N ([`ReversePaths::spared`]); the rest are spared it.
+//! ([`PathTable`]). A node N would then get one copy from every node linked to it one hop
+//! nearer to origin X (its relays): in a full mesh, a neighbour X stops listing (its link
+//! slow, `control::slow`) got a copy of each of X's frames from every other node, the load
+//! of flooding on the one node that was already behind, and in a sparse mesh (`max_links`)
+//! most nodes got two or three copies of every broadcast. So of N's relays only the
+//! `relay_redundancy` first by [`relay_rank`] carry X's frames to N
+//! ([`ReversePaths::spared`]), at every distance from X; the rest are spared it.
 //!
 //! Cost: one BFS from this node, then one pass over the graph level by level with a bit per
 //! neighbour (`O(E * deg / 64)`, see `near.rs`; it was a BFS from every neighbour,
-//! `O(deg * (V + E))`, plus sorting), run only when the graph's edges changed
-//! ([`MemberGraph::shape`]); a lookup is one hash probe and a binary search in the (short,
-//! sorted) list of the origin's toward neighbours.
+//! `O(deg * (V + E))`, plus sorting), and where an origin is two or more hops away one BFS
+//! from the nodes two hops from this one, all at once, a bit each (`farther.rs`), run only
+//! when the graph's edges changed ([`MemberGraph::shape`]); a lookup is one hash probe and a
+//! binary search in the (short, sorted) list of the origin's toward neighbours.
 
+mod farther;
 mod near;
 
 use crate::counted_graph::{CountedGraph as Graph, FAR};
@@ -129,7 +133,7 @@ impl ReversePaths {
     /// record lists, this node's own entry included, as [`MemberGraph::adjacency`] yields
     /// it), restricted to this node and the nodes `include` admits (e.g. only topic-capable
     /// nodes, for frames that only capable links carry). `redundancy`: how many relays carry
-    /// an origin's frames to a node two hops from it (`relay_redundancy`; 0: every one).
+    /// an origin's frames to a node farther from it (`relay_redundancy`; 0: every one).
     /// Pure: the same inputs in any order give the same result.
     pub fn build<'a>(
         me: PeerId,
@@ -249,10 +253,10 @@ impl ReversePaths {
         })
     }
 
-    /// The neighbours two hops from `origin` (which is linked to this node) that at least
-    /// `redundancy` other relays rank before this one to carry `origin`'s frames
-    /// ([`relay_rank`]), ascending: this relay sends them none. `None` when the origin is
-    /// unknown.
+    /// The neighbours farther from `origin` than this node for which at least `redundancy`
+    /// other relays (the nodes linked to them at this node's distance from `origin`) rank
+    /// before this one to carry `origin`'s frames ([`relay_rank`]), ascending: this relay
+    /// sends them none. `None` when the origin is unknown.
     pub fn spared(&self, origin: &PeerId) -> Option<&[PeerId]> {
         self.origins.get(origin).map(|e| {
             &self.spared[e.spared_start as usize..(e.spared_start + e.spared_len) as usize]
@@ -358,11 +362,11 @@ impl PathCheck {
 ///   already in force before the change: by the graph R judged by before, N did not take
 ///   X's frames from R, so a node still judging by that graph does not expect R's copy,
 ///   and one judging by the new graph agrees with R.
-/// - N is two hops from X, X is linked to R and N is *spared* ([`ReversePaths::spared`]):
-///   N takes X's frames from any node linked to both, and `relay_redundancy` of those that
-///   rank before R carry them. The skip is one of the previous kind (it waits for settling
-///   unless already in force); a relay that ranks before R but judges by an older graph
-///   holds back its copy until X's record reaches it, one hop from X.
+/// - N is farther from X than R and *spared* ([`ReversePaths::spared`]): N takes X's frames
+///   from any node linked to it at R's distance from X, and `relay_redundancy` of those
+///   that rank before R carry them. The skip is one of the previous kind (it waits for
+///   settling unless already in force); a relay that ranks before R but judges by an older
+///   graph holds back its copy until the record of the change reaches it.
 #[derive(Debug, Clone, Default)]
 pub struct PathTable {
     by_origin: AHashMap<PeerId, TableEntry>,
@@ -568,16 +572,38 @@ impl PathTable {
 /// Fixed for good: nodes ranking by different functions could each leave the copy to another
 /// (a mesh mixing them gets fewer copies, down to none, until they agree again).
 pub fn relay_rank(origin: &PeerId, to: &PeerId, relay: &PeerId) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in origin.0.iter().chain(&to.0).chain(&relay.0) {
+    RankOf::new(origin, to).relay(relay)
+}
+
+/// [`relay_rank`] for one (origin, node) pair and many relays: the hash of the pair's 32
+/// bytes is taken once (a relay ranking a node's relays hashed them for each: most of the
+/// cost of ranking at every distance, `farther.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RankOf(u64);
+
+impl RankOf {
+    pub(crate) fn new(origin: &PeerId, to: &PeerId) -> RankOf {
+        RankOf(fnv(0xcbf2_9ce4_8422_2325, origin.0.iter().chain(&to.0)))
+    }
+
+    /// `relay`'s rank for the pair.
+    pub(crate) fn relay(self, relay: &PeerId) -> u64 {
+        let mut h = fnv(self.0, relay.0.iter());
+        h ^= h >> 30;
+        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^= h >> 27;
+        h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^ (h >> 31)
+    }
+}
+
+/// FNV-1a 64 of `bytes` from state `h`.
+fn fnv<'a>(mut h: u64, bytes: impl Iterator<Item = &'a u8>) -> u64 {
+    for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
+    h
 }
 
 /// Moves `at` past the `(origin, neighbour)` pairs of `sorted` below origin `x` and appends

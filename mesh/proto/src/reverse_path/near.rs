@@ -16,8 +16,8 @@
 //! - **spared** (`relay_redundancy`): for X linked to this node and N two hops from X, the
 //!   relays toward N are the nodes linked to both X and N; this node is spared N when at
 //!   least `redundancy` of them rank before it ([`super::relay_rank`]). Farther from X, N's
-//!   relays are the nodes one hop nearer to X than N, which needs distances from X that one
-//!   BFS from this node does not give: there every relay carries X's frames to N, as before.
+//!   relays are the nodes linked to N one hop nearer to X, which needs distances from X that
+//!   one BFS from this node does not give: `farther.rs` finds them.
 //!
 //! Walking the nodes level by level from this node's BFS, each set is the union of sets of
 //! the previous level (or of the same level, already complete), one bit per neighbour: every
@@ -31,6 +31,7 @@
 //! node) may be anywhere in the graph; it keeps a BFS of its own, as before. That is a link
 //! coming up or going down, a few at a time.
 
+use super::farther::{outranked, Farther};
 use crate::counted_graph::{CountedGraph as Graph, FAR};
 use std::collections::VecDeque;
 
@@ -86,7 +87,7 @@ impl Bits {
 
 impl Near {
     /// The sets of graph `g` seen from node `me`; `redundancy`: how many relays carry an
-    /// origin's frames to a node two hops from it (0: every one; see the module docs).
+    /// origin's frames to a node farther from it (0: every one; see the module docs).
     pub(super) fn compute(g: &Graph, me: u32, redundancy: usize) -> Near {
         let n = g.ids.len();
         let mut dist_me = vec![FAR; n];
@@ -160,6 +161,10 @@ impl Near {
                 }
             })
             .collect();
+        let farther = match redundancy {
+            0 => None,
+            _ => Farther::compute(g, me, &out.dist_me, counted),
+        };
         for x in 0..n as u32 {
             let dm = out.dist_me[x as usize];
             if x == me || dm == FAR {
@@ -194,13 +199,15 @@ impl Near {
                 if t {
                     out.toward.push((x, nb));
                 }
-                // A counted neighbour two hops from an origin linked to this node.
-                if redundancy > 0
-                    && dm == 1
-                    && !nf
-                    && at.is_ok()
-                    && spared(g, x, nb, me, redundancy)
-                {
+                // A counted neighbour farther from the origin than this node: two hops from
+                // an origin linked to this node, or farther out.
+                let spare = match (at, &farther) {
+                    _ if redundancy == 0 || nf => false,
+                    (Ok(_), _) if dm == 1 => spared(g, x, nb, me, redundancy),
+                    (Ok(b), Some(f)) => f.spared(g, x, nb, b, me, redundancy),
+                    _ => false,
+                };
+                if spare {
                     out.spared.push((x, nb));
                 }
             }
@@ -212,31 +219,21 @@ impl Near {
 /// Whether at least `redundancy` of the nodes linked to both `x` and `nb` (this node `me`
 /// among them) rank before `me` as relays of `x`'s frames toward `nb`.
 fn spared(g: &Graph, x: u32, nb: u32, me: u32, redundancy: usize) -> bool {
-    let key = |c: u32| {
-        (
-            super::relay_rank(&g.ids[x as usize], &g.ids[nb as usize], &g.ids[c as usize]),
-            c,
-        )
-    };
-    let mine = key(me);
     let (a, b) = (g.neighbours(x), g.neighbours(nb));
-    let (mut i, mut j, mut before) = (0, 0, 0);
+    let (mut i, mut j) = (0, 0);
     // Both ascending: one merge finds the common neighbours.
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                if a[i] != me && key(a[i]) < mine {
-                    before += 1;
-                    if before >= redundancy {
-                        return true;
-                    }
+    let common = std::iter::from_fn(|| {
+        while i < a.len() && j < b.len() {
+            match a[i].cmp(&b[j]) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    (i, j) = (i + 1, j + 1);
+                    return Some(a[i - 1]);
                 }
-                i += 1;
-                j += 1;
             }
         }
-    }
-    false
+        None
+    });
+    outranked(g, x, nb, me, common, redundancy)
 }

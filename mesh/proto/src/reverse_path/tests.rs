@@ -423,45 +423,49 @@ fn by_bfs_from_every_neighbour(me: PeerId, records: &[(PeerId, Vec<PeerId>)]) ->
     out
 }
 
-#[test]
-fn the_level_walk_finds_the_sets_a_bfs_from_every_neighbour_finds() {
-    // Random graphs, sparse to full, with what a booting mesh holds: edges listed by one end
-    // only (this node's too: a neighbour it lists over an edge that does not count yet),
-    // listed ids without a record, parts this node does not reach, more than 64 neighbours
-    // (two words of bits).
-    let mut rng = StdRng::seed_from_u64(2960);
+/// A random graph's records as a booting mesh holds them, sparse to full: edges listed by one
+/// end only (this node's too: a neighbour it lists over an edge that does not count yet),
+/// listed ids without a record, parts this node (`nth(0)`) does not reach, more than 64
+/// neighbours (two words of bits) every fifth round or so.
+fn random_records(rng: &mut StdRng, round: usize) -> Vec<(PeerId, Vec<PeerId>)> {
     let id = nth;
-    let mut checked = 0;
-    for round in 0..300 {
-        let n = match round % 5 {
-            0 => rng.gen_range(2..8),
-            1 => rng.gen_range(8..30),
-            2 => rng.gen_range(60..90),
-            _ => rng.gen_range(10..60),
-        };
-        let density: f64 = [0.05, 0.2, 0.5, 0.9, 1.0][rng.gen_range(0..5)];
-        let one_sided: f64 = [0.0, 0.02, 0.2][rng.gen_range(0..3)];
-        let mut lists: Vec<Vec<PeerId>> = vec![Vec::new(); n];
-        for a in 0..n {
-            for b in a + 1..n {
-                if rng.gen_bool(density) {
-                    if !rng.gen_bool(one_sided) {
-                        lists[a].push(id(b));
-                    }
-                    if !rng.gen_bool(one_sided) {
-                        lists[b].push(id(a));
-                    }
+    let n = match round % 5 {
+        0 => rng.gen_range(2..8),
+        1 => rng.gen_range(8..30),
+        2 => rng.gen_range(60..90),
+        _ => rng.gen_range(10..60),
+    };
+    let density: f64 = [0.05, 0.2, 0.5, 0.9, 1.0][rng.gen_range(0..5)];
+    let one_sided: f64 = [0.0, 0.02, 0.2][rng.gen_range(0..3)];
+    let mut lists: Vec<Vec<PeerId>> = vec![Vec::new(); n];
+    for a in 0..n {
+        for b in a + 1..n {
+            if rng.gen_bool(density) {
+                if !rng.gen_bool(one_sided) {
+                    lists[a].push(id(b));
+                }
+                if !rng.gen_bool(one_sided) {
+                    lists[b].push(id(a));
                 }
             }
-            if rng.gen_bool(0.1) {
-                lists[a].push(id(n + 1000)); // no record
-            }
         }
-        let records: Vec<(PeerId, Vec<PeerId>)> = (0..n)
-            .filter(|&i| i == 0 || !rng.gen_bool(0.05)) // some nodes' records not known yet
-            .map(|i| (id(i), lists[i].clone()))
-            .collect();
-        let me = id(0);
+        if rng.gen_bool(0.1) {
+            lists[a].push(id(n + 1000)); // no record
+        }
+    }
+    (0..n)
+        .filter(|&i| i == 0 || !rng.gen_bool(0.05)) // some nodes' records not known yet
+        .map(|i| (id(i), lists[i].clone()))
+        .collect()
+}
+
+#[test]
+fn the_level_walk_finds_the_sets_a_bfs_from_every_neighbour_finds() {
+    let mut rng = StdRng::seed_from_u64(2960);
+    let mut checked = 0;
+    for round in 0..300 {
+        let records = random_records(&mut rng, round);
+        let me = nth(0);
         let r = ReversePaths::build(
             me,
             records.iter().map(|(o, l)| (o, l.as_slice())),

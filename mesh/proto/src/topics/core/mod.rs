@@ -385,7 +385,7 @@ pub struct TopicsCore {
     origins: origins::Origins,
     /// Take an origin's frames only from links toward it (`reverse_path_check`).
     reverse_path: bool,
-    /// Relays toward a node two hops from an origin (`MeshConfig::relay_redundancy`).
+    /// Relays toward a node farther from an origin (`MeshConfig::relay_redundancy`).
     relay_redundancy: usize,
     /// The neighbours toward each origin over the topic-capable nodes.
     paths: Arc<ReversePaths>,
@@ -447,8 +447,8 @@ pub struct TopicsInit {
     /// Take an origin's Discovery frames only from links toward it in the membership graph
     /// (`MeshConfig::reverse_path_check`).
     pub reverse_path: bool,
-    /// How many relays carry an origin's Discovery frames to a node two hops from it
-    /// (`MeshConfig::relay_redundancy`).
+    /// How many relays carry an origin's Discovery frames to a node, of those one hop nearer
+    /// to it (`MeshConfig::relay_redundancy`).
     pub relay_redundancy: usize,
 }
 

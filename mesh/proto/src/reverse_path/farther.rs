@@ -1,0 +1,172 @@
+//! Which relays carry the frames of an origin two or more hops from this node to a neighbour
+//! farther still, for `relay_redundancy` (issue 29, sparse meshes).
+//!
+//! **Owns:** the distances that question needs and the answer. **Must not touch:** the
+//! two-hop case (`near.rs` answers it from the origin's and the neighbour's adjacency) and
+//! the rule itself (the parent module's).
+//!
+//! Neighbour N, farther from origin X than this node (`dist(N, X) = dist(me, X) + 1 = d + 1`),
+//! takes X's frames from any node linked to it at distance `d` from X: its relays, this node
+//! among them. Every relay answers the same question over the same graph, so the first
+//! `redundancy` by [`super::relay_rank`] carry and the others are spared, without a word
+//! exchanged. The relays of N are within two hops of this node, but their distances to X are
+//! not in this node's BFS; a BFS from each of them would cost `O(deg² · E)`: at 512 nodes of
+//! degree 8, some 60 BFSs of ~4 000 edge visits each, a rebuild, a node.
+//! Instead one BFS runs from all of them at once, a bit per node as in `near.rs`: level by
+//! level, a node's new bits are the union of its neighbours' previous frontiers, and the
+//! bits new at level `d = dist(me, X)` at X are exactly the candidates at distance `d` from
+//! X. Cost: `O(levels · E · sources / 64)`, one word for up to 64 candidates (degree 8), and
+//! nothing in a full mesh (no origin two hops away).
+
+use super::RankOf;
+use crate::counted_graph::{CountedGraph as Graph, FAR};
+
+/// For each node X, the candidates at distance `dist(me, X)` from X, and for each counted
+/// neighbour of this node, the candidates linked to it.
+pub(super) struct Farther {
+    words: usize,
+    /// The node index of each bit: every node linked to a counted neighbour of this node,
+    /// this node excepted, ascending.
+    sources: Vec<u32>,
+    /// Per node X, `words` words: the sources at distance `dist(me, X)` from X.
+    at_my_distance: Vec<u64>,
+    /// Per counted neighbour (by its bit in `near.rs`), `words` words: the sources linked
+    /// to it.
+    linked_to: Vec<u64>,
+}
+
+impl Farther {
+    /// The sets of graph `g` seen from node `me` (`dist_me`: its BFS; `counted`: its
+    /// neighbours over counted edges, ascending); `None` when no origin is two or more hops
+    /// away (nothing to ask).
+    pub(super) fn compute(g: &Graph, me: u32, dist_me: &[u32], counted: &[u32]) -> Option<Self> {
+        let deepest = dist_me.iter().filter(|&&d| d != FAR).max().copied()?;
+        if deepest < 2 {
+            return None;
+        }
+        let n = g.ids.len();
+        let mut sources: Vec<u32> = counted
+            .iter()
+            .flat_map(|&nb| g.neighbours(nb).iter().copied())
+            .filter(|&c| c != me)
+            .collect();
+        sources.sort_unstable();
+        sources.dedup();
+        let words = sources.len().div_ceil(64).max(1);
+        let mut bit = vec![u32::MAX; n];
+        for (i, &s) in sources.iter().enumerate() {
+            bit[s as usize] = i as u32;
+        }
+        let set = |v: &mut [u64], row: usize, b: u32| {
+            v[row * words + b as usize / 64] |= 1 << (b % 64);
+        };
+
+        let mut linked_to = vec![0; counted.len() * words];
+        for (k, &nb) in counted.iter().enumerate() {
+            for &c in g.neighbours(nb) {
+                if c != me {
+                    set(&mut linked_to, k, bit[c as usize]);
+                }
+            }
+        }
+
+        let mut seen = vec![0u64; n * words];
+        let mut frontier = vec![0u64; n * words];
+        let mut next = vec![0u64; n * words];
+        for (i, &s) in sources.iter().enumerate() {
+            set(&mut seen, s as usize, i as u32);
+            set(&mut frontier, s as usize, i as u32);
+        }
+        let mut at_my_distance = vec![0u64; n * words];
+        for level in 1..=deepest {
+            for (x, &dx) in dist_me.iter().enumerate() {
+                let row = x * words..(x + 1) * words;
+                for &y in g.neighbours(x as u32) {
+                    let from = y as usize * words;
+                    for (k, w) in next[row.clone()].iter_mut().enumerate() {
+                        *w |= frontier[from + k];
+                    }
+                }
+                for k in row.clone() {
+                    next[k] &= !seen[k];
+                    seen[k] |= next[k];
+                }
+                if dx == level {
+                    at_my_distance[row.clone()].copy_from_slice(&next[row]);
+                }
+            }
+            std::mem::swap(&mut frontier, &mut next);
+            next.fill(0);
+        }
+        Some(Farther {
+            words,
+            sources,
+            at_my_distance,
+            linked_to,
+        })
+    }
+
+    /// Whether at least `redundancy` of the relays of `x`'s frames toward the counted
+    /// neighbour with bit `nb_bit` (node `nb`, farther from `x` than this node `me`) rank
+    /// before `me` (`redundancy` > 0).
+    pub(super) fn spared(
+        &self,
+        g: &Graph,
+        x: u32,
+        nb: u32,
+        nb_bit: usize,
+        me: u32,
+        redundancy: usize,
+    ) -> bool {
+        let w = self.words;
+        let relays = || {
+            let (mine, theirs) = (
+                &self.at_my_distance[x as usize * w..(x as usize + 1) * w],
+                &self.linked_to[nb_bit * w..(nb_bit + 1) * w],
+            );
+            mine.iter().zip(theirs).map(|(a, b)| a & b)
+        };
+        // Fewer other relays than `redundancy`: this one carries, no rank needed (the
+        // common case in a sparse mesh, where most nodes have one or two relays).
+        if relays().map(|m| m.count_ones() as usize).sum::<usize>() < redundancy {
+            return false;
+        }
+        let sources = &self.sources;
+        let relays = relays().enumerate().flat_map(|(k, mut m)| {
+            std::iter::from_fn(move || {
+                (m != 0).then(|| {
+                    let c = sources[k * 64 + m.trailing_zeros() as usize];
+                    m &= m - 1;
+                    c
+                })
+            })
+        });
+        outranked(g, x, nb, me, relays, redundancy)
+    }
+}
+
+/// Whether at least `redundancy` of `relays` (nodes other than this node `me` that, like it,
+/// are linked to `nb` one hop nearer to `x`) rank before `me` to carry `x`'s frames to `nb`
+/// ([`super::relay_rank`], ties by index): then `me` is spared.
+pub(super) fn outranked(
+    g: &Graph,
+    x: u32,
+    nb: u32,
+    me: u32,
+    relays: impl IntoIterator<Item = u32>,
+    redundancy: usize,
+) -> bool {
+    let of = RankOf::new(&g.ids[x as usize], &g.ids[nb as usize]);
+    let rank = |c: u32| (of.relay(&g.ids[c as usize]), c);
+    let mine = rank(me);
+    let mut before = 0;
+    for c in relays {
+        if c != me && rank(c) < mine {
+            before += 1;
+            if before >= redundancy {
+                return true;
+            }
+        }
+    }
+    false
+}
