@@ -97,11 +97,14 @@
 //!   get a copy from every relay (n - 2 copies of each frame in a full mesh of n, the load of
 //!   flooding on the one node already behind), and in a sparse mesh most nodes a copy from
 //!   each neighbour one hop nearer (simulated, 32 nodes of degree 6: 2.32 copies per
-//!   delivery, 2.10 with three relays, 1.00 with one). Three are what the six-host fault suite has toward such a subscriber, so its
-//!   figures stand (two cost its 30 %-lossy subscribers ~2 % on a loaded machine:
-//!   `bench/notes/relay-pruning.md`), and the spares carry on while a relay's link is lossy
-//!   or dark. 0: every relay sends, as before. Nodes of a mesh may differ: N gets at least
-//!   the smallest setting's copies.
+//!   delivery, 2.10 with three relays, 1.00 with one). Three are what the six-host fault
+//!   suite has toward such a subscriber, so its figures stand (two cost its 30 %-lossy
+//!   subscribers ~2 % on a loaded machine: `bench/notes/relay-pruning.md`), and the spares
+//!   carry on while a relay's link is lossy or dark. Discovery frames go from the first relay
+//!   only once the origin's paths settled (a lost cycle is repaired by the next: an idle
+//!   sparse mesh's cycles crossed ~2 links into each node). 0: every relay sends, as before,
+//!   Discovery frames too. Nodes of a mesh may differ: N gets at least the smallest
+//!   setting's copies.
 //! - `max_links = 0`: no cap, every discovered peer is dialed (the full mesh multicast
 //!   discovery builds). Above zero, a node keeps about that many links to discovered Shoal
 //!   peers and knows the others without dialing them ([`crate::degree`] has the rules: it

@@ -104,6 +104,10 @@ pub struct ReversePaths {
     /// The neighbours farther from each origin that enough other relays carry its frames to
     /// (`relay_redundancy`), one ascending run per origin: a relay sends them no copy.
     spared: Vec<PeerId>,
+    /// The neighbours farther from each origin for which another relay ranks first, one
+    /// ascending run per origin: a relay of frames that one copy suffices for sends them none
+    /// ([`ReversePaths::outranked`]).
+    outranked: Vec<PeerId>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -116,6 +120,8 @@ struct Entry {
     beside_len: u32,
     spared_start: u32,
     spared_len: u32,
+    outranked_start: u32,
+    outranked_len: u32,
     hops: u32,
 }
 
@@ -153,6 +159,7 @@ impl ReversePaths {
             not_farther: near,
             beside,
             spared,
+            outranked,
         } = Near::compute(&g, me_i, redundancy);
 
         let mut origins = AHashMap::with_capacity(n);
@@ -160,7 +167,8 @@ impl ReversePaths {
         let mut not_farther = Vec::with_capacity(near.len());
         let mut by_origin = Vec::with_capacity(beside.len());
         let mut spared_ids = Vec::with_capacity(spared.len());
-        let (mut k, mut q, mut b, mut s) = (0, 0, 0, 0);
+        let mut outranked_ids = Vec::with_capacity(outranked.len());
+        let (mut k, mut q, mut b, mut s, mut r) = (0, 0, 0, 0, 0);
         for x in 0..n as u32 {
             if x == me_i || dist_me[x as usize] == FAR {
                 continue;
@@ -173,6 +181,8 @@ impl ReversePaths {
             take_run(&beside, &mut b, x, &g.ids, &mut by_origin);
             let spared_start = spared_ids.len() as u32;
             take_run(&spared, &mut s, x, &g.ids, &mut spared_ids);
+            let outranked_start = outranked_ids.len() as u32;
+            take_run(&outranked, &mut r, x, &g.ids, &mut outranked_ids);
             origins.insert(
                 g.ids[x as usize],
                 Entry {
@@ -184,6 +194,8 @@ impl ReversePaths {
                     beside_len: by_origin.len() as u32 - beside_start,
                     spared_start,
                     spared_len: spared_ids.len() as u32 - spared_start,
+                    outranked_start,
+                    outranked_len: outranked_ids.len() as u32 - outranked_start,
                     hops: dist_me[x as usize],
                 },
             );
@@ -196,6 +208,7 @@ impl ReversePaths {
             not_farther,
             beside: by_origin,
             spared: spared_ids,
+            outranked: outranked_ids,
         }
     }
 
@@ -260,6 +273,18 @@ impl ReversePaths {
     pub fn spared(&self, origin: &PeerId) -> Option<&[PeerId]> {
         self.origins.get(origin).map(|e| {
             &self.spared[e.spared_start as usize..(e.spared_start + e.spared_len) as usize]
+        })
+    }
+
+    /// The neighbours farther from `origin` than this node for which another relay ranks
+    /// before this one ([`relay_rank`]), ascending: a superset of
+    /// [`spared`](Self::spared) (empty with `redundancy` 0, every relay). Where one copy
+    /// into each node suffices (Discovery: a lost frame is repaired by the origin's next
+    /// cycle), a relay sends them none. `None` when the origin is unknown.
+    pub fn outranked(&self, origin: &PeerId) -> Option<&[PeerId]> {
+        self.origins.get(origin).map(|e| {
+            &self.outranked
+                [e.outranked_start as usize..(e.outranked_start + e.outranked_len) as usize]
         })
     }
 

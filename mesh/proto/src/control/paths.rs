@@ -188,6 +188,26 @@ impl ControlCore {
         self.paths.table.skipped_links(origin, now).unwrap_or(&[])
     }
 
+    /// The neighbours a Discovery relay of `origin` leaves to another relay at `now`, on top
+    /// of [`relay_skips`](Self::relay_skips), ascending: those for which another relay ranks
+    /// first ([`ReversePaths::outranked`]), once the origin's paths have settled. A lost
+    /// Discovery frame is repaired by the origin's next cycle, so one relay into each node is
+    /// enough where broadcasts keep `relay_redundancy` of them (a sparse mesh's idle cycles
+    /// crossed ~2 links into each node). Empty without `relay_pruning`, with
+    /// `relay_redundancy` 0, while the origin settles, for an unknown origin, and unless
+    /// every node of the graph is topic-capable (the topics core checks against these same
+    /// paths): a plain multimaster node ranked first would carry none.
+    pub(super) fn discovery_spared(&self, origin: &PeerId, now: Instant) -> &[PeerId] {
+        let p = &self.paths;
+        if !p.prune
+            || !self.topics.checks_against(&p.paths)
+            || p.table.settling_until(origin).is_some_and(|t| now < t)
+        {
+            return &[];
+        }
+        p.paths.outranked(origin).unwrap_or(&[])
+    }
+
     /// Reverse-path tables posted to the shards so far (each to every shard).
     pub fn path_tables_pushed(&self) -> u64 {
         self.paths.pushed

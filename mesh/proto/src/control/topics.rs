@@ -166,7 +166,9 @@ impl ControlCore {
                     // that origin skips (neighbours no farther from the origin, which take
                     // its Discovery frames only from links toward it; the same table, so
                     // the same settling rules): in a sparse mesh (`max_links`) the cycle
-                    // of every node otherwise reached each node over most of its links.
+                    // of every node otherwise reached each node over most of its links. Of
+                    // a farther node's relays only the first by rank sends once the origin
+                    // settled (`discovery_spared`): a lost cycle is repaired by the next.
                     let listed: &[PeerId] = match except {
                         Some(_) => self
                             .membership
@@ -175,9 +177,12 @@ impl ControlCore {
                             .map_or(&[], |(_, n)| n),
                         None => &[],
                     };
-                    let tree: &[LinkId] = match except {
-                        Some(_) => self.relay_skips(&frame.origin, now),
-                        None => &[],
+                    let (tree, spared): (&[LinkId], &[PeerId]) = match except {
+                        Some(_) => (
+                            self.relay_skips(&frame.origin, now),
+                            self.discovery_spared(&frame.origin, now),
+                        ),
+                        None => (&[], &[]),
                     };
                     let mut pruned = 0u64;
                     let mut targets: Vec<(LinkId, usize)> = self
@@ -187,7 +192,8 @@ impl ControlCore {
                         .filter(|(l, p)| {
                             let skip = p.peer == frame.origin
                                 || listed.contains(&p.peer)
-                                || tree.binary_search(l).is_ok();
+                                || tree.binary_search(l).is_ok()
+                                || spared.binary_search(&p.peer).is_ok();
                             pruned += u64::from(skip);
                             !skip
                         })

@@ -106,18 +106,18 @@ impl Farther {
         })
     }
 
-    /// Whether at least `redundancy` of the relays of `x`'s frames toward the counted
-    /// neighbour with bit `nb_bit` (node `nb`, farther from `x` than this node `me`) rank
-    /// before `me` (`redundancy` > 0).
-    pub(super) fn spared(
+    /// How many of the relays of `x`'s frames toward the counted neighbour with bit `nb_bit`
+    /// (node `nb`, farther from `x` than this node `me`) rank before `me`, counted up to
+    /// `cap` (> 0).
+    pub(super) fn before_me(
         &self,
         g: &Graph,
         x: u32,
         nb: u32,
         nb_bit: usize,
         me: u32,
-        redundancy: usize,
-    ) -> bool {
+        cap: usize,
+    ) -> usize {
         let w = self.words;
         let relays = || {
             let (mine, theirs) = (
@@ -126,10 +126,10 @@ impl Farther {
             );
             mine.iter().zip(theirs).map(|(a, b)| a & b)
         };
-        // Fewer other relays than `redundancy`: this one carries, no rank needed (the
-        // common case in a sparse mesh, where most nodes have one or two relays).
-        if relays().map(|m| m.count_ones() as usize).sum::<usize>() < redundancy {
-            return false;
+        // No other relay: this one carries, no rank needed (the common case in a sparse
+        // mesh two hops out).
+        if relays().all(|m| m == 0) {
+            return 0;
         }
         let sources = &self.sources;
         let relays = relays().enumerate().flat_map(|(k, mut m)| {
@@ -141,21 +141,22 @@ impl Farther {
                 })
             })
         });
-        outranked(g, x, nb, me, relays, redundancy)
+        ranked_before(g, x, nb, me, relays, cap)
     }
 }
 
-/// Whether at least `redundancy` of `relays` (nodes other than this node `me` that, like it,
-/// are linked to `nb` one hop nearer to `x`) rank before `me` to carry `x`'s frames to `nb`
-/// ([`super::relay_rank`], ties by index): then `me` is spared.
-pub(super) fn outranked(
+/// How many of `relays` (nodes other than this node `me` that, like it, are linked to `nb`
+/// one hop nearer to `x`) rank before `me` to carry `x`'s frames to `nb`
+/// ([`super::relay_rank`], ties by index), counted up to `cap`: `me` is spared when
+/// `relay_redundancy` of them do.
+pub(super) fn ranked_before(
     g: &Graph,
     x: u32,
     nb: u32,
     me: u32,
     relays: impl IntoIterator<Item = u32>,
-    redundancy: usize,
-) -> bool {
+    cap: usize,
+) -> usize {
     let of = RankOf::new(&g.ids[x as usize], &g.ids[nb as usize]);
     let rank = |c: u32| (of.relay(&g.ids[c as usize]), c);
     let mine = rank(me);
@@ -163,10 +164,10 @@ pub(super) fn outranked(
     for c in relays {
         if c != me && rank(c) < mine {
             before += 1;
-            if before >= redundancy {
-                return true;
+            if before >= cap {
+                break;
             }
         }
     }
-    false
+    before
 }

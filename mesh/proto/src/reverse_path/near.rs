@@ -17,7 +17,8 @@
 //!   relays toward N are the nodes linked to both X and N; this node is spared N when at
 //!   least `redundancy` of them rank before it ([`super::relay_rank`]). Farther from X, N's
 //!   relays are the nodes linked to N one hop nearer to X, which needs distances from X that
-//!   one BFS from this node does not give: `farther.rs` finds them.
+//!   one BFS from this node does not give: `farther.rs` finds them. **Outranked**: the same
+//!   count with one relay (another ranks before this one), for frames one copy suffices for.
 //!
 //! Walking the nodes level by level from this node's BFS, each set is the union of sets of
 //! the previous level (or of the same level, already complete), one bit per neighbour: every
@@ -31,12 +32,12 @@
 //! node) may be anywhere in the graph; it keeps a BFS of its own, as before. That is a link
 //! coming up or going down, a few at a time.
 
-use super::farther::{outranked, Farther};
+use super::farther::{ranked_before, Farther};
 use crate::counted_graph::{CountedGraph as Graph, FAR};
 use std::collections::VecDeque;
 
-/// Per origin, the neighbours (node indices) toward it, not farther from it, beside it, and
-/// spared its frames.
+/// Per origin, the neighbours (node indices) toward it, not farther from it, beside it,
+/// spared its frames, and outranked as its relay.
 pub(super) struct Near {
     /// `dist(me, x)` for every node ([`FAR`]: not reached).
     pub(super) dist_me: Vec<u32>,
@@ -48,6 +49,9 @@ pub(super) struct Near {
     pub(super) beside: Vec<(u32, u32)>,
     /// See `toward`.
     pub(super) spared: Vec<(u32, u32)>,
+    /// Of the farther neighbours, those for which another relay ranks before this one (a
+    /// superset of `spared`): what a one-relay tree skips. See `toward`.
+    pub(super) outranked: Vec<(u32, u32)>,
 }
 
 /// A set of this node's counted neighbours, one bit each, `words` words per node.
@@ -144,6 +148,7 @@ impl Near {
             not_farther: Vec::new(),
             beside: Vec::new(),
             spared: Vec::new(),
+            outranked: Vec::new(),
         };
         // Every neighbour this node lists, ascending, with where its distances are: a bit of
         // the sets above, or a BFS of its own.
@@ -200,14 +205,18 @@ impl Near {
                     out.toward.push((x, nb));
                 }
                 // A counted neighbour farther from the origin than this node: two hops from
-                // an origin linked to this node, or farther out.
-                let spare = match (at, &farther) {
-                    _ if redundancy == 0 || nf => false,
-                    (Ok(_), _) if dm == 1 => spared(g, x, nb, me, redundancy),
-                    (Ok(b), Some(f)) => f.spared(g, x, nb, b, me, redundancy),
-                    _ => false,
+                // an origin linked to this node, or farther out. How many of its other
+                // relays rank before this one (up to `redundancy`).
+                let before = match (at, &farther) {
+                    _ if redundancy == 0 || nf => 0,
+                    (Ok(_), _) if dm == 1 => beside_both(g, x, nb, me, redundancy),
+                    (Ok(b), Some(f)) => f.before_me(g, x, nb, b, me, redundancy),
+                    _ => 0,
                 };
-                if spare {
+                if before >= 1 {
+                    out.outranked.push((x, nb));
+                }
+                if redundancy > 0 && before >= redundancy {
                     out.spared.push((x, nb));
                 }
             }
@@ -216,9 +225,9 @@ impl Near {
     }
 }
 
-/// Whether at least `redundancy` of the nodes linked to both `x` and `nb` (this node `me`
-/// among them) rank before `me` as relays of `x`'s frames toward `nb`.
-fn spared(g: &Graph, x: u32, nb: u32, me: u32, redundancy: usize) -> bool {
+/// How many of the nodes linked to both `x` and `nb` (this node `me` among them) rank
+/// before `me` as relays of `x`'s frames toward `nb`, up to `cap`.
+fn beside_both(g: &Graph, x: u32, nb: u32, me: u32, cap: usize) -> usize {
     let (a, b) = (g.neighbours(x), g.neighbours(nb));
     let (mut i, mut j) = (0, 0);
     // Both ascending: one merge finds the common neighbours.
@@ -235,5 +244,5 @@ fn spared(g: &Graph, x: u32, nb: u32, me: u32, redundancy: usize) -> bool {
         }
         None
     });
-    outranked(g, x, nb, me, common, redundancy)
+    ranked_before(g, x, nb, me, common, cap)
 }

@@ -92,13 +92,25 @@ fn a_node_at_any_distance_from_an_origin_gets_its_frames_from_the_first_k_of_its
                 .count();
             assert_eq!(carrying, k.min(3), "{origin} to {to}, k {k}");
         }
+        // Where one copy suffices (Discovery) only the first relay sends, whatever k.
+        let first = [3, 4, 6]
+            .into_iter()
+            .filter(|&r| {
+                let o = paths_k(r, &v, k);
+                !o.outranked(&p(7)).unwrap_or_default().contains(&p(1))
+            })
+            .count();
+        assert_eq!(first, 1, "k {k}");
         let five = paths_k(5, &v, k);
         assert_eq!(five.spared(&p(1)), Some(&[][..]), "5 is 7's only relay");
+        assert_eq!(five.outranked(&p(1)), Some(&[][..]), "5 is 7's only relay");
         for r in [3, 4, 6] {
             // 5 is nearer to 7 than r: never a farther neighbour of r's for 7's frames.
             assert!(!spares(&paths_k(r, &v, k), 7, 5));
         }
     }
+    // Every relay (k = 0): none outranked either.
+    assert_eq!(paths_k(3, &v, 0).outranked(&p(7)), Some(&[][..]));
 }
 
 #[test]
@@ -185,7 +197,7 @@ fn spared_by_definition(
     me: PeerId,
     records: &[(PeerId, Vec<PeerId>)],
     k: usize,
-) -> Vec<(PeerId, Vec<PeerId>)> {
+) -> Vec<(PeerId, Vec<PeerId>, Vec<PeerId>)> {
     use crate::counted_graph::{CountedGraph, FAR};
     let g = CountedGraph::build(me, records.iter().map(|(o, l)| (o, l.as_slice())), |_| true);
     let n = g.ids.len() as u32;
@@ -208,21 +220,24 @@ fn spared_by_definition(
                 c,
             )
         };
-        let spared = counted
+        let before = |nb: u32| {
+            g.neighbours(nb)
+                .iter()
+                .filter(|&&c| c != me_i && dist[c as usize][x as usize] == dm)
+                .filter(|&&c| rank(nb, c) < rank(nb, me_i))
+                .count()
+        };
+        let farther = counted
             .iter()
-            .filter(|&&nb| dist[nb as usize][x as usize] == dm + 1)
-            .filter(|&&nb| {
-                let before = g
-                    .neighbours(nb)
-                    .iter()
-                    .filter(|&&c| c != me_i && dist[c as usize][x as usize] == dm)
-                    .filter(|&&c| rank(nb, c) < rank(nb, me_i))
-                    .count();
-                before >= k
-            })
-            .map(|&nb| g.ids[nb as usize])
-            .collect();
-        out.push((g.ids[x as usize], spared));
+            .filter(|&&nb| dist[nb as usize][x as usize] == dm + 1);
+        let with_before = |least: usize| -> Vec<PeerId> {
+            farther
+                .clone()
+                .filter(|&&nb| before(nb) >= least)
+                .map(|&nb| g.ids[nb as usize])
+                .collect()
+        };
+        out.push((g.ids[x as usize], with_before(k), with_before(1)));
     }
     out
 }
@@ -241,8 +256,13 @@ fn the_spared_neighbours_are_those_the_definition_finds_at_every_distance() {
             |_| true,
             k,
         );
-        for (x, want) in spared_by_definition(me, &records, k) {
+        for (x, want, outranked) in spared_by_definition(me, &records, k) {
             assert_eq!(r.spared(&x), Some(&want[..]), "round {round}, k {k}: {x}");
+            assert_eq!(
+                r.outranked(&x),
+                Some(&outranked[..]),
+                "round {round}, k {k}: outranked for {x}"
+            );
             checked += 1;
             if r.hops(&x) >= Some(2) && !want.is_empty() {
                 far_spared += 1;

@@ -224,6 +224,14 @@ impl TopicsCore {
         self.offered = Some(paths);
     }
 
+    /// Whether Discovery frames are checked against `paths` (the control core's, taken by
+    /// [`offer_paths`](Self::offer_paths)): then every node of the graph is topic-capable,
+    /// and a choice among the relays of the whole graph is one among Discovery's relays (a
+    /// plain multimaster node never carries a Discovery frame).
+    pub fn checks_against(&self, paths: &Arc<ReversePaths>) -> bool {
+        self.reverse_path && Arc::ptr_eq(&self.paths, paths)
+    }
+
     /// Rebuilds the reverse paths over the topic-capable nodes when the membership graph's
     /// shape (`mark`) or the capable set changed: a plain multimaster node on a shortest
     /// path never carries a Discovery frame, so the paths are those of the capable nodes.
