@@ -421,3 +421,112 @@ fn the_snapshot_shows_a_match_only_once_its_route_table_reached_the_shards() {
     );
     assert_eq!(events(&actions(&mut c)).len(), 1, "and Matched comes out");
 }
+
+/// A membership record of `origin` listing `neighbours`, arriving on `link` at `at`.
+fn record_in(c: &mut ControlCore, link: LinkId, origin: u8, neighbours: &[u8], at: Instant) {
+    c.on_shard_report(
+        ToControl::MembershipIn {
+            link,
+            record: Membership {
+                origin: PeerId([origin; 16]),
+                version: WALL,
+                neighbours: neighbours.iter().map(|n| PeerId([*n; 16])).collect(),
+            },
+        },
+        at,
+        WALL,
+    );
+}
+
+/// A sparse mesh with a plain multimaster node on a shortest path: X(5) - A(2) - me(1) -
+/// N(3), and X - M(4) - N, M plain (it never carries a Discovery frame). Over the whole
+/// graph N is as near to X as this node (through M), so a broadcast relay of X's frames
+/// skips N: M carries them. A Discovery frame of X reaches N only through this node, which
+/// must not skip it (issue 29: Discovery relays follow the broadcast relay tree only while
+/// every node of the graph is topic-capable).
+#[test]
+fn a_discovery_relay_does_not_leave_a_node_to_a_multimaster_node_nearer_to_the_origin() {
+    let now = Instant::now();
+    let mut c = core(cfg(), now);
+    c.start(now, WALL);
+    let a = connect(&mut c, 2, true, now);
+    let n = connect(&mut c, 3, true, now);
+    posts(&mut c, now);
+    actions(&mut c);
+    for (origin, listed) in [(5, &[2, 4][..]), (2, &[1, 5]), (3, &[1, 4]), (4, &[5, 3])] {
+        record_in(&mut c, a, origin, listed, now);
+    }
+    posts(&mut c, now);
+    // Every node but M is a known participant (M, plain, announces none).
+    for (link, id) in [(a, 2), (n, 3), (a, 5)] {
+        c.on_shard_report(
+            ToControl::DiscoveryIn {
+                link,
+                frame: frame(id, 1, vec![participant(id, vec![])]),
+            },
+            now,
+            WALL,
+        );
+    }
+    posts(&mut c, now);
+    // The rebuild the records' burst deferred, then past the settling time of every
+    // origin's paths.
+    let soon = now + Duration::from_millis(20);
+    c.handle_timeout(soon, WALL + 20);
+    posts(&mut c, soon);
+    let later = now + MeshConfig::default().reverse_path_settle + Duration::from_secs(1);
+    c.handle_timeout(later, WALL + 5_000);
+    posts(&mut c, later);
+    actions(&mut c);
+    assert_eq!(
+        c.reverse_paths().hops(&PeerId([5; 16])),
+        Some(2),
+        "X two hops away"
+    );
+    assert_eq!(
+        c.reverse_paths().not_farther(&PeerId([5; 16])),
+        Some(&[PeerId([2; 16]), PeerId([3; 16])][..]),
+        "N is as near to X as this node, through M"
+    );
+    c.on_shard_report(
+        ToControl::DiscoveryIn {
+            link: a,
+            frame: frame(5, 2, vec![participant(5, vec![])]),
+        },
+        later,
+        WALL + 5_000,
+    );
+    let sent = discovery_sends(&posts(&mut c, later));
+    assert!(
+        sent.iter().any(|(l, f)| *l == n && f[5..21] == [5; 16]),
+        "X's Discovery frame relayed to N: {sent:?}"
+    );
+    // Were M topic-capable (it announces a participant), it would carry X's frames to N:
+    // then this node skips N.
+    let m_heard = later + Duration::from_millis(20);
+    c.on_shard_report(
+        ToControl::DiscoveryIn {
+            link: a,
+            frame: frame(4, 1, vec![participant(4, vec![])]),
+        },
+        m_heard,
+        WALL + 5_020,
+    );
+    posts(&mut c, m_heard);
+    let next = m_heard + TopicsConfig::default().route_plan_interval;
+    c.handle_timeout(next, WALL + 5_100);
+    posts(&mut c, next);
+    c.on_shard_report(
+        ToControl::DiscoveryIn {
+            link: a,
+            frame: frame(5, 3, vec![participant(5, vec![])]),
+        },
+        next,
+        WALL + 5_100,
+    );
+    let sent = discovery_sends(&posts(&mut c, next));
+    assert!(
+        !sent.iter().any(|(l, f)| *l == n && f[5..21] == [5; 16]),
+        "every node capable: N left to M: {sent:?}"
+    );
+}

@@ -181,31 +181,29 @@ impl ControlCore {
         self.paths.enabled.then_some(&self.paths.paths)
     }
 
-    /// The links a broadcast relay of `origin` skips at `now`, ascending (see
-    /// [`PathTable::skipped_links`]; empty without `relay_pruning`, without the check, or for
-    /// an unknown origin). Discovery relays skip them too (`topics.rs`).
-    pub(super) fn relay_skips(&self, origin: &PeerId, now: Instant) -> &[LinkId] {
-        self.paths.table.skipped_links(origin, now).unwrap_or(&[])
-    }
-
-    /// The neighbours a Discovery relay of `origin` leaves to another relay at `now`, on top
-    /// of [`relay_skips`](Self::relay_skips), ascending: those for which another relay ranks
-    /// first ([`ReversePaths::outranked`]), once the origin's paths have settled. A lost
-    /// Discovery frame is repaired by the origin's next cycle, so one relay into each node is
-    /// enough where broadcasts keep `relay_redundancy` of them (a sparse mesh's idle cycles
-    /// crossed ~2 links into each node). Empty without `relay_pruning`, with
-    /// `relay_redundancy` 0, while the origin settles, for an unknown origin, and unless
-    /// every node of the graph is topic-capable (the topics core checks against these same
-    /// paths): a plain multimaster node ranked first would carry none.
-    pub(super) fn discovery_spared(&self, origin: &PeerId, now: Instant) -> &[PeerId] {
+    /// What a Discovery relay of `origin` skips at `now`, besides the origin and the
+    /// neighbours its record lists (`topics.rs`): the links a broadcast relay of `origin`
+    /// skips ([`PathTable::skipped_links`], ascending), and, once the origin's paths have
+    /// settled, the neighbours another relay ranks first for ([`ReversePaths::outranked`],
+    /// ascending: a lost Discovery frame is repaired by the origin's next cycle, so one relay
+    /// into each node is enough where broadcasts keep `relay_redundancy`; a sparse mesh's
+    /// idle cycles crossed ~2 links into each node).
+    ///
+    /// Both empty unless every node of the graph is topic-capable (the topics core then
+    /// checks Discovery frames against these same paths): the paths are the whole graph's,
+    /// and a plain multimaster node, which never carries a Discovery frame, may be what makes
+    /// a neighbour no farther from the origin, or its relay ranked first. Empty too without
+    /// `relay_pruning`, without the check, or for an unknown origin.
+    pub(super) fn discovery_skips(&self, origin: &PeerId, now: Instant) -> (&[LinkId], &[PeerId]) {
         let p = &self.paths;
-        if !p.prune
-            || !self.topics.checks_against(&p.paths)
-            || p.table.settling_until(origin).is_some_and(|t| now < t)
-        {
-            return &[];
+        if !p.prune || !self.topics.checks_against(&p.paths) {
+            return (&[], &[]);
         }
-        p.paths.outranked(origin).unwrap_or(&[])
+        let links = p.table.skipped_links(origin, now).unwrap_or(&[]);
+        if p.table.settling_until(origin).is_some_and(|t| now < t) {
+            return (links, &[]);
+        }
+        (links, p.paths.outranked(origin).unwrap_or(&[]))
     }
 
     /// Reverse-path tables posted to the shards so far (each to every shard).

@@ -168,7 +168,8 @@ impl ControlCore {
                     // the same settling rules): in a sparse mesh (`max_links`) the cycle
                     // of every node otherwise reached each node over most of its links. Of
                     // a farther node's relays only the first by rank sends once the origin
-                    // settled (`discovery_spared`): a lost cycle is repaired by the next.
+                    // settled: a lost cycle is repaired by the next. Both only while every
+                    // node is topic-capable (`discovery_skips`).
                     let listed: &[PeerId] = match except {
                         Some(_) => self
                             .membership
@@ -178,10 +179,7 @@ impl ControlCore {
                         None => &[],
                     };
                     let (tree, spared): (&[LinkId], &[PeerId]) = match except {
-                        Some(_) => (
-                            self.relay_skips(&frame.origin, now),
-                            self.discovery_spared(&frame.origin, now),
-                        ),
+                        Some(_) => self.discovery_skips(&frame.origin, now),
                         None => (&[], &[]),
                     };
                     let mut pruned = 0u64;
