@@ -177,18 +177,7 @@ fn local_writer(c: &mut ControlCore, at: Instant) -> [u8; 16] {
 /// Peer 2's membership record listing us arrives on `link` at `at`: the edge is usable by
 /// the route tree (an edge listed by one side only is not).
 fn peer_lists_us(c: &mut ControlCore, link: LinkId, at: Instant) {
-    c.on_shard_report(
-        ToControl::MembershipIn {
-            link,
-            record: Membership {
-                origin: PeerId([2; 16]),
-                version: WALL,
-                neighbours: vec![PeerId([1; 16])],
-            },
-        },
-        at,
-        WALL,
-    );
+    record_in(c, link, 2, &[1], at);
 }
 
 /// Peer 2 announces a reader on topic "t" on `link` at `at`; its GUID.
@@ -438,6 +427,29 @@ fn record_in(c: &mut ControlCore, link: LinkId, origin: u8, neighbours: &[u8], a
     );
 }
 
+/// Node `id`'s participant record (cycle `seq`) arriving on `link` at `at`; what this node
+/// relays of it, as (link, origin's first id byte).
+fn participant_in(
+    c: &mut ControlCore,
+    link: LinkId,
+    id: u8,
+    seq: u64,
+    at: Instant,
+) -> Vec<(LinkId, u8)> {
+    c.on_shard_report(
+        ToControl::DiscoveryIn {
+            link,
+            frame: frame(id, seq, vec![participant(id, vec![])]),
+        },
+        at,
+        WALL,
+    );
+    discovery_sends(&posts(c, at))
+        .into_iter()
+        .map(|(l, f)| (l, f[5]))
+        .collect()
+}
+
 /// A sparse mesh with a plain multimaster node on a shortest path: X(5) - A(2) - me(1) -
 /// N(3), and X - M(4) - N, M plain (it never carries a Discovery frame). Over the whole
 /// graph N is as near to X as this node (through M), so a broadcast relay of X's frames
@@ -459,16 +471,8 @@ fn a_discovery_relay_does_not_leave_a_node_to_a_multimaster_node_nearer_to_the_o
     posts(&mut c, now);
     // Every node but M is a known participant (M, plain, announces none).
     for (link, id) in [(a, 2), (n, 3), (a, 5)] {
-        c.on_shard_report(
-            ToControl::DiscoveryIn {
-                link,
-                frame: frame(id, 1, vec![participant(id, vec![])]),
-            },
-            now,
-            WALL,
-        );
+        participant_in(&mut c, link, id, 1, now);
     }
-    posts(&mut c, now);
     // The rebuild the records' burst deferred, then past the settling time of every
     // origin's paths.
     let soon = now + Duration::from_millis(20);
@@ -488,45 +492,21 @@ fn a_discovery_relay_does_not_leave_a_node_to_a_multimaster_node_nearer_to_the_o
         Some(&[PeerId([2; 16]), PeerId([3; 16])][..]),
         "N is as near to X as this node, through M"
     );
-    c.on_shard_report(
-        ToControl::DiscoveryIn {
-            link: a,
-            frame: frame(5, 2, vec![participant(5, vec![])]),
-        },
-        later,
-        WALL + 5_000,
-    );
-    let sent = discovery_sends(&posts(&mut c, later));
+    let sent = participant_in(&mut c, a, 5, 2, later);
     assert!(
-        sent.iter().any(|(l, f)| *l == n && f[5..21] == [5; 16]),
+        sent.contains(&(n, 5)),
         "X's Discovery frame relayed to N: {sent:?}"
     );
     // Were M topic-capable (it announces a participant), it would carry X's frames to N:
     // then this node skips N.
     let m_heard = later + Duration::from_millis(20);
-    c.on_shard_report(
-        ToControl::DiscoveryIn {
-            link: a,
-            frame: frame(4, 1, vec![participant(4, vec![])]),
-        },
-        m_heard,
-        WALL + 5_020,
-    );
-    posts(&mut c, m_heard);
+    participant_in(&mut c, a, 4, 1, m_heard);
     let next = m_heard + TopicsConfig::default().route_plan_interval;
     c.handle_timeout(next, WALL + 5_100);
     posts(&mut c, next);
-    c.on_shard_report(
-        ToControl::DiscoveryIn {
-            link: a,
-            frame: frame(5, 3, vec![participant(5, vec![])]),
-        },
-        next,
-        WALL + 5_100,
-    );
-    let sent = discovery_sends(&posts(&mut c, next));
+    let sent = participant_in(&mut c, a, 5, 3, next);
     assert!(
-        !sent.iter().any(|(l, f)| *l == n && f[5..21] == [5; 16]),
+        !sent.contains(&(n, 5)),
         "every node capable: N left to M: {sent:?}"
     );
 }
