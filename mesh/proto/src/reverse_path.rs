@@ -49,6 +49,7 @@
 //! when the graph's edges changed ([`MemberGraph::shape`]); a lookup is one hash probe and a
 //! binary search in the (short, sorted) list of the origin's toward neighbours.
 
+mod bits;
 mod farther;
 mod near;
 

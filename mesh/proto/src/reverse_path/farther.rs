@@ -18,21 +18,20 @@
 //! X. Cost: `O(levels · E · sources / 64)`, one word for up to 64 candidates (degree 8), and
 //! nothing in a full mesh (no origin two hops away).
 
+use super::bits::Bits;
 use super::RankOf;
 use crate::counted_graph::{CountedGraph as Graph, FAR};
 
 /// For each node X, the candidates at distance `dist(me, X)` from X, and for each counted
 /// neighbour of this node, the candidates linked to it.
 pub(super) struct Farther {
-    words: usize,
     /// The node index of each bit: every node linked to a counted neighbour of this node,
     /// this node excepted, ascending.
     sources: Vec<u32>,
-    /// Per node X, `words` words: the sources at distance `dist(me, X)` from X.
-    at_my_distance: Vec<u64>,
-    /// Per counted neighbour (by its bit in `near.rs`), `words` words: the sources linked
-    /// to it.
-    linked_to: Vec<u64>,
+    /// Per node X: the sources at distance `dist(me, X)` from X.
+    at_my_distance: Bits,
+    /// Per counted neighbour (by its bit in `near.rs`): the sources linked to it.
+    linked_to: Bits,
 }
 
 impl Farther {
@@ -57,49 +56,37 @@ impl Farther {
         for (i, &s) in sources.iter().enumerate() {
             bit[s as usize] = i as u32;
         }
-        let set = |v: &mut [u64], row: usize, b: u32| {
-            v[row * words + b as usize / 64] |= 1 << (b % 64);
-        };
-
-        let mut linked_to = vec![0; counted.len() * words];
+        let mut linked_to = Bits::new(counted.len(), words);
         for (k, &nb) in counted.iter().enumerate() {
             for &c in g.neighbours(nb) {
                 if c != me {
-                    set(&mut linked_to, k, bit[c as usize]);
+                    linked_to.set(k as u32, bit[c as usize] as usize);
                 }
             }
         }
 
-        let mut seen = vec![0u64; n * words];
-        let mut frontier = vec![0u64; n * words];
-        let mut next = vec![0u64; n * words];
+        let (mut seen, mut frontier) = (Bits::new(n, words), Bits::new(n, words));
+        let mut next = Bits::new(n, words);
         for (i, &s) in sources.iter().enumerate() {
-            set(&mut seen, s as usize, i as u32);
-            set(&mut frontier, s as usize, i as u32);
+            seen.set(s, i);
+            frontier.set(s, i);
         }
-        let mut at_my_distance = vec![0u64; n * words];
+        let mut at_my_distance = Bits::new(n, words);
         for level in 1..=deepest {
             for (x, &dx) in dist_me.iter().enumerate() {
-                let row = x * words..(x + 1) * words;
-                for &y in g.neighbours(x as u32) {
-                    let from = y as usize * words;
-                    for (k, w) in next[row.clone()].iter_mut().enumerate() {
-                        *w |= frontier[from + k];
-                    }
+                let x = x as u32;
+                for &y in g.neighbours(x) {
+                    next.or_from(x, y, Some(&frontier));
                 }
-                for k in row.clone() {
-                    next[k] &= !seen[k];
-                    seen[k] |= next[k];
-                }
+                next.keep_new(x, &mut seen);
                 if dx == level {
-                    at_my_distance[row.clone()].copy_from_slice(&next[row]);
+                    at_my_distance.copy_row(x, &next);
                 }
             }
             std::mem::swap(&mut frontier, &mut next);
-            next.fill(0);
+            next.clear();
         }
         Some(Farther {
-            words,
             sources,
             at_my_distance,
             linked_to,
@@ -118,11 +105,10 @@ impl Farther {
         me: u32,
         cap: usize,
     ) -> usize {
-        let w = self.words;
         let relays = || {
             let (mine, theirs) = (
-                &self.at_my_distance[x as usize * w..(x as usize + 1) * w],
-                &self.linked_to[nb_bit * w..(nb_bit + 1) * w],
+                self.at_my_distance.row(x),
+                self.linked_to.row(nb_bit as u32),
             );
             mine.iter().zip(theirs).map(|(a, b)| a & b)
         };

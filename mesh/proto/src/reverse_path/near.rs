@@ -32,6 +32,7 @@
 //! node) may be anywhere in the graph; it keeps a BFS of its own, as before. That is a link
 //! coming up or going down, a few at a time.
 
+use super::bits::Bits;
 use super::farther::{ranked_before, Farther};
 use crate::counted_graph::{CountedGraph as Graph, FAR};
 use std::collections::VecDeque;
@@ -52,41 +53,6 @@ pub(super) struct Near {
     /// Of the farther neighbours, those for which another relay ranks before this one (a
     /// superset of `spared`): what a one-relay tree skips. See `toward`.
     pub(super) outranked: Vec<(u32, u32)>,
-}
-
-/// A set of this node's counted neighbours, one bit each, `words` words per node.
-struct Bits {
-    words: usize,
-    v: Vec<u64>,
-}
-
-impl Bits {
-    fn new(nodes: usize, words: usize) -> Bits {
-        Bits {
-            words,
-            v: vec![0; nodes * words],
-        }
-    }
-
-    fn row(&self, x: u32) -> &[u64] {
-        &self.v[x as usize * self.words..(x as usize + 1) * self.words]
-    }
-
-    fn set(&mut self, x: u32, bit: usize) {
-        self.v[x as usize * self.words + bit / 64] |= 1 << (bit % 64);
-    }
-
-    /// `self[x] |= from[y]` (`from` may be `self`).
-    fn or_from(&mut self, x: u32, y: u32, from: Option<&Bits>) {
-        let w = self.words;
-        for k in 0..w {
-            let add = match from {
-                Some(f) => f.v[y as usize * w + k],
-                None => self.v[y as usize * w + k],
-            };
-            self.v[x as usize * w + k] |= add;
-        }
-    }
 }
 
 impl Near {
