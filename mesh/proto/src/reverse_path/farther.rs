@@ -19,7 +19,7 @@
 //! nothing in a full mesh (no origin two hops away).
 
 use super::bits::Bits;
-use super::RankOf;
+use super::rank::RankOf;
 use crate::counted_graph::{CountedGraph as Graph, FAR};
 
 /// For each node X, the candidates at distance `dist(me, X)` from X, and for each counted
