@@ -116,6 +116,14 @@ impl TcpStream {
         tcp_rtt(&self.inner)
     }
 
+    /// Bytes written to the connection that the peer has not acknowledged yet (`SIOCOUTQ`:
+    /// those the kernel still holds to send or resend). One `ioctl`, no I/O on the
+    /// connection. How far behind the path is: a write returns once the kernel has taken
+    /// the bytes, which over a lossy path is seconds before the peer gets them.
+    pub fn send_queue(&self) -> io::Result<usize> {
+        tcp_send_queue(&self.inner)
+    }
+
     /// Reads what is available into the spare capacity of `buf` (after its current
     /// contents; [`READ_RESERVE`] bytes are reserved if it has none). `Ok(0)` is EOF.
     pub async fn read(&mut self, buf: BytesMut) -> (io::Result<usize>, BytesMut) {
@@ -212,6 +220,11 @@ impl TcpWriteHalf {
     pub fn rtt(&self) -> io::Result<std::time::Duration> {
         tcp_rtt(&self.inner)
     }
+
+    /// See [`TcpStream::send_queue`].
+    pub fn send_queue(&self) -> io::Result<usize> {
+        tcp_send_queue(&self.inner)
+    }
 }
 
 /// A connection's round-trip time as the kernel measured it (`TCP_INFO`, one `getsockopt`, no
@@ -245,6 +258,21 @@ fn tcp_rtt(s: &compio::net::TcpStream) -> io::Result<std::time::Duration> {
         min => min,
     };
     Ok(std::time::Duration::from_micros(u64::from(us)))
+}
+
+/// The bytes of a connection not yet acknowledged by its peer (`SIOCOUTQ`, which Linux
+/// spells `TIOCOUTQ`: sent and unacknowledged, plus not sent yet).
+fn tcp_send_queue(s: &compio::net::TcpStream) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let sock = SockRef::from(s);
+    let mut n: libc::c_int = 0;
+    // SAFETY: the descriptor is open for the borrow of `s`; `SIOCOUTQ` writes one `int`
+    // through the pointer, which points at one.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 async fn read_into(

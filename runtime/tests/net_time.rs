@@ -89,6 +89,55 @@ fn tcp_echo_across_executors_with_split_and_vectored_writes() {
     rt.join().unwrap();
 }
 
+/// `send_queue` is what the kernel holds unacknowledged: it grows while the peer reads
+/// nothing (its window closes) and falls to zero once the peer took everything.
+#[test]
+fn the_send_queue_holds_what_the_peer_has_not_taken() {
+    const TOTAL: usize = 8 << 20;
+    let rt = Runtime::builder().build().unwrap();
+    let h = rt
+        .spawn_on(ExecutorId::Shard(0), || async {
+            let l = TcpListener::bind(localhost(0)).await.unwrap();
+            let s = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let (mut server, _) = l.accept().await.unwrap();
+            // Two handles on the one connection: the writer's (blocked until the peer
+            // reads) and one to look with.
+            let std = s.into_std().unwrap();
+            let probe = TcpStream::from_std(std.try_clone().unwrap()).unwrap();
+            let mut writer = TcpStream::from_std(std).unwrap();
+            assert_eq!(probe.send_queue().unwrap(), 0, "nothing written yet");
+            let wrote = spawn_local(async move {
+                writer
+                    .write_all(Bytes::from(vec![7u8; TOTAL]))
+                    .await
+                    .unwrap();
+                writer
+            });
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while probe.send_queue().unwrap() < 256 * 1024 {
+                assert!(Instant::now() < deadline, "the send queue never grew");
+                sleep(Duration::from_millis(5)).await;
+            }
+            let mut got = 0;
+            let mut buf = BytesMut::new();
+            while got < TOTAL {
+                buf.clear();
+                let (res, b) = server.read(buf).await;
+                buf = b;
+                got += res.unwrap();
+            }
+            let _writer = wrote.await;
+            while probe.send_queue().unwrap() > 0 {
+                assert!(Instant::now() < deadline, "the send queue never drained");
+                sleep(Duration::from_millis(5)).await;
+            }
+            got
+        })
+        .unwrap();
+    assert_eq!(h.join_blocking().unwrap(), TOTAL);
+    rt.join().unwrap();
+}
+
 #[test]
 fn the_congestion_control_is_set_on_the_listener_and_each_stream() {
     // Reno is built into every Linux kernel and allowed to every process.

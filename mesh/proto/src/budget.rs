@@ -5,12 +5,13 @@
 //! and released by the link's writer once the frame is on the socket. A policy therefore
 //! always acts on a whole new frame and never touches a frame already queued or half written.
 //!
-//! It also carries the link's last measured round-trip time ([`LinkBudget::rtt`]): the one
-//! per-link state the link's shard and the control plane already share, so observers read it
-//! without a message to the shard.
+//! It also carries the link's last measured round-trip time ([`LinkBudget::rtt`]) and, while
+//! the control plane asks for it, how much the kernel still holds for the link
+//! ([`LinkBudget::send_queue_lags`]): the per-link state the link's shard and the control
+//! plane already share, so the control plane reads it without a message to the shard.
 //!
 //! **Owns:** the byte bound of a link queue, the slow-link clock and marks, and the link's
-//! last RTT sample. **Must not touch:** the
+//! last RTT and kernel send-queue samples. **Must not touch:** the
 //! queue itself (the shard core), the clock (every time-dependent method takes `now`) or any
 //! executor: waiting is an `event-listener` notification.
 
@@ -36,6 +37,14 @@ pub const RELAPSE_ALLOWANCE: u32 = 4;
 /// and what of it did not fit the link reached the peer only if the relays already had the
 /// record that sends it there.
 pub const UNLIST_LEAD: u32 = 5;
+
+/// A link whose kernel send queue ([`LinkBudget::set_send_queue`]) holds no more than this
+/// many bytes has caught up whatever its pace.
+pub const SEND_QUEUE_FLOOR: usize = 64 * 1024;
+
+/// How far behind its writes a link may deliver beyond its round trip and still count as
+/// caught up ([`LinkBudget::send_queue_lags`]).
+pub const SEND_QUEUE_LAG: Duration = Duration::from_millis(100);
 
 /// What happens to a frame when its link's outbound queue is at `max_outbound_queue_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -154,6 +163,11 @@ pub struct LinkBudget {
     written_at_congestion: AtomicU64,
     /// The link's round-trip time in µs as its writer last sampled it; 0 = not measured.
     rtt_us: AtomicU32,
+    /// The control plane wants the kernel's send queue sampled after each write
+    /// ([`LinkBudget::watch_send_queue`]).
+    watch_send_queue: AtomicBool,
+    /// Bytes the kernel held unacknowledged at the writer's last look while watched.
+    send_queue: AtomicUsize,
     epoch: Instant,
 }
 
@@ -180,6 +194,8 @@ impl LinkBudget {
             written_total: AtomicU64::new(0),
             written_at_congestion: AtomicU64::new(0),
             rtt_us: AtomicU32::new(0),
+            watch_send_queue: AtomicBool::new(false),
+            send_queue: AtomicUsize::new(0),
             epoch,
         }
     }
@@ -197,6 +213,52 @@ impl LinkBudget {
             0 => None,
             us => Some(Duration::from_micros(u64::from(us))),
         }
+    }
+
+    /// Starts (`true`) or stops asking the link's writer to sample the kernel's send queue
+    /// after each write ([`set_send_queue`](Self::set_send_queue)); a start forgets the last
+    /// sample. Off by default: one system call per write is not for every link, only for one
+    /// whose peer the control plane has withdrawn (`control::slow`).
+    pub fn watch_send_queue(&self, on: bool) {
+        if on {
+            self.send_queue.store(0, Ordering::Relaxed);
+        }
+        self.watch_send_queue.store(on, Ordering::Release);
+    }
+
+    /// True while the writer should sample the kernel's send queue after each write.
+    #[inline]
+    pub fn send_queue_watched(&self) -> bool {
+        self.watch_send_queue.load(Ordering::Acquire)
+    }
+
+    /// Records the bytes the kernel holds for the link and its peer has not acknowledged,
+    /// as the writer sampled them after a write (before reporting the write, so a slow mark
+    /// that write clears is never seen with an older sample).
+    pub fn set_send_queue(&self, bytes: usize) {
+        self.send_queue.store(bytes, Ordering::Release);
+    }
+
+    /// The last sample of [`set_send_queue`](Self::set_send_queue) (0: none since watched).
+    pub fn send_queue(&self) -> usize {
+        self.send_queue.load(Ordering::Acquire)
+    }
+
+    /// True when the kernel's send queue at the last sample holds more than the link
+    /// delivers in its round trip plus [`SEND_QUEUE_LAG`] at its recent pace (and more than
+    /// [`SEND_QUEUE_FLOOR`]): what is written now reaches the peer that much later. A write
+    /// returns once the kernel took the bytes, so a link whose queue here drained can still
+    /// be seconds behind: a lossy path in retransmission backoff holds megabytes of the
+    /// kernel's buffer after the loss has ended.
+    pub fn send_queue_lags(&self, now: Instant) -> bool {
+        let queued = self.send_queue();
+        if queued <= SEND_QUEUE_FLOOR {
+            return false;
+        }
+        let window = self.rtt().unwrap_or_default() + SEND_QUEUE_LAG;
+        // Bytes per ms times ms.
+        let in_time = self.drain_rate(now) * window.as_secs_f64() * 1000.0;
+        queued as f64 > in_time
     }
 
     /// `now` as milliseconds since `epoch`, +1 (0 means "not running" in the clocks).
@@ -656,6 +718,44 @@ mod tests {
             busy,
             "a link with nothing queued took all it was given"
         );
+    }
+
+    #[test]
+    fn a_send_queue_lags_past_a_round_trip_and_a_tenth_of_a_second_of_delivery() {
+        let t0 = Instant::now();
+        let b = LinkBudget::new(100, t0);
+        assert!(!b.send_queue_watched(), "off by default");
+        b.watch_send_queue(true);
+        assert!(b.send_queue_watched());
+        // 1 000 bytes per ms for ~5 s (the rate is smoothed over about a second), 10 ms
+        // round trip: 110 000 bytes in time.
+        for i in 1..=400 {
+            b.written(12_000, ms(t0, 12 * i));
+        }
+        b.set_rtt(Duration::from_millis(10));
+        let now = ms(t0, 4800);
+        let rate = b.drain_rate(now);
+        assert!((900.0..1100.0).contains(&rate), "{rate}");
+        let in_time = (rate * 110.0) as usize;
+        assert!(!b.send_queue_lags(now), "no sample yet");
+        b.set_send_queue(in_time - 1_000);
+        assert!(!b.send_queue_lags(now), "delivered within the window");
+        b.set_send_queue(in_time + 1_000);
+        assert!(b.send_queue_lags(now), "behind by more than the window");
+        b.set_send_queue(4 << 20);
+        assert!(b.send_queue_lags(now), "seconds behind");
+        // A link that took nothing lately lags with anything past the floor, and none with
+        // the floor's worth.
+        let idle = LinkBudget::new(100, t0);
+        idle.set_send_queue(SEND_QUEUE_FLOOR);
+        assert!(!idle.send_queue_lags(t0));
+        idle.set_send_queue(SEND_QUEUE_FLOOR + 1);
+        assert!(idle.send_queue_lags(t0));
+        // Watching again forgets the last sample.
+        b.watch_send_queue(false);
+        b.watch_send_queue(true);
+        assert_eq!(b.send_queue(), 0);
+        assert!(!b.send_queue_lags(now));
     }
 
     #[test]

@@ -21,8 +21,16 @@
 //! takes them (the relays are now toward X; N's paths settle meanwhile, so it takes them
 //! before its graph has the change). X's own frames that still fit the link are taken
 //! too (a node always takes an origin's frames from the origin's own link). Once the link
-//! drained (the slow mark clears at half its bound), X lists N again and the relays go back
-//! to skipping N. X unlists N a little ahead of the declaration (the link's slow-soon mark,
+//! caught up, X lists N again and the relays go back to skipping N. Caught up means the slow
+//! mark cleared (the queue here drained to half its bound) *and* the kernel's send queue
+//! holds no more than the link delivers in its round trip and a tenth of a second
+//! ([`LinkBudget::send_queue_lags`], sampled by the link's writer while N is withdrawn): a
+//! write returns once the kernel took the bytes, and after 8 s of 30 % loss the fault suite's
+//! publisher found its link to a lossy subscriber drained while the kernel still held seconds
+//! of it (a path in retransmission backoff). Listed again then, N got nothing from anyone
+//! for half a second; when the link jammed again, what it dropped at the declaration was
+//! lost too (708 messages, after the suite's convergence point, in one of twelve runs).
+//! X unlists N a little ahead of the declaration (the link's slow-soon mark,
 //! `budget::UNLIST_LEAD`): when X's publisher stops waiting, its backlog from the wait goes
 //! out in one burst, and the part the link does not take reaches N only through relays that
 //! already have X's new record.
@@ -102,10 +110,13 @@ impl ControlCore {
         while i < self.withdrawn.peers.len() {
             let (peer, link) = self.withdrawn.peers[i];
             match self.placed.get(&link) {
-                Some(p) if p.budget.is_slow_or_soon() => i += 1,
+                Some(p) if p.budget.is_slow_or_soon() || p.budget.send_queue_lags(now) => i += 1,
                 // Caught up, or replaced by another link (a dial race): listed again while
                 // a link to the peer is up (one that is slow too is withdrawn below).
-                _ => {
+                placed => {
+                    if let Some(p) = placed {
+                        p.budget.watch_send_queue(false);
+                    }
                     self.membership.set_listed(&peer, true, wall_ms, now);
                     self.withdrawn.peers.swap_remove(i);
                 }
@@ -130,6 +141,9 @@ impl ControlCore {
                     ?peer,
                     "slow link: not listed in the own record until it catches up"
                 );
+                if let Some(p) = self.placed.get(&link) {
+                    p.budget.watch_send_queue(true);
+                }
                 self.withdrawn.peers.push((peer, link));
                 self.stats.slow_links_unlisted += 1;
             }

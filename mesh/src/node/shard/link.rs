@@ -181,6 +181,13 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
         let now = ctx.tick();
         match res {
             Ok(()) => {
+                // Sampled before the write is reported: a slow mark it clears is then never
+                // judged with an older sample (`LinkBudget::set_send_queue`).
+                if budget.send_queue_watched() {
+                    if let Ok(n) = wr.send_queue() {
+                        budget.set_send_queue(n);
+                    }
+                }
                 ctx.core.borrow_mut().on_written(link, bytes, now);
                 if now >= next_rtt {
                     next_rtt = now + RTT_SAMPLE_PERIOD;
