@@ -217,7 +217,7 @@ fn a_neighbour_behind_a_slow_link_gets_the_origins_frames_from_the_relays() {
 /// lossy subscriber N drained here (its slow mark cleared) while the kernel still held
 /// seconds of it, a path in retransmission backoff: X listed N again, the relays stopped,
 /// and N got nothing from anyone for half a second, then lost what X dropped when the link
-/// jammed again (708 messages after the suite's convergence point in one run of twelve).
+/// jammed again (708 messages after the suite's convergence point in one pruning run of 24).
 /// Now N stays withdrawn, and the relays carry X's frames to it, until the kernel's send
 /// queue (the writer's sample) is within what the link delivers in time.
 #[test]

@@ -29,7 +29,7 @@
 //! publisher found its link to a lossy subscriber drained while the kernel still held seconds
 //! of it (a path in retransmission backoff). Listed again then, N got nothing from anyone
 //! for half a second; when the link jammed again, what it dropped at the declaration was
-//! lost too (708 messages, after the suite's convergence point, in one of twelve runs).
+//! lost too (708 messages, after the suite's convergence point, in one pruning run of 24).
 //! X unlists N a little ahead of the declaration (the link's slow-soon mark,
 //! `budget::UNLIST_LEAD`): when X's publisher stops waiting, its backlog from the wait goes
 //! out in one burst, and the part the link does not take reaches N only through relays that
