@@ -178,7 +178,7 @@ impl ControlCore {
                             .map_or(&[], |(_, n)| n),
                         None => &[],
                     };
-                    let (tree, spared): (&[LinkId], &[PeerId]) = match except {
+                    let (tree, outranked): (&[LinkId], &[PeerId]) = match except {
                         Some(_) => self.discovery_skips(&frame.origin, now),
                         None => (&[], &[]),
                     };
@@ -191,7 +191,7 @@ impl ControlCore {
                             let skip = p.peer == frame.origin
                                 || listed.contains(&p.peer)
                                 || tree.binary_search(l).is_ok()
-                                || spared.binary_search(&p.peer).is_ok();
+                                || outranked.binary_search(&p.peer).is_ok();
                             pruned += u64::from(skip);
                             !skip
                         })
