@@ -124,6 +124,15 @@ impl TcpStream {
         tcp_send_queue(&self.inner)
     }
 
+    /// Whether the peer is acknowledging what was sent (`TCP_INFO`, one `getsockopt`, no I/O
+    /// on the connection): segments in flight and how long ago the last acknowledgement
+    /// came. A path that drops everything (a cut, a route gone, a retransmission backoff
+    /// after heavy loss) shows as data outstanding and no acknowledgement for seconds, while
+    /// writes still return as long as the kernel's buffer has room.
+    pub fn ack_state(&self) -> io::Result<AckState> {
+        tcp_ack_state(&self.inner)
+    }
+
     /// Reads what is available into the spare capacity of `buf` (after its current
     /// contents; [`READ_RESERVE`] bytes are reserved if it has none). `Ok(0)` is EOF.
     pub async fn read(&mut self, buf: BytesMut) -> (io::Result<usize>, BytesMut) {
@@ -225,6 +234,51 @@ impl TcpWriteHalf {
     pub fn send_queue(&self) -> io::Result<usize> {
         tcp_send_queue(&self.inner)
     }
+
+    /// A handle to look at the connection's kernel state while this half is busy (see
+    /// [`TcpProbe`]).
+    pub fn probe(&self) -> TcpProbe {
+        TcpProbe {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// Looks at a connection's kernel state (`TCP_INFO`, `SIOCOUTQ`) without I/O, for a task
+/// that holds neither half: a write stuck on a full socket keeps its half busy for as long as
+/// the path drops everything, which is when the state matters. It holds the connection's
+/// descriptor open while it lives (the connection closes when the halves *and* every probe
+/// are dropped): drop it when the connection ends.
+#[derive(Debug, Clone)]
+pub struct TcpProbe {
+    inner: compio::net::TcpStream,
+}
+
+impl TcpProbe {
+    /// See [`TcpStream::ack_state`].
+    pub fn ack_state(&self) -> io::Result<AckState> {
+        tcp_ack_state(&self.inner)
+    }
+
+    /// See [`TcpStream::send_queue`].
+    pub fn send_queue(&self) -> io::Result<usize> {
+        tcp_send_queue(&self.inner)
+    }
+}
+
+/// What [`TcpStream::ack_state`] read: is the peer acknowledging what was sent?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckState {
+    /// Segments sent and not acknowledged yet (`tcpi_unacked`).
+    pub unacked: u32,
+    /// Retransmission timeouts in a row without an acknowledgement of new data
+    /// (`tcpi_retransmits`; a closed window's probes do not count): the oldest segment
+    /// outstanding has waited at least that many timeouts (200 ms and more each, doubling).
+    pub timeouts: u8,
+    /// Time since the last acknowledgement arrived (`tcpi_last_ack_recv`, millisecond
+    /// resolution): on an idle connection this grows without anything being wrong, so it
+    /// means something only while `unacked` is not zero.
+    pub since_ack: std::time::Duration,
 }
 
 /// A connection's round-trip time as the kernel measured it (`TCP_INFO`, one `getsockopt`, no
@@ -233,6 +287,28 @@ impl TcpWriteHalf {
 /// is mostly the peer's delayed-acknowledgement wait (milliseconds on loopback, where the
 /// path takes microseconds). The smoothed estimate where the kernel gives no minimum.
 fn tcp_rtt(s: &compio::net::TcpStream) -> io::Result<std::time::Duration> {
+    let info = tcp_info(s)?;
+    let us = match info.tcpi_min_rtt {
+        // Not measured yet, or a kernel whose `tcp_info` ends before the field.
+        0 | u32::MAX => info.tcpi_rtt,
+        min => min,
+    };
+    Ok(std::time::Duration::from_micros(u64::from(us)))
+}
+
+/// Segments in flight, timeouts in a row and the time since the last acknowledgement
+/// (`TCP_INFO`).
+fn tcp_ack_state(s: &compio::net::TcpStream) -> io::Result<AckState> {
+    let info = tcp_info(s)?;
+    Ok(AckState {
+        unacked: info.tcpi_unacked,
+        timeouts: info.tcpi_retransmits,
+        since_ack: std::time::Duration::from_millis(u64::from(info.tcpi_last_ack_recv)),
+    })
+}
+
+/// The kernel's `TCP_INFO` of a connection (one `getsockopt`, no I/O on the connection).
+fn tcp_info(s: &compio::net::TcpStream) -> io::Result<libc::tcp_info> {
     use std::os::fd::AsRawFd;
     let sock = SockRef::from(s);
     // SAFETY: all-zero bytes are a valid `tcp_info` (plain integers).
@@ -252,12 +328,7 @@ fn tcp_rtt(s: &compio::net::TcpStream) -> io::Result<std::time::Duration> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    let us = match info.tcpi_min_rtt {
-        // Not measured yet, or a kernel whose `tcp_info` ends before the field.
-        0 | u32::MAX => info.tcpi_rtt,
-        min => min,
-    };
-    Ok(std::time::Duration::from_micros(u64::from(us)))
+    Ok(info)
 }
 
 /// The bytes of a connection not yet acknowledged by its peer (`SIOCOUTQ`, which Linux

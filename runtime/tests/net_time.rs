@@ -138,6 +138,79 @@ fn the_send_queue_holds_what_the_peer_has_not_taken() {
     rt.join().unwrap();
 }
 
+/// `ack_state` tells a path that stopped acknowledging from a peer that stopped reading:
+/// while the peer reads nothing its window closes and everything in flight is acknowledged
+/// (nothing unacknowledged, though the kernel holds megabytes), and once it read everything
+/// nothing is outstanding and the last acknowledgement is recent. A probe looks while the
+/// write half is stuck in its write, and holds the connection open until it is dropped.
+#[test]
+fn a_peer_that_reads_nothing_leaves_nothing_unacknowledged() {
+    const TOTAL: usize = 8 << 20;
+    let rt = Runtime::builder().build().unwrap();
+    let h = rt
+        .spawn_on(ExecutorId::Shard(0), || async {
+            let l = TcpListener::bind(localhost(0)).await.unwrap();
+            let s = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let (mut server, _) = l.accept().await.unwrap();
+            // The writer's half is busy in its write until the peer reads: the probe looks.
+            let (rd, mut writer) = s.into_split();
+            let probe = writer.probe();
+            assert_eq!(probe.ack_state().unwrap().unacked, 0, "nothing sent yet");
+            let wrote = spawn_local(async move {
+                writer
+                    .write_all(Bytes::from(vec![7u8; TOTAL]))
+                    .await
+                    .unwrap();
+                writer
+            });
+            let deadline = Instant::now() + Duration::from_secs(20);
+            // The peer's window closes: the kernel holds what it cannot send, and what it
+            // sent is acknowledged.
+            loop {
+                let held = probe.send_queue().unwrap();
+                let ack = probe.ack_state().unwrap();
+                if held >= 256 * 1024 && ack.unacked == 0 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the window never closed with everything sent acknowledged: {held} held, {ack:?}"
+                );
+                sleep(Duration::from_millis(5)).await;
+            }
+            let mut got = 0;
+            let mut buf = BytesMut::new();
+            while got < TOTAL {
+                buf.clear();
+                let (res, b) = server.read(buf).await;
+                buf = b;
+                got += res.unwrap();
+            }
+            let writer = wrote.await;
+            loop {
+                let ack = probe.ack_state().unwrap();
+                if ack.unacked == 0 && probe.send_queue().unwrap() == 0 {
+                    assert!(ack.since_ack < Duration::from_secs(10), "{ack:?}");
+                    break;
+                }
+                assert!(Instant::now() < deadline, "never all acknowledged: {ack:?}");
+                sleep(Duration::from_millis(5)).await;
+            }
+            // The probe holds the connection open: the peer sees its end only once the
+            // probe is dropped too.
+            drop((rd, writer));
+            let eof = timeout(Duration::from_millis(200), server.read(BytesMut::new())).await;
+            assert!(eof.is_err(), "closed while the probe held it");
+            drop(probe);
+            let (res, _) = server.read(BytesMut::new()).await;
+            assert_eq!(res.unwrap(), 0, "closed once the probe went");
+            got
+        })
+        .unwrap();
+    assert_eq!(h.join_blocking().unwrap(), TOTAL);
+    rt.join().unwrap();
+}
+
 #[test]
 fn the_congestion_control_is_set_on_the_listener_and_each_stream() {
     // Reno is built into every Linux kernel and allowed to every process.

@@ -25,6 +25,8 @@
 //!   it, a delay line (`lab/cable.rs`): the host's switch port leaves the bridge, and a thread of
 //!   this process inside the switch namespace carries its frames to a veth pair on the bridge
 //!   after the delay.
+//! - **Block**: a filter like the loss's on two hosts' ingress, each matching the other's
+//!   address: the path between them drops everything while both still reach the rest.
 //! - **Cut**: the switch-side port goes down. The host sees no carrier but keeps its address
 //!   and routes (taking `mt0` itself down would drop its routes); heal brings it up again.
 //!   Both wait until the host's `mt0` shows the new state: the kernel applies carrier changes
@@ -201,6 +203,24 @@ fn loss_program(pct: f64) -> String {
     }
     // A >= below: skip the drop.
     format!("4,{LOAD_RANDOM},53 1 0 {below},{DROP},{PASS}")
+}
+
+/// A classic BPF program for `tc` that drops IPv4 packets from `ip` and passes everything
+/// else (ARP included). `cls_bpf` sees the frame from its Ethernet header (the source
+/// address is at byte 26).
+fn source_drop_program(ip: std::net::Ipv4Addr) -> String {
+    const LOAD_ETHERTYPE: &str = "40 0 0 12";
+    const LOAD_SOURCE: &str = "32 0 0 26";
+    const DROP: &str = "6 0 0 2";
+    const PASS: &str = "6 0 0 0";
+    // Not IPv4: skip to the pass. Then drop on a matching source.
+    let ip = u32::from(ip);
+    format!("6,{LOAD_ETHERTYPE},21 0 3 2048,{LOAD_SOURCE},21 0 1 {ip},{DROP},{PASS}")
+}
+
+/// Where a host's filter that drops what host `other` sends sits (one per peer host).
+fn block_pref(other: usize) -> String {
+    (100 + other).to_string()
 }
 
 impl Lab {
@@ -536,6 +556,54 @@ impl Lab {
             .unwrap_or_else(|e| panic!("heal h{k}: {e}"));
     }
 
+    /// Drops every packet between hosts `a` and `b`, both ways: a filter like the loss's on
+    /// each host's ingress, matching the other's address. A path that fails while both hosts
+    /// still reach everyone else, as a dead path in the network does: what is sent leaves
+    /// (the sender's stack sees nothing wrong, as it would were the drop on its own egress)
+    /// and is never acknowledged.
+    pub fn block(&self, a: usize, b: usize) {
+        let step = || -> Result<(), LabError> {
+            for (at, from) in [(a, b), (b, a)] {
+                let ns = self.host(at);
+                let qdiscs = self.tc(&["-n", &ns, "qdisc", "show", "dev", HOST_IF])?;
+                if !qdiscs.contains("clsact") {
+                    self.tc(&["-n", &ns, "qdisc", "add", "dev", HOST_IF, "clsact"])?;
+                }
+                let peer: std::net::Ipv4Addr = self.addr(from).parse().expect("a lab address");
+                self.tc(&[
+                    "-n",
+                    &ns,
+                    "filter",
+                    "replace",
+                    "dev",
+                    HOST_IF,
+                    "ingress",
+                    "pref",
+                    &block_pref(from),
+                    "handle",
+                    "1",
+                    "bpf",
+                    "da",
+                    "bytecode",
+                    &source_drop_program(peer),
+                ])?;
+            }
+            Ok(())
+        };
+        step().unwrap_or_else(|e| panic!("block h{a}-h{b}: {e}"));
+    }
+
+    /// Undoes [`Lab::block`].
+    pub fn unblock(&self, a: usize, b: usize) {
+        for (at, from) in [(a, b), (b, a)] {
+            let (ns, pref) = (self.host(at), block_pref(from));
+            self.tc(&[
+                "-n", &ns, "filter", "del", "dev", HOST_IF, "ingress", "pref", &pref,
+            ])
+            .unwrap_or_else(|e| panic!("unblock h{a}-h{b}: {e}"));
+        }
+    }
+
     /// Kills every process still running in namespace `ns`.
     fn kill_all_in(&self, ns: &str) {
         let Ok(pids) = self.ip(&["netns", "pids", ns]) else {
@@ -626,6 +694,14 @@ impl Drop for HostProcess {
 #[cfg(test)]
 mod tests {
     use super::loss_program;
+
+    #[test]
+    fn the_block_program_drops_one_source_and_passes_the_rest() {
+        assert_eq!(
+            super::source_drop_program("10.77.0.3".parse().unwrap()),
+            "6,40 0 0 12,21 0 3 2048,32 0 0 26,21 0 1 172818435,6 0 0 2,6 0 0 0"
+        );
+    }
 
     #[test]
     fn the_loss_program_drops_below_the_rate() {

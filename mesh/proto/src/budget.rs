@@ -5,13 +5,14 @@
 //! and released by the link's writer once the frame is on the socket. A policy therefore
 //! always acts on a whole new frame and never touches a frame already queued or half written.
 //!
-//! It also carries the link's last measured round-trip time ([`LinkBudget::rtt`]) and, while
-//! the control plane asks for it, how much the kernel still holds for the link
+//! It also carries the link's last measured round-trip time ([`LinkBudget::rtt`]), whether
+//! its peer acknowledges what is sent ([`LinkBudget::is_unanswered`]) and, while the control
+//! plane asks for it, how much the kernel still holds for the link
 //! ([`LinkBudget::send_queue_lags`]): the per-link state the link's shard and the control
 //! plane already share, so the control plane reads it without a message to the shard.
 //!
-//! **Owns:** the byte bound of a link queue, the slow-link clock and marks, and the link's
-//! last RTT and kernel send-queue samples. **Must not touch:** the
+//! **Owns:** the byte bound of a link queue, the slow-link clock and marks, the unanswered
+//! rule and mark, and the link's last RTT and kernel send-queue samples. **Must not touch:** the
 //! queue itself (the shard core), the clock (every time-dependent method takes `now`) or any
 //! executor: waiting is an `event-listener` notification.
 
@@ -45,6 +46,19 @@ pub const SEND_QUEUE_FLOOR: usize = 64 * 1024;
 /// How far behind its writes a link may deliver beyond its round trip and still count as
 /// caught up ([`LinkBudget::send_queue_lags`]).
 pub const SEND_QUEUE_LAG: Duration = Duration::from_millis(100);
+
+/// A link whose peer has acknowledged nothing for this long while the oldest segment
+/// outstanding waited out [`UNANSWERED_TIMEOUTS`] retransmission timeouts in a row is
+/// *unanswered* ([`LinkBudget::ack_sample`], counted in `links_unanswered`): the path drops
+/// what is sent, and whatever is written reaches the peer only when TCP gets through again,
+/// seconds later under heavy loss, or never if the heartbeat timeout closes the link first.
+/// A peer that reads nothing is not unanswered: its closed window is acknowledged.
+pub const UNANSWERED_AFTER: Duration = Duration::from_secs(1);
+
+/// Retransmission timeouts in a row (200 ms and more each, doubling) before a link can be
+/// unanswered: at least 0.6 s without progress on what is outstanding, so a link that was
+/// idle (its last acknowledgement long ago) and lost one segment is not.
+pub const UNANSWERED_TIMEOUTS: u8 = 2;
 
 /// What happens to a frame when its link's outbound queue is at `max_outbound_queue_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -168,6 +182,9 @@ pub struct LinkBudget {
     watch_send_queue: AtomicBool,
     /// Bytes the kernel held unacknowledged at the writer's last look while watched.
     send_queue: AtomicUsize,
+    /// The peer acknowledged nothing for [`UNANSWERED_AFTER`] at the driver's last look
+    /// ([`LinkBudget::ack_sample`]).
+    unanswered: AtomicBool,
     epoch: Instant,
 }
 
@@ -196,6 +213,7 @@ impl LinkBudget {
             rtt_us: AtomicU32::new(0),
             watch_send_queue: AtomicBool::new(false),
             send_queue: AtomicUsize::new(0),
+            unanswered: AtomicBool::new(false),
             epoch,
         }
     }
@@ -259,6 +277,24 @@ impl LinkBudget {
         // Bytes per ms times ms.
         let in_time = self.drain_rate(now) * window.as_secs_f64() * 1000.0;
         queued as f64 > in_time
+    }
+
+    /// Records the driver's look at the link's acknowledgements: `unacked` segments in
+    /// flight, the oldest of them past `timeouts` retransmission timeouts in a row, the last
+    /// acknowledgement `since_ack` ago (the kernel's `TCP_INFO`). The link is unanswered
+    /// while segments are outstanding, [`UNANSWERED_TIMEOUTS`] timeouts passed and nothing was
+    /// acknowledged for [`UNANSWERED_AFTER`]; any look that says otherwise ends it. Returns
+    /// true if this look made the link unanswered.
+    pub fn ack_sample(&self, unacked: u32, timeouts: u8, since_ack: Duration) -> bool {
+        let unanswered =
+            unacked > 0 && timeouts >= UNANSWERED_TIMEOUTS && since_ack >= UNANSWERED_AFTER;
+        let was = self.unanswered.swap(unanswered, Ordering::AcqRel);
+        unanswered && !was
+    }
+
+    /// True while the peer acknowledges nothing ([`ack_sample`](Self::ack_sample)).
+    pub fn is_unanswered(&self) -> bool {
+        self.unanswered.load(Ordering::Acquire)
     }
 
     /// `now` as milliseconds since `epoch`, +1 (0 means "not running" in the clocks).
@@ -718,6 +754,34 @@ mod tests {
             busy,
             "a link with nothing queued took all it was given"
         );
+    }
+
+    #[test]
+    fn a_link_is_unanswered_while_segments_wait_out_timeouts_for_a_second_without_an_ack() {
+        let t0 = Instant::now();
+        let b = LinkBudget::new(100, t0);
+        let sec = Duration::from_secs(1);
+        assert!(!b.is_unanswered());
+        // Idle a minute, then one segment out: the last acknowledgement is old, but nothing
+        // outstanding has waited out a timeout yet (and a lost one alone is not enough).
+        assert!(!b.ack_sample(1, 0, 60 * sec));
+        assert!(!b.ack_sample(1, 1, 60 * sec));
+        // A closed window's probes: nothing unacknowledged.
+        assert!(!b.ack_sample(0, 0, 30 * sec));
+        // Timeouts in a row but an acknowledgement within the second: a lossy path getting
+        // through.
+        assert!(!b.ack_sample(12, 3, UNANSWERED_AFTER - Duration::from_millis(1)));
+        assert!(!b.is_unanswered());
+        assert!(b.ack_sample(12, UNANSWERED_TIMEOUTS, UNANSWERED_AFTER));
+        assert!(b.is_unanswered());
+        assert!(!b.ack_sample(12, 5, 4 * sec), "made unanswered once");
+        assert!(b.is_unanswered());
+        // An acknowledgement of new data ends the timeouts in a row: answered again.
+        assert!(!b.ack_sample(3, 0, Duration::from_millis(5)));
+        assert!(!b.is_unanswered());
+        assert!(b.ack_sample(3, 4, 2 * sec), "a second episode");
+        assert!(!b.ack_sample(0, 0, 3 * sec), "everything acknowledged");
+        assert!(!b.is_unanswered());
     }
 
     #[test]

@@ -200,6 +200,10 @@ counters! {
     /// Links declared slow under the Block policy (see [`crate::SlowLinkPolicy`]), once per
     /// congestion episode.
     slow_links,
+    /// Links whose peer acknowledged nothing for `budget::UNANSWERED_AFTER` while segments
+    /// waited out retransmission timeouts in a row (a path that drops what is sent, while
+    /// the link stays open until the heartbeat timeout), once per episode.
+    links_unanswered,
     /// Dropped: originated under the Block policy for a link declared slow, which no one
     /// waits for (see [`crate::SlowLinkPolicy`]). A copy not sent on that link, not always a
     /// message the neighbour lost: while its peer is unlisted (`slow_links_unlisted`), the

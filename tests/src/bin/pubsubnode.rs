@@ -51,6 +51,9 @@ struct Args {
     /// `max_dedup_entries`.
     #[arg(long, default_value_t = 100_000)]
     dedup_entries: usize,
+    /// `heartbeat_timeout` in milliseconds (a link that reads nothing this long is closed).
+    #[arg(long, default_value_t = 3000)]
+    heartbeat_timeout_ms: u64,
     /// Report period in milliseconds.
     #[arg(long, default_value_t = 250)]
     report_ms: u64,
@@ -120,6 +123,7 @@ fn main() {
         .announce_interval(Duration::from_millis(args.announce_ms))
         .max_outbound_queue_bytes(args.queue_bytes)
         .max_dedup_entries(args.dedup_entries)
+        .heartbeat_timeout(Duration::from_millis(args.heartbeat_timeout_ms))
         .reverse_path_check(!args.no_reverse_path_check)
         .relay_pruning(!args.no_relay_pruning)
         .build()

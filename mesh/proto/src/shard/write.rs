@@ -11,12 +11,12 @@ use super::action::ShardAction;
 use super::ShardCore;
 use crate::cmd::Out;
 use crate::crypto::{RecordSealer, SealError};
-use crate::stats::add;
+use crate::stats::{add, inc};
 use crate::wire::DATA_HEADER_LEN;
 use crate::LinkId;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Frames (header + payload) at most this long are copied into the batch's arena; longer
 /// payloads go to the socket as their own iovec, uncopied. The kernel walks iovecs one by
@@ -171,6 +171,25 @@ impl ShardCore {
             if !self.handover.holding.is_empty() {
                 self.release_held(link);
             }
+        }
+    }
+
+    /// The driver looked at the link's acknowledgements (the kernel's `TCP_INFO`, when the
+    /// link's timer fires; [`LinkBudget::ack_sample`](crate::budget::LinkBudget::ack_sample)): a link whose peer
+    /// stopped acknowledging is counted once per episode (`links_unanswered`) and logged.
+    pub fn on_ack_sample(&mut self, link: LinkId, unacked: u32, timeouts: u8, since_ack: Duration) {
+        let Some(l) = self.links.get(link) else {
+            return;
+        };
+        if l.budget.ack_sample(unacked, timeouts, since_ack) {
+            inc(&self.counters.links_unanswered);
+            tracing::info!(
+                shard = self.idx,
+                peer = %l.peer,
+                ?since_ack,
+                timeouts,
+                "link unanswered: its peer acknowledges nothing"
+            );
         }
     }
 

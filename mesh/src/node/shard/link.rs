@@ -6,7 +6,8 @@
 //! batch, and samples the link's round-trip time about once a second for observers; the
 //! timer fires the link's heartbeat and liveness checks when the core says (on the shard's
 //! timer grid, so an idle shard wakes once for all its links due together), or at once on a
-//! slow-peer kill.
+//! slow-peer kill, and looks at the link's acknowledgements each time (a peer that
+//! acknowledges nothing is counted).
 //!
 //! **Owns:** the link's socket halves and tasks. **Must not touch:** what is read, written,
 //! counted or closed (the core's).
@@ -15,9 +16,9 @@ use super::{carry, settle, Ctx, LinkTasks, Signal, Who, REST_BLOCK_FACTOR};
 use bytes::Bytes;
 use shoal_proto::shard::{ReadStep, ShardAction, WriteStep};
 use shoal_proto::LinkId;
-use shoal_runtime::net::{TcpReadHalf, TcpStream, TcpWriteHalf};
+use shoal_runtime::net::{TcpProbe, TcpReadHalf, TcpStream, TcpWriteHalf};
 use shoal_runtime::spawn_local;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -41,6 +42,7 @@ pub(super) fn attach(
         }
     };
     let (rd, wr) = stream.into_split();
+    let probe = Rc::new(RefCell::new(Some(wr.probe())));
     let busy = Rc::new(Cell::new(false));
     let read_on = Rc::new(Signal::new());
     let tasks = LinkTasks {
@@ -54,9 +56,10 @@ pub(super) fn attach(
         writer: Some(spawn_local(writer(ctx.clone(), link, wr))),
         reader_busy: busy,
         read_on,
+        probe: probe.clone(),
     };
     ctx.tasks.borrow_mut().insert(link, tasks);
-    spawn_local(timer(ctx.clone(), link)).detach();
+    spawn_local(timer(ctx.clone(), link, probe)).detach();
 }
 
 /// Feeds what a link's reads bring to the core, which parses and routes it.
@@ -211,7 +214,13 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
 /// Disconnect-policy kill is requested (also while the writer is stuck on a full socket).
 /// The core puts the deadlines of a shard's links on one grid, so the timers of links due
 /// together fire in one wake-up of the thread.
-async fn timer(ctx: Rc<Ctx>, link: LinkId) {
+///
+/// Each time it fires (at least once a heartbeat interval: the heartbeat deadline moves with
+/// every frame queued, and the timer wakes at the old one) it also looks at the link's
+/// acknowledgements through `probe`, which the link's end takes away. Not the writer: a path
+/// that drops everything soon fills the socket, and a write stuck on it keeps the writer from
+/// looking at all.
+async fn timer(ctx: Rc<Ctx>, link: LinkId, probe: Rc<RefCell<Option<TcpProbe>>>) {
     let Some(budget) = ctx.core.borrow().link_budget(link) else {
         return;
     };
@@ -227,6 +236,14 @@ async fn timer(ctx: Rc<Ctx>, link: LinkId) {
         }
         let now = Instant::now();
         let live = ctx.core.borrow_mut().on_link_timer(link, now, &mut actions);
+        if live {
+            let sample = probe.borrow().as_ref().map(TcpProbe::ack_state);
+            if let Some(Ok(a)) = sample {
+                ctx.core
+                    .borrow_mut()
+                    .on_ack_sample(link, a.unacked, a.timeouts, a.since_ack);
+            }
+        }
         carry(&ctx, &mut actions, &mut waits, Who::Other);
         settle(&ctx, &mut waits, Who::Other).await;
         if !live {

@@ -89,6 +89,9 @@ struct LinkTasks {
     /// Wakes the reader the core told to hold (a dial race's winner waiting for its loser's
     /// end) when the core says it reads on ([`ShardAction::ReadOn`]).
     read_on: Rc<Signal>,
+    /// The link timer's look at the connection's kernel state: taken away when the link
+    /// ends, so the connection closes with its halves.
+    probe: Rc<RefCell<Option<shoal_runtime::net::TcpProbe>>>,
 }
 
 /// The shard's driver state, shared by its tasks.
@@ -406,6 +409,7 @@ fn ended(ctx: &Rc<Ctx>, link: LinkId, who: Who) {
     let Some(t) = ctx.tasks.borrow_mut().remove(&link) else {
         return;
     };
+    t.probe.borrow_mut().take();
     if who != Who::Reader(link) {
         if let Some(r) = t.reader {
             if t.reader_busy.get() {

@@ -466,3 +466,34 @@ fn a_publish_on_a_link_closed_on_its_shard_waits_for_this_shards_table() {
         }
     }
 }
+
+/// The driver's look at a link's acknowledgements (`on_ack_sample`): a peer that
+/// acknowledges nothing for a second while segments wait out timeouts is counted once per
+/// episode, and an answered look ends the episode; nothing is dropped or held for the link
+/// meanwhile (the kernel keeps what it was given until TCP gets through).
+#[test]
+fn a_link_whose_peer_acknowledges_nothing_is_counted_once_an_episode() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let budget = s.serve(A, PA, 100);
+    let sec = Duration::from_secs(1);
+    // Answered, or a lost segment after a long idle time: nothing to count.
+    s.core.on_ack_sample(A, 3, 0, Duration::from_millis(2));
+    s.core.on_ack_sample(A, 1, 1, 40 * sec);
+    assert_eq!(s.stats().links_unanswered, 0);
+    s.core.on_ack_sample(A, 9, 2, sec);
+    assert!(budget.is_unanswered() && !budget.is_slow_or_soon());
+    s.core.on_ack_sample(A, 9, 4, 3 * sec);
+    assert_eq!(s.stats().links_unanswered, 1, "once an episode");
+    // Frames still go to the link.
+    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
+    assert!(s.take().is_empty());
+    assert_eq!(frames(&s.written(A, s.at(2))).len(), 1);
+    s.core.on_ack_sample(A, 0, 0, Duration::from_millis(1));
+    assert!(!budget.is_unanswered());
+    s.core.on_ack_sample(A, 5, 3, 2 * sec);
+    assert_eq!(s.stats().links_unanswered, 2, "a second episode");
+    assert_eq!(s.stats().dropped_slow_link, 0);
+    // A link this shard no longer serves: nothing.
+    s.core.on_ack_sample(LinkId(999), 5, 3, 2 * sec);
+    assert_eq!(s.stats().links_unanswered, 2);
+}
