@@ -438,15 +438,26 @@ impl Lab {
         }
     }
 
+    /// Puts `program` (classic BPF, `tc` bytecode) on `hook` of host namespace `ns`'s
+    /// interface at priority `pref`, replacing what was there (the `clsact` qdisc added first
+    /// if missing).
+    fn bpf_filter(&self, ns: &str, hook: &str, pref: &str, program: &str) -> Result<(), LabError> {
+        let qdiscs = self.tc(&["-n", ns, "qdisc", "show", "dev", HOST_IF])?;
+        if !qdiscs.contains("clsact") {
+            self.tc(&["-n", ns, "qdisc", "add", "dev", HOST_IF, "clsact"])?;
+        }
+        self.tc(&[
+            "-n", ns, "filter", "replace", "dev", HOST_IF, hook, "pref", pref, "handle", "1",
+            "bpf", "da", "bytecode", program,
+        ])?;
+        Ok(())
+    }
+
     /// Random loss of `pct` percent on host `k`'s link, both directions (0 removes it).
     pub fn loss(&self, k: usize, pct: u32) {
         assert!(pct <= 100, "a loss rate is a percentage");
         let ns = self.host(k);
         let step = || -> Result<(), LabError> {
-            let qdiscs = self.tc(&["-n", &ns, "qdisc", "show", "dev", HOST_IF])?;
-            if !qdiscs.contains("clsact") {
-                self.tc(&["-n", &ns, "qdisc", "add", "dev", HOST_IF, "clsact"])?;
-            }
             for hook in ["egress", "ingress"] {
                 if pct == 0 {
                     // Absent when no loss was set: nothing to remove.
@@ -454,23 +465,7 @@ impl Lab {
                         "-n", &ns, "filter", "del", "dev", HOST_IF, hook, "pref", "10",
                     ]);
                 } else {
-                    self.tc(&[
-                        "-n",
-                        &ns,
-                        "filter",
-                        "replace",
-                        "dev",
-                        HOST_IF,
-                        hook,
-                        "pref",
-                        "10",
-                        "handle",
-                        "1",
-                        "bpf",
-                        "da",
-                        "bytecode",
-                        &loss_program(f64::from(pct)),
-                    ])?;
+                    self.bpf_filter(&ns, hook, "10", &loss_program(f64::from(pct)))?;
                 }
             }
             Ok(())
@@ -564,29 +559,13 @@ impl Lab {
     pub fn block(&self, a: usize, b: usize) {
         let step = || -> Result<(), LabError> {
             for (at, from) in [(a, b), (b, a)] {
-                let ns = self.host(at);
-                let qdiscs = self.tc(&["-n", &ns, "qdisc", "show", "dev", HOST_IF])?;
-                if !qdiscs.contains("clsact") {
-                    self.tc(&["-n", &ns, "qdisc", "add", "dev", HOST_IF, "clsact"])?;
-                }
                 let peer: std::net::Ipv4Addr = self.addr(from).parse().expect("a lab address");
-                self.tc(&[
-                    "-n",
-                    &ns,
-                    "filter",
-                    "replace",
-                    "dev",
-                    HOST_IF,
+                self.bpf_filter(
+                    &self.host(at),
                     "ingress",
-                    "pref",
                     &block_pref(from),
-                    "handle",
-                    "1",
-                    "bpf",
-                    "da",
-                    "bytecode",
                     &source_drop_program(peer),
-                ])?;
+                )?;
             }
             Ok(())
         };
