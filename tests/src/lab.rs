@@ -553,9 +553,9 @@ impl Lab {
 
     /// Drops every packet between hosts `a` and `b`, both ways: a filter like the loss's on
     /// each host's ingress, matching the other's address. A path that fails while both hosts
-    /// still reach everyone else, as a dead path in the network does: what is sent leaves
-    /// (the sender's stack sees nothing wrong, as it would were the drop on its own egress)
-    /// and is never acknowledged.
+    /// still reach everyone else, as a dead path in the network does: what is sent leaves and
+    /// is never acknowledged, and the sender's stack sees nothing wrong (a drop on its own
+    /// egress it would see: a local congestion, even a failed write).
     pub fn block(&self, a: usize, b: usize) {
         let step = || -> Result<(), LabError> {
             for (at, from) in [(a, b), (b, a)] {
