@@ -107,13 +107,9 @@ impl TcpStream {
         self.inner.local_addr()
     }
 
-    /// The connection's round-trip time as the kernel measured it: the lowest sample of the
-    /// last minutes (`TCP_INFO`'s `tcpi_min_rtt`: the path's round trip, without the
-    /// delayed-acknowledgement waits that dominate the smoothed `tcpi_rtt` of a link with
-    /// sparse traffic), else the smoothed estimate. Microsecond resolution; zero before
-    /// anything was acknowledged.
+    /// The path's round trip as the kernel measured it ([`PathState::rtt`]).
     pub fn rtt(&self) -> io::Result<std::time::Duration> {
-        tcp_rtt(&self.inner)
+        Ok(tcp_path_state(&self.inner)?.rtt)
     }
 
     /// Bytes written to the connection that the peer has not acknowledged yet (`SIOCOUTQ`:
@@ -124,13 +120,13 @@ impl TcpStream {
         tcp_send_queue(&self.inner)
     }
 
-    /// Whether the peer is acknowledging what was sent (`TCP_INFO`, one `getsockopt`, no I/O
-    /// on the connection): segments in flight and how long ago the last acknowledgement
-    /// came. A path that drops everything (a cut, a route gone, a retransmission backoff
-    /// after heavy loss) shows as data outstanding and no acknowledgement for seconds, while
-    /// writes still return as long as the kernel's buffer has room.
-    pub fn ack_state(&self) -> io::Result<AckState> {
-        tcp_ack_state(&self.inner)
+    /// What the kernel knows of the path (`TCP_INFO`, one `getsockopt`, no I/O on the
+    /// connection): its round trip, and whether the peer is acknowledging what was sent. A
+    /// path that drops everything (a cut, a route gone, a retransmission backoff after heavy
+    /// loss) shows as data outstanding and no acknowledgement for seconds, while writes still
+    /// return as long as the kernel's buffer has room.
+    pub fn path_state(&self) -> io::Result<PathState> {
+        tcp_path_state(&self.inner)
     }
 
     /// Reads what is available into the spare capacity of `buf` (after its current
@@ -225,11 +221,6 @@ impl TcpWriteHalf {
         AsyncWrite::shutdown(&mut self.inner).await
     }
 
-    /// See [`TcpStream::rtt`].
-    pub fn rtt(&self) -> io::Result<std::time::Duration> {
-        tcp_rtt(&self.inner)
-    }
-
     /// See [`TcpStream::send_queue`].
     pub fn send_queue(&self) -> io::Result<usize> {
         tcp_send_queue(&self.inner)
@@ -255,9 +246,9 @@ pub struct TcpProbe {
 }
 
 impl TcpProbe {
-    /// See [`TcpStream::ack_state`].
-    pub fn ack_state(&self) -> io::Result<AckState> {
-        tcp_ack_state(&self.inner)
+    /// See [`TcpStream::path_state`].
+    pub fn path_state(&self) -> io::Result<PathState> {
+        tcp_path_state(&self.inner)
     }
 
     /// See [`TcpStream::send_queue`].
@@ -266,9 +257,17 @@ impl TcpProbe {
     }
 }
 
-/// What [`TcpStream::ack_state`] read: is the peer acknowledging what was sent?
+/// What [`TcpStream::path_state`] read: the path's round trip, and whether the peer is
+/// acknowledging what was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AckState {
+pub struct PathState {
+    /// The connection's round-trip time as the kernel measured it: its lowest sample of the
+    /// last minutes (`tcpi_min_rtt`), which is the path's round trip; the smoothed estimate
+    /// (`tcpi_rtt`) of a link with sparse traffic is mostly the peer's delayed-acknowledgement
+    /// wait (milliseconds on loopback, where the path takes microseconds). The smoothed
+    /// estimate where the kernel gives no minimum; microsecond resolution; zero before
+    /// anything was acknowledged.
+    pub rtt: std::time::Duration,
     /// Segments sent and not acknowledged yet (`tcpi_unacked`).
     pub unacked: u32,
     /// Retransmission timeouts in a row without an acknowledgement of new data
@@ -281,26 +280,16 @@ pub struct AckState {
     pub since_ack: std::time::Duration,
 }
 
-/// A connection's round-trip time as the kernel measured it (`TCP_INFO`, one `getsockopt`, no
-/// I/O on the connection): its lowest sample of the last minutes (`tcpi_min_rtt`), which is
-/// the path's round trip; the smoothed estimate (`tcpi_rtt`) of a link with sparse traffic
-/// is mostly the peer's delayed-acknowledgement wait (milliseconds on loopback, where the
-/// path takes microseconds). The smoothed estimate where the kernel gives no minimum.
-fn tcp_rtt(s: &compio::net::TcpStream) -> io::Result<std::time::Duration> {
+/// The path's state from the kernel's `TCP_INFO` (see [`PathState`]).
+fn tcp_path_state(s: &compio::net::TcpStream) -> io::Result<PathState> {
     let info = tcp_info(s)?;
-    let us = match info.tcpi_min_rtt {
+    let rtt_us = match info.tcpi_min_rtt {
         // Not measured yet, or a kernel whose `tcp_info` ends before the field.
         0 | u32::MAX => info.tcpi_rtt,
         min => min,
     };
-    Ok(std::time::Duration::from_micros(u64::from(us)))
-}
-
-/// Segments in flight, timeouts in a row and the time since the last acknowledgement
-/// (`TCP_INFO`).
-fn tcp_ack_state(s: &compio::net::TcpStream) -> io::Result<AckState> {
-    let info = tcp_info(s)?;
-    Ok(AckState {
+    Ok(PathState {
+        rtt: std::time::Duration::from_micros(u64::from(rtt_us)),
         unacked: info.tcpi_unacked,
         timeouts: info.tcpi_retransmits,
         since_ack: std::time::Duration::from_millis(u64::from(info.tcpi_last_ack_recv)),

@@ -91,7 +91,7 @@ fn tcp_echo_across_executors_with_split_and_vectored_writes() {
 
 /// What the kernel says of a connection whose peer reads nothing, then everything, looked at
 /// through a probe while the write half is stuck in its write: `send_queue` (what the kernel
-/// holds unacknowledged) grows and falls to zero once the peer took everything; `ack_state`
+/// holds unacknowledged) grows and falls to zero once the peer took everything; `path_state`
 /// tells a peer that stopped reading from a path that stopped acknowledging (the window
 /// closes with everything sent acknowledged, though the kernel holds megabytes); the probe
 /// holds the connection open until it is dropped too.
@@ -107,7 +107,7 @@ fn a_probe_sees_the_kernel_hold_what_a_peer_that_reads_nothing_has_acknowledged(
             let (rd, mut writer) = s.into_split();
             let probe = writer.probe();
             assert_eq!(probe.send_queue().unwrap(), 0, "nothing written yet");
-            assert_eq!(probe.ack_state().unwrap().unacked, 0, "nothing sent yet");
+            assert_eq!(probe.path_state().unwrap().unacked, 0, "nothing sent yet");
             let wrote = spawn_local(async move {
                 writer
                     .write_all(Bytes::from(vec![7u8; TOTAL]))
@@ -117,7 +117,7 @@ fn a_probe_sees_the_kernel_hold_what_a_peer_that_reads_nothing_has_acknowledged(
             });
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
-                let (held, ack) = (probe.send_queue().unwrap(), probe.ack_state().unwrap());
+                let (held, ack) = (probe.send_queue().unwrap(), probe.path_state().unwrap());
                 if held >= 256 * 1024 && ack.unacked == 0 {
                     break;
                 }
@@ -137,7 +137,7 @@ fn a_probe_sees_the_kernel_hold_what_a_peer_that_reads_nothing_has_acknowledged(
             }
             let writer = wrote.await;
             loop {
-                let ack = probe.ack_state().unwrap();
+                let ack = probe.path_state().unwrap();
                 if ack.unacked == 0 && probe.send_queue().unwrap() == 0 {
                     assert!(ack.since_ack < Duration::from_secs(10), "{ack:?}");
                     break;

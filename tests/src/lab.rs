@@ -33,14 +33,17 @@
 //!   asynchronously, and traffic sent before that would be lost or leak through.
 //!
 //! Length: one object's plumbing (build, faults, teardown, each an `ip`/`tc` command list),
-//! the handle of the processes it starts and its error type; the delay line is `lab/cable.rs`.
+//! the handle of the processes it starts and its error type; the delay line is `lab/cable.rs`,
+//! the filters' BPF programs `lab/bpf.rs`.
 //!
 //! **Owns:** the lab's namespaces, interfaces, qdiscs and delay lines, and the processes it
 //! starts in them. **Must not touch:** the root namespace (no interface, address, route or
 //! setting there), or any namespace that is not its own.
 
+mod bpf;
 mod cable;
 
+use bpf::{loss_program, source_drop_program};
 use cable::Cable;
 use std::collections::HashMap;
 use std::fmt;
@@ -187,35 +190,6 @@ fn in_netns<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> Result<T, LabE
         .map_err(|_| LabError::Io(io::Error::other("lab namespace thread panicked")))?
         .map_err(LabError::Io)
     })
-}
-
-/// The classic BPF program (tc's `bytecode` syntax) that drops `pct` percent of packets at
-/// random, for `cls_bpf` in direct-action mode (its return value is the verdict).
-fn loss_program(pct: f64) -> String {
-    // A = the kernel's random u32 (ancillary load SKF_AD_OFF + SKF_AD_RANDOM).
-    const LOAD_RANDOM: &str = "32 0 0 4294963256";
-    // TC_ACT_SHOT, TC_ACT_OK.
-    const DROP: &str = "6 0 0 2";
-    const PASS: &str = "6 0 0 0";
-    let below = (pct / 100.0 * 4_294_967_296.0).round();
-    if below >= 4_294_967_296.0 {
-        return format!("1,{DROP}");
-    }
-    // A >= below: skip the drop.
-    format!("4,{LOAD_RANDOM},53 1 0 {below},{DROP},{PASS}")
-}
-
-/// A classic BPF program for `tc` that drops IPv4 packets from `ip` and passes everything
-/// else (ARP included). `cls_bpf` sees the frame from its Ethernet header (the source
-/// address is at byte 26).
-fn source_drop_program(ip: std::net::Ipv4Addr) -> String {
-    const LOAD_ETHERTYPE: &str = "40 0 0 12";
-    const LOAD_SOURCE: &str = "32 0 0 26";
-    const DROP: &str = "6 0 0 2";
-    const PASS: &str = "6 0 0 0";
-    // Not IPv4: skip to the pass. Then drop on a matching source.
-    let ip = u32::from(ip);
-    format!("6,{LOAD_ETHERTYPE},21 0 3 2048,{LOAD_SOURCE},21 0 1 {ip},{DROP},{PASS}")
 }
 
 /// Where a host's filter that drops what host `other` sends sits (one per peer host).
@@ -667,29 +641,5 @@ impl Drop for HostProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::loss_program;
-
-    #[test]
-    fn the_block_program_drops_one_source_and_passes_the_rest() {
-        assert_eq!(
-            super::source_drop_program("10.77.0.3".parse().unwrap()),
-            "6,40 0 0 12,21 0 3 2048,32 0 0 26,21 0 1 172818435,6 0 0 2,6 0 0 0"
-        );
-    }
-
-    #[test]
-    fn the_loss_program_drops_below_the_rate() {
-        assert_eq!(
-            loss_program(30.0),
-            "4,32 0 0 4294963256,53 1 0 1288490189,6 0 0 2,6 0 0 0"
-        );
-        assert_eq!(loss_program(100.0), "1,6 0 0 2");
-        // 0 % never drops: every random value is >= 0.
-        assert!(loss_program(0.0).contains("53 1 0 0,"));
     }
 }

@@ -11,10 +11,15 @@
 //! ([`LinkBudget::send_queue_lags`]): the per-link state the link's shard and the control
 //! plane already share, so the control plane reads it without a message to the shard.
 //!
-//! **Owns:** the byte bound of a link queue, the slow-link clock and marks, the unanswered
-//! rule and mark, and the link's last RTT and kernel send-queue samples. **Must not touch:** the
+//! **Owns:** the byte bound of a link queue, the slow-link clock and marks, and (in
+//! `kernel.rs`) what the link's kernel said last: its RTT, its send queue, whether the peer
+//! acknowledges anything. **Must not touch:** the
 //! queue itself (the shard core), the clock (every time-dependent method takes `now`) or any
 //! executor: waiting is an `event-listener` notification.
+
+mod kernel;
+
+pub use kernel::{SEND_QUEUE_FLOOR, SEND_QUEUE_LAG, UNANSWERED_AFTER, UNANSWERED_TIMEOUTS};
 
 use event_listener::Event as Signal;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -38,27 +43,6 @@ pub const RELAPSE_ALLOWANCE: u32 = 4;
 /// and what of it did not fit the link reached the peer only if the relays already had the
 /// record that sends it there.
 pub const UNLIST_LEAD: u32 = 5;
-
-/// A link whose kernel send queue ([`LinkBudget::set_send_queue`]) holds no more than this
-/// many bytes has caught up whatever its pace.
-pub const SEND_QUEUE_FLOOR: usize = 64 * 1024;
-
-/// How far behind its writes a link may deliver beyond its round trip and still count as
-/// caught up ([`LinkBudget::send_queue_lags`]).
-pub const SEND_QUEUE_LAG: Duration = Duration::from_millis(100);
-
-/// A link whose peer has acknowledged nothing for this long while the oldest segment
-/// outstanding waited out [`UNANSWERED_TIMEOUTS`] retransmission timeouts in a row is
-/// *unanswered* ([`LinkBudget::ack_sample`], counted in `links_unanswered`): the path drops
-/// what is sent, and whatever is written reaches the peer only when TCP gets through again,
-/// seconds later under heavy loss, or never if the heartbeat timeout closes the link first.
-/// A peer that reads nothing is not unanswered: its closed window is acknowledged.
-pub const UNANSWERED_AFTER: Duration = Duration::from_secs(1);
-
-/// Retransmission timeouts in a row (200 ms and more each, doubling) before a link can be
-/// unanswered: at least 0.6 s without progress on what is outstanding, so a link that was
-/// idle (its last acknowledgement long ago) and lost one segment is not.
-pub const UNANSWERED_TIMEOUTS: u8 = 2;
 
 /// What happens to a frame when its link's outbound queue is at `max_outbound_queue_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -216,85 +200,6 @@ impl LinkBudget {
             unanswered: AtomicBool::new(false),
             epoch,
         }
-    }
-
-    /// Records the link's round-trip time (its shard samples the kernel's estimate at most
-    /// about once a second; microsecond resolution, at least 1 µs once measured).
-    pub fn set_rtt(&self, rtt: Duration) {
-        let us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX).max(1);
-        self.rtt_us.store(us, Ordering::Relaxed);
-    }
-
-    /// The link's last measured round-trip time; `None` before the first sample.
-    pub fn rtt(&self) -> Option<Duration> {
-        match self.rtt_us.load(Ordering::Relaxed) {
-            0 => None,
-            us => Some(Duration::from_micros(u64::from(us))),
-        }
-    }
-
-    /// Starts (`true`) or stops asking the link's writer to sample the kernel's send queue
-    /// after each write ([`set_send_queue`](Self::set_send_queue)); a start forgets the last
-    /// sample. Off by default: one system call per write is not for every link, only for one
-    /// whose peer the control plane has withdrawn (`control::slow`).
-    pub fn watch_send_queue(&self, on: bool) {
-        if on {
-            self.send_queue.store(0, Ordering::Relaxed);
-        }
-        self.watch_send_queue.store(on, Ordering::Release);
-    }
-
-    /// True while the writer should sample the kernel's send queue after each write.
-    #[inline]
-    pub fn send_queue_watched(&self) -> bool {
-        self.watch_send_queue.load(Ordering::Acquire)
-    }
-
-    /// Records the bytes the kernel holds for the link and its peer has not acknowledged,
-    /// as the writer sampled them after a write (before reporting the write, so a slow mark
-    /// that write clears is never seen with an older sample).
-    pub fn set_send_queue(&self, bytes: usize) {
-        self.send_queue.store(bytes, Ordering::Release);
-    }
-
-    /// The last sample of [`set_send_queue`](Self::set_send_queue) (0: none since watched).
-    pub fn send_queue(&self) -> usize {
-        self.send_queue.load(Ordering::Acquire)
-    }
-
-    /// True when the kernel's send queue at the last sample holds more than the link
-    /// delivers in its round trip plus [`SEND_QUEUE_LAG`] at its recent pace (and more than
-    /// [`SEND_QUEUE_FLOOR`]): what is written now reaches the peer that much later. A write
-    /// returns once the kernel took the bytes, so a link whose queue here drained can still
-    /// be seconds behind: a lossy path in retransmission backoff holds megabytes of the
-    /// kernel's buffer after the loss has ended.
-    pub fn send_queue_lags(&self, now: Instant) -> bool {
-        let queued = self.send_queue();
-        if queued <= SEND_QUEUE_FLOOR {
-            return false;
-        }
-        let window = self.rtt().unwrap_or_default() + SEND_QUEUE_LAG;
-        // Bytes per ms times ms.
-        let in_time = self.drain_rate(now) * window.as_secs_f64() * 1000.0;
-        queued as f64 > in_time
-    }
-
-    /// Records the driver's look at the link's acknowledgements: `unacked` segments in
-    /// flight, the oldest of them past `timeouts` retransmission timeouts in a row, the last
-    /// acknowledgement `since_ack` ago (the kernel's `TCP_INFO`). The link is unanswered
-    /// while segments are outstanding, [`UNANSWERED_TIMEOUTS`] timeouts passed and nothing was
-    /// acknowledged for [`UNANSWERED_AFTER`]; any look that says otherwise ends it. Returns
-    /// true if this look made the link unanswered.
-    pub fn ack_sample(&self, unacked: u32, timeouts: u8, since_ack: Duration) -> bool {
-        let unanswered =
-            unacked > 0 && timeouts >= UNANSWERED_TIMEOUTS && since_ack >= UNANSWERED_AFTER;
-        let was = self.unanswered.swap(unanswered, Ordering::AcqRel);
-        unanswered && !was
-    }
-
-    /// True while the peer acknowledges nothing ([`ack_sample`](Self::ack_sample)).
-    pub fn is_unanswered(&self) -> bool {
-        self.unanswered.load(Ordering::Acquire)
     }
 
     /// `now` as milliseconds since `epoch`, +1 (0 means "not running" in the clocks).
@@ -754,72 +659,6 @@ mod tests {
             busy,
             "a link with nothing queued took all it was given"
         );
-    }
-
-    #[test]
-    fn a_link_is_unanswered_while_segments_wait_out_timeouts_for_a_second_without_an_ack() {
-        let t0 = Instant::now();
-        let b = LinkBudget::new(100, t0);
-        let sec = Duration::from_secs(1);
-        assert!(!b.is_unanswered());
-        // Idle a minute, then one segment out: the last acknowledgement is old, but nothing
-        // outstanding has waited out a timeout yet (and a lost one alone is not enough).
-        assert!(!b.ack_sample(1, 0, 60 * sec));
-        assert!(!b.ack_sample(1, 1, 60 * sec));
-        // A closed window's probes: nothing unacknowledged.
-        assert!(!b.ack_sample(0, 0, 30 * sec));
-        // Timeouts in a row but an acknowledgement within the second: a lossy path getting
-        // through.
-        assert!(!b.ack_sample(12, 3, UNANSWERED_AFTER - Duration::from_millis(1)));
-        assert!(!b.is_unanswered());
-        assert!(b.ack_sample(12, UNANSWERED_TIMEOUTS, UNANSWERED_AFTER));
-        assert!(b.is_unanswered());
-        assert!(!b.ack_sample(12, 5, 4 * sec), "made unanswered once");
-        assert!(b.is_unanswered());
-        // An acknowledgement of new data ends the timeouts in a row: answered again.
-        assert!(!b.ack_sample(3, 0, Duration::from_millis(5)));
-        assert!(!b.is_unanswered());
-        assert!(b.ack_sample(3, 4, 2 * sec), "a second episode");
-        assert!(!b.ack_sample(0, 0, 3 * sec), "everything acknowledged");
-        assert!(!b.is_unanswered());
-    }
-
-    #[test]
-    fn a_send_queue_lags_past_a_round_trip_and_a_tenth_of_a_second_of_delivery() {
-        let t0 = Instant::now();
-        let b = LinkBudget::new(100, t0);
-        assert!(!b.send_queue_watched(), "off by default");
-        b.watch_send_queue(true);
-        assert!(b.send_queue_watched());
-        // 1 000 bytes per ms for ~5 s (the rate is smoothed over about a second), 10 ms
-        // round trip: 110 000 bytes in time.
-        for i in 1..=400 {
-            b.written(12_000, ms(t0, 12 * i));
-        }
-        b.set_rtt(Duration::from_millis(10));
-        let now = ms(t0, 4800);
-        let rate = b.drain_rate(now);
-        assert!((900.0..1100.0).contains(&rate), "{rate}");
-        let in_time = (rate * 110.0) as usize;
-        assert!(!b.send_queue_lags(now), "no sample yet");
-        b.set_send_queue(in_time - 1_000);
-        assert!(!b.send_queue_lags(now), "delivered within the window");
-        b.set_send_queue(in_time + 1_000);
-        assert!(b.send_queue_lags(now), "behind by more than the window");
-        b.set_send_queue(4 << 20);
-        assert!(b.send_queue_lags(now), "seconds behind");
-        // A link that took nothing lately lags with anything past the floor, and none with
-        // the floor's worth.
-        let idle = LinkBudget::new(100, t0);
-        idle.set_send_queue(SEND_QUEUE_FLOOR);
-        assert!(!idle.send_queue_lags(t0));
-        idle.set_send_queue(SEND_QUEUE_FLOOR + 1);
-        assert!(idle.send_queue_lags(t0));
-        // Watching again forgets the last sample.
-        b.watch_send_queue(false);
-        b.watch_send_queue(true);
-        assert_eq!(b.send_queue(), 0);
-        assert!(!b.send_queue_lags(now));
     }
 
     #[test]
