@@ -8,8 +8,7 @@
 //! - **name, listen addresses, start time, link RTTs**: the node's own topics participant
 //!   record (Shoal nodes; its `node_name`, or its id in hex), whose optional observer fields
 //!   carry its start time and its links' round-trip times as the kernel measures them at
-//!   its end (sampled at each link timer, about once a heartbeat interval, re-announced with
-//!   the announce cycle);
+//!   its end (sampled about once a second, re-announced with the announce cycle);
 //! - **this node's own links**: measured here, always current;
 //! - **which frames a node speaks**: its participant record, this node's own link to it, or
 //!   a neighbour's report of its link to it ([`NodeView::speaks_per`] says whose word);

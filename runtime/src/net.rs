@@ -226,6 +226,11 @@ impl TcpWriteHalf {
         tcp_send_queue(&self.inner)
     }
 
+    /// See [`TcpStream::rtt`].
+    pub fn rtt(&self) -> io::Result<std::time::Duration> {
+        Ok(tcp_path_state(&self.inner)?.rtt)
+    }
+
     /// A handle to look at the connection's kernel state while this half is busy (see
     /// [`TcpProbe`]).
     pub fn probe(&self) -> TcpProbe {

@@ -32,9 +32,9 @@ pub const UNANSWERED_AFTER: Duration = Duration::from_secs(1);
 pub const UNANSWERED_TIMEOUTS: u8 = 2;
 
 impl LinkBudget {
-    /// Records the link's round-trip time (its shard samples the kernel's estimate each time
-    /// the link's timer fires, about once a heartbeat interval; microsecond resolution, at
-    /// least 1 µs once measured).
+    /// Records the link's round-trip time (its shard samples the kernel's estimate at most
+    /// about once a second, from its first write; microsecond resolution, at least 1 µs once
+    /// measured).
     pub fn set_rtt(&self, rtt: Duration) {
         let us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX).max(1);
         self.rtt_us.store(us, Ordering::Relaxed);

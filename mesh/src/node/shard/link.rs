@@ -3,10 +3,10 @@
 //! The reader reads into the buffer the core hands out (reusing blocks the application has
 //! released, see [`super::super::recycle`]) and lets the core parse and route every whole
 //! frame; the writer writes what the core gathers (or seals) into one vectored write per
-//! batch; the timer fires the link's heartbeat and liveness checks when the core says (on the
-//! shard's timer grid, so an idle shard wakes once for all its links due together), or at
-//! once on a slow-peer kill, and each time looks at what the kernel knows of the path: its
-//! round trip for observers, and whether the peer acknowledges anything (a peer that
+//! batch, and samples the link's round-trip time about once a second for observers; the
+//! timer fires the link's heartbeat and liveness checks when the core says (on the shard's
+//! timer grid, so an idle shard wakes once for all its links due together), or at once on a
+//! slow-peer kill, and looks at the link's acknowledgements each time (a peer that
 //! acknowledges nothing is counted).
 //!
 //! **Owns:** the link's socket halves and tasks. **Must not touch:** what is read, written,
@@ -21,6 +21,10 @@ use shoal_runtime::spawn_local;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Instant;
+
+/// How often a link's writer samples the kernel's RTT estimate: after its first write, so an
+/// observer that lives a moment (`shoal nodes`) has its own links' round trips.
+const RTT_SAMPLE_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Starts the tasks of a link the core now serves; if its socket cannot join this shard's
 /// executor, the core hears the link is lost.
@@ -146,6 +150,9 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
     // core) and is reused for the link's life. Not reserved up front: at 32 KiB per link the
     // idle links of a 60-node full mesh held 1.9 MB of each node's 4 MB heap.
     let mut bufs: Vec<Bytes> = Vec::new();
+    // The next RTT sample for observers (`Mesh::nodes`): at most one `getsockopt` per
+    // `RTT_SAMPLE_PERIOD`, after a write (an idle link still writes its heartbeats).
+    let mut next_rtt = Instant::now();
     loop {
         let now = ctx.now();
         let step = ctx
@@ -186,6 +193,12 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
                     }
                 }
                 ctx.core.borrow_mut().on_written(link, bytes, now);
+                if now >= next_rtt {
+                    next_rtt = now + RTT_SAMPLE_PERIOD;
+                    if let Ok(rtt) = wr.rtt() {
+                        budget.set_rtt(rtt);
+                    }
+                }
             }
             Err(e) => {
                 tracing::debug!(error = %e, "link write failed");
@@ -204,11 +217,10 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
 /// together fire in one wake-up of the thread.
 ///
 /// Each time it fires (at least once a heartbeat interval: the heartbeat deadline moves with
-/// every frame queued, and the timer wakes at the old one) it also reads the path's state
-/// through `probe`, which the link's end takes away: the round trip for observers
-/// (`Mesh::nodes`) and the acknowledgements. One `getsockopt`, off the write path, and not
-/// the writer's to take: a path that drops everything soon fills the socket, and a write
-/// stuck on it keeps the writer from looking at all.
+/// every frame queued, and the timer wakes at the old one) it also looks at the link's
+/// acknowledgements through `probe`, which the link's end takes away. Not the writer: a path
+/// that drops everything soon fills the socket, and a write stuck on it keeps the writer from
+/// looking at all.
 async fn timer(ctx: Rc<Ctx>, link: LinkId, probe: Rc<RefCell<Option<TcpProbe>>>) {
     let Some(budget) = ctx.core.borrow().link_budget(link) else {
         return;
@@ -228,7 +240,6 @@ async fn timer(ctx: Rc<Ctx>, link: LinkId, probe: Rc<RefCell<Option<TcpProbe>>>)
         if live {
             let sample = probe.borrow().as_ref().map(TcpProbe::path_state);
             if let Some(Ok(p)) = sample {
-                budget.set_rtt(p.rtt);
                 ctx.core
                     .borrow_mut()
                     .on_ack_sample(link, p.unacked, p.timeouts, p.since_ack);
