@@ -8,7 +8,7 @@
 //!
 //! * [`ENDPOINT_OVERHEAD`]: the fixed part: its slot, its entries in the id and GUID
 //!   indexes, its place in its topic's and participant's lists, and a topic entry of its
-//!   own (the worst case: every endpoint on a new topic). A unit test in `graph.rs`
+//!   own (the worst case: every endpoint on a new topic). A unit test in `graph/mod.rs`
 //!   keeps it above the real sizes.
 //! * its topic name three times (record, topic entry, topic index key), its type name;
 //! * each partition name's text plus a `String` header ([`NAME_HEADER`]);

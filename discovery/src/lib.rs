@@ -41,7 +41,7 @@
 //! # Memory
 //!
 //! Measured with `size_of` on x86-64 (kept honest by a unit test in
-//! `graph.rs` that fails if the structs grow past these numbers):
+//! `graph/mod.rs` that fails if the structs grow past these numbers):
 //!
 //! * per endpoint: a 304-byte slot (its record with all policies inline),
 //!   plus two hash-index entries (16 and 20 bytes + 1 control byte each),
