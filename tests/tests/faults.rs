@@ -42,6 +42,14 @@ impl Host {
                 .unwrap_or_else(|_| panic!("SHOAL_FAULTS_DEDUP_ENTRIES={v}: not a count"))
         });
         args.extend(["--dedup-entries", &dedup.to_string(), "--run-for", "150"].map(String::from));
+        // `SHOAL_FAULTS_QUEUE_BYTES=n`: another link queue bound than the suite's 64 KiB (the
+        // node's default is 8 MiB), to measure what the short queues cost each mode (issue 29).
+        if let Ok(v) = std::env::var("SHOAL_FAULTS_QUEUE_BYTES") {
+            let n: usize = v
+                .parse()
+                .unwrap_or_else(|_| panic!("SHOAL_FAULTS_QUEUE_BYTES={v}: not a byte count"));
+            args.extend(["--queue-bytes".to_string(), n.to_string()]);
+        }
         args.extend_from_slice(extra);
         // `SHOAL_FAULTS_REVERSE_PATH=off`: the same run with the reverse-path check off, to
         // measure what the check costs (issue 24).
