@@ -43,7 +43,7 @@
 mod bpf;
 mod cable;
 
-use bpf::{loss_program, source_drop_program};
+use bpf::{loss_program, source_loss_program};
 use cable::Cable;
 use std::collections::HashMap;
 use std::fmt;
@@ -531,30 +531,36 @@ impl Lab {
     /// is never acknowledged, and the sender's stack sees nothing wrong (a drop on its own
     /// egress it would see: a local congestion, even a failed write).
     pub fn block(&self, a: usize, b: usize) {
-        let step = || -> Result<(), LabError> {
-            for (at, from) in [(a, b), (b, a)] {
-                let peer: std::net::Ipv4Addr = self.addr(from).parse().expect("a lab address");
-                self.bpf_filter(
-                    &self.host(at),
-                    "ingress",
-                    &block_pref(from),
-                    &source_drop_program(peer),
-                )?;
-            }
-            Ok(())
-        };
-        step().unwrap_or_else(|e| panic!("block h{a}-h{b}: {e}"));
+        self.path_loss(a, b, 100);
     }
 
     /// Undoes [`Lab::block`].
     pub fn unblock(&self, a: usize, b: usize) {
-        for (at, from) in [(a, b), (b, a)] {
-            let (ns, pref) = (self.host(at), block_pref(from));
-            self.tc(&[
-                "-n", &ns, "filter", "del", "dev", HOST_IF, "ingress", "pref", &pref,
-            ])
-            .unwrap_or_else(|e| panic!("unblock h{a}-h{b}: {e}"));
-        }
+        self.path_loss(a, b, 0);
+    }
+
+    /// Random loss of `pct` percent on the path between hosts `a` and `b`, both ways, where
+    /// both still reach everyone else without loss (0 removes it; 100 is [`Lab::block`]):
+    /// like the block, on each host's ingress, so the sender's stack sees a loss in the
+    /// network, not a local drop.
+    pub fn path_loss(&self, a: usize, b: usize, pct: u32) {
+        assert!(pct <= 100, "a loss rate is a percentage");
+        let step = || -> Result<(), LabError> {
+            for (at, from) in [(a, b), (b, a)] {
+                let (ns, pref) = (self.host(at), block_pref(from));
+                if pct == 0 {
+                    self.tc(&[
+                        "-n", &ns, "filter", "del", "dev", HOST_IF, "ingress", "pref", &pref,
+                    ])?;
+                } else {
+                    let peer: std::net::Ipv4Addr = self.addr(from).parse().expect("a lab address");
+                    let program = source_loss_program(peer, f64::from(pct));
+                    self.bpf_filter(&ns, "ingress", &pref, &program)?;
+                }
+            }
+            Ok(())
+        };
+        step().unwrap_or_else(|e| panic!("path loss {pct}% h{a}-h{b}: {e}"));
     }
 
     /// Kills every process still running in namespace `ns`.
