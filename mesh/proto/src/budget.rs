@@ -11,15 +11,18 @@
 //! ([`LinkBudget::send_queue_lags`]): the per-link state the link's shard and the control
 //! plane already share, so the control plane reads it without a message to the shard.
 //!
-//! **Owns:** the byte bound of a link queue, the slow-link clock and marks, and (in
-//! `kernel.rs`) what the link's kernel said last: its RTT, its send queue, whether the peer
-//! acknowledges anything. **Must not touch:** the
+//! **Owns:** the byte bound of a link queue, the slow-link clock and marks, (in `lag.rs`) a
+//! deep queue's backlog clock and lagging mark, and (in `kernel.rs`) what the link's kernel
+//! said last: its RTT, its send queue, whether the peer acknowledges anything. **Must not
+//! touch:** the
 //! queue itself (the shard core), the clock (every time-dependent method takes `now`) or any
 //! executor: waiting is an `event-listener` notification.
 
 mod kernel;
+mod lag;
 
 pub use kernel::{SEND_QUEUE_FLOOR, SEND_QUEUE_LAG, UNANSWERED_AFTER, UNANSWERED_TIMEOUTS};
+pub use lag::{LAG_FLOOR, LAG_LOOKS};
 
 use event_listener::Event as Signal;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -169,6 +172,18 @@ pub struct LinkBudget {
     /// The peer acknowledged nothing for [`UNANSWERED_AFTER`] at the driver's last look
     /// ([`LinkBudget::ack_sample`]).
     unanswered: AtomicBool,
+    /// Milliseconds since `epoch` (+1) when an originated frame first found the queue above
+    /// [`LAG_FLOOR`] since it last drained below it; 0 = no backlog (see `lag.rs`).
+    backlog_since: AtomicU64,
+    /// `written_total` when the backlog began.
+    written_at_backlog: AtomicU64,
+    /// When the backlog's pace may next be judged (milliseconds since `epoch`, +1).
+    lag_look_at: AtomicU64,
+    /// Lagging ([`LinkBudget::mark_lagging`]); cleared when the queue drains below
+    /// [`LAG_FLOOR`].
+    lagging: AtomicBool,
+    /// Milliseconds since `epoch` (+1) when the link was last marked lagging; 0 = never.
+    lagging_since: AtomicU64,
     epoch: Instant,
 }
 
@@ -198,6 +213,11 @@ impl LinkBudget {
             watch_send_queue: AtomicBool::new(false),
             send_queue: AtomicUsize::new(0),
             unanswered: AtomicBool::new(false),
+            backlog_since: AtomicU64::new(0),
+            written_at_backlog: AtomicU64::new(0),
+            lag_look_at: AtomicU64::new(0),
+            lagging: AtomicBool::new(false),
+            lagging_since: AtomicU64::new(0),
             epoch,
         }
     }
@@ -318,9 +338,15 @@ impl LinkBudget {
     /// next link to the same peer ([`remember_slow`](Self::remember_slow)): lossy links are
     /// often closed by the heartbeat timeout and dialed again, and each new link would
     /// otherwise be waited out for a whole `after` at its first jam.
+    ///
+    /// A lagging link ([`is_lagging`](Self::is_lagging)) counts as slow here: a lossy link
+    /// is usually closed while it lags, and its successor should not lag unseen for a whole
+    /// `after` again.
     pub fn last_slow(&self) -> Option<u64> {
         let ms = if self.is_slow() {
             self.slow_since.load(Ordering::Relaxed)
+        } else if self.is_lagging() {
+            self.lagging_since.load(Ordering::Relaxed)
         } else {
             self.slow_ended.load(Ordering::Relaxed)
         };
@@ -344,10 +370,16 @@ impl LinkBudget {
         !self.slow_soon.swap(true, Ordering::AcqRel)
     }
 
-    /// True while the link is slow or marked slow soon, until it drains to half the bound:
-    /// its peer is not listed in the own record meanwhile (`control::slow`).
+    /// True while the link is slow or marked slow soon, until it drains to half the bound.
     pub fn is_slow_or_soon(&self) -> bool {
         self.is_slow() || self.slow_soon.load(Ordering::Acquire)
+    }
+
+    /// True while the link is slow, marked slow soon ([`is_slow_or_soon`](Self::is_slow_or_soon))
+    /// or lagging ([`is_lagging`](Self::is_lagging)): its peer is not listed in the own record
+    /// meanwhile (`control::slow`).
+    pub fn unlists_peer(&self) -> bool {
+        self.is_slow_or_soon() || self.is_lagging()
     }
 
     /// Reserves `n` bytes if they fit (a frame larger than the whole bound is admitted only
@@ -392,7 +424,7 @@ impl LinkBudget {
 
     /// The writer put `n` reserved bytes on the socket (or discarded them). Progress ends a
     /// "full" period; a small frame squeezing into the last bytes of a stuck queue does not.
-    /// True when this ended a slow period (the caller with a clock records when:
+    /// True when this ended a slow or a lagging period (the caller with a clock records when:
     /// [`slow_ended`](Self::slow_ended)).
     pub fn release(&self, n: usize) -> bool {
         let mut ended = false;
@@ -404,6 +436,9 @@ impl LinkBudget {
                 self.congested_since.store(0, Ordering::Relaxed);
                 self.slow_soon.store(false, Ordering::Release);
                 ended = self.slow.swap(false, Ordering::AcqRel);
+            }
+            if left < LAG_FLOOR && self.backlog_ended() {
+                ended = true;
             }
             self.room.notify(usize::MAX);
         }

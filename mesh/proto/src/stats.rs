@@ -204,6 +204,11 @@ counters! {
     /// waited out retransmission timeouts in a row (a path that drops what is sent, while
     /// the link stays open until the heartbeat timeout), once per episode.
     links_unanswered,
+    /// Links marked lagging (`budget::LAG_FLOOR`): an originated frame found the queue deep
+    /// past the floor for `SlowLinkPolicy::after` while another link drained at least twice as
+    /// fast; the peer is unlisted (the relays carry for it) until the queue drains below the
+    /// floor. Once per episode.
+    links_lagging,
     /// Dropped: originated under the Block policy for a link declared slow, which no one
     /// waits for (see [`crate::SlowLinkPolicy`]). A copy not sent on that link, not always a
     /// message the neighbour lost: while its peer is unlisted (`slow_links_unlisted`), the

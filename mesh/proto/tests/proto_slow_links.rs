@@ -155,6 +155,70 @@ fn a_neighbour_behind_a_link_about_to_be_slow_is_unlisted_before_it_is() {
     }
 }
 
+/// A deep queue that lags (`budget/lag.rs`): at the node's default bound a lossy link took
+/// seconds to fill, so nothing was declared slow while its neighbour got the stream seconds
+/// late, and the backlog was lost when the heartbeat timeout closed the link (in the fault
+/// suite at the node's defaults the lossy subscribers got 0.89x what flooding gave them).
+/// A lagging link's neighbour is unlisted like a slow one's, nothing is dropped for it, and
+/// it is listed again once the queue drained below the floor; a link closed while it lags
+/// hands that to the next link to the same peer.
+#[test]
+fn a_neighbour_behind_a_lagging_deep_queue_is_unlisted_until_it_drains() {
+    const X: usize = 0;
+    const N: usize = 1;
+    let n = 4;
+    for seed in 0..3 {
+        let mut sim = Sim::new(seed);
+        add_topology(&mut sim, n, &full_mesh_edges(n), |_| {});
+        sim.start_all();
+        sim.run_for(Duration::from_millis(500));
+        sim.run_for(cfg().reverse_path_settle);
+        assert!(graph_is_full(&sim, n));
+        let (x, nn) = (sim.id(X), sim.id(N));
+        sim.declare_lagging(X, N, true);
+        sim.run_for(Duration::from_millis(200));
+        assert_eq!(
+            sim.nodes[X].core.stats().slow_links_unlisted,
+            1,
+            "seed {seed}"
+        );
+        assert!(
+            !beside(&sim, 2, &x).contains(&nn),
+            "the relays see N two hops from X"
+        );
+        let lagging = budget(&sim, X, N);
+        assert!(lagging.is_lagging() && !lagging.is_slow_or_soon());
+        // Still lagging a second later: still unlisted (no relisting churn).
+        sim.run_for(Duration::from_secs(1));
+        assert!(!beside(&sim, 2, &x).contains(&nn), "seed {seed}");
+        sim.declare_lagging(X, N, false);
+        assert!(!budget(&sim, X, N).is_lagging(), "below the floor");
+        sim.run_for(Duration::from_millis(500));
+        assert!(beside(&sim, 2, &x).contains(&nn), "N is linked to X again");
+        assert_eq!(
+            sim.nodes[X].shard.counters().snapshot().dropped_slow_link,
+            0
+        );
+        // A lossy link is usually closed while it lags: the next link to N remembers it (a
+        // backlog on it is judged after a quarter of `after`, as a relapse).
+        sim.declare_lagging(X, N, true);
+        let old = sim.links_between(X, N);
+        sim.cut(X, N);
+        for _ in 0..100 {
+            let now = sim.links_between(X, N);
+            if now.len() == 1 && now != old && sim.nodes[X].core.link_budget(now[0]).is_some() {
+                break;
+            }
+            sim.run_for(Duration::from_millis(100));
+        }
+        assert_ne!(sim.links_between(X, N), old, "seed {seed}: linked again");
+        assert!(
+            budget(&sim, X, N).last_slow().is_some(),
+            "seed {seed}: the new link remembers"
+        );
+    }
+}
+
 /// The fault suite's starved subscriber (issue 29): in a settled full mesh, origin X's link
 /// to N stops draining and is declared slow (a Block publisher stops waiting for it), so X
 /// drops its own frames for N (`dropped_slow_link`). N is linked to X, so every relay

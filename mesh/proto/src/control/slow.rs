@@ -1,6 +1,6 @@
-//! Neighbours whose link this node has declared slow, or marked slow soon, are not listed in
-//! its own membership record until the link catches up (issue 29: a broadcast crosses each
-//! link once).
+//! Neighbours whose link this node has declared slow, marked slow soon or found lagging (a
+//! deep queue that stays deep: `budget/lag.rs`) are not listed in its own membership record
+//! until the link catches up (issue 29: a broadcast crosses each link once).
 //!
 //! **Owns:** which neighbours are withdrawn from the own record, and when they are listed
 //! again; which peers' closed links were slow lately ([`SlowMemory`]). **Must not touch:**
@@ -110,7 +110,7 @@ impl ControlCore {
         while i < self.withdrawn.peers.len() {
             let (peer, link) = self.withdrawn.peers[i];
             match self.placed.get(&link) {
-                Some(p) if p.budget.is_slow_or_soon() || p.budget.send_queue_lags(now) => i += 1,
+                Some(p) if p.budget.unlists_peer() || p.budget.send_queue_lags(now) => i += 1,
                 // Caught up, or replaced by another link (a dial race): listed again while
                 // a link to the peer is up (one that is slow too is withdrawn below).
                 placed => {
@@ -127,7 +127,7 @@ impl ControlCore {
             .iter()
             .filter(|(l, p)| {
                 p.capable
-                    && p.budget.is_slow_or_soon()
+                    && p.budget.unlists_peer()
                     && !self.withdrawn.peers.iter().any(|(_, w)| w == *l)
             })
             .map(|(l, p)| (p.peer, *l))

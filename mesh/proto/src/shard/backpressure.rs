@@ -12,6 +12,9 @@
 //! of every other link more than half full ([`LinkBudget::congested_if_backed_up`]): links
 //! jammed together are waited out together. When the links drain alike the publisher is
 //! simply faster than the mesh and waits (plain backpressure; a single link is never slow).
+//! A queue that is deep but not full can lag as badly: an originated frame queued on a link
+//! backlogged past `LAG_FLOOR` for `after` (the fan-out's look, [`outpaced`] by another
+//! link) marks it lagging and reports it ([`report_lagging`]; `budget/lag.rs`).
 //!
 //! **Owns:** the decision to keep waiting, to queue, or to give up on a link. **Must not
 //! touch:** the waiting itself (the driver's).
@@ -24,8 +27,10 @@ use super::fan_out::{Path, Queuer};
 use super::{ShardCore, Stop};
 use crate::budget::{LinkBudget, SlowLinkAction, UNLIST_LEAD};
 use crate::cmd::ToControl;
-use crate::stats::{add, add_dropped, inc};
-use crate::LinkId;
+use crate::stats::{add, add_dropped, inc, Counters};
+use crate::{LinkId, PeerId};
+use ahash::AHashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What [`ShardCore::unblock`] decided.
@@ -182,10 +187,7 @@ impl ShardCore {
     /// True if some other open link drains at least twice as fast as `link` has since its
     /// congestion began.
     fn outpaced(&self, link: LinkId, budget: &LinkBudget, now: Instant) -> bool {
-        let mine = budget.congested_rate(now).max(0.001);
-        self.owners
-            .iter()
-            .any(|(l, (_, b))| *l != link && !b.is_closed() && b.drain_rate(now) >= 2.0 * mine)
+        outpaced(&self.owners, link, budget.congested_rate(now), now)
     }
 
     /// Declares `link` slow (once per congestion episode): counted, and reported or closed
@@ -224,4 +226,40 @@ impl ShardCore {
             }
         }
     }
+}
+
+/// True if some other open link of `owners` drains at least twice as fast as `mine` (bytes
+/// per millisecond) on `link`.
+pub(super) fn outpaced(
+    owners: &AHashMap<LinkId, (usize, Arc<LinkBudget>)>,
+    link: LinkId,
+    mine: f64,
+    now: Instant,
+) -> bool {
+    let mine = mine.max(0.001);
+    owners
+        .iter()
+        .any(|(l, (_, b))| *l != link && !b.is_closed() && b.drain_rate(now) >= 2.0 * mine)
+}
+
+/// A link just marked lagging ([`LinkBudget::mark_lagging`], `budget/lag.rs`): counted,
+/// logged, and reported to the control plane, which unlists its peer (the same report as a
+/// slow link's: the control core looks at every link's marks).
+pub(super) fn report_lagging(
+    idx: usize,
+    c: &Counters,
+    peer: Option<PeerId>,
+    link: LinkId,
+    out: &mut Vec<ShardAction>,
+) {
+    inc(&c.links_lagging);
+    tracing::info!(
+        shard = idx,
+        ?peer,
+        "link lagging: its queue stays deep while others drain"
+    );
+    out.push(ShardAction::Report {
+        msg: ToControl::LinkSlow { link },
+        busy: IfBusy::Detach,
+    });
 }

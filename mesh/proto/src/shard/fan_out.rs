@@ -21,6 +21,7 @@
 //! where samples and reliability frames go (`samples`, `reliable` pick the targets).
 
 use super::action::{Blocked, Delivered, Delivery, IfBusy, ShardAction};
+use super::backpressure::{outpaced, report_lagging};
 use super::{ShardCore, Stop};
 use crate::budget::{LinkBudget, OverflowPolicy};
 use crate::cmd::{Out, ShardToShard};
@@ -251,6 +252,14 @@ impl ShardCore {
             };
             if let Some(t) = topic {
                 add(&t.forwarded, frames);
+            }
+            if path == Path::Origin
+                && policy == OverflowPolicy::Block
+                && budget.backlog_due(total, cfg.slow_link.after, now)
+                && outpaced(owners, link, budget.backlog_rate(now), now)
+                && budget.mark_lagging(now)
+            {
+                report_lagging(*idx, q.c, table.peer_on(link), link, out);
             }
             q.transmit(link, *owner, budget, make(), frames, total, path, out);
         };

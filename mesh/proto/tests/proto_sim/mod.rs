@@ -331,6 +331,30 @@ impl Sim {
         }
     }
 
+    /// Node `a`'s links to `b` hold a backlog past `budget::LAG_FLOOR` and are marked lagging
+    /// (an originated frame found them deep for `after` while another link drained twice as
+    /// fast), as the shard reports it; with `on` false they drain below the floor.
+    pub fn declare_lagging(&mut self, a: usize, b: usize, on: bool) {
+        let gen = self.nodes[a].gen;
+        let deep = shoal_proto::budget::LAG_FLOOR + 1;
+        for link in self.links_between(a, b) {
+            let Some(budget) = self.nodes[a].core.link_budget(link).cloned() else {
+                continue;
+            };
+            if on {
+                assert!(budget.try_reserve(deep).is_some(), "room for a backlog");
+                budget.mark_lagging(self.now);
+                self.schedule_local(Ev::ToControl {
+                    node: a,
+                    gen,
+                    report: shoal_proto::cmd::ToControl::LinkSlow { link },
+                });
+            } else {
+                budget.release(deep);
+            }
+        }
+    }
+
     /// Makes everything between `a` and `b` vanish, in both directions (no EOF).
     pub fn partition(&mut self, a: usize, b: usize) {
         self.blackholed.insert((a, b));

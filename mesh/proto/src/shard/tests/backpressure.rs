@@ -497,3 +497,77 @@ fn a_link_whose_peer_acknowledges_nothing_is_counted_once_an_episode() {
     s.core.on_ack_sample(LinkId(999), 5, 3, 2 * sec);
     assert_eq!(s.stats().links_unanswered, 2);
 }
+
+/// An originated stream into a deep queue that drains slower than another link
+/// (`budget/lag.rs`): at the node's default bound a lossy link took seconds to fill, so the
+/// slow-link rule never fired while its peer got the stream seconds late. A queue that has
+/// stayed past `LAG_FLOOR` for `after` while another link drains twice as fast is marked
+/// lagging once an episode (counted, reported like a slow link, nothing dropped); the
+/// episode ends when the queue drains below the floor. A lone link, a backlog under the
+/// floor, and a DropNewest publisher are never marked.
+#[test]
+fn a_deep_queue_outpaced_by_another_link_is_marked_lagging_once_an_episode() {
+    static BIG: [u8; 8000] = [3; 8000];
+    let reports = |s: &mut Sim| {
+        s.take()
+            .actions
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a,
+                    ShardAction::Report {
+                        msg: crate::cmd::ToControl::LinkSlow { link: A },
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    // Past the floor (34 frames of 8 kB) from t = 1 ms; `after` is 100 ms here.
+    let fill = |s: &mut Sim, ms: u64| {
+        for _ in 0..34 {
+            s.publish(PA, &BIG, s.at(ms));
+        }
+    };
+    for policy in [OverflowPolicy::Block, OverflowPolicy::DropNewest] {
+        let mut s = Sim::new(0, 1, policy);
+        let lossy = s.serve(A, PA, 8 << 20);
+        s.serve_fast();
+        fill(&mut s, 1);
+        s.publish(PA, &BIG, s.at(100));
+        assert_eq!(reports(&mut s), 0, "{policy:?}: deep for less than `after`");
+        s.publish(PA, &BIG, s.at(102));
+        let block = policy == OverflowPolicy::Block;
+        assert_eq!(reports(&mut s), usize::from(block), "{policy:?}");
+        assert_eq!(lossy.is_lagging(), block);
+        assert_eq!(s.stats().links_lagging, u64::from(block));
+        s.publish(PA, &BIG, s.at(300));
+        assert_eq!(reports(&mut s), 0, "{policy:?}: once an episode");
+        assert_eq!(s.stats().links_lagging, u64::from(block));
+        let st = s.stats();
+        assert_eq!((st.dropped_slow_link, st.dropped_queue_full), (0, 0));
+        assert!(!lossy.is_slow_or_soon(), "nothing declared slow");
+        // Written out: below the floor, the episode ends; a new one counts again.
+        assert_eq!(frames(&s.written(A, s.at(301))).len(), 37);
+        assert!(!lossy.is_lagging());
+        fill(&mut s, 400);
+        s.publish(PA, &BIG, s.at(600));
+        assert_eq!(s.stats().links_lagging, 2 * u64::from(block));
+    }
+    // A lone link is the publisher's pace, not a lagging link.
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let alone = s.serve(A, PA, 8 << 20);
+    fill(&mut s, 1);
+    s.publish(PA, &BIG, s.at(500));
+    assert!(!alone.is_lagging());
+    // Deep but under the floor: nothing either.
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let shallow = s.serve(A, PA, 8 << 20);
+    s.serve_fast();
+    for _ in 0..30 {
+        s.publish(PA, &BIG, s.at(1));
+    }
+    s.publish(PA, &BIG, s.at(500));
+    assert!(!shallow.is_lagging());
+    assert_eq!(s.stats().links_lagging, 0);
+}
