@@ -22,7 +22,7 @@ mod kernel;
 mod lag;
 
 pub use kernel::{SEND_QUEUE_FLOOR, SEND_QUEUE_LAG, UNANSWERED_AFTER, UNANSWERED_TIMEOUTS};
-pub use lag::{LAG_FLOOR, LAG_LOOKS};
+pub use lag::{LAG_FLOOR, LAG_LOOKS, LAG_STEP};
 
 use event_listener::Event as Signal;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};

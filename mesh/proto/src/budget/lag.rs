@@ -32,37 +32,60 @@ pub const LAG_FLOOR: usize = 256 * 1024;
 /// shard's links).
 pub const LAG_LOOKS: u32 = 10;
 
+/// The backlog clock is looked at only by a reservation that takes the queue across a
+/// multiple of this many bytes: arithmetic on what the reservation returned, so a saturated
+/// link's publishes (64-byte samples at millions a second) pay no atomic load or clock read
+/// for it between two crossings.
+pub const LAG_STEP: usize = 16 * 1024;
+
 impl LinkBudget {
-    /// An originated frame was queued and the queue now holds `total` bytes: starts the
-    /// backlog clock if the queue is above [`LAG_FLOOR`] and it is not running, and returns
-    /// true when the link is due a look at its pace: backlogged for `after` at least, not
-    /// lagging yet, and not looked at in the last `after / LAG_LOOKS`.
-    pub fn backlog_due(&self, total: usize, after: Duration, now: Instant) -> bool {
-        if total <= LAG_FLOOR || self.is_lagging() {
+    /// An originated frame of `n` bytes was queued and the queue now holds `total`: if that
+    /// took the queue across a multiple of [`LAG_STEP`] above [`LAG_FLOOR`], starts the
+    /// backlog clock if it is not running, and returns true when the link is due a look at
+    /// its pace: backlogged for `after` at least, not lagging yet, and not looked at in the
+    /// last `after / LAG_LOOKS`.
+    pub fn backlog_due(&self, total: usize, n: usize, after: Duration, now: Instant) -> bool {
+        if total <= LAG_FLOOR
+            || total.saturating_sub(n) / LAG_STEP == total / LAG_STEP
+            || self.is_lagging()
+        {
             return false;
         }
         let now = self.ms(now);
-        let since =
-            match self
-                .backlog_since
-                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => {
-                    let total = self.written_total.load(Ordering::Relaxed);
-                    self.written_at_backlog.store(total, Ordering::Relaxed);
-                    now
-                }
-                Err(s) => s,
-            };
+        let look_at = self.lag_look_at.load(Ordering::Relaxed);
+        if look_at != 0 && now < look_at {
+            return false;
+        }
+        let since = match self.backlog_since.load(Ordering::Acquire) {
+            0 => self.start_backlog(now),
+            s => s,
+        };
         // A relapse (within the relapse window of the end of a slow or lagging period, this
         // link's or its predecessor's: `remember_slow`) waits a quarter as long.
-        let wait = self.allowance_from(since, after).as_millis() as u64;
-        if now.saturating_sub(since) < wait || now < self.lag_look_at.load(Ordering::Relaxed) {
+        let due = since + self.allowance_from(since, after).as_millis() as u64;
+        if now < due {
+            self.lag_look_at.store(due, Ordering::Relaxed);
             return false;
         }
         let step = (after.as_millis() as u64 / u64::from(LAG_LOOKS)).max(1);
         self.lag_look_at.store(now + step, Ordering::Relaxed);
         true
+    }
+
+    /// Starts the backlog clock at `now` (the budget's milliseconds) if it is not running;
+    /// returns when it started.
+    fn start_backlog(&self, now: u64) -> u64 {
+        match self
+            .backlog_since
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                let total = self.written_total.load(Ordering::Relaxed);
+                self.written_at_backlog.store(total, Ordering::Relaxed);
+                now
+            }
+            Err(s) => s,
+        }
     }
 
     /// Bytes per millisecond written since the backlog began (0 without one).
@@ -118,15 +141,28 @@ mod tests {
         let b = LinkBudget::new(8 << 20, t0);
         let deep = b.try_reserve(LAG_FLOOR + 1).unwrap();
         assert!(
-            !b.backlog_due(LAG_FLOOR, AFTER, at(0)),
+            !b.backlog_due(LAG_FLOOR, LAG_FLOOR, AFTER, at(0)),
             "at the floor: no backlog"
         );
-        assert!(!b.backlog_due(deep, AFTER, at(10)), "the clock starts");
-        assert!(!b.backlog_due(deep, AFTER, at(1009)));
-        assert!(b.backlog_due(deep, AFTER, at(1010)), "deep for `after`");
-        assert!(!b.backlog_due(deep, AFTER, at(1050)), "looked at 40 ms ago");
         assert!(
-            b.backlog_due(deep, AFTER, at(1110)),
+            !b.backlog_due(deep, deep, AFTER, at(10)),
+            "the clock starts"
+        );
+        assert!(!b.backlog_due(deep, deep, AFTER, at(1009)));
+        assert!(
+            !b.backlog_due(LAG_FLOOR + 2000, 100, AFTER, at(1010)),
+            "no multiple of LAG_STEP crossed: not looked at"
+        );
+        assert!(
+            b.backlog_due(deep, deep, AFTER, at(1010)),
+            "deep for `after`"
+        );
+        assert!(
+            !b.backlog_due(deep, deep, AFTER, at(1050)),
+            "looked at 40 ms ago"
+        );
+        assert!(
+            b.backlog_due(deep, deep, AFTER, at(1110)),
             "a tenth of `after` later"
         );
         // What it wrote since the backlog began is its pace.
@@ -138,7 +174,7 @@ mod tests {
         );
         assert!(b.is_lagging() && b.unlists_peer() && !b.is_slow_or_soon());
         assert!(
-            !b.backlog_due(deep, AFTER, at(2000)),
+            !b.backlog_due(deep, deep, AFTER, at(2000)),
             "lagging: nothing to look at"
         );
         assert_eq!(
@@ -154,15 +190,15 @@ mod tests {
         assert_eq!(b.backlog_rate(at(2000)), 0.0);
         // A backlog again within the relapse window: judged after a quarter of `after`.
         let deep = b.try_reserve(LAG_FLOOR + 1).unwrap();
-        assert!(!b.backlog_due(deep, AFTER, at(2100)));
-        assert!(!b.backlog_due(deep, AFTER, at(2349)));
-        assert!(b.backlog_due(deep, AFTER, at(2350)), "a relapse");
+        assert!(!b.backlog_due(deep, deep, AFTER, at(2100)));
+        assert!(!b.backlog_due(deep, deep, AFTER, at(2349)));
+        assert!(b.backlog_due(deep, deep, AFTER, at(2350)), "a relapse");
         // Long after: a whole `after` again.
         b.release(LAG_FLOOR + 1);
         let deep = b.try_reserve(LAG_FLOOR + 1).unwrap();
-        assert!(!b.backlog_due(deep, AFTER, at(20_000)));
-        assert!(!b.backlog_due(deep, AFTER, at(20_999)));
-        assert!(b.backlog_due(deep, AFTER, at(21_000)));
+        assert!(!b.backlog_due(deep, deep, AFTER, at(20_000)));
+        assert!(!b.backlog_due(deep, deep, AFTER, at(20_999)));
+        assert!(b.backlog_due(deep, deep, AFTER, at(21_000)));
     }
 
     #[test]
@@ -171,13 +207,13 @@ mod tests {
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let b = LinkBudget::new(8 << 20, t0);
         let deep = b.try_reserve(LAG_FLOOR + 1000).unwrap();
-        assert!(!b.backlog_due(deep, AFTER, at(0)));
+        assert!(!b.backlog_due(deep, deep, AFTER, at(0)));
         b.release(2000);
         let deep = b.try_reserve(2000).unwrap();
         assert!(
-            !b.backlog_due(deep, AFTER, at(1500)),
+            !b.backlog_due(deep, deep, AFTER, at(1500)),
             "a queue that drained below the floor caught up meanwhile"
         );
-        assert!(b.backlog_due(deep, AFTER, at(2500)));
+        assert!(b.backlog_due(deep, deep, AFTER, at(2500)));
     }
 }

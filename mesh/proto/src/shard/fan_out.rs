@@ -255,7 +255,7 @@ impl ShardCore {
             }
             if path == Path::Origin
                 && policy == OverflowPolicy::Block
-                && budget.backlog_due(total, cfg.slow_link.after, now)
+                && budget.backlog_due(total, n, cfg.slow_link.after, now)
                 && outpaced(owners, link, budget.backlog_rate(now), now)
                 && budget.mark_lagging(now)
             {

@@ -529,45 +529,51 @@ fn a_deep_queue_outpaced_by_another_link_is_marked_lagging_once_an_episode() {
             s.publish(PA, &BIG, s.at(ms));
         }
     };
+    // Three frames: the queue crosses a multiple of `LAG_STEP`, where the clock is looked at.
+    let three = |s: &mut Sim, ms: u64| {
+        for _ in 0..3 {
+            s.publish(PA, &BIG, s.at(ms));
+        }
+    };
     for policy in [OverflowPolicy::Block, OverflowPolicy::DropNewest] {
         let mut s = Sim::new(0, 1, policy);
         let lossy = s.serve(A, PA, 8 << 20);
         s.serve_fast();
         fill(&mut s, 1);
-        s.publish(PA, &BIG, s.at(100));
+        three(&mut s, 100);
         assert_eq!(reports(&mut s), 0, "{policy:?}: deep for less than `after`");
-        s.publish(PA, &BIG, s.at(102));
+        three(&mut s, 102);
         let block = policy == OverflowPolicy::Block;
         assert_eq!(reports(&mut s), usize::from(block), "{policy:?}");
         assert_eq!(lossy.is_lagging(), block);
         assert_eq!(s.stats().links_lagging, u64::from(block));
-        s.publish(PA, &BIG, s.at(300));
+        three(&mut s, 300);
         assert_eq!(reports(&mut s), 0, "{policy:?}: once an episode");
         assert_eq!(s.stats().links_lagging, u64::from(block));
         let st = s.stats();
         assert_eq!((st.dropped_slow_link, st.dropped_queue_full), (0, 0));
         assert!(!lossy.is_slow_or_soon(), "nothing declared slow");
         // Written out: below the floor, the episode ends; a new one counts again.
-        assert_eq!(frames(&s.written(A, s.at(301))).len(), 37);
+        assert_eq!(frames(&s.written(A, s.at(301))).len(), 43);
         assert!(!lossy.is_lagging());
         fill(&mut s, 400);
-        s.publish(PA, &BIG, s.at(600));
+        three(&mut s, 600);
         assert_eq!(s.stats().links_lagging, 2 * u64::from(block));
     }
     // A lone link is the publisher's pace, not a lagging link.
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     let alone = s.serve(A, PA, 8 << 20);
     fill(&mut s, 1);
-    s.publish(PA, &BIG, s.at(500));
+    three(&mut s, 500);
     assert!(!alone.is_lagging());
     // Deep but under the floor: nothing either.
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     let shallow = s.serve(A, PA, 8 << 20);
     s.serve_fast();
-    for _ in 0..30 {
+    for _ in 0..29 {
         s.publish(PA, &BIG, s.at(1));
     }
-    s.publish(PA, &BIG, s.at(500));
+    three(&mut s, 500);
     assert!(!shallow.is_lagging());
     assert_eq!(s.stats().links_lagging, 0);
 }
