@@ -13,6 +13,7 @@
 //! in that crate), and any host but loopback and the lab's.
 
 pub mod lab;
+pub mod pubsub;
 
 pub use lab::{HostProcess, Lab, LabError};
 use std::io::Write;

@@ -12,9 +12,8 @@
 //! unless the heartbeat timeout closed the lossy link, h3 has everything at the end.
 //! Without root the test prints why it was skipped and passes.
 
-use std::time::{Duration, Instant};
-
-use shoal_tests::{field, num, skip_without_lab, HostProcess, Lab};
+use shoal_tests::pubsub::{latest, shown, start_ready, wait_all as wait};
+use shoal_tests::{skip_without_lab, HostProcess, Lab};
 
 const NODE: &str = env!("CARGO_BIN_EXE_pubsubnode");
 /// Messages per second (256-byte payloads: ~1.2 MB/s with headers).
@@ -46,60 +45,7 @@ fn start(lab: &Lab, k: usize, extra: &[&str]) -> HostProcess {
     args.extend(extra.iter().map(|s| s.to_string()));
     // `SHOAL_LAGGING_NODE=path`: another build's `pubsubnode` (side-by-side runs).
     let node = std::env::var("SHOAL_LAGGING_NODE").unwrap_or_else(|_| NODE.to_string());
-    let mut p = lab.spawn(k, &node, &args);
-    p.wait_line(Instant::now() + Duration::from_secs(20), |l| {
-        l.starts_with("ready ")
-    })
-    .unwrap_or_else(|| panic!("node on h{k} never became ready:\n{}", p.tail(20)));
-    p
-}
-
-/// The value of `key` in the latest line of `p` starting with `prefix` (0 before one).
-fn latest(p: &HostProcess, prefix: &str, key: &str) -> i64 {
-    p.transcript
-        .iter()
-        .rev()
-        .find(|l| l.starts_with(prefix))
-        .map_or(0, |l| num(l, key))
-}
-
-/// h1's counters named in `keys`, as its latest stats line has them ("-" for one it lacks).
-fn counters(h1: &HostProcess, keys: &[&str]) -> String {
-    let line = h1.transcript.iter().rev().find(|l| l.starts_with("stats "));
-    keys.iter()
-        .map(|k| format!("{k} {}", line.and_then(|l| field(l, k)).unwrap_or("-")))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Waits up to `secs` for `cond`, reading every host's lines meanwhile.
-fn wait(
-    hosts: &mut [HostProcess],
-    secs: u64,
-    what: &str,
-    mut cond: impl FnMut(&[HostProcess]) -> bool,
-) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        for h in hosts.iter_mut() {
-            h.drain();
-        }
-        if cond(hosts) {
-            return;
-        }
-        if Instant::now() > deadline {
-            let tails: Vec<String> = hosts
-                .iter()
-                .enumerate()
-                .map(|(i, h)| format!("h{}:\n{}", i + 1, h.tail(3)))
-                .collect();
-            panic!(
-                "timed out after {secs}s waiting for {what}\n{}",
-                tails.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    start_ready(lab, k, &node, &args)
 }
 
 #[test]
@@ -148,7 +94,7 @@ fn a_subscriber_behind_a_lossy_path_gets_the_stream_through_the_others() {
         println!(
             "loss +{s} s: sent {sent}, h3 max {max} ({} behind); h1: {}",
             sent - max,
-            counters(&hosts[0], WATCHED)
+            shown(&hosts[0], "stats ", WATCHED)
         );
     }
     let loss_to = latest(&hosts[0], "pub ", "sent");
@@ -164,7 +110,7 @@ fn a_subscriber_behind_a_lossy_path_gets_the_stream_through_the_others() {
     let missing = latest(&hosts[2], "sub ", "missing");
     println!(
         "end: sent {end}, h3 got {got} missing {missing} (loss window {loss_from}..{loss_to}); h1: {}",
-        counters(&hosts[0], WATCHED)
+        shown(&hosts[0], "stats ", WATCHED)
     );
     for (i, h) in hosts.iter().enumerate().skip(1) {
         assert_eq!(

@@ -10,9 +10,8 @@
 //! reaches h3 again, nothing twice.
 //! Without root the test prints why it was skipped and passes.
 
-use std::time::{Duration, Instant};
-
-use shoal_tests::{num, skip_without_lab, HostProcess, Lab};
+use shoal_tests::pubsub::{latest, start_ready, wait_all as wait};
+use shoal_tests::{skip_without_lab, HostProcess, Lab};
 
 const NODE: &str = env!("CARGO_BIN_EXE_pubsubnode");
 /// Messages per second: ~36 KB/s with headers, never near the links' queue bound.
@@ -39,58 +38,7 @@ fn start(lab: &Lab, k: usize, extra: &[&str]) -> HostProcess {
     .map(String::from)
     .to_vec();
     args.extend(extra.iter().map(|s| s.to_string()));
-    let mut p = lab.spawn(k, NODE, &args);
-    p.wait_line(Instant::now() + Duration::from_secs(20), |l| {
-        l.starts_with("ready ")
-    })
-    .unwrap_or_else(|| panic!("node on h{k} never became ready:\n{}", p.tail(20)));
-    p
-}
-
-/// The value of `key` in the latest line of `p` starting with `prefix` (0 before one).
-fn latest(p: &HostProcess, prefix: &str, key: &str) -> i64 {
-    p.transcript
-        .iter()
-        .rev()
-        .find(|l| l.starts_with(prefix))
-        .map_or(0, |l| num(l, key))
-}
-
-/// Waits up to `secs` for `cond`, reading every host's lines meanwhile.
-fn wait(
-    hosts: &mut [HostProcess],
-    secs: u64,
-    what: &str,
-    mut cond: impl FnMut(&[HostProcess]) -> bool,
-) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        for h in hosts.iter_mut() {
-            h.drain();
-        }
-        if cond(hosts) {
-            return;
-        }
-        if Instant::now() > deadline {
-            let tails: Vec<String> = hosts
-                .iter()
-                .enumerate()
-                .map(|(i, h)| {
-                    let events: Vec<&String> = h
-                        .transcript
-                        .iter()
-                        .filter(|l| l.starts_with("error ") || l.starts_with("disconnected "))
-                        .collect();
-                    format!("h{}: {events:?}\n{}", i + 1, h.tail(4))
-                })
-                .collect();
-            panic!(
-                "timed out after {secs}s waiting for {what}\n{}",
-                tails.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    start_ready(lab, k, NODE, &args)
 }
 
 #[test]

@@ -14,9 +14,8 @@
 //! **Owns:** the byte bound of a link queue, the slow-link clock and marks, (in `lag.rs`) a
 //! deep queue's backlog clock and lagging mark, and (in `kernel.rs`) what the link's kernel
 //! said last: its RTT, its send queue, whether the peer acknowledges anything. **Must not
-//! touch:** the
-//! queue itself (the shard core), the clock (every time-dependent method takes `now`) or any
-//! executor: waiting is an `event-listener` notification.
+//! touch:** the queue itself (the shard core), the clock (every time-dependent method takes
+//! `now`) or any executor: waiting is an `event-listener` notification.
 
 mod kernel;
 mod lag;

@@ -6,10 +6,12 @@
 //! 4 000 msg/s stream to fill: in the fault suite run at the node's defaults its subscriber
 //! got the stream seconds late, nothing reached it from anyone else (its origin still listed
 //! it, so no relay carried), and when the heartbeat timeout closed the link the whole
-//! backlog was lost (30–58 k messages a run at the publisher; the lossy subscribers got
-//! 0.89× what flooding gave them, where flooding's relays carried all along). So an origin's
-//! link whose queue has stayed above [`LAG_FLOOR`] for `after`, while another link drains at
-//! least twice as fast, is **lagging**: counted (`links_lagging`), reported like a slow
+//! backlog was lost (28–59 k messages in the runs that lost; the lossy subscribers got
+//! 0.93× what flooding gave them, where flooding's relays carried all along). So an origin's
+//! link whose queue has stayed above [`LAG_FLOOR`] for `after` (a quarter of it on a
+//! relapse, or on a new link to a peer whose last link lagged: [`LinkBudget::last_slow`]),
+//! while another link drains at least twice as fast, is **lagging**: counted
+//! (`links_lagging`), reported like a slow
 //! link, and its peer unlisted from the own record (`control::slow`) until the queue drains
 //! below the floor again and the kernel caught up. Nothing is dropped for it: the queue goes
 //! on draining (what the relays already delivered is a duplicate there), and if it fills the
