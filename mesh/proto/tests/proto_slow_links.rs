@@ -53,6 +53,17 @@ fn wasted(sim: &Sim, i: usize) -> (u64, u64) {
     (c.dropped_duplicate, c.dropped_off_path)
 }
 
+/// A full mesh of `n`, every node configured by `config`, linked and settled.
+fn settled_full_mesh(seed: u64, n: usize, config: impl Fn(&mut shoal_proto::MeshConfig)) -> Sim {
+    let mut sim = Sim::new(seed);
+    add_topology(&mut sim, n, &full_mesh_edges(n), config);
+    sim.start_all();
+    sim.run_for(Duration::from_millis(500));
+    sim.run_for(cfg().reverse_path_settle);
+    assert!(graph_is_full(&sim, n));
+    sim
+}
+
 /// A settled full mesh of `n` where origin X (node 0) declared its link to N (node 1) slow
 /// and unlisted N (X's `slow_links_unlisted` is 1), every node configured by `config`.
 fn unlisted_in_full_mesh(
@@ -60,12 +71,7 @@ fn unlisted_in_full_mesh(
     n: usize,
     config: impl Fn(&mut shoal_proto::MeshConfig),
 ) -> Sim {
-    let mut sim = Sim::new(seed);
-    add_topology(&mut sim, n, &full_mesh_edges(n), config);
-    sim.start_all();
-    sim.run_for(Duration::from_millis(500));
-    sim.run_for(cfg().reverse_path_settle);
-    assert!(graph_is_full(&sim, n));
+    let mut sim = settled_full_mesh(seed, n, config);
     sim.declare_slow(0, 1, true);
     sim.run_for(Duration::from_millis(200));
     assert_eq!(sim.nodes[0].core.stats().slow_links_unlisted, 1);
@@ -121,12 +127,7 @@ fn a_neighbour_behind_a_link_about_to_be_slow_is_unlisted_before_it_is() {
     const N: usize = 1;
     let n = 4;
     for seed in 0..3 {
-        let mut sim = Sim::new(seed);
-        add_topology(&mut sim, n, &full_mesh_edges(n), |_| {});
-        sim.start_all();
-        sim.run_for(Duration::from_millis(500));
-        sim.run_for(cfg().reverse_path_settle);
-        assert!(graph_is_full(&sim, n));
+        let mut sim = settled_full_mesh(seed, n, |_| {});
         let (x, nn) = (sim.id(X), sim.id(N));
         sim.declare_slow_soon(X, N);
         sim.run_for(Duration::from_millis(200));
@@ -168,12 +169,7 @@ fn a_neighbour_behind_a_lagging_deep_queue_is_unlisted_until_it_drains() {
     const N: usize = 1;
     let n = 4;
     for seed in 0..3 {
-        let mut sim = Sim::new(seed);
-        add_topology(&mut sim, n, &full_mesh_edges(n), |_| {});
-        sim.start_all();
-        sim.run_for(Duration::from_millis(500));
-        sim.run_for(cfg().reverse_path_settle);
-        assert!(graph_is_full(&sim, n));
+        let mut sim = settled_full_mesh(seed, n, |_| {});
         let (x, nn) = (sim.id(X), sim.id(N));
         sim.declare_lagging(X, N, true);
         sim.run_for(Duration::from_millis(200));
