@@ -265,17 +265,34 @@ impl LinkBudget {
     /// Starts the congestion clock at `now` (the budget's milliseconds) if it is not running;
     /// returns when it started.
     fn start_congestion(&self, now: u64) -> u64 {
-        match self
-            .congested_since
-            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
-        {
+        self.start_clock(&self.congested_since, &self.written_at_congestion, now)
+    }
+
+    /// Starts `clock` (milliseconds since `epoch`, +1; 0 = not running) at `now` if it is not
+    /// running, noting in `written_at` what the writer had written by then; returns when it
+    /// started. The congestion and backlog clocks are both this.
+    fn start_clock(&self, clock: &AtomicU64, written_at: &AtomicU64, now: u64) -> u64 {
+        match clock.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
                 let total = self.written_total.load(Ordering::Relaxed);
-                self.written_at_congestion.store(total, Ordering::Relaxed);
+                written_at.store(total, Ordering::Relaxed);
                 now
             }
             Err(s) => s,
         }
+    }
+
+    /// Bytes per millisecond written since `clock` started (0 while it is not running).
+    fn rate_since(&self, clock: &AtomicU64, written_at: &AtomicU64, now: Instant) -> f64 {
+        let since = clock.load(Ordering::Relaxed);
+        if since == 0 {
+            return 0.0;
+        }
+        let bytes = self
+            .written_total
+            .load(Ordering::Relaxed)
+            .saturating_sub(written_at.load(Ordering::Relaxed));
+        bytes as f64 / self.ms(now).saturating_sub(since).max(1) as f64
     }
 
     /// A publisher began to wait for another link and found this one more than half full:
@@ -302,13 +319,7 @@ impl LinkBudget {
     /// Bytes per millisecond written since the current congestion episode began (0 when not
     /// congested).
     pub fn congested_rate(&self, now: Instant) -> f64 {
-        let since = self.congested_since.load(Ordering::Relaxed);
-        if since == 0 {
-            return 0.0;
-        }
-        let bytes = self.written_total.load(Ordering::Relaxed)
-            - self.written_at_congestion.load(Ordering::Relaxed);
-        bytes as f64 / self.ms(now).saturating_sub(since).max(1) as f64
+        self.rate_since(&self.congested_since, &self.written_at_congestion, now)
     }
 
     /// Starts the clock `since` (milliseconds since `epoch`, +1; 0 = not running) if it is not

@@ -59,7 +59,7 @@ impl LinkBudget {
             return false;
         }
         let since = match self.backlog_since.load(Ordering::Acquire) {
-            0 => self.start_backlog(now),
+            0 => self.start_clock(&self.backlog_since, &self.written_at_backlog, now),
             s => s,
         };
         // A relapse (within the relapse window of the end of a slow or lagging period, this
@@ -74,33 +74,9 @@ impl LinkBudget {
         true
     }
 
-    /// Starts the backlog clock at `now` (the budget's milliseconds) if it is not running;
-    /// returns when it started.
-    fn start_backlog(&self, now: u64) -> u64 {
-        match self
-            .backlog_since
-            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => {
-                let total = self.written_total.load(Ordering::Relaxed);
-                self.written_at_backlog.store(total, Ordering::Relaxed);
-                now
-            }
-            Err(s) => s,
-        }
-    }
-
     /// Bytes per millisecond written since the backlog began (0 without one).
     pub fn backlog_rate(&self, now: Instant) -> f64 {
-        let since = self.backlog_since.load(Ordering::Relaxed);
-        if since == 0 {
-            return 0.0;
-        }
-        let bytes = self
-            .written_total
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.written_at_backlog.load(Ordering::Relaxed));
-        bytes as f64 / self.ms(now).saturating_sub(since).max(1) as f64
+        self.rate_since(&self.backlog_since, &self.written_at_backlog, now)
     }
 
     /// Marks the link lagging at `now`; true if it was not already.

@@ -64,6 +64,14 @@ pub struct Sim {
     rng: StdRng,
 }
 
+/// What [`Sim::mark`] puts on a link's budget, as its shard would.
+#[derive(Clone, Copy)]
+enum Mark {
+    Slow,
+    SlowSoon,
+    Lagging,
+}
+
 impl Sim {
     pub fn new(seed: u64) -> Sim {
         let start = Instant::now();
@@ -293,65 +301,52 @@ impl Sim {
     /// control plane. `false`: they drain (the mark clears at half the bound; the control core
     /// sees it on its next look).
     pub fn declare_slow(&mut self, a: usize, b: usize, on: bool) {
-        self.mark_slow(a, b, on, false);
+        self.mark(a, b, on, Mark::Slow);
     }
 
     /// Like [`Sim::declare_slow`] with `on`, one step earlier: the links are jammed and
     /// marked slow soon (a Block publisher's wait found them outpaced with a fifth of their
     /// allowance left), not yet slow. `declare_slow(a, b, false)` drains them.
     pub fn declare_slow_soon(&mut self, a: usize, b: usize) {
-        self.mark_slow(a, b, true, true);
-    }
-
-    fn mark_slow(&mut self, a: usize, b: usize, on: bool, soon: bool) {
-        let gen = self.nodes[a].gen;
-        for link in self.links_between(a, b) {
-            let Some(budget) = self.nodes[a].core.link_budget(link).cloned() else {
-                continue;
-            };
-            let bound = self.nodes[a].cfg.max_outbound_queue_bytes;
-            if on {
-                assert!(
-                    budget.try_reserve(bound).is_some(),
-                    "an idle link's queue is empty"
-                );
-                if soon {
-                    budget.mark_slow_soon();
-                } else {
-                    budget.mark_slow(self.now);
-                }
-                self.schedule_local(Ev::ToControl {
-                    node: a,
-                    gen,
-                    report: shoal_proto::cmd::ToControl::LinkSlow { link },
-                });
-            } else {
-                budget.release(bound);
-            }
-        }
+        self.mark(a, b, true, Mark::SlowSoon);
     }
 
     /// Node `a`'s links to `b` hold a backlog past `budget::LAG_FLOOR` and are marked lagging
     /// (an originated frame found them deep for `after` while another link drained twice as
     /// fast), as the shard reports it; with `on` false they drain below the floor.
     pub fn declare_lagging(&mut self, a: usize, b: usize, on: bool) {
+        self.mark(a, b, on, Mark::Lagging);
+    }
+
+    fn mark(&mut self, a: usize, b: usize, on: bool, mark: Mark) {
         let gen = self.nodes[a].gen;
-        let deep = shoal_proto::budget::LAG_FLOOR + 1;
+        let held = match mark {
+            Mark::Lagging => shoal_proto::budget::LAG_FLOOR + 1,
+            Mark::Slow | Mark::SlowSoon => self.nodes[a].cfg.max_outbound_queue_bytes,
+        };
         for link in self.links_between(a, b) {
             let Some(budget) = self.nodes[a].core.link_budget(link).cloned() else {
                 continue;
             };
-            if on {
-                assert!(budget.try_reserve(deep).is_some(), "room for a backlog");
-                budget.mark_lagging(self.now);
-                self.schedule_local(Ev::ToControl {
-                    node: a,
-                    gen,
-                    report: shoal_proto::cmd::ToControl::LinkSlow { link },
-                });
-            } else {
-                budget.release(deep);
+            if !on {
+                budget.release(held);
+                continue;
             }
+            assert!(
+                budget.try_reserve(held).is_some(),
+                "an idle link's queue is empty"
+            );
+            // Whether the mark is new does not matter here: the report is sent either way.
+            let _new = match mark {
+                Mark::Slow => budget.mark_slow(self.now),
+                Mark::SlowSoon => budget.mark_slow_soon(),
+                Mark::Lagging => budget.mark_lagging(self.now),
+            };
+            self.schedule_local(Ev::ToControl {
+                node: a,
+                gen,
+                report: shoal_proto::cmd::ToControl::LinkSlow { link },
+            });
         }
     }
 
