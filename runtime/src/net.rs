@@ -262,8 +262,8 @@ impl TcpProbe {
     }
 }
 
-/// What [`TcpStream::path_state`] read: the path's round trip, and whether the peer is
-/// acknowledging what was sent.
+/// What [`TcpStream::path_state`] read: the path's round trip, and whether and how much the
+/// peer is acknowledging what was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathState {
     /// The connection's round-trip time as the kernel measured it: its lowest sample of the
@@ -283,6 +283,10 @@ pub struct PathState {
     /// resolution): on an idle connection this grows without anything being wrong, so it
     /// means something only while `unacked` is not zero.
     pub since_ack: std::time::Duration,
+    /// Bytes the peer has acknowledged since the connection opened, its opening (SYN)
+    /// counted as one (`tcpi_bytes_acked`; zero on a kernel older than 4.1): while it grows
+    /// the peer is taking what is sent, however long its own frames take to arrive.
+    pub bytes_acked: u64,
 }
 
 /// The path's state from the kernel's `TCP_INFO` (see [`PathState`]).
@@ -298,6 +302,7 @@ fn tcp_path_state(s: &compio::net::TcpStream) -> io::Result<PathState> {
         unacked: info.tcpi_unacked,
         timeouts: info.tcpi_retransmits,
         since_ack: std::time::Duration::from_millis(u64::from(info.tcpi_last_ack_recv)),
+        bytes_acked: info.tcpi_bytes_acked,
     })
 }
 

@@ -93,7 +93,8 @@ fn tcp_echo_across_executors_with_split_and_vectored_writes() {
 /// through a probe while the write half is stuck in its write: `send_queue` (what the kernel
 /// holds unacknowledged) grows and falls to zero once the peer took everything; `path_state`
 /// tells a peer that stopped reading from a path that stopped acknowledging (the window
-/// closes with everything sent acknowledged, though the kernel holds megabytes); the probe
+/// closes with everything sent acknowledged, though the kernel holds megabytes) and counts
+/// what the peer acknowledged; the probe
 /// holds the connection open until it is dropped too.
 #[test]
 fn a_probe_sees_the_kernel_hold_what_a_peer_that_reads_nothing_has_acknowledged() {
@@ -119,6 +120,8 @@ fn a_probe_sees_the_kernel_hold_what_a_peer_that_reads_nothing_has_acknowledged(
             loop {
                 let (held, ack) = (probe.send_queue().unwrap(), probe.path_state().unwrap());
                 if held >= 256 * 1024 && ack.unacked == 0 {
+                    let acked = ack.bytes_acked as usize;
+                    assert!(acked > 1 && acked + held <= TOTAL + 1, "{acked} acked, {held} held");
                     break;
                 }
                 assert!(
@@ -140,6 +143,8 @@ fn a_probe_sees_the_kernel_hold_what_a_peer_that_reads_nothing_has_acknowledged(
                 let ack = probe.path_state().unwrap();
                 if ack.unacked == 0 && probe.send_queue().unwrap() == 0 {
                     assert!(ack.since_ack < Duration::from_secs(10), "{ack:?}");
+                    // The count includes the connection's opening (its SYN).
+                    assert_eq!(ack.bytes_acked as usize, TOTAL + 1, "everything acknowledged");
                     break;
                 }
                 assert!(Instant::now() < deadline, "never drained: {ack:?}");

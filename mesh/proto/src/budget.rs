@@ -6,10 +6,10 @@
 //! always acts on a whole new frame and never touches a frame already queued or half written.
 //!
 //! It also carries the link's last measured round-trip time ([`LinkBudget::rtt`]), whether
-//! its peer acknowledges what is sent ([`LinkBudget::is_unanswered`]) and, while the control
-//! plane asks for it, how much the kernel still holds for the link
-//! ([`LinkBudget::send_queue_lags`]): the per-link state the link's shard and the control
-//! plane already share, so the control plane reads it without a message to the shard.
+//! its peer acknowledges what is sent ([`LinkBudget::is_unanswered`]) and how much the kernel
+//! still holds for the link ([`LinkBudget::send_queue`]): the per-link state the link's shard
+//! and the control plane already share, so the control plane reads it without a message to
+//! the shard.
 //!
 //! **Owns:** the byte bound of a link queue, the slow-link clock and marks, (in `lag.rs`) a
 //! deep queue's backlog clock and lagging mark, and (in `kernel.rs`) what the link's kernel
@@ -20,8 +20,10 @@
 mod kernel;
 mod lag;
 
-pub use kernel::{SEND_QUEUE_FLOOR, SEND_QUEUE_LAG, UNANSWERED_AFTER, UNANSWERED_TIMEOUTS};
-pub use lag::{LAG_FLOOR, LAG_LOOKS, LAG_STEP};
+pub use kernel::{
+    SEND_QUEUE_FLOOR, SEND_QUEUE_LAG, SEND_QUEUE_SAMPLE, UNANSWERED_AFTER, UNANSWERED_TIMEOUTS,
+};
+pub use lag::{LAG_FLOOR, LAG_LOOKS};
 
 use event_listener::Event as Signal;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -166,19 +168,20 @@ pub struct LinkBudget {
     /// The control plane wants the kernel's send queue sampled after each write
     /// ([`LinkBudget::watch_send_queue`]).
     watch_send_queue: AtomicBool,
-    /// Bytes the kernel held unacknowledged at the writer's last look while watched.
+    /// Bytes the kernel held unacknowledged at the driver's last look.
     send_queue: AtomicUsize,
     /// The peer acknowledged nothing for [`UNANSWERED_AFTER`] at the driver's last look
     /// ([`LinkBudget::ack_sample`]).
     unanswered: AtomicBool,
-    /// Milliseconds since `epoch` (+1) when an originated frame first found the queue above
-    /// [`LAG_FLOOR`] since it last drained below it; 0 = no backlog (see `lag.rs`).
+    /// Milliseconds since `epoch` (+1) when a look first found the backlog (queued here and in
+    /// the kernel) above [`LAG_FLOOR`] since it last drained below it; 0 = no backlog (see
+    /// `lag.rs`).
     backlog_since: AtomicU64,
-    /// `written_total` when the backlog began.
-    written_at_backlog: AtomicU64,
+    /// [`LinkBudget::delivered`] when the backlog began.
+    delivered_at_backlog: AtomicU64,
     /// When the backlog's pace may next be judged (milliseconds since `epoch`, +1).
     lag_look_at: AtomicU64,
-    /// Lagging ([`LinkBudget::mark_lagging`]); cleared when the queue drains below
+    /// Lagging ([`LinkBudget::mark_lagging`]); cleared when the backlog drains below
     /// [`LAG_FLOOR`].
     lagging: AtomicBool,
     /// Milliseconds since `epoch` (+1) when the link was last marked lagging; 0 = never.
@@ -213,7 +216,7 @@ impl LinkBudget {
             send_queue: AtomicUsize::new(0),
             unanswered: AtomicBool::new(false),
             backlog_since: AtomicU64::new(0),
-            written_at_backlog: AtomicU64::new(0),
+            delivered_at_backlog: AtomicU64::new(0),
             lag_look_at: AtomicU64::new(0),
             lagging: AtomicBool::new(false),
             lagging_since: AtomicU64::new(0),
@@ -265,33 +268,47 @@ impl LinkBudget {
     /// Starts the congestion clock at `now` (the budget's milliseconds) if it is not running;
     /// returns when it started.
     fn start_congestion(&self, now: u64) -> u64 {
-        self.start_clock(&self.congested_since, &self.written_at_congestion, now)
+        let written = self.written_total.load(Ordering::Relaxed);
+        self.start_clock(
+            &self.congested_since,
+            &self.written_at_congestion,
+            written,
+            now,
+        )
     }
 
     /// Starts `clock` (milliseconds since `epoch`, +1; 0 = not running) at `now` if it is not
-    /// running, noting in `written_at` what the writer had written by then; returns when it
-    /// started. The congestion and backlog clocks are both this.
-    fn start_clock(&self, clock: &AtomicU64, written_at: &AtomicU64, now: u64) -> u64 {
+    /// running, noting in `progress_at` the link's `progress` by then (bytes written, or
+    /// delivered); returns when it started. The congestion and backlog clocks are both this.
+    fn start_clock(
+        &self,
+        clock: &AtomicU64,
+        progress_at: &AtomicU64,
+        progress: u64,
+        now: u64,
+    ) -> u64 {
         match clock.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
-                let total = self.written_total.load(Ordering::Relaxed);
-                written_at.store(total, Ordering::Relaxed);
+                progress_at.store(progress, Ordering::Relaxed);
                 now
             }
             Err(s) => s,
         }
     }
 
-    /// Bytes per millisecond written since `clock` started (0 while it is not running).
-    fn rate_since(&self, clock: &AtomicU64, written_at: &AtomicU64, now: Instant) -> f64 {
+    /// Bytes per millisecond of `progress` since `clock` started (0 while it is not running).
+    fn rate_since(
+        &self,
+        clock: &AtomicU64,
+        progress_at: &AtomicU64,
+        progress: u64,
+        now: Instant,
+    ) -> f64 {
         let since = clock.load(Ordering::Relaxed);
         if since == 0 {
             return 0.0;
         }
-        let bytes = self
-            .written_total
-            .load(Ordering::Relaxed)
-            .saturating_sub(written_at.load(Ordering::Relaxed));
+        let bytes = progress.saturating_sub(progress_at.load(Ordering::Relaxed));
         bytes as f64 / self.ms(now).saturating_sub(since).max(1) as f64
     }
 
@@ -319,7 +336,13 @@ impl LinkBudget {
     /// Bytes per millisecond written since the current congestion episode began (0 when not
     /// congested).
     pub fn congested_rate(&self, now: Instant) -> f64 {
-        self.rate_since(&self.congested_since, &self.written_at_congestion, now)
+        let written = self.written_total.load(Ordering::Relaxed);
+        self.rate_since(
+            &self.congested_since,
+            &self.written_at_congestion,
+            written,
+            now,
+        )
     }
 
     /// Starts the clock `since` (milliseconds since `epoch`, +1; 0 = not running) if it is not
@@ -447,7 +470,7 @@ impl LinkBudget {
                 self.slow_soon.store(false, Ordering::Release);
                 ended = self.slow.swap(false, Ordering::AcqRel);
             }
-            if left < LAG_FLOOR && self.backlog_ended() {
+            if self.backlog_drained(left) {
                 ended = true;
             }
             self.room.notify(usize::MAX);

@@ -191,6 +191,9 @@ pub enum ShardToShard {
         out: Out,
         /// The Data frames in it (counted if they are lost).
         frames: u64,
+        /// This node originated them (its own publish): only an origin's link can lag
+        /// (`budget/lag.rs`).
+        originated: bool,
     },
     /// A delivery the sending shard made (its sink was offered it first) and hands to the
     /// receiving shard to reach the application from there: the live node's shard task

@@ -268,7 +268,9 @@ pub struct MeshConfig {
     /// A link with nothing sent for this long sends a Heartbeat. Default 1000 ms.
     #[serde(rename = "heartbeat_interval_ms", with = "millis")]
     pub heartbeat_interval: Duration,
-    /// A link with nothing received for this long is dead. Default 3000 ms.
+    /// A link with nothing received for this long is dead. Default 3000 ms. While its peer
+    /// still acknowledges new data (a lossy path whose retransmissions delay the peer's
+    /// frames, not a dead one), up to [`crate::link::DELIVERING_GRACE`] times this.
     #[serde(rename = "heartbeat_timeout_ms", with = "millis")]
     pub heartbeat_timeout: Duration,
     /// A connection not through its handshake after this long is dropped. Default 2000 ms.

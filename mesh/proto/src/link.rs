@@ -11,7 +11,14 @@
 //! `mesh/proto/protocol/secured.md`, reports [`Link::auth_confirmed`] or [`Link::auth_failed`].
 //!
 //! Liveness: a Heartbeat goes out only when nothing was sent for `heartbeat_interval`; the link
-//! is dead when it made no progress for `heartbeat_timeout`. Progress is a whole frame
+//! is dead when it made no progress for `heartbeat_timeout`, unless its peer is still taking
+//! what this node sends ([`Link::on_delivered`]: its kernel acknowledged new data within
+//! `heartbeat_timeout`, and nothing short of progress arrived since the last progress), and
+//! then for [`DELIVERING_GRACE`] times as long at most: a lossy path
+//! in retransmission backoff delays the peer's frames for seconds while it delivers ours, and
+//! closing it lost everything its queue and its kernel held (the fault suite at the node's
+//! defaults: every message the lossy subscribers missed, in both forwarding modes, and none
+//! with the link kept). Progress is a whole frame
 //! ([`Link::on_frame`], [`Link::on_data`], [`Link::on_samples`]) or, inside a frame, every [`PROGRESS_BYTES`] of it
 //! ([`Link::on_bytes_read`]), so a peer streaming a large frame or a stream of Data never needs
 //! heartbeats to stay alive, while a peer that trickles a frame a byte at a time cannot keep a
@@ -40,6 +47,13 @@ use std::time::{Duration, Instant};
 /// peer sends a frame or this much of one far more often (about 1.4 KiB/s at the default
 /// 3 s timeout); a peer trickling a giant frame does not.
 pub const PROGRESS_BYTES: usize = 4096;
+
+/// A link that receives nothing but whose peer keeps acknowledging what it is sent
+/// ([`Link::on_delivered`]) is dead only after this many times `heartbeat_timeout` (12 s at
+/// the default): long enough for a lossy path's retransmission backoff (the fault suite's
+/// loss lasts 7.5 s), short enough that a peer whose kernel still acknowledges while its
+/// application sends nothing (a writer hung behind a live reader) does not hold the link.
+pub const DELIVERING_GRACE: u32 = 4;
 
 /// Which side opened the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +170,8 @@ pub enum LinkEvent {
 pub struct LinkTimers {
     /// Send a Heartbeat after this long without sending anything.
     pub heartbeat_interval: Duration,
-    /// Dead after this long without receiving anything.
+    /// Dead after this long without receiving anything (up to [`DELIVERING_GRACE`] times as
+    /// long while the peer acknowledges what it is sent: [`Link::on_delivered`]).
     pub heartbeat_timeout: Duration,
     /// Dead if not established this long after creation.
     pub handshake_timeout: Duration,
@@ -193,6 +208,10 @@ pub struct Link {
     created: Instant,
     last_sent: Instant,
     last_recv: Instant,
+    /// When the peer last acknowledged new data ([`Link::on_delivered`]).
+    last_delivered: Instant,
+    /// When bytes were last read, progress or not ([`Link::on_bytes_read`]).
+    last_read: Instant,
     /// Bytes read since the last progress (see [`PROGRESS_BYTES`]).
     unframed: usize,
     peer: Option<PeerId>,
@@ -242,6 +261,8 @@ impl Link {
             created: now,
             last_sent: now,
             last_recv: now,
+            last_delivered: now,
+            last_read: now,
             unframed: 0,
             peer: None,
             peer_listen_port: 0,
@@ -304,9 +325,34 @@ impl Link {
         self.unframed = 0;
     }
 
+    /// The driver saw the peer acknowledge new data (the kernel's count of bytes acknowledged
+    /// grew since its last look): the peer is alive and reading, so a silence on our side is
+    /// a slow path, not a dead one, for up to [`DELIVERING_GRACE`] times `heartbeat_timeout`.
+    /// Not a dribble: a peer that sent bytes since its last progress, short of it, trickles
+    /// (acknowledging our heartbeats all the while) and is closed as stalled at the timeout.
+    pub fn on_delivered(&mut self, now: Instant) {
+        self.last_delivered = self.last_delivered.max(now);
+    }
+
+    /// When the link is dead if nothing arrives meanwhile: `heartbeat_timeout` after the last
+    /// progress, or after the peer's last acknowledgement if that came later, and never more
+    /// than [`DELIVERING_GRACE`] times `heartbeat_timeout` after the last progress.
+    fn dead_at(&self) -> Instant {
+        let timeout = self.timers.heartbeat_timeout;
+        let silent = self.last_recv + timeout;
+        if self.last_read > self.last_recv {
+            // Bytes came after the last progress without making it: a trickle, not a path
+            // that delivers nothing for a while.
+            return silent;
+        }
+        let cap = self.last_recv + timeout * DELIVERING_GRACE;
+        silent.max((self.last_delivered + timeout).min(cap))
+    }
+
     /// `n` bytes were read from the socket (whole frames among them are reported on their
     /// own): every [`PROGRESS_BYTES`] of them count as progress, fewer do not.
     pub fn on_bytes_read(&mut self, n: usize, now: Instant) {
+        self.last_read = self.last_read.max(now);
         self.unframed = self.unframed.saturating_add(n);
         if self.unframed >= PROGRESS_BYTES {
             self.on_bytes_received(now);
@@ -450,10 +496,9 @@ impl Link {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.state {
             LinkState::Closed => None,
-            LinkState::Established => Some(
-                (self.last_sent + self.timers.heartbeat_interval)
-                    .min(self.last_recv + self.timers.heartbeat_timeout),
-            ),
+            LinkState::Established => {
+                Some((self.last_sent + self.timers.heartbeat_interval).min(self.dead_at()))
+            }
             _ => Some(self.created + self.timers.handshake_timeout),
         }
     }
@@ -463,7 +508,7 @@ impl Link {
         match self.state {
             LinkState::Closed => {}
             LinkState::Established => {
-                if now.saturating_duration_since(self.last_recv) >= self.timers.heartbeat_timeout {
+                if now >= self.dead_at() {
                     self.fail(if self.unframed > 0 {
                         CloseReason::Stalled
                     } else {

@@ -251,6 +251,81 @@ fn a_busy_sender_without_heartbeats_stays_alive() {
     assert_eq!(l.state(), LinkState::Established);
 }
 
+/// A lossy path in retransmission backoff delays the peer's frames for seconds while the
+/// peer still takes what this node sends: the heartbeat timeout closed such links, and with
+/// them everything their queue and kernel held (at the node's defaults, every message the
+/// fault suite's lossy subscribers missed). A silent link whose peer keeps acknowledging new
+/// data lives on, up to `DELIVERING_GRACE` heartbeat timeouts of silence; once the
+/// acknowledgements stop, it is dead a heartbeat timeout after the last one.
+#[test]
+fn a_silent_peer_that_takes_what_it_is_sent_is_dead_only_after_the_grace() {
+    use shoal_proto::link::DELIVERING_GRACE;
+    let t0 = Instant::now();
+    let grace = 3000 * u64::from(DELIVERING_GRACE);
+    let mut l = established(t0);
+    events(&mut l);
+    let mut t = 0;
+    while l.state() == LinkState::Established {
+        t += 500;
+        assert!(t <= grace, "still open after {t} ms");
+        l.on_delivered(ms(t0, t));
+        l.handle_timeout(ms(t0, t));
+        if let Some(at) = l.poll_timeout() {
+            assert!(at <= ms(t0, grace), "{t}: looks again by the grace");
+        }
+    }
+    assert_eq!(t, grace, "dead at the grace, not before");
+    assert_eq!(
+        events(&mut l),
+        vec![LinkEvent::Closed(CloseReason::HeartbeatTimeout)]
+    );
+    // The acknowledgements stop at 4 s: dead at 7 s, not at 3 s.
+    let mut l = established(t0);
+    for t in (500..=4000).step_by(500) {
+        l.on_delivered(ms(t0, t));
+        l.handle_timeout(ms(t0, t));
+    }
+    l.handle_timeout(ms(t0, 6999));
+    assert_eq!(l.state(), LinkState::Established);
+    assert_eq!(l.poll_timeout(), Some(ms(t0, 7000)));
+    l.handle_timeout(ms(t0, 7000));
+    assert_eq!(l.state(), LinkState::Closed);
+    // A frame starts the grace again.
+    let mut l = established(t0);
+    for t in (500..=20_000).step_by(500) {
+        if t == 10_000 {
+            l.on_frame(&Frame::Heartbeat, ms(t0, t));
+        }
+        l.on_delivered(ms(t0, t));
+        l.handle_timeout(ms(t0, t));
+    }
+    assert_eq!(l.state(), LinkState::Established);
+    l.handle_timeout(ms(t0, 10_000 + grace));
+    assert_eq!(l.state(), LinkState::Closed);
+    // Bytes short of progress after the last progress: a trickle, stalled at the timeout
+    // whatever is acknowledged. A partial frame read with the last progress is not one.
+    let mut l = established(t0);
+    l.on_frame(&Frame::Heartbeat, ms(t0, 500));
+    l.on_bytes_read(100, ms(t0, 500));
+    for t in (1000..=2500).step_by(500) {
+        l.on_delivered(ms(t0, t));
+        l.handle_timeout(ms(t0, t));
+    }
+    l.handle_timeout(ms(t0, 3500));
+    assert_eq!(
+        l.state(),
+        LinkState::Established,
+        "a partial tail with the progress"
+    );
+    l.on_bytes_read(1, ms(t0, 3600));
+    l.on_delivered(ms(t0, 3600));
+    l.handle_timeout(ms(t0, 3600));
+    assert_eq!(
+        events(&mut l).last(),
+        Some(&LinkEvent::Closed(CloseReason::Stalled))
+    );
+}
+
 /// A peer trickling a frame (1 byte every 0.7 s) used to keep its link, and the buffer of its
 /// partial frame, forever: any byte counted as liveness. Now it is closed as stalled after
 /// the heartbeat timeout, while a slow but real transfer (PROGRESS_BYTES per timeout) lives.

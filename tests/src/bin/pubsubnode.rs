@@ -51,7 +51,8 @@ struct Args {
     /// `max_dedup_entries`.
     #[arg(long, default_value_t = 100_000)]
     dedup_entries: usize,
-    /// `heartbeat_timeout` in milliseconds (a link that reads nothing this long is closed).
+    /// `heartbeat_timeout` in milliseconds (a link that reads nothing this long is closed,
+    /// unless its peer still acknowledges what it is sent).
     #[arg(long, default_value_t = 3000)]
     heartbeat_timeout_ms: u64,
     /// Report period in milliseconds.

@@ -1,7 +1,6 @@
 //! What the link's kernel said last, as the link's driver read it: the round trip, the send
-//! queue (while the control plane asks), and whether the peer acknowledges anything. The
-//! budget carries them because it is the per-link state the shard and the control plane
-//! already share.
+//! queue, and whether the peer acknowledges anything. The budget carries them because it is
+//! the per-link state the shard and the control plane already share.
 //!
 //! **Owns:** the rules read from those samples (a send queue that lags, a link unanswered).
 //! **Must not touch:** the socket (the driver reads it and hands the numbers over).
@@ -9,6 +8,11 @@
 use super::LinkBudget;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// How often a link's writer samples the kernel's send queue after a write (every write while
+/// the control plane watches it: [`LinkBudget::watch_send_queue`]): one system call per link
+/// per period at most, and the backlog clock (`lag.rs`) is that precise.
+pub const SEND_QUEUE_SAMPLE: Duration = Duration::from_millis(50);
 
 /// A link whose kernel send queue ([`LinkBudget::set_send_queue`]) holds no more than this
 /// many bytes has caught up whatever its pace.
@@ -49,13 +53,10 @@ impl LinkBudget {
     }
 
     /// Starts (`true`) or stops asking the link's writer to sample the kernel's send queue
-    /// after each write ([`set_send_queue`](Self::set_send_queue)); a start forgets the last
-    /// sample. Off by default: one system call per write is not for every link, only for one
-    /// whose peer the control plane has withdrawn (`control::slow`).
+    /// after each write, not only every [`SEND_QUEUE_SAMPLE`]: for a link whose peer the
+    /// control plane has withdrawn (`control::slow`), listed again as soon as the kernel
+    /// caught up.
     pub fn watch_send_queue(&self, on: bool) {
-        if on {
-            self.send_queue.store(0, Ordering::Relaxed);
-        }
         self.watch_send_queue.store(on, Ordering::Release);
     }
 
@@ -65,14 +66,18 @@ impl LinkBudget {
         self.watch_send_queue.load(Ordering::Acquire)
     }
 
-    /// Records the bytes the kernel holds for the link and its peer has not acknowledged,
-    /// as the writer sampled them after a write (before reporting the write, so a slow mark
-    /// that write clears is never seen with an older sample).
-    pub fn set_send_queue(&self, bytes: usize) {
+    /// Records the bytes the kernel holds for the link and its peer has not acknowledged, as
+    /// the driver sampled them (the writer after a write, before reporting it, so a slow mark
+    /// that write clears is never seen with an older sample; the timer each time it fires).
+    /// If the backlog (queued here and this) is below [`super::LAG_FLOOR`], the backlog ends:
+    /// true if that ended a lagging period (the caller records when:
+    /// [`slow_ended`](Self::slow_ended)).
+    pub fn set_send_queue(&self, bytes: usize) -> bool {
         self.send_queue.store(bytes, Ordering::Release);
+        self.backlog_drained(self.queued())
     }
 
-    /// The last sample of [`set_send_queue`](Self::set_send_queue) (0: none since watched).
+    /// The last sample of [`set_send_queue`](Self::set_send_queue) (0 before the first).
     pub fn send_queue(&self) -> usize {
         self.send_queue.load(Ordering::Acquire)
     }
@@ -180,10 +185,5 @@ mod tests {
         assert!(!idle.send_queue_lags(t0));
         idle.set_send_queue(SEND_QUEUE_FLOOR + 1);
         assert!(idle.send_queue_lags(t0));
-        // Watching again forgets the last sample.
-        b.watch_send_queue(false);
-        b.watch_send_queue(true);
-        assert_eq!(b.send_queue(), 0);
-        assert!(!b.send_queue_lags(now));
     }
 }

@@ -1,4 +1,4 @@
-//! A deep queue that lags: the link keeps taking frames (its queue is far from full) but
+//! A deep backlog that lags: the link keeps taking frames (its queue is far from full) but
 //! delivers them seconds late, so its peer is served by the relays instead.
 //!
 //! The slow-link rule ([`super::SlowLinkPolicy`]) starts only when a queue is *full*. With the
@@ -7,50 +7,54 @@
 //! got the stream seconds late, nothing reached it from anyone else (its origin still listed
 //! it, so no relay carried), and when the heartbeat timeout closed the link the whole
 //! backlog was lost (28–59 k messages in the runs that lost; the lossy subscribers got
-//! 0.93× what flooding gave them, where flooding's relays carried all along). So an origin's
-//! link whose queue has stayed above [`LAG_FLOOR`] for `after` (a quarter of it on a
-//! relapse, or on a new link to a peer whose last link lagged: [`LinkBudget::last_slow`]),
-//! while another link drains at least twice as fast, is **lagging**: counted
-//! (`links_lagging`), reported like a slow
-//! link, and its peer unlisted from the own record (`control::slow`) until the queue drains
-//! below the floor again and the kernel caught up. Nothing is dropped for it: the queue goes
-//! on draining (what the relays already delivered is a duplicate there), and if it fills the
-//! slow-link rule takes over as before. Only a queue deeper than the floor can lag, so a
-//! bound at or below it (the fault suite's 64 KiB) behaves as before.
+//! 0.93× what flooding gave them, where flooding's relays carried all along).
+//!
+//! The backlog is what the queue here holds *and* what the link's kernel holds unacknowledged
+//! (its send queue, sampled by the link's driver: [`LinkBudget::set_send_queue`]). The kernel
+//! comes first: a write returns once the kernel took the bytes, so while a lossy link's
+//! kernel buffer fills (1.9 MB, 1.5 s of the fault suite's stream, with nothing queued here)
+//! the queue here stays empty. A link whose backlog has stayed above [`LAG_FLOOR`] for
+//! `after` (a quarter of it on a relapse, or on a new link to a peer whose last link lagged:
+//! [`LinkBudget::last_slow`]), while originated frames go on it and another link drains at
+//! least twice as fast, is **lagging**: counted (`links_lagging`), reported like a slow link,
+//! and its peer unlisted from the own record (`control::slow`) until the backlog drains below
+//! the floor again and the kernel caught up. Nothing is dropped for it: the queue goes on
+//! draining (what the relays already delivered is a duplicate there), and if it fills the
+//! slow-link rule takes over as before.
+//!
+//! Looked at only when the driver samples the kernel (after a write, at most every
+//! [`super::SEND_QUEUE_SAMPLE`]; each time the link's timer fires, so a writer stuck on a full
+//! socket is looked at too), never on a publish: a saturated link's publishes pay nothing for
+//! it.
 //!
 //! **Owns:** the backlog clock and the lagging mark. **Must not touch:** the decision that
-//! another link outpaces this one (the shard's, which sees every link) or the unlisting
-//! (the control core's).
+//! another link outpaces this one or that originated frames go on it (the shard's, which
+//! sees every link and every queued frame) or the unlisting (the control core's).
 
 use super::LinkBudget;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// A queue deeper than this (bytes) has a backlog: a quarter of a second of a 1 MB/s
-/// stream, far more than a link keeping up holds between two writes.
+/// A backlog (queued here and in the kernel) deeper than this (bytes) may lag: a quarter of a
+/// second of a 1 MB/s stream, far more than a link keeping up holds between two writes.
 pub const LAG_FLOOR: usize = 256 * 1024;
 
 /// A backlog's pace is judged at most this many times per `after` (each look walks the
 /// shard's links).
 pub const LAG_LOOKS: u32 = 10;
 
-/// The backlog clock is looked at only by a reservation that takes the queue across a
-/// multiple of this many bytes: arithmetic on what the reservation returned, so a saturated
-/// link's publishes (64-byte samples at millions a second) pay no atomic load or clock read
-/// for it between two crossings.
-pub const LAG_STEP: usize = 16 * 1024;
-
 impl LinkBudget {
-    /// An originated frame of `n` bytes was queued and the queue now holds `total`: if that
-    /// took the queue across a multiple of [`LAG_STEP`] above [`LAG_FLOOR`], starts the
-    /// backlog clock if it is not running, and returns true when the link is due a look at
-    /// its pace: backlogged for `after` at least, not lagging yet, and not looked at in the
-    /// last `after / LAG_LOOKS`.
-    pub fn backlog_due(&self, total: usize, n: usize, after: Duration, now: Instant) -> bool {
-        if total <= LAG_FLOOR
-            || total.saturating_sub(n) / LAG_STEP == total / LAG_STEP
-            || self.is_lagging()
-        {
+    /// The link's backlog: bytes queued here and the kernel's send queue at its last sample.
+    pub fn backlog(&self) -> usize {
+        self.queued() + self.send_queue()
+    }
+
+    /// The driver just sampled the kernel ([`set_send_queue`](Self::set_send_queue)): if the
+    /// backlog is past [`LAG_FLOOR`], starts the backlog clock if it is not running, and
+    /// returns true when the link is due a look at its pace: backlogged for `after` at least,
+    /// not lagging yet, and not looked at in the last `after / LAG_LOOKS`.
+    pub fn backlog_due(&self, after: Duration, now: Instant) -> bool {
+        if self.backlog() <= LAG_FLOOR || self.is_lagging() {
             return false;
         }
         let now = self.ms(now);
@@ -59,7 +63,12 @@ impl LinkBudget {
             return false;
         }
         let since = match self.backlog_since.load(Ordering::Acquire) {
-            0 => self.start_clock(&self.backlog_since, &self.written_at_backlog, now),
+            0 => self.start_clock(
+                &self.backlog_since,
+                &self.delivered_at_backlog,
+                self.delivered(),
+                now,
+            ),
             s => s,
         };
         // A relapse (within the relapse window of the end of a slow or lagging period, this
@@ -74,9 +83,24 @@ impl LinkBudget {
         true
     }
 
-    /// Bytes per millisecond written since the backlog began (0 without one).
+    /// Bytes per millisecond delivered since the backlog began (0 without one): what the
+    /// link's peer acknowledged, not what the writer handed the kernel, which takes a
+    /// lossy link's stream at the publisher's pace until its buffer is full (1.5 s of the
+    /// fault suite's stream), so by that pace no link lagged before.
     pub fn backlog_rate(&self, now: Instant) -> f64 {
-        self.rate_since(&self.backlog_since, &self.written_at_backlog, now)
+        self.rate_since(
+            &self.backlog_since,
+            &self.delivered_at_backlog,
+            self.delivered(),
+            now,
+        )
+    }
+
+    /// Bytes the link's peer has acknowledged, as far as the driver's samples tell: written
+    /// to the socket, less what the kernel held at the last sample.
+    pub fn delivered(&self) -> u64 {
+        let written = self.written_total.load(Ordering::Relaxed);
+        written.saturating_sub(self.send_queue() as u64)
     }
 
     /// Marks the link lagging at `now`; true if it was not already.
@@ -89,15 +113,19 @@ impl LinkBudget {
     }
 
     /// True while the link is lagging: from [`mark_lagging`](Self::mark_lagging) until its
-    /// queue drains below [`LAG_FLOOR`].
+    /// backlog drains below [`LAG_FLOOR`].
     pub fn is_lagging(&self) -> bool {
         self.lagging.load(Ordering::Acquire)
     }
 
-    /// The queue drained below the floor (the writer's release): the backlog, and any lag,
-    /// ended. True if a lagging period did (its end is then recorded as a slow period's:
-    /// a lag soon after is a relapse).
-    pub(super) fn backlog_ended(&self) -> bool {
+    /// Ends the backlog, and any lag, if what is queued here (`queued`) and in the kernel at
+    /// its last sample is below the floor (the writer's release, the driver's sample). True if
+    /// a lagging period ended (its end is then recorded as a slow period's by the caller: a
+    /// lag soon after is a relapse).
+    pub(super) fn backlog_drained(&self, queued: usize) -> bool {
+        if queued + self.send_queue() >= LAG_FLOOR {
+            return false;
+        }
         if self.backlog_since.load(Ordering::Relaxed) != 0 {
             self.backlog_since.store(0, Ordering::Relaxed);
             self.lag_look_at.store(0, Ordering::Relaxed);
@@ -117,42 +145,35 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let b = LinkBudget::new(8 << 20, t0);
-        let deep = b.try_reserve(LAG_FLOOR + 1).unwrap();
-        assert!(
-            !b.backlog_due(LAG_FLOOR, LAG_FLOOR, AFTER, at(0)),
-            "at the floor: no backlog"
-        );
-        assert!(
-            !b.backlog_due(deep, deep, AFTER, at(10)),
-            "the clock starts"
-        );
-        assert!(!b.backlog_due(deep, deep, AFTER, at(1009)));
-        assert!(
-            !b.backlog_due(LAG_FLOOR + 2000, 100, AFTER, at(1010)),
-            "no multiple of LAG_STEP crossed: not looked at"
-        );
-        assert!(
-            b.backlog_due(deep, deep, AFTER, at(1010)),
-            "deep for `after`"
-        );
-        assert!(
-            !b.backlog_due(deep, deep, AFTER, at(1050)),
-            "looked at 40 ms ago"
-        );
-        assert!(
-            b.backlog_due(deep, deep, AFTER, at(1110)),
-            "a tenth of `after` later"
-        );
-        // What it wrote since the backlog began is its pace.
+        assert!(!b.set_send_queue(LAG_FLOOR));
+        assert!(!b.backlog_due(AFTER, at(0)), "at the floor: no backlog");
+        // Nothing queued here, the kernel holds more than the floor (a write returns once the
+        // kernel took the bytes): a backlog, and its clock starts.
+        b.written(LAG_FLOOR + 1, at(5));
+        assert!(!b.set_send_queue(LAG_FLOOR + 1));
+        assert_eq!(b.delivered(), 0);
+        assert_eq!(b.backlog(), LAG_FLOOR + 1);
+        assert!(!b.backlog_due(AFTER, at(10)), "the clock starts");
+        assert!(!b.backlog_due(AFTER, at(1009)));
+        // Half here, half in the kernel: still one backlog.
+        let half = b.try_reserve(LAG_FLOOR / 2 + 1).unwrap();
+        assert!(!b.set_send_queue(LAG_FLOOR / 2));
+        assert!(b.backlog_due(AFTER, at(1010)), "deep for `after`");
+        assert!(!b.backlog_due(AFTER, at(1050)), "looked at 40 ms ago");
+        assert!(b.backlog_due(AFTER, at(1110)), "a tenth of `after` later");
+        // Its pace is what it delivered since the backlog began: not what the kernel took
+        // and holds.
         b.written(100_000, at(1110));
-        assert!((b.backlog_rate(at(1110)) - 100_000.0 / 1100.0).abs() < 1.0);
+        assert!(!b.set_send_queue(LAG_FLOOR / 2 + 100_000));
+        let delivered = (LAG_FLOOR + 1 - LAG_FLOOR / 2) as f64;
+        assert!((b.backlog_rate(at(1110)) - delivered / 1100.0).abs() < 0.01);
         assert!(
             b.mark_lagging(at(1110)) && !b.mark_lagging(at(1110)),
             "marked once"
         );
         assert!(b.is_lagging() && b.unlists_peer() && !b.is_slow_or_soon());
         assert!(
-            !b.backlog_due(deep, deep, AFTER, at(2000)),
+            !b.backlog_due(AFTER, at(2000)),
             "lagging: nothing to look at"
         );
         assert_eq!(
@@ -160,23 +181,27 @@ mod tests {
             Some(1111),
             "a successor remembers a lag like a slow period"
         );
-        // Drained below the floor: the backlog and the lag end (reported like the end of a
+        // Written out here, but the kernel still holds it: still lagging.
+        assert!(!b.set_send_queue(LAG_FLOOR + 1));
+        assert!(!b.release(half), "the kernel still holds the backlog");
+        assert!(b.is_lagging());
+        // The kernel delivered it: the backlog and the lag end (reported like the end of a
         // slow period), and the clock starts again.
-        assert!(b.release(LAG_FLOOR + 1), "a lagging period ended");
+        assert!(b.set_send_queue(1000), "a lagging period ended");
         b.slow_ended(at(2000));
         assert!(!b.is_lagging() && !b.unlists_peer());
         assert_eq!(b.backlog_rate(at(2000)), 0.0);
         // A backlog again within the relapse window: judged after a quarter of `after`.
         let deep = b.try_reserve(LAG_FLOOR + 1).unwrap();
-        assert!(!b.backlog_due(deep, deep, AFTER, at(2100)));
-        assert!(!b.backlog_due(deep, deep, AFTER, at(2349)));
-        assert!(b.backlog_due(deep, deep, AFTER, at(2350)), "a relapse");
+        assert!(!b.backlog_due(AFTER, at(2100)));
+        assert!(!b.backlog_due(AFTER, at(2349)));
+        assert!(b.backlog_due(AFTER, at(2350)), "a relapse");
         // Long after: a whole `after` again.
-        b.release(LAG_FLOOR + 1);
-        let deep = b.try_reserve(LAG_FLOOR + 1).unwrap();
-        assert!(!b.backlog_due(deep, deep, AFTER, at(20_000)));
-        assert!(!b.backlog_due(deep, deep, AFTER, at(20_999)));
-        assert!(b.backlog_due(deep, deep, AFTER, at(21_000)));
+        b.release(deep);
+        b.try_reserve(LAG_FLOOR + 1).unwrap();
+        assert!(!b.backlog_due(AFTER, at(20_000)));
+        assert!(!b.backlog_due(AFTER, at(20_999)));
+        assert!(b.backlog_due(AFTER, at(21_000)));
     }
 
     #[test]
@@ -184,14 +209,20 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let b = LinkBudget::new(8 << 20, t0);
+        b.set_send_queue(LAG_FLOOR + 1000);
+        assert!(!b.backlog_due(AFTER, at(0)));
+        // The kernel caught up meanwhile (a sample the writer or the timer took).
+        b.set_send_queue(2000);
+        b.set_send_queue(LAG_FLOOR + 1000);
+        assert!(!b.backlog_due(AFTER, at(1500)), "caught up meanwhile");
+        assert!(b.backlog_due(AFTER, at(2500)));
+        // The queue here drained below the floor too (the writer's release).
+        b.set_send_queue(0);
         let deep = b.try_reserve(LAG_FLOOR + 1000).unwrap();
-        assert!(!b.backlog_due(deep, deep, AFTER, at(0)));
-        b.release(2000);
-        let deep = b.try_reserve(2000).unwrap();
-        assert!(
-            !b.backlog_due(deep, deep, AFTER, at(1500)),
-            "a queue that drained below the floor caught up meanwhile"
-        );
-        assert!(b.backlog_due(deep, deep, AFTER, at(2500)));
+        assert!(!b.backlog_due(AFTER, at(3000)));
+        b.release(deep);
+        b.try_reserve(LAG_FLOOR + 1000).unwrap();
+        assert!(!b.backlog_due(AFTER, at(4500)), "caught up meanwhile");
+        assert!(b.backlog_due(AFTER, at(5500)));
     }
 }

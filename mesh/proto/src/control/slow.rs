@@ -24,7 +24,7 @@
 //! caught up, X lists N again and the relays go back to skipping N. Caught up means the slow
 //! mark cleared (the queue here drained to half its bound) *and* the kernel's send queue
 //! holds no more than the link delivers in its round trip and a tenth of a second
-//! ([`LinkBudget::send_queue_lags`], sampled by the link's writer while N is withdrawn): a
+//! ([`LinkBudget::send_queue_lags`], sampled after every write while N is withdrawn): a
 //! write returns once the kernel took the bytes, and after 8 s of 30 % loss the fault suite's
 //! publisher found its link to a lossy subscriber drained while the kernel still held seconds
 //! of it (a path in retransmission backoff). Listed again then, N got nothing from anyone

@@ -12,9 +12,10 @@
 //! of every other link more than half full ([`LinkBudget::congested_if_backed_up`]): links
 //! jammed together are waited out together. When the links drain alike the publisher is
 //! simply faster than the mesh and waits (plain backpressure; a single link is never slow).
-//! A queue that is deep but not full can lag as badly: an originated frame queued on a link
-//! backlogged past `LAG_FLOOR` for `after` (the fan-out's look, [`outpaced`] by another
-//! link) marks it lagging and reports it ([`report_lagging`]; `budget/lag.rs`).
+//! A link whose queue is deep but not full can lag as badly: one backlogged (here and in its
+//! kernel) past `LAG_FLOOR` for `after` while this node's frames go on it and another link
+//! drains twice as fast is marked lagging and reported when the driver samples its kernel
+//! ([`ShardCore::on_send_queue`]; `budget/lag.rs`).
 //!
 //! **Owns:** the decision to keep waiting, to queue, or to give up on a link. **Must not
 //! touch:** the waiting itself (the driver's).
@@ -25,10 +26,10 @@
 use super::action::{Blocked, IfBusy, LinkError, LinkFault, ShardAction};
 use super::fan_out::{Path, Queuer};
 use super::{ShardCore, Stop};
-use crate::budget::{LinkBudget, SlowLinkAction, UNLIST_LEAD};
+use crate::budget::{LinkBudget, OverflowPolicy, SlowLinkAction, UNLIST_LEAD};
 use crate::cmd::ToControl;
-use crate::stats::{add, add_dropped, inc, Counters};
-use crate::{LinkId, PeerId};
+use crate::stats::{add, add_dropped, inc};
+use crate::LinkId;
 use ahash::AHashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -230,7 +231,7 @@ impl ShardCore {
 
 /// True if some other open link of `owners` drains at least twice as fast as `mine` (bytes
 /// per millisecond) on `link`.
-pub(super) fn outpaced(
+fn outpaced(
     owners: &AHashMap<LinkId, (usize, Arc<LinkBudget>)>,
     link: LinkId,
     mine: f64,
@@ -242,24 +243,49 @@ pub(super) fn outpaced(
         .any(|(l, (_, b))| *l != link && !b.is_closed() && b.drain_rate(now) >= 2.0 * mine)
 }
 
-/// A link just marked lagging ([`LinkBudget::mark_lagging`], `budget/lag.rs`): counted,
-/// logged, and reported to the control plane, which unlists its peer (the same report as a
-/// slow link's: the control core looks at every link's marks).
-pub(super) fn report_lagging(
-    idx: usize,
-    c: &Counters,
-    peer: Option<PeerId>,
-    link: LinkId,
-    out: &mut Vec<ShardAction>,
-) {
-    inc(&c.links_lagging);
-    tracing::info!(
-        shard = idx,
-        ?peer,
-        "link lagging: its queue stays deep while others drain"
-    );
-    out.push(ShardAction::Report {
-        msg: ToControl::LinkSlow { link },
-        busy: IfBusy::Detach,
-    });
+impl ShardCore {
+    /// The driver sampled the link's kernel send queue (`bytes` unacknowledged: the writer
+    /// after a write, at most every [`SEND_QUEUE_SAMPLE`] unless the control plane watches
+    /// it; the timer each time it fires). Recorded in the budget; a backlog that drained
+    /// ends its lag, and one past `LAG_FLOOR` for `after` is looked at (`budget/lag.rs`): if
+    /// this node originated frames on the link since the last look, under the Block policy,
+    /// and another link drains at least twice as fast, the link is marked lagging, once an
+    /// episode: counted, logged, and reported to the control plane, which unlists its peer
+    /// (the same report as a slow link's: the control core looks at every link's marks).
+    ///
+    /// [`SEND_QUEUE_SAMPLE`]: crate::budget::SEND_QUEUE_SAMPLE
+    pub fn on_send_queue(
+        &mut self,
+        link: LinkId,
+        bytes: usize,
+        now: Instant,
+        out: &mut Vec<ShardAction>,
+    ) {
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        if l.budget.set_send_queue(bytes) {
+            l.budget.slow_ended(now);
+        }
+        if !l.budget.backlog_due(self.cfg.slow_link.after, now)
+            || !std::mem::take(&mut l.originated)
+        {
+            return;
+        }
+        if self.cfg.policy == OverflowPolicy::Block
+            && outpaced(&self.owners, link, l.budget.backlog_rate(now), now)
+            && l.budget.mark_lagging(now)
+        {
+            inc(&self.counters.links_lagging);
+            tracing::info!(
+                shard = self.idx,
+                peer = %l.peer,
+                "link lagging: its backlog stays deep while others drain"
+            );
+            out.push(ShardAction::Report {
+                msg: ToControl::LinkSlow { link },
+                busy: IfBusy::Detach,
+            });
+        }
+    }
 }

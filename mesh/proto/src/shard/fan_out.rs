@@ -21,7 +21,6 @@
 //! where samples and reliability frames go (`samples`, `reliable` pick the targets).
 
 use super::action::{Blocked, Delivered, Delivery, IfBusy, ShardAction};
-use super::backpressure::{outpaced, report_lagging};
 use super::{ShardCore, Stop};
 use crate::budget::{LinkBudget, OverflowPolicy};
 use crate::cmd::{Out, ShardToShard};
@@ -253,14 +252,6 @@ impl ShardCore {
             if let Some(t) = topic {
                 add(&t.forwarded, frames);
             }
-            if path == Path::Origin
-                && policy == OverflowPolicy::Block
-                && budget.backlog_due(total, n, cfg.slow_link.after, now)
-                && outpaced(owners, link, budget.backlog_rate(now), now)
-                && budget.mark_lagging(now)
-            {
-                report_lagging(*idx, q.c, table.peer_on(link), link, out);
-            }
             q.transmit(link, *owner, budget, make(), frames, total, path, out);
         };
         let mut skipped = 0;
@@ -305,12 +296,19 @@ impl ShardCore {
 
     /// `ShardToShard::Transmit`: queues reserved bytes on a link of this shard (or on its
     /// successor, if it lost a dial race meanwhile: [`ShardCore::take_over`]).
-    pub(super) fn enqueue_reserved(&mut self, link: LinkId, o: Out, frames: u64, now: Instant) {
+    pub(super) fn enqueue_reserved(
+        &mut self,
+        link: LinkId,
+        o: Out,
+        frames: u64,
+        originated: bool,
+        now: Instant,
+    ) {
         // One lookup on the message path; the hand-over only when the link is no longer
         // plainly open.
         if let Some(l) = self.links.get_mut(link) {
             if !l.closing && !l.replaced && l.retiring.is_none() {
-                return l.push(o, now);
+                return l.push(o, originated, now);
             }
         }
         let link = self.take_over(link, o.held());
@@ -328,7 +326,7 @@ impl ShardCore {
             links,
             now,
         }
-        .enqueue(link, o, frames, budget);
+        .enqueue(link, o, frames, originated, budget);
     }
 }
 
@@ -388,8 +386,9 @@ impl Queuer<'_> {
     ) {
         raise(&self.c.peak_queued_bytes, total as u64);
         add(&self.c.frames_queued, frames);
+        let originated = path == Path::Origin;
         if owner == self.idx {
-            self.enqueue(link, o, frames, Some(budget));
+            self.enqueue(link, o, frames, originated, Some(budget));
             return;
         }
         inc(&self.c.hops_out);
@@ -399,6 +398,7 @@ impl Queuer<'_> {
                 link,
                 out: o,
                 frames,
+                originated,
             },
             busy: if path == Path::Inbox {
                 IfBusy::Drop
@@ -408,20 +408,21 @@ impl Queuer<'_> {
         });
     }
 
-    /// Queues bytes holding `frames` Data frames, already reserved on a link of this shard;
-    /// if the link is gone or closing meanwhile, gives the bytes back (to `budget` if the link
-    /// is gone) and counts the frames as dropped.
+    /// Queues bytes holding `frames` Data frames (`originated` by this node), already reserved
+    /// on a link of this shard; if the link is gone or closing meanwhile, gives the bytes back
+    /// (to `budget` if the link is gone) and counts the frames as dropped.
     pub(super) fn enqueue(
         &mut self,
         link: LinkId,
         o: Out,
         frames: u64,
+        originated: bool,
         budget: Option<&LinkBudget>,
     ) {
         let n = o.held();
         if let Some(l) = self.links.get_mut(link) {
             if !l.closing {
-                return l.push(o, self.now);
+                return l.push(o, originated, self.now);
             }
             l.budget.release(n);
         } else if let Some(b) = budget {

@@ -89,6 +89,12 @@ pub(super) struct Served {
     /// Its Discovery frames are dropped here until then: the control plane found its work
     /// budget spent ([`crate::cmd::ToShard::PauseDiscovery`]).
     pub(super) discovery_paused: Option<Instant>,
+    /// The bytes its peer had acknowledged at the driver's last look (`on_ack_sample`; 0
+    /// before the first).
+    pub(super) acked: u64,
+    /// A frame this node originated was queued since the backlog's last look
+    /// (`ShardCore::on_send_queue`): only an origin's link lags (`budget/lag.rs`).
+    pub(super) originated: bool,
 }
 
 impl Served {
@@ -102,8 +108,10 @@ impl Served {
         }
     }
 
-    /// Queues `o` (its bytes reserved on this link) and wakes the writer if idle.
-    pub(super) fn push(&mut self, o: Out, now: Instant) {
+    /// Queues `o` (its bytes reserved on this link; `originated` by this node) and wakes the
+    /// writer if idle.
+    pub(super) fn push(&mut self, o: Out, originated: bool, now: Instant) {
+        self.originated |= originated;
         self.queue.push_back(o);
         self.state.on_sent(now);
         self.wake_writer();
@@ -224,6 +232,8 @@ impl ShardCore {
             tx,
             writer_idle: false,
             discovery_paused: None,
+            acked: 0,
+            originated: false,
         });
         inc(&self.counters.links_opened);
         tracing::debug!(shard = self.idx, ?link, %peer, "link attached");

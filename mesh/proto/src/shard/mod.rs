@@ -99,7 +99,7 @@ pub use origin::Publish;
 pub use read::{ReadStep, READ_REST};
 pub use reliable_tuning::ReliableTuning;
 pub use samples::samples_shard;
-pub use write::{WriteStep, DEFAULT_RECORD_BYTES};
+pub use write::{AckSample, WriteStep, DEFAULT_RECORD_BYTES};
 
 use crate::budget::{LinkBudget, OverflowPolicy, SlowLinkPolicy};
 use crate::cmd::{ShardToShard, ToControl, ToShard};
@@ -432,7 +432,8 @@ impl ShardCore {
                 link,
                 out: o,
                 frames,
-            } => self.enqueue_reserved(link, o, frames, now),
+                originated,
+            } => self.enqueue_reserved(link, o, frames, originated, now),
             // Offered to the sending shard's sink already: not again (the callbacks ran).
             ShardToShard::Deliver(d) => out.push(ShardAction::Deliver(d)),
         }
@@ -442,7 +443,10 @@ impl ShardCore {
     /// was full under [`IfBusy::Drop`]. Reserved link bytes are given back; a dropped
     /// transmission is counted.
     pub fn unposted(&mut self, msg: ShardToShard, busy: bool) {
-        if let ShardToShard::Transmit { link, out, frames } = msg {
+        if let ShardToShard::Transmit {
+            link, out, frames, ..
+        } = msg
+        {
             if busy {
                 add(&self.counters.dropped_queue_full, frames);
             }

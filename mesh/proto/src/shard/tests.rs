@@ -362,6 +362,7 @@ fn fan_out_to_a_link_of_another_shard_is_a_reserved_transmit() {
                 link: B,
                 out,
                 frames: 1,
+                originated: true,
             },
         busy: IfBusy::Wait,
     }] = &acts[..]

@@ -96,6 +96,20 @@ impl Taken {
     }
 }
 
+/// What the driver read of a link's acknowledgements (the kernel's `TCP_INFO`):
+/// [`ShardCore::on_ack_sample`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AckSample {
+    /// Segments sent and not acknowledged yet.
+    pub unacked: u32,
+    /// Retransmission timeouts in a row without an acknowledgement of new data.
+    pub timeouts: u8,
+    /// Time since the last acknowledgement arrived.
+    pub since_ack: Duration,
+    /// Bytes the peer has acknowledged since the connection opened.
+    pub bytes_acked: u64,
+}
+
 impl ShardCore {
     /// Fills `bufs` (empty) with the next write of `link`'s queue.
     pub fn next_write(
@@ -175,12 +189,34 @@ impl ShardCore {
     }
 
     /// The driver looked at the link's acknowledgements (the kernel's `TCP_INFO`, when the
-    /// link's timer fires; [`LinkBudget::ack_sample`](crate::budget::LinkBudget::ack_sample)): a link whose peer
-    /// stopped acknowledging is counted once per episode (`links_unanswered`) and logged.
-    pub fn on_ack_sample(&mut self, link: LinkId, unacked: u32, timeouts: u8, since_ack: Duration) {
-        let Some(l) = self.links.get(link) else {
+    /// link's timer fires, before the liveness check): a link whose peer stopped
+    /// acknowledging is counted once per episode (`links_unanswered`,
+    /// [`LinkBudget::ack_sample`]) and logged; one whose peer acknowledged new data since the
+    /// last look is taking what it is sent, and lives on through a silence
+    /// ([`Link::on_delivered`]).
+    ///
+    /// [`LinkBudget::ack_sample`]: crate::budget::LinkBudget::ack_sample
+    /// [`Link::on_delivered`]: crate::link::Link::on_delivered
+    pub fn on_ack_sample(&mut self, link: LinkId, ack: AckSample, now: Instant) {
+        let Some(l) = self.links.get_mut(link) else {
             return;
         };
+        // The first look is the baseline: what was acknowledged before it may be long ago.
+        // Any growth counts: the far end of a stream (a subscriber whose publisher's frames
+        // wait out a lossy path's backoff) sends only heartbeats, and the lossy link that it
+        // closed lost the publisher's backlog as surely as one the publisher closed. A peer
+        // trickling a frame at us acknowledges our heartbeats too: the link keeps it from
+        // the grace (`Link::on_delivered`).
+        if l.acked != 0 && ack.bytes_acked > l.acked {
+            l.state.on_delivered(now);
+        }
+        l.acked = l.acked.max(ack.bytes_acked);
+        let AckSample {
+            unacked,
+            timeouts,
+            since_ack,
+            ..
+        } = ack;
         if l.budget.ack_sample(unacked, timeouts, since_ack) {
             inc(&self.counters.links_unanswered);
             tracing::info!(

@@ -14,7 +14,8 @@
 
 use super::{carry, settle, Ctx, LinkTasks, Signal, Who, REST_BLOCK_FACTOR};
 use bytes::Bytes;
-use shoal_proto::shard::{ReadStep, ShardAction, WriteStep};
+use shoal_proto::budget::SEND_QUEUE_SAMPLE;
+use shoal_proto::shard::{AckSample, ReadStep, ShardAction, WriteStep};
 use shoal_proto::LinkId;
 use shoal_runtime::net::{TcpProbe, TcpReadHalf, TcpStream, TcpWriteHalf};
 use shoal_runtime::spawn_local;
@@ -153,6 +154,10 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
     // The next RTT sample for observers (`Mesh::nodes`): at most one `getsockopt` per
     // `RTT_SAMPLE_PERIOD`, after a write (an idle link still writes its heartbeats).
     let mut next_rtt = Instant::now();
+    // The next sample of the kernel's send queue (every write while the control plane
+    // watches the link): the link's backlog is what is queued here *and* there
+    // (`shoal_proto::budget` lag rule).
+    let mut next_send_queue = Instant::now();
     loop {
         let now = ctx.now();
         let step = ctx
@@ -187,9 +192,17 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
             Ok(()) => {
                 // Sampled before the write is reported: a slow mark it clears is then never
                 // judged with an older sample (`LinkBudget::set_send_queue`).
-                if budget.send_queue_watched() {
+                if now >= next_send_queue || budget.send_queue_watched() {
+                    next_send_queue = now + SEND_QUEUE_SAMPLE;
                     if let Ok(n) = wr.send_queue() {
-                        budget.set_send_queue(n);
+                        ctx.core
+                            .borrow_mut()
+                            .on_send_queue(link, n, now, &mut actions);
+                        if !actions.is_empty() {
+                            // A lagging link's report, at once.
+                            carry(&ctx, &mut actions, &mut waits, who);
+                            settle(&ctx, &mut waits, who).await;
+                        }
                     }
                 }
                 ctx.core.borrow_mut().on_written(link, bytes, now);
@@ -218,9 +231,9 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
 ///
 /// Each time it fires (at least once a heartbeat interval: the heartbeat deadline moves with
 /// every frame queued, and the timer wakes at the old one) it also looks at the link's
-/// acknowledgements through `probe`, which the link's end takes away. Not the writer: a path
-/// that drops everything soon fills the socket, and a write stuck on it keeps the writer from
-/// looking at all.
+/// acknowledgements and its kernel send queue through `probe`, which the link's end takes
+/// away. Not the writer alone: a path that drops everything soon fills the socket, and a
+/// write stuck on it keeps the writer from looking at all.
 async fn timer(ctx: Rc<Ctx>, link: LinkId, probe: Rc<RefCell<Option<TcpProbe>>>) {
     let Some(budget) = ctx.core.borrow().link_budget(link) else {
         return;
@@ -236,15 +249,28 @@ async fn timer(ctx: Rc<Ctx>, link: LinkId, probe: Rc<RefCell<Option<TcpProbe>>>)
             futures_util::future::select(sleep, killed).await;
         }
         let now = Instant::now();
-        let live = ctx.core.borrow_mut().on_link_timer(link, now, &mut actions);
-        if live {
-            let sample = probe.borrow().as_ref().map(TcpProbe::path_state);
-            if let Some(Ok(p)) = sample {
-                ctx.core
-                    .borrow_mut()
-                    .on_ack_sample(link, p.unacked, p.timeouts, p.since_ack);
+        // Before the liveness check: a peer still acknowledging what it is sent keeps a
+        // silent link (`Link::on_delivered`).
+        let sample = probe
+            .borrow()
+            .as_ref()
+            .map(|p| (p.path_state(), p.send_queue()));
+        if let Some((path, queued)) = sample {
+            let mut core = ctx.core.borrow_mut();
+            if let Ok(p) = path {
+                let ack = AckSample {
+                    unacked: p.unacked,
+                    timeouts: p.timeouts,
+                    since_ack: p.since_ack,
+                    bytes_acked: p.bytes_acked,
+                };
+                core.on_ack_sample(link, ack, now);
+            }
+            if let Ok(n) = queued {
+                core.on_send_queue(link, n, now, &mut actions);
             }
         }
+        let live = ctx.core.borrow_mut().on_link_timer(link, now, &mut actions);
         carry(&ctx, &mut actions, &mut waits, Who::Other);
         settle(&ctx, &mut waits, Who::Other).await;
         if !live {

@@ -116,6 +116,7 @@ fn teardown_counts_queued_and_in_flight_frames_and_frees_their_bytes() {
         link: B,
         out: Out::Data(h, Bytes::from_static(&[0; 12])),
         frames: 1,
+        originated: true,
     };
     s.core.on_hop(t, s.at(4), &mut s.out);
     assert_eq!(b2.queued(), 0);

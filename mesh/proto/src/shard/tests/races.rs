@@ -194,6 +194,7 @@ fn a_transmit_reserved_on_a_replaced_or_gone_loser_goes_to_the_winner() {
             link: A,
             out: Out::Data(h, Bytes::copy_from_slice(&[n as u8])),
             frames: 1,
+            originated: true,
         };
         s.core.on_hop(t, s.at(ms), &mut s.out);
     };
