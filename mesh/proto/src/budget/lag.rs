@@ -7,7 +7,8 @@
 //! got the stream seconds late, nothing reached it from anyone else (its origin still listed
 //! it, so no relay carried), and when the heartbeat timeout closed the link the whole
 //! backlog was lost (28–59 k messages in the runs that lost; the lossy subscribers got
-//! 0.93× what flooding gave them, where flooding's relays carried all along).
+//! 0.93× what flooding gave them, where flooding's relays carried all along; a link still
+//! delivering is no longer closed for its silence: `link::DELIVERING_GRACE`).
 //!
 //! The backlog is what the queue here holds *and* what the link's kernel holds unacknowledged
 //! (its send queue, sampled by the link's driver: [`LinkBudget::set_send_queue`]). The kernel
@@ -16,7 +17,7 @@
 //! the queue here stays empty. A link whose backlog has stayed above [`LAG_FLOOR`] for
 //! `after` (a quarter of it on a relapse, or on a new link to a peer whose last link lagged:
 //! [`LinkBudget::last_slow`]), while originated frames go on it and another link drains at
-//! least twice as fast, is **lagging**: counted (`links_lagging`), reported like a slow link,
+//! least twice as fast as it delivers, is **lagging**: counted (`links_lagging`), reported like a slow link,
 //! and its peer unlisted from the own record (`control::slow`) until the backlog drains below
 //! the floor again and the kernel caught up. Nothing is dropped for it: the queue goes on
 //! draining (what the relays already delivered is a duplicate there), and if it fills the
