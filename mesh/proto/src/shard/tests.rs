@@ -501,6 +501,7 @@ fn deliveries_go_to_the_sink_in_place_and_what_it_gives_back_follows_as_actions_
 }
 
 mod backpressure;
+mod kernel;
 mod links;
 mod races;
 mod reliable;
