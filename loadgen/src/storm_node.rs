@@ -42,6 +42,10 @@ pub(crate) struct StormNodeArgs {
     /// Lead a session of its own ([`lead_new_session`]) before anything else.
     #[arg(long)]
     pub(crate) own_session: bool,
+    /// Join the cgroup whose `cgroup.procs` this is (the storm's `--cpu-max`) before the
+    /// node starts, so every thread of the node is in it.
+    #[arg(long)]
+    pub(crate) cgroup_procs: Option<PathBuf>,
 }
 
 /// Makes this process the leader of a new session (and process group), as a service, a
@@ -117,6 +121,9 @@ struct Members {
 pub(crate) fn run(a: &StormNodeArgs) -> Result<(), RunError> {
     if a.own_session {
         lead_new_session()?;
+    }
+    if let Some(procs) = &a.cgroup_procs {
+        std::fs::write(procs, format!("{}\n", std::process::id()))?;
     }
     let text = match &a.config {
         Some(path) => std::fs::read_to_string(path).map_err(|source| SetupError::ReadConfig {

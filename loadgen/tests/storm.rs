@@ -214,3 +214,87 @@ fn the_bystander_apart_leads_its_own_session_and_ends_with_its_pipe() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// A directory where this test may make a cgroup of the `cpu` controller and give it a quota
+/// (a v1 hierarchy with `cpu`, or a v2 tree offering it, handed to its children), found and
+/// set up as the storm does; `None` where there is none or this process may not (not root).
+fn cpu_cgroup_root() -> Option<std::path::PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let fields: Vec<Vec<&str>> = mounts
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let v1 = fields
+        .iter()
+        .find(|f| f.len() >= 4 && f[2] == "cgroup" && f[3].split(',').any(|o| o == "cpu"));
+    let (root, quota_file, quota) = match v1 {
+        Some(f) => (std::path::PathBuf::from(f[1]), "cpu.cfs_quota_us", "50000"),
+        None => {
+            let root = fields
+                .iter()
+                .filter(|f| f.len() >= 3 && f[2] == "cgroup2")
+                .map(|f| std::path::PathBuf::from(f[1]))
+                .find(|r| {
+                    std::fs::read_to_string(r.join("cgroup.controllers"))
+                        .is_ok_and(|c| c.split_whitespace().any(|x| x == "cpu"))
+                })?;
+            std::fs::write(root.join("cgroup.subtree_control"), "+cpu").ok()?;
+            (root, "cpu.max", "50000 100000")
+        }
+    };
+    let probe = root.join(format!("shoal-storm-test-{}", std::process::id()));
+    std::fs::create_dir(&probe).ok()?;
+    let quota_ok = std::fs::write(probe.join(quota_file), quota).is_ok();
+    std::fs::remove_dir(&probe).ok()?;
+    quota_ok.then_some(root)
+}
+
+/// `--cpu-max CORES` runs every node process (the restarted one too) in a cgroup of the
+/// run's own with that CPU quota, and removes the group when the run ends. Where this host
+/// lets no test make a cgroup (not root, no `cpu` controller) there is nothing to check.
+#[test]
+fn a_cpu_cap_holds_every_node_process_and_goes_with_the_run() {
+    let Some(root) = cpu_cgroup_root() else {
+        eprintln!("no cgroup of the cpu controller can be made here: nothing to check");
+        return;
+    };
+    let r = storm(&[
+        "--nodes",
+        "3",
+        "--cpu-max",
+        "0.5",
+        "--settle-ms",
+        "0",
+        "--idle-ms",
+        "200",
+        "--after-ms",
+        "100",
+    ]);
+    assert_eq!(r["cpu_max"], 0.5, "{r:#}");
+    assert_eq!(r["nodes_capped"], 3, "{r:#}");
+    assert_eq!(r["startup"]["nodes_full"], 3, "{r:#}");
+    assert!(
+        r["restart"]["full_membership_ms"].is_number(),
+        "the restarted node, capped too, came back: {r:#}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&root)
+        .expect("the hierarchy")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("shoal-storm-") && !n.starts_with("shoal-storm-test-"))
+        .collect();
+    assert!(left.is_empty(), "groups left behind: {left:?}");
+
+    // Without the flag no group is made.
+    let r = storm(&[
+        "--nodes",
+        "2",
+        "--no-restart",
+        "--settle-ms",
+        "0",
+        "--idle-ms",
+        "100",
+    ]);
+    assert_eq!(r["cpu_max"], serde_json::Value::Null, "{r:#}");
+    assert_eq!(r["nodes_capped"], 0, "{r:#}");
+}

@@ -57,6 +57,12 @@ pub(crate) struct StormArgs {
     /// group of its own; see the report's `autogroup`). Default: the storm's session.
     #[arg(long)]
     node_sessions: bool,
+    /// Every node process in a cgroup of the run's own whose CPU quota is this many cores
+    /// (e.g. 1.5), as a service manager caps a unit (systemd `CPUQuota=150%`): the host
+    /// keeps the rest of its cores, the start takes longer. The bystanders stay outside.
+    /// Needs the cgroup `cpu` controller and the right to make a group (root). Default: none.
+    #[arg(long, value_name = "CORES")]
+    cpu_max: Option<f64>,
     /// Write each node's log (stderr; `RUST_LOG` applies) to `DIR/node-K.log`, K in start
     /// order, the restarted node's new process last; each node logs its id at info level
     /// (`shoal_loadgen=info`).
@@ -84,6 +90,7 @@ pub(crate) fn storm_cmd(a: StormArgs) -> Result<(), MainError> {
         config: a.config,
         max_links: a.max_links,
         node_sessions: a.node_sessions,
+        cpu_max: a.cpu_max,
         nice: a.nice,
         node_logs: a.node_logs,
         progress: !(a.out.quiet || a.out.json),

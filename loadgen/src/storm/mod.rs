@@ -16,11 +16,13 @@
 //!
 //! **Owns:** the run (starting, sampling, restarting and stopping the node processes);
 //! one process is [`node_proc`], the figures and their printing are [`report`], the host's
-//! CPU is [`machine`], the bystanders [`bystander`].
+//! CPU is [`machine`], the bystanders [`bystander`], the nodes' CPU cap (`--cpu-max`)
+//! [`cpu_cap`].
 //! **Must not touch:** the mesh (the nodes are separate processes driven through the public
 //! API) or any address but the interface it is given.
 
 mod bystander;
+mod cpu_cap;
 mod machine;
 mod node_proc;
 mod report;
@@ -32,6 +34,7 @@ pub(crate) use report::{print, Idle, Restart, Spread, Startup, StormReport};
 use crate::demo::RunError;
 use crate::storm_node::unix_ms;
 use bystander::Probe;
+use cpu_cap::CpuCap;
 use machine::MachineCpu;
 use node_proc::{poll, NodeProc, Reading};
 use std::net::{Ipv4Addr, UdpSocket};
@@ -70,6 +73,9 @@ pub(crate) struct StormRun {
     pub(crate) nice: Option<i32>,
     /// Every node process in a session of its own (false: the storm's).
     pub(crate) node_sessions: bool,
+    /// Every node process in a cgroup of this run's own capped at so many cores
+    /// ([`cpu_cap`]; `None`: uncapped). The bystanders stay outside.
+    pub(crate) cpu_max: Option<f64>,
     /// Each node's stderr (its log) to `DIR/node-K.log` (`K` in start order, the restarted
     /// node's new process last) instead of this process's stderr.
     pub(crate) node_logs: Option<PathBuf>,
@@ -293,6 +299,17 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
     if r.node_sessions {
         args.push("--own-session".into());
     }
+    // Made before any node and removed after the last is gone: declared before `nodes`,
+    // it is dropped after them, also on an early return.
+    let cap = r
+        .cpu_max
+        .map(CpuCap::new)
+        .transpose()
+        .map_err(|e| RunError::Usage(e.to_string()))?;
+    if let Some(c) = &cap {
+        args.push("--cgroup-procs".into());
+        args.push(c.procs_file().display().to_string());
+    }
     // The bystanders and the machine from before the first spawn: starting 60 processes is
     // part of the start.
     let probes = [
@@ -331,6 +348,9 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         .iter()
         .filter(|n| n.leads_session() == Some(true))
         .count();
+    let nodes_capped = cap
+        .as_ref()
+        .map_or(0, |c| nodes.iter().filter(|n| c.holds(n.pid())).count());
     let mut startup = startup(&mut nodes, r, t0, t0_i, &ready, ready_ms, machine)?;
     [startup.bystander, startup.bystander_apart] = bystander_over(t0_i, Instant::now());
     let full = startup.full_membership_ms.is_some();
@@ -342,6 +362,8 @@ pub(crate) fn run(r: &StormRun) -> Result<StormReport, RunError> {
         threads_nice,
         autogroup: bystander::autogroup(),
         nodes_leading_sessions,
+        cpu_max: cap.as_ref().map(CpuCap::cores),
+        nodes_capped,
         startup,
         idle: None,
         restart: None,

@@ -101,6 +101,11 @@ impl NodeProc {
             })
     }
 
+    /// The process's id.
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the process leads a session of its own (`/proc/PID/stat` field 6 is its pid;
     /// `None` without procfs).
     pub(super) fn leads_session(&self) -> Option<bool> {

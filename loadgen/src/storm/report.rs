@@ -192,6 +192,10 @@ pub(crate) struct StormReport {
     /// Node processes that lead a session of their own once every node was ready (all with
     /// `--node-sessions`, none without).
     pub(crate) nodes_leading_sessions: usize,
+    /// The cores the node processes' cgroup may use (`--cpu-max`; `None`: uncapped).
+    pub(crate) cpu_max: Option<f64>,
+    /// Node processes in that cgroup once every node was ready (all with `--cpu-max`).
+    pub(crate) nodes_capped: usize,
     /// See [`Startup`].
     pub(crate) startup: Startup,
     /// See [`Idle`] (`None` when the start did not converge).
@@ -222,6 +226,12 @@ pub(crate) fn print(r: &StormReport) {
             } else {
                 ""
             }
+            + &r.cpu_max
+                .map(|c| format!(
+                    ", the nodes capped at {c} cores ({} in the cgroup)",
+                    r.nodes_capped
+                ))
+                .unwrap_or_default()
             + match r.autogroup {
                 Some(true) => "; the kernel shares the cores between sessions first (autogroup)",
                 Some(false) => "; autogroup off: the cores are shared between threads",
