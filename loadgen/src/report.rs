@@ -26,6 +26,9 @@ pub struct Drops {
     /// Still queued on (or being written to) a link when it closed, or sent by its peer on
     /// a link the node was closing (`dropped_link_closed` + `dropped_link_closing`).
     pub link_closed: u64,
+    /// Held by a link's kernel, not acknowledged by its peer, when the link closed
+    /// (`unacked_link_closed`; an upper bound).
+    pub unacked_link_closed: u64,
     /// Control events lost on a full event queue.
     pub event_queue_full: u64,
     /// Links closed on undecodable input.
@@ -56,6 +59,7 @@ impl Drops {
         self.too_old += s.dropped_too_old;
         self.slow_link += s.dropped_slow_link;
         self.link_closed += s.dropped_link_closed + s.dropped_link_closing;
+        self.unacked_link_closed += s.unacked_link_closed;
         self.event_queue_full += s.dropped_event_queue_full;
         self.malformed_frames += s.malformed_frames;
         self.oversize_frames += s.oversize_frames;
@@ -69,7 +73,7 @@ impl Drops {
     fn line(&self) -> String {
         format!(
             "duplicate {} | too_old {} | ttl {} | no_route {} | queue_full {} | slow_link {} | \
-             link_closed {} | event_queue_full {} | malformed {} | oversize {} | slow_peer {} \
+             link_closed {} | unacked_link_closed {} | event_queue_full {} | malformed {} | oversize {} | slow_peer {} \
              | off_path {} (backpressure waits: {}; taken while settling: {}; relay copies \
              skipped: {})",
             self.duplicate,
@@ -79,6 +83,7 @@ impl Drops {
             self.queue_full,
             self.slow_link,
             self.link_closed,
+            self.unacked_link_closed,
             self.event_queue_full,
             self.malformed_frames,
             self.oversize_frames,

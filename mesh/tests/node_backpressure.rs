@@ -301,6 +301,87 @@ fn frames_queued_on_a_link_that_dies_are_counted() {
     );
 }
 
+/// The Data frames whole at the start of `bytes` (a peer's view of what it was sent).
+fn whole_data_frames(bytes: &[u8]) -> u64 {
+    use shoal_mesh::wire::{decode_frame, DecodeStatus, Frame};
+    let mut buf = bytes::Bytes::copy_from_slice(bytes);
+    let mut n = 0;
+    while let Ok(DecodeStatus::Complete { frame, len }) = decode_frame(&buf, u32::MAX) {
+        n += u64::from(matches!(frame, Frame::Data(_)));
+        let _ = buf.split_to(len);
+    }
+    n
+}
+
+/// What a link's kernel held when the link died was lost without a counter: the queue here
+/// was counted (`dropped_link_closed`), the megabytes the kernel had taken from it and
+/// the peer had not acknowledged was not. A raw peer completes the handshake and never
+/// reads, so the peer's receive buffer, the node's kernel and then its queue fill; the peer
+/// then resets the connection (it closes with unread bytes). Every message queued for it
+/// is whole in the peer's receive buffer, or counted: still queued, or held unacknowledged
+/// by the node's kernel (`unacked_link_closed`). A write taken or acknowledged in part
+/// counts whole, so the sum may exceed what was queued by the messages of two writes.
+#[test]
+fn messages_the_kernel_held_when_a_link_died_are_counted() {
+    use shoal_mesh::wire::Frame;
+    use std::io::Write;
+    let n = Node::start(
+        fast()
+            .overflow_policy(OverflowPolicy::DropNewest)
+            .max_outbound_queue_bytes(256 * 1024usize)
+            .heartbeat_timeout(Duration::from_secs(30))
+            .heartbeat_interval(Duration::from_secs(10)),
+    );
+    let hello = plain_hello();
+    let peer = hello.node_id;
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", n.port())).unwrap();
+    let mut bytes = Vec::new();
+    Frame::Hello(hello).encode(&mut bytes).unwrap();
+    raw.write_all(&bytes).unwrap();
+    wait_until(10, "node links the raw peer", || {
+        n.mesh.connected_peers().contains(&peer)
+    });
+    let mut seq = 0u64;
+    wait_until(30, "the link queue is full", || {
+        for _ in 0..200 {
+            let _ = n.mesh.try_broadcast(payload(seq));
+            seq += 1;
+        }
+        n.mesh.stats().total.dropped_queue_full > 0
+    });
+    let queued = n.mesh.stats().total.frames_queued;
+    // What the peer's kernel holds, looked at without reading it (a peek opens no window),
+    // once it stopped growing: its window is closed.
+    let mut held = vec![0u8; 64 << 20];
+    let mut last = usize::MAX;
+    wait_until(30, "the peer's receive buffer stops growing", || {
+        let now = raw.peek(&mut held).unwrap();
+        std::mem::replace(&mut last, now) == now
+    });
+    let got = whole_data_frames(&held[..last]);
+    drop(raw);
+    wait_until(10, "the link is closed", || {
+        n.mesh.stats().total.links_closed == 1
+    });
+    let t = n.mesh.stats().total;
+    let accounted = got + t.dropped_link_closed + t.unacked_link_closed;
+    assert!(
+        t.unacked_link_closed > 0,
+        "the node's kernel held messages for the peer: {t:?}"
+    );
+    assert!(
+        accounted >= queued,
+        "every message queued is in the peer's buffer or counted: {queued} queued, {got} \
+         whole at the peer, {t:?}"
+    );
+    let write = 1024; // messages of one write at most (`max_iovecs`)
+    assert!(
+        accounted <= queued + 2 * write,
+        "counted no more than two writes beyond what was lost: {queued} queued, {got} \
+         whole at the peer, {t:?}"
+    );
+}
+
 /// One link that cannot keep up used to hold a Block publisher to its pace (in the fault
 /// test: ~15 % of the rate for ~30 s, every subscriber starved). Now the congested link is
 /// declared slow after `SlowLinkPolicy::after` and dropped for (counted) while the publisher

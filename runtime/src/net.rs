@@ -231,6 +231,11 @@ impl TcpWriteHalf {
         Ok(tcp_path_state(&self.inner)?.rtt)
     }
 
+    /// See [`TcpStream::path_state`].
+    pub fn path_state(&self) -> io::Result<PathState> {
+        tcp_path_state(&self.inner)
+    }
+
     /// A handle to look at the connection's kernel state while this half is busy (see
     /// [`TcpProbe`]).
     pub fn probe(&self) -> TcpProbe {

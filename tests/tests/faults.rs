@@ -201,6 +201,7 @@ fn counted_drops(hosts: &mut [Host]) -> i64 {
                 "dropped_queue_full",
                 "dropped_slow_link",
                 "dropped_link_closed",
+                "unacked_link_closed",
                 "dropped_no_route",
             ]
             .iter()

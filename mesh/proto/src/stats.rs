@@ -104,6 +104,13 @@ counters! {
     /// message on the link's shard. A write the kernel had taken in part counts whole, so
     /// this may count a message its peer still received.
     dropped_link_closed,
+    /// Lost with a link that closed while its kernel held them: written (the kernel took
+    /// them) but not acknowledged by the peer when the link closed, counted per message on
+    /// the link's shard. A write acknowledged in part counts whole, and a connection closed
+    /// without a reset may still deliver some as it goes: an upper bound of what the close
+    /// lost. Zero where the kernel does not count acknowledged bytes (`tcpi_bytes_acked`,
+    /// Linux 4.1).
+    unacked_link_closed,
     /// Dropped: a message (or topic sample) its peer sent on a link this node was closing,
     /// with no other link to that peer to take it over (this node stopping, or dropping the
     /// link for `max_links`); one per message. What comes on a dial race's loser counts as

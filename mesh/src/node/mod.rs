@@ -58,7 +58,8 @@
 //!
 //! **No silent loss.** Every message not delivered nor sent on is counted by cause in
 //! [`Mesh::stats`], including what was still queued on (or being written to) a link when it
-//! closed (`dropped_link_closed`) and what a peer still sent on a link this node was closing
+//! closed (`dropped_link_closed`), what the link's kernel still held unacknowledged then
+//! (`unacked_link_closed`, an upper bound), and what a peer still sent on a link this node was closing
 //! (`dropped_link_closing`: a dial race's loser stays open until its peer resolved the race
 //! too, what comes on it counting as come on the winner, so nothing sent during a race is
 //! lost). **At

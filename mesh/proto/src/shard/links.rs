@@ -7,6 +7,7 @@
 
 use super::action::{IfBusy, LinkError, LinkFault, ShardAction};
 use super::read::{Rx, READ_CHUNK};
+use super::unacked::Ledger;
 use super::write::{Taken, Tx};
 use super::ShardCore;
 use crate::budget::LinkBudget;
@@ -95,6 +96,9 @@ pub(super) struct Served {
     /// A frame this node originated was queued since the backlog's last look
     /// (`ShardCore::on_send_queue`): only an origin's link lags (`budget/lag.rs`).
     pub(super) originated: bool,
+    /// The writes its kernel holds that the peer has not acknowledged yet: lost if the
+    /// link closes now (`unacked_link_closed`).
+    pub(super) ledger: Ledger,
 }
 
 impl Served {
@@ -234,6 +238,7 @@ impl ShardCore {
             discovery_paused: None,
             acked: 0,
             originated: false,
+            ledger: Ledger::default(),
         });
         inc(&self.counters.links_opened);
         tracing::debug!(shard = self.idx, ?link, %peer, "link attached");
@@ -550,7 +555,8 @@ impl ShardCore {
     }
 
     /// The single exit of a link: discards what is still queued or in flight (counted in
-    /// `dropped_link_closed`), releases and closes the budget, and asks the driver to stop
+    /// `dropped_link_closed`) and what its kernel held unacknowledged (`unacked_link_closed`,
+    /// as of the driver's last look), releases and closes the budget, and asks the driver to stop
     /// its tasks and to report the close to the control plane.
     pub(super) fn teardown(
         &mut self,
@@ -576,6 +582,7 @@ impl ShardCore {
             lost.add(&o);
         }
         add(&self.counters.dropped_link_closed, lost.frames);
+        add(&self.counters.unacked_link_closed, l.ledger.unacked());
         l.budget.release(lost.held);
         l.budget.close();
         l.state.close(false, now);

@@ -85,6 +85,7 @@ mod reliable_tuning;
 mod retired;
 mod samples;
 mod seq;
+mod unacked;
 mod write;
 
 #[cfg(test)]

@@ -177,6 +177,7 @@ impl ShardCore {
     pub fn on_written(&mut self, link: LinkId, bytes: usize, now: Instant) {
         if let Some(l) = self.links.get_mut(link) {
             let taken = std::mem::take(&mut l.in_flight);
+            l.ledger.on_written(bytes, taken.frames);
             l.budget.written(bytes, now);
             if l.budget.release(taken.held) {
                 l.budget.slow_ended(now);
@@ -185,6 +186,28 @@ impl ShardCore {
             if !self.handover.holding.is_empty() {
                 self.release_held(link);
             }
+        }
+    }
+
+    /// The driver read the link's connection before its first write here: the kernel
+    /// counted `bytes_acked` acknowledged (`tcpi_bytes_acked`, the opening as one) and held
+    /// `send_queue` bytes (the handshake's) unacknowledged. From then on the link keeps a
+    /// ledger of its writes until its peer acknowledges them, and what is left when it
+    /// closes is counted (`unacked_link_closed`; the ledger is `shard/unacked.rs`).
+    pub fn on_link_start(&mut self, link: LinkId, bytes_acked: u64, send_queue: usize) {
+        if let Some(l) = self.links.get_mut(link) {
+            l.ledger.start(bytes_acked, send_queue as u64);
+        }
+    }
+
+    /// The driver read how much of the link's connection its peer acknowledged
+    /// (`tcpi_bytes_acked`): a look of its own (the writer's, every
+    /// [`SEND_QUEUE_SAMPLE`](crate::budget::SEND_QUEUE_SAMPLE) at most, or the last one
+    /// when the connection failed) that only settles the ledger; the timer's goes through
+    /// [`on_ack_sample`](Self::on_ack_sample).
+    pub fn on_bytes_acked(&mut self, link: LinkId, bytes_acked: u64) {
+        if let Some(l) = self.links.get_mut(link) {
+            l.ledger.on_acked(bytes_acked);
         }
     }
 
@@ -211,6 +234,7 @@ impl ShardCore {
             l.state.on_delivered(now);
         }
         l.acked = l.acked.max(ack.bytes_acked);
+        l.ledger.on_acked(ack.bytes_acked);
         let AckSample {
             unacked,
             timeouts,

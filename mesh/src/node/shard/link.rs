@@ -7,7 +7,10 @@
 //! timer fires the link's heartbeat and liveness checks when the core says (on the shard's
 //! timer grid, so an idle shard wakes once for all its links due together), or at once on a
 //! slow-peer kill, and looks at the link's acknowledgements each time (a peer that
-//! acknowledges nothing is counted).
+//! acknowledges nothing is counted). Where the connection's acknowledged bytes stand is read
+//! before the first write, by the writer with its send-queue samples, and by the reader or
+//! writer once more when the connection fails: what the kernel held unacknowledged when the
+//! link closed is counted (`unacked_link_closed`).
 //!
 //! **Owns:** the link's socket halves and tasks. **Must not touch:** what is read, written,
 //! counted or closed (the core's).
@@ -43,6 +46,17 @@ pub(super) fn attach(
             return;
         }
     };
+    // Where this shard's writes begin in what the kernel counts as acknowledged (the
+    // handshake's bytes came before): the send queue read on both sides of the count, so no
+    // acknowledgement moved bytes between the two reads. Nothing else writes yet.
+    let start = (0..3).find_map(|_| {
+        let before = stream.send_queue().ok()?;
+        let acked = stream.path_state().ok()?.bytes_acked;
+        (stream.send_queue().ok()? == before).then_some((acked, before))
+    });
+    if let Some((acked, queued)) = start {
+        ctx.core.borrow_mut().on_link_start(link, acked, queued);
+    }
     let (rd, wr) = stream.into_split();
     let probe = Rc::new(RefCell::new(Some(wr.probe())));
     let busy = Rc::new(Cell::new(false));
@@ -54,6 +68,7 @@ pub(super) fn attach(
             rd,
             busy.clone(),
             read_on.clone(),
+            probe.clone(),
         ))),
         writer: Some(spawn_local(writer(ctx.clone(), link, wr))),
         reader_busy: busy,
@@ -78,6 +93,7 @@ async fn reader(
     mut rd: TcpReadHalf,
     busy: Rc<Cell<bool>>,
     read_on: Rc<Signal>,
+    probe: Rc<RefCell<Option<TcpProbe>>>,
 ) {
     let (mut actions, mut waits) = (Vec::new(), Vec::new());
     let who = Who::Reader(link);
@@ -118,6 +134,13 @@ async fn reader(
             .borrow_mut()
             .make_room(&mut buf, want, want, leave_above);
         let (res, buf) = rd.read(buf).await;
+        if !matches!(res, Ok(n) if n > 0) {
+            // The connection ends: what its peer acknowledged last, before the link goes
+            // (after a reset only `TCP_INFO` still says).
+            if let Some(Ok(p)) = probe.borrow().as_ref().map(TcpProbe::path_state) {
+                ctx.core.borrow_mut().on_bytes_acked(link, p.bytes_acked);
+            }
+        }
         match res {
             Ok(0) => {
                 let now = ctx.tick();
@@ -194,6 +217,9 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
                 // judged with an older sample (`LinkBudget::set_send_queue`).
                 if now >= next_send_queue || budget.send_queue_watched() {
                     next_send_queue = now + SEND_QUEUE_SAMPLE;
+                    if let Ok(p) = wr.path_state() {
+                        ctx.core.borrow_mut().on_bytes_acked(link, p.bytes_acked);
+                    }
                     if let Ok(n) = wr.send_queue() {
                         ctx.core
                             .borrow_mut()
@@ -215,6 +241,9 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
             }
             Err(e) => {
                 tracing::debug!(error = %e, "link write failed");
+                if let Ok(p) = wr.path_state() {
+                    ctx.core.borrow_mut().on_bytes_acked(link, p.bytes_acked);
+                }
                 ctx.core.borrow_mut().on_link_lost(link, now, &mut actions);
                 break;
             }

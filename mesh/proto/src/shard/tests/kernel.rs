@@ -208,3 +208,45 @@ fn a_deep_backlog_outpaced_by_another_link_is_marked_lagging_once_an_episode() {
     s.core
         .on_send_queue(LinkId(999), deep, s.at(600), &mut s.out);
 }
+
+/// Messages a link's kernel holds when the link closes are lost with it: the writes its peer
+/// has not acknowledged whole (`on_link_start` says where the shard's writes begin in the
+/// connection's count, `on_bytes_acked` and the timer's `on_ack_sample` how far the peer
+/// got) are counted in `unacked_link_closed`, beside what the queue still held
+/// (`dropped_link_closed`). Without a start (a kernel that counts nothing) nothing is.
+#[test]
+fn messages_the_kernel_holds_unacknowledged_when_a_link_closes_are_counted() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    // The opening and a 60-byte handshake, all acknowledged.
+    s.core.on_link_start(A, 61, 0);
+    let mut ends = Vec::new();
+    let mut sent = 0;
+    for _ in 0..3 {
+        s.publish(PeerId::ZERO, &[7; 60], s.at(1));
+        sent += s.written(A, s.at(1)).len() as u64;
+        ends.push(sent);
+    }
+    // A fourth queued, not written.
+    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
+    // The first write acknowledged whole, the second in part.
+    s.core.on_bytes_acked(A, 61 + ends[0] + 1);
+    // The timer's look counts too, and an older sample changes nothing.
+    let sample = AckSample {
+        bytes_acked: 61 + ends[0],
+        ..AckSample::default()
+    };
+    s.core.on_ack_sample(A, sample, s.at(2));
+    s.core.on_link_lost(A, s.at(3), &mut s.out);
+    let st = s.stats();
+    assert_eq!(st.unacked_link_closed, 2, "{st:?}");
+    assert_eq!(st.dropped_link_closed, 1, "{st:?}");
+
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.publish(PeerId::ZERO, &[7; 60], s.at(1));
+    s.written(A, s.at(1));
+    s.core.on_bytes_acked(A, 10);
+    s.core.on_link_lost(A, s.at(3), &mut s.out);
+    assert_eq!(s.stats().unacked_link_closed, 0, "no start, no ledger");
+}
