@@ -250,12 +250,11 @@ fn a_receiver_busy_for_longer_than_the_heartbeat_timeout_is_not_declared_dead() 
     assert!(!s.rec.has(|e| matches!(e, Event::PeerDisconnected { .. })));
 }
 
-/// Frames queued on a link that dies used to be dropped in teardown with no counter. A raw
-/// peer completes the handshake and never reads, so the node's queue to it fills; when the
-/// peer goes, every message is accounted for: queued (then written or counted lost with the
-/// link) or counted as not fitting.
-#[test]
-fn frames_queued_on_a_link_that_dies_are_counted() {
+/// A node (DropNewest, a 256 KiB link queue, heartbeats far apart) linked to a raw peer that
+/// completed the handshake and never reads, broadcasting until the link's queue is full:
+/// the peer's receive buffer, the node's kernel and then its queue filled. Returns the node,
+/// the peer's socket and the messages queued on the link.
+fn a_full_link_to_a_raw_peer_that_reads_nothing() -> (Node, std::net::TcpStream, u64) {
     use shoal_mesh::wire::Frame;
     use std::io::Write;
     let n = Node::start(
@@ -274,7 +273,6 @@ fn frames_queued_on_a_link_that_dies_are_counted() {
     wait_until(10, "node links the raw peer", || {
         n.mesh.connected_peers().contains(&peer)
     });
-    // Fill the kernel buffers and then the link queue: the peer never reads.
     let mut seq = 0u64;
     wait_until(30, "the link queue is full", || {
         for _ in 0..200 {
@@ -284,6 +282,16 @@ fn frames_queued_on_a_link_that_dies_are_counted() {
         n.mesh.stats().total.dropped_queue_full > 0
     });
     let queued = n.mesh.stats().total.frames_queued;
+    (n, raw, queued)
+}
+
+/// Frames queued on a link that dies used to be dropped in teardown with no counter. A raw
+/// peer completes the handshake and never reads, so the node's queue to it fills; when the
+/// peer goes, every message is accounted for: queued (then written or counted lost with the
+/// link) or counted as not fitting.
+#[test]
+fn frames_queued_on_a_link_that_dies_are_counted() {
+    let (n, raw, queued) = a_full_link_to_a_raw_peer_that_reads_nothing();
     drop(raw);
     wait_until(10, "the link is closed", || {
         n.mesh.stats().total.links_closed == 1
@@ -314,42 +322,15 @@ fn whole_data_frames(bytes: &[u8]) -> u64 {
 }
 
 /// What a link's kernel held when the link died was lost without a counter: the queue here
-/// was counted (`dropped_link_closed`), the megabytes the kernel had taken from it and
-/// the peer had not acknowledged was not. A raw peer completes the handshake and never
-/// reads, so the peer's receive buffer, the node's kernel and then its queue fill; the peer
-/// then resets the connection (it closes with unread bytes). Every message queued for it
+/// was counted (`dropped_link_closed`), the megabytes the kernel had taken from it and the
+/// peer had not acknowledged were not. The raw peer that reads nothing resets the
+/// connection (it closes with unread bytes). Every message queued for it
 /// is whole in the peer's receive buffer, or counted: still queued, or held unacknowledged
 /// by the node's kernel (`unacked_link_closed`). A write taken or acknowledged in part
 /// counts whole, so the sum may exceed what was queued by the messages of two writes.
 #[test]
 fn messages_the_kernel_held_when_a_link_died_are_counted() {
-    use shoal_mesh::wire::Frame;
-    use std::io::Write;
-    let n = Node::start(
-        fast()
-            .overflow_policy(OverflowPolicy::DropNewest)
-            .max_outbound_queue_bytes(256 * 1024usize)
-            .heartbeat_timeout(Duration::from_secs(30))
-            .heartbeat_interval(Duration::from_secs(10)),
-    );
-    let hello = plain_hello();
-    let peer = hello.node_id;
-    let mut raw = std::net::TcpStream::connect(("127.0.0.1", n.port())).unwrap();
-    let mut bytes = Vec::new();
-    Frame::Hello(hello).encode(&mut bytes).unwrap();
-    raw.write_all(&bytes).unwrap();
-    wait_until(10, "node links the raw peer", || {
-        n.mesh.connected_peers().contains(&peer)
-    });
-    let mut seq = 0u64;
-    wait_until(30, "the link queue is full", || {
-        for _ in 0..200 {
-            let _ = n.mesh.try_broadcast(payload(seq));
-            seq += 1;
-        }
-        n.mesh.stats().total.dropped_queue_full > 0
-    });
-    let queued = n.mesh.stats().total.frames_queued;
+    let (n, raw, queued) = a_full_link_to_a_raw_peer_that_reads_nothing();
     // What the peer's kernel holds, looked at without reading it (a peek opens no window),
     // once it stopped growing: its window is closed.
     let mut held = vec![0u8; 64 << 20];
