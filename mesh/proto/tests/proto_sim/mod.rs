@@ -10,17 +10,23 @@
 //! restart. Everything follows from the seed.
 //!
 //! Length: the network's event loop and its node bookkeeping share the run's state; nodes,
-//! the network's links and the data path live in their own files.
+//! the network's links, the data path, a node's life (`lifecycle.rs`), the faults a test
+//! puts on links (`faults.rs`) and the tests' set-up helpers (`setup.rs`) live in their own
+//! files.
 
 #![allow(dead_code)]
 
 pub mod datapath;
+mod faults;
+mod lifecycle;
 mod net;
 mod node;
+mod setup;
 
 use net::Ev;
 pub use node::{secure_context, Node, Traffic};
 use node::{End, Sock};
+pub use setup::*;
 
 use bytes::Bytes;
 use datapath::{DataPath, Kind, ShardOut};
@@ -64,14 +70,6 @@ pub struct Sim {
     rng: StdRng,
 }
 
-/// What [`Sim::mark`] puts on a link's budget, as its shard would.
-#[derive(Clone, Copy)]
-enum Mark {
-    Slow,
-    SlowSoon,
-    Lagging,
-}
-
 impl Sim {
     pub fn new(seed: u64) -> Sim {
         let start = Instant::now();
@@ -102,263 +100,6 @@ impl Sim {
         for n in &mut self.nodes {
             n.shard.loss = p;
         }
-    }
-
-    /// Adds a node; call [`Sim::start_node`] to boot it.
-    pub fn add_node(&mut self, cfg: MeshConfig) -> usize {
-        let i = self.nodes.len();
-        // 10.0.0.1, 10.0.0.2, ... carrying into the higher octets past 255 nodes.
-        let k = i as u32 + 1;
-        let ip = Ipv4Addr::new(10, (k >> 16) as u8, (k >> 8) as u8, k as u8);
-        let node = self.make_node(format!("node{i}"), (ip, PORT), cfg, None, 0);
-        self.nodes.push(node);
-        i
-    }
-
-    /// Adds a node on the host `ip`, listening on its own port (`PORT` + its index): several
-    /// processes of one host, whose announces all come from that one address.
-    pub fn add_node_on_host(&mut self, cfg: MeshConfig, ip: Ipv4Addr) -> usize {
-        let i = self.nodes.len();
-        let port = PORT + i as u16;
-        let node = self.make_node(format!("node{i}"), (ip, port), cfg, None, 0);
-        self.nodes.push(node);
-        i
-    }
-
-    fn make_node(
-        &mut self,
-        name: String,
-        (ip, port): (Ipv4Addr, u16),
-        cfg: MeshConfig,
-        keep: Option<PeerId>,
-        gen: u64,
-    ) -> Node {
-        let secure = secure_context(&cfg);
-        let from_key = secure
-            .as_ref()
-            .and_then(|c| c.identity().map(|i| i.node_id()));
-        let id = from_key.or(keep).unwrap_or_else(|| loop {
-            let id = PeerId(self.rng.gen());
-            if !id.is_zero() {
-                break id;
-            }
-        });
-        let now = self.now;
-        let wall = self.wall_ms();
-        let mut seed = [0u8; 32];
-        self.rng.fill(&mut seed);
-        let core = ControlCore::new(
-            ControlInit {
-                me: id,
-                cfg: cfg.clone(),
-                shards: 1,
-                listen_port: port,
-                secure,
-                seed,
-                epoch: self.start,
-                listen_addrs: vec![std::net::SocketAddr::new(ip.into(), port)],
-            },
-            now,
-            wall,
-        );
-        let mut shard = DataPath::new(id, &cfg, self.rng.gen(), now);
-        shard.loss = self.loss;
-        Node {
-            name,
-            ip,
-            port,
-            id,
-            alive: false,
-            gen,
-            core,
-            shard,
-            socks: BTreeMap::new(),
-            cfg,
-            delivered: Vec::new(),
-            delivered_ids: Vec::new(),
-            samples: Vec::new(),
-            peer_events: Vec::new(),
-            member_events: Vec::new(),
-            member_event_at: Vec::new(),
-            errors: Vec::new(),
-            topic_events: Vec::new(),
-            close_reasons: Vec::new(),
-            dial_log: Vec::new(),
-            tx: Traffic::default(),
-            rx: Traffic::default(),
-            connected_released: HashMap::new(),
-            held_violations: 0,
-            lost_frames: 0,
-            pumping: false,
-            max_backlog: 0,
-            control_wakes: 0,
-            shard_wakes: 0,
-            armed: (now, now),
-        }
-    }
-
-    pub fn start_node(&mut self, i: usize) {
-        self.nodes[i].alive = true;
-        let (now, wall) = (self.now, self.wall_ms());
-        self.nodes[i].core.start(now, wall);
-        self.drive(i);
-    }
-
-    /// Boots every node at the same instant (all listening before anyone dials).
-    pub fn start_all(&mut self) {
-        for n in &mut self.nodes {
-            n.alive = true;
-        }
-        for i in 0..self.nodes.len() {
-            self.start_node(i);
-        }
-    }
-
-    /// Graceful stop: Goodbye on every link, no more announces. The node's control plane and
-    /// shard finish their exchange at once (the node then leaves the network).
-    pub fn stop_node(&mut self, i: usize) {
-        let (now, wall) = (self.now, self.wall_ms());
-        self.inline = Some(VecDeque::new());
-        self.nodes[i].core.stop(now, wall);
-        self.drive(i);
-        while let Some(ev) = self.inline.as_mut().and_then(|q| q.pop_front()) {
-            self.handle(ev);
-        }
-        self.inline = None;
-        self.nodes[i].alive = false;
-    }
-
-    /// The process dies and comes back with a new id (an identity node keeps its key's id) at
-    /// the same name and address; its old sockets are closed by the kernel (peers see EOF).
-    pub fn restart_node(&mut self, i: usize) {
-        self.reboot(i, false);
-    }
-
-    /// A stopped (or running) node comes back with fresh state but the same id.
-    pub fn revive_node(&mut self, i: usize) {
-        self.reboot(i, true);
-    }
-
-    fn reboot(&mut self, i: usize, keep_id: bool) {
-        self.kill(i);
-        let (name, addr, cfg, gen) = {
-            let n = &self.nodes[i];
-            (n.name.clone(), (n.ip, n.port), n.cfg.clone(), n.gen + 1)
-        };
-        let keep = keep_id.then_some(self.nodes[i].id);
-        self.nodes[i] = self.make_node(name, addr, cfg, keep, gen);
-        self.start_node(i);
-    }
-
-    /// The process dies for good: the kernel closes its sockets (every peer sees EOF after
-    /// what was already sent), it never comes back.
-    pub fn crash_node(&mut self, i: usize) {
-        self.kill(i);
-    }
-
-    fn kill(&mut self, i: usize) {
-        let socks = std::mem::take(&mut self.nodes[i].socks);
-        for (_, s) in socks {
-            if let Some(r) = s.remote {
-                self.schedule(i, r.node, Ev::Eof { to: r });
-            }
-        }
-        self.nodes[i].alive = false;
-    }
-
-    /// Node `a`'s links to node `b`.
-    pub fn links_between(&self, a: usize, b: usize) -> Vec<LinkId> {
-        self.nodes[a]
-            .socks
-            .iter()
-            .filter(|(_, s)| s.remote.is_some_and(|r| r.node == b))
-            .map(|(l, _)| *l)
-            .collect()
-    }
-
-    /// Closes the TCP connections between `a` and `b` (both see EOF).
-    pub fn cut(&mut self, a: usize, b: usize) {
-        let gen_a = self.nodes[a].gen;
-        let pairs: Vec<(LinkId, End)> = self.nodes[a]
-            .socks
-            .iter()
-            .filter_map(|(l, s)| s.remote.filter(|r| r.node == b).map(|r| (*l, r)))
-            .collect();
-        for (la, rb) in pairs {
-            let ea = End {
-                node: a,
-                gen: gen_a,
-                link: la,
-            };
-            self.schedule(b, a, Ev::Eof { to: ea });
-            self.schedule(a, b, Ev::Eof { to: rb });
-        }
-    }
-
-    /// Node `a`'s links to `b` stop draining and are declared slow (`on`): their queue bound
-    /// is held as if full, so the shard drops what it sends there (its own broadcasts as
-    /// `dropped_slow_link`), and the slow mark is set with the report a live shard sends its
-    /// control plane. `false`: they drain (the mark clears at half the bound; the control core
-    /// sees it on its next look).
-    pub fn declare_slow(&mut self, a: usize, b: usize, on: bool) {
-        self.mark(a, b, on, Mark::Slow);
-    }
-
-    /// Like [`Sim::declare_slow`] with `on`, one step earlier: the links are jammed and
-    /// marked slow soon (a Block publisher's wait found them outpaced with a fifth of their
-    /// allowance left), not yet slow. `declare_slow(a, b, false)` drains them.
-    pub fn declare_slow_soon(&mut self, a: usize, b: usize) {
-        self.mark(a, b, true, Mark::SlowSoon);
-    }
-
-    /// Node `a`'s links to `b` hold a backlog past `budget::LAG_FLOOR` and are marked lagging
-    /// (an originated frame found them deep for `after` while another link drained twice as
-    /// fast), as the shard reports it; with `on` false they drain below the floor.
-    pub fn declare_lagging(&mut self, a: usize, b: usize, on: bool) {
-        self.mark(a, b, on, Mark::Lagging);
-    }
-
-    fn mark(&mut self, a: usize, b: usize, on: bool, mark: Mark) {
-        let gen = self.nodes[a].gen;
-        let held = match mark {
-            Mark::Lagging => shoal_proto::budget::LAG_FLOOR + 1,
-            Mark::Slow | Mark::SlowSoon => self.nodes[a].cfg.max_outbound_queue_bytes,
-        };
-        for link in self.links_between(a, b) {
-            let Some(budget) = self.nodes[a].core.link_budget(link).cloned() else {
-                continue;
-            };
-            if !on {
-                budget.release(held);
-                continue;
-            }
-            assert!(
-                budget.try_reserve(held).is_some(),
-                "an idle link's queue is empty"
-            );
-            // Whether the mark is new does not matter here: the report is sent either way.
-            let _new = match mark {
-                Mark::Slow => budget.mark_slow(self.now),
-                Mark::SlowSoon => budget.mark_slow_soon(),
-                Mark::Lagging => budget.mark_lagging(self.now),
-            };
-            self.schedule_local(Ev::ToControl {
-                node: a,
-                gen,
-                report: shoal_proto::cmd::ToControl::LinkSlow { link },
-            });
-        }
-    }
-
-    /// Makes everything between `a` and `b` vanish, in both directions (no EOF).
-    pub fn partition(&mut self, a: usize, b: usize) {
-        self.blackholed.insert((a, b));
-        self.blackholed.insert((b, a));
-    }
-
-    pub fn heal(&mut self, a: usize, b: usize) {
-        self.blackholed.remove(&(a, b));
-        self.blackholed.remove(&(b, a));
     }
 
     /// Creates a writer or reader of type "T" on node `i` (default QoS for its kind).
@@ -802,74 +543,4 @@ impl Timers {
         }
         None
     }
-}
-
-/// Every pair of `0..n` (the full mesh multicast discovery builds), for [`add_topology`].
-pub fn full_mesh_edges(n: usize) -> Vec<(usize, usize)> {
-    (0..n)
-        .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
-        .collect()
-}
-
-/// True once every node's graph puts every other node one hop away.
-pub fn graph_is_full(sim: &Sim, n: usize) -> bool {
-    (0..n).all(|i| {
-        let rp = sim.nodes[i].core.reverse_paths();
-        (0..n)
-            .filter(|j| *j != i)
-            .all(|j| rp.hops(&sim.id(j)) == Some(1))
-    })
-}
-
-/// A config for simulations: discovery off unless asked, static peers wire the topology.
-pub fn cfg() -> MeshConfig {
-    MeshConfig {
-        scouting: false,
-        ..MeshConfig::default()
-    }
-}
-
-/// Builds a mesh whose links are exactly `edges` (node j dials node i statically for each
-/// edge (i, j)), starts it and runs until the handshakes settled.
-pub fn topology(seed: u64, n: usize, edges: &[(usize, usize)]) -> Sim {
-    let mut sim = Sim::new(seed);
-    add_topology(&mut sim, n, edges, |_| {});
-    sim.start_all();
-    sim.run_for(Duration::from_millis(100));
-    sim
-}
-
-/// Adds `n` nodes whose links are exactly `edges` (node j dials node i statically for each
-/// edge (i, j)), each with [`cfg`] as `configure` changes it; starts nothing.
-pub fn add_topology(
-    sim: &mut Sim,
-    n: usize,
-    edges: &[(usize, usize)],
-    configure: impl Fn(&mut MeshConfig),
-) {
-    for j in 0..n {
-        let mut c = cfg();
-        configure(&mut c);
-        c.static_peers = edges
-            .iter()
-            .filter(|(_, b)| *b == j)
-            .map(|(a, _)| format!("node{a}:{PORT}"))
-            .collect();
-        sim.add_node(c);
-    }
-}
-
-/// The actions a peer table has queued, in order.
-pub fn drain(pm: &mut PeerManager<StdRng>) -> Vec<PeerAction> {
-    std::iter::from_fn(|| pm.poll_action()).collect()
-}
-
-/// The events a peer table has queued, in order.
-pub fn events(pm: &mut PeerManager<StdRng>) -> Vec<PeerEvent> {
-    std::iter::from_fn(|| pm.poll_event()).collect()
-}
-
-/// A fake peer address, distinct per `i`.
-pub fn addr(i: u32) -> std::net::SocketAddr {
-    std::net::SocketAddr::new(IpAddr::from(i.to_be_bytes()), 7000)
 }
