@@ -4,117 +4,26 @@
 //! role aggregates the error events it receives the same way (`shoal_mesh::ErrorLog`), and
 //! still says how many there were. The probe waits for the node's counters, never for time.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{Ipv4Addr, TcpStream, UdpSocket};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_shoal-loadgen");
+mod support;
 
-/// A loadgen process; every line it writes (stdout and stderr) comes through one channel.
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
+use support::{field, http_get, Proc};
 
-impl Proc {
-    fn start(args: &[&str]) -> Proc {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run shoal-loadgen");
-        let (tx, lines) = mpsc::channel();
-        let out: Box<dyn Read + Send> = Box::new(child.stdout.take().expect("piped stdout"));
-        let err: Box<dyn Read + Send> = Box::new(child.stderr.take().expect("piped stderr"));
-        for stream in [out, err] {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        Proc {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The first line starting with `prefix` (waiting up to 60 s).
-    fn line(&mut self, prefix: &str) -> String {
-        if let Some(l) = self.seen.iter().find(|l| l.starts_with(prefix)) {
-            return l.clone();
-        }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    self.seen.push(l.clone());
-                    if l.starts_with(prefix) {
-                        return l;
-                    }
-                }
-                Err(_) => panic!("no line {prefix:?}; saw {:?}", self.seen),
-            }
-        }
-    }
-
-    /// Waits (at most `secs`) for the process to end by itself and for its last line; every
-    /// line it wrote.
-    fn finish(mut self, secs: u64) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        let status = loop {
-            if let Some(st) = self.child.try_wait().expect("wait") {
-                break st;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "did not end by itself within {secs} s; output {:?}",
-                self.seen
-            );
-            self.seen.extend(self.lines.try_iter());
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        // The readers end when the pipes close.
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(10)) {
-            self.seen.push(l);
-        }
-        assert!(status.success(), "failed: {status}; output {:?}", self.seen);
-        std::mem::take(&mut self.seen)
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+/// Waits (at most `secs`) for `p` to end by itself and for its last line; every line it
+/// wrote.
+fn finish(mut p: Proc, secs: u64) -> Vec<String> {
+    let status = p.wait_end(secs);
+    p.drain();
+    assert!(status.success(), "failed: {status}; output {:?}", p.seen);
+    std::mem::take(&mut p.seen)
 }
 
 /// The control plane's counter `name` on the metrics page at `host`.
 fn control(host: &str, name: &str) -> u64 {
-    let mut c = TcpStream::connect(host).expect("metrics endpoint");
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
-        .unwrap();
-    let mut page = String::new();
-    c.read_to_string(&mut page).unwrap();
+    let page = http_get(host);
     let key = format!("shoal_{name}_total{{shard=\"control\"}} ");
     page.lines()
         .find_map(|l| l.strip_prefix(&key))
@@ -181,10 +90,10 @@ fn probe(extra: &[&str]) {
         "1",
     ];
     sub_args.extend(extra);
-    let mut sub = Proc::start(&sub_args);
-    let ready = sub.line("sub ready:");
+    let mut sub = Proc::start(&sub_args, &[("RUST_LOG", "warn")], true);
+    let ready = sub.line("sub ready:", 60);
     let listen = field(&ready, "listen").to_string();
-    let url = sub.line("metrics: http://");
+    let url = sub.line("metrics: http://", 60);
     let host = url
         .split_whitespace()
         .nth(1)
@@ -248,8 +157,8 @@ fn probe(extra: &[&str]) {
         "--quiet",
     ];
     pub_args.extend(extra);
-    let publisher = Proc::start(&pub_args);
-    let lines = sub.finish(120);
+    let publisher = Proc::start(&pub_args, &[("RUST_LOG", "warn")], true);
+    let lines = finish(sub, 120);
     drop(publisher);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(

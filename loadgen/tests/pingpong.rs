@@ -2,116 +2,19 @@
 //! nothing lost, the pong reports back and ends by itself, the runs' `.hgrm` files go on one
 //! chart, and `--metrics` serves the node's counters over HTTP.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shoal-loadgen");
+mod support;
 
-/// A running loadgen process whose stderr is read line by line on a helper thread.
-struct Proc {
-    child: Child,
-    stderr: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
+use support::{field, http_get, Proc, BIN};
 
-impl Proc {
-    fn start(args: &[&str]) -> Proc {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run shoal-loadgen");
-        let err = child.stderr.take().expect("piped stderr");
-        let (tx, stderr) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Proc {
-            child,
-            stderr,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The first stderr line starting with `prefix` (waiting up to 30 s).
-    fn line(&mut self, prefix: &str) -> String {
-        if let Some(l) = self.seen.iter().find(|l| l.starts_with(prefix)) {
-            return l.clone();
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr.recv_timeout(left) {
-                Ok(l) => {
-                    self.seen.push(l.clone());
-                    if l.starts_with(prefix) {
-                        return l;
-                    }
-                }
-                Err(_) => panic!("no stderr line {prefix:?}; saw {:?}", self.seen),
-            }
-        }
-    }
-
-    /// Waits for the process to end by itself (at most `secs`); its stdout as JSON.
-    fn json(mut self, secs: u64) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        let status = loop {
-            if let Some(st) = self.child.try_wait().expect("wait") {
-                break st;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                panic!(
-                    "did not end by itself within {secs} s; stderr {:?}",
-                    self.seen
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut out = String::new();
-        self.child
-            .stdout
-            .take()
-            .expect("piped stdout")
-            .read_to_string(&mut out)
-            .expect("stdout");
-        self.seen.extend(self.stderr.try_iter());
-        assert!(status.success(), "failed: {status}; stderr {:?}", self.seen);
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
-}
-
-fn http_get(addr: &str) -> String {
-    let mut c = TcpStream::connect(addr).expect("metrics endpoint");
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    c.read_to_string(&mut out).unwrap();
-    out
+/// Waits for `p` to end by itself (at most `secs`); its stdout as JSON.
+fn json(mut p: Proc, secs: u64) -> serde_json::Value {
+    let status = p.wait_end(secs);
+    let out = p.stdout();
+    p.drain();
+    assert!(status.success(), "failed: {status}; stderr {:?}", p.seen);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
 }
 
 /// One ping-pong pair; returns the ping's run and the pong's summary.
@@ -136,11 +39,11 @@ fn pair(
         pong_args.extend(["--metrics", "127.0.0.1:0"]);
     }
     pong_args.extend(extra);
-    let mut pong = Proc::start(&pong_args);
-    let ready = pong.line("pong ready:");
+    let mut pong = Proc::start(&pong_args, &[], false);
+    let ready = pong.line("pong ready:", 30);
     let addr = field(&ready, "listen").to_string();
     if metrics {
-        let line = pong.line("metrics: http://");
+        let line = pong.line("metrics: http://", 30);
         let url = line.split_whitespace().nth(1).expect("url");
         let host = url
             .trim_start_matches("http://")
@@ -177,8 +80,8 @@ fn pair(
         prefix.to_str().expect("utf-8 temp path"),
     ];
     ping_args.extend(extra);
-    let ping = Proc::start(&ping_args).json(60);
-    let pong = pong.json(30);
+    let ping = json(Proc::start(&ping_args, &[], false), 60);
+    let pong = json(pong, 30);
     (ping, pong)
 }
 
@@ -236,19 +139,23 @@ fn ping_and_pong_in_two_processes_on_every_transport() {
 
 #[test]
 fn a_pong_without_a_ping_ends_at_its_bound() {
-    let pong = Proc::start(&[
-        "pong",
-        "--listen",
-        "127.0.0.1:0",
-        "--warmup-ms",
-        "0",
-        "--duration-ms",
-        "100",
-        "--linger-ms",
-        "200",
-        "--json",
-    ]);
-    let v = pong.json(30);
+    let pong = Proc::start(
+        &[
+            "pong",
+            "--listen",
+            "127.0.0.1:0",
+            "--warmup-ms",
+            "0",
+            "--duration-ms",
+            "100",
+            "--linger-ms",
+            "200",
+            "--json",
+        ],
+        &[],
+        false,
+    );
+    let v = json(pong, 30);
     assert_eq!(v["ended_by"], "deadline", "{v}");
     assert_eq!(v["echoed"].as_u64(), Some(0), "{v}");
 }
