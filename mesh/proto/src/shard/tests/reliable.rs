@@ -281,27 +281,8 @@ fn an_acknowledgement_from_off_the_writers_tree_releases_nothing() {
 #[test]
 fn a_gap_from_off_the_writers_tree_makes_no_reader_give_up() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
     s.serve(B, PB, 1 << 20);
-    let r = WriterRoute {
-        writer: W,
-        slot: 0,
-        topic: Arc::new(crate::stats::TopicCounters::new(1)),
-        local: false,
-        links: vec![],
-        readers: vec![R1],
-        unreached: 0,
-        upstream: Some(A),
-        accept_from: vec![A],
-        toward: Vec::new(),
-        reliable: Some(Arc::new(ReliableRoute {
-            writer: None,
-            local_readers: vec![R1],
-        })),
-    };
-    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
-    s.core.on_command(cmd, s.t0, &mut s.out);
-    s.take();
+    remote_writer(&mut s);
     // Samples 1 and 2 reach the reader from the writer's side.
     let mut frames = BytesMut::new();
     let mut w = SampleRunWriter::new(&mut frames, W, 8, 1, 1 << 16);
@@ -449,27 +430,7 @@ fn a_keep_all_writer_stops_waiting_for_a_silent_reader_after_the_ack_timeout() {
 #[test]
 fn a_gap_to_the_end_of_time_is_held_and_samples_still_arrive() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
-    s.serve(A, PA, 1 << 20);
-    let topic = Arc::new(crate::stats::TopicCounters::new(1));
-    let r = WriterRoute {
-        writer: W,
-        slot: 0,
-        topic: topic.clone(),
-        local: false,
-        links: vec![],
-        readers: vec![R1],
-        unreached: 0,
-        upstream: Some(A),
-        accept_from: vec![A],
-        toward: Vec::new(),
-        reliable: Some(Arc::new(ReliableRoute {
-            writer: None,
-            local_readers: vec![R1],
-        })),
-    };
-    let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
-    s.core.on_command(cmd, s.t0, &mut s.out);
-    s.take();
+    let topic = remote_writer(&mut s);
     let run = |first: u64, n: u64| {
         let mut b = BytesMut::new();
         let mut w = SampleRunWriter::new(&mut b, W, 8, first, 1 << 16);
@@ -509,13 +470,15 @@ fn a_gap_to_the_end_of_time_is_held_and_samples_still_arrive() {
     );
 }
 
-/// `R1` on this node reads `W` of another node, whose frames come on `A`.
-fn remote_writer(s: &mut Sim) {
+/// `R1` on this node reads `W` of another node, whose frames come on `A`; the topic's
+/// counters.
+fn remote_writer(s: &mut Sim) -> Arc<crate::stats::TopicCounters> {
     s.serve(A, PA, 1 << 20);
+    let topic = Arc::new(crate::stats::TopicCounters::new(1));
     let r = WriterRoute {
         writer: W,
         slot: 0,
-        topic: Arc::new(crate::stats::TopicCounters::new(1)),
+        topic: topic.clone(),
         local: false,
         links: vec![],
         readers: vec![R1],
@@ -531,6 +494,7 @@ fn remote_writer(s: &mut Sim) {
     let cmd: ToShard<()> = ToShard::SampleRoutes(Arc::new(SampleRoutes::new(1, vec![r])));
     s.core.on_command(cmd, s.t0, &mut s.out);
     s.take();
+    topic
 }
 
 fn samples(seqs: &[u64]) -> BytesMut {
