@@ -6,7 +6,9 @@
 
 mod node_support;
 
-use node_support::samples::{lost, matched, prefix, seqs, total, wait_complete, write_to};
+use node_support::samples::{
+    acknack_and_fence, lost, matched, prefix, seqs, total, wait_complete, write_to,
+};
 use node_support::wiring::RawPeer;
 use node_support::{ep, plain_hello, quiet, wait_connected, wait_until, Node};
 use shoal_discovery::record::{encode_endpoint, encode_participant};
@@ -16,7 +18,7 @@ use shoal_mesh::topics::{
     Topic,
 };
 use shoal_mesh::wire::{
-    AckNack, Discovery, DiscoveryEntry, Frame, Gap, Heartbeat, Membership, SeqSet, ShoalExtension,
+    Discovery, DiscoveryEntry, Frame, Gap, Heartbeat, Membership, ShoalExtension,
     SAMPLES_FRAME_TYPE,
 };
 use shoal_mesh::{MeshBuilder, PeerId};
@@ -190,26 +192,9 @@ fn an_acknack_for_another_nodes_reader_from_a_stranger_on_the_tree_is_refused() 
     wait_complete(b, rg, wg, last);
 
     let before = total(a);
-    stranger.send_frame(Frame::AckNack(AckNack {
-        ttl: 8,
-        writer: wg,
-        reader: rg,
-        count: u32::MAX,
-        base: w.next_seq(),
-        missing: SeqSet::new(),
-    }));
-    // A fence on the same writer (so on the same shard, after it): an AckNack for an
-    // unmatched reader on the stranger's own node, which the route leads to.
-    let mut unknown = sg;
-    unknown[12..].copy_from_slice(&[0, 0, 9, 0x07]);
-    stranger.send_frame(Frame::AckNack(AckNack {
-        ttl: 8,
-        writer: wg,
-        reader: unknown,
-        count: 1,
-        base: 1,
-        missing: SeqSet::new(),
-    }));
+    for f in acknack_and_fence(wg, rg, sg, w.next_seq()) {
+        stranger.send_frame(f);
+    }
     wait_until(20, "A handles both AckNacks", || {
         total(a).reliable_acks_ignored > before.reliable_acks_ignored
     });

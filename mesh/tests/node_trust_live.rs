@@ -21,7 +21,9 @@
 
 mod node_support;
 
-use node_support::samples::{lost, matched, prefix, seqs, total, wait_complete, write_to};
+use node_support::samples::{
+    acknack_and_fence, lost, matched, prefix, seqs, total, wait_complete, write_to,
+};
 use node_support::secure_peer::SecurePeer;
 use node_support::wiring::RawPeer;
 use node_support::{ep, quiet, wait_until, Node};
@@ -36,7 +38,7 @@ use shoal_mesh::topics::{
     Reader, Reliability, ReliabilityKind, ResourceLimits, Topic, TopicsConfig, Writer,
 };
 use shoal_mesh::wire::{
-    AckNack, Discovery, DiscoveryEntry, Frame, Gap, Heartbeat, Membership, SeqSet, SignedMembership,
+    Discovery, DiscoveryEntry, Frame, Gap, Heartbeat, Membership, SignedMembership,
 };
 use shoal_mesh::{Event, MeshBuilder, PeerId};
 use std::cell::Cell;
@@ -809,25 +811,9 @@ fn identity_6_a_members_acknack_for_another_nodes_reader_is_refused() {
     wait_complete(&b, rg, wg, last);
 
     let before = total(&a);
-    m.send(Frame::AckNack(AckNack {
-        ttl: 8,
-        writer: wg,
-        reader: rg,
-        count: u32::MAX,
-        base: w.next_seq(),
-        missing: SeqSet::new(),
-    }));
-    // A fence on the same writer's shard: an AckNack for an unknown reader of the member's.
-    let mut unknown = sg;
-    unknown[12..].copy_from_slice(&[0, 0, 9, 0x07]);
-    m.send(Frame::AckNack(AckNack {
-        ttl: 8,
-        writer: wg,
-        reader: unknown,
-        count: 1,
-        base: 1,
-        missing: SeqSet::new(),
-    }));
+    for f in acknack_and_fence(wg, rg, sg, w.next_seq()) {
+        m.send(f);
+    }
     wait_until(20, "A handles both AckNacks", || {
         total(&a).reliable_acks_ignored > before.reliable_acks_ignored
     });

@@ -7,6 +7,7 @@
 use super::{wait_until, Node};
 use shoal_discovery::types::GuidPrefix;
 use shoal_mesh::topics::{EndpointGuid, Writer};
+use shoal_mesh::wire::{AckNack, Frame, SeqSet};
 use shoal_mesh::{Event, PeerId, ShardStats};
 
 /// The node's counters, summed over its executors.
@@ -73,4 +74,30 @@ pub fn wait_complete(n: &Node, reader: EndpointGuid, w: EndpointGuid, last: u64)
         (1..=last).collect::<Vec<_>>(),
         "every sample once, in order"
     );
+}
+
+/// An AckNack that acknowledges everything of writer `writer` up to `base` for its reader
+/// `reader`, then its fence: an AckNack on the same writer (so on the same shard, after it)
+/// for an unmatched reader on the node of `sender` (an endpoint of the sending node), which
+/// the route leads to. Once the node counts the fence (`reliable_acks_ignored`), it handled
+/// the first.
+pub fn acknack_and_fence(
+    writer: EndpointGuid,
+    reader: EndpointGuid,
+    sender: EndpointGuid,
+    base: u64,
+) -> [Frame; 2] {
+    let mut unknown = sender;
+    unknown[12..].copy_from_slice(&[0, 0, 9, 0x07]);
+    let acknack = |reader, count, base| {
+        Frame::AckNack(AckNack {
+            ttl: 8,
+            writer,
+            reader,
+            count,
+            base,
+            missing: SeqSet::new(),
+        })
+    };
+    [acknack(reader, u32::MAX, base), acknack(unknown, 1, 1)]
 }
