@@ -90,14 +90,11 @@ pub(super) struct Served {
     /// Its Discovery frames are dropped here until then: the control plane found its work
     /// budget spent ([`crate::cmd::ToShard::PauseDiscovery`]).
     pub(super) discovery_paused: Option<Instant>,
-    /// The bytes its peer had acknowledged at the driver's last look (`on_ack_sample`; 0
-    /// before the first).
-    pub(super) acked: u64,
     /// A frame this node originated was queued since the backlog's last look
     /// (`ShardCore::on_send_queue`): only an origin's link lags (`budget/lag.rs`).
     pub(super) originated: bool,
-    /// The writes its kernel holds that the peer has not acknowledged yet: lost if the
-    /// link closes now (`unacked_link_closed`).
+    /// The kernel's count of bytes its peer acknowledged, and the writes it holds that the
+    /// peer has not acknowledged yet: lost if the link closes now (`unacked_link_closed`).
     pub(super) ledger: Ledger,
 }
 
@@ -236,7 +233,6 @@ impl ShardCore {
             tx,
             writer_idle: false,
             discovery_paused: None,
-            acked: 0,
             originated: false,
             ledger: Ledger::default(),
         });

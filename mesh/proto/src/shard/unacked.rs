@@ -6,19 +6,22 @@
 //! pass it; what is left when the link closes is counted (`unacked_link_closed`).
 //!
 //! The peer's acknowledgements come from the kernel (`tcpi_bytes_acked`), sampled by the
-//! link's driver: its writer at most every [`crate::budget::SEND_QUEUE_SAMPLE`], its timer
-//! whenever it fires, its reader and writer once more when the connection fails. They count
-//! the whole connection (its opening and the handshake's bytes too), so the driver first
-//! says where this shard's writes begin ([`Ledger::start`]); without that (a kernel that does
-//! not count acknowledged bytes, a probe that failed) the ledger keeps nothing and counts
-//! nothing.
+//! link's driver: before the first write, by its writer at most every
+//! [`crate::budget::SEND_QUEUE_SAMPLE`], its timer whenever it fires, its reader and writer
+//! once more when the connection fails. The ledger is the link's one record of that count:
+//! whether it grew since the last look is what keeps a silent link that still delivers
+//! (`Link::on_delivered`). The count covers the whole connection (its opening and the
+//! handshake's bytes too), so the driver first says where this shard's writes begin
+//! ([`Ledger::start`]); without that (a kernel that does not count acknowledged bytes, a
+//! probe that failed) the ledger keeps no writes and counts nothing.
 //!
 //! A write acknowledged in part counts whole, so the count may include a message the peer
 //! received; a connection closed without a reset may still deliver some of it as it goes.
 //! The count is an upper bound of what the close lost, never less.
 //!
-//! **Owns:** the ledger of one link's writes. **Must not touch:** the link's queue or the
-//! writes themselves (`write`), or when a link closes (`links`).
+//! **Owns:** one link's count of bytes acknowledged and the ledger of its writes. **Must
+//! not touch:** the link's queue or the writes themselves (`write`), or when a link closes
+//! (`links`).
 
 use std::collections::VecDeque;
 
@@ -30,6 +33,8 @@ pub(super) const LEDGER_ENTRIES: usize = 1024;
 /// One link's writes its peer has not acknowledged yet.
 #[derive(Debug, Default)]
 pub(super) struct Ledger {
+    /// The kernel's count of bytes acknowledged at the last look (0 before the first).
+    seen: u64,
     /// Where this shard's writes begin in what the kernel counts as acknowledged (its opening
     /// and the handshake's bytes before them); `None`: not known, nothing is kept.
     base: Option<u64>,
@@ -48,6 +53,7 @@ impl Ledger {
     /// A connection whose opening counts nothing is on a kernel that does not count
     /// acknowledged bytes: the ledger stays off.
     pub(super) fn start(&mut self, bytes_acked: u64, send_queue: u64) {
+        self.seen = self.seen.max(bytes_acked);
         if bytes_acked > 0 && self.written == 0 {
             self.base = Some(bytes_acked + send_queue);
         }
@@ -68,19 +74,23 @@ impl Ledger {
         self.writes.push_back((self.written, messages));
     }
 
-    /// The kernel said the peer acknowledged `bytes_acked` bytes of the connection.
-    pub(super) fn on_acked(&mut self, bytes_acked: u64) {
+    /// The kernel said the peer acknowledged `bytes_acked` bytes of the connection; true if
+    /// that grew since an earlier look (the first look is only a baseline: what was
+    /// acknowledged before it may be long ago).
+    pub(super) fn on_acked(&mut self, bytes_acked: u64) -> bool {
+        let grew = self.seen != 0 && bytes_acked > self.seen;
+        self.seen = self.seen.max(bytes_acked);
         let Some(base) = self.base else {
-            return;
+            return grew;
         };
         let acked = bytes_acked.saturating_sub(base).min(self.written);
-        if acked <= self.acked {
-            return;
+        if acked > self.acked {
+            self.acked = acked;
+            while self.writes.front().is_some_and(|&(end, _)| end <= acked) {
+                self.writes.pop_front();
+            }
         }
-        self.acked = acked;
-        while self.writes.front().is_some_and(|&(end, _)| end <= acked) {
-            self.writes.pop_front();
-        }
+        grew
     }
 
     /// Messages written whose bytes the peer has not all acknowledged.
@@ -130,6 +140,18 @@ mod tests {
         l.on_acked(1 << 40);
         l.on_written(10, 1);
         assert_eq!(l.unacked(), 1);
+    }
+
+    #[test]
+    fn growth_counts_from_the_first_look_on_whatever_the_ledger_keeps() {
+        let mut l = Ledger::default();
+        assert!(!l.on_acked(500), "the first look is a baseline");
+        assert!(!l.on_acked(500));
+        assert!(l.on_acked(520), "without a start too");
+        assert!(!l.on_acked(510), "an older sample");
+        let mut started = Ledger::default();
+        started.start(61, 0);
+        assert!(started.on_acked(62), "the start is the baseline");
     }
 
     #[test]

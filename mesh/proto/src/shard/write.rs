@@ -201,13 +201,24 @@ impl ShardCore {
     }
 
     /// The driver read how much of the link's connection its peer acknowledged
-    /// (`tcpi_bytes_acked`): a look of its own (the writer's, every
-    /// [`SEND_QUEUE_SAMPLE`](crate::budget::SEND_QUEUE_SAMPLE) at most, or the last one
-    /// when the connection failed) that only settles the ledger; the timer's goes through
-    /// [`on_ack_sample`](Self::on_ack_sample).
-    pub fn on_bytes_acked(&mut self, link: LinkId, bytes_acked: u64) {
+    /// (`tcpi_bytes_acked`) at `now`: the writer's look (every
+    /// [`SEND_QUEUE_SAMPLE`](crate::budget::SEND_QUEUE_SAMPLE) at most) or the last one when
+    /// the connection failed; the timer's comes with the rest of the path's state through
+    /// [`on_ack_sample`](Self::on_ack_sample). Settles the ledger of writes, and a count
+    /// that grew since an earlier look means the peer is taking what it is sent: a silence
+    /// from it is a slow path, not a dead one ([`Link::on_delivered`]).
+    ///
+    /// [`Link::on_delivered`]: crate::link::Link::on_delivered
+    pub fn on_bytes_acked(&mut self, link: LinkId, bytes_acked: u64, now: Instant) {
         if let Some(l) = self.links.get_mut(link) {
-            l.ledger.on_acked(bytes_acked);
+            // Any growth counts: the far end of a stream (a subscriber whose publisher's
+            // frames wait out a lossy path's backoff) sends only heartbeats, and the lossy
+            // link that it closed lost the publisher's backlog as surely as one the
+            // publisher closed. A peer trickling a frame at us acknowledges our heartbeats
+            // too: the link keeps it from the grace (`Link::on_delivered`).
+            if l.ledger.on_acked(bytes_acked) {
+                l.state.on_delivered(now);
+            }
         }
     }
 
@@ -221,20 +232,10 @@ impl ShardCore {
     /// [`LinkBudget::ack_sample`]: crate::budget::LinkBudget::ack_sample
     /// [`Link::on_delivered`]: crate::link::Link::on_delivered
     pub fn on_ack_sample(&mut self, link: LinkId, ack: AckSample, now: Instant) {
-        let Some(l) = self.links.get_mut(link) else {
+        self.on_bytes_acked(link, ack.bytes_acked, now);
+        let Some(l) = self.links.get(link) else {
             return;
         };
-        // The first look is the baseline: what was acknowledged before it may be long ago.
-        // Any growth counts: the far end of a stream (a subscriber whose publisher's frames
-        // wait out a lossy path's backoff) sends only heartbeats, and the lossy link that it
-        // closed lost the publisher's backlog as surely as one the publisher closed. A peer
-        // trickling a frame at us acknowledges our heartbeats too: the link keeps it from
-        // the grace (`Link::on_delivered`).
-        if l.acked != 0 && ack.bytes_acked > l.acked {
-            l.state.on_delivered(now);
-        }
-        l.acked = l.acked.max(ack.bytes_acked);
-        l.ledger.on_acked(ack.bytes_acked);
         let AckSample {
             unacked,
             timeouts,

@@ -138,7 +138,10 @@ async fn reader(
             // The connection ends: what its peer acknowledged last, before the link goes
             // (after a reset only `TCP_INFO` still says).
             if let Some(Ok(p)) = probe.borrow().as_ref().map(TcpProbe::path_state) {
-                ctx.core.borrow_mut().on_bytes_acked(link, p.bytes_acked);
+                let now = ctx.now();
+                ctx.core
+                    .borrow_mut()
+                    .on_bytes_acked(link, p.bytes_acked, now);
             }
         }
         match res {
@@ -218,7 +221,9 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
                 if now >= next_send_queue || budget.send_queue_watched() {
                     next_send_queue = now + SEND_QUEUE_SAMPLE;
                     if let Ok(p) = wr.path_state() {
-                        ctx.core.borrow_mut().on_bytes_acked(link, p.bytes_acked);
+                        ctx.core
+                            .borrow_mut()
+                            .on_bytes_acked(link, p.bytes_acked, now);
                     }
                     if let Ok(n) = wr.send_queue() {
                         ctx.core
@@ -242,7 +247,9 @@ async fn writer(ctx: Rc<Ctx>, link: LinkId, mut wr: TcpWriteHalf) {
             Err(e) => {
                 tracing::debug!(error = %e, "link write failed");
                 if let Ok(p) = wr.path_state() {
-                    ctx.core.borrow_mut().on_bytes_acked(link, p.bytes_acked);
+                    ctx.core
+                        .borrow_mut()
+                        .on_bytes_acked(link, p.bytes_acked, now);
                 }
                 ctx.core.borrow_mut().on_link_lost(link, now, &mut actions);
                 break;

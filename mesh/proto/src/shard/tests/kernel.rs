@@ -230,7 +230,7 @@ fn messages_the_kernel_holds_unacknowledged_when_a_link_closes_are_counted() {
     // A fourth queued, not written.
     s.publish(PeerId::ZERO, &[7; 60], s.at(1));
     // The first write acknowledged whole, the second in part.
-    s.core.on_bytes_acked(A, 61 + ends[0] + 1);
+    s.core.on_bytes_acked(A, 61 + ends[0] + 1, s.at(2));
     // The timer's look counts too, and an older sample changes nothing.
     let sample = AckSample {
         bytes_acked: 61 + ends[0],
@@ -246,7 +246,30 @@ fn messages_the_kernel_holds_unacknowledged_when_a_link_closes_are_counted() {
     s.serve(A, PA, 1 << 20);
     s.publish(PeerId::ZERO, &[7; 60], s.at(1));
     s.written(A, s.at(1));
-    s.core.on_bytes_acked(A, 10);
+    s.core.on_bytes_acked(A, 10, s.at(2));
     s.core.on_link_lost(A, s.at(3), &mut s.out);
     assert_eq!(s.stats().unacked_link_closed, 0, "no start, no ledger");
+}
+
+/// The writer's looks at the acknowledged count (`on_bytes_acked`, after its writes) are the
+/// same record as the timer's: a count that grows there keeps a silent link up to the
+/// grace too, and the attach-time look (`on_link_start`) is the baseline.
+#[test]
+fn the_writers_looks_keep_a_delivering_link_as_the_timers_do() {
+    let grace = 3000 * u64::from(crate::link::DELIVERING_GRACE);
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    s.serve(A, PA, 1 << 20);
+    s.core.on_link_start(A, 1000, 0);
+    let mut t = 0;
+    let mut acked = 1000;
+    while s.core.on_link_timer(A, s.at(t), &mut s.out) {
+        t += 500;
+        assert!(t <= grace, "still open after {t} ms");
+        acked += 20;
+        s.core.on_bytes_acked(A, acked, s.at(t));
+    }
+    assert_eq!(
+        t, grace,
+        "closed at the grace, not at the heartbeat timeout"
+    );
 }
