@@ -44,7 +44,7 @@ mod bpf;
 mod cable;
 mod faults;
 
-use bpf::{loss_program, source_loss_program};
+use bpf::{loss_program, source_data_drop_program, source_loss_program};
 use cable::Cable;
 use std::collections::HashMap;
 use std::fmt;

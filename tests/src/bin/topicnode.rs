@@ -18,9 +18,11 @@
 //! - with `--reliable`, every report period: `reliable samples_repaired=.. samples_lost=..
 //!   reliable_acknacks=.. reliable_heartbeats=.. reliable_gaps=.. reliable_unrouted=..
 //!   history_refused=.. dropped_unrouted_samples=.. dropped_link_closed=..
-//!   reliable_wrong_link=.. slow_links=.. slow_links_unlisted=.. dropped_slow_link=..` (the
-//!   node's totals; the last four say whether reliability frames came off their path and
-//!   whether a link was given up on, when a reader fell behind)
+//!   reliable_wrong_link=.. slow_links=.. slow_links_unlisted=.. dropped_slow_link=..
+//!   reliable_readers_released=.. links_unanswered=..` (the node's totals; the last six say
+//!   whether reliability frames came off their path, whether a link was given up on when a
+//!   reader fell behind, whether a keep-all writer stopped waiting for a reader, and whether
+//!   a link's peer stopped acknowledging what it is sent)
 //! - with `--count N`, per writer: `blocked writer=<hex> seq=<seq>` when a write failed with
 //!   `HistoryFull` (once per episode; the same sample is written again),
 //!   `unblocked writer=<hex> seq=<seq> after_ms=<ms>` when it went through, and
@@ -253,7 +255,7 @@ fn main() {
                      reliable_heartbeats={} reliable_gaps={} reliable_unrouted={} \
                      history_refused={} dropped_unrouted_samples={} dropped_link_closed={} \
                      reliable_wrong_link={} slow_links={} slow_links_unlisted={} \
-                     dropped_slow_link={}",
+                     dropped_slow_link={} reliable_readers_released={} links_unanswered={}",
                     s.samples_repaired,
                     s.samples_lost,
                     s.reliable_acknacks,
@@ -266,7 +268,9 @@ fn main() {
                     s.reliable_wrong_link,
                     s.slow_links,
                     s.slow_links_unlisted,
-                    s.dropped_slow_link
+                    s.dropped_slow_link,
+                    s.reliable_readers_released,
+                    s.links_unanswered
                 ));
             }
             for t in mesh.topics().topics {

@@ -1,6 +1,7 @@
 //! The classic BPF programs (tc's `bytecode` syntax) the lab's filters run, for `cls_bpf` in
-//! direct-action mode (the return value is the verdict): random loss, and a share or all of
-//! one host's packets dropped (a lossy or a blocked path).
+//! direct-action mode (the return value is the verdict): random loss, a share or all of one
+//! host's packets dropped (a lossy or a blocked path), and one host's TCP data dropped while
+//! its bare acknowledgements pass (a path stalled one way).
 
 /// Return TC_ACT_SHOT (drop), TC_ACT_OK (pass).
 const DROP: &str = "6 0 0 2";
@@ -45,9 +46,57 @@ pub(super) fn source_loss_program(ip: std::net::Ipv4Addr, pct: f64) -> String {
     )
 }
 
+/// Drops the TCP segments from `ip` that carry data and passes everything else, bare
+/// acknowledgements included: what `ip` sends never arrives, while what it is sent is
+/// acknowledged. The payload is the IPv4 total length less both headers' lengths (the
+/// Ethernet header is 14 bytes; the IP header's at 14, the TCP header's length at 12 into
+/// it).
+pub(super) fn source_data_drop_program(ip: std::net::Ipv4Addr) -> String {
+    const LOAD_ETHERTYPE: &str = "40 0 0 12";
+    const LOAD_SOURCE: &str = "32 0 0 26";
+    const LOAD_PROTOCOL: &str = "48 0 0 23";
+    const LOAD_TOTAL_LENGTH: &str = "40 0 0 16";
+    // X = the IP header's length (4 * IHL).
+    const LOAD_IP_HEADER_LENGTH: &str = "177 0 0 14";
+    const SUB_X: &str = "28 0 0 0";
+    const STORE_M0: &str = "2 0 0 0";
+    // A = the TCP header's data offset byte, at 14 + X + 12; its high nibble in words.
+    const LOAD_DATA_OFFSET: &str = "80 0 0 26";
+    const HIGH_NIBBLE: &str = "84 0 0 240";
+    const TO_BYTES: &str = "116 0 0 2";
+    const TAX: &str = "7 0 0 0";
+    const LOAD_M0: &str = "96 0 0 0";
+    let ip = u32::from(ip);
+    // Not IPv4, another source, not TCP: skip to the pass. Then the payload's length: more
+    // than 0 drops.
+    format!(
+        "19,{LOAD_ETHERTYPE},21 0 16 2048,{LOAD_SOURCE},21 0 14 {ip},{LOAD_PROTOCOL},21 0 12 6,\
+         {LOAD_TOTAL_LENGTH},{LOAD_IP_HEADER_LENGTH},{SUB_X},{STORE_M0},{LOAD_DATA_OFFSET},\
+         {HIGH_NIBBLE},{TO_BYTES},{TAX},{LOAD_M0},{SUB_X},37 0 1 0,{DROP},{PASS}"
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{loss_program, source_drop_program, source_loss_program};
+    use super::{loss_program, source_data_drop_program, source_drop_program, source_loss_program};
+
+    #[test]
+    fn the_data_drop_program_drops_one_sources_tcp_payload_and_passes_the_rest() {
+        let p = source_data_drop_program("10.77.0.3".parse().unwrap());
+        let insns: Vec<&str> = p.split(',').collect();
+        assert_eq!(insns[0], "19");
+        assert_eq!(insns.len(), 20, "the count, then 19 instructions");
+        // Every jump that skips to the pass lands on the last instruction.
+        for (i, insn) in insns[1..].iter().enumerate() {
+            let f: Vec<u32> = insn.split(' ').map(|n| n.parse().unwrap()).collect();
+            if f[0] == 21 {
+                assert_eq!(i + 1 + f[2] as usize, 18, "instruction {i}: {insn}");
+            }
+        }
+        assert_eq!(insns[18], "6 0 0 2");
+        assert_eq!(insns[19], "6 0 0 0");
+        assert!(insns.contains(&"21 0 14 172818435"));
+    }
 
     #[test]
     fn the_path_loss_program_drops_a_share_of_one_source_and_passes_the_rest() {

@@ -1,6 +1,7 @@
 //! What the lab does to its hosts' links: loss and delay on a host's link, a cut and its
-//! heal, a block between two hosts, and loss on the path between two hosts only (classic BPF
-//! filters in the hosts' `tc` hooks, netem or the cable for delay).
+//! heal, a block between two hosts, loss on the path between two hosts only, and a path
+//! stalled one way (classic BPF filters in the hosts' `tc` hooks, netem or the cable for
+//! delay).
 //!
 //! **Owns:** those faults. **Must not touch:** the lab's build and teardown (`lab.rs`).
 
@@ -9,6 +10,11 @@ use super::*;
 /// Where a host's filter that drops what host `other` sends sits (one per peer host).
 fn block_pref(other: usize) -> String {
     (100 + other).to_string()
+}
+
+/// Where a host's filter that drops the TCP data host `other` sends sits.
+fn stall_pref(other: usize) -> String {
+    (200 + other).to_string()
 }
 
 impl Lab {
@@ -137,6 +143,27 @@ impl Lab {
     /// Undoes [`Lab::block`].
     pub fn unblock(&self, a: usize, b: usize) {
         self.path_loss(a, b, 0);
+    }
+
+    /// Stalls every TCP connection from host `from` to host `to` one way: the segments
+    /// carrying data that `from` sends are dropped at `to`'s ingress, bare acknowledgements
+    /// pass. What `from` sends waits in its kernel, retransmitted in vain, while what `to`
+    /// sends is delivered and acknowledged: the state a connection in retransmission
+    /// back-off is in under heavy loss, for as long as the test wants it.
+    pub fn stall_data(&self, from: usize, to: usize) {
+        let (ns, pref) = (self.host(to), stall_pref(from));
+        let peer: std::net::Ipv4Addr = self.addr(from).parse().expect("a lab address");
+        self.bpf_filter(&ns, "ingress", &pref, &source_data_drop_program(peer))
+            .unwrap_or_else(|e| panic!("stall h{from}'s data to h{to}: {e}"));
+    }
+
+    /// Undoes [`Lab::stall_data`].
+    pub fn unstall_data(&self, from: usize, to: usize) {
+        let (ns, pref) = (self.host(to), stall_pref(from));
+        self.tc(&[
+            "-n", &ns, "filter", "del", "dev", HOST_IF, "ingress", "pref", &pref,
+        ])
+        .unwrap_or_else(|e| panic!("unstall h{from}'s data to h{to}: {e}"));
     }
 
     /// Random loss of `pct` percent on the path between hosts `a` and `b`, both ways, where

@@ -22,12 +22,14 @@ pub const SEND_QUEUE_FLOOR: usize = 64 * 1024;
 /// caught up ([`LinkBudget::send_queue_lags`]).
 pub const SEND_QUEUE_LAG: Duration = Duration::from_millis(100);
 
-/// A link whose peer has acknowledged nothing for this long while the oldest segment
+/// A link whose peer has acknowledged nothing new for this long while the oldest segment
 /// outstanding waited out [`UNANSWERED_TIMEOUTS`] retransmission timeouts in a row is
 /// *unanswered* ([`LinkBudget::ack_sample`], counted in `links_unanswered`): the path drops
 /// what is sent, and whatever is written reaches the peer only when TCP gets through again,
 /// seconds later under heavy loss, or never if the heartbeat timeout closes the link first.
-/// A peer that reads nothing is not unanswered: its closed window is acknowledged.
+/// The peer may still be sending meanwhile (its segments repeat the same acknowledgement): the
+/// path is stalled one way. A peer that reads nothing is not unanswered: its closed window is
+/// acknowledged.
 pub const UNANSWERED_AFTER: Duration = Duration::from_secs(1);
 
 /// Retransmission timeouts in a row (200 ms and more each, doubling) before a link can be
@@ -101,7 +103,8 @@ impl LinkBudget {
 
     /// Records the driver's look at the link's acknowledgements: `unacked` segments in
     /// flight, the oldest of them past `timeouts` retransmission timeouts in a row, the last
-    /// acknowledgement `since_ack` ago (the kernel's `TCP_INFO`). The link is unanswered
+    /// acknowledgement of new data `since_ack` ago (the kernel's `TCP_INFO`, and the shard's
+    /// record of when the count of acknowledged bytes last grew). The link is unanswered
     /// while segments are outstanding, [`UNANSWERED_TIMEOUTS`] timeouts passed and nothing was
     /// acknowledged for [`UNANSWERED_AFTER`]; any look that says otherwise ends it. Returns
     /// true if this look made the link unanswered.

@@ -76,7 +76,12 @@
 //! whose acked point has not moved for [`WriterConfig::ack_timeout`] since it last had
 //! everything is released (counted): it no longer holds room, and what it lacks may be
 //! dropped (asked for, it gets a Gap). It is waited for again once its acked point reaches
-//! the slowest waited-for reader's.
+//! the slowest waited-for reader's. It is released sooner, after its node's lease
+//! ([`ReliableWriter::set_reader_leases`]), unless the path toward it is stalled
+//! ([`ReliableWriter::path_stalled`]: a TCP connection in retransmission back-off holds
+//! what is sent on it for longer than a lease under heavy loss, while the other direction
+//! still carries its node's frames): then it acknowledges nothing because nothing reaches
+//! it, and releasing it lost, for good, what the stall held back.
 //!
 //! # Against forgers
 //!

@@ -42,6 +42,9 @@ struct ReaderState {
     /// Its node's lease (`set_reader_leases`): released after that much silence if it is
     /// shorter than `ack_timeout`.
     lease: Option<Duration>,
+    /// When the path toward its node was last seen holding what was sent unacknowledged
+    /// ([`ReliableWriter::path_stalled`]), or its match: its lease counts from then too.
+    path_stalled_at: Instant,
     /// A sync request waits for its answer.
     sync_pending: bool,
     /// The transient-local handover still to send, `lo ..= hi`.
@@ -71,6 +74,15 @@ impl ReaderState {
     /// Samples this reader waits for (handover and requests).
     fn pending(&self) -> u64 {
         self.range.map_or(0, |(lo, hi)| hi + 1 - lo) + u64::from(self.nacks.len())
+    }
+
+    /// When a keep-all writer stops waiting for this reader, which owes an acknowledgement:
+    /// `ack_timeout` after its acked point last moved, or its node's lease after that (and
+    /// after the path toward it was last seen stalled) if that comes first.
+    fn release_at(&self, ack_timeout: Duration) -> Instant {
+        let stuck = self.stalled_since + ack_timeout;
+        let silent_since = self.stalled_since.max(self.path_stalled_at);
+        self.lease.map_or(stuck, |l| stuck.min(silent_since + l))
     }
 }
 
@@ -142,8 +154,9 @@ impl ReliableWriter {
     }
 
     /// The lease of each matched reader's node (`readers` and `leases` in the same order):
-    /// a keep-all writer waits for a silent reader at most that long, or `ack_timeout` if
-    /// shorter. Readers not listed keep what they had.
+    /// a keep-all writer waits for a reader that does not acknowledge at most that long, or
+    /// `ack_timeout` if shorter; the lease counts only while the path toward it delivers
+    /// ([`path_stalled`](Self::path_stalled)). Readers not listed keep what they had.
     pub fn set_reader_leases(&mut self, readers: &[[u8; 16]], leases: &[Duration]) {
         for (g, l) in readers.iter().zip(leases) {
             if let Ok(i) = self.readers.binary_search_by(|r| r.guid.cmp(g)) {
@@ -163,6 +176,26 @@ impl ReliableWriter {
             r.resent_at = None;
             r.suppression = None;
         }
+    }
+
+    /// The path toward the readers on `node` holds what was sent to them unacknowledged at
+    /// `now` (its link's kernel says so, a fact of this node's, not a claim of theirs): a
+    /// reader there acknowledges nothing because nothing reaches it (a TCP connection in
+    /// retransmission back-off, for longer than a lease under heavy loss, while the other
+    /// direction still carries its node's frames). Its lease counts again from `now`, so it
+    /// is waited for through the stall and a lease beyond it; only `ack_timeout` bounds a
+    /// wait on a path that never delivers (a peer may refuse to acknowledge on purpose).
+    pub fn path_stalled(&mut self, node: &[u8; 12], now: Instant) {
+        for r in self.readers.iter_mut().filter(|r| r.guid[..12] == node[..]) {
+            r.path_stalled_at = r.path_stalled_at.max(now);
+        }
+    }
+
+    /// Whether some reader owes an acknowledgement that a timeout may release it from
+    /// (keep-all with an `ack_timeout`): only then do stalled paths matter
+    /// ([`path_stalled`](Self::path_stalled)).
+    pub fn awaits_readers(&self) -> bool {
+        self.next_release().is_some()
     }
 
     /// The matched reliable readers now, each with whether it asked for the history
@@ -196,6 +229,7 @@ impl ReliableWriter {
                 stalled_since: now,
                 released: false,
                 lease: None,
+                path_stalled_at: now,
                 sync_pending: false,
                 range: None,
                 nack_base: start,
@@ -524,8 +558,7 @@ impl ReliableWriter {
         let next = self.history.next_seq();
         let mut any = false;
         for r in self.readers.iter_mut() {
-            let timeout = r.lease.map_or(timeout, |l| l.min(timeout));
-            if !r.released && r.acked < next && now >= r.stalled_since + timeout {
+            if !r.released && r.acked < next && now >= r.release_at(timeout) {
                 r.released = true;
                 r.last_count = None;
                 r.far_count = None;
@@ -547,7 +580,7 @@ impl ReliableWriter {
         self.readers
             .iter()
             .filter(|r| !r.released && r.acked < next)
-            .map(|r| r.stalled_since + r.lease.map_or(timeout, |l| l.min(timeout)))
+            .map(|r| r.release_at(timeout))
             .min()
     }
 

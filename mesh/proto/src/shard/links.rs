@@ -96,6 +96,10 @@ pub(super) struct Served {
     /// The kernel's count of bytes its peer acknowledged, and the writes it holds that the
     /// peer has not acknowledged yet: lost if the link closes now (`unacked_link_closed`).
     pub(super) ledger: Ledger,
+    /// The last look that found that count grown, or nothing outstanding (`None` before the
+    /// first look): what a link whose peer acknowledges nothing is judged by
+    /// (`ShardCore::on_ack_sample`).
+    pub(super) acked_progress: Option<Instant>,
 }
 
 impl Served {
@@ -235,6 +239,7 @@ impl ShardCore {
             discovery_paused: None,
             originated: false,
             ledger: Ledger::default(),
+            acked_progress: None,
         });
         inc(&self.counters.links_opened);
         tracing::debug!(shard = self.idx, ?link, %peer, "link attached");

@@ -698,6 +698,28 @@ impl ShardCore {
         self.reliable.slots[route.slot as usize] = Some(slot);
     }
 
+    /// Tells `w` which of its readers' nodes the route reaches over a link whose peer
+    /// acknowledges nothing new ([`LinkBudget::is_unanswered`], whichever shard serves the
+    /// link): their readers are waited for through it ([`ReliableWriter::path_stalled`]).
+    /// Looked at on the writer's timers (every heartbeat period while a reader owes an
+    /// acknowledgement), never per write.
+    ///
+    /// [`LinkBudget::is_unanswered`]: crate::budget::LinkBudget::is_unanswered
+    fn note_stalled_paths(&self, w: &mut WriterSide, now: Instant) {
+        if !w.state.awaits_readers() {
+            return;
+        }
+        for (node, link) in &w.toward {
+            if self
+                .owners
+                .get(link)
+                .is_some_and(|(_, b)| b.is_unanswered())
+            {
+                w.state.path_stalled(node, now);
+            }
+        }
+    }
+
     /// Timers of the reliable states (heartbeats, acknowledgements, repairs, sync requests).
     pub(super) fn reliable_timeout(&mut self, now: Instant, out: &mut Vec<ShardAction>) {
         if self.reliable.next_timer.is_none_or(|t| now < t) {
@@ -713,6 +735,7 @@ impl ShardCore {
                 // A writer gone from the table leaves its state behind (dropped here).
                 if let Some(route) = t.get(&slot.writer) {
                     if let Some(w) = slot.w.as_mut() {
+                        self.note_stalled_paths(w, now);
                         w.state.handle_timeout(now);
                     }
                     for (_, r) in slot.readers.iter_mut() {

@@ -218,14 +218,17 @@ impl ShardCore {
             // too: the link keeps it from the grace (`Link::on_delivered`).
             if l.ledger.on_acked(bytes_acked) {
                 l.state.on_delivered(now);
+                l.acked_progress = Some(now);
             }
         }
     }
 
     /// The driver looked at the link's acknowledgements (the kernel's `TCP_INFO`, when the
     /// link's timer fires, before the liveness check): a link whose peer stopped
-    /// acknowledging is counted once per episode (`links_unanswered`,
-    /// [`LinkBudget::ack_sample`]) and logged; one whose peer acknowledged new data since the
+    /// acknowledging new data is counted once per episode (`links_unanswered`,
+    /// [`LinkBudget::ack_sample`]) and logged, and the reliable writers whose readers are
+    /// behind it wait for them past their lease (`ReliableWriter::path_stalled`); one whose
+    /// peer acknowledged new data since the
     /// last look is taking what it is sent, and lives on through a silence
     /// ([`Link::on_delivered`]).
     ///
@@ -233,15 +236,27 @@ impl ShardCore {
     /// [`Link::on_delivered`]: crate::link::Link::on_delivered
     pub fn on_ack_sample(&mut self, link: LinkId, ack: AckSample, now: Instant) {
         self.on_bytes_acked(link, ack.bytes_acked, now);
-        let Some(l) = self.links.get(link) else {
+        let Some(l) = self.links.get_mut(link) else {
             return;
         };
         let AckSample {
             unacked,
             timeouts,
             since_ack,
-            ..
+            bytes_acked,
         } = ack;
+        if unacked == 0 || l.acked_progress.is_none() {
+            l.acked_progress = Some(now);
+        }
+        // The kernel's time of the last acknowledgement moves with every segment the peer
+        // sends (each carries its cumulative acknowledgement, new or not), so a peer that
+        // keeps talking while what it is sent waits out a back-off looked answered: the
+        // lossy lab's 24 s one-way stalls were never counted. Where the kernel counts
+        // acknowledged bytes, the time since that count last grew says it.
+        let since_ack = match l.acked_progress {
+            Some(at) if bytes_acked > 0 => since_ack.max(now.saturating_duration_since(at)),
+            _ => since_ack,
+        };
         if l.budget.ack_sample(unacked, timeouts, since_ack) {
             inc(&self.counters.links_unanswered);
             tracing::info!(

@@ -261,12 +261,15 @@ pub struct TopicsConfig {
     pub link_work_burst: u64,
     /// Reliable keep-all writers: the longest a writer waits for a matched reader that owes
     /// an acknowledgement (its acknowledgements have not moved since it last had
-    /// everything) before it stops waiting for it (counted, `reliable_readers_released`):
-    /// each reader is waited for at most its node's lease as admitted (capped at
-    /// `max_lease_ms`), or this if shorter, so one silent or lying reader cannot keep the
-    /// history full and the writes waiting longer than a dead one's lease would. The reader
-    /// is still answered and is waited for again once it catches up. Must exceed
-    /// `heartbeat_period`. Default 60000 ms (the default `max_lease_ms`).
+    /// everything) before it stops waiting for it (counted, `reliable_readers_released`),
+    /// so one stuck or lying reader cannot keep the history full for ever. Each reader is
+    /// waited for at most its node's lease as admitted (capped at `max_lease_ms`) if that is
+    /// shorter: no longer than a dead one's lease would hold the writes; but that lease
+    /// counts only while the path toward its node delivers (a connection whose peer
+    /// acknowledges nothing new holds the reader's samples, not the reader), so a reader
+    /// behind a stalled path is waited for up to this. The reader is still answered and is
+    /// waited for again once it catches up. Must exceed `heartbeat_period`. Default 60000 ms
+    /// (the default `max_lease_ms`).
     #[serde(rename = "ack_timeout_ms", with = "millis")]
     pub ack_timeout: Duration,
     /// Most bytes of partition names (their text, summed) one endpoint may declare: it

@@ -229,6 +229,89 @@ fn a_silent_reader_is_waited_for_at_most_its_nodes_lease() {
     assert_eq!(w.room(), 4);
 }
 
+/// Once a second, seconds `secs` after `t`: the path toward `reader`'s node is stalled (if
+/// `stalled`), `reader` asks for seqs 1..=4 (if `asks`, its count going on from `count`), and
+/// the writer's timers run.
+fn seconds(
+    w: &mut ReliableWriter,
+    reader: [u8; 16],
+    (stalled, asks): (bool, bool),
+    count: &mut u32,
+    t: Instant,
+    secs: std::ops::RangeInclusive<u64>,
+) {
+    let node: [u8; 12] = reader[..12].try_into().unwrap();
+    for s in secs {
+        let now = t + ms(1000 * s);
+        if stalled {
+            w.path_stalled(&node, now);
+        }
+        if asks {
+            *count += 1;
+            w.on_acknack(&ack(reader, *count, 1, &[1, 2, 3, 4]), now);
+        }
+        w.handle_timeout(now);
+        drain(w, now);
+    }
+}
+
+/// The lab's reliable test failed on CI: a 30 %-lossy reader's path from the writer stalled
+/// in TCP back-off for 24 s (the other direction still carried its node's frames), and the
+/// writer released it after its node's 15 s lease as if it were dead; the history then let
+/// go of what it lacked and it lost 1 438 samples to a Gap. A reader behind a stalled path
+/// acknowledges nothing because nothing reaches it: its lease counts only while the path
+/// delivers, and `ack_timeout` bounds the wait. A reader whose path delivers and which still
+/// does not acknowledge (asking or not) is released at its lease as before.
+#[test]
+fn a_reader_behind_a_stalled_path_is_waited_for_past_its_lease_up_to_the_ack_timeout() {
+    let t = Instant::now();
+    let writer = || {
+        let cfg = WriterConfig {
+            ack_timeout: Some(ms(60_000)),
+            ..keep_all(4)
+        };
+        let mut w = ReliableWriter::new(W, cfg);
+        w.set_readers(&[R1, R2], t);
+        w.set_reader_leases(&[R1, R2], &[ms(15_000), ms(15_000)]);
+        write(&mut w, 4, t);
+        w.on_acknack(&ack(R1, 1, 5, &[]), t);
+        assert!(w.awaits_readers());
+        w
+    };
+    // The path toward R2 stalls for 30 s; R2 asks for all of it now and then.
+    let (mut w, mut count) = (writer(), 0);
+    seconds(&mut w, R2, (true, true), &mut count, t, 1..=30);
+    assert_eq!(
+        (w.stats().readers_released, w.room()),
+        (0, 0),
+        "twice its lease behind a stalled path: still waited for"
+    );
+    // The path delivers again, R2 still acknowledges nothing: a lease after the stall.
+    seconds(&mut w, R2, (false, true), &mut count, t, 31..=44);
+    assert_eq!(w.stats().readers_released, 0);
+    w.handle_timeout(t + ms(45_000));
+    assert_eq!((w.stats().readers_released, w.room()), (1, 4));
+
+    // A path that never delivers: released at `ack_timeout`.
+    let (mut w, mut count) = (writer(), 0);
+    seconds(&mut w, R2, (true, false), &mut count, t, 1..=59);
+    assert_eq!(w.stats().readers_released, 0);
+    assert!(w.poll_timeout().is_some_and(|d| d <= t + ms(60_000)));
+    seconds(&mut w, R2, (true, false), &mut count, t, 60..=60);
+    assert_eq!((w.stats().readers_released, w.room()), (1, 4));
+
+    // A path that delivers, a reader that asks and never gets anywhere: its lease.
+    let (mut w, mut count) = (writer(), 0);
+    seconds(&mut w, R2, (false, true), &mut count, t, 1..=14);
+    assert_eq!(w.stats().readers_released, 0);
+    seconds(&mut w, R2, (false, true), &mut count, t, 15..=15);
+    assert_eq!(w.stats().readers_released, 1);
+    // Another node's stalled path is not R2's.
+    let (mut w, mut count) = (writer(), 0);
+    seconds(&mut w, R1, (true, false), &mut count, t, 1..=15);
+    assert_eq!(w.stats().readers_released, 1);
+}
+
 /// Finding 9: a Gap to `u64::MAX` set a reader's next expected seq to `u64::MAX` for good
 /// (every real sample after it a duplicate). Now a Gap beyond the writer's plausible range is
 /// held, and delivery goes on; unstarted, the reader does not start on it either.
