@@ -17,7 +17,72 @@ pub mod pubsub;
 
 pub use lab::{HostProcess, Lab, LabError};
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// The file whose appearance starts the writers of every `topicnode` of a test at once
+/// (`--start-file`): none at first, removed when the test ends, however it ends.
+pub struct StartFile(PathBuf);
+
+impl StartFile {
+    /// A start file for the test `name` of this process (none there yet).
+    pub fn new(name: &str) -> StartFile {
+        let path = std::env::temp_dir().join(format!("shoal-{name}-go-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        StartFile(path)
+    }
+
+    /// Where it is made.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Makes it: every node waiting on it starts writing.
+    pub fn go(&self) {
+        std::fs::write(&self.0, b"go").expect("write the start file");
+    }
+}
+
+impl Drop for StartFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `topicnode`'s arguments for a host on `interface` writing a paced reliable stream (`count`
+/// samples at `rate` a second, a blocked write retried every 500 ms) once `go` exists,
+/// its node's lease `lease_ms`, its endpoints announced every 500 ms, for `run_for_s`
+/// seconds at most. A test adds its endpoints and history.
+pub fn reliable_stream_args(
+    interface: &str,
+    lease_ms: u64,
+    (rate, count): (u64, i64),
+    go: &StartFile,
+    run_for_s: u64,
+) -> Vec<String> {
+    let go = go.path().to_str().expect("utf-8 path");
+    [
+        "--interface",
+        interface,
+        "--lease-ms",
+        &lease_ms.to_string(),
+        "--topic-announce-ms",
+        "500",
+        "--reliable",
+        "--rate",
+        &rate.to_string(),
+        "--count",
+        &count.to_string(),
+        "--max-blocking-ms",
+        "500",
+        "--start-file",
+        go,
+        "--run-for",
+        &run_for_s.to_string(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
 
 /// True when lab tests cannot run here; it prints why, one line, so the test can return (and
 /// pass).

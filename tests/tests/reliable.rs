@@ -15,10 +15,11 @@
 //! no more repairs or heartbeats. The participant lease (15 s) outlasts the cut, so the cut host stays matched and is owed
 //! everything. Without root the test prints why it was skipped and passes.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use shoal_tests::{num, skip_without_lab, wait_hosts, Lab, TopicHost};
+use shoal_tests::{
+    num, reliable_stream_args, skip_without_lab, wait_hosts, Lab, StartFile, TopicHost,
+};
 
 const NODE: &str = env!("CARGO_BIN_EXE_topicnode");
 /// Samples per writer.
@@ -48,33 +49,11 @@ const RESTART: usize = 6;
 
 /// Starts host `k`'s `topicnode`: its endpoints of [`PLAN`], reliable, paced, waiting for
 /// `go` to exist before writing.
-fn start(lab: &Lab, k: usize, go: &std::path::Path) -> TopicHost {
+fn start(lab: &Lab, k: usize, go: &StartFile) -> TopicHost {
     let (writers, readers) = PLAN[k - 1];
-    let mut args: Vec<String> = [
-        "--interface",
-        &lab.addr(k),
-        "--lease-ms",
-        &LEASE_MS.to_string(),
-        "--topic-announce-ms",
-        "500",
-        // Links ride out 30 % loss (TCP retransmits) but not the 10 s cut.
-        "--heartbeat-timeout-ms",
-        "6000",
-        "--reliable",
-        "--rate",
-        &RATE.to_string(),
-        "--count",
-        &N.to_string(),
-        "--max-blocking-ms",
-        "500",
-        "--start-file",
-        go.to_str().expect("utf-8 path"),
-        "--run-for",
-        "170",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut args = reliable_stream_args(&lab.addr(k), LEASE_MS, (RATE, N), go, 170);
+    // Links ride out 30 % loss (TCP retransmits) but not the 10 s cut.
+    args.extend(["--heartbeat-timeout-ms", "6000"].map(String::from));
     let extra: &[&str] = match k {
         1 => &["--keep-all", &KEEP_ALL.to_string()],
         2 => &["--keep-last", &KEEP_LAST.to_string(), "--transient-local"],
@@ -111,26 +90,15 @@ fn all_matched(h: &mut [TopicHost], readers: &[usize]) -> bool {
         })
 }
 
-/// Removes the start file when the test ends, however it ends.
-struct StartFile(PathBuf);
-
-impl Drop for StartFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 #[test]
 fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
     if skip_without_lab() {
         return;
     }
-    let go =
-        StartFile(std::env::temp_dir().join(format!("shoal-reliable-go-{}", std::process::id())));
-    let _ = std::fs::remove_file(&go.0);
+    let go = StartFile::new("reliable");
     let lab = Lab::up("shR", 6);
     let t0 = Instant::now();
-    let mut hosts: Vec<TopicHost> = (1..=6).map(|k| start(&lab, k, &go.0)).collect();
+    let mut hosts: Vec<TopicHost> = (1..=6).map(|k| start(&lab, k, &go)).collect();
     let (cut, restart) = (CUT - 1, RESTART - 1);
     let readers: Vec<usize> = (2..6).collect();
     let (wa, wb) = (hosts[0].guid("r/a", true), hosts[1].guid("r/b", true));
@@ -144,7 +112,7 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
     for k in LOSSY {
         lab.loss(k, 30);
     }
-    std::fs::write(&go.0, b"go").expect("write the start file");
+    go.go();
     let go_at = Instant::now();
 
     // Cut h5 once the stream is under way.
@@ -165,7 +133,7 @@ fn reliable_readers_complete_through_loss_a_cut_and_a_restart() {
         hosts[restart].guid("r/b", false),
     );
     drop(hosts.remove(restart));
-    hosts.insert(restart, start(&lab, RESTART, &go.0));
+    hosts.insert(restart, start(&lab, RESTART, &go));
 
     // The cut lasts 10 s (the one fixed wait: it is the fault itself), then heal.
     let left = Duration::from_secs(10).saturating_sub(cut_at.elapsed());

@@ -16,7 +16,9 @@
 
 use std::time::{Duration, Instant};
 
-use shoal_tests::{num, skip_without_lab, wait_hosts, Lab, TopicHost};
+use shoal_tests::{
+    num, reliable_stream_args, skip_without_lab, wait_hosts, Lab, StartFile, TopicHost,
+};
 
 const NODE: &str = env!("CARGO_BIN_EXE_topicnode");
 /// Samples the writer writes, at [`RATE`] a second.
@@ -27,29 +29,9 @@ const READER_LEASE_MS: u64 = 4000;
 /// The stall lasts at least this long: past h2's lease, with a second to spare.
 const STALL: Duration = Duration::from_millis(READER_LEASE_MS + 1000);
 
-fn start(lab: &Lab, k: usize, go: &std::path::Path) -> TopicHost {
+fn start(lab: &Lab, k: usize, go: &StartFile) -> TopicHost {
     let lease = if k == 1 { 30_000 } else { READER_LEASE_MS };
-    let mut args: Vec<String> = [
-        "--interface",
-        &lab.addr(k),
-        "--lease-ms",
-        &lease.to_string(),
-        "--topic-announce-ms",
-        "500",
-        "--reliable",
-        "--rate",
-        &RATE.to_string(),
-        "--count",
-        &N.to_string(),
-        "--max-blocking-ms",
-        "500",
-        "--start-file",
-        go.to_str().expect("utf-8 path"),
-        "--run-for",
-        "120",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut args = reliable_stream_args(&lab.addr(k), lease, (RATE, N), go, 120);
     let (writers, readers): (&[&str], &[&str]) = if k == 1 {
         // Five seconds of the stream: the history is not full before h2's lease is out.
         args.extend(["--keep-all", "1000"].map(String::from));
@@ -60,29 +42,19 @@ fn start(lab: &Lab, k: usize, go: &std::path::Path) -> TopicHost {
     TopicHost::start(lab, k, NODE, args, writers, readers)
 }
 
-/// Removes the start file when the test ends, however it ends.
-struct StartFile(std::path::PathBuf);
-
-impl Drop for StartFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 #[test]
 fn a_reader_whose_path_stalls_past_its_lease_is_waited_for_and_loses_nothing() {
     if skip_without_lab() {
         return;
     }
-    let go = StartFile(std::env::temp_dir().join(format!("shoal-stall-go-{}", std::process::id())));
-    let _ = std::fs::remove_file(&go.0);
+    let go = StartFile::new("stall");
     let lab = Lab::up("sS", 2);
-    let mut hosts: Vec<TopicHost> = (1..=2).map(|k| start(&lab, k, &go.0)).collect();
+    let mut hosts: Vec<TopicHost> = (1..=2).map(|k| start(&lab, k, &go)).collect();
     let (wg, rg) = (hosts[0].guid("r/s", true), hosts[1].guid("r/s", false));
     wait_hosts(&mut hosts, 30, "the pair to match on both ends", |h| {
         h[0].matched(&wg, &rg) && h[1].matched(&wg, &rg)
     });
-    std::fs::write(&go.0, b"go").expect("write the start file");
+    go.go();
     wait_hosts(&mut hosts, 30, "h2 to receive the first samples", |h| {
         h[1].seq("r/s", &wg) >= 300
     });

@@ -228,9 +228,8 @@ impl ShardCore {
     /// acknowledging new data is counted once per episode (`links_unanswered`,
     /// [`LinkBudget::ack_sample`]) and logged, and the reliable writers whose readers are
     /// behind it wait for them past their lease (`ReliableWriter::path_stalled`); one whose
-    /// peer acknowledged new data since the
-    /// last look is taking what it is sent, and lives on through a silence
-    /// ([`Link::on_delivered`]).
+    /// peer acknowledged new data since the last look is taking what it is sent, and lives
+    /// on through a silence ([`Link::on_delivered`]).
     ///
     /// [`LinkBudget::ack_sample`]: crate::budget::LinkBudget::ack_sample
     /// [`Link::on_delivered`]: crate::link::Link::on_delivered
