@@ -334,6 +334,12 @@ impl Link {
         self.last_delivered = self.last_delivered.max(now);
     }
 
+    /// When the peer last acknowledged new data ([`on_delivered`](Self::on_delivered)), or
+    /// the link was made if it never has.
+    pub fn last_delivered(&self) -> Instant {
+        self.last_delivered
+    }
+
     /// When the link is dead if nothing arrives meanwhile: `heartbeat_timeout` after the last
     /// progress, or after the peer's last acknowledgement if that came later, and never more
     /// than [`DELIVERING_GRACE`] times `heartbeat_timeout` after the last progress.

@@ -96,10 +96,11 @@ pub(super) struct Served {
     /// The kernel's count of bytes its peer acknowledged, and the writes it holds that the
     /// peer has not acknowledged yet: lost if the link closes now (`unacked_link_closed`).
     pub(super) ledger: Ledger,
-    /// The last look that found that count grown, or nothing outstanding (`None` before the
-    /// first look): what a link whose peer acknowledges nothing is judged by
-    /// (`ShardCore::on_ack_sample`).
-    pub(super) acked_progress: Option<Instant>,
+    /// The last look of the link's timer that found nothing of its writes in flight: a
+    /// link whose peer acknowledges nothing new is judged from the later of this and the
+    /// peer's last acknowledgement of new data (`Link::last_delivered`;
+    /// `ShardCore::on_ack_sample`).
+    pub(super) drained_at: Option<Instant>,
 }
 
 impl Served {
@@ -239,7 +240,7 @@ impl ShardCore {
             discovery_paused: None,
             originated: false,
             ledger: Ledger::default(),
-            acked_progress: None,
+            drained_at: None,
         });
         inc(&self.counters.links_opened);
         tracing::debug!(shard = self.idx, ?link, %peer, "link attached");

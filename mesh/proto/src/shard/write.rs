@@ -218,7 +218,6 @@ impl ShardCore {
             // too: the link keeps it from the grace (`Link::on_delivered`).
             if l.ledger.on_acked(bytes_acked) {
                 l.state.on_delivered(now);
-                l.acked_progress = Some(now);
             }
         }
     }
@@ -244,17 +243,21 @@ impl ShardCore {
             since_ack,
             bytes_acked,
         } = ack;
-        if unacked == 0 || l.acked_progress.is_none() {
-            l.acked_progress = Some(now);
+        if unacked == 0 {
+            l.drained_at = Some(now);
         }
         // The kernel's time of the last acknowledgement moves with every segment the peer
         // sends (each carries its cumulative acknowledgement, new or not), so a peer that
         // keeps talking while what it is sent waits out a back-off looked answered: the
         // lossy lab's 24 s one-way stalls were never counted. Where the kernel counts
-        // acknowledged bytes, the time since that count last grew says it.
-        let since_ack = match l.acked_progress {
-            Some(at) if bytes_acked > 0 => since_ack.max(now.saturating_duration_since(at)),
-            _ => since_ack,
+        // acknowledged bytes, the time since that count last grew (or nothing was in
+        // flight) says it.
+        let since_ack = if bytes_acked > 0 {
+            let delivered = l.state.last_delivered();
+            let progress = l.drained_at.map_or(delivered, |d| d.max(delivered));
+            since_ack.max(now.saturating_duration_since(progress))
+        } else {
+            since_ack
         };
         if l.budget.ack_sample(unacked, timeouts, since_ack) {
             inc(&self.counters.links_unanswered);

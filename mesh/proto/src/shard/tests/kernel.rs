@@ -46,6 +46,45 @@ fn a_link_whose_peer_acknowledges_nothing_is_counted_once_an_episode() {
     assert_eq!(s.stats().links_unanswered, 2);
 }
 
+/// The CI failure of the lab's reliable test: a peer that keeps sending on a link whose own
+/// direction stalls refreshes the kernel's time of the last acknowledgement with every
+/// segment (the same acknowledgement, repeated), so the link never looked unanswered. It is
+/// judged by the count of acknowledged bytes too: from when it last grew, or the link last
+/// had nothing in flight, so an idle link that just wrote is given its second as before.
+#[test]
+fn a_peer_that_keeps_sending_while_acknowledging_nothing_new_leaves_the_link_unanswered() {
+    let mut s = Sim::new(0, 1, OverflowPolicy::Block);
+    let budget = s.serve(A, PA, 100);
+    let look = |s: &mut Sim, ms: u64, unacked: u32, bytes_acked: u64| {
+        let sample = AckSample {
+            unacked,
+            timeouts: if unacked > 0 { 3 } else { 0 },
+            since_ack: Duration::from_millis(5),
+            bytes_acked,
+        };
+        let now = s.at(ms);
+        s.core.on_ack_sample(A, sample, now);
+    };
+    // Idle (nothing in flight) until 9.5 s, then a write that gets nowhere.
+    look(&mut s, 9_500, 0, 1000);
+    look(&mut s, 10_000, 2, 1000);
+    assert!(!budget.is_unanswered(), "half a second since it was idle");
+    look(&mut s, 10_600, 2, 1000);
+    assert!(
+        budget.is_unanswered(),
+        "a second and more, nothing new acknowledged"
+    );
+    assert_eq!(s.stats().links_unanswered, 1);
+    // The count grows: answered again; stuck again from there.
+    look(&mut s, 11_000, 2, 1500);
+    assert!(!budget.is_unanswered());
+    look(&mut s, 11_900, 2, 1500);
+    assert!(!budget.is_unanswered());
+    look(&mut s, 12_100, 2, 1500);
+    assert!(budget.is_unanswered());
+    assert_eq!(s.stats().links_unanswered, 2);
+}
+
 /// A lossy path's silence with the peer still acknowledging what it is sent: the driver's
 /// looks (`on_ack_sample`, before each timer's liveness check) keep the link past the
 /// heartbeat timeout while the count of bytes acknowledged grows, up to the grace; once it
