@@ -5,7 +5,7 @@
 //! acknowledgements pass: the state a 30 %-lossy connection in retransmission back-off is in
 //! for seconds at a time (the six-host reliable test's 24 s on CI). h2 hears nothing of h1
 //! while what it sends (its announcements, its heartbeats) is delivered and acknowledged, so
-//! both ends keep the link and h1 keeps the match. The stall outlasts h2's lease (4 s); h1's
+//! both ends keep the link and h1 keeps the match. The stall outlasts h2's lease (6 s); h1's
 //! own lease is long, so h2 keeps the match too.
 //!
 //! What must hold: h1 counts the link unanswered (its peer acknowledges nothing new, though
@@ -24,8 +24,10 @@ const NODE: &str = env!("CARGO_BIN_EXE_topicnode");
 /// Samples the writer writes, at [`RATE`] a second.
 const N: i64 = 3000;
 const RATE: u64 = 200;
-/// h2's lease: shorter than the stall.
-const READER_LEASE_MS: u64 = 4000;
+/// h2's lease: shorter than the stall, and long enough that h1 finds the link unanswered well
+/// within it (a second without progress, then the link timer's next look, at most a heartbeat
+/// interval later) on a loaded machine.
+const READER_LEASE_MS: u64 = 6000;
 /// The stall lasts at least this long: past h2's lease, with a second to spare.
 const STALL: Duration = Duration::from_millis(READER_LEASE_MS + 1000);
 
@@ -33,7 +35,7 @@ fn start(lab: &Lab, k: usize, go: &StartFile) -> TopicHost {
     let lease = if k == 1 { 30_000 } else { READER_LEASE_MS };
     let mut args = reliable_stream_args(&lab.addr(k), lease, (RATE, N), go, 120);
     let (writers, readers): (&[&str], &[&str]) = if k == 1 {
-        // Five seconds of the stream: the history is not full before h2's lease is out.
+        // Five seconds of the stream: full, and the writes waiting, within the stall.
         args.extend(["--keep-all", "1000"].map(String::from));
         (&["r/s"], &[])
     } else {
