@@ -85,6 +85,20 @@ fn a_peer_that_keeps_sending_while_acknowledging_nothing_new_leaves_the_link_una
     assert_eq!(s.stats().links_unanswered, 2);
 }
 
+/// Fires link `A`'s timer every 500 ms from 0 while it stays open, the peer's count of
+/// acknowledged bytes 20 more (what a subscriber's heartbeats add up to is enough) at each
+/// `look(s, count, ms)` between; returns when it closed (at most `grace` ms).
+fn closed_while_acked_grows(s: &mut Sim, grace: u64, look: impl Fn(&mut Sim, u64, u64)) -> u64 {
+    let (mut t, mut acked) = (0, 1000);
+    while s.core.on_link_timer(A, s.at(t), &mut s.out) {
+        t += 500;
+        assert!(t <= grace, "still open after {t} ms");
+        acked += 20;
+        look(s, acked, t);
+    }
+    t
+}
+
 /// A lossy path's silence with the peer still acknowledging what it is sent: the driver's
 /// looks (`on_ack_sample`, before each timer's liveness check) keep the link past the
 /// heartbeat timeout while the count of bytes acknowledged grows, up to the grace; once it
@@ -103,17 +117,9 @@ fn a_silent_link_whose_peer_acknowledges_new_data_is_kept_up_to_the_grace() {
     };
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     s.serve(A, PA, 1 << 20);
-    let mut t = 0;
-    let mut acked = 1000;
-    while s.core.on_link_timer(A, s.at(t), &mut s.out) {
-        t += 500;
-        assert!(t <= grace, "still open after {t} ms");
-        // What a subscriber's heartbeats add up to is enough.
-        acked += 20;
-        ack(&mut s, acked, t);
-    }
     assert_eq!(
-        t, grace,
+        closed_while_acked_grows(&mut s, grace, ack),
+        grace,
         "closed at the grace, not at the heartbeat timeout"
     );
     assert_eq!(s.stats().links_closed, 1);
@@ -299,16 +305,13 @@ fn the_writers_looks_keep_a_delivering_link_as_the_timers_do() {
     let mut s = Sim::new(0, 1, OverflowPolicy::Block);
     s.serve(A, PA, 1 << 20);
     s.core.on_link_start(A, 1000, 0);
-    let mut t = 0;
-    let mut acked = 1000;
-    while s.core.on_link_timer(A, s.at(t), &mut s.out) {
-        t += 500;
-        assert!(t <= grace, "still open after {t} ms");
-        acked += 20;
-        s.core.on_bytes_acked(A, acked, s.at(t));
-    }
+    let look = |s: &mut Sim, acked, ms| {
+        let now = s.at(ms);
+        s.core.on_bytes_acked(A, acked, now);
+    };
     assert_eq!(
-        t, grace,
+        closed_while_acked_grows(&mut s, grace, look),
+        grace,
         "closed at the grace, not at the heartbeat timeout"
     );
 }
